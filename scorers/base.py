@@ -1,0 +1,192 @@
+"""The scorer contract (DESIGN §3-§5), shared by every module in `scorers/`.
+
+A scorer is configured with keyword parameters (unknown names are a ValueError listing the
+valid ones), fitted on a store (`fit(store)` reads only the splits its `needs` name), and then
+scores any split of a store made by the same model: `score(split)` returns an (N,) float64
+array, HIGHER = MORE IN-DISTRIBUTION. `score_grid(split, grid)` returns every setting of a
+hyperparameter grid, sharing the expensive work; the base implementation here refits per
+setting and is what scorers with a shared-work path must equal.
+
+Needs vocabulary: `logits`, `features`, `head`, `fit:<split>` (e.g. `fit:id/train`),
+`extra:<name>`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from featstore.errors import FeatstoreError, UsageError
+
+DEFAULT_CHUNK_ROWS = 8192
+
+# How to produce each need that a store can lack.
+_HOW_TO = {
+    "fit:id/train": "extract it by naming an `id/train` split in the benchmark spec",
+    "fit:id/val": "extract it by naming an `id/val` split in the benchmark spec",
+    "extra:feature_maps": "extract with `featstore extract --feature-maps`",
+    "extra:mc_logits": "extract with `featstore extract --mc-samples T` on a model with dropout",
+}
+
+Grid = Mapping[str, Sequence[Any]]
+
+
+def expand_grid(grid: Grid) -> list[dict[str, Any]]:
+    """Cartesian product of a grid in key order: [{k1: v, k2: w}, ...] (deterministic)."""
+    keys = list(grid)
+    return [dict(zip(keys, values, strict=True))
+            for values in itertools.product(*(list(grid[k]) for k in keys))]
+
+
+class Scorer:
+    """Base class of every post-hoc scorer. Subclasses set the class attributes below and
+    implement `_fit(store)` (optional) and `_score(split)`; scorers with hyperparameters may
+    override `_score_grid(split, settings)` to share work across settings."""
+
+    name: ClassVar[str] = ""
+    needs: ClassVar[tuple[str, ...]] = ()
+    defaults: ClassVar[dict[str, Any]] = {}
+    grid: ClassVar[dict[str, list[Any]]] = {}
+    paper: ClassVar[str] = ""
+
+    def __init__(self, **params: Any):
+        unknown = sorted(set(params) - set(self.defaults))
+        if unknown:
+            valid = ", ".join(sorted(self.defaults)) or "none"
+            raise UsageError(
+                f"scorer {self.name!r}: unknown parameter {unknown[0]!r} (valid: {valid})"
+            )
+        self.params: dict[str, Any] = {**self.defaults, **params}
+        self.check_params(self.params)
+        self.store: Any = None
+        self.model_sha256: str | None = None
+        self.chunk_rows = DEFAULT_CHUNK_ROWS
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"{type(self).__name__}({args})"
+
+    # ------------------------------------------------------------------ hooks
+    def check_params(self, params: Mapping[str, Any], store: Any = None) -> None:
+        """Validate a parameter setting; raise UsageError naming the value and the valid range.
+
+        Called at construction (store=None) and again with the store at fit and for every
+        grid setting (ranges that depend on the data, e.g. K <= bank size)."""
+
+    def _fit(self, store: Any) -> None:
+        """Fit state from the store; default: nothing to fit."""
+
+    def _score(self, split: Any) -> np.ndarray:
+        raise NotImplementedError(f"{type(self).__name__} must implement _score")
+
+    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+        """Default: refit and rescore per setting (what a grid search without caching does)."""
+        out = []
+        for setting in settings:
+            scorer = type(self)(**{**self.params, **setting})
+            scorer.chunk_rows = self.chunk_rows
+            scorer.fit(self.store)
+            out.append(scorer.score(split))
+        return out
+
+    # ------------------------------------------------------------------ API
+    def fit(self, store: Any) -> Scorer:
+        """Fit on the store's default fit split(s); returns self."""
+        check_needs(self, store)
+        self.check_params(self.params, store)
+        self.store = store
+        self.model_sha256 = store.model_sha256
+        self._fit(store)
+        return self
+
+    def _check_split(self, split: Any, force: bool) -> None:
+        if self.store is None:
+            raise FeatstoreError(f"scorer {self.name!r}: call fit(store) before score(split)")
+        sha = split._store.model_sha256
+        if sha != self.model_sha256 and not force:
+            raise FeatstoreError(
+                f"scorer {self.name!r} was fitted on a store of model {self.model_sha256[:12]}… "
+                f"but split {split.name!r} comes from model {sha[:12]}…; pass force=True to "
+                "score anyway"
+            )
+        for need in self.needs:
+            if need.startswith("extra:") and not split.has_extra(need[len("extra:"):]):
+                raise FeatstoreError(
+                    f"scorer {self.name!r} needs {need!r} in split {split.name!r}: "
+                    f"{_HOW_TO.get(need, 'extract it with the method that writes it')}"
+                )
+
+    def score(self, split: Any, force: bool = False) -> np.ndarray:
+        """(N,) float64 scores of a split, higher = more in-distribution."""
+        self._check_split(split, force)
+        return np.asarray(self._score(split), dtype=np.float64)
+
+    def score_grid(
+        self, split: Any, grid: Grid | None = None, force: bool = False
+    ) -> list[tuple[dict[str, Any], np.ndarray]]:
+        """Every setting of `grid` (default: the scorer's default grid) with its scores.
+
+        Settings are the Cartesian product in the grid's key order; parameters not in the grid
+        keep this scorer's values. Each value is validated against the data first."""
+        self._check_split(split, force)
+        grid = self.grid if grid is None else grid
+        unknown = sorted(set(grid) - set(self.defaults))
+        if unknown:
+            valid = ", ".join(sorted(self.defaults)) or "none"
+            raise UsageError(
+                f"scorer {self.name!r}: unknown grid parameter {unknown[0]!r} (valid: {valid})"
+            )
+        settings = expand_grid(grid) if grid else [{}]
+        for setting in settings:
+            self.check_params({**self.params, **setting}, self.store)
+        scores = self._score_grid(split, settings) if grid else [self.score(split, force)]
+        return [(dict(s), np.asarray(v, dtype=np.float64))
+                for s, v in zip(settings, scores, strict=True)]
+
+    # ------------------------------------------------------------------ helpers
+    def chunks(self, split: Any, *fields: str) -> Iterator[tuple[slice, tuple[np.ndarray, ...]]]:
+        """Row chunks of a split's fields as float32 (bounded memory)."""
+        return split.iter_chunks(*fields, chunk_rows=self.chunk_rows)
+
+    def fit_split(self, store: Any, name: str) -> Any:
+        return store.split(name)
+
+
+def check_needs(scorer: Scorer, store: Any) -> None:
+    """Raise FeatstoreError naming the first missing need and how to produce it."""
+    for need in scorer.needs:
+        if need.startswith("fit:"):
+            split = need[len("fit:"):]
+            if not store.has_split(split):
+                raise FeatstoreError(
+                    f"scorer {scorer.name!r} needs split {split!r} in store "
+                    f"{str(store.path)!r}: {_HOW_TO.get(need, 'extract it')}"
+                )
+        elif need.startswith("extra:"):
+            name = need[len("extra:"):]
+            fit = [n[len("fit:"):] for n in scorer.needs if n.startswith("fit:")]
+            for split in fit:
+                if not store.split(split).has_extra(name):
+                    raise FeatstoreError(
+                        f"scorer {scorer.name!r} needs {need!r} in split {split!r}: "
+                        f"{_HOW_TO.get(need, 'extract it with the method that writes it')}"
+                    )
+
+
+def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """Row-wise softmax(logits / T), computed in float64 with max-subtraction."""
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    z = z - z.max(axis=1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=1, keepdims=True)
+    return z
+
+
+def logsumexp(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """Row-wise log sum_j exp(l_j / T), in float64 with max-subtraction."""
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    m = z.max(axis=1)
+    return m + np.log(np.exp(z - m[:, None]).sum(axis=1))

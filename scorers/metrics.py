@@ -1,0 +1,384 @@
+"""OOD-detection metrics, computed from one sort per split and one Numba walk (no torch).
+
+Conventions (DESIGN.md section 4). Scores are "higher = more in-distribution". Every metric is
+returned in percent (0..100). "ID positive" means the ID samples are the positive class and a
+sample is accepted as positive when ``score >= t``; "OOD positive" means the OOD samples are the
+positive class, ranked by ``-score`` (accepted as OOD when ``score <= t``). The thresholds ``t``
+are the distinct score values, so tied scores move together, exactly as in scikit-learn.
+
+Definitions, as implemented (TPR/FPR/precision/recall at each distinct threshold):
+
+- ``auroc``: area under the ROC curve (ID positive), ties counted as one half. Computed exactly
+  in integers as ``sum_g n_ood(g) * (2 * n_id(> g) + n_id(g)) / (2 * N_id * N_ood)`` over the
+  tie groups ``g``; equals ``sklearn.metrics.roc_auc_score``.
+- ``aupr_in``: trapezoid area under the precision-recall curve, ID positive, score as is, with
+  the curve's end point (recall 0, precision 1) included; equals
+  ``auc(recall, precision)`` of ``precision_recall_curve`` (OpenOOD / pytorch-ood's AUPR-In).
+- ``aupr_out``: the same with OOD positive and ``-score`` (AUPR-Out).
+- ``ap_in`` / ``ap_out``: step-wise average precision ``sum_k (R_k - R_{k-1}) * P_k`` over the
+  thresholds in increasing recall, ID / OOD positive; equals ``average_precision_score``.
+- ``fpr95``: the classical FPR at 95% TPR (Hendrycks & Gimpel and most papers): ID positive,
+  at the highest threshold that keeps at least 95% of the ID samples (``TPR >= 0.95``), the
+  share of OOD samples accepted as ID; equals ``fpr[np.argmax(tpr >= 0.95)]`` of
+  ``roc_curve(y_id, score, drop_intermediate=False)``.
+- ``fpr95_ood``: OpenOOD v1.5's FPR@95: OOD positive with ``-score``, at the threshold that
+  first catches at least 95% of the OOD samples, the share of ID samples rejected as OOD; the
+  same formula on ``roc_curve(y_ood, -score, drop_intermediate=False)``. The two are different
+  numbers; neither is reported under the other's name.
+- ``detection_error``: ``min_t 0.5 * (1 - TPR(t)) + 0.5 * FPR(t)`` (ID positive) over every
+  threshold plus both end points ``(TPR, FPR) = (0, 0)`` and ``(1, 1)`` (FACETS, OODL).
+
+Algorithm: each split is copied to float64 and sorted once (``ndarray.sort``: two sorts of
+N/2 values are one merge-sort of the concatenation, at half the cost of an ``argsort`` and
+without an index array). One Numba kernel then merges the two sorted arrays from the top,
+grouping equal values across both, and keeps the cumulative ID/OOD counts at each distinct
+threshold; every metric above is accumulated from those counts in the same single pass (the
+OOD-positive counts at a threshold are the complements of the ID-positive counts above it).
+Extra memory is the two sorted copies (8 bytes per score); sums use Neumaier compensation.
+
+Non-finite scores (NaN, +-inf) are an error that names the split and the count; they are
+never dropped. Empty splits are an error too.
+
+Also here: ``id_accuracy`` (top-1 in percent over rows with a label other than -1),
+``misclassification_auroc`` (FACETS Table VII: AUROC of the score separating correctly
+classified ID rows, positive, from misclassified ones), ``shift_sensitivity`` (Pearson
+correlation and |OLS slope| of a metric against the shift level index) and
+``METRIC_DIRECTIONS`` (whether a higher or a lower value of each metric is better).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "METRIC_DIRECTIONS",
+    "OOD_METRIC_NAMES",
+    "id_accuracy",
+    "misclassification_auroc",
+    "ood_metrics",
+    "shift_sensitivity",
+]
+
+#: The keys of :func:`ood_metrics`, in the order it returns them.
+OOD_METRIC_NAMES: tuple[str, ...] = (
+    "auroc",
+    "aupr_in",
+    "aupr_out",
+    "ap_in",
+    "ap_out",
+    "fpr95",
+    "fpr95_ood",
+    "detection_error",
+)
+
+#: For hyperparameter selection: "max" if higher is better, "min" if lower is better.
+METRIC_DIRECTIONS: dict[str, str] = {
+    "auroc": "max",
+    "aupr_in": "max",
+    "aupr_out": "max",
+    "ap_in": "max",
+    "ap_out": "max",
+    "fpr95": "min",
+    "fpr95_ood": "min",
+    "detection_error": "min",
+}
+
+_TPR_LEVEL = 0.95
+
+
+# --------------------------------------------------------------------------- Numba kernels
+
+
+@njit(cache=True, nogil=True)
+def _count_nonfinite(x: np.ndarray) -> int:
+    n = 0
+    for i in range(x.shape[0]):
+        if not np.isfinite(x[i]):
+            n += 1
+    return n
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _nsum(s: float, c: float, x: float) -> tuple[float, float]:
+    """One Neumaier-compensated addition: returns the new (sum, compensation)."""
+    t = s + x
+    if abs(s) >= abs(x):
+        c += (s - t) + x
+    else:
+        c += (x - t) + s
+    return t, c
+
+
+@njit(cache=True, nogil=True)
+def _walk(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """All metrics (as fractions) from ascending-sorted ID scores ``a`` and OOD scores ``b``.
+
+    Walks the distinct values from the highest down, merging ``a`` and ``b`` and grouping ties.
+    With ``tp``/``fp`` the numbers of ID/OOD scores ``>=`` the current value (ID positive), the
+    OOD-positive counts at the same value are ``n_ood - fp_above`` (OOD ``<=`` value) and
+    ``n_id - tp_above``. The OOD-positive curve runs in the opposite order, so its trapezoids
+    and steps are closed one group later, and its end point (recall 0) after the loop.
+
+    Returns ``[auroc, aupr_in, aupr_out, ap_in, ap_out, fpr95, fpr95_ood, detection_error]``.
+    """
+    n_pos = a.shape[0]
+    n_neg = b.shape[0]
+    fpos = float(n_pos)
+    fneg = float(n_neg)
+    i = n_pos - 1
+    j = n_neg - 1
+    tp = 0  # ID scores >= current value
+    fp = 0  # OOD scores >= current value
+    auc_num = 0  # 2 * N_id * N_ood * AUROC, exact
+    # ID-positive curve state; the PR curve starts at (recall 0, precision 1).
+    r_prev = 0.0
+    p_prev = 1.0
+    aupr_in_s = 0.0
+    aupr_in_c = 0.0
+    ap_in_s = 0.0
+    ap_in_c = 0.0
+    fpr95 = 1.0
+    fpr95_found = False
+    det_err = 0.5  # end point (TPR, FPR) = (0, 0); (1, 1) gives 0.5 as well
+    # OOD-positive curve state (the previous point is the next higher tie group).
+    ro_prev = 0.0
+    po_prev = 0.0
+    have_o = False
+    aupr_out_s = 0.0
+    aupr_out_c = 0.0
+    ap_out_s = 0.0
+    ap_out_c = 0.0
+    fpr95_ood = 1.0
+
+    while i >= 0 or j >= 0:
+        if i >= 0 and (j < 0 or a[i] >= b[j]):
+            v = a[i]
+        else:
+            v = b[j]
+        ci = 0
+        while i >= 0 and a[i] == v:
+            ci += 1
+            i -= 1
+        cj = 0
+        while j >= 0 and b[j] == v:
+            cj += 1
+            j -= 1
+
+        # OOD positive (-score >= -v, i.e. score <= v): counts use the groups above v.
+        tpo = n_neg - fp
+        fpo = n_pos - tp
+        ro = tpo / fneg
+        po = tpo / float(tpo + fpo)
+        if have_o:
+            dr = ro_prev - ro
+            aupr_out_s, aupr_out_c = _nsum(aupr_out_s, aupr_out_c, dr * (po_prev + po) / 2.0)
+            ap_out_s, ap_out_c = _nsum(ap_out_s, ap_out_c, dr * po_prev)
+        if ro >= _TPR_LEVEL:  # holds on a prefix of this walk; the last one is the first
+            fpr95_ood = fpo / fpos  # threshold in OOD-positive order
+        ro_prev = ro
+        po_prev = po
+        have_o = True
+
+        # ID positive (score >= v).
+        auc_num += cj * (2 * tp + ci)
+        tp += ci
+        fp += cj
+        r = tp / fpos
+        p = tp / float(tp + fp)
+        fpr = fp / fneg
+        dr = r - r_prev
+        aupr_in_s, aupr_in_c = _nsum(aupr_in_s, aupr_in_c, dr * (p + p_prev) / 2.0)
+        ap_in_s, ap_in_c = _nsum(ap_in_s, ap_in_c, dr * p)
+        if not fpr95_found and r >= _TPR_LEVEL:
+            fpr95 = fpr
+            fpr95_found = True
+        e = 0.5 * (1.0 - r) + 0.5 * fpr
+        if e < det_err:
+            det_err = e
+        r_prev = r
+        p_prev = p
+
+    # OOD-positive end point (recall 0, precision 1) below the lowest group.
+    aupr_out_s, aupr_out_c = _nsum(aupr_out_s, aupr_out_c, ro_prev * (po_prev + 1.0) / 2.0)
+    ap_out_s, ap_out_c = _nsum(ap_out_s, ap_out_c, ro_prev * po_prev)
+
+    out = np.empty(8, dtype=np.float64)
+    out[0] = auc_num / (2.0 * fpos * fneg)
+    out[1] = aupr_in_s + aupr_in_c
+    out[2] = aupr_out_s + aupr_out_c
+    out[3] = ap_in_s + ap_in_c
+    out[4] = ap_out_s + ap_out_c
+    out[5] = fpr95
+    out[6] = fpr95_ood
+    out[7] = det_err
+    return out
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _sorted_finite(scores: object, name: str) -> np.ndarray:
+    """A sorted float64 copy of ``scores``; ValueError naming ``name`` if empty or non-finite."""
+    x = np.asarray(scores)
+    if x.ndim != 1:
+        raise ValueError(f"split {name!r}: scores must be 1-D, got shape {x.shape}")
+    if x.size == 0:
+        raise ValueError(f"split {name!r}: no scores (empty array)")
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
+            or x.dtype == np.bool_):
+        raise ValueError(f"split {name!r}: scores must be numeric, got dtype {x.dtype}")
+    x = x.astype(np.float64, copy=True)
+    bad = int(_count_nonfinite(x))
+    if bad:
+        raise ValueError(
+            f"split {name!r}: {bad} non-finite scores (NaN/inf); "
+            "scorers must return finite values"
+        )
+    x.sort()
+    return x
+
+
+def _walk_percent(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
+    return 100.0 * _walk(pos, neg)
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def ood_metrics(
+    id_scores: Sequence[float] | np.ndarray,
+    ood_scores: Sequence[float] | np.ndarray,
+    *,
+    id_name: str = "id",
+    ood_name: str = "ood",
+) -> dict[str, float]:
+    """OOD metrics in percent for one ID split against one OOD split.
+
+    Args:
+        id_scores: (N_id,) scores of the in-distribution samples, higher = more ID.
+        ood_scores: (N_ood,) scores of the OOD samples.
+        id_name: the ID split's name, used in error messages.
+        ood_name: the OOD split's name, used in error messages.
+
+    Returns:
+        ``{"auroc", "aupr_in", "aupr_out", "ap_in", "ap_out", "fpr95", "fpr95_ood",
+        "detection_error"}`` as floats in percent; definitions in the module docstring.
+
+    Raises:
+        ValueError: a split is empty, not 1-D, or holds NaN/inf (the message names the split
+            and the number of non-finite scores).
+    """
+    a = _sorted_finite(id_scores, id_name)
+    b = _sorted_finite(ood_scores, ood_name)
+    vals = _walk_percent(a, b)
+    return {k: float(v) for k, v in zip(OOD_METRIC_NAMES, vals, strict=True)}
+
+
+def _labelled(logits: object, labels: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(logits, labels, mask of labelled rows), validated."""
+    lg = np.asarray(logits)
+    y = np.asarray(labels)
+    if lg.ndim != 2:
+        raise ValueError(f"logits must be 2-D (N, C), got shape {lg.shape}")
+    if y.ndim != 1 or y.shape[0] != lg.shape[0]:
+        raise ValueError(f"labels must have shape ({lg.shape[0]},), got {y.shape}")
+    if not np.issubdtype(y.dtype, np.integer):
+        raise ValueError(f"labels must be integers, got dtype {y.dtype}")
+    mask = y != -1
+    bad = mask & ((y < 0) | (y >= lg.shape[1]))
+    if bad.any():
+        raise ValueError(
+            f"{int(bad.sum())} labels outside [0, {lg.shape[1]}) and not -1 (unknown)"
+        )
+    if not mask.any():
+        raise ValueError("no labelled rows (every label is -1)")
+    return lg, y, mask
+
+
+def id_accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
+    """Top-1 accuracy in percent over the rows whose label is not -1.
+
+    Args:
+        logits: (N, C) class logits.
+        labels: (N,) int class indices, -1 where unknown (those rows are ignored).
+
+    Raises:
+        ValueError: no labelled row, shape mismatch, or a label outside ``[0, C)`` other
+            than -1.
+    """
+    lg, y, mask = _labelled(logits, labels)
+    pred = np.argmax(lg[mask], axis=1)
+    return float(100.0 * np.mean(pred == y[mask]))
+
+
+def misclassification_auroc(
+    scores: np.ndarray, logits: np.ndarray, labels: np.ndarray
+) -> float:
+    """AUROC in percent of ``scores`` separating correct (positive) from wrong ID predictions.
+
+    Misclassification detection as in FACETS Table VII: over the rows whose label is not -1,
+    a row is correct when ``argmax(logits) == label``; the score should be higher on correct
+    rows. Ties are counted as one half (same as ``roc_auc_score``).
+
+    Raises:
+        ValueError: every labelled row is correct, or every one is wrong (AUROC undefined),
+            shapes disagree, or the scores hold NaN/inf.
+    """
+    lg, y, mask = _labelled(logits, labels)
+    s = np.asarray(scores)
+    if s.ndim != 1 or s.shape[0] != lg.shape[0]:
+        raise ValueError(f"scores must have shape ({lg.shape[0]},), got {s.shape}")
+    s = s[mask]
+    correct = np.argmax(lg[mask], axis=1) == y[mask]
+    n_ok = int(correct.sum())
+    if n_ok == correct.size:
+        raise ValueError(
+            f"misclassification AUROC undefined: all {n_ok} labelled rows are classified "
+            "correctly"
+        )
+    if n_ok == 0:
+        raise ValueError(
+            f"misclassification AUROC undefined: all {correct.size} labelled rows are "
+            "misclassified"
+        )
+    a = _sorted_finite(s[correct], "misclassification/correct")
+    b = _sorted_finite(s[~correct], "misclassification/wrong")
+    return float(_walk_percent(a, b)[0])
+
+
+def shift_sensitivity(level_means: Sequence[float] | np.ndarray) -> tuple[float, float]:
+    """(correlation, sensitivity) of a metric against the shift level.
+
+    ``level_means[l]`` is the metric's mean at shift level ``l = 0..L-1``. NaN entries (cells
+    with N/A) are dropped together with their level index. ``correlation`` is Pearson's r
+    between the remaining means and their level indices (NaN if the means are all equal);
+    ``sensitivity`` is ``|slope|`` of the least-squares line ``mean ~ level``, in the metric's
+    unit per level. Means 60, 65, ..., 95 give (1.0, 5.0).
+
+    Raises:
+        ValueError: fewer than two non-NaN levels, an infinite entry, or input not 1-D.
+    """
+    m = np.asarray(level_means, dtype=np.float64)
+    if m.ndim != 1:
+        raise ValueError(f"level_means must be 1-D, got shape {m.shape}")
+    if np.isinf(m).any():
+        raise ValueError(f"level_means holds {int(np.isinf(m).sum())} infinite values")
+    keep = ~np.isnan(m)
+    if int(keep.sum()) < 2:
+        raise ValueError(
+            f"shift_sensitivity needs at least 2 non-NaN levels, got {int(keep.sum())} "
+            f"of {m.size}"
+        )
+    x = np.arange(m.size, dtype=np.float64)[keep]
+    y = m[keep]
+    dx = x - x.mean()
+    dy = y - y.mean()
+    sxx = float(dx @ dx)
+    syy = float(dy @ dy)
+    sxy = float(dx @ dy)
+    slope = sxy / sxx
+    corr = sxy / np.sqrt(sxx * syy) if syy > 0.0 else float("nan")
+    return float(corr), float(abs(slope))
