@@ -227,8 +227,7 @@ def _sorted_finite(scores: object, name: str) -> np.ndarray:
         raise ValueError(f"split {name!r}: scores must be 1-D, got shape {x.shape}")
     if x.size == 0:
         raise ValueError(f"split {name!r}: no scores (empty array)")
-    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
-            or x.dtype == np.bool_):
+    if x.dtype.kind not in "biuf":
         raise ValueError(f"split {name!r}: scores must be numeric, got dtype {x.dtype}")
     x = x.astype(np.float64, copy=True)
     bad = int(_count_nonfinite(x))

@@ -1,0 +1,1 @@
+"""Performance harness; RESULTS.md records command, machine and figures."""

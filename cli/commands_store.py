@@ -1,0 +1,183 @@
+"""Store commands: demo, extract, import, info."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from featstore import Store
+from featstore.errors import FeatstoreError
+
+from .console import err, out, print_json, split_progress
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def store_summary(store: Store) -> dict:
+    """Manifest facts plus sizes on disk, for `info` and the demo."""
+    splits = []
+    for name, entry in store.manifest["splits"].items():
+        path = store.path / entry["file"] if entry.get("file") else None
+        splits.append({
+            "name": name, "role": entry["role"], "group": entry.get("group"),
+            "usage": entry.get("usage"), "complete": bool(entry.get("complete")),
+            "num_rows": entry.get("num_rows"), "dims": entry.get("dims"),
+            "dtype": entry.get("dtype"), "extras": entry.get("extras", {}),
+            "size_bytes": path.stat().st_size if path is not None and path.is_file() else 0,
+            "skipped": len(entry.get("skipped") or []),
+        })
+    return {"path": str(store.path), "format_version": store.manifest["format_version"],
+            "featstore_version": store.manifest["featstore_version"],
+            "model": store.manifest["model"], "num_classes": store.manifest["num_classes"],
+            "feature_dim": store.manifest["feature_dim"], "splits": splits}
+
+
+def print_store_summary(summary: dict) -> None:
+    model = summary["model"]
+    out.print(f"[bold]store[/] {summary['path']}  (format v{summary['format_version']}, "
+              f"featstore {summary['featstore_version']})")
+    out.print(f"[bold]model[/] {model.get('name', '?')} [{model.get('architecture', '?')}]  "
+              f"sha256 {model['sha256'][:16]}…  D={summary['feature_dim']} "
+              f"C={summary['num_classes']}", highlight=False)
+    if model.get("transform"):
+        out.print(f"[bold]transform[/] {model['transform']}", highlight=False)
+    table = Table(show_edge=False, header_style="bold")
+    for col in ("split", "role", "group", "usage", "rows", "D", "C", "dtype", "size", "extras",
+                "complete"):
+        table.add_column(col, justify="right" if col in ("rows", "D", "C", "size") else "left")
+    for s in summary["splits"]:
+        dims = s["dims"] or {}
+        table.add_row(s["name"], s["role"], s["group"] or "", s["usage"] or "",
+                      f"{s['num_rows']:,}" if s["num_rows"] is not None else "",
+                      str(dims.get("features", "")), str(dims.get("logits", "")),
+                      s["dtype"] or "", human_bytes(s["size_bytes"]),
+                      ", ".join(s["extras"]) or "",
+                      "yes" if s["complete"] else "[red]NO[/]")
+    out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def info(
+        store: Annotated[Path, typer.Argument(help="Store directory.")],
+        json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+        verify: Annotated[bool, typer.Option(help="Recompute sha256 of every split file.")] = False,
+    ) -> None:
+        """Splits, shapes, dtypes, sizes, provenance and completeness of a store.
+
+        Example: featstore info runs/demo/store --verify
+        """
+        with Store.open(store) as st:
+            summary = store_summary(st)
+            problems = st.verify() if verify else []
+        if verify:
+            summary["verify"] = {"ok": not problems, "problems": problems}
+        if json_:
+            print_json(summary)
+        else:
+            print_store_summary(summary)
+            if verify:
+                for p in problems:
+                    err.print(f"[red]mismatch[/] {p}", highlight=False)
+                if not problems:
+                    out.print("[green]verify: every split file matches its sha256[/]")
+        if problems:
+            raise typer.Exit(1)
+
+    @app.command()
+    def extract(
+        model: Annotated[str, typer.Option(help="torchvision name, module:callable or "
+                                                "TorchScript file.")],
+        spec: Annotated[Path, typer.Option(help="Benchmark spec (TOML).")],
+        out_: Annotated[Path, typer.Option("--out", help="Store directory to write.")],
+        weights: Annotated[Path | None, typer.Option(help="Local weights file "
+                                                         "(state dict).")] = None,
+        device: Annotated[str, typer.Option(help="auto | cpu | cuda[:N]")] = "auto",
+        dtype: Annotated[str, typer.Option(help="Feature dtype: float32 | float16")] = "float32",
+        batch_size: Annotated[int, typer.Option(help="Images per batch.")] = 128,
+        workers: Annotated[int | None, typer.Option(help="DataLoader workers "
+                                                         "(default min(4, cores)).")] = None,
+        feature_layer: Annotated[str | None, typer.Option(
+            help="Name of the final nn.Linear to hook (default: the last Linear).")] = None,
+        amp: Annotated[bool, typer.Option(help="Autocast on CUDA.")] = False,
+        skip_bad: Annotated[bool, typer.Option(help="Skip unreadable images, recording "
+                                                    "them in the manifest.")] = False,
+        overwrite: Annotated[bool, typer.Option(help="Replace a store made by another "
+                                                     "model.")] = False,
+        quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    ) -> None:
+        """Run the model once over every split of a benchmark spec and write a store.
+
+        Example: featstore extract --model resnet50 --weights r50.pth --spec bench.toml
+        --out runs/r50
+        """
+        from featstore.extract import ExtractOptions
+        from featstore.extract import extract as run_extract
+
+        opts = ExtractOptions(device=device, dtype=dtype, batch_size=batch_size,
+                              num_workers=workers, amp=amp, skip_bad=skip_bad,
+                              overwrite=overwrite)
+        start = time.perf_counter()
+        with split_progress(not quiet) as progress:
+            st = run_extract(model, spec, out_, weights=weights, feature_layer=feature_layer,
+                             options=opts, progress=progress)
+        if not quiet:
+            print_store_summary(store_summary(st))
+            out.print(f"extracted in {time.perf_counter() - start:.1f} s")
+
+    @app.command("import")
+    def import_(
+        arrays: Annotated[Path, typer.Argument(help=".npz, .pt, .h5 or a directory of .npy")],
+        out_: Annotated[Path, typer.Option("--out", help="Store directory to write.")],
+        dtype: Annotated[str, typer.Option(help="Feature dtype: float32 | float16")] = "float32",
+        overwrite: Annotated[bool, typer.Option(help="Replace an existing store.")] = False,
+        quiet: Annotated[bool, typer.Option(help="Print nothing.")] = False,
+    ) -> None:
+        """Build a store from features extracted elsewhere.
+
+        Keys: head/weight, head/bias, [classes], <split>/features, [<split>/logits,
+        <split>/labels, <split>/ids]. Example: featstore import feats.npz --out runs/mine
+        """
+        from featstore.importer import import_arrays
+
+        st = import_arrays(arrays, out_, dtype=dtype, overwrite=overwrite)
+        if not quiet:
+            print_store_summary(store_summary(st))
+
+    @app.command()
+    def demo(
+        out_: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path(
+            "runs/demo"),
+        quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+    ) -> None:
+        """The embedded default, end to end on real bundled data (digits, photos, textures,
+        faces, noise): train a small ResNet, extract a store, evaluate every scorer.
+
+        Example: featstore demo --out runs/demo
+        """
+        from featstore.demo.pipeline import id_test_accuracy, run_demo
+
+        start = time.perf_counter()
+        with split_progress(not quiet) as progress:
+            st = run_demo(out_, log=lambda m: err.print(m, highlight=False), progress=progress)
+        print_store_summary(store_summary(st))
+        out.print(f"ID test accuracy: {id_test_accuracy(st):.2f}%")
+        try:
+            from .commands_score import print_demo_evaluation
+        except ImportError:
+            print_demo_evaluation = None
+        if print_demo_evaluation is not None:
+            print_demo_evaluation(st)
+        out.print(f"demo finished in {time.perf_counter() - start:.1f} s")
+
+    _ = FeatstoreError

@@ -1,0 +1,99 @@
+"""`featstore import`: build a store from arrays extracted elsewhere (any framework).
+
+Accepted inputs, all holding the same flat keys:
+- `.npz` / `.pt` (a dict of tensors, loaded with weights_only=True) / `.h5`: keys
+  `head/weight` (C, D), `head/bias` (C,), optional `classes` (C,), and per split
+  `<split name>/features` (N, D), optional `<split name>/logits` (N, C), `/labels` (N,),
+  `/ids` (N,) — e.g. `id/train/features`, `ood/far/textures/logits`;
+- a directory of `.npy` files whose names are those keys with `/` written as `__`
+  (e.g. `head__weight.npy`, `id__train__features.npy`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import UsageError
+from .names import parse_split_name
+from .store import Store
+
+FIELDS = ("features", "logits", "labels", "ids")
+
+
+def _load_flat(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        files = sorted(path.glob("*.npy"))
+        if not files:
+            raise UsageError(f"import {str(path)!r}: directory holds no .npy files")
+        return {f.stem.replace("__", "/"): np.load(f, allow_pickle=False) for f in files}
+    if not path.is_file():
+        raise UsageError(f"import {str(path)!r}: no such file or directory")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as data:
+                return {k: data[k] for k in data.files}
+        if suffix in (".h5", ".hdf5"):
+            import h5py
+
+            out: dict[str, Any] = {}
+            with h5py.File(path, "r") as fh:
+                def visit(name: str, obj: Any) -> None:
+                    if isinstance(obj, h5py.Dataset):
+                        out[name] = obj.asstr()[()] if obj.dtype.kind in "OS" else obj[()]
+                fh.visititems(visit)
+            return out
+        if suffix in (".pt", ".pth"):
+            import torch
+
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+            if not isinstance(obj, Mapping):
+                raise UsageError(f"import {str(path)!r}: expected a dict of tensors")
+            return {k: (v.numpy() if hasattr(v, "numpy") else np.asarray(v))
+                    for k, v in obj.items()}
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"import {str(path)!r}: cannot read ({exc})") from exc
+    raise UsageError(f"import {str(path)!r}: expected .npz, .pt, .h5 or a directory of .npy")
+
+
+def arrays_from_flat(flat: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Group flat keys into Store.from_arrays arguments; errors name the missing key."""
+    for key in ("head/weight", "head/bias"):
+        if key not in flat:
+            raise UsageError(f"import {where}: missing {key!r} (keys: {', '.join(sorted(flat))})")
+    splits: dict[str, dict[str, Any]] = {}
+    for key, value in flat.items():
+        if key.startswith("head/") or key == "classes":
+            continue
+        name, _, field = key.rpartition("/")
+        if field not in FIELDS or not name:
+            raise UsageError(f"import {where}: key {key!r} is not '<split>/<field>' with field "
+                             f"in {FIELDS}")
+        parse_split_name(name)
+        splits.setdefault(name, {})[field] = np.asarray(value)
+    for name, fields in splits.items():
+        if "features" not in fields:
+            raise UsageError(f"import {where}: split {name!r} has no features")
+    if not splits:
+        raise UsageError(f"import {where}: no '<split>/features' arrays found")
+    classes = flat.get("classes")
+    return {"head": (np.asarray(flat["head/weight"]), np.asarray(flat["head/bias"])),
+            "splits": splits,
+            "classes": [str(c) for c in np.asarray(classes)] if classes is not None else None}
+
+
+def import_arrays(src: str | Path, out: str | Path, *, dtype: str = "float32",
+                  overwrite: bool = False, name: str | None = None) -> Store:
+    """Read arrays from `src` and write a store at `out`."""
+    src = Path(src)
+    args = arrays_from_flat(_load_flat(src), repr(str(src)))
+    provenance = {"name": name or src.name, "kind": "imported", "source_file": str(src)}
+    return Store.from_arrays(out, head=args["head"], splits=args["splits"],
+                             classes=args["classes"], provenance=provenance, dtype=dtype,
+                             overwrite=overwrite)

@@ -1,0 +1,219 @@
+"""Load a model for extraction and find its classifier head (DESIGN §6).
+
+A model spec is one of
+- a torchvision architecture name (`resnet18`, `resnet50`, `vit_b_16`, ...), built with random
+  initialization and loaded from `--weights` (a local file, `torch.load(weights_only=True)`);
+  a pretrained-weights enum name (e.g. `IMAGENET1K_V2`) is refused: nothing downloads;
+- `module:callable` returning an `nn.Module` (weights from `--weights` if given);
+- a TorchScript file (`*.pt`/`*.pth` saved by `torch.jit.save`).
+
+The head is the final `nn.Linear` in module order (or the one named by `--feature-layer`):
+its input is the penultimate feature and its (weight, bias) the head stored in model.h5.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torchvision
+from torch import nn
+
+from .errors import FeatstoreError, UsageError
+from .fileio import sha256_arrays, sha256_file
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for extraction, its head layer and its provenance record."""
+
+    module: nn.Module
+    head_name: str
+    head: nn.Linear
+    provenance: dict[str, Any]
+    transform: dict[str, Any] = field(default_factory=dict)
+
+
+def _strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    for prefix in ("module.", "model."):
+        if state and all(k.startswith(prefix) for k in state):
+            state = {k[len(prefix):]: v for k, v in state.items()}
+    return state
+
+
+def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
+    """Load a state dict with weights_only=True; unwrap {'state_dict': ...}/{'model': ...}."""
+    if not path.is_file():
+        raise UsageError(f"--weights {str(path)!r}: file not found")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for bad files
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UsageError(f"--weights {str(path)!r}: not a loadable state dict ({msg})") from exc
+    for key in ("state_dict", "model", "model_state_dict"):
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            obj = obj[key]
+            break
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise UsageError(f"--weights {str(path)!r}: expected a dict of tensors (a state dict)")
+    return _strip_prefixes(dict(obj))
+
+
+def state_dict_sha256(module: nn.Module) -> str:
+    """Digest of a module's state dict (names, dtypes, shapes and bytes in sorted order)."""
+    return sha256_arrays({k: v.detach().cpu().numpy() for k, v in module.state_dict().items()})
+
+
+def find_head(module: nn.Module, feature_layer: str | None = None) -> tuple[str, nn.Linear]:
+    """The classifier head: the named Linear, or the last nn.Linear in module order."""
+    named = dict(module.named_modules())
+    if feature_layer is not None:
+        if feature_layer not in named:
+            linears = [n for n, m in named.items() if isinstance(m, nn.Linear)]
+            raise UsageError(
+                f"--feature-layer {feature_layer!r}: no such module (nn.Linear layers: "
+                f"{', '.join(linears) or 'none'})"
+            )
+        layer = named[feature_layer]
+        if not isinstance(layer, nn.Linear):
+            raise UsageError(
+                f"--feature-layer {feature_layer!r} is a {type(layer).__name__}, expected the "
+                "nn.Linear whose input is the penultimate feature"
+            )
+        return feature_layer, layer
+    linears = [(n, m) for n, m in named.items() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise UsageError(
+            f"model {type(module).__name__} has no nn.Linear classifier head; featstore hooks "
+            "the final Linear layer (name one with --feature-layer)"
+        )
+    return linears[-1]
+
+
+def _torchvision_default_transform(arch: str) -> dict[str, Any]:
+    """Resize/crop/mean/std of the architecture's default weights enum (read, not downloaded)."""
+    try:
+        weights_enum = torchvision.models.get_model_weights(arch)
+        preset = weights_enum.DEFAULT.transforms()
+        resize = preset.resize_size
+        return {"resize": int(resize[0] if isinstance(resize, list | tuple) else resize),
+                "crop": int(preset.crop_size[0]), "mean": list(preset.mean),
+                "std": list(preset.std)}
+    except (ValueError, AttributeError):
+        return default_transform()
+
+
+def default_transform() -> dict[str, Any]:
+    """ImageNet's standard eval transform: resize 256, center crop 224, ImageNet mean/std."""
+    return {"resize": 256, "crop": 224, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}
+
+
+def _build_torchvision(arch: str, num_classes: int | None) -> nn.Module:
+    kwargs: dict[str, Any] = {"weights": None}
+    if num_classes is not None:
+        kwargs["num_classes"] = num_classes
+    return torchvision.models.get_model(arch, **kwargs)
+
+
+def _import_callable(spec: str) -> nn.Module:
+    module_name, _, attr = spec.partition(":")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        mod = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"--model {spec!r}: cannot import module {module_name!r} ({exc})") from exc
+    fn = getattr(mod, attr, None)
+    if fn is None:
+        raise UsageError(f"--model {spec!r}: module {module_name!r} has no attribute {attr!r}")
+    model = fn() if callable(fn) and not isinstance(fn, nn.Module) else fn
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"--model {spec!r}: {attr} returned {type(model).__name__}, "
+                         "expected an nn.Module")
+    return model
+
+
+def _head_num_classes(state: dict[str, torch.Tensor], head_name: str) -> int | None:
+    weight = state.get(f"{head_name}.weight")
+    return int(weight.shape[0]) if weight is not None and weight.ndim == 2 else None
+
+
+def load_model(
+    spec: str,
+    weights: str | Path | None = None,
+    feature_layer: str | None = None,
+    num_classes: int | None = None,
+) -> LoadedModel:
+    """Build the model named by `spec`, load local weights strictly, find the head."""
+    weights_path = Path(weights) if weights is not None else None
+    if weights is not None and not weights_path.exists():
+        upper = str(weights)
+        if upper.isupper() or "IMAGENET" in upper or upper == "DEFAULT":
+            raise UsageError(
+                f"--weights {upper!r} names a pretrained-weights enum, which would download; "
+                "featstore never downloads: pass a local weights file"
+            )
+    state = load_state_dict_file(weights_path) if weights_path is not None else None
+    path = Path(spec)
+    arch_names = set(torchvision.models.list_models())
+    if ":" in spec and not path.exists():
+        module = _import_callable(spec)
+        kind, arch = "callable", type(module).__name__
+        transform = default_transform()
+    elif spec in arch_names:
+        module = _build_torchvision(spec, num_classes)
+        kind, arch = "torchvision", spec
+        if state is not None and num_classes is None:
+            head_name, _ = find_head(module, feature_layer)
+            inferred = _head_num_classes(state, head_name)
+            if inferred is not None and inferred != module.state_dict()[
+                    f"{head_name}.weight"].shape[0]:
+                module = _build_torchvision(spec, inferred)
+        transform = _torchvision_default_transform(spec)
+    elif path.is_file():
+        try:
+            module = torch.jit.load(str(path), map_location="cpu")
+        except Exception as exc:
+            raise UsageError(f"--model {spec!r}: not a TorchScript file ({exc})") from exc
+        kind, arch = "torchscript", getattr(module, "original_name", "ScriptModule")
+        transform = default_transform()
+    else:
+        raise UsageError(
+            f"--model {spec!r}: not a torchvision architecture, a module:callable or a "
+            "TorchScript file (e.g. resnet50, mypkg.models:build, model.ts)"
+        )
+    if state is not None:
+        result = module.load_state_dict(state, strict=False)
+        missing, unexpected = list(result.missing_keys), list(result.unexpected_keys)
+        if missing or unexpected:
+            parts = []
+            if missing:
+                parts.append(f"missing keys {missing[:5]}{' …' if len(missing) > 5 else ''}")
+            if unexpected:
+                parts.append(
+                    f"unexpected keys {unexpected[:5]}{' …' if len(unexpected) > 5 else ''}")
+            raise UsageError(f"--weights {str(weights_path)!r} does not fit {arch}: "
+                             + "; ".join(parts))
+    head_name, head = find_head(module, feature_layer)
+    if head.bias is None:
+        raise UsageError(f"head {head_name!r} has no bias; featstore stores (W, b) heads")
+    sha = sha256_file(weights_path) if weights_path is not None else state_dict_sha256(module)
+    provenance = {
+        "name": spec,
+        "kind": kind,
+        "architecture": arch,
+        "weights": str(weights_path) if weights_path is not None else None,
+        "sha256": sha,
+        "head_layer": head_name,
+        "torch_version": torch.__version__,
+        "torchvision_version": torchvision.__version__,
+    }
+    module.eval()
+    return LoadedModel(module, head_name, head, provenance, transform)

@@ -1,0 +1,119 @@
+"""Benchmark specs (DESIGN §6): a TOML file naming every split and where its images come from.
+
+    [transform]                  # optional: overrides the model's standard eval transform
+    resize = 32                  # shorter side resized to this, then center-cropped
+    crop = 32
+    mean = [0.5, 0.5, 0.5]
+    std = [0.5, 0.5, 0.5]
+
+    classes = ["cat", "dog"]     # optional: class names of the head (else from id/train)
+
+    [[split]]
+    name = "id/train"            # DESIGN §2 split name
+    usage = "train"              # train | val | test (default: from the name, else test)
+    source = { imagefolder = "data/train" }
+
+    [[split]]
+    name = "ood/near/ssb_hard"
+    usage = "val"
+    source = { imagelist = "lists/ssb_hard.txt", root = "images/" }
+
+Sources: `imagefolder` (class sub-directories), `imagelist` + `root` (lines `path label`
+as in OpenOOD/IS-OOD, or FACETS lines `<0|1> <source> <class_index> <path>`), `torchvision`
+(a dataset class on local disk: `{torchvision = "CIFAR10", root = "data", kwargs = {train =
+false}}`, never downloaded) and `builtin` (a generator of featstore.demo.data). Relative paths
+are resolved against the spec file's directory.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+from .names import parse_split_name
+from .store import USAGES, default_usage
+
+SOURCE_KINDS = ("imagefolder", "imagelist", "torchvision", "builtin")
+TRANSFORM_KEYS = ("resize", "crop", "mean", "std")
+
+
+@dataclass
+class SplitSpec:
+    """One split of a benchmark spec."""
+
+    name: str
+    usage: str
+    source: dict[str, Any]
+
+    @property
+    def role(self) -> str:
+        return parse_split_name(self.name).role
+
+
+@dataclass
+class BenchmarkSpec:
+    """A parsed benchmark spec."""
+
+    path: Path | None
+    splits: list[SplitSpec]
+    transform: dict[str, Any] = field(default_factory=dict)
+    classes: list[str] | None = None
+
+
+def _resolve(base: Path, value: str) -> str:
+    p = Path(value).expanduser()
+    return str(p if p.is_absolute() else (base / p))
+
+
+def parse_spec(data: dict[str, Any], base: Path, where: str) -> BenchmarkSpec:
+    """Validate a spec dict (as loaded from TOML); `where` names it in errors."""
+    raw_splits = data.get("split")
+    if not isinstance(raw_splits, list) or not raw_splits:
+        raise UsageError(f"{where}: expected at least one [[split]] table")
+    transform = data.get("transform", {})
+    unknown = sorted(set(transform) - set(TRANSFORM_KEYS))
+    if unknown:
+        raise UsageError(f"{where}: [transform] has unknown key {unknown[0]!r} "
+                         f"(valid: {', '.join(TRANSFORM_KEYS)})")
+    splits: list[SplitSpec] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_splits):
+        label = f"{where}: split #{i + 1}"
+        name = raw.get("name")
+        if not isinstance(name, str):
+            raise UsageError(f"{label}: missing 'name'")
+        parse_split_name(name)
+        if name in seen:
+            raise UsageError(f"{where}: split {name!r} is named twice")
+        seen.add(name)
+        usage = raw.get("usage", default_usage(name))
+        if usage not in USAGES:
+            raise UsageError(f"{where}: split {name!r}: usage {usage!r} is not one of {USAGES}")
+        source = dict(raw.get("source") or {})
+        kinds = [k for k in SOURCE_KINDS if k in source]
+        if len(kinds) != 1:
+            raise UsageError(f"{where}: split {name!r}: source needs exactly one of "
+                             f"{', '.join(SOURCE_KINDS)}")
+        for key in ("imagefolder", "imagelist", "root"):
+            if isinstance(source.get(key), str):
+                source[key] = _resolve(base, source[key])
+        splits.append(SplitSpec(name, usage, source))
+    classes = data.get("classes")
+    return BenchmarkSpec(None, splits, dict(transform), list(classes) if classes else None)
+
+
+def load_spec(path: str | Path) -> BenchmarkSpec:
+    """Read and validate a benchmark spec TOML file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"--spec {str(path)!r}: file not found")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"--spec {str(path)!r}: invalid TOML ({exc})") from exc
+    spec = parse_spec(data, path.parent.resolve(), f"spec {str(path)!r}")
+    spec.path = path
+    return spec

@@ -1,0 +1,68 @@
+"""Energy score (negative free energy).
+
+Paper: Liu, Wang, Owens & Li, "Energy-based Out-of-distribution Detection", NeurIPS 2020.
+
+Formula as implemented, for logits l in R^C and temperature T > 0:
+
+    score(x) = -E(x; T) = T * logsumexp(l / T) = T * log sum_k exp(l_k / T)
+
+in float64 with max-subtraction (`scorers.base.logsumexp`). Default T = 1 (the paper's choice
+and OpenOOD v1.5 `configs/postprocessors/ebo.yml` `postprocessor_args.temperature: 1`).
+Default sweep grid: T in [1, 10, 100, 1000], OpenOOD v1.5 `ebo.yml`
+`postprocessor_sweep.temperature_list`. `score_grid` reads each chunk of logits once and
+evaluates one logsumexp per temperature.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import UsageError
+
+from .base import Scorer, logsumexp
+
+
+def check_temperature(scorer: str, value: Any, param: str = "temperature") -> None:
+    """UsageError unless `value` is a finite real number > 0 (shared by energy and odin)."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise UsageError(
+            f"scorer {scorer!r}: {param}={value!r} is not a number (valid: a finite number > 0)"
+        )
+    if not math.isfinite(float(value)) or float(value) <= 0:
+        raise UsageError(
+            f"scorer {scorer!r}: {param}={value!r} is out of range (valid: a finite number > 0)"
+        )
+
+
+def energy_scores(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """Row-wise T * logsumexp(l / T), float64."""
+    return float(temperature) * logsumexp(logits, float(temperature))
+
+
+class Energy(Scorer):
+    """Negative energy T * logsumexp(l / T) (higher = more ID)."""
+
+    name = "energy"
+    needs = ("logits",)
+    defaults: dict[str, Any] = {"temperature": 1.0}
+    grid: dict[str, list[Any]] = {"temperature": [1, 10, 100, 1000]}
+    paper = ("Liu, Wang, Owens & Li, Energy-based Out-of-distribution Detection, "
+             "NeurIPS 2020")
+
+    def check_params(self, params: Any, store: Any = None) -> None:
+        check_temperature(self.name, params["temperature"])
+
+    def _score(self, split: Any) -> np.ndarray:
+        return self._score_grid(split, [{}])[0]
+
+    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+        temps = [float({**self.params, **s}["temperature"]) for s in settings]
+        out = [np.empty(split.num_rows, dtype=np.float64) for _ in temps]
+        for rows, (logits,) in self.chunks(split, "logits"):
+            for t, dest in zip(temps, out, strict=True):
+                dest[rows] = energy_scores(logits, t)
+        return out

@@ -1,0 +1,46 @@
+"""Negative predictive entropy.
+
+Reference: the Shannon entropy of the softmax as an uncertainty / OOD baseline (e.g.
+Lakshminarayanan, Pritzel & Blundell, "Simple and Scalable Predictive Uncertainty Estimation
+using Deep Ensembles", NeurIPS 2017, who use it to flag unknown classes).
+
+Formula as implemented, for logits l in R^C, p = softmax(l):
+
+    score(x) = -H(p) = sum_k p_k log p_k,   with log p_k = l_k - logsumexp(l)
+
+The log-probabilities come from the logsumexp, not from log(p), so a probability that
+underflows to 0 contributes 0 * (finite) = 0 (the 0 log 0 = 0 convention) and no epsilon is
+needed. The score lies in [-log C, 0]. No hyperparameters, so no grid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import Scorer, logsumexp, softmax
+
+
+def neg_entropy(logits: np.ndarray) -> np.ndarray:
+    """Row-wise sum_k p_k log p_k of p = softmax(l), float64."""
+    log_p = np.asarray(logits, dtype=np.float64) - logsumexp(logits)[:, None]
+    return np.einsum("ij,ij->i", softmax(logits), log_p)
+
+
+class Entropy(Scorer):
+    """Negative entropy of the softmax: sum_k p_k log p_k (higher = more ID)."""
+
+    name = "entropy"
+    needs = ("logits",)
+    defaults: dict[str, Any] = {}
+    grid: dict[str, list[Any]] = {}
+    paper = ("Shannon entropy of the predictive distribution; e.g. Lakshminarayanan, Pritzel "
+             "& Blundell, Simple and Scalable Predictive Uncertainty Estimation using Deep "
+             "Ensembles, NeurIPS 2017")
+
+    def _score(self, split: Any) -> np.ndarray:
+        out = np.empty(split.num_rows, dtype=np.float64)
+        for rows, (logits,) in self.chunks(split, "logits"):
+            out[rows] = neg_entropy(logits)
+        return out

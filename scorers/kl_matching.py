@@ -1,0 +1,94 @@
+"""KL matching.
+
+Paper: Hendrycks, Basart, Mazeika, Zou, Kwon, Mostajabi, Steinhardt & Song, "Scaling
+Out-of-Distribution Detection for Real-World Settings", ICML 2022 (section on KL matching).
+
+Fit, on `id/val` (labels are not used; as in the paper and OpenOOD v1.5's
+`kl_matching_postprocessor.py`, which also fits on the ID validation loader): with
+p_i = softmax(l_i) and yhat_i = argmax_k p_ik, one template per predicted class
+
+    d_k = mean { p_i : yhat_i = k }.
+
+Classes that no id/val row is predicted as get no template and are skipped in the minimum below
+(a one-hot fallback would invent a template the data never showed; OpenOOD's mean over an empty
+set gives NaN). `scorer.template_classes` lists the classes that have one. An id/val split with
+no rows is an error.
+
+Score, for logits l in R^C and p = softmax(l):
+
+    score(x) = -min_k KL(p || d_k),  KL(p || d_k) = sum_j p_j log p_j - sum_j p_j log d_kj
+
+computed per chunk with matrix operations: the first term is the negative entropy, with
+log p_j = l_j - logsumexp(l) (so p_j = 0 contributes 0, no epsilon needed), the second is
+p @ log(D).T over all templates at once (in row blocks of at most 2^22 entries). log(0) in a
+template is guarded by clipping templates from below at eps = np.finfo(float64).tiny
+(~2.2e-308) before the log: a template entry is exactly 0 only when every row predicted as that
+class had that probability underflow, and the clip turns the infinite KL of such a template into
+a large finite one (log eps ~ -708) without changing any entry that is representable. No
+hyperparameters, so no grid (OpenOOD v1.5 `configs/postprocessors/klm.yml` has no sweep).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import FeatstoreError
+
+from .base import Scorer, logsumexp, softmax
+
+FIT_SPLIT = "id/val"
+EPS = np.finfo(np.float64).tiny
+BLOCK_ENTRIES = 1 << 22
+
+
+class KLMatching(Scorer):
+    """-min_k KL(softmax(l) || d_k) over per-predicted-class mean softmax templates."""
+
+    name = "kl_matching"
+    needs = ("logits", f"fit:{FIT_SPLIT}")
+    defaults: dict[str, Any] = {}
+    grid: dict[str, list[Any]] = {}
+    paper = ("Hendrycks, Basart, Mazeika, Zou, Kwon, Mostajabi, Steinhardt & Song, Scaling "
+             "Out-of-Distribution Detection for Real-World Settings, ICML 2022")
+
+    templates: np.ndarray | None = None
+    template_classes: np.ndarray | None = None
+
+    def _fit(self, store: Any) -> None:
+        split = self.fit_split(store, FIT_SPLIT)
+        c = int(split.dims["logits"])
+        sums = np.zeros((c, c), dtype=np.float64)
+        counts = np.zeros(c, dtype=np.int64)
+        for _, (logits,) in self.chunks(split, "logits"):
+            probs = softmax(logits)
+            pred = probs.argmax(axis=1)
+            order = np.argsort(pred, kind="stable")
+            classes, starts = np.unique(pred[order], return_index=True)
+            sums[classes] += np.add.reduceat(probs[order], starts, axis=0)
+            counts += np.bincount(pred, minlength=c)
+        used = np.flatnonzero(counts)
+        if used.size == 0:
+            raise FeatstoreError(
+                f"scorer {self.name!r}: split {FIT_SPLIT!r} has no rows to fit class templates"
+            )
+        self.template_classes = used
+        self.templates = sums[used] / counts[used, None]
+        self._log_templates_t = np.ascontiguousarray(
+            np.log(np.maximum(self.templates, EPS)).T
+        )
+
+    def _score(self, split: Any) -> np.ndarray:
+        log_t = self._log_templates_t
+        block = max(1, BLOCK_ENTRIES // max(log_t.shape[0], log_t.shape[1]))
+        out = np.empty(split.num_rows, dtype=np.float64)
+        for rows, (logits,) in self.chunks(split, "logits"):
+            for b in range(0, len(logits), block):
+                part = logits[b:b + block]
+                probs = softmax(part)
+                log_p = part.astype(np.float64) - logsumexp(part)[:, None]
+                plogp = np.einsum("ij,ij->i", probs, log_p)  # sum_j p_j log p_j
+                kl = plogp[:, None] - probs @ log_t  # (n, K); p @ log_t: sum_j p_j log d_kj
+                out[rows.start + b:rows.start + b + len(part)] = -kl.max(axis=1)
+        return out

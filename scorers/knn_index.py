@@ -1,0 +1,279 @@
+"""A small FAISS wrapper for nearest-neighbour scorers (knn, nnguide, shift-degree code).
+
+`build_index(bank, metric, kind, ...)` indexes a float32 bank (N, D):
+
+- `exact` (default): `IndexFlatL2` / `IndexFlatIP`, brute force, the reference result.
+- `ivf_flat`: `IndexIVFFlat`, an inverted file over `nlist` k-means cells (default
+  `min(4 * sqrt(N), N // 39)`, at least 1: FAISS wants >= 39 training points per cell);
+  a query visits `nprobe` cells (default `max(8, nlist // 16)`, at most `nlist`).
+- `ivf_pq`: `IndexIVFPQ`, the same inverted file with product-quantized residuals: `pq_m`
+  sub-quantizers (default: the largest divisor of D that is <= D // 4, i.e. sub-vectors of
+  >= 4 dims) of `pq_nbits` bits each (default 8, lowered to floor(log2 N) for tiny banks).
+- `hnsw`: `IndexHNSWFlat` graph with `hnsw_m` links per node (default 32),
+  `ef_construction` (default 200) and `ef_search` (default 256; a search uses
+  max(ef_search, k)).
+
+Determinism: IVF k-means (coarse quantizer and PQ codebooks) is trained with the fixed seed
+`seed` (`ClusteringParameters.seed` of the index and of its PQ). HNSW draws node levels from
+FAISS's fixed-seed generator; its multi-threaded insertion order is not deterministic, so with
+`deterministic=True` (default) the graph is built single-threaded (the thread count is
+restored afterwards). Searches are deterministic.
+
+GPU: when `faiss.get_num_gpus() > 0` (and `use_gpu` is not False), flat and IVF indexes are
+moved to GPU 0 after training and adding on the CPU; HNSW has no GPU version and stays on the
+CPU. A configuration the GPU build refuses (e.g. an unsupported PQ size) stays on the CPU.
+GPU k-selection is limited to k <= 2048; a larger k searches a CPU copy of the index, made
+(once) on first need.
+
+Queries are searched in chunks of `query_chunk` rows, so a search holds at most one chunk of
+(chunk, k) distances and ids beyond the returned arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+from typing import Any
+
+import faiss
+import numpy as np
+
+from featstore.errors import UsageError
+
+INDEX_KINDS = ("exact", "ivf_flat", "ivf_pq", "hnsw")
+METRICS = ("l2", "ip")
+GPU_MAX_K = 2048
+DEFAULT_QUERY_CHUNK = 8192
+
+
+def num_gpus() -> int:
+    """Number of GPUs FAISS can use (0 with a CPU-only build)."""
+    getter = getattr(faiss, "get_num_gpus", None)
+    if getter is None:
+        return 0
+    try:
+        return int(getter())
+    except Exception:  # noqa: BLE001 - a broken CUDA runtime means no GPU
+        return 0
+
+
+def l2_normalize(x: np.ndarray, eps: float = 1e-10) -> np.ndarray:
+    """Rows divided by (their L2 norm + eps), computed in float64, returned as float32.
+
+    `eps` keeps an all-zero row at zero (KNN-OOD's and OpenOOD's normalizer divides by
+    norm + 1e-10 as well)."""
+    x64 = np.asarray(x, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", x64, x64))
+    return (x64 / (norms[:, None] + eps)).astype(np.float32)
+
+
+def subsample_size(n: int, fraction: float) -> int:
+    """Rows kept when a bank of n rows is subsampled to `fraction`: ceil(fraction * n), >= 1."""
+    return max(1, min(n, math.ceil(fraction * n - 1e-9)))
+
+
+def subsample_rows(n: int, fraction: float, seed: int) -> np.ndarray | None:
+    """Sorted row indices of a uniform random subsample without replacement, or None for all.
+
+    Deterministic in (n, fraction, seed): numpy's PCG64 generator seeded with `seed`."""
+    size = subsample_size(n, fraction)
+    if size >= n:
+        return None
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n, size=size, replace=False))
+
+
+def recall_at_k(approx_idx: np.ndarray, exact_idx: np.ndarray) -> float:
+    """Mean over queries of |approx neighbours ∩ exact neighbours| / k (both (n, k) ids).
+
+    Ids of -1 (FAISS's "not found") never count as hits."""
+    approx_idx = np.asarray(approx_idx)
+    exact_idx = np.asarray(exact_idx)
+    if approx_idx.shape != exact_idx.shape or approx_idx.ndim != 2:
+        raise ValueError(
+            f"recall_at_k: expected two (n, k) arrays of the same shape, got "
+            f"{approx_idx.shape} and {exact_idx.shape}"
+        )
+    n, k = exact_idx.shape
+    if n == 0 or k == 0:
+        return 1.0
+    hits = 0
+    for a, e in zip(approx_idx, exact_idx, strict=True):
+        hits += np.intersect1d(a[a >= 0], e[e >= 0]).size
+    return hits / (n * k)
+
+
+def _default_nlist(n: int) -> int:
+    return max(1, min(int(4 * math.sqrt(n)), n // 39))
+
+
+def _default_pq_m(d: int) -> int:
+    target = max(1, d // 4)
+    for m in range(target, 0, -1):
+        if d % m == 0:
+            return m
+    return 1
+
+
+class KnnIndex:
+    """A built FAISS index over a bank; `search(queries, k)` returns (distances, ids).
+
+    Distances are FAISS's: squared L2 for metric "l2", inner products for metric "ip",
+    float32, sorted best first (ascending for l2, descending for ip)."""
+
+    def __init__(
+        self,
+        bank: np.ndarray,
+        *,
+        metric: str = "l2",
+        kind: str = "exact",
+        nlist: int | None = None,
+        nprobe: int | None = None,
+        pq_m: int | None = None,
+        pq_nbits: int | None = None,
+        hnsw_m: int = 32,
+        ef_construction: int = 200,
+        ef_search: int = 256,
+        seed: int = 0,
+        use_gpu: bool | None = None,
+        deterministic: bool = True,
+        query_chunk: int = DEFAULT_QUERY_CHUNK,
+    ):
+        if metric not in METRICS:
+            raise UsageError(f"knn index: metric {metric!r} is not one of {METRICS}")
+        if kind not in INDEX_KINDS:
+            raise UsageError(f"knn index: kind {kind!r} is not one of {INDEX_KINDS}")
+        bank = np.ascontiguousarray(bank, dtype=np.float32)
+        if bank.ndim != 2 or bank.shape[0] == 0:
+            raise UsageError(f"knn index: bank must be a non-empty (N, D) array, got {bank.shape}")
+        if query_chunk < 1:
+            raise UsageError(f"knn index: query_chunk={query_chunk} must be >= 1")
+        n, d = bank.shape
+        self.metric = metric
+        self.kind = kind
+        self.ntotal = n
+        self.dim = d
+        self.query_chunk = int(query_chunk)
+        self.ef_search = int(ef_search)
+        self.options: dict[str, Any] = {"seed": int(seed)}
+        faiss_metric = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
+
+        def flat() -> Any:
+            return faiss.IndexFlatL2(d) if metric == "l2" else faiss.IndexFlatIP(d)
+
+        if kind == "exact":
+            index = flat()
+            index.add(bank)
+        elif kind in ("ivf_flat", "ivf_pq"):
+            nlist = _default_nlist(n) if nlist is None else int(nlist)
+            if not 1 <= nlist <= n:
+                raise UsageError(f"knn index: nlist={nlist} must satisfy 1 <= nlist <= {n} "
+                                 "(bank size)")
+            nprobe = max(8, nlist // 16) if nprobe is None else int(nprobe)
+            if nprobe < 1:
+                raise UsageError(f"knn index: nprobe={nprobe} must be >= 1")
+            nprobe = min(nprobe, nlist)
+            quantizer = flat()
+            if kind == "ivf_flat":
+                index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss_metric)
+            else:
+                pq_m = _default_pq_m(d) if pq_m is None else int(pq_m)
+                if pq_m < 1 or d % pq_m:
+                    raise UsageError(f"knn index: pq_m={pq_m} must divide the dimension {d}")
+                max_bits = max(1, min(8, int(math.floor(math.log2(n))) if n > 1 else 1))
+                pq_nbits = max_bits if pq_nbits is None else int(pq_nbits)
+                if not 1 <= pq_nbits <= 16:
+                    raise UsageError(f"knn index: pq_nbits={pq_nbits} must satisfy "
+                                     "1 <= pq_nbits <= 16")
+                index = faiss.IndexIVFPQ(quantizer, d, nlist, pq_m, pq_nbits, faiss_metric)
+                index.pq.cp.seed = int(seed)
+                self.options.update(pq_m=pq_m, pq_nbits=pq_nbits)
+            index.cp.seed = int(seed)
+            index.cp.verbose = False
+            index.train(bank)
+            index.add(bank)
+            index.nprobe = nprobe
+            self.options.update(nlist=nlist, nprobe=nprobe)
+        else:  # hnsw
+            if hnsw_m < 2:
+                raise UsageError(f"knn index: hnsw_m={hnsw_m} must be >= 2")
+            if ef_search < 1 or ef_construction < 1:
+                raise UsageError("knn index: ef_search and ef_construction must be >= 1")
+            index = faiss.IndexHNSWFlat(d, int(hnsw_m), faiss_metric)
+            index.hnsw.efConstruction = int(ef_construction)
+            index.hnsw.efSearch = int(ef_search)
+            threads = faiss.omp_get_max_threads() if hasattr(faiss, "omp_get_max_threads") else 0
+            if deterministic and threads:
+                faiss.omp_set_num_threads(1)
+            try:
+                index.add(bank)
+            finally:
+                if deterministic and threads:
+                    faiss.omp_set_num_threads(threads)
+            self.options.update(hnsw_m=int(hnsw_m), ef_construction=int(ef_construction),
+                                ef_search=int(ef_search))
+
+        self._cpu_index: Any = index
+        self._index: Any = index
+        self.on_gpu = False
+        want_gpu = (num_gpus() > 0) if use_gpu is None else bool(use_gpu)
+        if want_gpu and kind != "hnsw" and num_gpus() > 0:
+            try:
+                self._gpu_res = faiss.StandardGpuResources()
+                gpu_index = faiss.index_cpu_to_gpu(self._gpu_res, 0, index)
+                if hasattr(index, "nprobe") and hasattr(gpu_index, "nprobe"):
+                    gpu_index.nprobe = index.nprobe
+            except Exception:  # noqa: BLE001 - configuration the GPU build refuses: stay on CPU
+                pass
+            else:
+                self._index = gpu_index
+                self._cpu_index = None  # made again from the GPU index only if k > GPU_MAX_K
+                self.on_gpu = True
+
+    def __repr__(self) -> str:
+        where = "gpu" if self.on_gpu else "cpu"
+        return (f"KnnIndex(kind={self.kind!r}, metric={self.metric!r}, ntotal={self.ntotal}, "
+                f"dim={self.dim}, {where}, {self.options})")
+
+    def search_key(self, k: int) -> Hashable:
+        """What, besides k, a search at k depends on: searches with the same key return the
+        same first-k results whatever larger k they were run at (used to share one search
+        across several k). HNSW's beam width is max(ef_search, k); GPU k-selection is limited
+        to GPU_MAX_K, above which the CPU index answers; FAISS answers k = 1 by a dedicated
+        arg-min kernel whose float32 rounding differs from the general one."""
+        ef = max(self.ef_search, k) if self.kind == "hnsw" else None
+        device = "gpu" if self.on_gpu and k <= GPU_MAX_K else "cpu"
+        return (ef, device, k == 1)
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(distances (n, k) float32, ids (n, k) int64) of the k best bank rows per query.
+
+        Queries are searched in chunks of `query_chunk` rows."""
+        k = int(k)
+        if not 1 <= k <= self.ntotal:
+            raise UsageError(f"knn index: k={k} must satisfy 1 <= k <= {self.ntotal} (bank size)")
+        queries = np.asarray(queries, dtype=np.float32)
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise UsageError(f"knn index: queries must be (n, {self.dim}), got {queries.shape}")
+        index = self._index
+        if self.on_gpu and k > GPU_MAX_K:
+            if self._cpu_index is None:
+                self._cpu_index = faiss.index_gpu_to_cpu(self._index)
+            index = self._cpu_index
+        if self.kind == "hnsw":
+            index.hnsw.efSearch = max(self.ef_search, k)
+        n = queries.shape[0]
+        dist = np.empty((n, k), dtype=np.float32)
+        ids = np.empty((n, k), dtype=np.int64)
+        for start in range(0, n, self.query_chunk):
+            stop = min(start + self.query_chunk, n)
+            d_chunk, i_chunk = index.search(np.ascontiguousarray(queries[start:stop]), k)
+            dist[start:stop] = d_chunk
+            ids[start:stop] = i_chunk
+        return dist, ids
+
+
+def build_index(bank: np.ndarray, metric: str = "l2", kind: str = "exact",
+                **options: Any) -> KnnIndex:
+    """Build a KnnIndex over `bank` (see the module docstring for the kinds and options)."""
+    return KnnIndex(bank, metric=metric, kind=kind, **options)

@@ -1,0 +1,137 @@
+"""MDS: class-conditional Mahalanobis distance (Lee, Lee, Lee, Shin, NeurIPS 2018, "A simple
+unified framework for detecting out-of-distribution samples and adversarial attacks"), the
+feature-only variant of OpenOOD v1.5's `MDSPostprocessor`: penultimate features only, no input
+preprocessing, no layer ensemble, no logistic-regression weights.
+
+As implemented, from the labelled rows of id/train (labels in [0, C); rows labelled -1 are
+ignored):
+
+    mu_k  = mean of the features of class k            (classes with no rows are left out)
+    Sigma = (1/N) sum_i (x_i - mu_{y_i})(x_i - mu_{y_i})^T     (tied covariance; the 1/N
+            convention of sklearn's EmpiricalCovariance, which OpenOOD fits on the
+            class-centered features)
+    P     = pinvh(Sigma)                               (symmetric pseudo-inverse, as
+                                                        EmpiricalCovariance.precision_)
+    score(x) = - min_k (x - mu_k)^T P (x - mu_k)
+
+OpenOOD returns max_k of -(x - mu_k)^T P (x - mu_k), the same number. The squared distances
+are evaluated in chunks with matrix algebra, after subtracting the global train mean m from x
+and from every mu_k (distances are translation-invariant; this limits cancellation):
+(x-mu_k)^T P (x-mu_k) = x^T P x - 2 x^T P mu_k + mu_k^T P mu_k. Statistics are accumulated in
+float64 over two streaming passes (means, then centered scatter). No hyperparameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+
+from featstore.errors import FeatstoreError
+
+from .base import Scorer
+
+FIT_SPLIT = "id/train"
+
+
+@dataclass
+class GaussianStats:
+    """Class means (of the classes present), their ids, the global mean, and the (1/N)
+    tied within-class covariance and global covariance of the labelled id/train rows."""
+
+    classes: np.ndarray        # (C',) class ids with >= 1 row
+    means: np.ndarray          # (C', D) float64
+    global_mean: np.ndarray    # (D,) float64
+    within_cov: np.ndarray     # (D, D) float64
+    global_cov: np.ndarray     # (D, D) float64
+    count: int
+
+
+def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str) -> GaussianStats:
+    """Two streaming passes over id/train (features, labels) in float64."""
+    split = store.split(FIT_SPLIT)
+    num_classes = int(store.head[0].shape[0])
+    dim = split.dims["features"]
+    sums = np.zeros((num_classes, dim))
+    counts = np.zeros(num_classes, dtype=np.int64)
+    for _, (feats, labels) in split.iter_chunks("features", "labels", chunk_rows=chunk_rows):
+        keep = (labels >= 0) & (labels < num_classes)
+        y = labels[keep]
+        if y.size == 0:
+            continue
+        counts += np.bincount(y, minlength=num_classes)
+        # per-class sums: sort the chunk by label, then one reduceat (O(n D), no one-hot)
+        order = np.argsort(y, kind="stable")
+        ys = y[order]
+        starts = np.flatnonzero(np.r_[True, ys[1:] != ys[:-1]])
+        sums[ys[starts]] += np.add.reduceat(feats[keep][order].astype(np.float64), starts,
+                                            axis=0)
+    total = int(counts.sum())
+    if total == 0:
+        raise FeatstoreError(
+            f"scorer {scorer_name!r}: split {FIT_SPLIT!r} has no labelled rows (labels in "
+            f"[0, {num_classes})); class statistics need labels"
+        )
+    present = np.flatnonzero(counts)
+    all_means = np.zeros((num_classes, dim))
+    all_means[present] = sums[present] / counts[present, None]
+    global_mean = sums.sum(axis=0) / total
+    within = np.zeros((dim, dim))
+    glob = np.zeros((dim, dim))
+    for _, (feats, labels) in split.iter_chunks("features", "labels", chunk_rows=chunk_rows):
+        keep = (labels >= 0) & (labels < num_classes)
+        x = feats[keep].astype(np.float64)
+        d = x - all_means[labels[keep]]
+        within += d.T @ d
+        g = x - global_mean
+        glob += g.T @ g
+    return GaussianStats(classes=present, means=all_means[present], global_mean=global_mean,
+                         within_cov=within / total, global_cov=glob / total, count=total)
+
+
+def precision(cov: np.ndarray) -> np.ndarray:
+    """Symmetric pseudo-inverse, as sklearn's EmpiricalCovariance.precision_ (scipy pinvh)."""
+    p = scipy.linalg.pinvh(cov, check_finite=False)
+    return (p + p.T) / 2.0
+
+
+class ClassMahalanobis:
+    """min_k (x - mu_k)^T P (x - mu_k) in chunks, with x and mu_k shifted by `center`."""
+
+    def __init__(self, means: np.ndarray, prec: np.ndarray, center: np.ndarray):
+        self.center = center
+        self.prec = prec
+        mu = means - center
+        self.p_mu = prec @ mu.T                                  # (D, C')
+        self.mu_p_mu = np.einsum("kd,dk->k", mu, self.p_mu)       # (C',)
+
+    def min_sq(self, feats: np.ndarray) -> np.ndarray:
+        x = feats.astype(np.float64) - self.center
+        quad = np.einsum("ij,ij->i", x @ self.prec, x)
+        md = quad[:, None] - 2.0 * (x @ self.p_mu) + self.mu_p_mu[None, :]
+        return md.min(axis=1)
+
+
+class MDS(Scorer):
+    """Negative minimum class-conditional Mahalanobis distance (tied covariance)."""
+
+    name = "mds"
+    needs = ("features", "fit:id/train")
+    defaults: dict[str, Any] = {}
+    grid: dict[str, list[Any]] = {}
+    paper = ("Lee, Lee, Lee, Shin. A simple unified framework for detecting out-of-distribution "
+             "samples and adversarial attacks. NeurIPS 2018")
+
+    def _fit(self, store: Any) -> None:
+        stats = fit_gaussian_stats(store, self.chunk_rows, self.name)
+        self.class_ids = stats.classes
+        self.maha = ClassMahalanobis(stats.means, precision(stats.within_cov),
+                                     stats.global_mean)
+
+    def _score(self, split: Any) -> np.ndarray:
+        out = np.empty(split.num_rows, dtype=np.float64)
+        for rows, (feats,) in self.chunks(split, "features"):
+            out[rows] = -self.maha.min_sq(feats)
+        return out

@@ -1,0 +1,37 @@
+"""Maximum logit score (MLS / MaxLogit).
+
+Paper: Hendrycks, Basart, Mazeika, Zou, Kwon, Mostajabi, Steinhardt & Song, "Scaling
+Out-of-Distribution Detection for Real-World Settings", ICML 2022.
+
+Formula as implemented, for logits l in R^C:
+
+    score(x) = max_k l_k
+
+(the unnormalised logit, as float64). No hyperparameters, so no grid (OpenOOD v1.5
+`configs/postprocessors/mls.yml` has none either).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import Scorer
+
+
+class MaxLogit(Scorer):
+    """Maximum logit: max_k l_k (higher = more ID)."""
+
+    name = "mls"
+    needs = ("logits",)
+    defaults: dict[str, Any] = {}
+    grid: dict[str, list[Any]] = {}
+    paper = ("Hendrycks, Basart, Mazeika, Zou, Kwon, Mostajabi, Steinhardt & Song, Scaling "
+             "Out-of-Distribution Detection for Real-World Settings, ICML 2022")
+
+    def _score(self, split: Any) -> np.ndarray:
+        out = np.empty(split.num_rows, dtype=np.float64)
+        for rows, (logits,) in self.chunks(split, "logits"):
+            out[rows] = logits.max(axis=1)
+        return out

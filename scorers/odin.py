@@ -1,0 +1,57 @@
+"""ODIN, temperature-scaling part only (no input perturbation).
+
+Paper: Liang, Li & Srikant, "Enhancing The Reliability of Out-of-distribution Image Detection
+in Neural Networks", ICLR 2018.
+
+Formula as implemented, for logits l in R^C and temperature T > 0:
+
+    score(x) = max_k softmax(l / T)_k = exp(max_k l_k / T - logsumexp(l / T))
+
+in float64. Default T = 1000 (the paper's choice; OpenOOD v1.5
+`configs/postprocessors/odin.yml` `postprocessor_args.temperature: 1000`). Default sweep grid:
+T in [1, 10, 100, 1000], OpenOOD v1.5 `odin.yml` `postprocessor_sweep.temperature` (OpenOOD
+also sweeps the perturbation magnitude `noise` in [0.0014, 0.0028], which does not apply here).
+`score_grid` reads each chunk of logits once and evaluates one logsumexp per temperature.
+
+This scorer works from the stored logits, so it omits ODIN's input perturbation
+x' = x - eps * sign(-grad_x log S_yhat(x; T)). The full method needs a backward pass through the
+network, i.e. logits of perturbed inputs written at extraction (the `extra:` arrays of ODIN-
+perturbed logits per (T, eps), DESIGN §2); it is a separate scorer, `odin_perturbed`
+(later issue). With eps = 0 the two coincide.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import Scorer
+from .energy import check_temperature
+from .msp import max_softmax
+
+
+class ODIN(Scorer):
+    """Temperature-scaled maximum softmax max_k softmax(l / T)_k (higher = more ID)."""
+
+    name = "odin"
+    needs = ("logits",)
+    defaults: dict[str, Any] = {"temperature": 1000.0}
+    grid: dict[str, list[Any]] = {"temperature": [1, 10, 100, 1000]}
+    paper = ("Liang, Li & Srikant, Enhancing The Reliability of Out-of-distribution Image "
+             "Detection in Neural Networks, ICLR 2018 (temperature scaling only; no input "
+             "perturbation)")
+
+    def check_params(self, params: Any, store: Any = None) -> None:
+        check_temperature(self.name, params["temperature"])
+
+    def _score(self, split: Any) -> np.ndarray:
+        return self._score_grid(split, [{}])[0]
+
+    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+        temps = [float({**self.params, **s}["temperature"]) for s in settings]
+        out = [np.empty(split.num_rows, dtype=np.float64) for _ in temps]
+        for rows, (logits,) in self.chunks(split, "logits"):
+            for t, dest in zip(temps, out, strict=True):
+                dest[rows] = max_softmax(logits, t)
+        return out

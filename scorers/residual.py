@@ -1,0 +1,59 @@
+"""Residual: the norm of the feature's residual outside the principal subspace, the baseline of
+the ViM paper (Wang, Li, Feng, Zhang, "ViM: Out-Of-Distribution with Virtual-logit Matching",
+CVPR 2022, section 3 / Table "Residual").
+
+Formula as implemented (float64), with the same fitted state as `vim` (imported from
+`scorers.vim.PrincipalSpace`, one implementation):
+
+    u     = -pinv(W) @ b
+    S     = (1/N) sum_{x in id/train} (x - u)(x - u)^T = V diag(lambda) V^T, lambda decreasing
+    score = -||(x - u) @ V[:, dim:]||_2
+
+Higher is more in-distribution. `dim`: 1 <= dim < D; default None = the ViM paper's rule
+(1000 if D >= 2048, 512 if D >= 768, else D // 2). OpenOOD v1.5's `residual.yml` fixes
+`dim: 512` and has no sweep; the default sweep grid here is ViM's, OpenOOD v1.5 `vim.yml`
+`dim_list: [256, 1000]` (valid only for D > 1000). OpenOOD fits this baseline on its ID
+validation loader; here, like ViM, on id/train.
+
+Sharing: one eigendecomposition at fit; one projection per chunk onto V[:, min(dims):], every
+dim's residual read off a reverse cumulative sum of the squared projections.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .base import Scorer
+from .vim import PrincipalSpace, check_dim, resolve_dim
+
+
+class Residual(Scorer):
+    name = "residual"
+    needs = ("features", "head", "fit:id/train")
+    defaults = {"dim": None}
+    grid = {"dim": [256, 1000]}
+    paper = ("Wang, Li, Feng, Zhang. ViM: Out-Of-Distribution with Virtual-logit Matching. "
+             "CVPR 2022 (Residual baseline)")
+
+    def check_params(self, params: dict[str, Any], store: Any = None) -> None:
+        check_dim(self.name, params["dim"], store)
+
+    def _fit(self, store: Any) -> None:
+        self.state = PrincipalSpace.fit(self, store, with_alpha=False)
+
+    def _score(self, split: Any) -> np.ndarray:
+        return self._score_grid(split, [{}])[0]
+
+    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+        state = self.state
+        d = state.basis.shape[0]
+        dims = [resolve_dim({**self.params, **s}["dim"], d) for s in settings]
+        start = min(dims)
+        out = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
+        for rows, (x,) in self.chunks(split, "features"):
+            tail = state.residual_sq(x, start)
+            for i, k in enumerate(dims):
+                out[i][rows] = -np.sqrt(tail[:, k - start])
+        return out

@@ -1,0 +1,83 @@
+"""SHE: simplified Hopfield energy (Zhang, Fu, Chen, Zhang, Wang, Liu, ICLR 2023,
+"Out-of-distribution detection based on in-distribution data patterns memorization with modern
+Hopfield energy"), following OpenOOD v1.5's `SHEPostprocessor` with its configured metric
+`inner_product` (`configs/postprocessors/she.yml`: metric: inner_product).
+
+As implemented:
+
+    pred(x) = argmax_c logit_c(x)
+    S_c     = mean of the features of the id/train rows with label c AND pred c
+              (the stored pattern of class c: correctly classified training samples)
+    score(x) = < x, S_{pred(x)} >                    (inner product, float64)
+
+Fallbacks OpenOOD does not have (where it would produce NaN): a class with no correctly
+classified train row uses the mean of all its labelled train rows; a class with no train row
+at all is an error at fit (there is no pattern to compare with). No hyperparameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import FeatstoreError
+
+from .base import Scorer
+
+FIT_SPLIT = "id/train"
+
+
+def _class_sums(y: np.ndarray, x: np.ndarray, sums: np.ndarray, counts: np.ndarray) -> None:
+    if y.size == 0:
+        return
+    counts += np.bincount(y, minlength=counts.size)
+    order = np.argsort(y, kind="stable")
+    ys = y[order]
+    starts = np.flatnonzero(np.r_[True, ys[1:] != ys[:-1]])
+    sums[ys[starts]] += np.add.reduceat(x[order].astype(np.float64), starts, axis=0)
+
+
+class SHE(Scorer):
+    """Inner product with the predicted class's mean correctly-classified train feature."""
+
+    name = "she"
+    needs = ("features", "logits", "fit:id/train")
+    defaults: dict[str, Any] = {}
+    grid: dict[str, list[Any]] = {}
+    paper = ("Zhang, Fu, Chen, Zhang, Wang, Liu. Out-of-distribution detection based on "
+             "in-distribution data patterns memorization with modern Hopfield energy. ICLR 2023")
+
+    def _fit(self, store: Any) -> None:
+        split = store.split(FIT_SPLIT)
+        num_classes = int(store.head[0].shape[0])
+        dim = split.dims["features"]
+        correct_sums = np.zeros((num_classes, dim))
+        correct_counts = np.zeros(num_classes, dtype=np.int64)
+        all_sums = np.zeros((num_classes, dim))
+        all_counts = np.zeros(num_classes, dtype=np.int64)
+        for _, (feats, logits, labels) in self.chunks(split, "features", "logits", "labels"):
+            labelled = (labels >= 0) & (labels < num_classes)
+            pred = logits.argmax(axis=1)
+            correct = labelled & (pred == labels)
+            _class_sums(labels[correct], feats[correct], correct_sums, correct_counts)
+            _class_sums(labels[labelled], feats[labelled], all_sums, all_counts)
+        missing = np.flatnonzero(all_counts == 0)
+        if missing.size:
+            raise FeatstoreError(
+                f"scorer 'she': class {int(missing[0])} has no labelled row in {FIT_SPLIT!r} "
+                f"({missing.size} classes have none); SHE stores one pattern per class"
+            )
+        patterns = np.empty((num_classes, dim))
+        ok = correct_counts > 0
+        patterns[ok] = correct_sums[ok] / correct_counts[ok, None]
+        patterns[~ok] = all_sums[~ok] / all_counts[~ok, None]
+        self.patterns = patterns
+        self.fallback_classes = np.flatnonzero(~ok)
+
+    def _score(self, split: Any) -> np.ndarray:
+        out = np.empty(split.num_rows, dtype=np.float64)
+        for rows, (feats, logits) in self.chunks(split, "features", "logits"):
+            pred = logits.argmax(axis=1)
+            out[rows] = np.einsum("ij,ij->i", feats.astype(np.float64), self.patterns[pred])
+        return out

@@ -1,0 +1,103 @@
+"""Temperature scaling: maximum softmax probability after calibrating the temperature.
+
+Paper: Guo, Pleiss, Sun & Weinberger, "On Calibration of Modern Neural Networks", ICML 2017.
+
+Fit, on the labelled rows of `id/val` (rows with label -1 are ignored):
+
+    T* = argmin_T  NLL(T),   NLL(T) = 1/n sum_i [ logsumexp(l_i / T) - l_{i, y_i} / T ]
+
+found by bounded Brent search (`scipy.optimize.minimize_scalar(method="bounded")`) over
+log T in [log 0.01, log 100] with tolerance 1e-8 on log T; deterministic. NLL is convex in
+1/T, so it is unimodal in log T and the search finds the global minimum inside the bounds. The
+split is streamed in row chunks on every evaluation (bounded memory). A minimum on a bound
+(e.g. perfectly separated id/val, where NLL keeps falling as T -> 0) is kept and reported with a
+warning. The fitted value is `scorer.fitted_temperature`.
+
+Score, for logits l in R^C:
+
+    score(x) = max_k softmax(l / T*)_k = exp(max_k l_k / T* - logsumexp(l / T*))
+
+No hyperparameters (T is fitted, not chosen), so no grid; OpenOOD v1.5
+`configs/postprocessors/temp_scaling.yml` has no sweep either (`APS_mode: False`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+
+from featstore.errors import FeatstoreError
+
+from .base import Scorer, logsumexp
+from .msp import max_softmax
+
+FIT_SPLIT = "id/val"
+T_BOUNDS = (0.01, 100.0)
+LOG_T_TOL = 1e-8
+
+
+class TemperatureScaling(Scorer):
+    """Max softmax at the NLL-optimal temperature fitted on id/val (higher = more ID)."""
+
+    name = "temp_scaling"
+    needs = ("logits", f"fit:{FIT_SPLIT}")
+    defaults: dict[str, Any] = {}
+    grid: dict[str, list[Any]] = {}
+    paper = ("Guo, Pleiss, Sun & Weinberger, On Calibration of Modern Neural Networks, "
+             "ICML 2017")
+
+    fitted_temperature: float | None = None
+
+    def _labelled_chunks(self, split: Any):
+        for _, (logits, labels) in self.chunks(split, "logits", "labels"):
+            keep = labels >= 0
+            if keep.all():
+                yield logits, labels
+            elif keep.any():
+                yield logits[keep], labels[keep]
+
+    def nll(self, split: Any, temperature: float) -> float:
+        """Mean negative log-likelihood of the labelled rows of `split` at temperature T."""
+        total, target, n = 0.0, 0.0, 0
+        for logits, labels in self._labelled_chunks(split):
+            total += float(logsumexp(logits, temperature).sum())
+            target += float(logits[np.arange(len(labels)), labels].astype(np.float64).sum())
+            n += len(labels)
+        return (total - target / temperature) / n
+
+    def _fit(self, store: Any) -> None:
+        split = self.fit_split(store, FIT_SPLIT)
+        n = sum(int(np.count_nonzero(labels >= 0))
+                for _, (labels,) in self.chunks(split, "labels"))
+        if n == 0:
+            raise FeatstoreError(
+                f"scorer {self.name!r}: split {FIT_SPLIT!r} has no labelled rows (all labels "
+                "are -1); temperature scaling needs class labels"
+            )
+
+        def objective(log_t: float) -> float:
+            return self.nll(split, math.exp(log_t))
+
+        lo, hi = math.log(T_BOUNDS[0]), math.log(T_BOUNDS[1])
+        res = minimize_scalar(objective, bounds=(lo, hi), method="bounded",
+                              options={"xatol": LOG_T_TOL, "maxiter": 500})
+        log_t = float(res.x)
+        if min(log_t - lo, hi - log_t) < 1e-3:
+            warnings.warn(
+                f"scorer {self.name!r}: the NLL-optimal temperature on {FIT_SPLIT!r} lies on the "
+                f"search bound (T = {math.exp(log_t):.4g}, bounds {T_BOUNDS}); the fit is "
+                "degenerate (e.g. perfectly separated or mostly misclassified rows)",
+                stacklevel=3,
+            )
+        self.fitted_temperature = math.exp(log_t)
+
+    def _score(self, split: Any) -> np.ndarray:
+        t = self.fitted_temperature
+        out = np.empty(split.num_rows, dtype=np.float64)
+        for rows, (logits,) in self.chunks(split, "logits"):
+            out[rows] = max_softmax(logits, t)
+        return out
