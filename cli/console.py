@@ -20,6 +20,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+
 def _console(stderr: bool) -> Console:
     console = Console(stderr=stderr, soft_wrap=True)
     if not console.is_terminal:  # pipes and CI logs: wide enough for the tables

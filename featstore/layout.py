@@ -67,10 +67,18 @@ def write_split_file(
                 _create(grp, name, extras[name], extra_row_axes.get(name, 0))
 
 
+def dataset_paths(group: h5py.Group) -> list[str]:
+    """Paths of every dataset below `group`, sorted."""
+    names: list[str] = []
+
+    def visit(name: str, obj: object) -> None:
+        if isinstance(obj, h5py.Dataset):
+            names.append(name)
+
+    group.visititems(visit)
+    return sorted(names)
+
+
 def extra_names(fh: h5py.File) -> list[str]:
     """Names of all datasets under /extra (nested names joined by '/')."""
-    if "extra" not in fh:
-        return []
-    names: list[str] = []
-    fh["extra"].visititems(lambda n, obj: names.append(n) if isinstance(obj, h5py.Dataset) else None)
-    return sorted(names)
+    return dataset_paths(fh["extra"]) if "extra" in fh else []

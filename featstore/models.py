@@ -23,7 +23,7 @@ import torch
 import torchvision
 from torch import nn
 
-from .errors import FeatstoreError, UsageError
+from .errors import UsageError
 from .fileio import sha256_arrays, sha256_file
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -140,6 +140,47 @@ def _import_callable(spec: str) -> nn.Module:
     return model
 
 
+class ScriptedWithHead(nn.Module):
+    """A TorchScript model seen through its exported `penultimate(x)` and a copy of its head.
+
+    Scripted modules cannot take forward hooks, so featstore calls the model's exported
+    `penultimate(x) -> (N, D)` method and applies an ordinary nn.Linear holding the scripted
+    head's weight and bias: logits = penultimate(x) @ W.T + b, as the hook would capture."""
+
+    def __init__(self, scripted: torch.jit.ScriptModule, head_name: str):
+        super().__init__()
+        self.scripted = scripted
+        layer = dict(scripted.named_modules())[head_name]
+        self.fc = nn.Linear(layer.weight.shape[1], layer.weight.shape[0])
+        with torch.no_grad():
+            self.fc.weight.copy_(layer.weight)
+            self.fc.bias.copy_(layer.bias)
+        self.scripted_name = getattr(scripted, "original_name", "ScriptModule")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.scripted.penultimate(x))
+
+
+def _load_torchscript(path: Path, feature_layer: str | None) -> ScriptedWithHead:
+    try:
+        scripted = torch.jit.load(str(path), map_location="cpu")
+    except Exception as exc:
+        raise UsageError(f"--model {str(path)!r}: not a TorchScript file ({exc})") from exc
+    if not hasattr(scripted, "penultimate"):
+        raise UsageError(
+            f"--model {str(path)!r}: TorchScript models cannot be hooked; export a "
+            "`penultimate(x) -> (N, D)` method with @torch.jit.export"
+        )
+    linears = [n for n, m in scripted.named_modules()
+               if getattr(m, "original_name", "") == "Linear"]
+    if feature_layer is not None and feature_layer not in linears:
+        raise UsageError(f"--feature-layer {feature_layer!r}: not a Linear of the TorchScript "
+                         f"model (Linear layers: {', '.join(linears) or 'none'})")
+    if not linears:
+        raise UsageError(f"--model {str(path)!r}: no Linear classifier head found")
+    return ScriptedWithHead(scripted, feature_layer or linears[-1])
+
+
 def _head_num_classes(state: dict[str, torch.Tensor], head_name: str) -> int | None:
     weight = state.get(f"{head_name}.weight")
     return int(weight.shape[0]) if weight is not None and weight.ndim == 2 else None
@@ -178,11 +219,8 @@ def load_model(
                 module = _build_torchvision(spec, inferred)
         transform = _torchvision_default_transform(spec)
     elif path.is_file():
-        try:
-            module = torch.jit.load(str(path), map_location="cpu")
-        except Exception as exc:
-            raise UsageError(f"--model {spec!r}: not a TorchScript file ({exc})") from exc
-        kind, arch = "torchscript", getattr(module, "original_name", "ScriptModule")
+        module = _load_torchscript(path, feature_layer)
+        kind, arch = "torchscript", module.scripted_name
         transform = default_transform()
     else:
         raise UsageError(

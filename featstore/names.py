@@ -36,7 +36,9 @@ def parse_split_name(name: str) -> SplitName:
     parts = name.split("/")
     expected = "expected 'id/<name>', 'csid/<name>' or 'ood/<group>/<name>'"
     if parts[0] not in ROLES:
-        raise UsageError(f"split name {name!r}: role {parts[0]!r} is not one of {ROLES}; {expected}")
+        raise UsageError(
+            f"split name {name!r}: role {parts[0]!r} is not one of {ROLES}; {expected}"
+        )
     if any(not _COMPONENT.match(p) or "__" in p for p in parts):
         raise UsageError(
             f"split name {name!r}: components must match [A-Za-z0-9][A-Za-z0-9_.+-]* without "

@@ -27,7 +27,7 @@ import numpy as np
 
 from .errors import FeatstoreError
 from .fileio import fsync_dir
-from .layout import STRING_DTYPE, write_split_file
+from .layout import STRING_DTYPE, dataset_paths, write_split_file
 from .store import Split, Store
 
 FINGERPRINT = "fingerprint.json"
@@ -139,9 +139,7 @@ class SplitWriter:
         arrays: dict[str, list[np.ndarray]] = {}
         for part in parts:
             with h5py.File(part, "r") as fh:
-                keys: list[str] = []
-                fh.visititems(lambda n, o: keys.append(n) if isinstance(o, h5py.Dataset) else None)
-                for key in keys:
+                for key in dataset_paths(fh):
                     data = fh[key].asstr()[()] if key == "ids" else fh[key][()]
                     arrays.setdefault(key, []).append(data)
         merged = {k: np.concatenate(v, axis=self._axis(k)) for k, v in arrays.items()}

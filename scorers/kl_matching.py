@@ -90,5 +90,5 @@ class KLMatching(Scorer):
                 log_p = part.astype(np.float64) - logsumexp(part)[:, None]
                 plogp = np.einsum("ij,ij->i", probs, log_p)  # sum_j p_j log p_j
                 kl = plogp[:, None] - probs @ log_t  # (n, K); p @ log_t: sum_j p_j log d_kj
-                out[rows.start + b:rows.start + b + len(part)] = -kl.max(axis=1)
+                out[rows.start + b:rows.start + b + len(part)] = -kl.min(axis=1)
         return out

@@ -8,6 +8,7 @@ ID test digits rotated 30 degrees and blurred (`csid/...`).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -26,8 +27,7 @@ ID_CLASSES = [0, 1, 2, 3, 4, 5]
 MODEL_SPEC = "featstore.demo.model:demo_resnet"
 PHOTOS = ["astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "immunohistochemistry"]
 TEXTURES = ["brick", "grass", "gravel"]
-_OOD_FRACTIONS = '{ val = 0.3, test = 0.7 }'
-
+_OOD_FRACTIONS = {"val": 0.3, "test": 0.7}
 SPEC_TEMPLATE = f"""# featstore demo benchmark: real bundled data, generated offline.
 classes = ["0", "1", "2", "3", "4", "5"]
 
@@ -58,24 +58,38 @@ name = "csid/blur1"
 source = {{ builtin = "digits", classes = {ID_CLASSES}, part = "test", blur = 1.0 }}
 """
 
-_OOD_SPLITS = [
-    ("near", "digits6to9", '{builtin = "digits", classes = [6, 7, 8, 9], part = "%s", '
-     f'fractions = {_OOD_FRACTIONS}}}'),
-    ("far", "photos", '{builtin = "patches", images = %s, count = 40, part = "%%s"}' % PHOTOS),
-    ("far", "textures", '{builtin = "patches", images = %s, count = 80, part = "%%s"}'
-     % TEXTURES),
-    ("far", "faces", '{builtin = "faces", part = "%s", ' f'fractions = {_OOD_FRACTIONS}}}'),
-    ("far", "noise", '{builtin = "noise", kind = "gaussian", count = 200, part = "%s"}'),
+_OOD_SPLITS: list[tuple[str, str, dict]] = [
+    ("near", "digits6to9", {"builtin": "digits", "classes": [6, 7, 8, 9],
+                            "fractions": _OOD_FRACTIONS}),
+    ("far", "photos", {"builtin": "patches", "images": PHOTOS, "count": 40}),
+    ("far", "textures", {"builtin": "patches", "images": TEXTURES, "count": 80}),
+    ("far", "faces", {"builtin": "faces", "fractions": _OOD_FRACTIONS}),
+    ("far", "noise", {"builtin": "noise", "kind": "gaussian", "count": 200}),
 ]
+
+
+def toml_value(value: object) -> str:
+    """A TOML literal for the plain values a spec holds (str, number, bool, list, dict)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"no TOML literal for {type(value).__name__}")
 
 
 def demo_spec_text() -> str:
     """The demo's benchmark spec (TOML); val parts are flagged `usage = "val"`."""
-    text = SPEC_TEMPLATE.replace("'", '"')
+    text = SPEC_TEMPLATE
     for group, name, source in _OOD_SPLITS:
         for part in ("val", "test"):
             split = f"ood/{group}/{name}" + ("_val" if part == "val" else "")
-            src = (source % part).replace("'", '"')
+            src = toml_value({**source, "part": part})
             text += f'\n[[split]]\nname = "{split}"\nusage = "{part}"\nsource = {src}\n'
     return text
 

@@ -1,0 +1,254 @@
+"""Extraction (DESIGN §6) on real images and real torch models.
+
+References: a bare torch loop (PIL decode + the same torchvision transform + the model's own
+layers) for features and logits; the store invariant logits == features @ W.T + b."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from PIL import Image
+from skimage import data as skdata
+
+from featstore import Store
+from featstore.datasets import build_transform
+from featstore.errors import FeatstoreError, UsageError
+from featstore.extract import ExtractOptions, extract
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_models import TinyCNN  # noqa: E402
+
+TRANSFORM = {"resize": 20, "crop": 16, "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
+OPTS = ExtractOptions(device="cpu", batch_size=8, num_workers=0, part_batches=2)
+
+
+def make_image_tree(root: Path, per_class: int = 6) -> Path:
+    """An ImageFolder of real photo crops: class a = astronaut, b = coffee, c = brick."""
+    sources = {"a": skdata.astronaut(), "b": skdata.coffee(), "c": skdata.brick()}
+    for cls, image in sources.items():
+        (root / cls).mkdir(parents=True)
+        for k in range(per_class):
+            crop = image[20 * k:20 * k + 64, 30 * k:30 * k + 64]
+            Image.fromarray(crop).save(root / cls / f"{k:02d}.png")
+    return root
+
+
+def write_spec(path: Path, splits: list[tuple[str, str]], transform: dict = TRANSFORM) -> Path:
+    lines = ["[transform]"] + [f"{k} = {v!r}".replace("'", '"') for k, v in transform.items()]
+    for name, source in splits:
+        lines += ["", "[[split]]", f'name = "{name}"', f"source = {source}"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def tree(tmp_path):
+    return make_image_tree(tmp_path / "images")
+
+
+@pytest.fixture(autouse=True)
+def _tiny_models_importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+
+
+def test_features_and_logits_equal_a_bare_torch_loop(tmp_path, tree):
+    """Hooked features/logits equal model.features(x) and model(x) of a plain loop."""
+    spec = write_spec(tmp_path / "b.toml", [("id/train", f'{{ imagefolder = "{tree}" }}')])
+    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+    split = st.split("id/train")
+    model = TinyCNN().eval()
+    tf = build_transform(TRANSFORM)
+    paths = sorted(tree.rglob("*.png"))
+    x = torch.stack([tf(Image.open(p).convert("RGB")) for p in paths])
+    with torch.no_grad():
+        feats, logits = model.penultimate(x).numpy(), model(x).numpy()
+    np.testing.assert_allclose(np.asarray(split.features), feats, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(split.logits), logits, rtol=1e-5, atol=1e-6)
+    w, b = st.head
+    np.testing.assert_allclose(np.asarray(split.logits), np.asarray(split.features) @ w.T + b,
+                               rtol=1e-5, atol=1e-5)
+    assert list(split.ids) == [str(p.relative_to(tree)) for p in paths]
+    np.testing.assert_array_equal(np.asarray(split.labels), np.repeat([0, 1, 2], 6))
+    assert st.classes == ["a", "b", "c"]
+    prov = st.provenance
+    assert prov["transform"] == TRANSFORM and prov["torch_version"] == torch.__version__
+
+
+def test_image_list_source_and_float16(tmp_path, tree):
+    """OpenOOD-style `path label` lists with a root; float16 features within 1e-3."""
+    lst = tmp_path / "list.txt"
+    lst.write_text("".join(f"{c}/{k:02d}.png {i}\n" for i, c in enumerate("abc")
+                           for k in range(3)))
+    spec = write_spec(tmp_path / "b.toml",
+                      [("id/test", f'{{ imagelist = "{lst}", root = "{tree}" }}'),
+                       ("ood/far/list", f'{{ imagelist = "{lst}", root = "{tree}" }}')])
+    opts = ExtractOptions(**{**OPTS.__dict__, "dtype": "float16"})
+    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=opts)
+    sp = st.split("id/test")
+    assert sp.dtype == "float16" and sp.num_rows == 9
+    np.testing.assert_array_equal(np.asarray(sp.labels), np.repeat([0, 1, 2], 3))
+    assert (np.asarray(st.split("ood/far/list").labels) == -1).all()
+    w, b = st.head
+    f32 = np.asarray(sp.features).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(sp.logits), f32 @ w.T + b, atol=1e-2)
+
+
+def test_torchvision_arch_with_local_weights_and_inferred_classes(tmp_path, tree):
+    """resnet18 built without download; the head size comes from the weights file."""
+    model = torchvision.models.resnet18(weights=None, num_classes=3)
+    torch.save(model.state_dict(), tmp_path / "r18.pth")
+    spec = write_spec(tmp_path / "b.toml", [("id/test", f'{{ imagefolder = "{tree}" }}')],
+                      {"resize": 32, "crop": 32, "mean": [0.5] * 3, "std": [0.5] * 3})
+    st = extract("resnet18", spec, tmp_path / "store", weights=tmp_path / "r18.pth",
+                 options=OPTS)
+    sp = st.split("id/test")
+    assert sp.dims == {"features": 512, "logits": 3}
+    model.eval()
+    tf = build_transform({"resize": 32, "crop": 32, "mean": [0.5] * 3, "std": [0.5] * 3})
+    x = torch.stack([tf(Image.open(p).convert("RGB")) for p in sorted(tree.rglob("*.png"))])
+    with torch.no_grad():
+        ref = model(x).numpy()
+    np.testing.assert_allclose(np.asarray(sp.logits), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_torchscript_model(tmp_path, tree):
+    """A TorchScript file with an exported penultimate(); logits equal the scripted forward."""
+    scripted = torch.jit.script(TinyCNN().eval())
+    scripted.save(str(tmp_path / "tiny.ts"))
+    spec = write_spec(tmp_path / "b.toml", [("id/test", f'{{ imagefolder = "{tree}" }}')])
+    st = extract(str(tmp_path / "tiny.ts"), spec, tmp_path / "store", options=OPTS)
+    assert st.split("id/test").dims == {"features": 8, "logits": 3}
+    assert st.provenance["kind"] == "torchscript"
+    tf = build_transform(TRANSFORM)
+    x = torch.stack([tf(Image.open(p).convert("RGB")) for p in sorted(tree.rglob("*.png"))])
+    with torch.no_grad():
+        ref = scripted(x).numpy()
+    np.testing.assert_allclose(np.asarray(st.split("id/test").logits), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_rerun_skips_complete_splits(tmp_path, tree):
+    spec = write_spec(tmp_path / "b.toml", [("id/test", f'{{ imagefolder = "{tree}" }}')])
+    extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+    path = tmp_path / "store/splits/id__test.h5"
+    inode = path.stat().st_ino
+    extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+    assert path.stat().st_ino == inode
+
+
+# ----------------------------------------------------------------- bad inputs
+def test_corrupt_image_is_named_and_skip_bad_records_it(tmp_path, tree):
+    bad = tree / "b" / "99.png"
+    bad.write_bytes(b"not a png")
+    spec = write_spec(tmp_path / "b.toml", [("id/test", f'{{ imagefolder = "{tree}" }}')])
+    with pytest.raises(UsageError, match=r"cannot read image 'b/99.png'.*--skip-bad"):
+        extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+    assert Store.open(tmp_path / "store").splits() == []
+    opts = ExtractOptions(**{**OPTS.__dict__, "skip_bad": True})
+    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "store2", options=opts)
+    assert st.split("id/test").num_rows == 18
+    assert st.manifest["splits"]["id/test"]["skipped"] == ["b/99.png"]
+
+
+@pytest.mark.parametrize("source, match", [
+    ('{ imagefolder = "/nonexistent/dir" }', "imagefolder '/nonexistent/dir': directory not"),
+    ('{ imagelist = "/nonexistent/list.txt" }', "image list '/nonexistent/list.txt': file not"),
+])
+def test_missing_directory_or_list(tmp_path, source, match):
+    spec = write_spec(tmp_path / "b.toml", [("id/test", source)])
+    with pytest.raises(UsageError, match=match):
+        extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+
+
+def test_list_line_with_bad_label(tmp_path, tree):
+    lst = tmp_path / "list.txt"
+    lst.write_text("a/00.png 0\na/01.png cat\n")
+    spec = write_spec(tmp_path / "b.toml",
+                      [("id/test", f'{{ imagelist = "{lst}", root = "{tree}" }}')])
+    with pytest.raises(UsageError, match=r"list.txt' line 2: label 'cat' is not an integer"):
+        extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+
+
+def test_label_outside_head(tmp_path, tree):
+    lst = tmp_path / "list.txt"
+    lst.write_text("a/00.png 0\na/01.png 7\n")
+    spec = write_spec(tmp_path / "b.toml",
+                      [("id/test", f'{{ imagelist = "{lst}", root = "{tree}" }}')])
+    with pytest.raises(UsageError, match=r"label 7 of 'a/01.png' is outside the head's 0..2"):
+        extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+
+
+def test_store_of_another_model_is_refused_unless_overwrite(tmp_path, tree):
+    spec = write_spec(tmp_path / "b.toml", [("id/test", f'{{ imagefolder = "{tree}" }}')])
+    extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+    other = TinyCNN()
+    with torch.no_grad():
+        other.fc.bias.add_(1.0)
+    torch.save(other.state_dict(), tmp_path / "other.pth")
+    with pytest.raises(UsageError, match="made by another model.*--overwrite"):
+        extract("tiny_models:tiny_cnn", spec, tmp_path / "store", weights=tmp_path / "other.pth",
+                options=OPTS)
+    opts = ExtractOptions(**{**OPTS.__dict__, "overwrite": True})
+    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "store",
+                 weights=tmp_path / "other.pth", options=opts)
+    np.testing.assert_allclose(st.head[1], other.fc.bias.detach().numpy())
+
+
+def test_weights_that_do_not_fit_name_the_keys(tmp_path):
+    state = TinyCNN().state_dict()
+    state["extra.weight"] = torch.zeros(1)
+    del state["conv.bias"]
+    torch.save(state, tmp_path / "w.pth")
+    with pytest.raises(UsageError, match=r"missing keys \['conv.bias'\].*unexpected keys "
+                                         r"\['extra.weight'\]"):
+        from featstore.models import load_model
+        load_model("tiny_models:tiny_cnn", tmp_path / "w.pth")
+
+
+def test_pretrained_enum_is_refused_and_no_head_is_an_error(tmp_path):
+    from featstore.models import load_model
+    with pytest.raises(UsageError, match="would download.*pass a local weights file"):
+        load_model("resnet18", "IMAGENET1K_V1")
+    with pytest.raises(UsageError, match="has no nn.Linear classifier head"):
+        load_model("tiny_models:no_head")
+    with pytest.raises(UsageError, match="--feature-layer 'conv' is a Conv2d"):
+        load_model("tiny_models:tiny_cnn", feature_layer="conv")
+
+
+def test_bad_spec_files(tmp_path):
+    (tmp_path / "bad.toml").write_text("[[split]\nname=")
+    with pytest.raises(UsageError, match="invalid TOML"):
+        extract("tiny_models:tiny_cnn", tmp_path / "bad.toml", tmp_path / "s", options=OPTS)
+    spec = write_spec(tmp_path / "b.toml", [("id/test", '{ nothing = 1 }')])
+    with pytest.raises(UsageError, match="source needs exactly one of"):
+        extract("tiny_models:tiny_cnn", spec, tmp_path / "s", options=OPTS)
+    with pytest.raises(UsageError, match="file not found"):
+        extract("tiny_models:tiny_cnn", tmp_path / "none.toml", tmp_path / "s", options=OPTS)
+
+
+def test_write_error_leaves_split_incomplete(tmp_path, tree):
+    """A write failure (here: the parts directory made read-only) is one FeatstoreError and
+    the split stays invisible; a rerun after fixing the cause completes it."""
+    spec = write_spec(tmp_path / "b.toml", [("id/test", f'{{ imagefolder = "{tree}" }}')])
+    store_dir = tmp_path / "store"
+    from featstore import writer as writer_mod
+
+    original = writer_mod.SplitWriter._write_part
+
+    def failing(self, arrays):
+        raise OSError(28, "No space left on device")
+
+    writer_mod.SplitWriter._write_part = failing
+    try:
+        with pytest.raises(FeatstoreError, match="write error.*No space left on device"):
+            extract("tiny_models:tiny_cnn", spec, store_dir, options=OPTS)
+    finally:
+        writer_mod.SplitWriter._write_part = original
+    assert Store.open(store_dir).splits() == []
+    st = extract("tiny_models:tiny_cnn", spec, store_dir, options=OPTS)
+    assert st.splits() == ["id/test"]
