@@ -16,10 +16,12 @@ are clipped at 0 before the square root. Distances are therefore accurate to flo
 (relative ~1e-6), and scores are float64.
 
 Parameters (defaults with sources):
-- `K` = 50: OpenOOD v1.5 `configs/postprocessors/knn.yml` (K: 50, the CIFAR setting of the
-  paper; the paper uses K = 1000 with a 1% bank on ImageNet). Default sweep grid
-  K in [50, 100, 200, 500, 1000]: the K_list of the original OpenOOD knn.yml sweep (v1.5's
-  shipped knn.yml sweeps K_list: [50] only). Valid: 1 <= K <= bank size.
+- `K` = 50: OpenOOD v1.5 `configs/postprocessors/knn.yml` (postprocessor_args K: 50, the
+  paper's CIFAR setting; the paper uses K = 1000 with a 1% bank on ImageNet). Default sweep
+  grid K in [50, 100, 200, 500, 1000]: that file's postprocessor_sweep K_list in its
+  APS_mode: True version (as kept in OpenOOD v1.5 forks, e.g. BierOne/ood_coverage); the
+  later Jingkang50/OpenOOD main sets APS_mode: False with K_list [50]. Valid:
+  1 <= K <= bank size.
 - `bank_fraction` = 1.0: the share of id/train rows kept in the bank, drawn uniformly without
   replacement with numpy's default_rng(`seed`) (KNN-OOD used a random 1% of ImageNet's
   training set, "alpha"). Valid: 0 < bank_fraction <= 1; bank size = ceil(fraction * N).

@@ -35,7 +35,6 @@ import math
 from collections.abc import Hashable
 from typing import Any
 
-import faiss
 import numpy as np
 
 from featstore.errors import UsageError
@@ -48,6 +47,8 @@ DEFAULT_QUERY_CHUNK = 8192
 
 def num_gpus() -> int:
     """Number of GPUs FAISS can use (0 with a CPU-only build)."""
+    import faiss
+
     getter = getattr(faiss, "get_num_gpus", None)
     if getter is None:
         return 0
@@ -139,6 +140,8 @@ class KnnIndex:
         deterministic: bool = True,
         query_chunk: int = DEFAULT_QUERY_CHUNK,
     ):
+        import faiss  # lazy: keeps `import scorers` fast
+
         if metric not in METRICS:
             raise UsageError(f"knn index: metric {metric!r} is not one of {METRICS}")
         if kind not in INDEX_KINDS:
@@ -258,6 +261,8 @@ class KnnIndex:
         index = self._index
         if self.on_gpu and k > GPU_MAX_K:
             if self._cpu_index is None:
+                import faiss
+
                 self._cpu_index = faiss.index_gpu_to_cpu(self._index)
             index = self._cpu_index
         if self.kind == "hnsw":

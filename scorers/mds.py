@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 
 from featstore.errors import FeatstoreError
 
@@ -93,6 +92,8 @@ def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str) -> Gaussia
 
 def precision(cov: np.ndarray) -> np.ndarray:
     """Symmetric pseudo-inverse, as sklearn's EmpiricalCovariance.precision_ (scipy pinvh)."""
+    import scipy.linalg  # lazy: keeps `import scorers` fast
+
     p = scipy.linalg.pinvh(cov, check_finite=False)
     return (p + p.T) / 2.0
 

@@ -42,10 +42,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from sklearn.kernel_approximation import Nystroem
-from sklearn.linear_model import SGDOneClassSVM
-from sklearn.preprocessing import StandardScaler
-from sklearn.svm import OneClassSVM
 
 from featstore.errors import UsageError
 
@@ -64,7 +60,7 @@ def _is_int(value: Any) -> bool:
 class _Prep:
     """Scaler (+ Nystroem map) and the matrix the SVM is fitted on."""
 
-    def __init__(self, scaler: StandardScaler, nystroem: Nystroem | None, x_fit: np.ndarray):
+    def __init__(self, scaler: Any, nystroem: Any, x_fit: np.ndarray | None):
         self.scaler = scaler
         self.nystroem = nystroem
         self.x_fit = x_fit
@@ -103,6 +99,9 @@ class OODL(Scorer):
 
     # ------------------------------------------------------------------ shared work
     def _prepare(self, store: Any, params: Mapping[str, Any]) -> _Prep:
+        from sklearn.kernel_approximation import Nystroem  # lazy: keeps `import scorers` fast
+        from sklearn.preprocessing import StandardScaler
+
         split = store.split(FIT_SPLIT)
         scaler = StandardScaler()
         for _, (feats,) in split.iter_chunks("features", chunk_rows=self.chunk_rows):
@@ -133,6 +132,9 @@ class OODL(Scorer):
 
     @staticmethod
     def _fit_model(prep: _Prep, params: Mapping[str, Any]) -> Any:
+        from sklearn.linear_model import SGDOneClassSVM
+        from sklearn.svm import OneClassSVM
+
         if params["approx"] == "nystroem":
             model = SGDOneClassSVM(nu=float(params["nu"]), random_state=int(params["seed"]))
         else:
