@@ -9,7 +9,7 @@ from rich.text import Text
 
 from featstore.errors import FeatstoreError
 
-from . import commands_store
+from . import commands_score, commands_store
 from .console import err
 
 app = typer.Typer(
@@ -21,6 +21,7 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 commands_store.register(app)
+commands_score.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

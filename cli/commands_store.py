@@ -10,8 +10,8 @@ import typer
 from rich.table import Table
 
 from featstore import Store
-from featstore.errors import FeatstoreError
 
+from .commands_score import print_demo_evaluation
 from .console import err, out, print_json, split_progress
 
 
@@ -172,12 +172,6 @@ def register(app: typer.Typer) -> None:
             st = run_demo(out_, log=lambda m: err.print(m, highlight=False), progress=progress)
         print_store_summary(store_summary(st))
         out.print(f"ID test accuracy: {id_test_accuracy(st):.2f}%")
-        try:
-            from .commands_score import print_demo_evaluation
-        except ImportError:
-            print_demo_evaluation = None
-        if print_demo_evaluation is not None:
-            print_demo_evaluation(st)
+        print_demo_evaluation(st)
         out.print(f"demo finished in {time.perf_counter() - start:.1f} s")
 
-    _ = FeatstoreError

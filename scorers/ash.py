@@ -120,8 +120,8 @@ class ASH(Scorer):
                 f"scorer {self.name!r}: variant must be one of {', '.join(VARIANTS)} "
                 f"(got {params['variant']!r})"
             )
-        p = check_percentile(self.name, "percentile", params["percentile"])
-        check_keep(self.name, p, store)
+        check_percentile(self.name, "percentile", params["percentile"])
+        check_keep(self.name, params["percentile"], store)
 
     def _fit(self, store: Any) -> None:
         weight, bias = store.head

@@ -39,8 +39,8 @@ class Scale(Scorer):
              "Out-of-distribution Detection Enhancement. ICLR 2024")
 
     def check_params(self, params: dict[str, Any], store: Any = None) -> None:
-        p = check_percentile(self.name, "percentile", params["percentile"])
-        check_keep(self.name, p, store)
+        check_percentile(self.name, "percentile", params["percentile"])
+        check_keep(self.name, params["percentile"], store)
 
     def _fit(self, store: Any) -> None:
         weight, bias = store.head

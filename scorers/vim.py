@@ -4,7 +4,7 @@ Virtual-logit Matching", CVPR 2022).
 Formula as implemented (all in float64), with h the penultimate feature, l the stored logits
 and (W, b) the head:
 
-    u      = -pinv(W) @ b                                  origin of the feature space
+    u      = -pinv(W) @ b                                  origin of the feature space (*)
     S      = (1/N) sum_{x in id/train} (x - u)(x - u)^T      uncentered covariance about u
     S      = V diag(lambda) V^T,  lambda_1 >= ... >= lambda_D  (numpy.linalg.eigh)
     NS     = V[:, dim:]                                     complement of the top-`dim` space
@@ -15,6 +15,11 @@ and (W, b) the head:
 which is the paper's `-vlogit + energy` (also OpenOOD v1.5's `VIMPostprocessor`); higher is more
 in-distribution. The logits are the stored ones (the network's output), both for alpha and for
 the energy; OpenOOD recomputes them as `h @ W.T + b`, which is the same up to float32 rounding.
+
+(*) pinv treats singular values of W below max(C, D) * eps(float32) * s_max as zero: the head
+is stored in float32, so smaller ones are rounding noise of an exactly rank-deficient head
+(e.g. rows that sum to zero), and keeping them would throw u out to ~1/eps and ruin the
+conditioning of S. For a full-rank head this is numpy's pinv.
 
 `dim` (the principal-space dimension) must satisfy 1 <= dim < D. Default (`dim=None`): the ViM
 paper's rule, 1000 if D >= 2048, 512 if D >= 768, else D // 2. Default sweep grid: OpenOOD v1.5
@@ -89,6 +94,15 @@ def check_dim(scorer_name: str, dim: Any, store: Any = None) -> None:
         )
 
 
+def head_origin(weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """u = -pinv(W) @ b in float64, singular values at float32 noise level dropped."""
+    w = np.asarray(weight, dtype=np.float64)
+    u_, s, vt = np.linalg.svd(w, full_matrices=False)
+    cutoff = max(w.shape) * float(np.finfo(np.float32).eps) * (s.max() if s.size else 0.0)
+    s_inv = np.divide(1.0, s, out=np.zeros_like(s), where=s > cutoff)
+    return -(vt.T @ (s_inv * (u_.T @ np.asarray(bias, dtype=np.float64))))
+
+
 def resolve_dim(dim: Any, num_features: int) -> int:
     return default_dim(num_features) if dim is None else int(dim)
 
@@ -110,9 +124,7 @@ class PrincipalSpace:
     def fit(cls, scorer: Scorer, store: Any, with_alpha: bool) -> PrincipalSpace:
         """Two chunked passes over id/train (covariance; then projections if `with_alpha`)."""
         weight, bias = store.head
-        weight = np.asarray(weight, dtype=np.float64)
-        bias = np.asarray(bias, dtype=np.float64)
-        origin = -np.linalg.pinv(weight) @ bias
+        origin = head_origin(weight, bias)
         d = weight.shape[1]
         split = scorer.fit_split(store, FIT_SPLIT)
         cov = np.zeros((d, d), dtype=np.float64)

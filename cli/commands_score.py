@@ -1,0 +1,171 @@
+"""Scoring commands: score, eval."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from featstore import Store
+from featstore.errors import UsageError
+
+from .console import err, out, print_json
+
+
+def parse_params(items: list[str] | None, what: str = "--param") -> dict[str, Any]:
+    """k=v pairs; values parsed as JSON (numbers, true/false, null), else kept as strings."""
+    params: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{what} {item!r}: expected key=value")
+        try:
+            params[key] = json.loads(text)
+        except json.JSONDecodeError:
+            params[key] = text
+    return params
+
+
+def _fmt(v: float) -> str:
+    return "–" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.2f}"
+
+
+def print_evaluation(result: dict, per_split: bool = True) -> None:
+    """Group table (AUROC / FPR95 per group), then the per-split table."""
+    methods = result["methods"]
+    if not methods:
+        out.print("no scorer could run on this store")
+        return
+    groups = list(next(iter(methods.values()))["groups"])
+    table = Table(title=f"OOD detection vs {result['id_split']} (test splits; group = "
+                        "unweighted mean)  ·  AUROC↑ / FPR95↓ in %", header_style="bold",
+                  show_edge=False)
+    table.add_column("method")
+    for g in groups:
+        table.add_column(f"{g} AUROC", justify="right")
+        table.add_column(f"{g} FPR95", justify="right")
+    table.add_column("misclf AUROC", justify="right")
+    table.add_column("fit+score s", justify="right")
+    best = {(g, m): (max if m == "auroc" else min)(r["groups"][g][m] for r in methods.values())
+            for g in groups for m in ("auroc", "fpr95")}
+    for name, r in methods.items():
+        cells = [name]
+        for g in groups:
+            for m in ("auroc", "fpr95"):
+                v = r["groups"][g][m]
+                cells.append(f"[bold green]{_fmt(v)}[/]" if v == best[(g, m)] else _fmt(v))
+        seconds = r["fit_seconds"] + r["score_seconds"]
+        cells += [_fmt(r["misclassification_auroc"]),
+                  "cached" if r.get("cached") else f"{seconds:.2f}"]
+        table.add_row(*cells)
+    out.print(table)
+    out.print(f"ID accuracy ({result['id_split']}): {result['id_acc']:.2f}%")
+    if per_split:
+        t2 = Table(title="per split  ·  AUROC / FPR95 / AUPR-IN / AUPR-OUT", header_style="bold",
+                   show_edge=False)
+        t2.add_column("method")
+        for s in result["ood_splits"]:
+            t2.add_column(s, justify="right")
+        for name, r in methods.items():
+            t2.add_row(name, *[" / ".join(_fmt(r["splits"][s][m]) for m in
+                                          ("auroc", "fpr95", "aupr_in", "aupr_out"))
+                               for s in result["ood_splits"]])
+        out.print(t2)
+    for name, why in result["skipped"].items():
+        err.print(f"skipped {name}: {why}", highlight=False)
+
+
+def print_demo_evaluation(store: Store) -> None:
+    """The demo's closing table: every scorer the store supports."""
+    from scorers.evaluate import evaluate
+
+    # the demo's train bank has 650 rows: NNGuide's default 1% bank (6 rows) cannot hold K=100
+    print_evaluation(evaluate(store, params={"nnguide": {"alpha": 1.0}}), per_split=False)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def score(
+        store: Annotated[Path, typer.Argument(help="Store directory.")],
+        method: Annotated[str, typer.Option(help="Scorer name (see `featstore eval --help`).")],
+        param: Annotated[list[str] | None, typer.Option(help="k=v scorer parameter; "
+                                                             "repeatable.")] = None,
+        split: Annotated[list[str] | None, typer.Option(help="Split to score; repeatable "
+                                                             "(default: all).")] = None,
+        save: Annotated[Path | None, typer.Option("--save", help="Write the scores to "
+                                                                  "this .npz.")] = None,
+        no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
+        json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    ) -> None:
+        """Score splits with one method (higher = more in-distribution); cached in scores.h5.
+
+        Example: featstore score runs/demo/store --method knn --param K=10
+        """
+        from scorers.evaluate import score_splits
+
+        with Store.open(store) as st:
+            names = split or st.splits()
+            for name in names:
+                st.split(name)
+            params = parse_params(param)
+            scores, fit_s, score_s = score_splits(st, method, params, names, not no_cache)
+        summary = {name: {"n": int(s.size), "mean": float(s.mean()), "std": float(s.std()),
+                          "min": float(s.min()), "max": float(s.max())}
+                   for name, s in scores.items()}
+        if save is not None:
+            np.savez(save, **{k.replace("/", "__"): v for k, v in scores.items()})
+        if json_:
+            print_json({"method": method, "params": params, "fit_seconds": fit_s,
+                        "score_seconds": score_s, "splits": summary})
+            return
+        table = Table(title=f"{method} {params or ''} (higher = more ID)", show_edge=False,
+                      header_style="bold")
+        for col in ("split", "n", "mean", "std", "min", "max"):
+            table.add_column(col, justify="left" if col == "split" else "right")
+        for name, s in summary.items():
+            table.add_row(name, str(s["n"]), *(f"{s[k]:.4g}" for k in ("mean", "std", "min",
+                                                                         "max")))
+        out.print(table)
+        out.print(f"fit {fit_s:.2f} s, score {score_s:.2f} s")
+
+    @app.command("eval")
+    def eval_(
+        store: Annotated[Path, typer.Argument(help="Store directory.")],
+        method: Annotated[list[str] | None, typer.Option(help="Scorer; repeatable "
+                                                              "(default: all).")] = None,
+        all_: Annotated[bool, typer.Option("--all", help="Every registered scorer.")] = False,
+        param: Annotated[list[str] | None, typer.Option(
+            help="method.k=v parameter, e.g. knn.K=10; repeatable.")] = None,
+        json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+        out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
+        no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
+        per_split: Annotated[bool, typer.Option(help="Also print the per-split table.")] = True,
+    ) -> None:
+        """OOD metrics of scorers on every OOD test split vs id/test, group means, ID accuracy,
+        misclassification AUROC, timings.
+
+        Example: featstore eval runs/demo/store --method msp --method vim --out results.json
+        """
+        from scorers import REGISTRY
+        from scorers.evaluate import evaluate
+
+        params: dict[str, dict[str, Any]] = {}
+        for key, value in parse_params(param).items():
+            name, dot, p = key.partition(".")
+            if not dot or name not in REGISTRY:
+                raise UsageError(f"--param {key!r}: expected <method>.<param>=<value> with a "
+                                 "registered method")
+            params.setdefault(name, {})[p] = value
+        methods = None if all_ or not method else method
+        with Store.open(store) as st:
+            result = evaluate(st, methods, params, use_cache=not no_cache)
+        if out_ is not None:
+            out_.write_text(json.dumps(result, indent=2) + "\n")
+        if json_:
+            print_json(result)
+        else:
+            print_evaluation(result, per_split=per_split)

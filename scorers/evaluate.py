@@ -1,0 +1,124 @@
+"""Evaluate scorers over a store (DESIGN §4): per-OOD-split metrics against id/test, group
+means (unweighted over the group's test splits), ID accuracy, misclassification AUROC, and fit
+and score seconds per method. Only test-usage OOD splits enter the table; val-flagged splits
+are for hyperparameter selection (scorers.sweep).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import FeatstoreError, UsageError
+
+from . import REGISTRY, get_scorer
+from .cache import ScoreCache
+from .metrics import OOD_METRIC_NAMES, id_accuracy, misclassification_auroc, ood_metrics
+
+ID_SPLIT = "id/test"
+
+
+def supported(store: Any, name: str) -> tuple[bool, str]:
+    """Whether the store has what scorer `name` needs (and why not)."""
+    cls = REGISTRY[name]
+    for need in cls.needs:
+        if need.startswith("fit:") and not store.has_split(need[4:]):
+            return False, f"needs split {need[4:]!r}"
+        if need.startswith("extra:") and not store.split(ID_SPLIT).has_extra(need[6:]):
+            return False, f"needs {need!r} (extract it)"
+    return True, ""
+
+
+def group_means(per_split: Mapping[str, Mapping[str, float]], store: Any) -> dict[str, dict]:
+    """Unweighted mean of each metric over each group's splits."""
+    groups: dict[str, list[str]] = {}
+    for name in per_split:
+        groups.setdefault(store.split(name).group or "", []).append(name)
+    return {g: {m: float(np.mean([per_split[s][m] for s in names])) for m in OOD_METRIC_NAMES}
+            for g, names in groups.items()}
+
+
+def score_splits(store: Any, name: str, params: Mapping[str, Any], splits: Sequence[str],
+                 use_cache: bool = True) -> tuple[dict[str, np.ndarray], float, float]:
+    """Scores of every named split (cached in scores.h5); returns (scores, fit s, score s)."""
+    scorer = get_scorer(name, **params)
+    cache = ScoreCache(store) if use_cache else None
+    out: dict[str, np.ndarray] = {}
+    todo = []
+    for split_name in splits:
+        split = store.split(split_name)
+        hit = cache.get(name, scorer.params, split) if cache else None
+        if hit is not None:
+            out[split_name] = hit
+        else:
+            todo.append(split)
+    fit_s = score_s = 0.0
+    if todo:
+        t0 = time.perf_counter()
+        scorer.fit(store)
+        fit_s = time.perf_counter() - t0
+        for split in todo:
+            t0 = time.perf_counter()
+            scores = scorer.score(split)
+            score_s += time.perf_counter() - t0
+            if cache:
+                cache.put(name, scorer.params, split, scores)
+            out[split.name] = scores
+    return {s: out[s] for s in splits}, fit_s, score_s
+
+
+def evaluate(store: Any, methods: Sequence[str] | None = None,
+             params: Mapping[str, Mapping[str, Any]] | None = None,
+             use_cache: bool = True, progress: Any = None) -> dict[str, Any]:
+    """Metrics of every method on every OOD test split of the store.
+
+    Returns {"store", "model_sha256", "id_split", "id_acc", "ood_splits", "methods":
+    {name: {"params", "fit_seconds", "score_seconds", "misclassification_auroc", "splits":
+    {split: metrics}, "groups": {group: metrics}}}, "skipped": {name: reason}}."""
+    if not store.has_split(ID_SPLIT):
+        raise FeatstoreError(f"store {str(store.path)!r} has no complete {ID_SPLIT!r} split; "
+                             "evaluation compares every OOD split against it")
+    methods = list(methods) if methods else list(REGISTRY)
+    for m in methods:
+        if m not in REGISTRY:
+            raise FeatstoreError(f"unknown scorer {m!r} (valid: {', '.join(REGISTRY)})")
+    params = params or {}
+    ood = store.splits(role="ood", usage="test")
+    if not ood:
+        raise FeatstoreError(f"store {str(store.path)!r} has no OOD test split to evaluate")
+    id_split = store.split(ID_SPLIT)
+    logits, labels = np.asarray(id_split.logits), np.asarray(id_split.labels)
+    result: dict[str, Any] = {"store": str(store.path), "model_sha256": store.model_sha256,
+                              "id_split": ID_SPLIT, "id_acc": id_accuracy(logits, labels),
+                              "ood_splits": ood, "methods": {}, "skipped": {}}
+    for name in methods:
+        ok, why = supported(store, name)
+        if not ok:
+            result["skipped"][name] = why
+            continue
+        if progress:
+            progress(name)
+        try:
+            scores, fit_s, score_s = score_splits(store, name, params.get(name, {}),
+                                                  [ID_SPLIT, *ood], use_cache)
+        except UsageError as exc:  # a default that does not fit this store's size
+            result["skipped"][name] = str(exc)
+            continue
+        id_scores = scores[ID_SPLIT]
+        per_split = {s: ood_metrics(id_scores, scores[s], id_name=ID_SPLIT, ood_name=s)
+                     for s in ood}
+        try:
+            mis = misclassification_auroc(id_scores, logits, labels)
+        except ValueError:
+            mis = float("nan")
+        result["methods"][name] = {
+            "params": dict(get_scorer(name, **params.get(name, {})).params),
+            "fit_seconds": fit_s, "score_seconds": score_s,
+            "cached": fit_s == 0.0 and score_s == 0.0,
+            "misclassification_auroc": mis,
+            "splits": per_split, "groups": group_means(per_split, store),
+        }
+    return result
