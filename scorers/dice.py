@@ -12,8 +12,9 @@ Formula as implemented (float64), with (W, b) the head (C, D) and h the penultim
 as in the official DICE code and OpenOOD v1.5 `dice_postprocessor.py` (strict `>`; the bias is
 kept). Higher is more in-distribution. `p` is the sparsity percentile in (0, 100), default 90
 (OpenOOD v1.5 `configs/postprocessors/dice.yml` `p: 90`; the DICE paper's CIFAR setting).
-OpenOOD's own sweep is `p_list: [90]` (APS off); the default sweep grid here is
-[10, 30, 50, 70, 90], the sparsity range of the DICE paper's ablation.
+OpenOOD's own sweep is `p_list: [90]` (APS off), a single setting; the default sweep grid here
+is [10, 30, 50, 70, 90], a project choice that spans the sparsity range evenly and contains
+OpenOOD's 90.
 
 Sharing: the mean is one chunked pass at fit; a grid takes all its thresholds from ONE
 `np.percentile` call over V's entries (one partition), then one masked head per p.

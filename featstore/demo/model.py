@@ -1,8 +1,8 @@
 """The demo's small torchvision-style ResNet for 32x32 inputs.
 
-Stem conv3x3(3->32) + BN + ReLU, then three stages of torchvision's `BasicBlock` (32, 64, 128
+Stem conv3x3(3->16) + BN + ReLU, then three stages of torchvision's `BasicBlock` (16, 32, 64
 channels; strides 1, 2, 2), global average pooling and a Linear head: the penultimate feature
-has D = 128. About 0.7M parameters; trains to >= 95% on the digits in well under a minute.
+has D = 64. About 0.2M parameters; trains to >= 95% on the digits in well under a minute.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ def _stage(inplanes: int, planes: int, stride: int) -> nn.Sequential:
 
 
 class DemoResNet(nn.Module):
-    """ResNet-style classifier for 3x32x32 images with a 128-dim penultimate feature."""
+    """ResNet-style classifier for 3x32x32 images with a 64-dim penultimate feature."""
 
-    def __init__(self, num_classes: int = 6, width: int = 32, dropout: float = 0.0):
+    def __init__(self, num_classes: int = 6, width: int = 16, dropout: float = 0.0):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False),
                                   nn.BatchNorm2d(width), nn.ReLU(inplace=True))

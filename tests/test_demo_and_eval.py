@@ -1,0 +1,134 @@
+"""End to end on the real demo (digits, photographs, textures, faces, noise): the demo store,
+every registered scorer on it, `featstore eval`/`score`/`demo` as a user runs them, and the
+score cache. References: scorers.metrics.ood_metrics on scores computed directly (itself
+checked against sklearn in test_metrics.py) and hand-checked structure of the outputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cli.app import main
+from featstore import Store
+from featstore.demo.pipeline import id_test_accuracy, run_demo
+from scorers import REGISTRY, get_scorer
+from scorers.cache import ScoreCache, params_hash
+from scorers.evaluate import evaluate
+from scorers.metrics import ood_metrics
+
+
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    run_demo(out, log=lambda m: None)
+    return out
+
+
+@pytest.fixture
+def demo_store(demo_dir):
+    return Store.open(demo_dir / "store")
+
+
+def run(capsys, *args):
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    c = capsys.readouterr()
+    return code, c.out, c.err
+
+
+def test_demo_store_layout_and_accuracy(demo_store):
+    """The demo's splits exist with val/test parts, the model reaches >= 95% ID accuracy."""
+    names = demo_store.splits()
+    for name in ("id/train", "id/val", "id/test", "csid/rotate30", "csid/blur1",
+                 "ood/near/digits6to9", "ood/near/digits6to9_val", "ood/far/photos",
+                 "ood/far/textures", "ood/far/faces", "ood/far/noise", "ood/far/noise_val"):
+        assert name in names
+    assert demo_store.split("ood/far/noise_val").usage == "val"
+    assert id_test_accuracy(demo_store) >= 95.0
+    w, b = demo_store.head
+    sp = demo_store.split("id/test")
+    np.testing.assert_allclose(np.asarray(sp.logits), np.asarray(sp.features) @ w.T + b,
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_scorer_fits_and_scores_the_demo_store(demo_store, name):
+    """Smoke: finite (N,) float64 scores on every split, or a clear error naming the need."""
+    params = {"nnguide": {"alpha": 1.0}}.get(name, {})
+    scorer = get_scorer(name, **params)
+    needs_maps = "extra:feature_maps" in scorer.needs
+    if needs_maps:
+        with pytest.raises(Exception, match="--feature-maps"):
+            scorer.fit(demo_store)
+            scorer.score(demo_store.split("id/test"))
+        return
+    scorer.fit(demo_store)
+    for split in ("id/test", "ood/near/digits6to9", "ood/far/noise"):
+        s = scorer.score(demo_store.split(split))
+        assert s.dtype == np.float64 and s.shape == (demo_store.split(split).num_rows,)
+        assert np.isfinite(s).all()
+
+
+def test_evaluate_matches_direct_metrics_and_group_means(demo_store):
+    result = evaluate(demo_store, ["msp", "vim"], use_cache=False)
+    scorer = get_scorer("vim").fit(demo_store)
+    id_s = scorer.score(demo_store.split("id/test"))
+    ood = result["ood_splits"]
+    assert all(demo_store.split(s).usage == "test" for s in ood)
+    assert "ood/far/noise_val" not in ood
+    for s in ood:
+        direct = ood_metrics(id_s, scorer.score(demo_store.split(s)))
+        for k, v in direct.items():
+            assert result["methods"]["vim"]["splits"][s][k] == pytest.approx(v, rel=1e-12)
+    far = [s for s in ood if s.startswith("ood/far/")]
+    mean_auroc = np.mean([result["methods"]["vim"]["splits"][s]["auroc"] for s in far])
+    assert result["methods"]["vim"]["groups"]["far"]["auroc"] == pytest.approx(mean_auroc)
+    acc = id_test_accuracy(demo_store)
+    assert result["id_acc"] == pytest.approx(acc)
+
+
+def test_score_cache_round_trip_and_invalidation(demo_store):
+    """Cached scores equal fresh ones; 1 and 1.0 share a key; another split digest misses."""
+    cache = ScoreCache(demo_store)
+    split = demo_store.split("ood/far/faces")
+    fresh = get_scorer("energy").fit(demo_store).score(split)
+    cache.put("energy", {"temperature": 1}, split, fresh)
+    np.testing.assert_array_equal(cache.get("energy", {"temperature": 1.0}, split), fresh)
+    assert params_hash({"temperature": 1}) == params_hash({"temperature": 1.0})
+    split.entry = {**split.entry, "sha256": "0" * 64}
+    assert cache.get("energy", {"temperature": 1.0}, split) is None
+
+
+def test_cli_eval_score_and_bad_inputs(demo_dir, capsys, tmp_path):
+    store = str(demo_dir / "store")
+    code, out, err = run(capsys, "eval", store, "--method", "msp", "--method", "knn",
+                         "--out", str(tmp_path / "r.json"))
+    assert code == 0, err
+    assert "near AUROC" in out and "knn" in out and "ood/far/textures" in out
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert set(data["methods"]) == {"msp", "knn"}
+    code, out, _ = run(capsys, "score", store, "--method", "knn", "--param", "K=5",
+                       "--split", "id/test", "--json")
+    assert code == 0 and json.loads(out)["splits"]["id/test"]["n"] == 271
+    for args, fragment in [
+        (["score", store, "--method", "nope"], "unknown scorer 'nope'"),
+        (["score", store, "--method", "knn", "--param", "Q=1"], "unknown parameter 'Q'"),
+        (["score", store, "--method", "knn", "--param", "K=100000"], "K=100000"),
+        (["score", store, "--method", "msp", "--split", "id/nope"], "'id/nope' does not exist"),
+        (["eval", store, "--param", "knn=3"], "expected <method>.<param>"),
+    ]:
+        code, _, err = run(capsys, *args)
+        assert code == 2, (args, err)
+        assert fragment in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_cli_demo_reuses_the_model_and_prints_tables(demo_dir, capsys):
+    code, out, err = run(capsys, "demo", "--out", str(demo_dir), "--quiet")
+    assert code == 0, err
+    assert "reusing the trained model" in err
+    assert "ID test accuracy" in out and "vim" in out and "demo finished" in out
