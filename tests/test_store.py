@@ -167,3 +167,15 @@ def test_split_names_parse(name, role, group, slug):
 def test_bad_split_names(name):
     with pytest.raises(UsageError, match="split name"):
         parse_split_name(name)
+
+
+def test_readme_scorer_table_matches_the_registry():
+    """The README's scorer table lists exactly the registered scorers (one registry)."""
+    import re
+    from pathlib import Path
+
+    from scorers import REGISTRY
+
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    table = re.findall(r"^\| `([a-z_0-9]+)` \|", text, flags=re.M)
+    assert sorted(table) == sorted(REGISTRY)
