@@ -17,7 +17,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check featstore scorers cli tests benchmarks
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all

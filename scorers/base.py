@@ -97,9 +97,10 @@ class Scorer:
         """Fit on the store's default fit split(s); returns self."""
         check_needs(self, store)
         self.check_params(self.params, store)
+        self.store = None  # a failed _fit leaves the scorer unfitted
+        self._fit(store)
         self.store = store
         self.model_sha256 = store.model_sha256
-        self._fit(store)
         return self
 
     def _check_split(self, split: Any, force: bool) -> None:
