@@ -62,6 +62,7 @@ class Scorer:
         self.params: dict[str, Any] = {**self.defaults, **params}
         self.check_params(self.params)
         self.store: Any = None
+        self.fitted = False
         self.model_sha256: str | None = None
         self.chunk_rows = DEFAULT_CHUNK_ROWS
 
@@ -97,14 +98,15 @@ class Scorer:
         """Fit on the store's default fit split(s); returns self."""
         check_needs(self, store)
         self.check_params(self.params, store)
-        self.store = None  # a failed _fit leaves the scorer unfitted
-        self._fit(store)
+        self.fitted = False  # a failed _fit leaves the scorer unfitted
         self.store = store
         self.model_sha256 = store.model_sha256
+        self._fit(store)
+        self.fitted = True
         return self
 
     def _check_split(self, split: Any, force: bool) -> None:
-        if self.store is None:
+        if not self.fitted:
             raise FeatstoreError(f"scorer {self.name!r}: call fit(store) before score(split)")
         sha = split._store.model_sha256
         if sha != self.model_sha256 and not force:
