@@ -13,7 +13,8 @@ from typing import Any
 
 from .base import Scorer
 
-_NOT_SCORER_MODULES = {"base", "metrics", "sweep", "cache", "evaluate", "gscore", "knn_index"}
+_NOT_SCORER_MODULES = {"base", "metrics", "sweep", "cache", "evaluate", "gscore", "knn_index",
+                       "neighbours"}
 
 
 def _discover() -> dict[str, type[Scorer]]:

@@ -43,15 +43,14 @@ def energy_scores(logits: np.ndarray, temperature: float) -> np.ndarray:
     return float(temperature) * logsumexp(logits, float(temperature))
 
 
-class Energy(Scorer):
-    """Negative energy T * logsumexp(l / T) (higher = more ID)."""
+class TemperatureScorer(Scorer):
+    """Base of logit scorers with one `temperature` parameter: `kernel(logits, T)` per chunk;
+    a grid reads every chunk once and evaluates every temperature on it."""
 
-    name = "energy"
     needs = ("logits",)
-    defaults: dict[str, Any] = {"temperature": 1.0}
-    grid: dict[str, list[Any]] = {"temperature": [1, 10, 100, 1000]}
-    paper = ("Liu, Wang, Owens & Li, Energy-based Out-of-distribution Detection, "
-             "NeurIPS 2020")
+
+    def kernel(self, logits: np.ndarray, temperature: float) -> np.ndarray:
+        raise NotImplementedError
 
     def check_params(self, params: Any, store: Any = None) -> None:
         check_temperature(self.name, params["temperature"])
@@ -64,5 +63,18 @@ class Energy(Scorer):
         out = [np.empty(split.num_rows, dtype=np.float64) for _ in temps]
         for rows, (logits,) in self.chunks(split, "logits"):
             for t, dest in zip(temps, out, strict=True):
-                dest[rows] = energy_scores(logits, t)
+                dest[rows] = self.kernel(logits, t)
         return out
+
+
+class Energy(TemperatureScorer):
+    """Negative energy T * logsumexp(l / T) (higher = more ID)."""
+
+    name = "energy"
+    defaults: dict[str, Any] = {"temperature": 1.0}
+    grid: dict[str, list[Any]] = {"temperature": [1, 10, 100, 1000]}
+    paper = ("Liu, Wang, Owens & Li, Energy-based Out-of-distribution Detection, "
+             "NeurIPS 2020")
+
+    def kernel(self, logits: np.ndarray, temperature: float) -> np.ndarray:
+        return energy_scores(logits, temperature)

@@ -26,32 +26,19 @@ from typing import Any
 
 import numpy as np
 
-from .base import Scorer
-from .energy import check_temperature
+from .energy import TemperatureScorer
 from .msp import max_softmax
 
 
-class ODIN(Scorer):
+class ODIN(TemperatureScorer):
     """Temperature-scaled maximum softmax max_k softmax(l / T)_k (higher = more ID)."""
 
     name = "odin"
-    needs = ("logits",)
     defaults: dict[str, Any] = {"temperature": 1000.0}
     grid: dict[str, list[Any]] = {"temperature": [1, 10, 100, 1000]}
     paper = ("Liang, Li & Srikant, Enhancing The Reliability of Out-of-distribution Image "
              "Detection in Neural Networks, ICLR 2018 (temperature scaling only; no input "
              "perturbation)")
 
-    def check_params(self, params: Any, store: Any = None) -> None:
-        check_temperature(self.name, params["temperature"])
-
-    def _score(self, split: Any) -> np.ndarray:
-        return self._score_grid(split, [{}])[0]
-
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
-        temps = [float({**self.params, **s}["temperature"]) for s in settings]
-        out = [np.empty(split.num_rows, dtype=np.float64) for _ in temps]
-        for rows, (logits,) in self.chunks(split, "logits"):
-            for t, dest in zip(temps, out, strict=True):
-                dest[rows] = max_softmax(logits, t)
-        return out
+    def kernel(self, logits: np.ndarray, temperature: float) -> np.ndarray:
+        return max_softmax(logits, temperature)

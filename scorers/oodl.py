@@ -46,15 +46,12 @@ import numpy as np
 from featstore.errors import UsageError
 
 from .base import Scorer
+from .neighbours import is_int
 
 FIT_SPLIT = "id/train"
 APPROX = ("none", "nystroem")
 # Parameters that decide the shared preparation (everything except nu).
 _PREP_KEYS = ("max_train", "seed", "approx", "n_components")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 class _Prep:
@@ -88,9 +85,9 @@ class OODL(Scorer):
                 or not 0.0 < float(nu) <= 1.0):
             raise UsageError(f"scorer 'oodl': nu={nu!r} must satisfy 0 < nu <= 1")
         for key in ("max_train", "n_components"):
-            if not _is_int(params[key]) or params[key] < 1:
+            if not is_int(params[key]) or params[key] < 1:
                 raise UsageError(f"scorer 'oodl': {key}={params[key]!r} must be an integer >= 1")
-        if not _is_int(params["seed"]) or params["seed"] < 0:
+        if not is_int(params["seed"]) or params["seed"] < 0:
             raise UsageError(f"scorer 'oodl': seed={params['seed']!r} must be an integer >= 0")
         if params["approx"] not in APPROX:
             raise UsageError(

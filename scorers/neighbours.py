@@ -1,0 +1,112 @@
+"""Shared machinery of the scorers that search a bank of id/train rows with FAISS (knn,
+nnguide): parameter checks, the seeded bank subsample, and the grid path that runs one search
+per chunk at the largest K of each bank setting (K values that share a FAISS search width are
+grouped by `KnnIndex.search_key`).
+
+A subclass names its bank-size parameter (`fraction_param`), builds its index from the store
+(`_build`) and turns one search per chunk into scores for several K (`_scores_for_ks`).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from featstore.errors import UsageError
+
+from .base import Scorer
+from .knn_index import INDEX_KINDS, KnnIndex, subsample_rows, subsample_size
+
+FIT_SPLIT = "id/train"
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def bank_chunks(store: Any, fraction: float, seed: int, chunk_rows: int,
+                *fields: str) -> Iterator[tuple[np.ndarray, ...]]:
+    """id/train chunks of `fields` restricted to the bank rows: all rows, or the sorted
+    `subsample_rows(N, fraction, seed)`; empty chunks are skipped."""
+    split = store.split(FIT_SPLIT)
+    rows = subsample_rows(split.num_rows, fraction, seed)
+    for sl, arrays in split.iter_chunks(*fields, chunk_rows=chunk_rows):
+        if rows is not None:
+            lo, hi = np.searchsorted(rows, [sl.start, sl.stop])
+            pick = rows[lo:hi] - sl.start
+            arrays = tuple(a[pick] for a in arrays)
+        if arrays[0].shape[0]:
+            yield arrays
+
+
+class BankScorer(Scorer):
+    """A scorer over a FAISS index of (a subsample of) id/train; see the module docstring."""
+
+    fraction_param: ClassVar[str] = "bank_fraction"
+    bank_keys: ClassVar[tuple[str, ...]] = ()
+
+    def check_params(self, params: Mapping[str, Any], store: Any = None) -> None:
+        name, fp = self.name, self.fraction_param
+        k = params["K"]
+        if not is_int(k) or k < 1:
+            raise UsageError(f"scorer {name!r}: K={k!r} must be an integer >= 1")
+        frac = params[fp]
+        if (not isinstance(frac, numbers.Real) or isinstance(frac, bool)
+                or not 0.0 < float(frac) <= 1.0):
+            raise UsageError(f"scorer {name!r}: {fp}={frac!r} must satisfy 0 < {fp} <= 1")
+        if not is_int(params["seed"]) or params["seed"] < 0:
+            raise UsageError(f"scorer {name!r}: seed={params['seed']!r} must be an integer >= 0")
+        if params["index"] not in INDEX_KINDS:
+            raise UsageError(f"scorer {name!r}: index={params['index']!r} is not one of "
+                             f"{', '.join(INDEX_KINDS)}")
+        if store is not None and store.has_split(FIT_SPLIT):
+            n = store.split(FIT_SPLIT).num_rows
+            size = subsample_size(n, float(frac))
+            if k > size:
+                raise UsageError(
+                    f"scorer {name!r}: K={k} is larger than the train bank ({size} rows: "
+                    f"{n} rows of {FIT_SPLIT} x {fp} {frac}); valid: 1 <= K <= {size}"
+                )
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _build(self, store: Any, params: Mapping[str, Any]) -> KnnIndex:
+        raise NotImplementedError
+
+    def _scores_for_ks(self, index: KnnIndex, split: Any,
+                       ks: list[int]) -> dict[int, np.ndarray]:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ shared work
+    @staticmethod
+    def search_groups(index: KnnIndex, ks: list[int]) -> list[list[int]]:
+        """K values grouped by the FAISS search they can share (one search at the group max)."""
+        groups: dict[Any, list[int]] = {}
+        for k in sorted(set(ks)):
+            groups.setdefault(index.search_key(k), []).append(k)
+        return list(groups.values())
+
+    def _fit(self, store: Any) -> None:
+        self.index = self._build(store, self.params)
+        self.bank_size = self.index.ntotal
+
+    def _score(self, split: Any) -> np.ndarray:
+        k = int(self.params["K"])
+        return self._scores_for_ks(self.index, split, [k])[k]
+
+    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+        keys = (self.fraction_param, "seed", "index")
+        full = [{**self.params, **s} for s in settings]
+        groups: dict[tuple, list[int]] = {}
+        for i, p in enumerate(full):
+            groups.setdefault(tuple(p[key] for key in keys), []).append(i)
+        out: list[np.ndarray] = [np.empty(0)] * len(settings)
+        own = tuple(self.params[key] for key in keys)
+        for key, members in groups.items():
+            index = self.index if key == own else self._build(self.store, full[members[0]])
+            scores = self._scores_for_ks(index, split, [int(full[i]["K"]) for i in members])
+            for i in members:
+                out[i] = scores[int(full[i]["K"])]
+        return out
