@@ -1,0 +1,40 @@
+"""`featstore report`: HTML + Markdown report of an evaluation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .console import out
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def report(
+        source: Annotated[Path, typer.Argument(help="A store directory or a results JSON "
+                                                     "from `featstore eval --out`.")],
+        out_: Annotated[Path, typer.Option("--out", help="HTML file to write (a Markdown "
+                                                          "twin goes beside it).")] = Path(
+            "report.html"),
+        method: Annotated[list[str] | None, typer.Option(help="Scorer; repeatable "
+                                                              "(default: all).")] = None,
+        tune: Annotated[bool, typer.Option(help="Sweep every scorer on val first and "
+                                                "plot the sweep curves.")] = False,
+        include: Annotated[list[Path] | None, typer.Option(
+            help="Extra result JSON to add (gscore evaluate, shift grid); "
+                 "repeatable.")] = None,
+        quiet: Annotated[bool, typer.Option(help="Print nothing.")] = False,
+    ) -> None:
+        """Leaderboard, ROC/PR curves, score histograms, sweep curves and provenance in one
+        self-contained HTML file (no network needed to view) plus report.md.
+
+        Example: featstore report runs/demo/store --out runs/demo/report.html
+        """
+        from featstore.report import write_report
+
+        html_path, md_path = write_report(source, out_, methods=method, tune=tune,
+                                          include=include)
+        if not quiet:
+            out.print(f"report: {html_path}  (markdown: {md_path})")

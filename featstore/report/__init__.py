@@ -1,0 +1,31 @@
+"""`featstore report`: a self-contained HTML report (plots embedded) and its Markdown twin."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .collect import ReportData, collect
+from .render import figures, leaderboard_tables, render_html, render_markdown
+
+
+def write_report(source: str | Path, out: str | Path, *, methods: list[str] | None = None,
+                 tune: bool = False, include: list[Path] | None = None) -> tuple[Path, Path]:
+    """Write `out` (HTML) and `out` with suffix .md; returns both paths. Files are written to
+    a temporary name and renamed, so a failed report leaves no half-written file."""
+    out = Path(out)
+    data = collect(Path(source), methods, tune, include)
+    figs = figures(data)
+    tables = leaderboard_tables(data)
+    md_path = out.with_suffix(".md")
+    image_dir = out.with_name(out.stem + "_files")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for path, text in ((out, render_html(data, figs, tables)),
+                       (md_path, render_markdown(data, figs, tables, image_dir))):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    return out, md_path
+
+
+__all__ = ["ReportData", "collect", "write_report"]

@@ -1,0 +1,94 @@
+"""Gather what a report shows: the evaluation result (computed from a store, or read from a
+results JSON written by `featstore eval --out`), the scores behind the curves (from the
+store's score cache), sweeps when tuned, and the provenance."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..errors import UsageError
+from ..store import Store
+
+
+@dataclass
+class ReportData:
+    """Everything the renderers need."""
+
+    result: dict[str, Any]
+    provenance: dict[str, Any]
+    scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    sweeps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    extras: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _provenance(store: Store | None, result: dict[str, Any]) -> dict[str, Any]:
+    prov: dict[str, Any] = {"report date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                            "featstore version": __version__,
+                            "store": result.get("store", "")}
+    if store is not None:
+        model = store.provenance
+        prov.update({"model": model.get("name", "?"),
+                     "architecture": model.get("architecture", "?"),
+                     "weights sha256": store.model_sha256,
+                     "store format version": store.manifest["format_version"],
+                     "store written by featstore": store.manifest["featstore_version"],
+                     "torch": model.get("torch_version", "–"),
+                     "torchvision": model.get("torchvision_version", "–"),
+                     "input transform": json.dumps(model.get("transform", {}))})
+    else:
+        prov["weights sha256"] = result.get("model_sha256", "?")
+    return prov
+
+
+def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
+            include: list[Path] | None = None) -> ReportData:
+    """Build the report data from a store directory or a results JSON file."""
+    from scorers.evaluate import ID_SPLIT, evaluate, score_splits
+
+    source = Path(source)
+    store: Store | None = None
+    sweeps: dict[str, dict[str, Any]] = {}
+    if (source / "store.json").is_file():
+        store = Store.open(source)
+        if tune:
+            from scorers.sweep import sweep, sweep_all
+
+            result = sweep_all(store, methods)
+            for name in result["methods"]:
+                sweeps[name] = sweep(store, name)
+        else:
+            result = evaluate(store, methods)
+    elif source.is_file():
+        try:
+            result = json.loads(source.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"report: {str(source)!r} is not a results JSON ({exc})") from exc
+        if not isinstance(result, dict) or "methods" not in result:
+            raise UsageError(f"report: {str(source)!r} has no 'methods'; expected the JSON "
+                             "written by `featstore eval --out`")
+        if result.get("store") and (Path(result["store"]) / "store.json").is_file():
+            store = Store.open(result["store"])
+            if store.model_sha256 != result.get("model_sha256"):
+                store = None  # the store was rebuilt since; tables only
+    else:
+        raise UsageError(f"report: {str(source)!r} is neither a store directory nor a "
+                         "results JSON file")
+    data = ReportData(result=result, provenance=_provenance(store, result), sweeps=sweeps)
+    if store is not None:
+        names = [result["id_split"] if "id_split" in result else ID_SPLIT, *result["ood_splits"]]
+        for name, res in result["methods"].items():
+            scores, _, _ = score_splits(store, name, res.get("params", {}), names)
+            data.scores[name] = scores
+    for path in include or []:
+        try:
+            data.extras.append(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"report --include {str(path)!r}: unreadable JSON ({exc})") from exc
+    return data

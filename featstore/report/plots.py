@@ -1,0 +1,123 @@
+"""Matplotlib (Agg) figures of an evaluation, returned as PNG bytes.
+
+ROC and PR curves are computed here from the scores (ID positive, higher = more ID) with the
+same tie handling as scorers.metrics: one point per distinct score value.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+DPI = 90
+
+
+def _png(fig: plt.Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def curve_points(id_scores: np.ndarray, ood_scores: np.ndarray) -> dict[str, np.ndarray]:
+    """FPR, TPR (ROC) and recall, precision (PR, ID positive) at every distinct threshold."""
+    scores = np.concatenate([id_scores, ood_scores])
+    positive = np.concatenate([np.ones(id_scores.size), np.zeros(ood_scores.size)])
+    order = np.argsort(-scores, kind="stable")
+    s, p = scores[order], positive[order]
+    last = np.r_[np.flatnonzero(np.diff(s)), s.size - 1]
+    tp = np.cumsum(p)[last]
+    fp = (last + 1) - tp
+    tpr = np.r_[0.0, tp / max(id_scores.size, 1)]
+    fpr = np.r_[0.0, fp / max(ood_scores.size, 1)]
+    precision = np.r_[1.0, tp / (tp + fp)]
+    return {"fpr": fpr, "tpr": tpr, "recall": tpr, "precision": precision}
+
+
+def roc_pr_figure(split: str, curves: Mapping[str, Mapping[str, np.ndarray]]) -> bytes:
+    """ROC and PR curves of every scorer for one OOD split, side by side."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    colors = plt.cm.tab20.colors
+    for i, (name, c) in enumerate(curves.items()):
+        style = {"color": colors[i % len(colors)], "ls": "-" if i < len(colors) else "--",
+                 "lw": 1.3, "label": name}
+        ax1.plot(c["fpr"], c["tpr"], **style)
+        ax2.plot(c["recall"], c["precision"], **style)
+    ax1.plot([0, 1], [0, 1], ls=":", c="grey", lw=0.8)
+    ax1.set(xlabel="FPR (OOD accepted)", ylabel="TPR (ID accepted)", title=f"ROC · {split}")
+    ax2.set(xlabel="recall (ID)", ylabel="precision (ID)", title=f"PR (ID positive) · {split}",
+            ylim=(0, 1.02))
+    ax2.legend(fontsize=7, ncol=2, loc="lower left")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def histogram_figure(method: str, id_name: str, id_scores: np.ndarray,
+                     ood: Mapping[str, np.ndarray]) -> bytes:
+    """ID vs OOD score histograms of one scorer, one panel per OOD split."""
+    n = len(ood)
+    cols = min(4, n)
+    rows = int(np.ceil(n / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
+    for ax, (split, scores) in zip(axes.flat, ood.items(), strict=False):
+        lo = float(min(id_scores.min(), scores.min()))
+        hi = float(max(id_scores.max(), scores.max()))
+        bins = np.linspace(lo, hi if hi > lo else lo + 1.0, 40)
+        ax.hist(id_scores, bins=bins, alpha=0.55, density=True, label=id_name, color="tab:blue")
+        ax.hist(scores, bins=bins, alpha=0.55, density=True, label="OOD", color="tab:red")
+        ax.set_title(split, fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{method}: score histograms (higher = more ID)", fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def sweep_figure(method: str, param: str, values: Sequence, metric: str,
+                 val: Sequence[float], test: Sequence[float] | None, chosen: int) -> bytes:
+    """Metric against one hyperparameter: val mean (chooses) and test mean (reported)."""
+    fig, ax = plt.subplots(figsize=(4.8, 3.2))
+    x = np.arange(len(values))
+    ax.plot(x, val, marker="o", label="val (chooses)")
+    if test is not None:
+        ax.plot(x, test, marker="s", ls="--", label="test")
+    ax.axvline(chosen, c="green", ls=":", lw=1)
+    ax.set_xticks(x, [str(v) for v in values], fontsize=7)
+    ax.set(xlabel=param, ylabel=metric, title=f"{method}: {metric} vs {param}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def heatmap_figure(title: str, grid: np.ndarray, row_label: str, col_label: str) -> bytes:
+    """An L x L grid of a metric (NaN = N/A cell)."""
+    fig, ax = plt.subplots(figsize=(4.6, 4.0))
+    im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", origin="lower")
+    for (i, j), v in np.ndenumerate(grid):
+        ax.text(j, i, "N/A" if np.isnan(v) else f"{v:.0f}", ha="center", va="center",
+                fontsize=6, color="white")
+    ax.set(xlabel=col_label, ylabel=row_label, title=title)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    return _png(fig)
+
+
+def scatter_figure(title: str, x: Sequence[float], y: Sequence[float], xlabel: str,
+                   ylabel: str, line: tuple[float, float] | None = None) -> bytes:
+    """Scatter with an optional regression line y = a x + b."""
+    fig, ax = plt.subplots(figsize=(4.8, 3.6))
+    ax.scatter(x, y, s=10, alpha=0.7)
+    if line is not None and len(x):
+        xs = np.linspace(min(x), max(x), 50)
+        ax.plot(xs, line[0] * xs + line[1], c="tab:red", lw=1.2)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+    return _png(fig)

@@ -1,0 +1,193 @@
+"""Render a ReportData as one self-contained HTML file (PNG plots embedded as data URIs, no
+network needed) and a Markdown twin whose images sit in `<name>_files/`."""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import plots
+from .collect import ReportData
+
+METRIC_COLUMNS = (("auroc", "AUROC", max), ("fpr95", "FPR95", min),
+                  ("aupr_in", "AUPR-IN", max), ("aupr_out", "AUPR-OUT", max))
+
+
+@dataclass
+class Figure:
+    section: str
+    caption: str
+    png: bytes
+    slug: str
+
+
+@dataclass
+class Table:
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    best: set[tuple[int, int]]          # (row, column) cells to highlight
+
+
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
+def _best_cells(rows: list[list[Any]], columns: dict[int, Any]) -> set[tuple[int, int]]:
+    best = set()
+    for col, fn in columns.items():
+        values = [r[col] for r in rows if isinstance(r[col], float) and not math.isnan(r[col])]
+        if values:
+            target = fn(values)
+            best |= {(i, col) for i, r in enumerate(rows) if r[col] == target}
+    return best
+
+
+def leaderboard_tables(data: ReportData) -> list[Table]:
+    """Group leaderboard (one row per scorer) and per-split table."""
+    res = data.result
+    methods = res["methods"]
+    groups = sorted({g for r in methods.values() for g in r["groups"]})
+    header = ["scorer"]
+    for g in groups:
+        header += [f"{g} {label}" for _, label, _ in METRIC_COLUMNS]
+    header += ["ID acc", "misclf AUROC", "fit+score s", "setting"]
+    raw: list[list[Any]] = []
+    for name, r in methods.items():
+        row: list[Any] = [name]
+        for g in groups:
+            row += [r["groups"].get(g, {}).get(m, float("nan")) for m, _, _ in METRIC_COLUMNS]
+        setting = r.get("chosen", r.get("params", {}))
+        row += [res.get("id_acc", float("nan")), r.get("misclassification_auroc", float("nan")),
+                "cached" if r.get("cached") else r.get("fit_seconds", 0.0)
+                + r.get("score_seconds", 0.0),
+                ", ".join(f"{k}={v}" for k, v in (setting or {}).items()) or "default"]
+        raw.append(row)
+    cols = {1 + gi * len(METRIC_COLUMNS) + mi: fn for gi in range(len(groups))
+            for mi, (_, _, fn) in enumerate(METRIC_COLUMNS)}
+    cols[len(header) - 3] = max
+    title = "Leaderboard (tuned on val)" if res.get("tuned") else "Leaderboard"
+    group_table = Table(f"{title}: group means vs {res.get('id_split', 'id/test')}", header,
+                        [[_fmt(v) for v in row] for row in raw], _best_cells(raw, cols))
+    split_header = ["scorer"] + [f"{s} {label}" for s in res["ood_splits"]
+                                 for m, label, _ in METRIC_COLUMNS[:2]]
+    split_raw = [[name] + [r["splits"][s][m] for s in res["ood_splits"]
+                           for m, _, _ in METRIC_COLUMNS[:2]] for name, r in methods.items()]
+    split_cols = {1 + i: (max if i % 2 == 0 else min)
+                  for i in range(2 * len(res["ood_splits"]))}
+    split_table = Table("Per split: AUROC / FPR95", split_header,
+                        [[_fmt(v) for v in row] for row in split_raw],
+                        _best_cells(split_raw, split_cols))
+    return [group_table, split_table]
+
+
+def figures(data: ReportData) -> list[Figure]:
+    """Every plot of the report, in order."""
+    out: list[Figure] = []
+    res = data.result
+    id_name = res.get("id_split", "id/test")
+    if data.scores:
+        for split in res["ood_splits"]:
+            curves = {m: plots.curve_points(s[id_name], s[split]) for m, s in data.scores.items()}
+            out.append(Figure("ROC and PR curves", split, plots.roc_pr_figure(split, curves),
+                              f"curves_{split.replace('/', '_')}"))
+        for method, s in data.scores.items():
+            ood = {split: s[split] for split in res["ood_splits"]}
+            out.append(Figure("Score histograms", method,
+                              plots.histogram_figure(method, id_name, s[id_name], ood),
+                              f"hist_{method}"))
+    for method, sw in data.sweeps.items():
+        settings = sw["settings"]
+        if len(settings) < 2:
+            continue
+        metric = sw["select_by"]
+        for param in sw["grid"]:
+            values = [s["setting"].get(param) for s in settings]
+            val = [s["val"]["mean"][metric] for s in settings]
+            test = None
+            if all(s.get("test") for s in settings):
+                test = [sum(g[metric] for g in s["test"]["groups"].values())
+                        / len(s["test"]["groups"]) for s in settings]
+            out.append(Figure("Sweep curves", f"{method}: {param}",
+                              plots.sweep_figure(method, param, values, metric, val, test,
+                                                 sw["chosen"]["index"]),
+                              f"sweep_{method}_{param}"))
+    return out
+
+
+def _table_html(t: Table, table_id: str) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in t.header)
+    body = []
+    for i, row in enumerate(t.rows):
+        cells = "".join(
+            f"<td class=\"{'best' if (i, j) in t.best else ''}\">{html.escape(c)}</td>"
+            for j, c in enumerate(row))
+        body.append(f"<tr>{cells}</tr>")
+    return (f"<h2>{html.escape(t.title)}</h2><table id=\"{table_id}\"><thead><tr>{head}</tr>"
+            f"</thead><tbody>{''.join(body)}</tbody></table>")
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}
+table{border-collapse:collapse;font-size:12px;margin-bottom:16px}
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:right}th{background:#f2f2f2}
+td:first-child,th:first-child{text-align:left}td.best{background:#d8f5d0;font-weight:bold}
+figure{display:inline-block;margin:6px}figcaption{font-size:11px;color:#555}
+img{max-width:100%}"""
+
+_CHECK_JS = """window.addEventListener('load', function () {
+  var imgs = document.images, ok = 0;
+  for (var i = 0; i < imgs.length; i++) { if (imgs[i].complete && imgs[i].naturalWidth > 0) ok++; }
+  document.body.setAttribute('data-images-ok', ok + '/' + imgs.length);
+});"""
+
+
+def render_html(data: ReportData, figs: list[Figure], tables: list[Table]) -> str:
+    parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>featstore report"
+             f"</title><style>{_CSS}</style></head><body><h1>featstore report</h1>"]
+    prov = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
+                   for k, v in data.provenance.items())
+    parts.append(f"<h2>Provenance</h2><table id=\"provenance\">{prov}</table>")
+    for i, t in enumerate(tables):
+        parts.append(_table_html(t, "leaderboard" if i == 0 else f"table{i}"))
+    skipped = data.result.get("skipped") or {}
+    if skipped:
+        parts.append("<p>Skipped: " + "; ".join(html.escape(f"{k}: {v}")
+                                                for k, v in skipped.items()) + "</p>")
+    section = None
+    for f in figs:
+        if f.section != section:
+            section = f.section
+            parts.append(f"<h2>{html.escape(section)}</h2>")
+        b64 = base64.b64encode(f.png).decode("ascii")
+        parts.append(f"<figure><img alt=\"{html.escape(f.caption)}\" "
+                     f"src=\"data:image/png;base64,{b64}\"><figcaption>"
+                     f"{html.escape(f.caption)}</figcaption></figure>")
+    parts.append(f"<script>{_CHECK_JS}</script></body></html>")
+    return "\n".join(parts)
+
+
+def render_markdown(data: ReportData, figs: list[Figure], tables: list[Table],
+                    image_dir: Path) -> str:
+    lines = ["# featstore report", "", "## Provenance", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in data.provenance.items()]
+    for t in tables:
+        lines += ["", f"## {t.title}", "", "| " + " | ".join(t.header) + " |",
+                  "|" + "---|" * len(t.header)]
+        for i, row in enumerate(t.rows):
+            lines.append("| " + " | ".join(f"**{c}**" if (i, j) in t.best else c
+                                           for j, c in enumerate(row)) + " |")
+    section = None
+    image_dir.mkdir(parents=True, exist_ok=True)
+    for f in figs:
+        if f.section != section:
+            section = f.section
+            lines += ["", f"## {section}", ""]
+        (image_dir / f"{f.slug}.png").write_bytes(f.png)
+        lines.append(f"![{f.caption}]({image_dir.name}/{f.slug}.png)")
+    return "\n".join(lines) + "\n"

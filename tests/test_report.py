@@ -1,0 +1,101 @@
+"""`featstore report`: the HTML report and its Markdown twin, checked as a person would see
+them: the demo's report rendered in a real headless Chromium (page loads, no console errors,
+every image decodes, one leaderboard row per scorer, a non-blank screenshot). References:
+the evaluation result the report was built from, PIL for decoding images."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from cli.app import main
+from featstore.report import write_report
+from scorers.evaluate import evaluate
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync"]
+
+
+def _embedded_images(html: str) -> list[Image.Image]:
+    out = []
+    for b64 in re.findall(r'src="data:image/png;base64,([^"]+)"', html):
+        im = Image.open(io.BytesIO(base64.b64decode(b64)))
+        im.load()
+        out.append(im)
+    return out
+
+
+def test_report_from_a_store_has_tables_plots_and_markdown(structured_store, tmp_path):
+    html_path, md_path = write_report(structured_store.path, tmp_path / "r.html",
+                                      methods=["msp", "vim", "knn"])
+    html = html_path.read_text()
+    result = evaluate(structured_store, ["msp", "vim", "knn"])
+    table = html.split('<table id="leaderboard">')[1].split("</table>")[0]
+    assert table.count("<tr>") == 1 + 3                       # header + one row per scorer
+    vim_auroc = result["methods"]["vim"]["groups"]["far"]["auroc"]
+    assert f"{vim_auroc:.2f}" in table
+    assert "weights sha256" in html and structured_store.model_sha256 in html
+    images = _embedded_images(html)
+    # 2 OOD test splits x ROC/PR + 3 histogram figures
+    assert len(images) == 2 + 3 and all(im.size[0] > 100 for im in images)
+    md = md_path.read_text()
+    assert "| scorer |" in md and md.count("![") == 5
+    for link in re.findall(r"\]\(([^)]+\.png)\)", md):
+        assert (md_path.parent / link).is_file()
+
+
+def test_report_from_results_json_and_bad_source(structured_store, tmp_path, capsys):
+    result = evaluate(structured_store, ["energy"])
+    (tmp_path / "results.json").write_text(json.dumps(result))
+    html_path, _ = write_report(tmp_path / "results.json", tmp_path / "r.html")
+    assert "energy" in html_path.read_text()
+    try:
+        main(["report", str(tmp_path / "nothing"), "--out", str(tmp_path / "x.html")])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err
+    assert code == 2 and "neither a store directory nor a results JSON" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.html").exists()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (make test "
+                                              "installs it)")
+def test_demo_report_in_headless_chromium(demo_dir, tmp_path):
+    """The page loads without console errors, every image decodes, the leaderboard has one
+    row per evaluated scorer, and a screenshot is not blank."""
+    html_path, _ = write_report(demo_dir / "store", tmp_path / "report.html")
+    url = html_path.resolve().as_uri()
+    profile = tmp_path / "profile"
+    dom = subprocess.run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={profile}",
+                          "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000",
+                          "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    console = [ln for ln in dom.stderr.splitlines() if "CONSOLE" in ln]
+    assert not [ln for ln in console if "error" in ln.lower()], console
+    ok = re.search(r'data-images-ok="(\d+)/(\d+)"', dom.stdout)
+    assert ok is not None, "the page's load handler did not run"
+    decoded, total = int(ok.group(1)), int(ok.group(2))
+    assert total > 0 and decoded == total
+    result = evaluate(__import__("featstore").Store.open(demo_dir / "store"))
+    table = dom.stdout.split('<table id="leaderboard">')[1].split("</table>")[0]
+    assert table.count("<tr>") == 1 + len(result["methods"])
+    shot = tmp_path / "shot.png"
+    run = subprocess.run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={profile}",
+                          f"--screenshot={shot}", "--window-size=1400,2000",
+                          "--virtual-time-budget=10000", url],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and shot.is_file(), run.stderr[-2000:]
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=np.float64)
+    assert pixels.std() > 10.0 and (pixels < 128).mean() > 0.01   # text and plots drawn
