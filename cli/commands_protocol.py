@@ -1,0 +1,437 @@
+"""`featstore protocol ...`: evaluation protocols from the literature (OSR splits, WordNet /
+tier class assignment, shift-level grids, image-list conversion)."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from featstore.errors import UsageError
+
+from .commands_score import parse_params
+from .commands_train import train_progress
+from .console import err, out, print_json
+
+protocol_app = typer.Typer(help="Evaluation protocols from the literature: OSR splits, WordNet "
+                                "class assignment, shift-level grids, image-list conversion.",
+                           no_args_is_help=True)
+
+_OSR_COLUMNS = (("auroc", "AUROC↑"), ("fpr95", "FPR95↓"), ("aupr_in", "AUPR-IN↑"),
+                ("aupr_out", "AUPR-OUT↑"), ("id_acc", "ID-ACC↑"))
+
+
+def _pm(stat: dict[str, float]) -> str:
+    if stat["n"] == 0 or math.isnan(stat["mean"]):
+        return "–"
+    return f"{stat['mean']:.2f} ± {stat['std']:.2f}"
+
+
+def _method_params(items: list[str] | None) -> dict[str, dict[str, Any]]:
+    from scorers import REGISTRY
+
+    params: dict[str, dict[str, Any]] = {}
+    for key, value in parse_params(items).items():
+        name, dot, p = key.partition(".")
+        if not dot or name not in REGISTRY:
+            raise UsageError(f"--param {key!r}: expected <method>.<param>=<value> with a "
+                             "registered method")
+        params.setdefault(name, {})[p] = value
+    return params
+
+
+@protocol_app.command()
+def osr(
+    data: Annotated[str, typer.Option(help="'digits' (the demo digits, 10 classes), an "
+                                           "ImageFolder directory or an image list.")],
+    out_: Annotated[Path, typer.Option("--out", help="Output directory.")],
+    ratios: Annotated[str, typer.Option(help="Closed/open class ratios.")] = "7/3,6/4,5/5",
+    seeds: Annotated[int, typer.Option(help="Random class divisions per ratio.")] = 5,
+    methods: Annotated[str, typer.Option(help="Comma-separated scorers.")] = "msp,vim,knn",
+    arch: Annotated[str | None, typer.Option(help="Architecture (default: the demo ResNet for "
+                                                  "digits, else resnet50).")] = None,
+    epochs: Annotated[int | None, typer.Option(help="Epochs (default 6 for digits, else "
+                                                    "100).")] = None,
+    lr: Annotated[float | None, typer.Option(help="SGD lr (default 0.05 for digits, else "
+                                                  "0.01).")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Batch size (default 32 for digits, "
+                                                        "else 128).")] = None,
+    augment: Annotated[str | None, typer.Option(help="none | flip | crop | flip+crop (default "
+                                                     "crop for digits, else flip+crop).")] = None,
+    image_size: Annotated[int | None, typer.Option(help="Resize and crop side for file "
+                                                        "data.")] = None,
+    root: Annotated[Path | None, typer.Option(help="Image root of an image-list --data.")] = None,
+    param: Annotated[list[str] | None, typer.Option(help="method.k=v scorer parameter.")] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda[:N]")] = "auto",
+    json_: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No progress output.")] = False,
+) -> None:
+    """Open-set recognition: random closed/open class divisions per ratio and seed; train `ce`
+    on the closed classes, extract, evaluate; mean ± std over divisions (remote-sensing OOD
+    benchmark, Wang et al. 2024).
+
+    Example: featstore protocol osr --data digits --ratios 7/3,6/4,5/5 --seeds 5 --out runs/osr
+    """
+    from featstore.protocols.osr import OsrOptions, parse_ratios, run_osr
+    from featstore.training.trainer import TrainConfig
+
+    ratio_list = parse_ratios(ratios)
+    method_list = tuple(m.strip() for m in methods.split(",") if m.strip())
+    from scorers import REGISTRY
+
+    for m in method_list:
+        if m not in REGISTRY:
+            raise UsageError(f"--methods: unknown scorer {m!r} (valid: {', '.join(REGISTRY)})")
+    digits = data == "digits"
+    def pick(value: Any, for_digits: Any, otherwise: Any) -> Any:
+        return value if value is not None else (for_digits if digits else otherwise)
+
+    config = TrainConfig(epochs=pick(epochs, 6, 100), batch_size=pick(batch_size, 32, 128),
+                         lr=pick(lr, 0.05, 0.01), augment=pick(augment, "crop", "flip+crop"),
+                         device=device)
+    config.validate()
+    options = OsrOptions(seeds=seeds, arch=arch, methods=method_list,
+                         params=_method_params(param), device=device, image_size=image_size)
+    show = not quiet and not json_
+    start = time.perf_counter()
+    result = run_osr(data, ratio_list, out_, config, options, root=root,
+                     log=(lambda m: err.print(m, highlight=False)) if show else None,
+                     train_progress=(lambda label: train_progress(True, label)) if show else None)
+    result["seconds"] = time.perf_counter() - start
+    if json_:
+        print_json(result)
+        return
+    table = Table(title=f"OSR on {result['data']} ({result['arch']}): mean ± std over "
+                        f"{seeds} class divisions, in %", header_style="bold", show_edge=False)
+    table.add_column("split")
+    table.add_column("method")
+    for _, label in _OSR_COLUMNS:
+        table.add_column(label, justify="right")
+    for key, r in result["ratios"].items():
+        for m, stats in r["summary"].items():
+            table.add_row(f"{key} ({r['closed_classes']}/{r['open_classes']})", m,
+                          *[_pm(stats[k]) for k, _ in _OSR_COLUMNS])
+    out.print(table)
+    out.print(f"results: {out_ / 'results.json'}  ({result['seconds']:.1f} s)")
+
+
+def _read_classes(source: str) -> list[str]:
+    from featstore.protocols.wordnet import read_class_list
+
+    return read_class_list(source)
+
+
+@protocol_app.command()
+def wordnet(
+    id_classes: Annotated[str, typer.Option(help="ID label set: a class-per-line file or an "
+                                                 "ImageFolder directory.")],
+    candidates: Annotated[str, typer.Option(help="Candidate classes (file or ImageFolder).")],
+    mapping: Annotated[Path | None, typer.Option(help="'class synset [synset ...]' lines for "
+                                                      "names WordNet cannot resolve.")] = None,
+    auto_map: Annotated[bool, typer.Option(help="Map other names to their first noun "
+                                                "sense.")] = False,
+    threshold: Annotated[list[float] | None, typer.Option(
+        help="Threshold(s) T; repeatable (default 0.40, 0.45, 0.50 = T40, T45, T50).")] = None,
+    rule: Annotated[str, typer.Option(help="distance (ID when 1 - sim <= T, FACETS) | "
+                                           "similarity (ID when sim >= T)")] = "distance",
+    images: Annotated[str | None, typer.Option(help="Candidate images: ImageFolder or an image "
+                                                    "list indexing --candidates.")] = None,
+    images_root: Annotated[Path | None, typer.Option(help="Root of an --images list.")] = None,
+    base_spec: Annotated[Path | None, typer.Option(help="Spec whose splits the written specs "
+                                                        "extend.")] = None,
+    out_: Annotated[Path | None, typer.Option("--out", help="Output directory.")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """FACETS WordNet class assignment: similarity (mean of path, normalised Leacock-Chodorow and
+    Wu-Palmer, max over ID classes) of every candidate class to the ID label set, and its ID/OOD
+    assignment at each threshold; writes assignment files, image lists and specs with --out.
+
+    Example: featstore protocol wordnet --id-classes places.txt --candidates imagenet_wnids.txt
+    --mapping places_synsets.txt --images imagenet/train --base-spec places.toml --out wn
+    """
+    from featstore.protocols import wordnet as wnp
+
+    thresholds = threshold or list(wnp.DEFAULT_THRESHOLDS)
+    for t in thresholds:
+        wnp.assign_threshold([], t, rule)
+    if base_spec is not None and images is None:
+        raise UsageError("--base-spec needs --images (the candidate images to assign)")
+    id_list, cand_list = _read_classes(id_classes), _read_classes(candidates)
+    user_map = wnp.read_mapping(mapping) if mapping else None
+    wn = wnp.load_wordnet()
+    id_map = wnp.resolve_classes(id_list, user_map, auto_map, wn)
+    cand_map = wnp.resolve_classes(cand_list, user_map, auto_map, wn)
+    scores = wnp.score_candidates(cand_map, id_map)
+    assignments = {wnp.threshold_tag(t): wnp.assign_threshold(scores, t, rule) for t in thresholds}
+    files: dict[str, Any] = {}
+    if out_ is not None:
+        out_.mkdir(parents=True, exist_ok=True)
+        (out_ / "similarity.tsv").write_text(
+            "class\tsynset\tsim\tpath\tlch_norm\twup\tnearest_id_class\tnearest_synset\n"
+            + "".join(f"{s.name}\t{s.synset}\t{s.sim:.6f}\t{s.path:.6f}\t{s.lch_norm:.6f}\t"
+                      f"{s.wup:.6f}\t{s.nearest}\t{s.nearest_synset}\n" for s in scores),
+            encoding="utf-8")
+        imgs = wnp.candidate_images(images, cand_list, images_root) if images else None
+        for tag, assignment in assignments.items():
+            files[tag] = wnp.write_assignment(out_, tag, assignment, imgs, base_spec)
+    result = {
+        "rule": rule, "thresholds": {wnp.threshold_tag(t): t for t in thresholds},
+        "id_classes": {"mapped": len(id_map.synsets), "unmapped": id_map.unmapped,
+                       "how": id_map.how},
+        "candidates": {"mapped": len(cand_map.synsets), "unmapped": cand_map.unmapped,
+                       "how": cand_map.how},
+        "scores": [s.__dict__ for s in scores],
+        "assignments": assignments, "files": files,
+    }
+    if json_:
+        print_json(result)
+        return
+    table = Table(title=f"WordNet assignment ({rule} rule): sim = mean(path, LCH/max, Wu-Palmer)"
+                        ", max over ID classes", header_style="bold", show_edge=False)
+    for col in ("candidate", "synset", "sim", "nearest ID class", *assignments):
+        table.add_column(col, justify="right" if col == "sim" else "left")
+    for s in sorted(scores, key=lambda s: -s.sim):
+        table.add_row(s.name, s.synset, f"{s.sim:.3f}", f"{s.nearest} ({s.nearest_synset})",
+                      *[a[s.name] for a in assignments.values()])
+    out.print(table)
+    for tag, a in assignments.items():
+        n_id = sum(v == "id" for v in a.values())
+        out.print(f"{tag}: {n_id} candidate classes ID, {len(a) - n_id} OOD")
+    for what, m in (("ID", id_map), ("candidate", cand_map)):
+        if m.unmapped:
+            err.print(f"unmapped {what} classes ({len(m.unmapped)}): {', '.join(m.unmapped)} "
+                      "(map them with --mapping or --auto-map)", highlight=False)
+
+
+@protocol_app.command()
+def tiers(
+    tiers_file: Annotated[Path, typer.Option("--tiers", help="'class tier' lines, tier 0-3.")],
+    images: Annotated[str | None, typer.Option(help="Candidate images: ImageFolder or an image "
+                                                    "list indexing the tier file's "
+                                                    "classes.")] = None,
+    images_root: Annotated[Path | None, typer.Option(help="Root of an --images list.")] = None,
+    base_spec: Annotated[Path | None, typer.Option(help="Spec the written specs extend.")] = None,
+    out_: Annotated[Path | None, typer.Option("--out", help="Output directory.")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """FACETS OODness tiers: T1 (tiers 0-1 ID, 2-3 OOD) and T2 (tiers 0-2 ID, 3 OOD).
+
+    Example: featstore protocol tiers --tiers sun397_tiers.txt --images sun397/ --base-spec
+    places.toml --out facets
+    """
+    from featstore.protocols import wordnet as wnp
+
+    if base_spec is not None and images is None:
+        raise UsageError("--base-spec needs --images (the candidate images to assign)")
+    tier_map = wnp.read_tiers(tiers_file)
+    assignments = {v: wnp.assign_tiers(tier_map, v) for v in wnp.TIERS}
+    files: dict[str, Any] = {}
+    if out_ is not None:
+        imgs = wnp.candidate_images(images, list(tier_map), images_root) if images else None
+        for tag, a in assignments.items():
+            files[tag] = wnp.write_assignment(out_, tag, a, imgs, base_spec)
+    if json_:
+        print_json({"tiers": tier_map, "assignments": assignments, "files": files})
+        return
+    for tag, a in assignments.items():
+        n_id = sum(v == "id" for v in a.values())
+        out.print(f"{tag}: {n_id} classes ID, {len(a) - n_id} OOD")
+
+
+def _fmt(v: float | None) -> str:
+    return "N/A" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}"
+
+
+@protocol_app.command("shift-grid")
+def shift_grid_cmd(
+    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    method: Annotated[list[str], typer.Option(help="Scorer; repeatable.")],
+    metric: Annotated[str, typer.Option(help="Metric of the grid and the table.")] = "auroc",
+    levels: Annotated[int, typer.Option(help="Levels per axis (degrees binning).")] = 8,
+    binning: Annotated[str, typer.Option(help="equal | quantile")] = "equal",
+    min_count: Annotated[int, typer.Option(help="Cells with fewer samples are N/A.")] = 10,
+    degrees: Annotated[Path | None, typer.Option(help="Per-row shift degrees (.npz from "
+                                                      "shift-degrees).")] = None,
+    param: Annotated[list[str] | None, typer.Option(help="method.k=v scorer parameter.")] = None,
+    no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """IS-OOD shift-level grid: a metric per (covariate, semantic) level cell against id/test,
+    per-level means and correlation/sensitivity per scorer (IS-OOD Table 1 layout). Cells come
+    from `ood/shift/cov<c>_sem<s>/...` splits, else from per-row degrees.
+
+    Example: featstore protocol shift-grid runs/isood --method msp --method knn --metric auroc
+    """
+    from featstore import Store
+    from featstore.protocols.shift import load_degrees, shift_grid
+    from scorers.metrics import OOD_METRIC_NAMES
+
+    if metric not in OOD_METRIC_NAMES:
+        raise UsageError(f"--metric {metric!r}: expected one of {', '.join(OOD_METRIC_NAMES)}")
+    if min_count < 1:
+        raise UsageError(f"--min-count {min_count}: must be >= 1")
+    params = _method_params(param)
+    deg = load_degrees(degrees) if degrees is not None else None
+    results = []
+    with Store.open(store) as st:
+        for m in method:
+            results.append(shift_grid(st, m, params.get(m), levels, binning, min_count, deg,
+                                      use_cache=not no_cache))
+    payload = [{"method": r["method"], "source": r["source"], "splits": r["splits"],
+                "edges": r["edges"], **r["grid"].to_json(),
+                "level_means": {a: [None if math.isnan(x) else float(x)
+                                    for x in r["grid"].level_means(metric, a)]
+                                for a in ("semantic", "covariate")},
+                "sensitivity": r["grid"].sensitivity(metric)} for r in results]
+    if json_:
+        print_json({"metric": metric, "results": payload})
+        return
+    for r in results:
+        grid = r["grid"]
+        t = Table(title=f"{r['method']}: {metric} per cell (rows: covariate level, columns: "
+                        f"semantic level; N/A: < {min_count} samples)", header_style="bold",
+                  show_edge=False)
+        t.add_column("")
+        for s in range(grid.levels):
+            t.add_column(f"sem_{s}", justify="right")
+        t.add_column("mean", justify="right")
+        cov_means = grid.level_means(metric, "covariate")
+        for c in range(grid.levels):
+            t.add_row(f"cov_{c}", *[_fmt(float(grid.values[metric][c, s]))
+                                    for s in range(grid.levels)], _fmt(float(cov_means[c])))
+        t.add_row("mean", *[_fmt(float(v)) for v in grid.level_means(metric, "semantic")], "")
+        out.print(t)
+    t = Table(title=f"correlation / sensitivity of {metric} with the shift level (IS-OOD "
+                    "Table 1)", header_style="bold", show_edge=False)
+    t.add_column("method")
+    for col in ("semantic corr", "semantic sens", "covariate corr", "covariate sens"):
+        t.add_column(col, justify="right")
+    for p in payload:
+        s = p["sensitivity"]
+        t.add_row(p["method"], _fmt(s["semantic"]["correlation"]),
+                  _fmt(s["semantic"]["sensitivity"]), _fmt(s["covariate"]["correlation"]),
+                  _fmt(s["covariate"]["sensitivity"]))
+    out.print(t)
+
+
+@protocol_app.command("shift-degrees")
+def shift_degrees_cmd(
+    store: Annotated[Path, typer.Argument(help="Reference store (e.g. CLIP image features).")],
+    out_: Annotated[Path, typer.Option("--out", help="Degrees file to write (.npz).")],
+    laid: Annotated[Path | None, typer.Option(help="LAID matrix (.npy from laid-fit).")] = None,
+    sem_dims: Annotated[str | None, typer.Option(help="Semantic feature dims START:END "
+                                                      "(without --laid).")] = None,
+    cov_dims: Annotated[str | None, typer.Option(help="Covariate feature dims "
+                                                      "START:END.")] = None,
+    k: Annotated[int, typer.Option(help="k-th nearest ID neighbour (IS-OOD code: 10).")] = 1,
+    id_split: Annotated[str, typer.Option(help="ID reference split.")] = "id/train",
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Per-row semantic and covariate shift degrees of every OOD test split: cosine distance to
+    the k-th nearest ID row in each subspace (FAISS). Use with `shift-grid --degrees`.
+
+    Example: featstore protocol shift-degrees runs/clip --laid W.npy --k 10 --out degrees.npz
+    """
+    from featstore import Store
+    from featstore.protocols.shift import parse_dims, save_degrees, store_degrees
+
+    w = None
+    if laid is not None:
+        if not laid.is_file():
+            raise UsageError(f"--laid {str(laid)!r}: file not found")
+        w = np.load(laid)
+    with Store.open(store) as st:
+        deg = store_degrees(st, w, parse_dims(sem_dims), parse_dims(cov_dims), k, id_split)
+    save_degrees(out_, deg)
+    summary = {n: {"rows": int(len(v)), "semantic_mean": float(v[:, 0].mean()),
+                   "covariate_mean": float(v[:, 1].mean())} for n, v in deg.items()}
+    if json_:
+        print_json({"out": str(out_), "splits": summary})
+    else:
+        for n, s in summary.items():
+            out.print(f"{n}: {s['rows']} rows, mean semantic {s['semantic_mean']:.4f}, "
+                      f"covariate {s['covariate_mean']:.4f}", highlight=False)
+        out.print(f"wrote {out_}")
+
+
+@protocol_app.command("laid-fit")
+def laid_fit(
+    standard: Annotated[Path, typer.Option(help="(N, l) .npy text features of standard texts.")],
+    semantic_shift: Annotated[Path, typer.Option(help="(N, l) .npy: semantic-shift texts.")],
+    covariate_shift: Annotated[Path, typer.Option(help="(N, l) .npy: covariate-shift texts.")],
+    out_: Annotated[Path, typer.Option("--out", help="LAID matrix to write (.npy).")],
+    margin: Annotated[float, typer.Option(help="Triplet margin alpha.")] = 0.5,
+    orth_weight: Annotated[float, typer.Option(help="Weight of ||W^T W - I||^2.")] = 1.0,
+    steps: Annotated[int, typer.Option(help="Adam steps.")] = 500,
+    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 0.01,
+    seed: Annotated[int, typer.Option(help="Seed of the batch sampling.")] = 0,
+) -> None:
+    """Learn the LAID decomposition matrix W (IS-OOD) from text-feature triplets; apply it to
+    image features with `shift-degrees --laid`.
+
+    Example: featstore protocol laid-fit --standard st.npy --semantic-shift ss.npy
+    --covariate-shift cs.npy --out W.npy
+    """
+    from featstore.protocols.shift import LaidConfig, fit_laid
+
+    arrays = []
+    for p in (standard, semantic_shift, covariate_shift):
+        if not p.is_file():
+            raise UsageError(f"{str(p)!r}: file not found")
+        arrays.append(np.load(p))
+    w = fit_laid(*arrays, LaidConfig(margin=margin, orth_weight=orth_weight, lr=lr, steps=steps,
+                                     seed=seed))
+    out_.parent.mkdir(parents=True, exist_ok=True)
+    np.save(out_, w)
+    orth = float(np.linalg.norm(w.T @ w - np.eye(len(w))))
+    out.print(f"wrote {out_}  ({w.shape[0]} x {w.shape[1]}, ||W^T W - I||_F = {orth:.4f})")
+
+
+@protocol_app.command()
+def lists2spec(
+    directory: Annotated[Path, typer.Argument(help="Directory of image lists (*.txt).")],
+    root: Annotated[Path, typer.Option(help="Image root the list paths are relative to.")],
+    out_: Annotated[Path, typer.Option("--out", help="Spec file to write (TOML).")],
+    id_name: Annotated[str | None, typer.Option("--id", help="ID dataset name (default: each "
+                                                             "list's parent directory).")] = None,
+    root_map: Annotated[list[str] | None, typer.Option(
+        help="TOPDIR=PATH: image root for the lists under DIR/TOPDIR; repeatable.")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Turn a directory of OpenOOD (`path label`), IS-OOD (`cov_<c>_sem_<s>.txt`) and FACETS
+    (`<0|1> <source> <class> <path>`) image lists into a benchmark spec (rules: README).
+
+    Example: featstore protocol lists2spec benchmark_imglist/cifar10 --root images_classic
+    --out cifar10.toml
+    """
+    from featstore.protocols.lists import lists_to_spec
+
+    mapping: dict[str, str] = {}
+    for item in root_map or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise UsageError(f"--root-map {item!r}: expected TOPDIR=PATH")
+        mapping[key] = value
+    if not root.is_dir():
+        raise UsageError(f"--root {str(root)!r}: directory not found")
+    result = lists_to_spec(directory, root, out_, id_name, mapping)
+    if json_:
+        print_json(result)
+        return
+    table = Table(title=f"{out_}", header_style="bold", show_edge=False)
+    for col in ("split", "usage", "rows", "rule", "lists"):
+        table.add_column(col, justify="right" if col == "rows" else "left")
+    for s in result["splits"]:
+        table.add_row(s["name"], s["usage"], str(s["rows"]), s["rule"],
+                      ", ".join(Path(p).name for p in s["lists"]))
+    out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(protocol_app, name="protocol")
+

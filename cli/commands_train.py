@@ -1,0 +1,105 @@
+"""`featstore train`: train a model on a spec's id/train split and write a checkpoint."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from .commands_score import parse_params
+from .console import err, out, print_json
+
+
+@contextmanager
+def train_progress(enabled: bool = True, label: str = "train") -> Iterator[Any]:
+    """A callback for `featstore.training.trainer.train`: one bar over all steps on stderr,
+    with epoch, running loss and accuracy (and any method metrics)."""
+    if not enabled:
+        yield None
+        return
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[status]}"), TimeRemainingColumn(),
+                        console=err, transient=False)
+    state: dict[str, Any] = {}
+
+    def update(event: dict[str, Any]) -> None:
+        total = event["epochs"] * event["batches"]
+        done = (event["epoch"] - 1) * event["batches"] + event["batch"]
+        extra = "".join(f"  {k} {v:.3g}" for k, v in event.items()
+                        if k not in ("epoch", "epochs", "batch", "batches", "loss", "acc", "lr")
+                        and isinstance(v, int | float))
+        status = (f"epoch {event['epoch']}/{event['epochs']}  loss {event['loss']:.4f}  "
+                  f"acc {event['acc']:.1f}%{extra}")
+        if "task" not in state:
+            state["task"] = progress.add_task(label, total=total, status=status)
+        progress.update(state["task"], completed=done, total=total, status=status)
+
+    with progress:
+        yield update
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def train(
+        arch: Annotated[str, typer.Option(help="torchvision architecture or module:callable "
+                                               "taking num_classes=.")],
+        spec: Annotated[Path, typer.Option(help="Benchmark spec (TOML); trains on id/train.")],
+        out_: Annotated[Path, typer.Option("--out", help="Checkpoint file to write.")],
+        method: Annotated[str, typer.Option(
+            help="Training method: ce, logitnorm, confbranch, godin, oe, mcd, mcdropout "
+                 "(oe and mcd read outliers from an ood split with usage = \"train\").")] = "ce",
+        epochs: Annotated[int, typer.Option(help="Epochs (benchmark default 100).")] = 100,
+        batch_size: Annotated[int, typer.Option(help="Images per batch.")] = 128,
+        lr: Annotated[float, typer.Option(help="SGD learning rate.")] = 0.01,
+        momentum: Annotated[float, typer.Option(help="SGD momentum.")] = 0.9,
+        weight_decay: Annotated[float, typer.Option(help="SGD weight decay.")] = 5e-4,
+        schedule: Annotated[str, typer.Option(help="cosine | constant")] = "cosine",
+        augment: Annotated[str, typer.Option(help="none | flip | crop | flip+crop")] = "none",
+        seed: Annotated[int, typer.Option(help="Seed of initialisation, order, "
+                                               "augmentation.")] = 0,
+        device: Annotated[str, typer.Option(help="auto | cpu | cuda[:N]")] = "auto",
+        num_classes: Annotated[int | None, typer.Option(
+            help="Head size (default: the spec's classes, else from the labels).")] = None,
+        workers: Annotated[int, typer.Option(help="DataLoader workers (when not "
+                                                  "preloaded).")] = 0,
+        param: Annotated[list[str] | None, typer.Option(
+            help="k=v method parameter (e.g. tau=0.04 for logitnorm); repeatable.")] = None,
+        json_: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
+        quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    ) -> None:
+        """Train a classifier on the spec's id/train split (SGD, cosine schedule, seeded) and
+        write a checkpoint that `featstore extract --model ARCH --weights CKPT` reads.
+
+        Example: featstore train --method ce --arch resnet18 --spec bench.toml --out r18.pt
+        --epochs 100
+        """
+        from featstore.training.trainer import TrainConfig, load_checkpoint
+        from featstore.training.trainer import train as run_train
+
+        config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
+                             weight_decay=weight_decay, schedule=schedule, augment=augment,
+                             seed=seed, device=device, num_workers=workers,
+                             method_params=parse_params(param))
+        start = time.perf_counter()
+        with train_progress(not quiet and not json_, f"{method} {arch}") as progress:
+            path = run_train(method, arch, spec, out_, config, num_classes=num_classes,
+                             progress=progress)
+        seconds = time.perf_counter() - start
+        ckpt = load_checkpoint(path)
+        loss, acc = ckpt["history"][-1]
+        summary = {"checkpoint": str(path), "method": ckpt["method"], "arch": ckpt["arch"],
+                   "num_classes": ckpt["num_classes"], "epochs": epochs, "final_loss": loss,
+                   "final_train_acc": acc, "seconds": seconds}
+        if json_:
+            print_json(summary)
+        else:
+            out.print(f"wrote {path}  ({ckpt['method']}, {ckpt['arch']}, "
+                      f"{ckpt['num_classes']} classes)  final loss {loss:.4f}, train acc "
+                      f"{acc:.1f}%  in {seconds:.1f} s", highlight=False)
+            out.print(f"extract with: featstore extract --model {ckpt['arch']} --weights {path} "
+                      f"--spec {spec} --out STORE", highlight=False)

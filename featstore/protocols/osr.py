@@ -1,0 +1,346 @@
+"""Open-set recognition (OSR) splits: closed/open class divisions, trained, extracted and
+evaluated per split, aggregated as mean ± std over splits.
+
+Protocol (Wang et al., "Ten methods for OOD detection in remote sensing", 2024, §2.6.1 and
+Table 3): a labelled dataset's classes are divided at random into closed-set (ID) and open-set
+(OOD) classes at a ratio c/o (7/3, 6/4, 5/5, ...); a model is trained on the closed classes
+only and evaluated on the whole test set; the reported numbers are averages over five random
+divisions.
+
+As implemented:
+
+- closed-class count: `floor(n * c / (c + o) + 1/2)` (round half up), kept in [1, n - 1]. This
+  reproduces the paper's Table 3 counts: UCM (21 classes) 15/6, 13/8, 11/10; AID (30)
+  21/9, 18/12, 15/15; EuroSAT (10) 7/3, 6/4, 5/5.
+- division for seed s: `numpy.random.default_rng(s).permutation(n)`; the first k class
+  indices are closed, the rest open, each sorted. Deterministic from the seed; seeds are
+  0..k-1. Closed and open are disjoint and cover every class.
+- samples: each class's samples are split train / val / test by a stratified, seeded
+  partition that does not depend on the class division (fractions 0.6 / 0.15 / 0.25, as the
+  demo's digits), so every division sees the same images in the same parts. Closed-class
+  labels are re-indexed 0..k-1 in sorted order.
+- spec per split: `id/train`, `id/val`, `id/test` (closed classes), `ood/osr/open` (open
+  classes' test part, usage test) and `ood/osr/open_val` (their val part, usage val: only for
+  hyperparameter selection). Data: the demo digits (`digits`, all 10 classes: builtin
+  sources), an ImageFolder directory, or an image list (`path label` lines) with a root.
+- per split: `ce` training (featstore.training.trainer), extraction, `scorers.evaluate`; every
+  metric of the `osr` group, the ID accuracy and the misclassification AUROC are aggregated
+  over splits as mean and population standard deviation (`numpy.std`, ddof = 0).
+
+Outputs under OUT: `r{c}-{o}/seed{s}/` with `spec.toml`, `lists/` (file data), `model.pt`
+(reused on rerun when its training config matches) and `store/` (extraction resumes), and
+`results.json` with every split's numbers and the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from ..fileio import atomic_write_json
+
+DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.15, "test": 0.25}
+DEFAULT_METHODS = ("msp", "vim", "knn")
+SUMMARY_METRICS = ("auroc", "fpr95", "aupr_in", "aupr_out", "fpr95_ood", "ap_in", "ap_out",
+                   "detection_error", "id_acc", "misclassification_auroc")
+DIGITS_TRANSFORM = {"resize": 32, "crop": 32, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}
+DIGITS_ARCH = "featstore.demo.model:demo_resnet"
+_RATIO = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+def parse_ratio(text: str) -> tuple[int, int]:
+    """'7/3' -> (7, 3); a bad ratio is a UsageError."""
+    m = _RATIO.match(text)
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise UsageError(f"--ratios: {text!r} is not a ratio like 7/3 (two positive integers)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_ratios(text: str) -> list[tuple[int, int]]:
+    """'7/3,6/4,5/5' -> [(7, 3), (6, 4), (5, 5)]."""
+    items = [t for t in text.split(",") if t.strip()]
+    if not items:
+        raise UsageError("--ratios: give at least one ratio, e.g. 7/3,6/4,5/5")
+    return [parse_ratio(t) for t in items]
+
+
+def closed_count(num_classes: int, ratio: tuple[int, int]) -> int:
+    """Closed-set class count: round-half-up of n * c / (c + o), within [1, n - 1]."""
+    if num_classes < 2:
+        raise UsageError(f"OSR needs at least 2 classes, the data has {num_classes}")
+    c, o = ratio
+    k = math.floor(num_classes * c / (c + o) + 0.5)
+    return min(max(k, 1), num_classes - 1)
+
+
+@dataclass(frozen=True)
+class ClassSplit:
+    """One closed/open division: class indices into the dataset's sorted class list."""
+
+    ratio: tuple[int, int]
+    seed: int
+    closed: tuple[int, ...]
+    open: tuple[int, ...]
+
+    @property
+    def tag(self) -> str:
+        return f"r{self.ratio[0]}-{self.ratio[1]}"
+
+
+def class_splits(num_classes: int, ratio: tuple[int, int],
+                 seeds: Sequence[int]) -> list[ClassSplit]:
+    """The divisions of `num_classes` classes at `ratio`, one per seed (see module docstring)."""
+    k = closed_count(num_classes, ratio)
+    out = []
+    for seed in seeds:
+        perm = np.random.default_rng(int(seed)).permutation(num_classes)
+        out.append(ClassSplit(ratio, int(seed), tuple(sorted(int(i) for i in perm[:k])),
+                              tuple(sorted(int(i) for i in perm[k:]))))
+    return out
+
+
+# ---------------------------------------------------------------------------------- data
+@dataclass
+class LabelledData:
+    """A labelled dataset: class names and, for file data, (relative path, class) rows."""
+
+    kind: str                                 # "digits" | "files"
+    classes: list[str]
+    root: Path | None = None
+    paths: list[str] | None = None
+    labels: np.ndarray | None = None
+    describe: str = ""
+
+
+def load_data(data: str, root: str | Path | None = None) -> LabelledData:
+    """`digits`, an ImageFolder directory, or an image list file (`path label`) + root."""
+    if data == "digits":
+        return LabelledData("digits", [str(d) for d in range(10)], describe="digits")
+    path = Path(data)
+    if path.is_dir():
+        from ..datasets import imagefolder_rows
+
+        rows = imagefolder_rows(str(path))
+        return LabelledData("files", list(rows.class_names or []), path.resolve(),
+                            list(rows.ids), rows.labels.copy(), describe=str(path))
+    if path.is_file():
+        from ..datasets import parse_image_list
+
+        entries = parse_image_list(str(path))
+        base = Path(root) if root is not None else path.parent
+        if not base.is_dir():
+            raise UsageError(f"--root {str(base)!r}: directory not found")
+        raw = np.asarray([label for _, label in entries], dtype=np.int64)
+        if (raw < 0).any():
+            raise UsageError(f"--data {data!r}: {int((raw < 0).sum())} rows have no class label")
+        values = sorted(set(raw.tolist()))
+        remap = {v: i for i, v in enumerate(values)}
+        return LabelledData("files", [str(v) for v in values], base.resolve(),
+                            [rel for rel, _ in entries],
+                            np.asarray([remap[v] for v in raw.tolist()]), describe=str(path))
+    raise UsageError(f"--data {data!r}: expected 'digits', an ImageFolder directory or an image "
+                     "list file")
+
+
+def sample_parts(labels: np.ndarray, fractions: dict[str, float] = DEFAULT_FRACTIONS,
+                 seed: int = 0) -> dict[str, np.ndarray]:
+    """Stratified train/val/test row indices: per class (sorted), a seeded permutation cut at
+    round(cumulative fraction * class size)."""
+    rng = np.random.default_rng(seed)
+    names = [p for p in ("train", "val", "test") if p in fractions]
+    cuts = np.cumsum([fractions[p] for p in names])
+    parts: dict[str, list[np.ndarray]] = {p: [] for p in names}
+    for value in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == value))
+        bounds = np.concatenate([[0], np.round(cuts * len(members)).astype(int)])
+        for i, p in enumerate(names):
+            parts[p].append(members[bounds[i]:bounds[i + 1]])
+    return {p: np.sort(np.concatenate(v)) for p, v in parts.items()}
+
+
+def _write_list(path: Path, rel: Sequence[str], labels: Sequence[int]) -> Path:
+    lines = []
+    for r, y in zip(rel, labels, strict=True):
+        if any(ch.isspace() for ch in r):
+            raise UsageError(f"image path {r!r} contains whitespace, which image lists cannot hold")
+        lines.append(f"{r} {int(y)}")
+    if not lines:
+        raise UsageError(f"OSR split list {path.name}: no images (too few samples per class?)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def split_spec_text(data: LabelledData, split: ClassSplit, directory: Path,
+                    transform: dict[str, Any] | None) -> str:
+    """The benchmark spec (TOML) of one division; file data also gets its lists written."""
+    from ..demo.pipeline import toml_value
+
+    closed_names = [data.classes[i] for i in split.closed]
+    entries: list[tuple[str, str, dict[str, Any]]] = []
+    if data.kind == "digits":
+        closed = [int(data.classes[i]) for i in split.closed]
+        opened = [int(data.classes[i]) for i in split.open]
+        for part in ("train", "val", "test"):
+            entries.append((f"id/{part}", part,
+                            {"builtin": "digits", "classes": closed, "part": part}))
+        entries.append(("ood/osr/open_val", "val",
+                        {"builtin": "digits", "classes": opened, "part": "val"}))
+        entries.append(("ood/osr/open", "test",
+                        {"builtin": "digits", "classes": opened, "part": "test"}))
+    else:
+        assert data.labels is not None and data.paths is not None and data.root is not None
+        parts = sample_parts(data.labels)
+        index = {c: i for i, c in enumerate(split.closed)}
+        lists = directory / "lists"
+        for part in ("train", "val", "test"):
+            rows = [r for r in parts[part] if int(data.labels[r]) in index]
+            f = _write_list(lists / f"{part}.txt", [data.paths[r] for r in rows],
+                            [index[int(data.labels[r])] for r in rows])
+            entries.append((f"id/{part}", part, {"imagelist": str(f), "root": str(data.root)}))
+        opened = set(split.open)
+        for part, name in (("val", "ood/osr/open_val"), ("test", "ood/osr/open")):
+            rows = [r for r in parts[part] if int(data.labels[r]) in opened]
+            f = _write_list(lists / f"open_{part}.txt", [data.paths[r] for r in rows],
+                            [-1] * len(rows))
+            entries.append((name, part, {"imagelist": str(f), "root": str(data.root)}))
+    lines = [f"# OSR split {split.ratio[0]}/{split.ratio[1]} seed {split.seed} of "
+             f"{data.describe}",
+             f"# closed: {' '.join(closed_names)}",
+             f"# open: {' '.join(data.classes[i] for i in split.open)}",
+             f"classes = {toml_value(closed_names)}"]
+    if transform:
+        lines += ["", "[transform]"] + [f"{k} = {toml_value(v)}" for k, v in transform.items()]
+    for name, usage, source in entries:
+        lines += ["", "[[split]]", f"name = {toml_value(name)}", f"usage = {toml_value(usage)}",
+                  f"source = {toml_value(source)}"]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------- running
+def aggregate(values: Sequence[float]) -> dict[str, float]:
+    """mean, population std (ddof 0), n over the finite values (NaN when none)."""
+    arr = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=np.float64)
+    if arr.size == 0:
+        return {"mean": float("nan"), "std": float("nan"), "n": 0}
+    return {"mean": float(arr.mean()), "std": float(arr.std()), "n": int(arr.size)}
+
+
+def split_metrics(result: dict[str, Any], group: str = "osr") -> dict[str, dict[str, float]]:
+    """Per method: the group's OOD metrics + id_acc + misclassification_auroc."""
+    out = {}
+    for name, r in result["methods"].items():
+        row = dict(r["groups"][group])
+        row["id_acc"] = float(result["id_acc"])
+        row["misclassification_auroc"] = float(r["misclassification_auroc"])
+        out[name] = row
+    return out
+
+
+def summarize(splits: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """{method: {metric: {mean, std, n}}} over the splits' `methods` numbers."""
+    methods: list[str] = []
+    for s in splits:
+        methods += [m for m in s["methods"] if m not in methods]
+    return {m: {k: aggregate([s["methods"][m][k] for s in splits if m in s["methods"]])
+                for k in SUMMARY_METRICS}
+            for m in methods}
+
+
+@dataclass
+class OsrOptions:
+    """Knobs of an OSR run besides the data and the ratios."""
+
+    seeds: int = 5
+    arch: str | None = None
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    params: dict[str, dict[str, Any]] | None = None
+    device: str = "auto"
+    image_size: int | None = None
+
+
+def _train_config_matches(ckpt: Path, arch: str, config: Any) -> bool:
+    from ..training.trainer import load_checkpoint
+
+    try:
+        old = load_checkpoint(ckpt)
+    except Exception:  # noqa: BLE001 - an unreadable checkpoint is retrained
+        return False
+    want = {**asdict(config), "method_params": old["config"].get("method_params", {})}
+    return old.get("arch") == arch and old.get("config") == want
+
+
+def run_osr(data: str, ratios: Sequence[tuple[int, int]], out: str | Path, config: Any,
+            options: OsrOptions | None = None, root: str | Path | None = None,
+            log: Callable[[str], None] | None = None,
+            train_progress: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """The whole protocol; returns (and writes OUT/results.json) every split's numbers and the
+    summary per ratio. `config` is a `featstore.training.trainer.TrainConfig`.
+    `train_progress(label)` may return a context manager yielding a trainer progress callback.
+    """
+    from contextlib import nullcontext
+
+    from scorers.evaluate import evaluate
+
+    from ..extract import ExtractOptions, extract
+    from ..training.trainer import train
+
+    options = options or OsrOptions()
+    if options.seeds < 1:
+        raise UsageError(f"--seeds {options.seeds}: must be >= 1")
+    labelled = load_data(data, root)
+    arch = options.arch or (DIGITS_ARCH if labelled.kind == "digits" else "resnet50")
+    transform = dict(DIGITS_TRANSFORM) if labelled.kind == "digits" else {}
+    if options.image_size:
+        transform.update({"resize": int(options.image_size), "crop": int(options.image_size)})
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = log or (lambda _m: None)
+    result: dict[str, Any] = {"protocol": "osr", "data": labelled.describe,
+                              "classes": labelled.classes, "arch": arch,
+                              "train_config": asdict(config), "methods": list(options.methods),
+                              "ratios": {}}
+    for ratio in ratios:
+        key = f"{ratio[0]}/{ratio[1]}"
+        runs = []
+        for split in class_splits(len(labelled.classes), ratio, range(options.seeds)):
+            d = out / split.tag / f"seed{split.seed}"
+            d.mkdir(parents=True, exist_ok=True)
+            spec_path = d / "spec.toml"
+            spec_path.write_text(split_spec_text(labelled, split, d, transform), encoding="utf-8")
+            ckpt = d / "model.pt"
+            closed = [labelled.classes[i] for i in split.closed]
+            opened = [labelled.classes[i] for i in split.open]
+            log(f"OSR {key} seed {split.seed}: closed {' '.join(closed)} | open "
+                f"{' '.join(opened)}")
+            if ckpt.is_file() and _train_config_matches(ckpt, arch, config):
+                log(f"  reusing {ckpt}")
+            else:
+                ctx = train_progress(f"{key} seed {split.seed}") if train_progress else None
+                with ctx if ctx is not None else nullcontext() as progress:
+                    train("ce", arch, spec_path, ckpt, config, num_classes=len(closed),
+                          progress=progress)
+            opts = ExtractOptions(device=options.device, batch_size=256, num_workers=0,
+                                  progress=False)
+            store = extract(arch, spec_path, d / "store", weights=ckpt, options=opts)
+            with store:
+                ev = evaluate(store, list(options.methods), options.params or {})
+            metrics = split_metrics(ev)
+            runs.append({"seed": split.seed, "closed": closed, "open": opened,
+                         "dir": str(d), "id_acc": ev["id_acc"], "methods": metrics,
+                         "skipped": ev["skipped"]})
+            log(f"  ID acc {ev['id_acc']:.2f}%  " + "  ".join(
+                f"{m} AUROC {v['auroc']:.2f}" for m, v in metrics.items()))
+        result["ratios"][key] = {"closed_classes": len(runs[0]["closed"]),
+                                 "open_classes": len(runs[0]["open"]),
+                                 "splits": runs, "summary": summarize(runs)}
+    atomic_write_json(out / "results.json", json.loads(json.dumps(result, default=float)))
+    return result

@@ -1,0 +1,320 @@
+"""`featstore train`: train a classifier on a benchmark spec's `id/train` split (DESIGN §7).
+
+The trainer is generic; what a method changes (network wrapping, the loss of a step, state
+between steps, what the checkpoint holds) lives in a registered `TrainMethod`
+(`featstore.training.methods`). The data, optimiser, schedule, seeding, progress and the
+checkpoint are the trainer's:
+
+- data: the `id/train` source of the spec (any featstore source: ImageFolder, image list,
+  torchvision dataset on disk, builtin generator) through the spec's transform (the
+  architecture's eval transform updated by the spec's `[transform]`, exactly what extraction
+  applies), decoded once into memory when it fits (`preload`), else streamed by a DataLoader;
+  optional augmentation on the transformed tensors: `flip` (horizontal flip with p = 0.5),
+  `crop` (zero-pad by size/8 and crop back at a random offset, the CIFAR recipe) or
+  `flip+crop`, per sample, drawn from the seeded generator;
+- optimiser: SGD with lr 0.01, momentum 0.9, weight decay 5e-4 (the remote-sensing OOD
+  benchmark's setting, Wang et al. 2024 §2.5, which trains 100 epochs), Nesterov momentum and a
+  per-step cosine decay from lr to 1e-6 (OpenOOD v1.5's `BaseTrainer`: `cosine_annealing(step,
+  epochs * len(loader), 1, 1e-6 / lr)`); `schedule="constant"` keeps lr fixed;
+- determinism: `torch.manual_seed(seed)` before the model is built, one `torch.Generator`
+  seeded with `seed` for the epoch permutations and augmentation, another (seed + 1) for the
+  method's own randomness; on CUDA cuDNN runs in deterministic mode. Same seed, same data and
+  same device give the same checkpoint;
+- checkpoint: `torch.save({"state_dict", "method", "arch", "num_classes", "head_layout",
+  "config", "transform", "classes", "history", "featstore_version"})`, plain tensors, strings
+  and numbers only, so it loads with `torch.load(weights_only=True)` and is directly usable by
+  `featstore extract --model ARCH --weights CKPT` (the loader unwraps `state_dict`). Written to
+  a temporary file and renamed: an interrupted run leaves no checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import __version__
+from ..datasets import RowSource, TransformedRows, build_transform, rows_from_source
+from ..errors import FeatstoreError, UsageError
+from ..spec import BenchmarkSpec, load_spec
+from .methods import TrainContext, get_method
+
+AUGMENTS = ("none", "flip", "crop", "flip+crop")
+SCHEDULES = ("cosine", "constant")
+PRELOAD_LIMIT_BYTES = 2 * 1024**3
+#: OpenOOD's cosine schedule ends at this absolute learning rate
+COSINE_MIN_LR = 1e-6
+
+TrainProgress = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class TrainConfig:
+    """Hyperparameters of one training run (stored in the checkpoint)."""
+
+    epochs: int = 100
+    batch_size: int = 128
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    nesterov: bool = True
+    schedule: str = "cosine"
+    seed: int = 0
+    augment: str = "none"
+    device: str = "auto"
+    num_workers: int = 0
+    preload: bool | None = None
+    method_params: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.epochs < 1:
+            raise UsageError(f"--epochs {self.epochs}: must be >= 1")
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size {self.batch_size}: must be >= 1")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise UsageError(f"--lr {self.lr}: must be a positive number")
+        if self.momentum < 0 or self.weight_decay < 0:
+            raise UsageError("momentum and weight decay must be >= 0")
+        if self.schedule not in SCHEDULES:
+            raise UsageError(f"schedule {self.schedule!r}: expected one of {', '.join(SCHEDULES)}")
+        if self.augment not in AUGMENTS:
+            raise UsageError(f"--augment {self.augment!r}: expected one of {', '.join(AUGMENTS)}")
+
+
+def cosine_factor(step: int, total: int, min_factor: float) -> float:
+    """OpenOOD's `cosine_annealing(step, total, 1, min_factor)`: 1 at step 0, min at the end."""
+    return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(step / total * math.pi))
+
+
+def build_model(arch: str, num_classes: int) -> tuple[nn.Module, dict[str, Any]]:
+    """A freshly initialised model with a `num_classes` head and its default eval transform."""
+    import torchvision
+
+    from ..models import (
+        _build_torchvision,
+        _import_callable,
+        _torchvision_default_transform,
+        default_transform,
+        find_head,
+    )
+
+    if ":" in arch and not Path(arch).exists():
+        model = _import_callable(arch, num_classes)
+        _, head = find_head(model)
+        if head.out_features != num_classes:
+            raise UsageError(f"--arch {arch!r} built a head with {head.out_features} outputs; "
+                             f"{num_classes} classes need a callable taking num_classes=")
+        return model, default_transform()
+    if arch in set(torchvision.models.list_models()):
+        return _build_torchvision(arch, num_classes), _torchvision_default_transform(arch)
+    raise UsageError(f"--arch {arch!r}: not a torchvision architecture or a module:callable "
+                     "(e.g. resnet18, featstore.demo.model:demo_resnet)")
+
+
+def _train_rows(bench: BenchmarkSpec) -> RowSource:
+    split = next((s for s in bench.splits if s.name == "id/train"), None)
+    if split is None:
+        where = f" {str(bench.path)!r}" if bench.path else ""
+        raise UsageError(f"spec{where} has no id/train split to train on")
+    return rows_from_source(split.source)
+
+
+def _num_classes(bench: BenchmarkSpec, rows: RowSource, given: int | None) -> int:
+    if (rows.labels < 0).any():
+        raise UsageError(f"id/train: {int((rows.labels < 0).sum())} rows have no class label "
+                         "(-1); training needs a label for every row")
+    n = given or (len(bench.classes) if bench.classes else None) or (
+        len(rows.class_names) if rows.class_names else None) or int(rows.labels.max()) + 1
+    if int(rows.labels.max()) >= n:
+        raise UsageError(f"id/train: label {int(rows.labels.max())} does not fit {n} classes")
+    return int(n)
+
+
+class _Data:
+    """The training rows as transformed tensors: preloaded, or decoded per batch."""
+
+    def __init__(self, rows: RowSource, transform: dict[str, Any], preload: bool | None,
+                 num_workers: int):
+        crop = int(transform["crop"])
+        self.rows = rows
+        self.dataset = TransformedRows(rows, build_transform(transform), (3, crop, crop))
+        self.labels = torch.as_tensor(rows.labels, dtype=torch.long)
+        size = len(rows) * 3 * crop * crop * 4
+        self.preload = size <= PRELOAD_LIMIT_BYTES if preload is None else preload
+        self.num_workers = num_workers
+        self.images: torch.Tensor | None = None
+        if self.preload:
+            self.images = torch.stack([self._item(i) for i in range(len(rows))])
+
+    def _item(self, i: int) -> torch.Tensor:
+        tensor, _, row, error = self.dataset[i]
+        if error:
+            raise UsageError(f"id/train: cannot read {self.rows.ids[row]!r}: {error}")
+        return tensor
+
+    def batches(self, order: torch.Tensor, batch_size: int):
+        chunks = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+        if self.images is not None:
+            for idx in chunks:
+                yield self.images[idx], self.labels[idx]
+            return
+        loader = torch.utils.data.DataLoader(
+            self.dataset, batch_sampler=[c.tolist() for c in chunks],
+            num_workers=self.num_workers)
+        for x, y, index, errors in loader:
+            bad = [e for e in errors if e]
+            if bad:
+                row = int(index[[bool(e) for e in errors].index(True)])
+                raise UsageError(f"id/train: cannot read {self.rows.ids[row]!r}: {bad[0]}")
+            yield x, y.long()
+
+
+def augment_batch(x: torch.Tensor, kind: str, gen: torch.Generator) -> torch.Tensor:
+    """Per-sample horizontal flip (p = 0.5) and/or pad-and-random-crop (pad = size // 8)."""
+    if kind == "none":
+        return x
+    x = x.clone()
+    n = x.shape[0]
+    if "flip" in kind:
+        flip = torch.rand(n, generator=gen) < 0.5
+        x[flip] = x[flip].flip(-1)
+    if "crop" in kind:
+        h, w = x.shape[-2:]
+        pad = max(1, min(h, w) // 8)
+        padded = F.pad(x, (pad, pad, pad, pad))
+        offsets = torch.randint(0, 2 * pad + 1, (n, 2), generator=gen)
+        x = torch.stack([padded[i, :, int(dy):int(dy) + h, int(dx):int(dx) + w]
+                         for i, (dy, dx) in enumerate(offsets)])
+    return x
+
+
+def _resolve_device(device: str) -> torch.device:
+    from ..extract import resolve_device
+
+    return resolve_device(device)
+
+
+def train(method: str = "ce", arch: str = "resnet18",
+          spec: str | Path | BenchmarkSpec | None = None, out: str | Path = "model.pt",
+          config: TrainConfig | None = None, num_classes: int | None = None,
+          progress: TrainProgress | None = None) -> Path:
+    """Train `arch` with `method` on the spec's id/train split; write the checkpoint to `out`.
+
+    `progress` (optional) is called after every step with a dict: epoch, epochs, batch,
+    batches, loss (running mean of the epoch), acc (running train accuracy, %), lr and the
+    method's metrics. Returns the checkpoint path."""
+    config = config or TrainConfig()
+    config.validate()
+    if spec is None:
+        raise UsageError("train: a benchmark spec is required (--spec)")
+    trainer_method = get_method(method)
+    params = trainer_method.resolve_params(config.method_params)
+    bench = spec if isinstance(spec, BenchmarkSpec) else load_spec(spec)
+    rows = _train_rows(bench)
+    n_classes = _num_classes(bench, rows, num_classes)
+    device = _resolve_device(config.device)
+    if device.type == "cuda":
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+
+    torch.manual_seed(config.seed)
+    backbone, default_tf = build_model(arch, n_classes)
+    transform = {**default_tf, **bench.transform}
+    data = _Data(rows, transform, config.preload, config.num_workers)
+    gen = torch.Generator().manual_seed(config.seed)
+    method_gen = torch.Generator().manual_seed(config.seed + 1)
+    ctx = TrainContext(config=config, params=params, device=device, generator=method_gen,
+                       num_classes=n_classes, spec=bench, transform=transform)
+    model = trainer_method.wrap(backbone, ctx).to(device)
+    trainer_method.prepare(model, ctx)
+
+    opt = torch.optim.SGD(trainer_method.param_groups(model, ctx), lr=config.lr,
+                          momentum=config.momentum,
+                          weight_decay=config.weight_decay,
+                          nesterov=config.nesterov and config.momentum > 0)
+    batches = math.ceil(len(rows) / config.batch_size)
+    total = config.epochs * batches
+    if config.schedule == "cosine":
+        min_factor = COSINE_MIN_LR / config.lr
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: cosine_factor(s, total, min_factor))
+    else:
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+
+    history: list[list[float]] = []
+    model.train()
+    for epoch in range(config.epochs):
+        ctx.epoch = epoch
+        order = torch.randperm(len(rows), generator=gen)
+        seen, correct, loss_sum = 0, 0, 0.0
+        for b, (x, y) in enumerate(data.batches(order, config.batch_size)):
+            x = augment_batch(x, config.augment, gen).to(device, non_blocking=True)
+            y = y.to(device, non_blocking=True)
+            result = trainer_method.step(model, x, y, ctx)
+            if not torch.isfinite(result.loss):
+                raise FeatstoreError(f"train: the loss became {float(result.loss)} at epoch "
+                                     f"{epoch + 1}, batch {b + 1}; lower --lr")
+            opt.zero_grad(set_to_none=True)
+            result.loss.backward()
+            opt.step()
+            sched.step()
+            trainer_method.after_step(model, result, ctx)
+            ctx.step += 1
+            n = len(y)
+            seen += n
+            loss_sum += float(result.loss.detach()) * n
+            correct += int((result.logits.detach().argmax(1) == y).sum())
+            if progress is not None:
+                progress({"epoch": epoch + 1, "epochs": config.epochs, "batch": b + 1,
+                          "batches": batches, "loss": loss_sum / seen,
+                          "acc": 100.0 * correct / seen, "lr": opt.param_groups[0]["lr"],
+                          **ctx.metrics})
+        history.append([loss_sum / seen, 100.0 * correct / seen])
+    model.eval()
+
+    checkpoint = {
+        "state_dict": trainer_method.export(model),
+        "method": trainer_method.name,
+        "arch": arch,
+        "num_classes": n_classes,
+        "head_layout": trainer_method.head_layout(model),
+        "config": {**asdict(config), "method_params": params},
+        "transform": transform,
+        "classes": [str(c) for c in (bench.classes or rows.class_names or [])],
+        "history": history,
+        "featstore_version": __version__,
+    }
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        torch.save(checkpoint, tmp)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A featstore training checkpoint (weights_only=True); UsageError if it is not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"checkpoint {str(path)!r}: file not found")
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(obj, dict) or "state_dict" not in obj or "arch" not in obj:
+        raise UsageError(f"checkpoint {str(path)!r}: not a featstore training checkpoint")
+    return obj
+
+
+def train_accuracy(history: list[list[float]]) -> float:
+    """Final-epoch training accuracy (%) from a checkpoint's history."""
+    return float(np.asarray(history, dtype=np.float64)[-1, 1]) if history else float("nan")

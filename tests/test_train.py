@@ -1,0 +1,215 @@
+"""`featstore train` (featstore.training.trainer) on real images and a real torch model.
+
+References: a hand-written SGD + cross-entropy loop in plain torch (same data, order and
+hyperparameters) for the trained weights; OpenOOD's cosine_annealing formula written out for
+the schedule; a bare torch forward pass of the checkpoint's weights for the logits that
+`featstore extract` stores from the checkpoint."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from skimage import data as skdata
+
+from cli.app import main
+from featstore import Store
+from featstore.datasets import build_transform
+from featstore.errors import UsageError
+from featstore.training.methods import get_method, list_methods
+from featstore.training.trainer import TrainConfig, cosine_factor, load_checkpoint, train
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_models import TinyCNN  # noqa: E402
+
+TRANSFORM = {"resize": 20, "crop": 16, "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
+ARCH = "tiny_models:TinyCNN"
+
+
+@pytest.fixture(autouse=True)
+def _tiny_models_importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def make_tree(root: Path, per_class: int = 6) -> Path:
+    """ImageFolder of real photo crops: a = astronaut, b = coffee, c = brick."""
+    sources = {"a": skdata.astronaut(), "b": skdata.coffee(), "c": skdata.brick()}
+    for cls, image in sources.items():
+        (root / cls).mkdir(parents=True)
+        for k in range(per_class):
+            crop = image[20 * k:20 * k + 64, 30 * k:30 * k + 64]
+            if crop.ndim == 2:
+                crop = np.repeat(crop[..., None], 3, axis=-1)
+            Image.fromarray(crop).save(root / cls / f"{k:02d}.png")
+    return root
+
+
+def write_spec(path: Path, tree: Path, with_train: bool = True) -> Path:
+    name = "id/train" if with_train else "id/test"
+    path.write_text("[transform]\nresize = 20\ncrop = 16\nmean = [0.5, 0.5, 0.5]\n"
+                    "std = [0.25, 0.25, 0.25]\n\n[[split]]\n"
+                    f'name = "{name}"\nsource = {{ imagefolder = "{tree}" }}\n')
+    return path
+
+
+@pytest.fixture
+def tree_spec(tmp_path):
+    tree = make_tree(tmp_path / "images")
+    return tree, write_spec(tmp_path / "spec.toml", tree)
+
+
+def _images(tree: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    tf = build_transform(TRANSFORM)
+    paths = sorted(tree.rglob("*.png"))
+    x = torch.stack([tf(Image.open(p).convert("RGB")) for p in paths])
+    y = torch.as_tensor([["a", "b", "c"].index(p.parent.name) for p in paths])
+    return x, y
+
+
+def test_trained_weights_equal_a_hand_written_sgd_loop(tmp_path, tree_spec):
+    """Constant lr, Nesterov SGD with weight decay, CE, seeded order: same weights as torch."""
+    tree, spec = tree_spec
+    cfg = TrainConfig(epochs=2, batch_size=8, lr=0.05, momentum=0.9, weight_decay=5e-4,
+                      schedule="constant", seed=3, device="cpu")
+    ckpt = train("ce", ARCH, spec, tmp_path / "m.pt", cfg)
+    x, y = _images(tree)
+    torch.manual_seed(3)
+    model = TinyCNN(num_classes=3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4,
+                          nesterov=True)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(2):
+        order = torch.randperm(len(x), generator=gen)
+        for s in range(0, len(x), 8):
+            idx = order[s:s + 8]
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    got = load_checkpoint(ckpt)["state_dict"]
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(got[k], v, rtol=1e-5, atol=1e-6)
+
+
+def test_cosine_schedule_is_openood_cosine_annealing():
+    """lr factor = m + (1 - m) * (1 + cos(pi * step / total)) / 2 with m = 1e-6 / lr."""
+    m = 1e-6 / 0.01
+    for step, total in ((0, 40), (10, 40), (20, 40), (40, 40)):
+        ref = m + (1 - m) * 0.5 * (1 + math.cos(step / total * math.pi))
+        assert cosine_factor(step, total, m) == pytest.approx(ref, abs=1e-15)
+    assert cosine_factor(0, 40, m) == 1.0 and cosine_factor(40, 40, m) == pytest.approx(m)
+
+
+def test_same_seed_same_checkpoint_other_seed_differs(tmp_path, tree_spec):
+    _, spec = tree_spec
+    cfg = TrainConfig(epochs=1, batch_size=8, seed=5, augment="flip+crop", device="cpu")
+    a = load_checkpoint(train("ce", ARCH, spec, tmp_path / "a.pt", cfg))["state_dict"]
+    b = load_checkpoint(train("ce", ARCH, spec, tmp_path / "b.pt", cfg))["state_dict"]
+    cfg.seed = 6
+    c = load_checkpoint(train("ce", ARCH, spec, tmp_path / "c.pt", cfg))["state_dict"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_streamed_data_trains_like_preloaded(tmp_path, tree_spec):
+    """preload=False (DataLoader decoding per batch) gives the preloaded run's weights."""
+    _, spec = tree_spec
+    cfg = TrainConfig(epochs=1, batch_size=5, seed=2, augment="crop", device="cpu")
+    a = load_checkpoint(train("ce", ARCH, spec, tmp_path / "a.pt", cfg))["state_dict"]
+    cfg.preload = False
+    b = load_checkpoint(train("ce", ARCH, spec, tmp_path / "b.pt", cfg))["state_dict"]
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)
+
+
+def test_checkpoint_is_extracted_by_featstore_extract(tmp_path, tree_spec, capsys):
+    """The CLI's checkpoint loads with weights_only=True; `featstore extract --weights` stores
+    exactly the logits of a bare forward pass of those weights."""
+    tree, spec = tree_spec
+    code, out, err = run(capsys, "train", "--method", "ce", "--arch", ARCH, "--spec", str(spec),
+                         "--out", str(tmp_path / "ck.pt"), "--epochs", "1", "--batch-size", "6",
+                         "--seed", "1", "--device", "cpu", "--num-classes", "3", "--quiet")
+    assert code == 0, err
+    assert "wrote" in out
+    ck = torch.load(tmp_path / "ck.pt", map_location="cpu", weights_only=True)
+    assert {"state_dict", "method", "arch", "num_classes", "head_layout", "config"} <= set(ck)
+    assert ck["method"] == "ce" and ck["arch"] == ARCH and ck["num_classes"] == 3
+    assert ck["head_layout"] == {"head": "fc", "in_features": 8, "out_features": 3,
+                                 "extra_heads": []}
+    assert ck["config"]["lr"] == 0.01 and ck["config"]["weight_decay"] == 5e-4
+    code, _, err = run(capsys, "extract", "--model", ARCH, "--weights", str(tmp_path / "ck.pt"),
+                       "--spec", str(spec), "--out", str(tmp_path / "store"), "--device", "cpu",
+                       "--workers", "0", "--quiet")
+    assert code == 0, err
+    model = TinyCNN(num_classes=3)
+    model.load_state_dict(ck["state_dict"])
+    model.eval()
+    x, _ = _images(tree)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    st = Store.open(tmp_path / "store")
+    np.testing.assert_allclose(np.asarray(st.split("id/train").logits), ref, rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_callable_head_size_follows_the_checkpoint(tmp_path, tree_spec):
+    """A 4-class checkpoint of a module:callable loads through load_model without
+    num_classes (the callable is rebuilt with num_classes from the weights)."""
+    from featstore.models import load_model
+
+    tree, spec = tree_spec
+    ckpt = train("ce", ARCH, spec, tmp_path / "m.pt",
+                 TrainConfig(epochs=1, batch_size=18, device="cpu"), num_classes=4)
+    loaded = load_model(ARCH, ckpt)
+    assert loaded.head.out_features == 4
+
+
+def test_registry_and_method_params():
+    assert "ce" in list_methods()
+    with pytest.raises(UsageError, match=r"unknown training method \(valid: .*ce"):
+        get_method("nosuch")
+    with pytest.raises(UsageError, match="method 'ce': unknown parameter 'tau'"):
+        get_method("ce").resolve_params({"tau": 1.0})
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--method", "nosuch"], "unknown training method"),
+    (["--epochs", "0"], "--epochs 0: must be >= 1"),
+    (["--augment", "rotate"], "--augment 'rotate'"),
+    (["--arch", "not_an_arch"], "--arch 'not_an_arch'"),
+])
+def test_bad_inputs_are_one_line_errors(tmp_path, tree_spec, capsys, args, message):
+    _, spec = tree_spec
+    base = {"--arch": ARCH, "--spec": str(spec), "--out": str(tmp_path / "x.pt")}
+    for i in range(0, len(args), 2):
+        base[args[i]] = args[i + 1]
+    flat = [t for kv in base.items() for t in kv]
+    code, _, err = run(capsys, "train", *flat, "--quiet", "--device", "cpu")
+    assert code == 2
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_spec_without_id_train_is_refused(tmp_path, capsys):
+    tree = make_tree(tmp_path / "images", per_class=2)
+    spec = write_spec(tmp_path / "s.toml", tree, with_train=False)
+    code, _, err = run(capsys, "train", "--arch", ARCH, "--spec", str(spec), "--out",
+                       str(tmp_path / "x.pt"), "--quiet")
+    assert code == 2 and "has no id/train split" in err

@@ -1,0 +1,211 @@
+"""FACETS WordNet class assignment (featstore.protocols.wordnet) on Debian's WordNet 3.0.
+
+References: nltk's own path_similarity / wup_similarity / shortest_path_distance on the same
+synsets; the values nltk documents for WordNet 3.0 (dog.n.01 vs cat.n.01: path 0.2, LCH
+2.0281482472922856, Wu-Palmer 0.857; noun max depth 19); `man 5 lexnames`; hand-computed
+similarities (path 1/(d+1), LCH/ln(2*19) = 1 - ln(d+1)/ln 38, Wu-Palmer from nltk) and the
+threshold rule applied by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from skimage import data as skdata
+
+from cli.app import main
+from featstore.errors import UsageError
+from featstore.protocols import wordnet as wnp
+from featstore.spec import load_spec
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="module")
+def wn():
+    return wnp.load_wordnet()
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def hand_sim(d: int, wup: float) -> float:
+    """(path + LCH / LCH_max + Wu-Palmer) / 3 with D = 19."""
+    return (1.0 / (d + 1) + 1.0 - math.log(d + 1) / math.log(38.0) + wup) / 3.0
+
+
+def test_lexnames_file_is_man_5_lexnames():
+    lines = wnp.lexnames_text().splitlines()
+    assert len(lines) == 45
+    assert lines[0] == "00\tadj.all\t3" and lines[3] == "03\tnoun.Tops\t1"
+    assert lines[29] == "29\tverb.body\t2" and lines[44] == "44\tadj.ppl\t3"
+
+
+def test_similarities_equal_nltk_on_known_pairs(wn):
+    assert wn.get_version() == "3.0"
+    assert wnp.noun_max_depth(wn) == 19
+    bedroom, bed = wn.synset("bedroom.n.01"), wn.synset("bed.n.01")
+    s = wnp.synset_similarity(bedroom, bed)
+    assert s["path"] == pytest.approx(0.1) == pytest.approx(bedroom.path_similarity(bed))
+    assert s["wup"] == pytest.approx(0.5263157894736842) == pytest.approx(
+        bedroom.wup_similarity(bed))
+    assert s["wup"] == pytest.approx(10 / 19)
+    dog, cat = wn.synset("dog.n.01"), wn.synset("cat.n.01")
+    s = wnp.synset_similarity(dog, cat)
+    assert s["path"] == pytest.approx(0.2)
+    assert s["lch"] == pytest.approx(2.0281482472922856, abs=1e-12)  # nltk's documented LCH
+    assert s["wup"] == pytest.approx(0.8571428571428571)
+    assert s["lch_norm"] == pytest.approx(2.0281482472922856 / math.log(38.0))
+    assert s["sim"] == pytest.approx(hand_sim(4, 6 / 7))
+    same = wnp.synset_similarity(dog, dog)
+    assert same["path"] == same["lch_norm"] == 1.0
+    assert same["wup"] == pytest.approx(dog.wup_similarity(dog))  # nltk: 13/14 for dog itself
+
+
+def test_class_resolution(wn, tmp_path):
+    m = wnp.resolve_classes(["n02084071", "tench", "crane", "dog.n.01", "kitchen", "zzzq"],
+                            {"kitchen": ["kitchen.n.01"]}, wn=wn)
+    assert {k: [s.name() for s in v] for k, v in m.synsets.items()} == {
+        "n02084071": ["dog.n.01"], "tench": ["tench.n.01"], "dog.n.01": ["dog.n.01"],
+        "kitchen": ["kitchen.n.01"]}
+    assert m.how == {"n02084071": "wnid", "tench": "imagenet", "dog.n.01": "synset",
+                     "kitchen": "mapping"}
+    assert m.unmapped == ["crane", "zzzq"]  # crane is two ImageNet classes: ambiguous
+    auto = wnp.resolve_classes(["galaxy", "zzzq"], auto=True, wn=wn)
+    assert [s.name() for s in auto.synsets["galaxy"]] == ["galaxy.n.01"] and auto.unmapped == [
+        "zzzq"]
+    with pytest.raises(UsageError, match="'nosuch.n.01' .* is not a WordNet synset"):
+        wnp.resolve_classes(["x"], {"x": ["nosuch.n.01"]}, wn=wn)
+
+
+def test_threshold_assignment_by_hand(wn):
+    """ID set {bedroom, dog}; candidates bathroom, cat, bed, galaxy."""
+    ids = wnp.resolve_classes(["bedroom.n.01", "dog.n.01"], wn=wn)
+    cands = wnp.resolve_classes(["bathroom.n.01", "cat.n.01", "bed.n.01", "galaxy.n.01"], wn=wn)
+    scores = {s.name: s for s in wnp.score_candidates(cands, ids)}
+    expect = {"bathroom.n.01": (hand_sim(2, 8 / 9), "bedroom.n.01"),
+              "cat.n.01": (hand_sim(4, 6 / 7), "dog.n.01"),
+              "bed.n.01": (hand_sim(9, 10 / 19), "bedroom.n.01"),
+              "galaxy.n.01": (hand_sim(12, 1 / 7), None)}
+    for name, (sim, nearest) in expect.items():
+        assert scores[name].sim == pytest.approx(sim)
+        if nearest:
+            assert scores[name].nearest == nearest
+    # sims: bathroom 0.640, cat 0.538, bed 0.331, galaxy 0.172
+    # distance rule: ID when 1 - sim <= T
+    assert wnp.assign_threshold(scores.values(), 0.40) == {
+        "bathroom.n.01": "id", "cat.n.01": "ood", "bed.n.01": "ood", "galaxy.n.01": "ood"}
+    assert wnp.assign_threshold(scores.values(), 0.50)["cat.n.01"] == "id"
+    assert wnp.assign_threshold(scores.values(), 0.45)["cat.n.01"] == "ood"
+    # similarity rule: ID when sim >= T
+    assert wnp.assign_threshold(scores.values(), 0.30, "similarity") == {
+        "bathroom.n.01": "id", "cat.n.01": "id", "bed.n.01": "id", "galaxy.n.01": "ood"}
+    assert [wnp.threshold_tag(t) for t in (0.4, 0.45, 0.5, 0.425)] == ["T40", "T45", "T50",
+                                                                         "T42.5"]
+
+
+def test_tiers():
+    tiers = {"a": 0, "b": 1, "c": 2, "d": 3}
+    assert wnp.assign_tiers(tiers, "T1") == {"a": "id", "b": "id", "c": "ood", "d": "ood"}
+    assert wnp.assign_tiers(tiers, "T2") == {"a": "id", "b": "id", "c": "id", "d": "ood"}
+
+
+def test_missing_wordnet_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEATSTORE_WORDNET_DIR", str(tmp_path / "none"))
+    with pytest.raises(UsageError, match="apt-get install wordnet-base wordnet-sense-index"):
+        wnp.wordnet_source_dir()
+
+
+def test_cache_directory_is_built(tmp_path, monkeypatch):
+    """A fresh cache gets copies (not links) of the database files plus lexnames."""
+    monkeypatch.setenv("FEATSTORE_CACHE", str(tmp_path / "cache"))
+    root = wnp.ensure_nltk_wordnet()
+    d = root / "corpora" / "wordnet"
+    src = wnp.wordnet_source_dir()
+    assert (d / "lexnames").read_text() == wnp.lexnames_text()
+    for name in ("data.noun", "index.sense"):
+        assert not (d / name).is_symlink() and (d / name).stat().st_nlink == 1
+        assert (d / name).stat().st_size == (src / name).stat().st_size
+
+
+def _tree(root: Path, classes: list[str]) -> Path:
+    photos = [skdata.astronaut(), skdata.coffee(), skdata.chelsea(), skdata.rocket()]
+    for i, cls in enumerate(classes):
+        (root / cls).mkdir(parents=True)
+        for k in range(3):
+            Image.fromarray(photos[i % 4][10 * k:10 * k + 40, :40]).save(root / cls / f"{k}.png")
+    return root
+
+
+def test_cli_writes_assignment_lists_and_spec(tmp_path, capsys):
+    """Candidates as an ImageFolder of wnids; the T40 spec merges ID-assigned candidate images
+    into id/test and puts the others in ood/wordnet/t40."""
+    (tmp_path / "id.txt").write_text("bedroom.n.01\ndog.n.01\n")
+    cands = _tree(tmp_path / "cands", ["bathroom.n.01", "cat.n.01", "n02818832"])  # bed
+    base = _tree(tmp_path / "base", ["bedroom", "dog", "kitchen"])
+    (tmp_path / "base.toml").write_text(
+        f'[[split]]\nname = "id/train"\nsource = {{ imagefolder = "{base}" }}\n\n'
+        f'[[split]]\nname = "id/test"\nsource = {{ imagefolder = "{base}" }}\n')
+    code, stdout, err = run(capsys, "protocol", "wordnet", "--id-classes",
+                            str(tmp_path / "id.txt"), "--candidates", str(cands),
+                            "--threshold", "0.40", "--images", str(cands), "--base-spec",
+                            str(tmp_path / "base.toml"), "--out", str(tmp_path / "wn"), "--json")
+    assert code == 0, err
+    res = json.loads(stdout)
+    assert res["assignments"]["T40"] == {"bathroom.n.01": "id", "cat.n.01": "ood",
+                                         "n02818832": "ood"}
+    assert res["candidates"]["how"]["n02818832"] == "wnid"
+    spec = load_spec(tmp_path / "wn" / "T40.toml")
+    assert [s.name for s in spec.splits] == ["id/train", "id/test", "ood/wordnet/t40"]
+    test_list = Path(spec.splits[1].source["imagelist"]).read_text().splitlines()
+    assert len(test_list) == 9 + 3
+    assert sum(line.endswith(" -1") for line in test_list) == 3
+    assert all("bathroom.n.01" in line for line in test_list if line.endswith(" -1"))
+    ood = Path(spec.splits[2].source["imagelist"]).read_text().splitlines()
+    assert len(ood) == 6 and not any("bathroom" in line for line in ood)
+    tsv = (tmp_path / "wn" / "similarity.tsv").read_text().splitlines()
+    assert tsv[0].startswith("class\tsynset\tsim") and len(tsv) == 4
+    from featstore.extract import ExtractOptions, extract
+
+    st = extract("tiny_models:tiny_cnn", tmp_path / "wn" / "T40.toml", tmp_path / "store",
+                 options=ExtractOptions(device="cpu", batch_size=8, num_workers=0))
+    labels = np.asarray(st.split("id/test").labels)
+    assert (labels == -1).sum() == 3 and set(labels[labels >= 0].tolist()) == {0, 1, 2}
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--rule", "nearest"], "--rule 'nearest'"),
+    (["--threshold", "1.5"], "--threshold 1.5: must lie in [0, 1]"),
+    (["--base-spec", "x.toml"], "--base-spec needs --images"),
+])
+def test_cli_bad_inputs(tmp_path, capsys, extra, message):
+    (tmp_path / "c.txt").write_text("dog.n.01\n")
+    code, _, err = run(capsys, "protocol", "wordnet", "--id-classes", str(tmp_path / "c.txt"),
+                       "--candidates", str(tmp_path / "c.txt"), *extra)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_tiers_cli(tmp_path, capsys):
+    (tmp_path / "t.txt").write_text("beach 0\nboathouse 1\nlighthouse_interior 2\nsky 3\n")
+    code, stdout, err = run(capsys, "protocol", "tiers", "--tiers", str(tmp_path / "t.txt"),
+                            "--json")
+    assert code == 0, err
+    a = json.loads(stdout)["assignments"]
+    assert a["T1"] == {"beach": "id", "boathouse": "id", "lighthouse_interior": "ood",
+                       "sky": "ood"}
+    assert a["T2"]["lighthouse_interior"] == "id" and a["T2"]["sky"] == "ood"
+    (tmp_path / "bad.txt").write_text("beach 4\n")
+    code, _, err = run(capsys, "protocol", "tiers", "--tiers", str(tmp_path / "bad.txt"))
+    assert code == 2 and "line 1: expected 'class_name tier' with tier 0-3" in err
