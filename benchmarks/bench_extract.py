@@ -5,9 +5,9 @@ Run ``python -m benchmarks.bench_extract [--repeat 5] [--num-workers 0] [--quick
 Two configurations, both on CPU with ``torch.set_num_threads(2)`` and batch size 128:
 
 - ``demo``: the demo's small ResNet (``featstore.demo.model:demo_resnet``, random weights saved
-  to a temporary file) on the builtin digits source, 32x32 input, two splits (``id/test`` =
-  digits 0-5, ``ood/near/digits6to9`` = digits 6-9; 1,797 images). Model cost is small, so fixed
-  and per-row costs of the store show.
+  to a temporary file; D and C are printed) on the builtin digits source, 32x32 input, two
+  splits (``id/test`` = digits 0-5, ``ood/near/digits6to9`` = digits 6-9; 1,797 images). Model
+  cost is small, so fixed and per-row costs of the store show.
 - ``resnet18``: torchvision ``resnet18`` with random weights (saved to a temporary file, passed
   as ``weights=``) on the builtin ``patches`` source (photographs and textures), resized and
   center-cropped to 112x112 by the transform; one split of 360 images. The model dominates.
@@ -29,20 +29,29 @@ ImageFolder only lists paths there), so each source's ``RowSource`` is generated
 timings and handed to both sides (``featstore.extract.rows_from_source`` is replaced by a lookup
 for the duration of the run); its generation time is reported separately.
 
-Sides alternate (bare, featstore, bare, featstore, ...) after one untimed warm-up of each; the
-table gives best and median seconds, images/s at the median and the featstore/bare ratio
-(goal <= 1.10). One more, instrumented run of each side (not in the timings) splits the time
-into phases by wrapping featstore functions with timers at run time (no featstore code is
-changed). Output is Markdown.
+Idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets it) and each
+run also records the process's CPU time, whose ratio stays meaningful when other processes load
+the machine. Sides alternate in ABBA order (bare, featstore, featstore, bare, ...) after one untimed
+warm-up of each; the table gives best and median seconds, images/s and the featstore/bare ratio
+of the best and of the median times (goal <= 1.10), plus the median ratio of time-adjacent
+pairs. The machine may carry other load: runs whose spread exceeds 25% are flagged. One more,
+instrumented run of each side (not in the timings) splits the time into phases by wrapping
+featstore functions with timers at run time (no featstore code is changed). Output is Markdown.
 """
 
 from __future__ import annotations
+
+import os
+
+# Idle OpenMP threads sleep instead of spinning (set before torch loads OpenMP; an explicit
+# OMP_WAIT_POLICY in the environment wins): on a small shared machine, spinning threads turn
+# other processes' load into large, random slowdowns of both sides.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
 import contextlib
 import datetime as _dt
 import functools
-import os
 import platform
 import shutil
 import statistics
@@ -160,7 +169,7 @@ def make_configs(quick: bool) -> list[Config]:
                                                       "classes": ood_classes, "part": part}),
         ],
         transform={"resize": 32, "crop": 32, "mean": [0.5] * 3, "std": [0.5] * 3},
-        describe="demo ResNet (D=128, C=6), digits 32x32, 2 splits",
+        describe="demo ResNet {head}, digits 32x32, 2 splits",
     )
     side = 64 if quick else 112
     count = 4 if quick else 40
@@ -173,7 +182,7 @@ def make_configs(quick: bool) -> list[Config]:
                                                        "count": count, "crop": 96})],
         transform={"resize": side, "crop": side, "mean": list(IMAGENET_MEAN),
                    "std": list(IMAGENET_STD)},
-        describe=f"torchvision resnet18 (D=512, C=1000), patches {side}x{side}, 1 split",
+        describe=f"torchvision resnet18 {{head}}, patches {side}x{side}, 1 split",
     )
     return [demo, r18]
 
@@ -182,7 +191,10 @@ def prepare(cfg: Config, tmp: Path) -> None:
     """Save random weights to a file and generate every split's RowSource once."""
     torch.manual_seed(0)
     cfg.weights = tmp / f"{cfg.name}-random.pt"
-    torch.save(cfg.build().state_dict(), cfg.weights)
+    model = cfg.build()
+    torch.save(model.state_dict(), cfg.weights)
+    head = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+    cfg.describe = cfg.describe.format(head=f"(D={head.in_features}, C={head.out_features})")
     t0 = time.perf_counter()
     for split in cfg.splits:
         cfg.rows[split.name] = rows_from_source(split.source)
@@ -203,6 +215,9 @@ def cached_sources(configs: list[Config]) -> Iterator[None]:
         return RowSource(rows.ids, rows.labels.copy(), rows.load, rows.describe,
                          rows.class_names)
 
+    if not hasattr(fx, "rows_from_source"):  # else generation would be timed on one side only
+        raise SystemExit("featstore.extract no longer calls rows_from_source by that name; "
+                         "update benchmarks/bench_extract.py:cached_sources")
     orig = fx.rows_from_source
     fx.rows_from_source = lookup
     try:
@@ -227,7 +242,12 @@ class Probe:
             self.calls[label] += 1
 
     def wrap(self, owner: Any, attr: str, label: str) -> None:
-        orig = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+        """Time calls of owner.attr under `label`; a name that no longer exists is skipped
+        (the phase table then lacks that row) so that refactors do not break the benchmark."""
+        space = owner.__dict__ if isinstance(owner, type) else vars(owner)
+        if attr not in space:
+            return
+        orig = space[attr]
 
         @functools.wraps(orig)
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -260,8 +280,11 @@ class Probe:
 
 # --------------------------------------------------------------------------- the two sides
 def run_bare(cfg: Config, num_workers: int, batch_size: int,
-             probe: Probe | None = None) -> tuple[float, int]:
-    """Plain torch: load the model, loop over each split's DataLoader, outputs to NumPy."""
+             probe: Probe | None = None) -> tuple[float, float, int]:
+    """Plain torch: load the model, loop over each split's DataLoader, outputs to NumPy.
+
+    Returns (wall seconds, process CPU seconds, rows)."""
+    c0 = time.process_time()
     t0 = time.perf_counter()
     model = cfg.build()
     model.load_state_dict(torch.load(cfg.weights, map_location="cpu", weights_only=True))
@@ -295,24 +318,28 @@ def run_bare(cfg: Config, num_workers: int, batch_size: int,
                 probe.add("bare: outputs to NumPy", time.perf_counter() - t_np)
             t_fetch = time.perf_counter()
     handle.remove()
-    return time.perf_counter() - t0, rows_out
+    return time.perf_counter() - t0, time.process_time() - c0, rows_out
 
 
 def run_featstore(cfg: Config, num_workers: int, batch_size: int,
-                  probe: Probe | None = None) -> tuple[float, int]:
-    """featstore.extract.extract end to end into a fresh store under a new temp dir."""
+                  probe: Probe | None = None) -> tuple[float, float, int]:
+    """featstore.extract.extract end to end into a fresh store under a new temp dir.
+
+    Returns (wall seconds, process CPU seconds, rows)."""
     tmp = Path(tempfile.mkdtemp(prefix="bench_extract_", dir="/tmp"))
     opts = ExtractOptions(device="cpu", dtype="float32", batch_size=batch_size,
                           num_workers=num_workers, progress=False)
     try:
+        c0 = time.process_time()
         t0 = time.perf_counter()
         store = extract(cfg.model, cfg.spec, tmp / "store", weights=cfg.weights, options=opts)
         seconds = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         rows = sum(store.split(s).num_rows for s in store.splits())
         store.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return seconds, rows
+    return seconds, cpu, rows
 
 
 # --------------------------------------------------------------------------- instrumentation
@@ -347,7 +374,7 @@ def instrumented_featstore(cfg: Config, num_workers: int, batch_size: int) -> tu
 
     fx.load_model = load_and_time
     try:
-        seconds, _ = run_featstore(cfg, num_workers, batch_size)
+        seconds, _, _ = run_featstore(cfg, num_workers, batch_size)
     finally:
         fx.load_model = orig_load
         probe.restore()
@@ -356,7 +383,7 @@ def instrumented_featstore(cfg: Config, num_workers: int, batch_size: int) -> tu
 
 def instrumented_bare(cfg: Config, num_workers: int, batch_size: int) -> tuple[float, Probe]:
     probe = Probe()
-    seconds, _ = run_bare(cfg, num_workers, batch_size, probe)
+    seconds, _, _ = run_bare(cfg, num_workers, batch_size, probe)
     return seconds, probe
 
 
@@ -382,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
 
     configs = make_configs(args.quick)
     results: dict[str, dict[str, list[float]]] = {}
+    cpu_results: dict[str, dict[str, list[float]]] = {}
     probes: dict[str, tuple[float, Probe, float, Probe]] = {}
     with tempfile.TemporaryDirectory(prefix="bench_extract_w_", dir="/tmp") as wdir:
         for cfg in configs:
@@ -392,14 +420,19 @@ def main(argv: list[str] | None = None) -> int:
                 for fn in sides.values():  # warm-up: imports, allocator, page cache
                     fn(cfg, args.num_workers, args.batch_size)
                 times: dict[str, list[float]] = {k: [] for k in sides}
-                for _ in range(repeat):
-                    for side, fn in sides.items():
-                        seconds, rows = fn(cfg, args.num_workers, args.batch_size)
+                cpus: dict[str, list[float]] = {k: [] for k in sides}
+                for i in range(repeat):  # ABBA order: bare, featstore, featstore, bare, ...
+                    order = ["bare", "featstore"] if i % 2 == 0 else ["featstore", "bare"]
+                    for side in order:
+                        fn = sides[side]
+                        seconds, cpu, rows = fn(cfg, args.num_workers, args.batch_size)
                         if rows != cfg.num_images:
                             raise SystemExit(f"{cfg.name} {side}: {rows} rows, expected "
                                              f"{cfg.num_images}")
                         times[side].append(seconds)
+                        cpus[side].append(cpu)
                 results[cfg.name] = times
+                cpu_results[cfg.name] = cpus
                 tb, pb = instrumented_bare(cfg, args.num_workers, args.batch_size)
                 tf, pf = instrumented_featstore(cfg, args.num_workers, args.batch_size)
                 probes[cfg.name] = (tb, pb, tf, pf)
@@ -412,15 +445,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"- command: `{cmd}`")
     print(f"- machine: {cpu_model()}, {os.cpu_count()} logical CPUs, {mem_total_gib()}; "
           f"{platform.platform()}; stores written to /tmp on {filesystem_of('/tmp')}; load "
-          f"average (1/5/15 min) before {load_before}, after {load_average()} (other "
-          f"processes on the machine add noise: the best-of-{repeat} figures are the least "
-          f"disturbed)")
+          f"average (1/5/15 min) before {load_before}, after {load_average()}")
     print(f"- software: Python {platform.python_version()}, torch {torch.__version__}, "
           f"torchvision {torchvision.__version__}, NumPy {np.__version__}, h5py "
           f"{h5py.__version__} (HDF5 {h5py.version.hdf5_version})")
     print(f"- settings: CPU, torch.set_num_threads({THREADS}), batch size {args.batch_size}, "
-          f"num_workers {args.num_workers}, float32 features, torch.inference_mode; "
-          f"{repeat} timed run(s) per side, alternating, after one warm-up each; "
+          f"num_workers {args.num_workers}, float32 features, torch.inference_mode, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; "
+          f"{repeat} timed run(s) per side in ABBA order (bare, featstore, featstore, bare, ...) "
+          f"after one warm-up each; "
           f"total benchmark wall time {total:.0f} s")
     print("- bare = build model + load weights + per split DataLoader loop, model, features "
           "(head-input hook) and logits to NumPy, nothing written; featstore = `extract()` end "
@@ -428,13 +461,20 @@ def main(argv: list[str] | None = None) -> int:
     for cfg in configs:
         print(f"- `{cfg.name}`: {cfg.describe}; {cfg.num_images} images; the builtin source's "
               f"RowSource is generated once ({cfg.gen_seconds:.2f} s, not timed) and shared")
+    print("- CPU s = process CPU time (all threads; with num_workers > 0 the workers' CPU is not "
+          "counted). Other processes on the machine inflate wall times at random; CPU time "
+          "counts only this process's work, so its ratio is the load-robust estimate of the "
+          "overhead when the wall-time runs are flagged NOISY.")
     print()
     print(fmt_row(["config", "side", "best s", "median s", "images/s (best)",
-                   "images/s (median)", "featstore/bare (best)", "featstore/bare (median)"]))
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+                   "images/s (median)", "featstore/bare (best)", "featstore/bare (median)",
+                   "CPU s (median)", "featstore/bare CPU (median)"]))
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     verdicts = []
     for cfg in configs:
         t = results[cfg.name]
+        cpu_med = {k: statistics.median(v) for k, v in cpu_results[cfg.name].items()}
+        r_cpu = cpu_med["featstore"] / cpu_med["bare"]
         best = {k: min(v) for k, v in t.items()}
         med = {k: statistics.median(v) for k, v in t.items()}
         r_best = best["featstore"] / best["bare"]
@@ -442,17 +482,30 @@ def main(argv: list[str] | None = None) -> int:
         for side in ("bare", "featstore"):
             ratio_b = f"{r_best:.3f}" if side == "featstore" else "1"
             ratio_m = f"{r_med:.3f}" if side == "featstore" else "1"
+            ratio_c = f"{r_cpu:.3f}" if side == "featstore" else "1"
             print(fmt_row([cfg.name, side, f"{best[side]:.3f}", f"{med[side]:.3f}",
                            f"{cfg.num_images / best[side]:.0f}",
-                           f"{cfg.num_images / med[side]:.0f}", ratio_b, ratio_m]))
-        verdicts.append((cfg.name, r_best, r_med, best["featstore"] - best["bare"]))
+                           f"{cfg.num_images / med[side]:.0f}", ratio_b, ratio_m,
+                           f"{cpu_med[side]:.3f}", ratio_c]))
+        # runs i of both sides are adjacent in time (ABBA), so their ratio cancels slow drift
+        paired = statistics.median(f / b for f, b in zip(t["featstore"], t["bare"],
+                                                          strict=True))
+        spread = max(max(v) / min(v) for v in t.values())
+        verdicts.append((cfg.name, r_best, r_med, paired, spread,
+                         best["featstore"] - best["bare"], r_cpu))
     print()
-    for name, r_best, r_med, extra in verdicts:
+    for name, r_best, r_med, paired, spread, extra, r_cpu in verdicts:
         state = {(True, True): "meets", (False, False): "MISSES"}.get(
             (r_best <= GOAL, r_med <= GOAL), "is borderline on")
-        print(f"- `{name}`: ratio {r_best:.3f} (best) / {r_med:.3f} (median): {state} the "
-              f"goal <= {GOAL:.2f}; best-vs-best featstore adds {extra * 1000:+.0f} ms per "
-              f"extraction")
+        noisy = (f" NOISY: wall times of one side differ by up to {spread:.2f}x (other load "
+                 f"on the machine); the CPU-time ratio {r_cpu:.3f} "
+                 f"({'meets' if r_cpu <= GOAL else 'MISSES'} the goal) and the phase table "
+                 f"below are the reliable figures; rerun on an idle machine for wall times"
+                 if spread > 1.25 else "")
+        print(f"- `{name}`: wall-time ratio {r_best:.3f} (best) / {r_med:.3f} (median) / "
+              f"{paired:.3f} (median of adjacent-run pairs), CPU-time ratio {r_cpu:.3f}: "
+              f"{state} the goal <= {GOAL:.2f}; best vs best, featstore adds "
+              f"{extra * 1000:+.0f} ms per extraction.{noisy}")
     print()
     print("#### Where the time goes (one instrumented run per side, not in the table)")
     print()

@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = ["bench_metrics", "bench_store_layout", "bench_extract"]
+BENCHMARKS = ["bench_metrics", "bench_store_layout", "bench_extract", "bench_scorers",
+              "bench_sweep", "bench_gscore"]
 
 
 def main() -> int:

@@ -1,0 +1,163 @@
+"""`featstore sweep`: choose a scorer's hyperparameters on val splits, report test metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from featstore import Store
+from featstore.errors import UsageError
+
+from .console import err, out, print_json
+
+_TEST_COLS = (("auroc", "AUROC"), ("fpr95", "FPR95"), ("aupr_in", "AUPR-IN"),
+              ("aupr_out", "AUPR-OUT"), ("fpr95_ood", "FPR95(OOD)"),
+              ("detection_error", "DetErr"))
+_LABELS = dict(_TEST_COLS)
+
+
+def parse_grid(items: list[str] | None) -> dict[str, list[Any]] | None:
+    """`k=v1,v2` items -> {k: [v1, v2]}; each value parsed as JSON, else kept as a string."""
+    if not items:
+        return None
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        parts = text.split(",")
+        if not sep or not key or any(not p.strip() for p in parts):
+            raise UsageError(f"--grid {item!r}: expected key=value[,value...], e.g. K=10,20,50")
+        if key in grid:
+            raise UsageError(f"--grid {key!r} given twice; list its values in one --grid")
+        values = []
+        for part in parts:
+            try:
+                values.append(json.loads(part))
+            except json.JSONDecodeError:
+                values.append(part.strip())
+        grid[key] = values
+    return grid
+
+
+def _fmt(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}"
+
+
+def _label(metric: str) -> str:
+    return _LABELS.get(metric, metric)
+
+
+def print_sweep(result: dict) -> None:
+    """Every setting (val metrics, test AUROC/FPR95 per group; chosen row highlighted), then
+    the chosen setting's test metrics per split and per group."""
+    sel = result["select_by"]
+    val_metrics = list(dict.fromkeys([sel, "auroc", "fpr95"]))
+    test = result["test"]
+    groups = list(test["groups"]) if test else []
+    arrow = "↑" if result["direction"] == "max" else "↓"
+    nval = len(result["val_splits"]["ood"])
+    table = Table(title=f"sweep {result['method']}  ·  chosen by val {_label(sel)}{arrow} "
+                        f"(mean over {nval} val OOD split{'s' if nval != 1 else ''} vs "
+                        f"{result['val_splits']['id']}); test columns are reported only",
+                  header_style="bold", show_edge=False)
+    table.add_column("#", justify="right")
+    table.add_column("setting")
+    for m in val_metrics:
+        table.add_column(f"val {_label(m)}", justify="right")
+    for g in groups:
+        table.add_column(f"test {g} AUROC", justify="right")
+        table.add_column(f"test {g} FPR95", justify="right")
+    chosen = result["chosen"]["index"]
+    from scorers.sweep import format_setting
+
+    for i, row in enumerate(result["settings"]):
+        cells = [f"{'▶ ' if i == chosen else ''}{i}", format_setting(row["setting"])]
+        cells += [_fmt(row["val"]["mean"][m]) for m in val_metrics]
+        for g in groups:
+            cells += [_fmt(row["test"]["groups"][g][m]) for m in ("auroc", "fpr95")]
+        table.add_row(*cells, style="bold green" if i == chosen else None)
+    out.print(table)
+    out.print(f"chosen: {format_setting(result['chosen']['setting'])}  (val {_label(sel)} "
+              f"{result['chosen']['val'][sel]:.2f}; fit {result['fit_seconds']:.2f} s, val "
+              f"{result['val_seconds']:.2f} s, test {result['test_seconds']:.2f} s)",
+              highlight=False)
+    if test is None:
+        out.print("no id/test or no OOD test split: test metrics not reported")
+    else:
+        t2 = Table(title=f"chosen setting on test (vs {result['test_splits']['id']}; group = "
+                         "unweighted mean)  ·  in %", header_style="bold", show_edge=False)
+        t2.add_column("split / group")
+        for _, label in _TEST_COLS:
+            t2.add_column(label, justify="right")
+        for name, metrics in test["splits"].items():
+            t2.add_row(name, *[_fmt(metrics[m]) for m, _ in _TEST_COLS])
+        for g, metrics in test["groups"].items():
+            t2.add_row(f"[bold]{g or '(no group)'} (mean)[/]",
+                       *[f"[bold]{_fmt(metrics[m])}[/]" for m, _ in _TEST_COLS])
+        out.print(t2)
+    for d in result["dropped"]:
+        err.print(f"dropped {format_setting(d['setting'])} from the default grid: {d['reason']}",
+                  highlight=False)
+
+
+def print_tuned(result: dict) -> None:
+    """Below the tuned leaderboard: each method's chosen setting and its val metric."""
+    from scorers.sweep import format_setting
+
+    sel = result["select_by"]
+    table = Table(title=f"settings chosen on val ({result['val_splits']['id']} vs "
+                        f"{', '.join(result['val_splits']['ood'])}; by {_label(sel)})",
+                  header_style="bold", show_edge=False)
+    for col in ("method", "chosen setting", f"val {_label(sel)}", "settings", "dropped"):
+        table.add_column(col, justify="left" if col in ("method", "chosen setting") else "right")
+    for name, r in result["methods"].items():
+        tried = 1
+        for values in r["grid"].values():
+            tried *= len(values)
+        fixed = [f"{k}={v} (fixed)" for k, v in r.get("fixed", {}).items()]
+        setting = ", ".join(([format_setting(r["chosen"])] if r["chosen"] else []) + fixed)
+        table.add_row(name, setting or format_setting({}), _fmt(r["val"][sel]),
+                      str(tried - len(r["dropped"])), str(len(r["dropped"])))
+    out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sweep")
+    def sweep_cmd(
+        store: Annotated[Path, typer.Argument(help="Store directory.")],
+        method: Annotated[str, typer.Option(help="Scorer name (see `featstore eval --help`).")],
+        grid: Annotated[list[str] | None, typer.Option(
+            help="k=v1,v2,... values to sweep (JSON per value); repeatable. Default: the "
+                 "scorer's default grid, minus settings invalid for this store.")] = None,
+        param: Annotated[list[str] | None, typer.Option(
+            help="k=v fixed scorer parameter; repeatable.")] = None,
+        select_by: Annotated[str, typer.Option(
+            help="Val metric that chooses: auroc, aupr_in, aupr_out, ap_in, ap_out, fpr95, "
+                 "fpr95_ood, detection_error.")] = "auroc",
+        json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+        out_: Annotated[Path | None, typer.Option("--out", help="Write the result JSON.")] = None,
+    ) -> None:
+        """Choose a scorer's hyperparameters on the val splits (id/val vs the OOD splits
+        flagged usage = "val"), then report the chosen setting's test metrics. The scorer is
+        fitted once; every setting shares the work; test splits never choose.
+
+        Example: featstore sweep runs/demo/store --method knn --grid K=1,5,10,50 --select-by fpr95
+        """
+        from scorers.sweep import check_select_by, sweep
+
+        from .commands_score import parse_params
+
+        check_select_by(select_by)
+        grid_ = parse_grid(grid)
+        params = parse_params(param)
+        with Store.open(store) as st:
+            result = sweep(st, method, grid_, select_by, params)
+        if out_ is not None:
+            out_.write_text(json.dumps(result, indent=2) + "\n")
+        if json_:
+            print_json(result)
+        else:
+            print_sweep(result)

@@ -1,0 +1,322 @@
+"""Hyperparameter sweeps without recompute (DESIGN §4-§5): choose on val, report on test.
+
+`sweep(store, method, grid)` fits the scorer ONCE and scores every setting of the grid with
+`Scorer.score_grid` (which shares the expensive work across settings: one FAISS search at the
+largest K, one eigendecomposition for every ViM dim, one row sort for every ASH percentile):
+
+1. selection: `id/val` against every OOD split flagged `usage = "val"` in the benchmark spec
+   (`store.splits(role="ood", usage="val")`). Each setting's `select_by` metric (any key of
+   `metrics.OOD_METRIC_NAMES`; higher or lower is better per `METRIC_DIRECTIONS`) is the
+   unweighted mean over those val OOD splits; the best mean wins and ties go to the first
+   setting in grid order (the Cartesian product in the grid's key order, `expand_grid`).
+2. report: only after the choice is fixed are `id/test` and the OOD test splits scored, for
+   the chosen setting's test metrics (per split and per group, the structure of one method
+   in `scorers.evaluate`) and, for reference, every setting's test metrics. Test numbers are
+   never read by the choice (`choose` sees the val table only).
+
+Grids and validity (decided here):
+- `grid=None` means the scorer's default grid minus the parameters fixed in `base_params`.
+  A default-grid setting that is invalid for this store's data (ViM dim >= D, KNN K larger
+  than the train bank, ...: the scorer's `check_params(params, store)` refuses it) is DROPPED
+  and listed in the result's `"dropped": [{"setting", "reason"}]`; the default grid is a
+  generic range (OpenOOD's ImageNet values) that does not know the store. If every setting is
+  dropped, a UsageError names the first reason.
+- An explicit `grid` is what the user asked for: any invalid value is a UsageError (also a
+  ValueError) naming the value and the valid range; an unknown grid parameter is a UsageError
+  naming the valid ones; a parameter in both `grid` and `base_params` is refused.
+- A scorer without hyperparameters (or an empty grid) has one setting, `{}`.
+
+Missing `id/val` or missing val-flagged OOD splits is a FeatstoreError naming what is missing
+and how to flag splits. Missing `id/test` or OOD test splits is not an error: the choice is
+made and `"test"` is None. The result is plain JSON (numbers, strings, lists, dicts, None).
+
+`sweep_all(store, methods)` sweeps every method over its default grid and returns the same
+structure as `scorers.evaluate.evaluate` (test metrics of each chosen setting), plus the
+chosen setting per method: the tuned leaderboard of `featstore eval --tune`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import FeatstoreError, UsageError
+
+from . import REGISTRY, get_scorer
+from .base import Scorer, expand_grid
+from .evaluate import group_means, supported
+from .metrics import (
+    METRIC_DIRECTIONS,
+    OOD_METRIC_NAMES,
+    id_accuracy,
+    misclassification_auroc,
+    ood_metrics,
+)
+
+VAL_ID_SPLIT = "id/val"
+TEST_ID_SPLIT = "id/test"
+_FLAG_HINT = ('flag OOD splits for validation with `usage = "val"` in the benchmark spec '
+              '(or usage="val" in Store.from_arrays / write_split)')
+
+
+# --------------------------------------------------------------------------- helpers
+def check_select_by(select_by: str) -> str:
+    """The direction ("max"/"min") of a selection metric; UsageError naming the valid ones."""
+    if select_by not in OOD_METRIC_NAMES:
+        raise UsageError(f"select_by={select_by!r} is not an OOD metric "
+                         f"(valid: {', '.join(OOD_METRIC_NAMES)})")
+    return METRIC_DIRECTIONS[select_by]
+
+
+def val_splits(store: Any) -> list[str]:
+    """The val OOD splits of a store; FeatstoreError naming what is missing otherwise."""
+    missing = []
+    if not store.has_split(VAL_ID_SPLIT):
+        missing.append(f"no complete {VAL_ID_SPLIT!r} split (name one `id/val` in the spec)")
+    ood = store.splits(role="ood", usage="val")
+    if not ood:
+        missing.append(f"no OOD split flagged usage 'val' ({_FLAG_HINT})")
+    if missing:
+        raise FeatstoreError(
+            f"store {str(store.path)!r} cannot choose hyperparameters: it has "
+            f"{' and '.join(missing)}; sweeps choose on {VAL_ID_SPLIT} against val OOD splits "
+            "only, never on test splits"
+        )
+    return ood
+
+
+def choose(values: Sequence[float], direction: str) -> int:
+    """Index of the best value (max or min); ties go to the first index (grid order)."""
+    if not values:
+        raise ValueError("choose: no values")
+    best = 0
+    for i, v in enumerate(values):
+        if (v > values[best]) if direction == "max" else (v < values[best]):
+            best = i
+    return best
+
+
+def format_setting(setting: Mapping[str, Any]) -> str:
+    """`K=50, alpha=0.01`, or `(defaults)` for the single setting of a scorer without a grid."""
+    return ", ".join(f"{k}={v}" for k, v in setting.items()) or "(defaults)"
+
+
+def _plain(value: Any) -> Any:
+    """JSON-native copy of a parameter value (NumPy scalars to Python, tuples to lists)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _as_values(key: str, values: Any) -> list[Any]:
+    if isinstance(values, str) or not isinstance(values, Sequence | np.ndarray):
+        return [values]
+    out = list(values)
+    if not out:
+        raise UsageError(f"grid parameter {key!r} has no values")
+    return out
+
+
+class _Plan:
+    """The settings to score, the grid to hand to `score_grid`, and the dropped settings."""
+
+    def __init__(self, probe: Scorer, grid: Mapping[str, Any] | None,
+                 base: Mapping[str, Any], store: Any):
+        name = probe.name
+        if grid is None:
+            self.source = "default"
+            self.grid = {k: list(v) for k, v in probe.grid.items() if k not in base}
+        else:
+            self.source = "explicit"
+            unknown = sorted(set(grid) - set(probe.defaults))
+            if unknown:
+                valid = ", ".join(sorted(probe.defaults)) or "none"
+                raise UsageError(f"scorer {name!r}: unknown grid parameter {unknown[0]!r} "
+                                 f"(valid: {valid})")
+            both = sorted(set(grid) & set(base))
+            if both:
+                raise UsageError(f"scorer {name!r}: parameter {both[0]!r} is given both as a "
+                                 "fixed parameter and in the grid; give it once")
+            self.grid = {k: _as_values(k, v) for k, v in grid.items()}
+        settings = expand_grid(self.grid) if self.grid else [{}]
+        self.settings: list[dict[str, Any]] = []
+        self.dropped: list[dict[str, Any]] = []
+        for setting in settings:
+            try:
+                probe.check_params({**probe.params, **setting}, store)
+            except UsageError as exc:
+                if self.source == "explicit":
+                    raise
+                self.dropped.append({"setting": _plain(setting), "reason": str(exc)})
+            else:
+                self.settings.append(setting)
+        if not self.settings:
+            raise UsageError(
+                f"scorer {name!r}: no setting of its default grid "
+                f"{format_setting(self.grid)} is valid for store {str(store.path)!r} "
+                f"({self.dropped[0]['reason']}); pass an explicit grid or fix the parameter")
+        # score_grid takes a grid: when dropping left a Cartesian product (the usual case:
+        # one key's out-of-range values), hand it the pruned grid; else score per setting.
+        pruned = {k: [v for v in vals if any(s[k] == v for s in self.settings)]
+                  for k, vals in self.grid.items()}
+        self.product = (expand_grid(pruned) if pruned else [{}]) == self.settings
+        self.pruned = pruned
+
+    def score(self, scorer: Scorer, split: Any) -> list[np.ndarray]:
+        """Scores of every setting on one split, in settings order."""
+        if self.product:
+            return [s for _, s in scorer.score_grid(split, self.pruned)]
+        return [scorer.score_grid(split, {k: [v] for k, v in setting.items()})[0][1]
+                for setting in self.settings]
+
+
+def _split_metrics(plan: _Plan, scorer: Scorer, store: Any, id_name: str,
+                   ood_names: Sequence[str]) -> tuple[list[np.ndarray], list[dict]]:
+    """Scores of the ID split per setting, and per setting {ood split: metrics}."""
+    id_scores = plan.score(scorer, store.split(id_name))
+    per_setting: list[dict[str, dict[str, float]]] = [{} for _ in plan.settings]
+    for ood in ood_names:
+        for i, scores in enumerate(plan.score(scorer, store.split(ood))):
+            per_setting[i][ood] = ood_metrics(id_scores[i], scores, id_name=id_name,
+                                              ood_name=ood)
+    return id_scores, per_setting
+
+
+def _mean(per_split: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    return {m: float(np.mean([v[m] for v in per_split.values()])) for m in OOD_METRIC_NAMES}
+
+
+# --------------------------------------------------------------------------- API
+def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
+          select_by: str = "auroc", base_params: Mapping[str, Any] | None = None
+          ) -> dict[str, Any]:
+    """Choose `method`'s setting on the val splits, then report its test metrics.
+
+    Returns {"store", "model_sha256", "method", "select_by", "direction", "grid",
+    "grid_source" ("default"|"explicit"), "base_params", "val_splits": {"id", "ood"},
+    "test_splits": {"id", "ood"} | None, "chosen": {"index", "setting", "params", "val"},
+    "test": {"params", "fit_seconds", "score_seconds", "cached", "misclassification_auroc",
+    "splits", "groups"} | None, "settings": [{"setting", "params", "val": {"mean", "groups",
+    "splits"}, "test": {"groups", "splits"} | None}], "dropped": [{"setting", "reason"}],
+    "fit_seconds", "val_seconds", "test_seconds"}; see the module docstring."""
+    direction = check_select_by(select_by)
+    base = dict(base_params or {})
+    probe = get_scorer(method, **base)
+    val_ood = val_splits(store)
+    plan = _Plan(probe, grid, base, store)
+
+    scorer = get_scorer(method, **{**base, **plan.settings[0]})
+    t0 = time.perf_counter()
+    scorer.fit(store)
+    fit_s = time.perf_counter() - t0
+
+    # ---- 1. selection: validation splits only
+    t0 = time.perf_counter()
+    _, val_split_metrics = _split_metrics(plan, scorer, store, VAL_ID_SPLIT, val_ood)
+    val_s = time.perf_counter() - t0
+    val_rows = [{"mean": _mean(ps), "groups": group_means(ps, store), "splits": ps}
+                for ps in val_split_metrics]
+    index = choose([row["mean"][select_by] for row in val_rows], direction)
+    chosen_setting = plan.settings[index]
+    chosen_params = {**scorer.params, **chosen_setting}
+
+    # ---- 2. report: test splits, scored only after the choice is fixed
+    test_ood = store.splits(role="ood", usage="test")
+    has_test = store.has_split(TEST_ID_SPLIT) and bool(test_ood)
+    test_rows: list[dict[str, Any] | None] = [None] * len(plan.settings)
+    test: dict[str, Any] | None = None
+    t0 = time.perf_counter()
+    if has_test:
+        id_scores, test_split_metrics = _split_metrics(plan, scorer, store, TEST_ID_SPLIT,
+                                                       test_ood)
+        test_rows = [{"groups": group_means(ps, store), "splits": ps}
+                     for ps in test_split_metrics]
+        id_split = store.split(TEST_ID_SPLIT)
+        try:
+            mis: float | None = misclassification_auroc(
+                id_scores[index], np.asarray(id_split.logits), np.asarray(id_split.labels))
+        except ValueError:
+            mis = None  # undefined (every row right, or none labelled): JSON null, not NaN
+    test_s = time.perf_counter() - t0
+    if has_test:
+        test = {"params": _plain(chosen_params), "fit_seconds": fit_s,
+                "score_seconds": val_s + test_s, "cached": False,
+                "misclassification_auroc": mis, **test_rows[index]}  # type: ignore[dict-item]
+
+    return {
+        "store": str(store.path), "model_sha256": store.model_sha256, "method": method,
+        "select_by": select_by, "direction": direction,
+        "grid": _plain(plan.grid), "grid_source": plan.source, "base_params": _plain(base),
+        "val_splits": {"id": VAL_ID_SPLIT, "ood": list(val_ood)},
+        "test_splits": {"id": TEST_ID_SPLIT, "ood": list(test_ood)} if has_test else None,
+        "chosen": {"index": index, "setting": _plain(chosen_setting),
+                   "params": _plain(chosen_params), "val": val_rows[index]["mean"]},
+        "test": test,
+        "settings": [{"setting": _plain(s), "params": _plain({**scorer.params, **s}),
+                      "val": v, "test": t}
+                     for s, v, t in zip(plan.settings, val_rows, test_rows, strict=True)],
+        "dropped": plan.dropped,
+        "fit_seconds": fit_s, "val_seconds": val_s, "test_seconds": test_s,
+    }
+
+
+def sweep_all(store: Any, methods: Sequence[str] | None = None,
+              params: Mapping[str, Mapping[str, Any]] | None = None,
+              select_by: str = "auroc",
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Sweep every method over its default grid on val; the tuned leaderboard on test.
+
+    Returns `scorers.evaluate.evaluate`'s structure ({"store", "model_sha256", "id_split",
+    "id_acc", "ood_splits", "methods": {name: test metrics of the chosen setting}, "skipped"})
+    where each method also carries "chosen" (its setting), "fixed" (`params[name]`), "val"
+    (the chosen setting's mean val metrics), "grid" and "dropped"; plus "tuned": True,
+    "select_by" and "val_splits".
+    `params[name]` fixes parameters of a method (they leave its grid). A method the store does
+    not support, or whose every default setting is invalid here, is skipped with the reason."""
+    check_select_by(select_by)
+    methods = list(methods) if methods else list(REGISTRY)
+    for m in methods:
+        if m not in REGISTRY:
+            raise UsageError(f"unknown scorer {m!r} (valid: {', '.join(REGISTRY)})")
+    params = params or {}
+    if not store.has_split(TEST_ID_SPLIT):
+        raise FeatstoreError(f"store {str(store.path)!r} has no complete {TEST_ID_SPLIT!r} "
+                             "split; the tuned evaluation reports test metrics against it")
+    test_ood = store.splits(role="ood", usage="test")
+    if not test_ood:
+        raise FeatstoreError(f"store {str(store.path)!r} has no OOD test split to evaluate")
+    val_ood = val_splits(store)
+    id_split = store.split(TEST_ID_SPLIT)
+    result: dict[str, Any] = {
+        "store": str(store.path), "model_sha256": store.model_sha256,
+        "id_split": TEST_ID_SPLIT,
+        "id_acc": id_accuracy(np.asarray(id_split.logits), np.asarray(id_split.labels)),
+        "ood_splits": test_ood, "methods": {}, "skipped": {}, "tuned": True,
+        "select_by": select_by, "val_splits": {"id": VAL_ID_SPLIT, "ood": val_ood},
+    }
+    for name in methods:
+        ok, why = supported(store, name)
+        if not ok:
+            result["skipped"][name] = why
+            continue
+        if progress:
+            progress(name)
+        try:
+            res = sweep(store, name, None, select_by, params.get(name, {}))
+        except UsageError as exc:  # e.g. no default setting fits this store's size
+            result["skipped"][name] = str(exc)
+            continue
+        result["methods"][name] = {**res["test"], "chosen": res["chosen"]["setting"],
+                                   "fixed": res["base_params"], "val": res["chosen"]["val"],
+                                   "grid": res["grid"], "dropped": res["dropped"]}
+    return result
+
+
+__all__ = ["check_select_by", "choose", "format_setting", "sweep", "sweep_all", "val_splits"]

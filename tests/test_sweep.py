@@ -1,0 +1,434 @@
+"""Sweeps without recompute (scorers.sweep, `featstore sweep`, `featstore eval --tune`).
+
+References: (1) a separate construct/fit/score per setting for `score_grid` (every registered
+scorer with a default grid, on its DEFAULT grid: the store is D=1040 wide with 1100 train rows
+so that ViM/Residual's [256, 1000] and KNN's K up to 1000 are valid, and it stores
+ODIN-perturbed logits for odin_perturbed's whole default grid; NNGuide alone gets the
+explicit grid K [5, 11] x alpha [0.01, 0.1], because its default grid's 1% bank (11 rows here)
+cannot hold its default K=100 below 10,000 train rows; oodl runs with max_train=300, for speed);
+(2) logit stores built so that the val and test OOD splits prefer different energy
+temperatures, which show that only val chooses; (3) NumPy's argmax/argmin (first index on
+ties) for the choice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from conftest import structured_arrays
+from threadpoolctl import threadpool_limits
+
+import scorers.sweep as sweep_mod
+from cli.app import main
+from featstore import Store
+from featstore.errors import FeatstoreError
+from featstore.extra_keys import odin_name
+from scorers import REGISTRY, get_scorer
+from scorers.base import Scorer, expand_grid
+from scorers.evaluate import evaluate
+from scorers.metrics import METRIC_DIRECTIONS, OOD_METRIC_NAMES
+from scorers.sweep import choose, sweep, sweep_all
+
+GRID_SCORERS = [name for name, cls in REGISTRY.items() if cls.grid]
+# explicit valid grids where the default grid cannot be valid on the wide store
+WIDE_GRID = {"nnguide": {"K": [5, 11], "alpha": [0.01, 0.1]}}
+# fixed non-grid parameters, for speed only (oodl: a 300-row one-class SVM per nu)
+WIDE_BASE = {"oodl": {"max_train": 300}}
+
+
+@pytest.fixture(scope="module")
+def wide_store(tmp_path_factory) -> Store:
+    """D=1040 > 1000 and 1100 train rows: every default grid is valid (see the docstring)."""
+    path = tmp_path_factory.mktemp("sweep_wide") / "store"
+    arrays = structured_arrays(seed=3, num_classes=6, dim=1040, n_train=1100, n_val=30,
+                               n_test=60, n_ood=60)
+    rng = np.random.default_rng(4)
+    weight, bias = arrays["head"]
+    odin = REGISTRY["odin_perturbed"].grid if "odin_perturbed" in REGISTRY else {}
+    for split in arrays["splits"].values():  # ODIN-perturbed logits for its default grid
+        logits = split["features"] @ weight.T + bias
+        split["extras"] = {
+            odin_name(t, e): (logits + rng.normal(0.0, 0.5, logits.shape)).astype(np.float32)
+            for t, e in itertools.product(odin.get("temperature", []), odin.get("epsilon", []))}
+    Store.from_arrays(path, head=arrays["head"], splits=arrays["splits"])
+    return Store.open(path)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Store:
+    """The structured store (D=32, C=5, 600 train rows, one val OOD split)."""
+    path = tmp_path_factory.mktemp("sweep") / "store"
+    arrays = structured_arrays(seed=0)
+    Store.from_arrays(path, head=arrays["head"], splits=arrays["splits"])
+    return Store.open(path)
+
+
+def logit_store(path, val_kind: str, test_kind: str, seed: int = 0,
+                with_test: bool = True) -> Store:
+    """Logits built so energy's temperatures disagree: ID rows have one logit near 5 and the
+    rest near 0; `flat` OOD rows have every logit near 2 (max lower than ID: T=1 separates,
+    mean higher: large T fails); `peaky` OOD rows have one logit near 7 and the rest near -3
+    (max higher than ID: T=1 fails, mean lower: T >= 10 separates)."""
+    rng = np.random.default_rng(seed)
+    c, d = 5, 4
+
+    def feats(n):
+        return rng.normal(size=(n, d)).astype(np.float32)
+
+    def id_split(n):
+        y = np.arange(n) % c
+        logits = rng.normal(0.0, 0.3, size=(n, c))
+        logits[np.arange(n), y] += 5.0
+        return {"features": feats(n), "logits": logits, "labels": y}
+
+    def ood_split(kind, n, usage):
+        if kind == "flat":
+            logits = 2.0 + rng.normal(0.0, 0.3, size=(n, c))
+        else:
+            logits = -3.0 + rng.normal(0.0, 0.3, size=(n, c))
+            logits[np.arange(n), rng.integers(0, c, n)] = 7.0 + rng.normal(0.0, 0.3, n)
+        return {"features": feats(n), "logits": logits, "usage": usage}
+
+    splits = {"id/train": id_split(50), "id/val": id_split(150)}
+    splits["ood/x/val_part"] = ood_split(val_kind, 150, "val")
+    if with_test:
+        splits["id/test"] = id_split(150)
+        splits["ood/x/test_part"] = ood_split(test_kind, 150, "test")
+    head = (rng.normal(size=(c, d)).astype(np.float32), np.zeros(c, np.float32))
+    Store.from_arrays(path, head=head, splits=splits)
+    return Store.open(path)
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def untimed(result: dict) -> dict:
+    """A sweep result without its timings (which differ between two runs)."""
+    out = {k: v for k, v in result.items() if not k.endswith("_seconds")}
+    out["test"] = {k: v for k, v in result["test"].items() if not k.endswith("_seconds")}
+    return out
+
+
+# --------------------------------------------------------------------------- (1) score_grid
+def test_every_grid_scorer_is_covered():
+    assert {"knn", "vim", "residual", "ash", "react", "dice", "scale", "gen", "energy", "odin",
+            "nci", "fdbd", "oodl", "nnguide"} <= set(GRID_SCORERS)
+
+
+@pytest.mark.parametrize("name", GRID_SCORERS)
+def test_default_grid_score_grid_equals_separate_runs(wide_store, name):
+    """score_grid over the scorer's DEFAULT grid == construct/fit/score per setting (1e-9)."""
+    st, grid, base = wide_store, WIDE_GRID.get(name), WIDE_BASE.get(name, {})
+    grid = REGISTRY[name].grid if grid is None else grid  # passed explicitly: odin_perturbed's
+    settings = expand_grid(grid)                           # grid=None means "stored pairs"
+    # one BLAS thread: a 1040 x 1040 eigh with 2 OpenBLAS threads on a busy 2-core machine
+    # takes seconds instead of well under one
+    with threadpool_limits(1):
+        scorer = get_scorer(name, **base, **settings[0]).fit(st)  # a valid setting, as sweep
+        for setting in settings:  # the store is wide enough: nothing of the default grid drops
+            scorer.check_params({**scorer.params, **setting}, st)
+        alone = [get_scorer(name, **base, **s).fit(st) for s in settings]
+        for split_name in ("id/test", "ood/far/faint"):
+            split = st.split(split_name)
+            results = scorer.score_grid(split, grid)
+            assert [s for s, _ in results] == settings
+            for (setting, scores), single in zip(results, alone, strict=True):
+                np.testing.assert_allclose(scores, single.score(split), rtol=1e-9, atol=1e-12,
+                                           err_msg=f"{name} {setting} on {split_name}")
+
+
+# --------------------------------------------------------------------------- (2) val only
+def test_selection_uses_val_only(tmp_path):
+    """val prefers T=1 and test prefers T>=10: T=1 is chosen although it fails on test;
+    replacing the test split changes no choice; replacing the val split does."""
+    flat_peaky = sweep(logit_store(tmp_path / "a", "flat", "peaky"), "energy")
+    assert flat_peaky["grid"] == {"temperature": [1, 10, 100, 1000]}
+    assert flat_peaky["chosen"]["setting"] == {"temperature": 1}
+    assert flat_peaky["test"]["groups"]["x"]["auroc"] < 5.0          # bad on test, still chosen
+    assert max(r["test"]["groups"]["x"]["auroc"] for r in flat_peaky["settings"]) > 95.0
+
+    # same val split (same seed, same draws), a different test split: same choice, same val
+    flat_flat = sweep(logit_store(tmp_path / "b", "flat", "flat"), "energy")
+    assert flat_flat["chosen"] == flat_peaky["chosen"]
+    assert [r["val"] for r in flat_flat["settings"]] == [r["val"] for r in flat_peaky["settings"]]
+    assert flat_flat["test"]["groups"]["x"]["auroc"] > 95.0
+
+    # another val split: another choice (the test split is the same kind as in `a`)
+    peaky_peaky = sweep(logit_store(tmp_path / "c", "peaky", "peaky"), "energy")
+    assert peaky_peaky["chosen"]["setting"]["temperature"] != 1
+    assert peaky_peaky["test"]["groups"]["x"]["auroc"] > 95.0
+
+
+def test_permuting_test_features_does_not_change_choice(tmp_path, store):
+    """The test splits' rows permuted and the OOD test features perturbed: the chosen
+    setting and the val table are unchanged (the test metrics do change)."""
+    arrays = structured_arrays(seed=0)
+    grid = {"K": [1, 5, 50, 100]}
+    ref = sweep(store, "knn", grid)
+    rng = np.random.default_rng(7)
+    for name in ("id/test", "ood/near/blend", "ood/far/faint"):
+        split = dict(arrays["splits"][name])
+        order = rng.permutation(len(split["features"]))
+        split = {k: v[order] if isinstance(v, np.ndarray) else v for k, v in split.items()}
+        if name != "id/test":
+            x = split["features"]
+            split["features"] = np.maximum(x + rng.normal(0.0, 1.5, x.shape), 0.0).astype(x.dtype)
+        arrays["splits"][name] = split
+    Store.from_arrays(tmp_path / "perm", head=arrays["head"], splits=arrays["splits"])
+    other = sweep(Store.open(tmp_path / "perm"), "knn", grid)
+    assert other["chosen"] == ref["chosen"]
+    assert [r["val"] for r in other["settings"]] == [r["val"] for r in ref["settings"]]
+    assert other["test"]["splits"] != ref["test"]["splits"]
+
+
+def test_choice_is_fixed_before_any_test_split_is_scored(tmp_path, monkeypatch):
+    st = logit_store(tmp_path / "s", "flat", "peaky")
+    events: list[str] = []
+    score_grid, choose_ = Scorer.score_grid, sweep_mod.choose
+
+    def spy_score_grid(self, split, grid=None, force=False):
+        events.append(split.name)
+        return score_grid(self, split, grid, force)
+
+    def spy_choose(values, direction):
+        events.append("<choose>")
+        return choose_(values, direction)
+
+    monkeypatch.setattr(Scorer, "score_grid", spy_score_grid)
+    monkeypatch.setattr(sweep_mod, "choose", spy_choose)
+    sweep(st, "energy")
+    assert events == ["id/val", "ood/x/val_part", "<choose>", "id/test", "ood/x/test_part"]
+
+
+def test_chosen_test_block_equals_evaluate_of_the_chosen_params(store):
+    """Only val-flagged OOD splits choose; the test block is evaluate() of the choice."""
+    result = sweep(store, "knn", {"K": [1, 5, 50]})
+    assert result["val_splits"] == {"id": "id/val", "ood": ["ood/near/blend_val"]}
+    assert result["test_splits"] == {"id": "id/test",
+                                     "ood": ["ood/near/blend", "ood/far/faint"]}
+    ev = evaluate(store, ["knn"], {"knn": result["chosen"]["params"]}, use_cache=False)
+    ref = ev["methods"]["knn"]
+    assert set(result["test"]) >= set(ref) - {"cached"}
+    for split, metrics in ref["splits"].items():
+        assert result["test"]["splits"][split] == pytest.approx(metrics, rel=1e-12)
+    for group, metrics in ref["groups"].items():
+        assert result["test"]["groups"][group] == pytest.approx(metrics, rel=1e-12)
+    assert result["test"]["params"] == ref["params"]
+
+
+# --------------------------------------------------------------------------- (3) choice rule
+def test_choose_first_of_ties():
+    assert choose([1.0, 3.0, 3.0, 2.0], "max") == 1
+    assert choose([2.0, 1.0, 1.0, 3.0], "min") == 1
+    assert choose([5.0, 5.0], "max") == 0 and choose([5.0, 5.0], "min") == 0
+
+
+def test_tie_between_settings_goes_to_first_in_grid_order(store):
+    """KNN on the full bank: the subsampling seed changes nothing, so every setting ties."""
+    for seeds in ([3, 1, 2], [1, 3]):
+        result = sweep(store, "knn", {"seed": seeds, "K": [5]})
+        vals = [r["val"]["mean"] for r in result["settings"]]
+        assert all(v == vals[0] for v in vals)                      # a genuine tie
+        assert result["chosen"]["index"] == 0
+        assert result["chosen"]["setting"] == {"seed": seeds[0], "K": 5}
+        for metric in ("fpr95", "detection_error"):
+            assert sweep(store, "knn", {"seed": seeds, "K": [5]},
+                         select_by=metric)["chosen"]["index"] == 0
+
+
+@pytest.mark.parametrize("metric", OOD_METRIC_NAMES)
+def test_select_by_every_metric(store, metric):
+    result = sweep(store, "knn", {"K": [1, 5, 50, 100, 300]}, select_by=metric)
+    values = np.array([r["val"]["mean"][metric] for r in result["settings"]])
+    pick = np.argmin if METRIC_DIRECTIONS[metric] == "min" else np.argmax
+    assert result["chosen"]["index"] == int(pick(values))
+    assert result["direction"] == METRIC_DIRECTIONS[metric]
+
+
+def test_select_by_fpr95_picks_the_min(store):
+    result = sweep(store, "ash", {"percentile": [10, 50, 65, 80, 95]}, select_by="fpr95")
+    fprs = [r["val"]["mean"]["fpr95"] for r in result["settings"]]
+    assert len(set(fprs)) > 1
+    assert result["chosen"]["val"]["fpr95"] == min(fprs)
+    assert result["chosen"]["index"] == fprs.index(min(fprs))
+
+
+def test_val_mean_is_unweighted_over_val_splits(tmp_path):
+    arrays = structured_arrays(seed=1)
+    x = arrays["splits"]["ood/far/faint"]["features"]
+    arrays["splits"]["ood/far/faint_val"] = {"features": x[:40], "usage": "val"}
+    Store.from_arrays(tmp_path / "s", head=arrays["head"], splits=arrays["splits"])
+    result = sweep(Store.open(tmp_path / "s"), "energy")
+    for row in result["settings"]:
+        per = row["val"]["splits"]
+        assert set(per) == {"ood/near/blend_val", "ood/far/faint_val"}
+        for m in OOD_METRIC_NAMES:
+            assert row["val"]["mean"][m] == pytest.approx(np.mean([v[m] for v in per.values()]))
+        assert set(row["val"]["groups"]) == {"near", "far"}
+
+
+# --------------------------------------------------------------------------- (4) grids
+def test_default_grid_drops_invalid_settings_with_a_note(store):
+    result = sweep(store, "knn")
+    assert result["grid_source"] == "default"
+    assert [r["setting"]["K"] for r in result["settings"]] == [50, 100, 200, 500]
+    assert len(result["dropped"]) == 1 and result["dropped"][0]["setting"] == {"K": 1000}
+    assert "K=1000" in result["dropped"][0]["reason"] and "600" in result["dropped"][0]["reason"]
+
+
+def test_default_grid_with_nothing_valid_is_an_error(store):
+    with pytest.raises(ValueError, match=r"no setting of its default grid dim=\[256, 1000\].*"
+                                         r"1 <= dim < D = 32"):
+        sweep(store, "vim")
+
+
+def test_base_params_fix_a_grid_key(store):
+    result = sweep(store, "knn", base_params={"K": 7})
+    assert result["grid"] == {} and len(result["settings"]) == 1
+    assert result["chosen"]["params"]["K"] == 7
+    vim = sweep(store, "vim", base_params={"dim": 8})
+    assert vim["chosen"]["params"]["dim"] == 8
+
+
+def test_scorer_without_hyperparameters_has_one_setting(store):
+    result = sweep(store, "msp")
+    assert result["grid"] == {} and [r["setting"] for r in result["settings"]] == [{}]
+    assert result["chosen"] == {**result["chosen"], "index": 0, "setting": {}}
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"select_by": "accuracy"}, r"select_by='accuracy'.*valid: auroc, aupr_in"),
+    ({"grid": {"K": [5, 601]}}, r"K=601.*valid: 1 <= K <= 600"),
+    ({"grid": {"K": [0]}}, r"K=0 must be an integer >= 1"),
+    ({"grid": {"k": [5]}}, r"unknown grid parameter 'k' \(valid: K, bank_fraction, index, seed\)"),
+    ({"grid": {"K": []}}, r"grid parameter 'K' has no values"),
+    ({"grid": {"K": [5]}, "base_params": {"K": 5}}, r"'K' is given both"),
+    ({"base_params": {"Q": 1}}, r"unknown parameter 'Q'"),
+])
+def test_bad_inputs(store, kwargs, needle):
+    with pytest.raises(ValueError, match=needle):
+        sweep(store, "knn", **kwargs)
+
+
+def test_explicit_out_of_range_values_are_errors_not_drops(store):
+    with pytest.raises(ValueError, match=r"1 <= dim < D = 32 \(got 32\)"):
+        sweep(store, "vim", {"dim": [4, 32]})
+    with pytest.raises(ValueError, match=r"percentile must be in \(0, 100\) \(got 100\)"):
+        sweep(store, "ash", {"percentile": [50, 100]})
+    with pytest.raises(ValueError, match="unknown scorer 'nope'"):
+        sweep(store, "nope")
+
+
+def test_missing_val_splits_are_named(tmp_path):
+    arrays = structured_arrays(seed=0)
+    no_flag = {k: v for k, v in arrays["splits"].items() if k != "ood/near/blend_val"}
+    Store.from_arrays(tmp_path / "a", head=arrays["head"], splits=no_flag)
+    with pytest.raises(FeatstoreError, match=r'no OOD split flagged usage .val.*usage = "val"'):
+        sweep(Store.open(tmp_path / "a"), "knn")
+    no_val = {k: v for k, v in arrays["splits"].items() if k != "id/val"}
+    Store.from_arrays(tmp_path / "b", head=arrays["head"], splits=no_val)
+    with pytest.raises(FeatstoreError, match=r"no complete 'id/val' split"):
+        sweep(Store.open(tmp_path / "b"), "energy")
+
+
+def test_no_test_splits_still_chooses(tmp_path):
+    result = sweep(logit_store(tmp_path / "s", "flat", "flat", with_test=False), "energy")
+    assert result["chosen"]["setting"] == {"temperature": 1}
+    assert result["test"] is None and result["test_splits"] is None
+    assert all(r["test"] is None for r in result["settings"])
+
+
+def test_json_round_trip(store):
+    for result in (sweep(store, "knn"), sweep(store, "gen", select_by="fpr95"),
+                   sweep_all(store, ["knn", "msp", "vim"])):
+        text = json.dumps(result, allow_nan=False)  # strict JSON: no NaN, no numpy types
+        assert json.loads(text) == result
+
+
+def test_sweep_all_is_the_evaluate_structure(store):
+    tuned = sweep_all(store, ["energy", "knn", "vim", "rankfeat"])
+    plain = evaluate(store, ["energy"], use_cache=False)
+    assert set(plain) <= set(tuned)
+    assert tuned["ood_splits"] == plain["ood_splits"] and tuned["id_acc"] == plain["id_acc"]
+    assert set(tuned["methods"]) == {"energy", "knn"}
+    assert set(tuned["skipped"]) == {"vim", "rankfeat"}
+    energy = tuned["methods"]["energy"]
+    assert set(plain["methods"]["energy"]) <= set(energy)
+    assert energy["chosen"] == sweep(store, "energy")["chosen"]["setting"]
+
+
+# --------------------------------------------------------------------------- (5) CLI
+def test_cli_sweep_json_and_out(store, capsys, tmp_path):
+    out_file = tmp_path / "r.json"
+    code, out, err = run(capsys, "sweep", str(store.path), "--method", "knn", "--grid",
+                         "K=1,5,50", "--select-by", "fpr95", "--json", "--out", str(out_file))
+    assert code == 0, err
+    result = json.loads(out)
+    assert result == json.loads(out_file.read_text())
+    assert result["grid"] == {"K": [1, 5, 50]} and result["select_by"] == "fpr95"
+    assert untimed(result) == untimed(sweep(store, "knn", {"K": [1, 5, 50]}, "fpr95"))
+
+
+def test_cli_sweep_table(store, capsys):
+    code, out, err = run(capsys, "sweep", str(store.path), "--method", "ash", "--grid",
+                         "variant=p,b", "--grid", "percentile=65,90")
+    assert code == 0, err
+    assert "▶" in out and "chosen: variant=" in out and "near (mean)" in out
+    assert "test near AUROC" in out
+    code, out, err = run(capsys, "sweep", str(store.path), "--method", "knn")
+    assert code == 0 and "dropped K=1000 from the default grid" in err
+
+
+@pytest.mark.parametrize(("args", "code_", "needle"), [
+    (["--method", "knn", "--select-by", "acc"], 2, "select_by='acc'"),
+    (["--method", "knn", "--grid", "K=5,601"], 2, "K=601"),
+    (["--method", "knn", "--grid", "foo=1"], 2, "unknown grid parameter 'foo'"),
+    (["--method", "knn", "--grid", "K"], 2, "expected key=value"),
+    (["--method", "knn", "--grid", "K=1,,2"], 2, "expected key=value"),
+    (["--method", "knn", "--grid", "K=1", "--grid", "K=2"], 2, "given twice"),
+    (["--method", "vim"], 2, "no setting of its default grid"),
+    (["--method", "nope"], 2, "unknown scorer 'nope'"),
+])
+def test_cli_sweep_bad_input(store, capsys, args, code_, needle):
+    code, out, err = run(capsys, "sweep", str(store.path), *args)
+    assert code == code_ and needle in err and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+def test_cli_sweep_without_val_splits(tmp_path, capsys):
+    arrays = structured_arrays(seed=0)
+    splits = {k: v for k, v in arrays["splits"].items() if k != "ood/near/blend_val"}
+    Store.from_arrays(tmp_path / "s", head=arrays["head"], splits=splits)
+    code, _, err = run(capsys, "sweep", str(tmp_path / "s"), "--method", "knn")
+    assert code == 1 and 'usage = "val"' in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_eval_tune(store, capsys):
+    code, out, err = run(capsys, "eval", str(store.path), "--tune", "--method", "energy",
+                         "--method", "knn", "--method", "msp", "--select-by", "fpr95",
+                         "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["tuned"] and result["select_by"] == "fpr95"
+    assert set(result["methods"]) == {"energy", "knn", "msp"}
+    assert result["methods"]["knn"]["chosen"] == sweep(store, "knn", select_by="fpr95")[
+        "chosen"]["setting"]
+    code, out, err = run(capsys, "eval", str(store.path), "--tune", "--method", "knn",
+                         "--method", "vim", "--param", "knn.K=7")
+    assert code == 0, err
+    assert "settings chosen on val" in out and "K=7 (fixed)" in out and "OOD detection vs" in out
+    assert "skipped vim" in err
+    code, _, err = run(capsys, "eval", str(store.path), "--select-by", "fpr95")
+    assert code == 2 and "needs --tune" in err
+    code, _, err = run(capsys, "eval", str(store.path), "--tune", "--select-by", "auc")
+    assert code == 2 and "select_by='auc'" in err
