@@ -9,7 +9,15 @@ from rich.text import Text
 
 from featstore.errors import FeatstoreError
 
-from . import commands_score, commands_store
+from . import (
+    commands_gscore,
+    commands_protocol,
+    commands_report,
+    commands_score,
+    commands_store,
+    commands_sweep,
+    commands_train,
+)
 from .console import err
 
 app = typer.Typer(
@@ -22,6 +30,11 @@ app = typer.Typer(
 )
 commands_store.register(app)
 commands_score.register(app)
+commands_sweep.register(app)
+commands_gscore.register(app)
+commands_train.register(app)
+commands_protocol.register(app)
+commands_report.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -144,9 +144,15 @@ def register(app: typer.Typer) -> None:
         out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
         no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
         per_split: Annotated[bool, typer.Option(help="Also print the per-split table.")] = True,
+        tune: Annotated[bool, typer.Option(
+            help="Choose each method's setting over its default grid on the val splits "
+                 "(id/val vs OOD splits flagged usage = \"val\"); report it on test.")] = False,
+        select_by: Annotated[str | None, typer.Option(
+            help="With --tune: the val metric that chooses (default auroc).")] = None,
     ) -> None:
         """OOD metrics of scorers on every OOD test split vs id/test, group means, ID accuracy,
-        misclassification AUROC, timings.
+        misclassification AUROC, timings. With --tune, each method's hyperparameters are first
+        chosen on the val splits (`featstore sweep` for every method).
 
         Example: featstore eval runs/demo/store --method msp --method vim --out results.json
         """
@@ -161,11 +167,22 @@ def register(app: typer.Typer) -> None:
                                  "registered method")
             params.setdefault(name, {})[p] = value
         methods = None if all_ or not method else method
+        if select_by is not None and not tune:
+            raise UsageError("--select-by chooses hyperparameters: it needs --tune")
         with Store.open(store) as st:
-            result = evaluate(st, methods, params, use_cache=not no_cache)
+            if tune:
+                from scorers.sweep import sweep_all
+
+                result = sweep_all(st, methods, params, select_by or "auroc")
+            else:
+                result = evaluate(st, methods, params, use_cache=not no_cache)
         if out_ is not None:
             out_.write_text(json.dumps(result, indent=2) + "\n")
         if json_:
             print_json(result)
         else:
             print_evaluation(result, per_split=per_split)
+            if tune:
+                from .commands_sweep import print_tuned
+
+                print_tuned(result)

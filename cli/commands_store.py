@@ -115,18 +115,30 @@ def register(app: typer.Typer) -> None:
         overwrite: Annotated[bool, typer.Option(help="Replace a store made by another "
                                                      "model.")] = False,
         quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+        mc_samples: Annotated[int, typer.Option(
+            help="Also store T stochastic passes with dropout on as extra/mc_logits "
+                 "(T, N, C).")] = 0,
+        odin_grid: Annotated[str | None, typer.Option(
+            help="Also store ODIN-perturbed logits extra/odin_logits/<T>_<eps> for a grid "
+                 "'T:eps[,eps...][;T:eps...]', e.g. '1000:0.0014,0.0028'.")] = None,
+        feature_maps: Annotated[bool, typer.Option(
+            help="Also store the map pooled into the feature as extra/feature_maps "
+                 "(N, Cmap, H, W), for rankfeat.")] = False,
     ) -> None:
         """Run the model once over every split of a benchmark spec and write a store.
 
         Example: featstore extract --model resnet50 --weights r50.pth --spec bench.toml
         --out runs/r50
         """
+        from featstore.extra_keys import parse_odin_grid
         from featstore.extract import ExtractOptions
         from featstore.extract import extract as run_extract
 
         opts = ExtractOptions(device=device, dtype=dtype, batch_size=batch_size,
                               num_workers=workers, amp=amp, skip_bad=skip_bad,
-                              overwrite=overwrite)
+                              overwrite=overwrite, mc_samples=mc_samples,
+                              odin_grid=tuple(parse_odin_grid(odin_grid)) if odin_grid else (),
+                              feature_maps=feature_maps)
         start = time.perf_counter()
         with split_progress(not quiet) as progress:
             st = run_extract(model, spec, out_, weights=weights, feature_layer=feature_layer,
@@ -159,19 +171,39 @@ def register(app: typer.Typer) -> None:
         out_: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path(
             "runs/demo"),
         quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+        methods: Annotated[str | None, typer.Option(
+            help="Instead: the remote-sensing benchmark's ten-method table (MSP, ViM, KNN, "
+                 "ConfBranch, LogitNorm, G-ODIN, OE, MCD, MC-Dropout, TempScaling): 'all' or "
+                 "a comma list; trains each method on the demo digits (CPU, minutes).")] = None,
     ) -> None:
         """The embedded default, end to end on real bundled data (digits, photos, textures,
-        faces, noise): train a small ResNet, extract a store, evaluate every scorer.
+        faces, noise): train a small ResNet, extract a store, evaluate every scorer, write
+        the HTML report.
 
-        Example: featstore demo --out runs/demo
+        Example: featstore demo --out runs/demo   ·   featstore demo --methods all
         """
         from featstore.demo.pipeline import id_test_accuracy, run_demo
 
         start = time.perf_counter()
+        if methods is not None:
+            from featstore.demo.ten_methods import render_tables, run_ten_methods
+
+            with split_progress(not quiet) as progress:
+                result = run_ten_methods(out_, methods,
+                                         log=lambda m: err.print(m, highlight=False),
+                                         progress=progress)
+            for table in render_tables(result):
+                out.print(table)
+            out.print(f"ten-method demo finished in {time.perf_counter() - start:.1f} s")
+            return
         with split_progress(not quiet) as progress:
             st = run_demo(out_, log=lambda m: err.print(m, highlight=False), progress=progress)
         print_store_summary(store_summary(st))
         out.print(f"ID test accuracy: {id_test_accuracy(st):.2f}%")
         print_demo_evaluation(st)
+        from featstore.report import write_report
+
+        html_path, _ = write_report(st.path, out_ / "report.html")
+        out.print(f"report: {html_path}")
         out.print(f"demo finished in {time.perf_counter() - start:.1f} s")
 

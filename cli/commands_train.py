@@ -71,6 +71,9 @@ def register(app: typer.Typer) -> None:
             help="k=v method parameter (e.g. tau=0.04 for logitnorm); repeatable.")] = None,
         json_: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
         quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+        init: Annotated[Path | None, typer.Option(
+            help="Warm start: weights of the plain model (e.g. a ce checkpoint) to fine-tune "
+                 "with --method.")] = None,
     ) -> None:
         """Train a classifier on the spec's id/train split (SGD, cosine schedule, seeded) and
         write a checkpoint that `featstore extract --model ARCH --weights CKPT` reads.
@@ -84,7 +87,8 @@ def register(app: typer.Typer) -> None:
         config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
                              weight_decay=weight_decay, schedule=schedule, augment=augment,
                              seed=seed, device=device, num_workers=workers,
-                             method_params=parse_params(param))
+                             method_params=parse_params(param),
+                             init=str(init) if init is not None else None)
         start = time.perf_counter()
         with train_progress(not quiet and not json_, f"{method} {arch}") as progress:
             path = run_train(method, arch, spec, out_, config, num_classes=num_classes,

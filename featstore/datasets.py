@@ -103,7 +103,8 @@ def imagefolder_rows(root: str) -> RowSource:
 
 
 def parse_image_list(list_file: str) -> list[tuple[str, int]]:
-    """Parse `path label` lines (OpenOOD, IS-OOD) or FACETS `<0|1> <source> <class> <path>`.
+    """Parse `path label` lines (OpenOOD), `path` lines (IS-OOD; label -1) or FACETS
+    `<0|1> <source> <class> <path>` lines.
 
     Blank lines and lines starting with '#' are skipped; a bad line is a UsageError naming the
     file, the line number and what was expected."""
@@ -120,9 +121,11 @@ def parse_image_list(list_file: str) -> list[tuple[str, int]]:
             rel, label_text = fields[3], fields[2]
         elif len(fields) == 2:
             rel, label_text = fields
+        elif len(fields) == 1:  # IS-OOD lists: a path per line, no label
+            rel, label_text = fields[0], "-1"
         else:
-            raise UsageError(f"image list {list_file!r} line {lineno}: expected 'path label' or "
-                             f"'<0|1> <source> <class_index> <path>', got {text!r}")
+            raise UsageError(f"image list {list_file!r} line {lineno}: expected 'path label', "
+                             f"'path' or '<0|1> <source> <class_index> <path>', got {text!r}")
         try:
             label = int(label_text)
         except ValueError:

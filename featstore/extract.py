@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from .datasets import TransformedRows, build_transform, rows_from_source
 from .errors import FeatstoreError, UsageError
+from .extract_extras import ExtraOutputs
 from .layout import FEATURE_DTYPES
 from .models import LoadedModel, load_model
 from .spec import BenchmarkSpec, SplitSpec, load_spec
@@ -45,6 +46,10 @@ class ExtractOptions:
     skip_bad: bool = False
     overwrite: bool = False
     progress: bool = True
+    # extras (DESIGN §2; featstore.extract_extras): opt-in, off by default
+    mc_samples: int = 0
+    odin_grid: tuple[tuple[float, float], ...] = ()
+    feature_maps: bool = False
 
 
 Progress = Callable[[str, int, int], None]
@@ -135,6 +140,9 @@ def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform
                              f"{rows.ids[i]!r} is outside the head's 0..{num_classes - 1}")
     part_rows = opts.batch_size * opts.part_batches
     fp = _fingerprint(split, loaded, transform, opts, part_rows)
+    extras = ExtraOutputs(loaded, opts, transform, split.name)
+    if extras.config:  # only then: plain extractions keep their fingerprints
+        fp["extras"] = extras.config
     fp_digest = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()
     entry = store.manifest["splits"].get(split.name)
     if entry and entry.get("complete") and entry.get("fingerprint") == fp_digest:
@@ -142,7 +150,8 @@ def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform
             progress(split.name, len(rows), len(rows))
         return
     writer = SplitWriter(store, split.name, part_rows=part_rows, dtype=opts.dtype,
-                         usage=split.usage, source=split.source, fingerprint=fp)
+                         usage=split.usage, source=split.source, fingerprint=fp,
+                         extra_row_axes=extras.row_axes)
     crop = int(transform["crop"])
     dataset = TransformedRows(rows, build_transform(transform), (3, crop, crop),
                               indices=range(writer.resume_rows, len(rows)))
@@ -165,9 +174,11 @@ def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform
             images = images.to(device, non_blocking=True)
             if device.type == "cuda":
                 images = images.contiguous(memory_format=torch.channels_last)
+            extras.before_forward(images)
             with torch.inference_mode(), torch.autocast(device.type, enabled=opts.amp):
                 loaded.module(images)
             feats, logits = hook.take()
+            extra = extras.compute(hook, images, feats, logits, int(index[0]))
             keep = np.asarray([not e for e in errors])
             batch = {
                 "features": feats.float().cpu().numpy()[keep],
@@ -175,6 +186,9 @@ def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform
                 "labels": labels.numpy()[keep],
                 "ids": np.asarray([rows.ids[int(i)] for i in index])[keep],
             }
+            if extra:
+                batch["extras"] = {k: np.compress(keep, v, axis=extras.row_axes.get(k, 0))
+                                   for k, v in extra.items()}
             while pending and (pending[0].done() or len(pending) >= 2):
                 pending.pop(0).result()
             pending.append(pool.submit(writer.append, **batch))
@@ -188,7 +202,7 @@ def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform
         if opts.skip_bad:
             written = set(_written_ids(writer))
             skipped = [i for i in rows.ids if i not in written]
-        meta = {"fingerprint": fp_digest, "skipped": skipped}
+        meta = {"fingerprint": fp_digest, "skipped": skipped, **extras.meta()}
         writer.finish(extra_meta=meta)
     except OSError as exc:
         raise FeatstoreError(f"split {split.name!r}: write error in store {str(store.path)!r}: "
@@ -196,6 +210,7 @@ def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform
     finally:
         pool.shutdown(wait=True)
         hook.close()
+        extras.close()
 
 
 def _written_ids(writer: SplitWriter) -> list[str]:
@@ -220,6 +235,8 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
         raise UsageError(f"--dtype {opts.dtype!r}: expected one of {', '.join(FEATURE_DTYPES)}")
     if opts.batch_size < 1:
         raise UsageError(f"--batch-size {opts.batch_size}: must be >= 1")
+    if opts.mc_samples < 0:
+        raise UsageError(f"--mc-samples {opts.mc_samples}: must be >= 0")
     bench = spec if isinstance(spec, BenchmarkSpec) else load_spec(spec)
     device = resolve_device(opts.device)
     loaded = load_model(model, weights, feature_layer=feature_layer)

@@ -14,6 +14,7 @@ its input is the penultimate feature and its (weight, bias) the head stored in m
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from torch import nn
 
 from .errors import UsageError
 from .fileio import sha256_arrays, sha256_file
+from .training.heads import checkpoint_method, wrap_for_checkpoint
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -72,7 +74,8 @@ def state_dict_sha256(module: nn.Module) -> str:
 
 
 def find_head(module: nn.Module, feature_layer: str | None = None) -> tuple[str, nn.Linear]:
-    """The classifier head: the named Linear, or the last nn.Linear in module order."""
+    """The classifier head: the named Linear, or the last nn.Linear in module order that is not
+    inside an extra head of a training-time method (`confidence_head`, `godin_g`, `head2`)."""
     named = dict(module.named_modules())
     if feature_layer is not None:
         if feature_layer not in named:
@@ -88,7 +91,10 @@ def find_head(module: nn.Module, feature_layer: str | None = None) -> tuple[str,
                 "nn.Linear whose input is the penultimate feature"
             )
         return feature_layer, layer
-    linears = [(n, m) for n, m in named.items() if isinstance(m, nn.Linear)]
+    from .training.heads import EXTRA_HEADS  # extra heads of training-time methods
+
+    linears = [(n, m) for n, m in named.items() if isinstance(m, nn.Linear)
+               and not set(n.split(".")) & set(EXTRA_HEADS)]
     if not linears:
         raise UsageError(
             f"model {type(module).__name__} has no nn.Linear classifier head; featstore hooks "
@@ -122,7 +128,16 @@ def _build_torchvision(arch: str, num_classes: int | None) -> nn.Module:
     return torchvision.models.get_model(arch, **kwargs)
 
 
-def _import_callable(spec: str) -> nn.Module:
+def _accepts_num_classes(fn: object) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _import_callable(spec: str, num_classes: int | None = None) -> nn.Module:
+    """Call `module:callable` (with `num_classes=` when given and the callable accepts it)."""
     module_name, _, attr = spec.partition(":")
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
@@ -133,7 +148,11 @@ def _import_callable(spec: str) -> nn.Module:
     fn = getattr(mod, attr, None)
     if fn is None:
         raise UsageError(f"--model {spec!r}: module {module_name!r} has no attribute {attr!r}")
-    model = fn() if callable(fn) and not isinstance(fn, nn.Module) else fn
+    if callable(fn) and not isinstance(fn, nn.Module):
+        with_classes = num_classes is not None and _accepts_num_classes(fn)
+        model = fn(num_classes=num_classes) if with_classes else fn()
+    else:
+        model = fn
     if not isinstance(model, nn.Module):
         raise UsageError(f"--model {spec!r}: {attr} returned {type(model).__name__}, "
                          "expected an nn.Module")
@@ -202,10 +221,19 @@ def load_model(
                 "featstore never downloads: pass a local weights file"
             )
     state = load_state_dict_file(weights_path) if weights_path is not None else None
+    # a `featstore train` checkpoint: rebuild its method's wrapper (extra heads) around the model
+    trained = checkpoint_method(weights_path) if weights_path is not None else None
+    if trained is not None and num_classes is None:
+        num_classes = trained["num_classes"]
     path = Path(spec)
     arch_names = set(torchvision.models.list_models())
     if ":" in spec and not path.exists():
-        module = _import_callable(spec)
+        module = _import_callable(spec, num_classes)
+        if state is not None and num_classes is None:  # head size from the weights
+            head_name, head = find_head(module, feature_layer)
+            inferred = _head_num_classes(state, head_name)
+            if inferred is not None and inferred != head.out_features:
+                module = _import_callable(spec, inferred)
         kind, arch = "callable", type(module).__name__
         transform = default_transform()
     elif spec in arch_names:
@@ -227,6 +255,8 @@ def load_model(
             f"--model {spec!r}: not a torchvision architecture, a module:callable or a "
             "TorchScript file (e.g. resnet50, mypkg.models:build, model.ts)"
         )
+    if trained is not None and kind != "torchscript":
+        module = wrap_for_checkpoint(module, trained)
     if state is not None:
         result = module.load_state_dict(state, strict=False)
         missing, unexpected = list(result.missing_keys), list(result.unexpected_keys)
@@ -253,5 +283,7 @@ def load_model(
         "torch_version": torch.__version__,
         "torchvision_version": torchvision.__version__,
     }
+    if trained is not None:
+        provenance["training_method"] = trained["method"]
     module.eval()
     return LoadedModel(module, head_name, head, provenance, transform)

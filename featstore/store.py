@@ -96,7 +96,10 @@ class Split:
         return extra_names(self._file())
 
     def has_extra(self, name: str) -> bool:
-        return name in self.extra_names()
+        """Whether extra `name` exists; a group name (e.g. `odin_logits`) counts when it holds
+        at least one array."""
+        names = self.extra_names()
+        return name in names or any(n.startswith(name + "/") for n in names)
 
     def extra(self, name: str) -> h5py.Dataset:
         """An extra array (DESIGN §2), e.g. `mc_logits`; error naming the available ones."""

@@ -23,8 +23,9 @@ v1.5's ASHNet applies); `percentile` in (0, 100), default 90 (OpenOOD v1.5
 
 Sharing: each chunk is sorted ONCE per row (a stable argsort of -h); the rank of every entry
 and the cumulative sums of the sorted values serve every percentile of a grid (the mask for k
-is `rank < k`, s2 is the k-th cumulative sum). Only the final product with the head is per
-setting. `RowSort` is shared with `scale.py`.
+is `rank < k`, s2 is the k-th cumulative sum; the cumulative sums are only computed when an
+ASH-s setting needs them). Only the final product with the head is per setting. `RowSort` is
+shared with `scale.py`.
 """
 
 from __future__ import annotations
@@ -77,13 +78,23 @@ class RowSort:
     def __init__(self, x: np.ndarray, with_ranks: bool):
         self.x = x.astype(np.float64)
         self.s1 = self.x.sum(axis=1)
+        self._order: np.ndarray | None = None
+        self._csum: np.ndarray | None = None
         if with_ranks:
-            order = np.argsort(-x, axis=1, kind="stable")        # ties: lowest index first
-            sorted_desc = np.take_along_axis(self.x, order, axis=1)
-            self.rank = _row_ranks(order)
-        else:
-            sorted_desc = -np.sort(-self.x, axis=1)
-        self.csum = np.cumsum(sorted_desc, axis=1)               # csum[:, k-1] = top-k sum
+            self._order = np.argsort(-x, axis=1, kind="stable")  # ties: lowest index first
+            self.rank = _row_ranks(self._order)
+
+    @property
+    def csum(self) -> np.ndarray:
+        """csum[:, k-1] = top-k sum; computed on first use (ASH-p and ASH-b never need it)."""
+        if self._csum is None:
+            if self._order is not None:
+                sorted_desc = np.take_along_axis(self.x, self._order, axis=1)
+                self._order = None
+            else:
+                sorted_desc = -np.sort(-self.x, axis=1)
+            self._csum = np.cumsum(sorted_desc, axis=1)
+        return self._csum
 
     def top_sum(self, k: int) -> np.ndarray:
         return self.csum[:, k - 1]

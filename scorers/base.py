@@ -29,6 +29,15 @@ _HOW_TO = {
     "fit:id/val": "extract it by naming an `id/val` split in the benchmark spec",
     "extra:feature_maps": "extract with `featstore extract --feature-maps`",
     "extra:mc_logits": "extract with `featstore extract --mc-samples T` on a model with dropout",
+    "extra:odin_logits": "extract with `featstore extract --odin-grid 'T:eps[,eps...]'`",
+    "extra:confidence": "train with `featstore train --method confbranch`, then `featstore "
+                        "extract --weights` the checkpoint",
+    "extra:godin_h": "train with `featstore train --method godin`, then `featstore extract "
+                     "--weights` the checkpoint",
+    "extra:godin_g": "train with `featstore train --method godin`, then `featstore extract "
+                     "--weights` the checkpoint",
+    "extra:head2_logits": "train with `featstore train --method mcd`, then `featstore extract "
+                          "--weights` the checkpoint",
 }
 
 Grid = Mapping[str, Sequence[Any]]
@@ -179,10 +188,18 @@ def check_needs(scorer: Scorer, store: Any) -> None:
                     )
 
 
+def _scaled_copy(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """A float64 copy of logits / T (one pass; division by T = 1 is exact, so skipped)."""
+    z = np.array(logits, dtype=np.float64)  # always a copy: the callers work in place
+    if temperature != 1.0:
+        z /= temperature
+    return z
+
+
 def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     """Row-wise softmax(logits / T), computed in float64 with max-subtraction."""
-    z = np.asarray(logits, dtype=np.float64) / temperature
-    z = z - z.max(axis=1, keepdims=True)
+    z = _scaled_copy(logits, temperature)
+    z -= z.max(axis=1, keepdims=True)
     np.exp(z, out=z)
     z /= z.sum(axis=1, keepdims=True)
     return z
@@ -190,6 +207,8 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
 
 def logsumexp(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     """Row-wise log sum_j exp(l_j / T), in float64 with max-subtraction."""
-    z = np.asarray(logits, dtype=np.float64) / temperature
+    z = _scaled_copy(logits, temperature)
     m = z.max(axis=1)
-    return m + np.log(np.exp(z - m[:, None]).sum(axis=1))
+    z -= m[:, None]
+    np.exp(z, out=z)
+    return m + np.log(z.sum(axis=1))

@@ -38,18 +38,21 @@ FIT_SPLIT = "id/train"
 @dataclass
 class GaussianStats:
     """Class means (of the classes present), their ids, the global mean, and the (1/N)
-    tied within-class covariance and global covariance of the labelled id/train rows."""
+    tied within-class covariance and global covariance of the labelled id/train rows
+    (`global_cov` is None when not requested: `mds` does not use it)."""
 
     classes: np.ndarray        # (C',) class ids with >= 1 row
     means: np.ndarray          # (C', D) float64
     global_mean: np.ndarray    # (D,) float64
     within_cov: np.ndarray     # (D, D) float64
-    global_cov: np.ndarray     # (D, D) float64
+    global_cov: np.ndarray | None  # (D, D) float64, or None
     count: int
 
 
-def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str) -> GaussianStats:
-    """Two streaming passes over id/train (features, labels) in float64."""
+def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str,
+                       with_global: bool = True) -> GaussianStats:
+    """Two streaming passes over id/train (features, labels) in float64. The global
+    covariance (one more N x D x D product in pass 2) only when `with_global`."""
     split = store.split(FIT_SPLIT)
     num_classes = int(store.head[0].shape[0])
     dim = split.dims["features"]
@@ -78,16 +81,18 @@ def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str) -> Gaussia
     all_means[present] = sums[present] / counts[present, None]
     global_mean = sums.sum(axis=0) / total
     within = np.zeros((dim, dim))
-    glob = np.zeros((dim, dim))
+    glob = np.zeros((dim, dim)) if with_global else None
     for _, (feats, labels) in split.iter_chunks("features", "labels", chunk_rows=chunk_rows):
         keep = (labels >= 0) & (labels < num_classes)
         x = feats[keep].astype(np.float64)
         d = x - all_means[labels[keep]]
         within += d.T @ d
-        g = x - global_mean
-        glob += g.T @ g
+        if glob is not None:
+            g = x - global_mean
+            glob += g.T @ g
     return GaussianStats(classes=present, means=all_means[present], global_mean=global_mean,
-                         within_cov=within / total, global_cov=glob / total, count=total)
+                         within_cov=within / total,
+                         global_cov=None if glob is None else glob / total, count=total)
 
 
 def precision(cov: np.ndarray) -> np.ndarray:
@@ -126,7 +131,7 @@ class MDS(Scorer):
              "samples and adversarial attacks. NeurIPS 2018")
 
     def _fit(self, store: Any) -> None:
-        stats = fit_gaussian_stats(store, self.chunk_rows, self.name)
+        stats = fit_gaussian_stats(store, self.chunk_rows, self.name, with_global=False)
         self.class_ids = stats.classes
         self.maha = ClassMahalanobis(stats.means, precision(stats.within_cov),
                                      stats.global_mean)

@@ -23,10 +23,11 @@ from .base import Scorer, logsumexp
 def max_softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     """Row-wise max_k softmax(l / T)_k = exp(max(l) / T - logsumexp(l / T)), float64.
 
-    For T > 0, max(l / T) == max(l) / T exactly (division is monotone and correctly rounded).
-    Shared by `msp`, `odin` and `temp_scaling`.
+    For T > 0, max(l / T) == max(l) / T exactly (division is monotone and correctly rounded),
+    and the max of the stored values widened to float64 is the widened max, so no float64 copy
+    of the chunk is made for it. Shared by `msp`, `odin` and `temp_scaling`.
     """
-    lmax = np.asarray(logits, dtype=np.float64).max(axis=1) / temperature
+    lmax = np.asarray(logits).max(axis=1).astype(np.float64) / temperature
     return np.exp(lmax - logsumexp(logits, temperature))
 
 

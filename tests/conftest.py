@@ -63,3 +63,13 @@ def make_store(tmp_path):
         return Store.open(tmp_path / name)
 
     return _make
+
+
+@pytest.fixture(scope="session")
+def demo_dir(tmp_path_factory):
+    """The real demo (trained ResNet + extracted store), built once per test session."""
+    from featstore.demo.pipeline import run_demo
+
+    out = tmp_path_factory.mktemp("demo")
+    run_demo(out, log=lambda m: None)
+    return out

@@ -42,3 +42,58 @@ def tiny_cnn() -> TinyCNN:
 
 def no_head() -> NoHead:
     return NoHead()
+
+
+class TinyMapCNN(nn.Module):
+    """conv(3->8) + nn.ReLU + global average pool -> Linear(8, 3): the ReLU is a module, so
+    the (N, 8, H, W) map whose pool is the feature is visible to `--feature-maps`."""
+
+    def __init__(self, num_classes: int = 3):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.relu = nn.ReLU()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.pool(self.relu(self.conv(x))).flatten(1))
+
+
+def tiny_map_cnn() -> TinyMapCNN:
+    return TinyMapCNN()
+
+
+def tiny_confbranch() -> nn.Module:
+    """TinyCNN wrapped by ConfBranch (extra `confidence_head`)."""
+    from featstore.training.methods.confbranch import ConfBranchNet
+
+    return ConfBranchNet(TinyCNN())
+
+
+def tiny_godin() -> nn.Module:
+    """TinyCNN wrapped by G-ODIN (extra `godin_g`), with non-trivial BatchNorm statistics."""
+    from featstore.training.methods.godin import GodinNet
+
+    model = GodinNet(TinyCNN())
+    bn = model.godin_g[1]
+    with torch.no_grad():
+        bn.running_mean.fill_(0.1)
+        bn.running_var.fill_(0.5)
+        bn.weight.fill_(1.5)
+        bn.bias.fill_(-0.2)
+    return model
+
+
+def tiny_mcd() -> nn.Module:
+    """TinyCNN wrapped by MCD (extra `head2`)."""
+    from featstore.training.methods.mcd import MCDNet
+
+    return MCDNet(TinyCNN())
+
+
+def tiny_dropout() -> nn.Module:
+    """TinyCNN with dropout (p = 0.5) on its head's input (MC-Dropout)."""
+    from featstore.training.methods.mcdropout import DropoutNet
+
+    return DropoutNet(TinyCNN(), p=0.5)

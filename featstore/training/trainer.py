@@ -20,6 +20,10 @@ checkpoint are the trainer's:
   seeded with `seed` for the epoch permutations and augmentation, another (seed + 1) for the
   method's own randomness; on CUDA cuDNN runs in deterministic mode. Same seed, same data and
   same device give the same checkpoint;
+- warm start: `init` (CLI `--init`) loads the weights of the plain model (e.g. a `ce`
+  checkpoint) strictly into the backbone before the method wraps it, to fine-tune it with a
+  training-time method; the method's parameter groups come from `TrainMethod.param_groups`
+  (G-ODIN: h without weight decay);
 - checkpoint: `torch.save({"state_dict", "method", "arch", "num_classes", "head_layout",
   "config", "transform", "classes", "history", "featstore_version"})`, plain tensors, strings
   and numbers only, so it loads with `torch.load(weights_only=True)` and is directly usable by
@@ -73,6 +77,9 @@ class TrainConfig:
     num_workers: int = 0
     preload: bool | None = None
     method_params: dict[str, Any] = field(default_factory=dict)
+    #: warm start: weights (state dict or `ce` checkpoint) loaded strictly into the backbone
+    #: before the method wraps it, e.g. to fine-tune a CE model with a training-time method
+    init: str | None = None
 
     def validate(self) -> None:
         if self.epochs < 1:
@@ -227,6 +234,8 @@ def train(method: str = "ce", arch: str = "resnet18",
 
     torch.manual_seed(config.seed)
     backbone, default_tf = build_model(arch, n_classes)
+    if config.init is not None:
+        _load_init(backbone, config.init)
     transform = {**default_tf, **bench.transform}
     data = _Data(rows, transform, config.preload, config.num_workers)
     gen = torch.Generator().manual_seed(config.seed)
@@ -302,6 +311,17 @@ def train(method: str = "ce", arch: str = "resnet18",
         if tmp.exists():
             tmp.unlink()
     return out
+
+
+def _load_init(backbone: nn.Module, init: str) -> None:
+    """Load warm-start weights strictly into the unwrapped backbone."""
+    from ..models import load_state_dict_file
+
+    result = backbone.load_state_dict(load_state_dict_file(Path(init)), strict=False)
+    bad = list(result.missing_keys) + list(result.unexpected_keys)
+    if bad:
+        raise UsageError(f"--init {init!r} does not fit the backbone (keys {bad[:5]}); pass "
+                         "the weights of the plain model, e.g. a `ce` checkpoint")
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

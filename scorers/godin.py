@@ -1,0 +1,66 @@
+"""G-ODIN: scores of the decomposed confidence f_i = h_i / g.
+
+Paper: Hsu, Shen, Jin & Kira, "Generalized ODIN: Detecting Out-of-distribution Image without
+Learning from Out-of-distribution Data", CVPR 2020 (the remote-sensing benchmark's eqs. 9-12).
+
+Reads the split extras `godin_h` (N, C) (h, the inner-product head = the stored logits) and
+`godin_g` (N,) (g in (0, 1)) that extraction writes for a model with a `godin_g` module
+(`featstore train --method godin`). Formula as implemented, per `variant`:
+
+    "h"        score = max_i h_i(x)                               (default)
+    "g"        score = g(x)
+    "softmax"  score = max_i softmax(h(x) / g(x))_i               (the benchmark's eq. 12)
+
+Default "h": the G-ODIN paper's recommended score for DeConf-I and OpenOOD v1.5
+`configs/postprocessors/godin.yml` (`score_func: h`). The paper and OpenOOD also perturb the
+input (eps = 0.0025 in OpenOOD) before scoring; that needs the network and is not applied
+here. Higher = more in-distribution for every variant. No sweep grid (variants are different
+scores, not a hyperparameter).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import UsageError
+from featstore.extra_keys import GODIN_G, GODIN_H
+
+from .base import Scorer
+from .msp import max_softmax
+
+VARIANTS = ("h", "g", "softmax")
+
+
+def godin_scores(h: np.ndarray, g: np.ndarray, variant: str) -> np.ndarray:
+    """(n,) float64 scores of h (n, C) and g (n,) for one variant."""
+    if variant == "h":
+        return np.asarray(h, dtype=np.float64).max(axis=1)
+    if variant == "g":
+        return np.asarray(g, dtype=np.float64).reshape(-1)
+    f = np.asarray(h, dtype=np.float64) / np.asarray(g, dtype=np.float64).reshape(-1, 1)
+    return max_softmax(f)
+
+
+class GODIN(Scorer):
+    """max_i h_i, g, or max softmax(h / g) (higher = more ID)."""
+
+    name = "godin"
+    needs = (f"extra:{GODIN_H}", f"extra:{GODIN_G}")
+    defaults: dict[str, Any] = {"variant": "h"}
+    grid: dict[str, list[Any]] = {}
+    paper = ("Hsu, Shen, Jin & Kira, Generalized ODIN: Detecting Out-of-distribution Image "
+             "without Learning from Out-of-distribution Data, CVPR 2020")
+
+    def check_params(self, params: Any, store: Any = None) -> None:
+        if params["variant"] not in VARIANTS:
+            raise UsageError(f"scorer {self.name!r}: variant={params['variant']!r} is not one "
+                             f"of {', '.join(VARIANTS)}")
+
+    def _score(self, split: Any) -> np.ndarray:
+        variant = self.params["variant"]
+        out = np.empty(split.num_rows, dtype=np.float64)
+        for rows, (h, g) in self.chunks(split, f"extra:{GODIN_H}", f"extra:{GODIN_G}"):
+            out[rows] = godin_scores(h, g, variant)
+        return out

@@ -1,0 +1,61 @@
+"""MCD: discrepancy between the two classifier heads of an MCD model.
+
+Paper: Yu & Aizawa, "Unsupervised Out-of-Distribution Detection by Maximum Classifier
+Discrepancy", ICCV 2019 (the remote-sensing benchmark's eq. 14).
+
+Reads the logits (head 1) and the split extra `head2_logits` (N, C) that extraction writes
+for a model with a `head2` (`featstore train --method mcd`). With p1 = softmax(l1),
+p2 = softmax(l2) and H the entropy, formula as implemented, per `variant`:
+
+    "l1"       score = -sum_c |p1_c - p2_c|                             (default)
+    "entropy"  score = -(H(p1) - H(p2))                                  (eq. 14, negated)
+
+Default "l1": the discrepancy Yu & Aizawa threshold at test time and OpenOOD v1.5
+`mcd_postprocessor.py` computes. "entropy" is the benchmark's eq. 14 d = H(p1) - H(p2), the
+quantity the training maximises on unlabelled (outlier) data, so a large d means OOD. Higher
+score = more in-distribution for both. No sweep grid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import UsageError
+from featstore.extra_keys import HEAD2_LOGITS
+
+from .base import Scorer, softmax
+from .entropy import neg_entropy
+
+VARIANTS = ("l1", "entropy")
+
+
+def mcd_scores(logits1: np.ndarray, logits2: np.ndarray, variant: str) -> np.ndarray:
+    if variant == "l1":
+        return -np.abs(softmax(logits1) - softmax(logits2)).sum(axis=1)
+    # -(H1 - H2) = (-H1) - (-H2)
+    return neg_entropy(logits1) - neg_entropy(logits2)
+
+
+class MCD(Scorer):
+    """Negative discrepancy of the two heads' softmax outputs (higher = more ID)."""
+
+    name = "mcd"
+    needs = ("logits", f"extra:{HEAD2_LOGITS}")
+    defaults: dict[str, Any] = {"variant": "l1"}
+    grid: dict[str, list[Any]] = {}
+    paper = ("Yu & Aizawa, Unsupervised Out-of-Distribution Detection by Maximum Classifier "
+             "Discrepancy, ICCV 2019")
+
+    def check_params(self, params: Any, store: Any = None) -> None:
+        if params["variant"] not in VARIANTS:
+            raise UsageError(f"scorer {self.name!r}: variant={params['variant']!r} is not one "
+                             f"of {', '.join(VARIANTS)}")
+
+    def _score(self, split: Any) -> np.ndarray:
+        variant = self.params["variant"]
+        out = np.empty(split.num_rows, dtype=np.float64)
+        for rows, (l1, l2) in self.chunks(split, "logits", f"extra:{HEAD2_LOGITS}"):
+            out[rows] = mcd_scores(l1, l2, variant)
+        return out

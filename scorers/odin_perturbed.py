@@ -1,0 +1,101 @@
+"""ODIN with input perturbation, from logits of perturbed inputs stored at extraction.
+
+Paper: Liang, Li & Srikant, "Enhancing The Reliability of Out-of-distribution Image Detection
+in Neural Networks", ICLR 2018.
+
+`featstore extract --odin-grid "T:eps[,eps...]"` stores, per (T, eps), the logits l' of the
+perturbed input x' = x - (eps / std) * sign(-grad_x log max_c softmax(f(x) / T)_c) as the split
+extra `odin_logits/<T>_<eps>` (N, C) (featstore/extract_extras.py). Formula as implemented:
+
+    score(x) = max_c softmax(l'(x) / T)_c = exp(max_c l'_c / T - logsumexp(l' / T))
+
+in float64, with T = `temperature` and eps = `epsilon`, which must name a stored pair.
+Defaults T = 1000, eps = 0.0014 (OpenOOD v1.5 `configs/postprocessors/odin.yml`:
+`temperature: 1000`, `noise: 0.0014`). Default sweep grid: OpenOOD's `postprocessor_sweep`
+(T in [1, 10, 100, 1000], noise in [0.0014, 0.0028]); with a store, settings that are not
+stored are invalid (`check_params`), so a sweep keeps the stored ones. `score_grid(split)`
+without a grid scores every pair stored in the split. With eps = 0 the score equals the
+`odin` scorer's at the same T.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import UsageError
+from featstore.extra_keys import ODIN_GROUP, odin_name, parse_odin_name
+
+from .base import Scorer
+from .energy import check_temperature
+from .msp import max_softmax
+
+ID_SPLIT = "id/test"
+
+
+def stored_pairs(split: Any) -> list[tuple[float, float]]:
+    """(T, eps) pairs stored in a split, in name order."""
+    pairs = [parse_odin_name(n) for n in split.extra_names()]
+    return [p for p in pairs if p is not None]
+
+
+def _fmt_pairs(pairs: list[tuple[float, float]]) -> str:
+    return ", ".join(f"T={t:g} eps={e:g}" for t, e in pairs) or "none"
+
+
+class ODINPerturbed(Scorer):
+    """max softmax(l' / T) of the stored ODIN-perturbed logits l' (higher = more ID)."""
+
+    name = "odin_perturbed"
+    needs = (f"extra:{ODIN_GROUP}",)
+    defaults: dict[str, Any] = {"temperature": 1000.0, "epsilon": 0.0014}
+    grid: dict[str, list[Any]] = {"temperature": [1, 10, 100, 1000], "epsilon": [0.0014, 0.0028]}
+    paper = ("Liang, Li & Srikant, Enhancing The Reliability of Out-of-distribution Image "
+             "Detection in Neural Networks, ICLR 2018 (with input perturbation)")
+
+    def check_params(self, params: Any, store: Any = None) -> None:
+        check_temperature(self.name, params["temperature"])
+        eps = params["epsilon"]
+        if isinstance(eps, bool) or not isinstance(eps, Real) or not math.isfinite(eps) \
+                or eps < 0:
+            raise UsageError(f"scorer {self.name!r}: epsilon={eps!r} is out of range (valid: a "
+                             "finite number >= 0)")
+        if store is not None and store.has_split(ID_SPLIT):
+            self._require_pair(store.split(ID_SPLIT), params["temperature"], eps)
+
+    def _require_pair(self, split: Any, temperature: float, epsilon: float) -> str:
+        name = odin_name(temperature, epsilon)
+        if not split.has_extra(name):
+            raise UsageError(
+                f"scorer {self.name!r}: split {split.name!r} has no ODIN-perturbed logits at "
+                f"temperature={temperature:g}, epsilon={epsilon:g} (stored: "
+                f"{_fmt_pairs(stored_pairs(split))}); extract them with `featstore extract "
+                f"--odin-grid '{temperature:g}:{epsilon:g}'`"
+            )
+        return name
+
+    def _score_pair(self, split: Any, temperature: float, epsilon: float) -> np.ndarray:
+        name = self._require_pair(split, temperature, epsilon)
+        out = np.empty(split.num_rows, dtype=np.float64)
+        for rows, (logits,) in self.chunks(split, f"extra:{name}"):
+            out[rows] = max_softmax(logits, float(temperature))
+        return out
+
+    def _score(self, split: Any) -> np.ndarray:
+        return self._score_pair(split, self.params["temperature"], self.params["epsilon"])
+
+    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+        return [self._score_pair(split, p["temperature"], p["epsilon"])
+                for p in ({**self.params, **s} for s in settings)]
+
+    def score_grid(self, split: Any, grid: Any = None,
+                   force: bool = False) -> list[tuple[dict[str, Any], np.ndarray]]:
+        """Every setting of `grid`; without a grid, every (T, eps) pair stored in `split`."""
+        if grid is not None:
+            return super().score_grid(split, grid, force)
+        self._check_split(split, force)
+        return [({"temperature": t, "epsilon": e}, self._score_pair(split, t, e))
+                for t, e in stored_pairs(split)]
