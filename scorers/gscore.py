@@ -1332,7 +1332,9 @@ def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95"
                     "mean_n_ood": float((sets.n - sets.n_id).mean()),
                     "train_mse": res["loss"], "train_rmse": _rmse(pred, truth),
                     "pearson": pearson, "spearman": spearman,
-                    "tau_search": [list(t) for t in res["trace"]]},
+                    "tau_search": [list(t) for t in res["trace"]],
+                    "points": {"gscore": [float(v) for v in g],
+                               "true": [float(v) for v in truth]}},
         created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     )
 

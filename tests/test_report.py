@@ -99,3 +99,28 @@ def test_demo_report_in_headless_chromium(demo_dir, tmp_path):
     assert run.returncode == 0 and shot.is_file(), run.stderr[-2000:]
     pixels = np.asarray(Image.open(shot).convert("L"), dtype=np.float64)
     assert pixels.std() > 10.0 and (pixels < 128).mean() > 0.01   # text and plots drawn
+
+
+def test_report_includes_shift_grids_and_gscore_scatter(structured_store, tmp_path):
+    """--include JSON: a shift grid (`protocol shift-grid --json` layout) becomes a heatmap
+    with its correlation/sensitivity in the caption; a Gscore model with meta-train points
+    becomes a scatter. Reference: the hand-written JSON inputs."""
+    shift = {"metric": "auroc", "results": [{
+        "method": "msp", "values": {"auroc": [[60.0, 65.0], [None, 70.0]]},
+        "counts": [[20, 20], [3, 20]],
+        "sensitivity": {"semantic": {"correlation": 1.0, "sensitivity": 5.0},
+                        "covariate": {"correlation": 1.0, "sensitivity": 5.0}}}]}
+    model = {"format": "featstore-gscore", "modelling": "ude", "distance": "wasserstein",
+             "target": "fpr95", "scorer": {"name": "msp", "params": {}},
+             "regression": {"theta1": -2.0, "theta0": 90.0, "clip": True},
+             "meta_train": {"pearson": -0.9, "spearman": -0.8, "train_rmse": 4.2,
+                            "points": {"gscore": [1.0, 2.0, 3.0], "true": [88.0, 86.5, 84.0]}}}
+    (tmp_path / "shift.json").write_text(json.dumps(shift))
+    (tmp_path / "g.json").write_text(json.dumps(model))
+    html_path, md_path = write_report(structured_store.path, tmp_path / "r.html",
+                                      methods=["msp"],
+                                      include=[tmp_path / "shift.json", tmp_path / "g.json"])
+    html = html_path.read_text()
+    assert "Shift-level grids" in html and "semantic correlation 1.00, sensitivity 5.00" in html
+    assert "Gscore vs true fpr95 over 3 meta-train sets; Pearson -0.90" in html
+    assert len(_embedded_images(html)) == 2 + 1 + 2   # curves, histogram, heatmap, scatter

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import plots
 from .collect import ReportData
 
@@ -118,6 +120,45 @@ def figures(data: ReportData) -> list[Figure]:
                               plots.sweep_figure(method, param, values, metric, val, test,
                                                  sw["chosen"]["index"]),
                               f"sweep_{method}_{param}"))
+    out += extra_figures(data)
+    return out
+
+
+def extra_figures(data: ReportData) -> list[Figure]:
+    """Figures of the JSON files given with --include: shift-level grids (`featstore protocol
+    shift-grid --json`) as heatmaps, and fitted Gscore models (`featstore gscore fit`) as a
+    scatter of Gscore against the true metric over the meta-train sets with the regression
+    line."""
+    out: list[Figure] = []
+    for k, extra in enumerate(data.extras):
+        if isinstance(extra, dict) and "results" in extra and "metric" in extra:
+            metric = extra["metric"]
+            for r in extra["results"]:
+                grid = np.array([[np.nan if v is None else v for v in row]
+                                 for row in r["values"][metric]], dtype=float)
+                sens = r.get("sensitivity", {})
+                caption = f"{r['method']}: {metric} per cell; " + "; ".join(
+                    f"{axis} correlation {_fmt(v.get('correlation'))}, sensitivity "
+                    f"{_fmt(v.get('sensitivity'))}" for axis, v in sens.items())
+                out.append(Figure("Shift-level grids", caption,
+                                  plots.heatmap_figure(f"{r['method']}: {metric}", grid,
+                                                       "covariate level", "semantic level"),
+                                  f"shift_{k}_{r['method']}"))
+        elif isinstance(extra, dict) and extra.get("format") and "regression" in extra:
+            meta = extra.get("meta_train", {})
+            points = meta.get("points")
+            if not points:
+                continue
+            reg = extra["regression"]
+            name = f"{extra['scorer']['name']} {extra['modelling']}-{extra['distance']}"
+            caption = (f"{name}: Gscore vs true {extra['target']} over {len(points['true'])} "
+                       f"meta-train sets; Pearson {_fmt(meta.get('pearson'))}, Spearman "
+                       f"{_fmt(meta.get('spearman'))}, RMSE {_fmt(meta.get('train_rmse'))}")
+            out.append(Figure("Gscore", caption,
+                              plots.scatter_figure(name, points["gscore"], points["true"],
+                                                   "Gscore", extra["target"],
+                                                   (reg["theta1"], reg["theta0"])),
+                              f"gscore_{k}"))
     return out
 
 
