@@ -155,8 +155,12 @@ def torchvision_rows(name: str, root: str, kwargs: dict[str, Any]) -> RowSource:
     cls = getattr(torchvision.datasets, name, None)
     if cls is None:
         raise UsageError(f"torchvision dataset {name!r} does not exist in torchvision.datasets")
+    import inspect
+
+    if "download" in inspect.signature(cls).parameters:
+        kwargs = {**kwargs, "download": False}
     try:
-        ds = cls(root=root, download=False, **kwargs)
+        ds = cls(root=root, **kwargs)
     except Exception as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UsageError(f"torchvision dataset {name!r} at {root!r}: {msg} (featstore never "

@@ -252,3 +252,19 @@ def test_write_error_leaves_split_incomplete(tmp_path, tree):
     assert Store.open(store_dir).splits() == []
     st = extract("tiny_models:tiny_cnn", spec, store_dir, options=OPTS)
     assert st.splits() == ["id/test"]
+
+
+def test_torchvision_dataset_source_on_local_disk(tmp_path, tree):
+    """A torchvision dataset class reading local files (ImageFolder) gives the same rows as the
+    `imagefolder` source; a dataset that is not on disk is an error that never downloads."""
+    spec = write_spec(tmp_path / "b.toml",
+                      [("id/test", f'{{ torchvision = "ImageFolder", root = "{tree}" }}'),
+                       ("id/val", f'{{ imagefolder = "{tree}" }}')])
+    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+    a, b = st.split("id/test"), st.split("id/val")
+    np.testing.assert_array_equal(np.asarray(a.features), np.asarray(b.features))
+    np.testing.assert_array_equal(np.asarray(a.labels), np.asarray(b.labels))
+    missing = write_spec(tmp_path / "m.toml",
+                         [("id/test", f'{{ torchvision = "CIFAR10", root = "{tmp_path}/none" }}')])
+    with pytest.raises(UsageError, match="torchvision dataset 'CIFAR10'.*never downloads"):
+        extract("tiny_models:tiny_cnn", missing, tmp_path / "store2", options=OPTS)
