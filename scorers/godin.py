@@ -11,11 +11,11 @@ Reads the split extras `godin_h` (N, C) (h, the inner-product head = the stored 
     "g"        score = g(x)
     "softmax"  score = max_i softmax(h(x) / g(x))_i               (the benchmark's eq. 12)
 
-Default "h": the G-ODIN paper's recommended score for DeConf-I and OpenOOD v1.5
-`configs/postprocessors/godin.yml` (`score_func: h`). The paper and OpenOOD also perturb the
-input (eps = 0.0025 in OpenOOD) before scoring; that needs the network and is not applied
-here. Higher = more in-distribution for every variant. No sweep grid (variants are different
-scores, not a hyperparameter).
+Default "h": OpenOOD v1.5 `configs/postprocessors/godin.yml` (`score_func: h   # use h or g`);
+the paper scores with max_i h_i or with g (the variants "h" and "g"). The paper and OpenOOD
+also perturb the input (eps = 0.0025 in OpenOOD) before scoring; that needs the network and is
+not applied here. Higher = more in-distribution for every variant. No sweep grid (variants
+are different scores, not a hyperparameter).
 """
 
 from __future__ import annotations
