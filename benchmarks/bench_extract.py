@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import os
 
+from benchmarks.machine import cpu_model, load_average, mem_total_gib
+
 # Idle OpenMP threads sleep instead of spinning (set before torch loads OpenMP; an explicit
 # OMP_WAIT_POLICY in the environment wins): on a small shared machine, spinning threads turn
 # other processes' load into large, random slowdowns of both sides.
@@ -88,33 +90,10 @@ TEXTURES = ["brick", "grass", "gravel"]
 
 
 # --------------------------------------------------------------------------- machine
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
-def mem_total_gib() -> str:
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return f"{int(line.split()[1]) / 2**20:.1f} GiB RAM"
-    except OSError:
-        pass
-    return "RAM unknown"
 
 
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 def filesystem_of(path: str) -> str:

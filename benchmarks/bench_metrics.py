@@ -36,6 +36,7 @@ from sklearn.metrics import (
     roc_curve,
 )
 
+from benchmarks.machine import cpu_model, mem_total_gib
 from scorers.metrics import OOD_METRIC_NAMES, ood_metrics
 
 REL = 1e-9
@@ -95,26 +96,8 @@ def peak_bytes(fn: Callable[[], object]) -> int:
     return peak - base
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
-def mem_total_gib() -> str:
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return f"{int(line.split()[1]) / 2**20:.0f} GiB RAM"
-    except OSError:
-        pass
-    return "RAM unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,6 +44,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from benchmarks.machine import cpu_model, load_average, mem_total_gib
 from featstore.layout import CHUNK_BYTES, chunk_rows
 
 SEQ_ROWS = 8192
@@ -83,26 +84,8 @@ LAYOUTS = [
 
 
 # --------------------------------------------------------------------------- machine
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
-def mem_total_gib() -> str:
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return f"{int(line.split()[1]) / 2**20:.1f} GiB RAM"
-    except OSError:
-        pass
-    return "RAM unknown"
 
 
 def filesystem_of(path: str) -> str:
@@ -120,11 +103,6 @@ def filesystem_of(path: str) -> str:
     return desc
 
 
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 # --------------------------------------------------------------------------- measurements

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.machine import cpu_model, load_average, mem_total_gib
 from featstore import Store
 from scorers import REGISTRY, get_scorer
 from scorers.base import expand_grid
@@ -68,33 +69,10 @@ def log(msg: str) -> None:
 
 
 # --------------------------------------------------------------------------- machine
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
-def mem_total_gib() -> str:
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return f"{int(line.split()[1]) / 2**20:.1f} GiB RAM"
-    except OSError:
-        pass
-    return "RAM unknown"
 
 
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 def versions() -> str:
