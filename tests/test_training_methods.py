@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -215,11 +216,7 @@ def test_registry_and_parameter_errors():
 
 
 def _ctx(method, params=None, epochs: int = 1) -> TrainContext:
-    class Cfg:
-        pass
-
-    cfg = Cfg()
-    cfg.epochs = epochs
+    cfg = SimpleNamespace(epochs=epochs)
     m = get_method(method)
     return TrainContext(config=cfg, params=m.resolve_params(params or {}),
                         device=torch.device("cpu"), generator=torch.Generator().manual_seed(0),
