@@ -34,9 +34,10 @@ Then the child records its resident set size (VmRSS), resets the kernel's RSS hi
 mark (``echo 5 > /proc/self/clear_refs``), runs fit once and score once on id/test plus the 4
 OOD splits (90k rows at full size), and reads the high-water mark (VmHWM, what
 ``getrusage(RUSAGE_SELF).ru_maxrss`` reports). "peak MB" = VmHWM - VmRSS before fit: the
-most memory the method added beyond imports and its (mapped or loaded) inputs. One repeat.
-pytorch-ood is called on each split as one tensor (its ``predict_logits`` /
-``predict_features`` / ``predict_feature_maps``) under ``torch.no_grad()``, except:
+most memory the method added beyond imports and its (mapped or loaded) inputs, in MiB. One
+repeat. pytorch-ood fits in torch's default grad mode (TemperatureScaling's L-BFGS needs it)
+and is called on each split as one tensor (its ``predict_logits`` / ``predict_features`` /
+``predict_feature_maps``) under ``torch.no_grad()`` (GradNorm: with gradients), except:
 
 - DICE: in batches of 64 rows (it builds a (B, C, D) tensor: 0.5 GB per batch of 64);
 - Mahalanobis / RMD (O(C N D^2): a (N, D) x (D, D) product per class), DICE and GradNorm
@@ -784,8 +785,10 @@ def main(argv: list[str] | None = None) -> int:
             _print_table(dtype, lines)
         _print_summary(summaries)
         print()
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
         print(f"Total wall time of this run (generation, all children): "
-              f"{(time.perf_counter() - t_start) / 60:.1f} min.")
+              f"{(time.perf_counter() - t_start) / 60:.1f} min; CPU time of all children "
+              f"(imports and data loading included): {(ru.ru_utime + ru.ru_stime) / 60:.1f} min.")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return status
