@@ -1442,10 +1442,14 @@ def evaluate_gscore(
     use_cache: bool = True,
     allow_other_model: bool = True,
     progress: Callable[[str], None] | None = None,
+    step_progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """The paper's protocol (module docstring): Table-1/6 RMSE of every (detector, model,
     target), correlations, the baselines, a robustness table over `ratios` and `sizes`, and
-    (with several stores) the cross-store table. Returns a JSON-ready dict."""
+    (with several stores) the cross-store table. Returns a JSON-ready dict.
+
+    `progress(message)` is told each phase; `step_progress(done, total)` is called after
+    each (repeat, meta-set setting, detector) step of the protocol."""
     from scorers import REGISTRY
 
     t_start = time.perf_counter()
@@ -1514,6 +1518,9 @@ def evaluate_gscore(
     t_model = 0.0
     t_truth = 0.0
     baseline_note = None
+    steps_total, steps_done = repeats * (1 + len(configs)) * len(methods), 0
+    if step_progress:
+        step_progress(0, steps_total)
     for rep in range(repeats):
         say(f"repeat {rep + 1}/{repeats}")
         rng_part = np.random.default_rng([seed, rep, 0])
@@ -1590,6 +1597,9 @@ def evaluate_gscore(
                                 {"rmse": _rmse(pred, p_te),
                                  **dict(zip(("pearson", "spearman"), _corr(fd[1], p_te),
                                             strict=True))})
+                steps_done += 1
+                if step_progress:
+                    step_progress(steps_done, steps_total)
     proto_seconds = time.perf_counter() - t_proto
 
     def nest(rows: Mapping[tuple, dict], depth: int) -> dict:
