@@ -128,6 +128,28 @@ class Split:
             rows = slice(start, min(start + chunk_rows, self.num_rows))
             yield rows, tuple(self.read(f, rows) for f in fields)
 
+    def dataset(self, field: str) -> h5py.Dataset:
+        """The HDF5 dataset of a row field: `features`, `logits`, `labels` or `extra:<name>`
+        (an extra whose rows are not its first axis is an error here; use `read`)."""
+        if field in ("features", "logits", "labels"):
+            return self._file()[field]
+        if field.startswith("extra:"):
+            name = field[len("extra:"):]
+            ds = self.extra(name)
+            if int(ds.attrs.get(ROW_AXIS_ATTR, 0)) != 0:
+                raise UsageError(f"extra {name!r} of split {self.name!r} is not row-major; "
+                                 "read it with Split.read")
+            return ds
+        raise UsageError(
+            f"unknown field {field!r}; expected features, logits, labels or extra:<name>"
+        )
+
+    def read_into(self, ds: h5py.Dataset, start: int, stop: int, out: np.ndarray) -> None:
+        """Read rows start..stop of a row-major dataset into `out` (same dtype, stop - start
+        rows), without allocating."""
+        if stop > start:
+            ds.read_direct(out, np.s_[start:stop], np.s_[0:stop - start])
+
     def read(self, field: str, rows: slice | None = None) -> np.ndarray:
         """Read a field (optionally a row slice); floating arrays come back as float32."""
         rows = rows if rows is not None else slice(None)

@@ -160,8 +160,21 @@ class Scorer:
 
     # ------------------------------------------------------------------ helpers
     def chunks(self, split: Any, *fields: str) -> Iterator[tuple[slice, tuple[np.ndarray, ...]]]:
-        """Row chunks of a split's fields as float32 (bounded memory)."""
-        return split.iter_chunks(*fields, chunk_rows=self.chunk_rows)
+        """Row chunks of a split's fields as float32: about `rowmap.READ_BYTES` of the widest
+        field per chunk, at most `self.chunk_rows` rows (bounded memory)."""
+        from .rowmap import read_chunk_rows
+
+        rows = read_chunk_rows(split, fields, self.chunk_rows)
+        return split.iter_chunks(*fields, chunk_rows=rows)
+
+    def map_rows(self, split: Any, fields: Sequence[str], fn: Any,
+                 outputs: int | None = None) -> Any:
+        """(N,) float64 `fn(*blocks)` over row blocks of `fields` (or a list of `outputs`
+        such arrays when fn returns that many per block), in parallel and streaming
+        (`scorers.rowmap`); fn must score rows independently and not modify its inputs."""
+        from .rowmap import map_rows
+
+        return map_rows(split, fields, fn, chunk_rows=self.chunk_rows, outputs=outputs)
 
     def fit_split(self, store: Any, name: str) -> Any:
         return store.split(name)

@@ -60,11 +60,9 @@ class TemperatureScorer(Scorer):
 
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         temps = [float({**self.params, **s}["temperature"]) for s in settings]
-        out = [np.empty(split.num_rows, dtype=np.float64) for _ in temps]
-        for rows, (logits,) in self.chunks(split, "logits"):
-            for t, dest in zip(temps, out, strict=True):
-                dest[rows] = self.kernel(logits, t)
-        return out
+        return self.map_rows(split, ("logits",),
+                             lambda logits: [self.kernel(logits, t) for t in temps],
+                             outputs=len(temps))
 
 
 class Energy(TemperatureScorer):

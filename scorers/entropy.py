@@ -40,7 +40,4 @@ class Entropy(Scorer):
              "Ensembles, NeurIPS 2017")
 
     def _score(self, split: Any) -> np.ndarray:
-        out = np.empty(split.num_rows, dtype=np.float64)
-        for rows, (logits,) in self.chunks(split, "logits"):
-            out[rows] = neg_entropy(logits)
-        return out
+        return self.map_rows(split, ("logits",), neg_entropy)

@@ -20,8 +20,9 @@ Degenerate cases, never NaN: a class j whose weight row (numerically) equals w_c
 zero normalizer norm is clamped to the smallest positive float64.
 
 Sharing: both normalizers and the boundary sum are computed once per chunk for the whole grid.
-The ||w_c - w_j|| for the chunk's predicted classes come from the Gram form
-||w_c||^2 + ||w_j||^2 - 2 w_c . w_j (float64, clamped at 0), so memory stays one chunk x C.
+The C x C table of 1 / ||w_c - w_j|| is computed once at fit from the Gram form
+||w_c||^2 + ||w_j||^2 - 2 w_c . w_j (float64, clamped at 0); scoring gathers its row per
+predicted class (no per-chunk product with W).
 """
 
 from __future__ import annotations
@@ -59,34 +60,33 @@ class FDBD(Scorer):
 
     def _fit(self, store: Any) -> None:
         weight, _ = store.head
-        self.weight = np.asarray(weight, dtype=np.float64)
-        self.sq_norms = np.einsum("cd,cd->c", self.weight, self.weight)
+        w = np.asarray(weight, dtype=np.float64)
+        sq_norms = np.einsum("cd,cd->c", w, w)
+        dist2 = sq_norms[:, None] + sq_norms[None, :] - 2.0 * (w @ w.T)
+        floor = _SAME_CLASS_RTOL * (sq_norms[:, None] + sq_norms[None, :])
+        # 1 / ||w_c - w_j|| per class pair, 0 where c and j share no boundary (c == j included)
+        self.inv_dist = np.zeros_like(dist2)
+        np.divide(1.0, np.sqrt(np.maximum(dist2, 0.0)), out=self.inv_dist, where=dist2 > floor)
+        np.fill_diagonal(self.inv_dist, 0.0)
         self.mean = train_mean(self, store)
 
     def _score(self, split: Any) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
-        num_classes = self.weight.shape[0]
+        num_classes = self.inv_dist.shape[0]
         flags = [bool({**self.params, **s}["distance_as_normalizer"]) for s in settings]
-        out = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
-        for rows, (x, logits) in self.chunks(split, "features", "logits"):
+
+        def block(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
             x64 = x.astype(np.float64)
             l64 = logits.astype(np.float64)
             pred = np.argmax(l64, axis=1)
             gap = np.abs(l64 - l64[np.arange(len(pred)), pred][:, None])
-            w_pred = self.weight[pred]
-            dist2 = self.sq_norms[pred][:, None] + self.sq_norms[None, :] \
-                - 2.0 * (w_pred @ self.weight.T)
-            floor = _SAME_CLASS_RTOL * (self.sq_norms[pred][:, None] + self.sq_norms[None, :])
-            dist = np.sqrt(np.maximum(dist2, 0.0))
-            terms = np.divide(gap, dist, out=np.zeros_like(gap), where=dist2 > floor)
-            terms[np.arange(len(pred)), pred] = 0.0
-            boundary = terms.sum(axis=1) / (num_classes - 1)
+            boundary = np.einsum("nc,nc->n", gap, self.inv_dist[pred]) / (num_classes - 1)
             norms = {}
             for flag in set(flags):
                 ref = x64 - self.mean if flag else x64
                 norms[flag] = np.maximum(np.linalg.norm(ref, axis=1), _TINY)
-            for i, flag in enumerate(flags):
-                out[i][rows] = boundary / norms[flag]
-        return out
+            return [boundary / norms[flag] for flag in flags]
+
+        return self.map_rows(split, ("features", "logits"), block, outputs=len(flags))

@@ -81,8 +81,5 @@ class GEN(Scorer):
         merged = [{**self.params, **s} for s in settings]
         gammas = [float(p["gamma"]) for p in merged]
         ms = [int(p["M"]) for p in merged]
-        out = [np.empty(split.num_rows, dtype=np.float64) for _ in merged]
-        for rows, (logits,) in self.chunks(split, "logits"):
-            for dest, scores in zip(out, gen_scores(logits, gammas, ms), strict=True):
-                dest[rows] = scores
-        return out
+        return self.map_rows(split, ("logits",),
+                             lambda logits: gen_scores(logits, gammas, ms), outputs=len(merged))

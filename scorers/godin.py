@@ -60,7 +60,5 @@ class GODIN(Scorer):
 
     def _score(self, split: Any) -> np.ndarray:
         variant = self.params["variant"]
-        out = np.empty(split.num_rows, dtype=np.float64)
-        for rows, (h, g) in self.chunks(split, f"extra:{GODIN_H}", f"extra:{GODIN_G}"):
-            out[rows] = godin_scores(h, g, variant)
-        return out
+        return self.map_rows(split, (f"extra:{GODIN_H}", f"extra:{GODIN_G}"),
+                             lambda h, g: godin_scores(h, g, variant))

@@ -40,9 +40,9 @@ class GradNorm(Scorer):
 
     def _score(self, split: Any) -> np.ndarray:
         num_classes = self.bias.shape[0]
-        out = np.empty(split.num_rows, dtype=np.float64)
-        for rows, (x,) in self.chunks(split, "features"):
+        def block(x: np.ndarray) -> np.ndarray:
             x64 = x.astype(np.float64)
             prob = softmax(x64 @ self.weight_t + self.bias)
-            out[rows] = np.abs(prob - 1.0 / num_classes).sum(axis=1) * np.abs(x64).sum(axis=1)
-        return out
+            return np.abs(prob - 1.0 / num_classes).sum(axis=1) * np.abs(x64).sum(axis=1)
+
+        return self.map_rows(split, ("features",), block)

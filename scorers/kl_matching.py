@@ -40,7 +40,6 @@ from .base import Scorer, logsumexp, softmax
 
 FIT_SPLIT = "id/val"
 EPS = np.finfo(np.float64).tiny
-BLOCK_ENTRIES = 1 << 22
 
 
 class KLMatching(Scorer):
@@ -81,14 +80,12 @@ class KLMatching(Scorer):
 
     def _score(self, split: Any) -> np.ndarray:
         log_t = self._log_templates_t
-        block = max(1, BLOCK_ENTRIES // max(log_t.shape[0], log_t.shape[1]))
-        out = np.empty(split.num_rows, dtype=np.float64)
-        for rows, (logits,) in self.chunks(split, "logits"):
-            for b in range(0, len(logits), block):
-                part = logits[b:b + block]
-                probs = softmax(part)
-                log_p = part.astype(np.float64) - logsumexp(part)[:, None]
-                plogp = np.einsum("ij,ij->i", probs, log_p)  # sum_j p_j log p_j
-                kl = plogp[:, None] - probs @ log_t  # (n, K); p @ log_t: sum_j p_j log d_kj
-                out[rows.start + b:rows.start + b + len(part)] = -kl.min(axis=1)
-        return out
+
+        def block(part: np.ndarray) -> np.ndarray:
+            probs = softmax(part)
+            log_p = part.astype(np.float64) - logsumexp(part)[:, None]
+            plogp = np.einsum("ij,ij->i", probs, log_p)  # sum_j p_j log p_j
+            kl = plogp[:, None] - probs @ log_t  # (n, K); p @ log_t: sum_j p_j log d_kj
+            return -kl.min(axis=1)
+
+        return self.map_rows(split, ("logits",), block)

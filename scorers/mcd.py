@@ -55,7 +55,5 @@ class MCD(Scorer):
 
     def _score(self, split: Any) -> np.ndarray:
         variant = self.params["variant"]
-        out = np.empty(split.num_rows, dtype=np.float64)
-        for rows, (l1, l2) in self.chunks(split, "logits", f"extra:{HEAD2_LOGITS}"):
-            out[rows] = mcd_scores(l1, l2, variant)
-        return out
+        return self.map_rows(split, ("logits", f"extra:{HEAD2_LOGITS}"),
+                             lambda l1, l2: mcd_scores(l1, l2, variant))

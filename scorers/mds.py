@@ -53,7 +53,10 @@ def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str,
                        with_global: bool = True) -> GaussianStats:
     """Two streaming passes over id/train (features, labels) in float64. The global
     covariance (one more N x D x D product in pass 2) only when `with_global`."""
+    from .rowmap import read_chunk_rows
+
     split = store.split(FIT_SPLIT)
+    chunk_rows = read_chunk_rows(split, ("features",), chunk_rows)
     num_classes = int(store.head[0].shape[0])
     dim = split.dims["features"]
     sums = np.zeros((num_classes, dim))
@@ -96,10 +99,17 @@ def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str,
 
 
 def precision(cov: np.ndarray) -> np.ndarray:
-    """Symmetric pseudo-inverse, as sklearn's EmpiricalCovariance.precision_ (scipy pinvh)."""
-    import scipy.linalg  # lazy: keeps `import scorers` fast
-
-    p = scipy.linalg.pinvh(cov, check_finite=False)
+    """Symmetric pseudo-inverse, as sklearn's EmpiricalCovariance.precision_ (scipy pinvh):
+    with cov = V diag(s) V^T (LAPACK syevd via numpy.linalg.eigh), keep the eigenpairs with
+    |s| > max|s| * D * eps(float64) (pinvh's default cutoff) and return
+    V_kept diag(1 / s_kept) V_kept^T, symmetrized. scipy's own pinvh goes through a slower
+    eigensolver path (14 s against 1.4 s for D = 2048 on the development machine); the
+    numbers agree to rounding (tests/test_scorers_trainstats.py checks against pinvh)."""
+    s, v = np.linalg.eigh(cov)
+    cutoff = np.abs(s).max(initial=0.0) * cov.shape[0] * np.finfo(np.float64).eps
+    keep = np.abs(s) > cutoff
+    v = v[:, keep]
+    p = (v / s[keep]) @ v.T
     return (p + p.T) / 2.0
 
 
@@ -137,7 +147,4 @@ class MDS(Scorer):
                                      stats.global_mean)
 
     def _score(self, split: Any) -> np.ndarray:
-        out = np.empty(split.num_rows, dtype=np.float64)
-        for rows, (feats,) in self.chunks(split, "features"):
-            out[rows] = -self.maha.min_sq(feats)
-        return out
+        return self.map_rows(split, ("features",), lambda feats: -self.maha.min_sq(feats))

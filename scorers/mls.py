@@ -31,7 +31,4 @@ class MaxLogit(Scorer):
              "Out-of-Distribution Detection for Real-World Settings, ICML 2022")
 
     def _score(self, split: Any) -> np.ndarray:
-        out = np.empty(split.num_rows, dtype=np.float64)
-        for rows, (logits,) in self.chunks(split, "logits"):
-            out[rows] = logits.max(axis=1)
-        return out
+        return self.map_rows(split, ("logits",), lambda logits: logits.max(axis=1))

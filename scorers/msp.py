@@ -42,7 +42,4 @@ class MSP(Scorer):
              "Out-of-Distribution Examples in Neural Networks, ICLR 2017")
 
     def _score(self, split: Any) -> np.ndarray:
-        out = np.empty(split.num_rows, dtype=np.float64)
-        for rows, (logits,) in self.chunks(split, "logits"):
-            out[rows] = max_softmax(logits)
-        return out
+        return self.map_rows(split, ("logits",), max_softmax)

@@ -60,14 +60,13 @@ class NCI(Scorer):
 
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         alphas = [float({**self.params, **s}["alpha"]) for s in settings]
-        out = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
-        for rows, (x, logits) in self.chunks(split, "features", "logits"):
+        def block(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
             x64 = x.astype(np.float64)
             pred = np.argmax(logits, axis=1)
             centered = x64 - self.mean
             dist = np.maximum(np.linalg.norm(centered, axis=1), _TINY)
             proximity = np.einsum("nd,nd->n", self.weight[pred], centered) / dist
             l1 = np.abs(x64).sum(axis=1)
-            for i, alpha in enumerate(alphas):
-                out[i][rows] = proximity + alpha * l1
-        return out
+            return [proximity + alpha * l1 for alpha in alphas]
+
+        return self.map_rows(split, ("features", "logits"), block, outputs=len(alphas))

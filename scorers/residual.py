@@ -51,9 +51,8 @@ class Residual(Scorer):
         d = state.basis.shape[0]
         dims = [resolve_dim({**self.params, **s}["dim"], d) for s in settings]
         start = min(dims)
-        out = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
-        for rows, (x,) in self.chunks(split, "features"):
+        def block(x: np.ndarray) -> list[np.ndarray]:
             tail = state.residual_sq(x, start)
-            for i, k in enumerate(dims):
-                out[i][rows] = -np.sqrt(tail[:, k - start])
-        return out
+            return [-np.sqrt(tail[:, k - start]) for k in dims]
+
+        return self.map_rows(split, ("features",), block, outputs=len(dims))

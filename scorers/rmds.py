@@ -47,9 +47,9 @@ class RMDS(Scorer):
         self.background_prec = precision(stats.global_cov)
 
     def _score(self, split: Any) -> np.ndarray:
-        out = np.empty(split.num_rows, dtype=np.float64)
-        for rows, (feats,) in self.chunks(split, "features"):
+        def block(feats: np.ndarray) -> np.ndarray:
             x = feats.astype(np.float64) - self.center
             md0 = np.einsum("ij,ij->i", x @ self.background_prec, x)
-            out[rows] = md0 - self.maha.min_sq(feats)
-        return out
+            return md0 - self.maha.min_sq(feats)
+
+        return self.map_rows(split, ("features",), block)

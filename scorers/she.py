@@ -76,8 +76,8 @@ class SHE(Scorer):
         self.fallback_classes = np.flatnonzero(~ok)
 
     def _score(self, split: Any) -> np.ndarray:
-        out = np.empty(split.num_rows, dtype=np.float64)
-        for rows, (feats, logits) in self.chunks(split, "features", "logits"):
+        def block(feats: np.ndarray, logits: np.ndarray) -> np.ndarray:
             pred = logits.argmax(axis=1)
-            out[rows] = np.einsum("ij,ij->i", feats.astype(np.float64), self.patterns[pred])
-        return out
+            return np.einsum("ij,ij->i", feats.astype(np.float64), self.patterns[pred])
+
+        return self.map_rows(split, ("features", "logits"), block)

@@ -97,7 +97,4 @@ class TemperatureScaling(Scorer):
 
     def _score(self, split: Any) -> np.ndarray:
         t = self.fitted_temperature
-        out = np.empty(split.num_rows, dtype=np.float64)
-        for rows, (logits,) in self.chunks(split, "logits"):
-            out[rows] = max_softmax(logits, t)
-        return out
+        return self.map_rows(split, ("logits",), lambda logits: max_softmax(logits, t))

@@ -489,3 +489,20 @@ def test_registry_entries():
     assert entries["nnguide"]["defaults"] == {"K": 100, "alpha": 0.01, "seed": 0,
                                               "index": "exact"}
     assert "knn_index" not in entries
+
+
+@pytest.mark.parametrize("rank", [40, 25])
+def test_precision_equals_scipy_pinvh(rank: int) -> None:
+    """scorers.mds.precision against scipy.linalg.pinvh (the reference EmpiricalCovariance
+    uses) on a full-rank and a rank-deficient covariance: same pseudo-inverse to 1e-8."""
+    import scipy.linalg
+
+    from scorers.mds import precision
+
+    rng = np.random.default_rng(rank)
+    x = rng.standard_normal((200, rank)) @ rng.standard_normal((rank, 40))
+    cov = x.T @ x / 200
+    want = scipy.linalg.pinvh(cov)
+    got = precision(cov)
+    np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-8 * np.abs(want).max())
+    np.testing.assert_array_equal(got, got.T)
