@@ -2,10 +2,13 @@
 
 For each split the final Linear layer's input (the penultimate feature) and output (the
 logits) are captured by a forward hook, streamed in batches to a `SplitWriter` on a background
-thread (writing overlaps the next batch's compute), and committed when the split ends. Splits
-already complete with the same fingerprint are skipped; an interrupted split resumes from its
-last complete part. The store invariant logits == features @ W.T + b holds by construction
-(both come from the same Linear call).
+thread (writing overlaps the next batch's compute) as part files of `batch_size * part_batches`
+rows, and assembled and committed when every part exists. Splits already complete with the
+same fingerprint are skipped; an interrupted split resumes by extracting its missing parts.
+Under torchrun the parts of every split are sharded across the ranks and rank 0 assembles
+(featstore.distributed); the store is the same bytes as a single process's. The store
+invariant logits == features @ W.T + b holds by construction (both come from the same Linear
+call).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from .datasets import TransformedRows, build_transform, rows_from_source
+from . import distributed
+from .datasets import RowSource, TransformedRows, build_transform, rows_from_source
+from .distributed import Context
 from .errors import FeatstoreError, UsageError
 from .extract_extras import ExtraOutputs
 from .layout import FEATURE_DTYPES
@@ -124,10 +129,27 @@ def _fingerprint(split: SplitSpec, loaded: LoadedModel, transform: dict, opts: E
             "batch_size": opts.batch_size, "part_rows": part_rows, "skip_bad": opts.skip_bad}
 
 
-def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform: dict,
-                  opts: ExtractOptions, device: torch.device,
-                  progress: Progress | None = None) -> None:
-    """Extract one split into the store (resuming from complete parts)."""
+@dataclass
+class SplitJob:
+    """One split to extract: its rows, its fingerprint and the parts layout."""
+
+    split: SplitSpec
+    rows: RowSource
+    fingerprint: dict[str, Any]
+    digest: str
+    part_rows: int
+    extra_row_axes: dict[str, int]
+
+    def writer(self, store: Store, opts: ExtractOptions, manage: bool) -> SplitWriter:
+        return SplitWriter(store, self.split.name, part_rows=self.part_rows, dtype=opts.dtype,
+                           usage=self.split.usage, source=self.split.source,
+                           fingerprint=self.fingerprint, num_rows=len(self.rows),
+                           extra_row_axes=self.extra_row_axes, manage=manage)
+
+
+def plan_split(split: SplitSpec, loaded: LoadedModel, transform: dict,
+               opts: ExtractOptions) -> SplitJob:
+    """Read a split's row list, check its labels and compute its fingerprint."""
     rows = rows_from_source(split.source)
     if split.role == "ood":
         rows.labels = np.full(len(rows), -1, dtype=np.int64)
@@ -143,26 +165,44 @@ def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform
     extras = ExtraOutputs(loaded, opts, transform, split.name)
     if extras.config:  # only then: plain extractions keep their fingerprints
         fp["extras"] = extras.config
-    fp_digest = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()
-    entry = store.manifest["splits"].get(split.name)
-    if entry and entry.get("complete") and entry.get("fingerprint") == fp_digest:
-        if progress:
-            progress(split.name, len(rows), len(rows))
+    digest = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()
+    return SplitJob(split, rows, fp, digest, part_rows, extras.row_axes)
+
+
+def is_complete(store: Store, job: SplitJob) -> bool:
+    """Whether the store holds the split complete under the same fingerprint."""
+    entry = store.manifest["splits"].get(job.split.name)
+    return bool(entry and entry.get("complete") and entry.get("fingerprint") == job.digest)
+
+
+def extract_parts(writer: SplitWriter, job: SplitJob, parts: range, loaded: LoadedModel,
+                  transform: dict, opts: ExtractOptions, device: torch.device,
+                  progress: Progress | None = None, workers_default: int | None = None) -> None:
+    """Extract the parts of `parts` that have no part file yet (featstore.writer)."""
+    split, rows = job.split, job.rows
+    missing = writer.missing_parts(parts)
+    bounds = [writer.part_bounds(k) for k in missing]
+    indices = [i for start, stop in bounds for i in range(start, stop)]
+    total = sum(writer.part_bounds(k)[1] - writer.part_bounds(k)[0] for k in parts)
+    done = total - len(indices)
+    if progress:
+        progress(split.name, done, total)
+    if not indices:
         return
-    writer = SplitWriter(store, split.name, part_rows=part_rows, dtype=opts.dtype,
-                         usage=split.usage, source=split.source, fingerprint=fp,
-                         extra_row_axes=extras.row_axes)
     crop = int(transform["crop"])
     dataset = TransformedRows(rows, build_transform(transform), (3, crop, crop),
-                              indices=range(writer.resume_rows, len(rows)))
-    workers = opts.num_workers if opts.num_workers is not None else min(4, os.cpu_count() or 1)
+                              indices=indices)
+    workers = opts.num_workers if opts.num_workers is not None else (
+        workers_default if workers_default is not None else min(4, os.cpu_count() or 1))
+    # part_rows is a multiple of the batch size and only the split's last part can be short,
+    # so these batches are exactly those of an uninterrupted single-process run
     loader = DataLoader(dataset, batch_size=opts.batch_size, shuffle=False,
                         num_workers=workers if len(dataset) > opts.batch_size else 0,
                         pin_memory=device.type == "cuda")
+    extras = ExtraOutputs(loaded, opts, transform, split.name)
     hook = HeadHook(loaded)
     pool = ThreadPoolExecutor(max_workers=1)
     pending: list[Future] = []
-    done = writer.resume_rows
     try:
         for images, labels, index, errors in loader:
             bad = [k for k, e in enumerate(errors) if e]
@@ -175,6 +215,7 @@ def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform
             if device.type == "cuda":
                 images = images.contiguous(memory_format=torch.channels_last)
             extras.before_forward(images)
+            writer.part_meta = extras.meta()
             with torch.inference_mode(), torch.autocast(device.type, enabled=opts.amp):
                 loaded.module(images)
             feats, logits = hook.take()
@@ -191,58 +232,119 @@ def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform
                                    for k, v in extra.items()}
             while pending and (pending[0].done() or len(pending) >= 2):
                 pending.pop(0).result()
-            pending.append(pool.submit(writer.append, **batch))
+            pending.append(pool.submit(writer.append, first_row=int(index[0]),
+                                       source_rows=len(index), **batch))
             done += len(index)
             if progress:
-                progress(split.name, done, len(rows))
+                progress(split.name, done, total)
         for fut in pending:
             fut.result()
-        written = set()
-        skipped: list[str] = []
-        if opts.skip_bad:
-            written = set(_written_ids(writer))
-            skipped = [i for i in rows.ids if i not in written]
-        meta = {"fingerprint": fp_digest, "skipped": skipped, **extras.meta()}
-        writer.finish(extra_meta=meta)
     except OSError as exc:
-        raise FeatstoreError(f"split {split.name!r}: write error in store {str(store.path)!r}: "
-                             f"{exc}; the split stays incomplete and resumes on rerun") from exc
+        raise _write_error(split.name, writer.store, exc) from exc
     finally:
         pool.shutdown(wait=True)
         hook.close()
         extras.close()
 
 
-def _written_ids(writer: SplitWriter) -> list[str]:
-    import h5py
+def finish_split(writer: SplitWriter, job: SplitJob, opts: ExtractOptions) -> None:
+    """Assemble every part into the split file and commit it (the single writer's step)."""
+    try:
+        skipped: list[str] = []
+        if opts.skip_bad:
+            written = set(writer.written_ids())
+            skipped = [i for i in job.rows.ids if i not in written]
+        meta = {"fingerprint": job.digest, "skipped": skipped, **writer.stored_part_meta()}
+        writer.finish(extra_meta=meta)
+    except OSError as exc:
+        raise _write_error(job.split.name, writer.store, exc) from exc
 
-    if writer._buffered:
-        writer._flush(writer._buffered)
-    out: list[str] = []
-    for part in writer._part_paths():
-        with h5py.File(part, "r") as fh:
-            out.extend(fh["ids"].asstr()[()])
-    return out
+
+def _write_error(name: str, store: Store, exc: OSError) -> FeatstoreError:
+    return FeatstoreError(f"split {name!r}: write error in store {str(store.path)!r}: {exc}; "
+                          "the split stays incomplete and resumes on rerun")
+
+
+def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform: dict,
+                  opts: ExtractOptions, device: torch.device,
+                  progress: Progress | None = None, ctx: Context | None = None) -> None:
+    """Extract one split into the store, resuming from its complete parts.
+
+    With a distributed `ctx`, every rank calls this for the same split: rank 0 prepares the
+    parts directory and the manifest, each rank extracts its shard of parts, rank 0 assembles
+    and commits (featstore.distributed).
+    """
+    ctx = ctx or Context()
+    job = ctx.everywhere(lambda: plan_split(split, loaded, transform, opts))
+    main_writer: list[SplitWriter] = []
+
+    def prepare() -> bool:
+        if is_complete(store, job):
+            return False
+        main_writer.append(job.writer(store, opts, manage=True))
+        return True
+
+    if not ctx.on_main(prepare):
+        if progress:
+            progress(split.name, len(job.rows), len(job.rows))
+        return
+    workers = None
+    if ctx.distributed:
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        workers = min(4, max(1, (os.cpu_count() or 1) // max(1, local_world)))
+
+    def run_shard() -> None:
+        writer = main_writer[0] if ctx.is_main else job.writer(store, opts, manage=False)
+        extract_parts(writer, job, ctx.shard(writer.num_parts), loaded, transform, opts,
+                      device, progress, workers)
+
+    ctx.everywhere(run_shard)
+    ctx.on_main(lambda: finish_split(main_writer[0], job, opts))
 
 
 def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
             weights: str | Path | None = None, feature_layer: str | None = None,
             options: ExtractOptions | None = None,
             progress: Progress | None = None) -> Store:
-    """Extract every split of `spec` with `model` into the store at `out`; returns it."""
+    """Extract every split of `spec` with `model` into the store at `out`; returns it.
+
+    Under torchrun (WORLD_SIZE set) every rank calls this with the same arguments and the
+    splits are sharded across the ranks (featstore.distributed); only rank 0 reports progress.
+    """
     opts = options or ExtractOptions()
     if opts.dtype not in FEATURE_DTYPES:
         raise UsageError(f"--dtype {opts.dtype!r}: expected one of {', '.join(FEATURE_DTYPES)}")
     if opts.batch_size < 1:
         raise UsageError(f"--batch-size {opts.batch_size}: must be >= 1")
+    if opts.part_batches < 1:
+        raise UsageError(f"part_batches {opts.part_batches}: must be >= 1")
     if opts.mc_samples < 0:
         raise UsageError(f"--mc-samples {opts.mc_samples}: must be >= 0")
     bench = spec if isinstance(spec, BenchmarkSpec) else load_spec(spec)
-    device = resolve_device(opts.device)
-    loaded = load_model(model, weights, feature_layer=feature_layer)
-    loaded.module.to(device)
-    transform = {**loaded.transform, **bench.transform}
-    loaded.provenance["transform"] = transform
+    ctx, device = distributed.from_env(resolve_device(opts.device))
+    try:
+        if not ctx.is_main:
+            progress = None
+        loaded = ctx.everywhere(lambda: load_model(model, weights, feature_layer=feature_layer))
+        loaded.module.to(device)
+        transform = {**loaded.transform, **bench.transform}
+        loaded.provenance["transform"] = transform
+        classes = ctx.everywhere(lambda: _classes(bench, loaded))
+        created: list[Store] = []
+
+        def create() -> None:  # rank 0 writes model.h5 and the manifest; the others then read
+            created.append(open_or_create_store(Path(out), loaded, classes, opts.overwrite))
+
+        ctx.on_main(create)
+        store = created[0] if ctx.is_main else Store.open(out)
+        for split in bench.splits:
+            extract_split(store, split, loaded, transform, opts, device, progress, ctx)
+        return Store.open(out)
+    finally:
+        ctx.close()
+
+
+def _classes(bench: BenchmarkSpec, loaded: LoadedModel) -> list[str] | None:
     classes = bench.classes
     if classes is None:
         train = next((s for s in bench.splits if s.name == "id/train"), None)
@@ -251,7 +353,4 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
     if classes is not None and len(classes) != loaded.head.out_features:
         raise UsageError(f"spec lists {len(classes)} classes but the model's head has "
                          f"{loaded.head.out_features} outputs")
-    store = open_or_create_store(Path(out), loaded, classes, opts.overwrite)
-    for split in bench.splits:
-        extract_split(store, split, loaded, transform, opts, device, progress)
-    return Store.open(out)
+    return classes

@@ -1,15 +1,27 @@
-"""Streaming, resumable writer of one split (DESIGN §2 invariants).
+"""Streaming, resumable writer of one split (DESIGN §2 invariants, §6).
 
-Rows arrive in batches. Every `part_rows` rows are written to a part file
-`splits/<slug>.parts/part-<k>.h5` (written as `.tmp`, fsynced, renamed: a part that exists is
-complete). When the split ends, the parts are assembled into the final split file by the same
-deterministic writer `Store.write_split` uses, which is then committed to the manifest.
+A split's N source rows are cut into parts of `part_rows` consecutive rows: part k holds source
+rows [k * part_rows, min((k + 1) * part_rows, N)) (fewer when `--skip-bad` drops unreadable
+rows; possibly none). Each part is written to `splits/<slug>.parts/part-<k>.h5` (written as
+`.tmp`, fsynced, renamed: a part file that exists is complete). `part_rows` is a multiple of
+the batch size, so a part is a whole number of the batches an uninterrupted single-process run
+makes, and its bytes do not depend on who computed it or when.
 
-A killed extraction resumes from the last complete part: the caller asks `resume_rows` and
-skips that many rows (part_rows is a multiple of the batch size, so batches are the same as in
-an uninterrupted run and the result is bit-for-bit identical). `fingerprint` (source, model,
-dtype, batch layout) is stored with the parts; parts written under another fingerprint are
-discarded.
+Whoever extracts a part — the single process of `featstore extract`, or one rank of a
+`torchrun` extraction (featstore.distributed: each rank owns a contiguous block of parts) —
+writes it under its global index. A killed extraction resumes by extracting exactly the
+missing parts (`missing_parts`), so the set of part files, and hence the assembled split, is
+the same as in an uninterrupted run whatever world size wrote or resumes it. `fingerprint`
+(source, model, dtype, batch layout) and the number of source rows are stored with the parts;
+parts written under another fingerprint are discarded.
+
+When every part exists, `finish` assembles the split file by streaming: each dataset is
+created at its final shape with the same creation properties (chunking by rows, no
+timestamps) as `layout.write_split_file`, the parts are copied into it one at a time, and the
+dataset is closed before the next is created. The file is byte-identical to
+`write_split_file` of the concatenated arrays (tests/test_extract.py checks it) and the peak
+memory is about one part of one dataset, whatever N is. The file is then committed to the
+manifest (Store.commit_split) and the parts deleted.
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,14 +40,23 @@ import numpy as np
 
 from .errors import FeatstoreError
 from .fileio import fsync_dir
-from .layout import STRING_DTYPE, dataset_paths, write_split_file
+from .layout import ROW_AXIS_ATTR, STRING_DTYPE, chunk_rows, dataset_paths
 from .store import Split, Store
 
 FINGERPRINT = "fingerprint.json"
+PART_META_ATTR = "featstore_meta"
+_PART_NAME = re.compile(r"part-(\d{6})\.h5")
+_CORE = ("features", "logits", "labels", "ids")
 
 
 class SplitWriter:
-    """Append batches of (features, logits, labels, ids, extras) to a split, part by part."""
+    """Write the parts of one split (see the module docstring) and assemble them.
+
+    `manage=True` (a single process, or rank 0 of a distributed run) owns the parts directory:
+    it discards parts of another fingerprint, removes stale `.tmp` files and marks the split
+    incomplete in the manifest. `manage=False` (the other ranks) only checks that the parts
+    directory was prepared for the same fingerprint and writes its own parts.
+    """
 
     def __init__(
         self,
@@ -46,24 +68,59 @@ class SplitWriter:
         usage: str,
         source: Mapping[str, Any],
         fingerprint: Mapping[str, Any],
+        num_rows: int,
         extra_row_axes: Mapping[str, int] | None = None,
+        manage: bool = True,
     ):
         self.store = store
         self.name = name
         self.part_rows = int(part_rows)
+        self.num_rows = int(num_rows)
+        self.num_parts = -(-self.num_rows // self.part_rows)
         self.dtype = dtype
         self.usage = usage
         self.source = dict(source)
         self.extra_row_axes = dict(extra_row_axes or {})
         self.parts_dir = store.split_file(name).with_suffix(".parts")
+        self.part_meta: dict[str, Any] = {}
         self._buffer: list[dict[str, np.ndarray]] = []
-        self._buffered = 0
-        self._prepare(dict(fingerprint))
-        store.mark_incomplete(name, source, usage)
+        self._buffered = 0        # kept rows in the buffer
+        self._consumed = 0        # source rows of the current part seen so far
+        self._part: int | None = None
+        fp = {**dict(fingerprint), "num_rows": self.num_rows}
+        if manage:
+            self._prepare(fp)
+            store.mark_incomplete(name, source, usage)
+        else:
+            self._check_prepared(fp)
 
     # ------------------------------------------------------------------ parts
+    def part_path(self, index: int) -> Path:
+        return self.parts_dir / f"part-{index:06d}.h5"
+
+    def part_bounds(self, index: int) -> tuple[int, int]:
+        """Source rows [start, stop) of part `index`."""
+        start = index * self.part_rows
+        return start, min(start + self.part_rows, self.num_rows)
+
+    def done_parts(self) -> list[int]:
+        """Indices of the complete part files present, sorted."""
+        done = []
+        for path in self.parts_dir.glob("part-*.h5"):
+            match = _PART_NAME.fullmatch(path.name)
+            if match is None or int(match.group(1)) >= self.num_parts:
+                raise FeatstoreError(f"split {self.name!r}: unexpected part file {path}")
+            done.append(int(match.group(1)))
+        return sorted(done)
+
+    def missing_parts(self, parts: range | None = None) -> list[int]:
+        """The parts of `parts` (default: all) that have no complete file yet."""
+        done = set(self.done_parts())
+        return [k for k in (parts if parts is not None else range(self.num_parts))
+                if k not in done]
+
     def _part_paths(self) -> list[Path]:
-        return sorted(self.parts_dir.glob("part-*.h5"))
+        return [self.part_path(k) for k in self.done_parts()]
 
     def _prepare(self, fingerprint: dict[str, Any]) -> None:
         fp_path = self.parts_dir / FINGERPRINT
@@ -73,19 +130,26 @@ class SplitWriter:
                 shutil.rmtree(self.parts_dir)
         if not self.parts_dir.is_dir():
             self.parts_dir.mkdir(parents=True)
-            fp_path.write_text(json.dumps(fingerprint, sort_keys=True))
+            tmp = fp_path.with_name(FINGERPRINT + ".tmp")
+            tmp.write_text(json.dumps(fingerprint, sort_keys=True))
+            os.replace(tmp, fp_path)
+            fsync_dir(self.parts_dir)
         for stale in self.parts_dir.glob("*.tmp"):
             stale.unlink()
-        self.resume_rows = 0
-        for i, part in enumerate(self._part_paths()):
-            if part.name != f"part-{i:06d}.h5":
-                raise FeatstoreError(f"split {self.name!r}: unexpected part file {part}")
-            with h5py.File(part, "r") as fh:
-                self.resume_rows += int(fh["labels"].shape[0])
+        self.done_parts()  # refuse a directory holding foreign part files early
+
+    def _check_prepared(self, fingerprint: dict[str, Any]) -> None:
+        fp_path = self.parts_dir / FINGERPRINT
+        if not fp_path.is_file() or json.loads(fp_path.read_text()) != fingerprint:
+            raise FeatstoreError(
+                f"split {self.name!r}: the parts directory {str(self.parts_dir)!r} was prepared "
+                "for another source, model or batch layout than this process's; every rank must "
+                "run the same command (same spec, model, --batch-size, --dtype)")
 
     def _write_part(self, arrays: dict[str, np.ndarray]) -> None:
-        index = len(self._part_paths())
-        final = self.parts_dir / f"part-{index:06d}.h5"
+        """Write `arrays` as part `self._part` (tmp file, fsync, rename, fsync the dir)."""
+        assert self._part is not None
+        final = self.part_path(self._part)
         tmp = final.with_suffix(".h5.tmp")
         with h5py.File(tmp, "w") as fh:
             for key, arr in arrays.items():
@@ -93,19 +157,16 @@ class SplitWriter:
                     fh.create_dataset(key, data=arr.astype(object), dtype=STRING_DTYPE)
                 else:
                     fh.create_dataset(key, data=arr)
+            fh.attrs[PART_META_ATTR] = json.dumps(self.part_meta, sort_keys=True)
             fh.flush()
             os.fsync(fh.id.get_vfd_handle())
         os.replace(tmp, final)
         fsync_dir(self.parts_dir)
 
-    def _flush(self, rows: int) -> None:
-        """Write the first `rows` buffered rows as one part."""
-        merged = self._concat(self._buffer)
-        head = {k: _take(v, slice(0, rows), self._axis(k)) for k, v in merged.items()}
-        tail = {k: _take(v, slice(rows, None), self._axis(k)) for k, v in merged.items()}
-        self._write_part(head)
-        self._buffered -= rows
-        self._buffer = [tail] if self._buffered else []
+    def _flush(self) -> None:
+        """Write the buffered batches as the current part."""
+        self._write_part(self._concat(self._buffer))
+        self._buffer, self._buffered, self._consumed, self._part = [], 0, 0, None
 
     def _axis(self, key: str) -> int:
         return self.extra_row_axes.get(key[len("extra/"):], 0) if key.startswith("extra/") else 0
@@ -115,9 +176,27 @@ class SplitWriter:
                 for k in batches[0]}
 
     # ------------------------------------------------------------------ API
-    def append(self, *, features: np.ndarray, logits: np.ndarray, labels: np.ndarray,
-               ids: np.ndarray, extras: Mapping[str, np.ndarray] | None = None) -> None:
-        """Buffer one batch; write a part whenever `part_rows` rows are buffered."""
+    def append(self, *, first_row: int, source_rows: int, features: np.ndarray,
+               logits: np.ndarray, labels: np.ndarray, ids: np.ndarray,
+               extras: Mapping[str, np.ndarray] | None = None) -> None:
+        """Buffer one batch covering source rows [first_row, first_row + source_rows) (the
+        arrays hold its kept rows); write the part once all its source rows have arrived.
+
+        Batches of a part must arrive in order and never straddle two parts.
+        """
+        part = first_row // self.part_rows
+        start, stop = self.part_bounds(part)
+        if self._part is None:
+            if first_row != start:
+                raise FeatstoreError(f"split {self.name!r}: part {part} must start at row "
+                                     f"{start}, got a batch at row {first_row}")
+            self._part = part
+        elif part != self._part or first_row != start + self._consumed:
+            raise FeatstoreError(f"split {self.name!r}: batch at row {first_row} does not "
+                                 f"continue part {self._part}")
+        if first_row + source_rows > stop:
+            raise FeatstoreError(f"split {self.name!r}: batch rows {first_row}.."
+                                 f"{first_row + source_rows} straddle part {part}'s end {stop}")
         batch = {"features": np.asarray(features, dtype=self.dtype),
                  "logits": np.asarray(logits, dtype=np.float32),
                  "labels": np.asarray(labels, dtype=np.int64),
@@ -126,31 +205,50 @@ class SplitWriter:
             batch[f"extra/{key}"] = np.asarray(arr)
         self._buffer.append(batch)
         self._buffered += len(batch["labels"])
-        while self._buffered >= self.part_rows:
-            self._flush(self.part_rows)
+        self._consumed += int(source_rows)
+        if start + self._consumed == stop:
+            self._flush()
 
-    def finish(self, extra_meta: Mapping[str, Any] | None = None) -> Split:
-        """Write the last part, assemble the split file, commit it, delete the parts."""
-        if self._buffered:
-            self._flush(self._buffered)
-        parts = self._part_paths()
-        if not parts:
-            raise FeatstoreError(f"split {self.name!r}: no rows were written (empty source?)")
-        arrays: dict[str, list[np.ndarray]] = {}
-        for part in parts:
+    def stored_part_meta(self) -> dict[str, Any]:
+        """The `part_meta` recorded with the first part (the same in every part)."""
+        paths = self._part_paths()
+        if not paths:
+            return {}
+        with h5py.File(paths[0], "r") as fh:
+            return json.loads(fh.attrs.get(PART_META_ATTR, "{}"))
+
+    def written_ids(self) -> list[str]:
+        """Ids of every row in the parts, in row order (for `--skip-bad`'s record)."""
+        out: list[str] = []
+        for part in self._part_paths():
             with h5py.File(part, "r") as fh:
-                for key in dataset_paths(fh):
-                    data = fh[key].asstr()[()] if key == "ids" else fh[key][()]
-                    arrays.setdefault(key, []).append(data)
-        merged = {k: np.concatenate(v, axis=self._axis(k)) for k, v in arrays.items()}
-        extras = {k[len("extra/"):]: v for k, v in merged.items() if k.startswith("extra/")}
+                out.extend(fh["ids"].asstr()[()])
+        return out
+
+    def assemble(self) -> Path:
+        """Stream every part into the split file `<slug>.h5.tmp` (see the module docstring)."""
+        if self.num_parts == 0:
+            raise FeatstoreError(f"split {self.name!r}: no rows were written (empty source?)")
+        missing = self.missing_parts()
+        if missing:
+            raise FeatstoreError(f"split {self.name!r}: {len(missing)} of {self.num_parts} "
+                                 f"parts are missing (first: part {missing[0]}); rerun the "
+                                 "extraction to resume")
         tmp = self.store.split_file(self.name).with_suffix(".h5.tmp")
         try:
-            write_split_file(tmp, features=merged["features"], logits=merged["logits"],
-                             labels=merged["labels"], ids=merged["ids"], extras=extras,
-                             extra_row_axes=self.extra_row_axes)
-            split = self.store.commit_split(self.name, tmp, usage=self.usage, source=self.source,
-                                            extra_meta=extra_meta)
+            write_parts_file(tmp, [self.part_path(k) for k in range(self.num_parts)],
+                             self.extra_row_axes)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
+        return tmp
+
+    def commit(self, tmp: Path, extra_meta: Mapping[str, Any] | None = None) -> Split:
+        """Commit an assembled file to the manifest, then delete the parts."""
+        try:
+            split = self.store.commit_split(self.name, tmp, usage=self.usage,
+                                            source=self.source, extra_meta=extra_meta)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
@@ -158,7 +256,101 @@ class SplitWriter:
         shutil.rmtree(self.parts_dir)
         return split
 
+    def finish(self, extra_meta: Mapping[str, Any] | None = None) -> Split:
+        """Write a pending part, assemble the split file, commit it, delete the parts."""
+        if self._part is not None:
+            self._flush()
+        return self.commit(self.assemble(), extra_meta)
 
-def _take(arr: np.ndarray, rows: slice, axis: int) -> np.ndarray:
-    index = (slice(None),) * axis + (rows,)
-    return arr[index]
+
+# ---------------------------------------------------------------------- streaming assembly
+def _ordered_keys(keys: list[str]) -> list[str]:
+    """write_split_file's creation order: features, logits, labels, ids, then sorted extras."""
+    missing = [k for k in _CORE if k not in keys]
+    if missing:
+        raise FeatstoreError(f"part file lacks dataset(s) {', '.join(missing)}")
+    return list(_CORE) + sorted(k for k in keys if k not in _CORE)
+
+
+def write_parts_file(path: Path, parts: list[Path],
+                     extra_row_axes: Mapping[str, int] | None = None) -> None:
+    """Concatenate the row-aligned datasets of `parts` (in order) into a split file at `path`;
+    `extra_row_axes` names the extras whose row axis is not 0 (as for write_split_file).
+
+    Byte-identical to `layout.write_split_file` of the concatenated arrays: the same datasets,
+    created in the same order with the same properties, each written front to back; here each
+    is filled part by part and closed before the next is created, so the peak memory is one
+    part of one dataset.
+    """
+    with h5py.File(parts[0], "r") as fh:
+        keys = _ordered_keys(dataset_paths(fh))
+        row_axes = dict(extra_row_axes or {})
+        axes = {k: row_axes.get(k[len("extra/"):], 0) if k.startswith("extra/") else 0
+                for k in keys}
+        info = {k: (fh[k].shape, fh[k].dtype) for k in keys}
+    shapes: dict[str, list[int]] = {k: list(shape) for k, (shape, _) in info.items()}
+    for k in shapes:
+        shapes[k][axes[k]] = 0
+    for part in parts:
+        with h5py.File(part, "r") as fh:
+            if dataset_paths(fh) != sorted(keys):
+                raise FeatstoreError(f"part {part} holds other datasets than {parts[0]}")
+            for k in keys:
+                shape = list(fh[k].shape)
+                rows = shape[axes[k]]
+                shape[axes[k]] = shapes[k][axes[k]]
+                if shape != shapes[k] or fh[k].dtype != info[k][1]:
+                    raise FeatstoreError(f"part {part}: dataset {k!r} has shape "
+                                         f"{fh[k].shape} {fh[k].dtype}, unlike {parts[0]}")
+                shapes[k][axes[k]] += rows
+    with h5py.File(path, "w", track_order=False) as out:
+        extra_group: h5py.Group | None = None
+        for key in keys:
+            if key.startswith("extra/"):
+                if extra_group is None:
+                    extra_group = out.create_group("extra", track_order=False)
+                group, name = extra_group, key[len("extra/"):]
+            else:
+                group, name = out, key
+            _copy_dataset(group, name, key, tuple(shapes[key]), info[key][1], axes[key], parts)
+
+
+def _copy_dataset(group: h5py.Group, name: str, key: str, shape: tuple[int, ...],
+                  dtype: np.dtype, axis: int, parts: list[Path]) -> None:
+    """Create one dataset as layout._create / write_split_file would and fill it part by part."""
+    kwargs: dict[str, Any] = {"track_times": False}
+    if key == "ids":
+        kwargs["dtype"] = STRING_DTYPE
+    else:
+        kwargs["dtype"] = dtype
+        if len(shape) >= 2 and shape[axis] > 0:
+            per_row = shape[:axis] + shape[axis + 1:]
+            chunks = list(shape)
+            chunks[axis] = chunk_rows(per_row, dtype.itemsize, shape[axis])
+            kwargs["chunks"] = tuple(chunks)
+    ds = group.create_dataset(name, shape=shape, **kwargs)
+    if key == "ids":
+        # One write: HDF5 numbers the strings' global-heap objects per write call, so only a
+        # single call gives write_split_file's bytes. ids are short strings (a few MB per
+        # 100k rows), not the N x D arrays whose copies the streaming avoids.
+        ids = [np.asarray(_read(part, key), dtype=object) for part in parts]
+        if shape[0]:
+            ds[...] = np.concatenate(ids)
+        del ds, ids
+        return
+    offset = 0
+    for part in parts:
+        data = _read(part, key)
+        rows = data.shape[axis]
+        if rows:
+            ds[(slice(None),) * axis + (slice(offset, offset + rows),)] = data
+        offset += rows
+        del data
+    if axis:
+        ds.attrs[ROW_AXIS_ATTR] = axis
+    del ds  # close it (flushing its chunk cache) before the next dataset is created
+
+
+def _read(part: Path, key: str) -> np.ndarray:
+    with h5py.File(part, "r") as fh:
+        return fh[key].asstr()[()] if key == "ids" else fh[key][()]
