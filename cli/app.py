@@ -1,11 +1,20 @@
-"""Entry point: the typer app and the error boundary (one-line errors, exit codes)."""
+"""Entry point: the typer app and the error boundary (one-line errors, exit codes).
+
+Exit codes: 0 success; 2 the command line is wrong (unknown command or option, a bad option
+value, an unknown method / parameter / target, a split name the store does not hold); 1 what
+it names is missing or broken (a missing or corrupt store, a missing or unreadable file, bad
+TOML / JSON content, an empty split) or the run failed; 130 interrupted. Every error is one
+line on stderr starting with `error:`; `--debug` shows the traceback instead.
+"""
 
 from __future__ import annotations
 
 import sys
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
+from typer.exceptions import Abort, TyperException
 
 from featstore.errors import FeatstoreError
 
@@ -18,16 +27,44 @@ from . import (
     commands_sweep,
     commands_train,
 )
-from .console import err
+from .console import JsonOpt, QuietOpt, errors, reset, setup
+
+try:  # typer >= 0.24 vendors click as typer._click; older typer raises click's own exceptions
+    from typer._click.exceptions import NoArgsIsHelpError
+except ImportError:  # pragma: no cover
+    from click.exceptions import NoArgsIsHelpError  # type: ignore[no-redef]
+try:
+    import click as _click
+
+    _CLICK_ERRORS: tuple[type[BaseException], ...] = (TyperException, _click.ClickException)
+    _ABORTS: tuple[type[BaseException], ...] = (Abort, _click.exceptions.Abort)
+except ImportError:  # pragma: no cover
+    _CLICK_ERRORS, _ABORTS = (TyperException,), (Abort,)
 
 app = typer.Typer(
     name="featstore",
     help="Extract once, score everything: an HDF5 feature cache for OOD detection.\n\n"
-         "Global option: --debug shows tracebacks.",
+         "Global options (before or after the command): --json (one JSON document on "
+         "stdout), --quiet (only errors), --debug (tracebacks). Exit codes: 0 ok, 1 failure "
+         "(missing/corrupt store or file, bad TOML/JSON, empty split), 2 bad command line.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
+
+
+@app.callback()
+def _root(
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="Show the traceback of an error instead of one line.")] = False,
+) -> None:
+    # --debug is taken out of the arguments by main() (anywhere on the line); declared here
+    # for --help. --json / --quiet here apply to the command that follows.
+    setup(json_, quiet)
+
+
 commands_store.register(app)
 commands_score.register(app)
 commands_sweep.register(app)
@@ -37,31 +74,62 @@ commands_protocol.register(app)
 commands_report.register(app)
 
 
+def _error(message: str) -> None:
+    errors.print(Text.assemble(("error: ", "bold red"), " ".join(message.split("\n"))),
+                 highlight=False, soft_wrap=True)
+
+
+def _click_error(exc: Any) -> str:
+    """One line for a click usage error: the command, what was wrong, where to look."""
+    message = " ".join(line.strip() for line in exc.format_message().splitlines()
+                       if line.strip())
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:
+        return f"{ctx.command_path}: {message} (see `{ctx.command_path} --help`)"
+    return message
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; FeatstoreError -> one line on stderr and its exit code (2 usage, 1 failure)."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
-    if debug:
+    while "--debug" in args:
         args.remove("--debug")
+    reset()
     try:
-        # standalone mode: typer prints usage errors itself (exit 2) and exits via SystemExit
-        app(args=args, prog_name="featstore")
+        # not standalone: click's usage errors come here and become one line; shell
+        # completion (`--show-completion`, `--install-completion`, _FEATSTORE_COMPLETE) and
+        # --help exit by themselves
+        rv = app(args=args, prog_name="featstore", standalone_mode=False)
+        if isinstance(rv, int) and rv:
+            sys.exit(rv)
+    except NoArgsIsHelpError as exc:  # `featstore`, `featstore gscore`: typer printed the help
+        sys.exit(exc.exit_code)
+    except _CLICK_ERRORS as exc:  # usage errors found by the parser: one line, exit 2
+        if debug:
+            raise
+        _error(_click_error(exc))
+        sys.exit(getattr(exc, "exit_code", 2))
+    except _ABORTS:
+        _error("aborted")
+        sys.exit(1)
     except FeatstoreError as exc:
         if debug:
             raise
-        err.print(Text.assemble(("error: ", "bold red"), str(exc)), highlight=False)
+        _error(str(exc))
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        err.print("interrupted")
+        errors.print("interrupted")
         sys.exit(130)
     except Exception as exc:  # the last line of defence: no raw traceback without --debug
         if debug:
             raise
         msg = str(exc).splitlines()[0] if str(exc) else ""
-        err.print(Text.assemble(("error: ", "bold red"), f"unexpected {type(exc).__name__}: "
-                                f"{msg} (rerun with --debug for the traceback)"),
-                  highlight=False)
+        _error(f"unexpected {type(exc).__name__}: {msg} (rerun with --debug for the "
+               "traceback)")
         sys.exit(1)
+    finally:
+        reset()
 
 
 if __name__ == "__main__":

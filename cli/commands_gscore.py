@@ -12,10 +12,21 @@ import typer
 from rich.table import Table
 
 from featstore import Store
-from featstore.errors import UsageError
+from featstore.errors import InputError, UsageError
 
-from .commands_score import parse_params
-from .console import err, out, print_json, split_progress
+from .common import check_methods, check_params, method_params, parse_params, require_rows
+from .console import (
+    JsonOpt,
+    QuietOpt,
+    emit,
+    err,
+    log,
+    out,
+    setup,
+    split_progress,
+    status,
+    step_progress,
+)
 
 _TARGET_TITLE = {"auroc": "AUROC", "fpr95": "FPR@TPR95", "aupr_in": "AUPR-In",
                  "aupr_out": "AUPR-Out", "detection_error": "Detection error"}
@@ -39,7 +50,10 @@ def _size(text: str | None) -> int | None:
 
 
 def _open_all(paths: list[Path]) -> list[Store]:
-    return [Store.open(p) for p in paths]
+    stores = [Store.open(p) for p in paths]
+    for st in stores:
+        require_rows(st)
+    return stores
 
 
 def _pm(cell: dict | None, digits: int = 2) -> str:
@@ -176,6 +190,35 @@ def _print_cross(res: dict, target: str) -> None:
     out.print(table)
 
 
+def _print_fit(model_: Any, method: str, target: str, out_: Path) -> None:
+    from scorers.gscore import parse_model
+
+    mt = model_.meta_train
+    tau_text = "–" if model_.tau is None else f"{model_.tau:.2f}"
+    title = parse_model(f"{model_.modelling}-{model_.distance}").title
+    out.print(f"[bold]{title}[/] for {method} -> {target}: tau {tau_text}, "
+              f"{target} = {model_.theta1:.6g} * G + {model_.theta0:.6g}", highlight=False)
+    out.print(f"meta-train: {mt['n_sets']} sets from {len(mt['splits'])} OOD splits "
+              f"(mean {mt['mean_n_id']:.0f} ID + {mt['mean_n_ood']:.0f} OOD); train RMSE "
+              f"{mt['train_rmse']:.2f}, Pearson {mt['pearson']:+.3f}, Spearman "
+              f"{mt['spearman']:+.3f}", highlight=False)
+    out.print(f"wrote {out_}", highlight=False)
+
+
+def _print_predict(res: dict, truth: bool) -> None:
+    p = res["parts"]
+    out.print(f"{' + '.join(res['splits'])} ({res['n']} rows, {res['scorer']}): predicted "
+              f"{res['target']} [bold]{res['predicted']:.2f}[/]  (Gscore {res['gscore']:.6g}"
+              f", {res['model']})", highlight=False)
+    out.print(f"IND part mu {p['mu_ind']:.6g} sd {p['sd_ind']:.4g} (n {p['n_ind']:.0f}); "
+              f"OOD part mu {p['mu_ood']:.6g} sd {p['sd_ood']:.4g} (n {p['n_ood']:.0f})",
+              highlight=False)
+    if truth:
+        t = res.get("truth")
+        out.print(f"true {res['target']}: " + ("– (needs id/ and ood/ splits)" if t is None
+                                               else f"{t:.2f}"), highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     gs = typer.Typer(name="gscore", no_args_is_help=True, rich_markup_mode="rich",
                      help="Unsupervised evaluation of OOD detection (Gscore, Zhang, Deng & "
@@ -207,7 +250,8 @@ def register(app: typer.Typer) -> None:
         allow_other_model: Annotated[bool, typer.Option(
             help="Pool stores made by different models.")] = False,
         no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
-        json_: Annotated[bool, typer.Option("--json", help="Print the model as JSON.")] = False,
+        json_: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Fit a Gscore regression (tau searched on meta-train sets) on every OOD test split
         of the stores, mixed with id/test rows; write it as JSON.
@@ -215,28 +259,23 @@ def register(app: typer.Typer) -> None:
         Example: featstore gscore fit runs/gbench/store --method msp --target fpr95
         --model ude-wasserstein --out gscore.json
         """
-        from scorers.gscore import fit_gscore, parse_model
+        setup(json_, quiet)
+        from scorers.gscore import fit_gscore
 
+        params = parse_params(param)
+        check_params(method, params)
         sts = _open_all(stores)
-        model_ = fit_gscore(sts, method, target, model, params=parse_params(param),
-                            tau="default" if tau is None else tau, ratio=ratio,
-                            size=_size(size), sets_per_split=sets_per_split, seed=seed,
-                            ude_kernel=kernel, allow_other_model=allow_other_model,
-                            use_cache=not no_cache)
+        with status() as begin:
+            begin(f"fitting the {model} Gscore of {method} -> {target} on "
+                  f"{len(sts)} store{'s' if len(sts) != 1 else ''}")
+            model_ = fit_gscore(sts, method, target, model, params=params,
+                                tau="default" if tau is None else tau, ratio=ratio,
+                                size=_size(size), sets_per_split=sets_per_split, seed=seed,
+                                ude_kernel=kernel, allow_other_model=allow_other_model,
+                                use_cache=not no_cache)
         model_.save(out_)
-        if json_:
-            print_json(json.loads(out_.read_text()))
-            return
-        mt = model_.meta_train
-        tau_text = "–" if model_.tau is None else f"{model_.tau:.2f}"
-        title = parse_model(f"{model_.modelling}-{model_.distance}").title
-        out.print(f"[bold]{title}[/] for {method} -> {target}: tau {tau_text}, "
-                  f"{target} = {model_.theta1:.6g} * G + {model_.theta0:.6g}", highlight=False)
-        out.print(f"meta-train: {mt['n_sets']} sets from {len(mt['splits'])} OOD splits "
-                  f"(mean {mt['mean_n_id']:.0f} ID + {mt['mean_n_ood']:.0f} OOD); train RMSE "
-                  f"{mt['train_rmse']:.2f}, Pearson {mt['pearson']:+.3f}, Spearman "
-                  f"{mt['spearman']:+.3f}", highlight=False)
-        out.print(f"wrote {out_}", highlight=False)
+        emit({"out": str(out_), "model": json.loads(out_.read_text())},
+             lambda: _print_fit(model_, method, target, out_))
 
     @gs.command()
     def predict(
@@ -249,36 +288,31 @@ def register(app: typer.Typer) -> None:
         truth: Annotated[bool, typer.Option(help="Also print the true metric when the set "
                                                  "holds id/ and ood/ splits.")] = False,
         no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
-        json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+        json_: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Predict the detector's metric on an unlabelled set (labels are ignored).
 
         Example: featstore gscore predict gscore.json runs/gbench/store --split id/test
         --split ood/photo/astronaut
         """
+        setup(json_, quiet)
         from scorers.gscore import GscoreModel, predict_gscore
 
-        model_ = GscoreModel.load(model_file)
+        try:
+            model_ = GscoreModel.load(model_file)
+        except UsageError as exc:  # missing file, bad JSON, not a model: the input is wrong
+            raise InputError(str(exc)) from None
         with Store.open(store) as st:
+            for name in split:
+                st.split(name)
+            require_rows(st, split)
             res = predict_gscore(model_, st, split, force=allow_other_model,
                                  use_cache=not no_cache, with_truth=truth)
-        if json_:
-            print_json(res)
-            return
-        p = res["parts"]
-        out.print(f"{' + '.join(res['splits'])} ({res['n']} rows, {res['scorer']}): predicted "
-                  f"{res['target']} [bold]{res['predicted']:.2f}[/]  (Gscore {res['gscore']:.6g}"
-                  f", {res['model']})", highlight=False)
-        out.print(f"IND part mu {p['mu_ind']:.6g} sd {p['sd_ind']:.4g} (n {p['n_ind']:.0f}); "
-                  f"OOD part mu {p['mu_ood']:.6g} sd {p['sd_ood']:.4g} (n {p['n_ood']:.0f})",
-                  highlight=False)
-        if truth:
-            t = res.get("truth")
-            out.print(f"true {res['target']}: " + ("– (needs id/ and ood/ splits)" if t is None
-                                                   else f"{t:.2f}"), highlight=False)
         if res["forced"]:
             err.print("warning: the store comes from another model than the fit stores",
                       highlight=False)
+        emit(res, lambda: _print_predict(res, truth))
 
     @gs.command()
     def evaluate(
@@ -315,8 +349,9 @@ def register(app: typer.Typer) -> None:
                                                         "auto-evaluation baselines.")] = False,
         kernel: Annotated[str, typer.Option(help="UDE similarity: gauss | paper")] = "gauss",
         no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
-        json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
         out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
+        json_: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """The paper's protocol: meta-train / meta-test partitions of the OOD splits, RMSE of
         the predicted metric (Table 1/6 style), Pearson/Spearman, baselines, robustness to the
@@ -325,34 +360,27 @@ def register(app: typer.Typer) -> None:
         Example: featstore gscore evaluate runs/gbench/store --methods msp,energy,odin
         --ratios 1:100,1:10,10:1,100:1 --sizes 50,100 --repeats 5
         """
-        from scorers import REGISTRY
+        setup(json_, quiet)
         from scorers.gscore import DEFAULT_MODELS, evaluate_gscore
 
-        params: dict[str, dict[str, Any]] = {}
-        for key, value in parse_params(param).items():
-            name, dot, p = key.partition(".")
-            if not dot or name not in REGISTRY:
-                raise UsageError(f"--param {key!r}: expected <method>.<param>=<value> with a "
-                                 "registered method")
-            params.setdefault(name, {})[p] = value
+        params = method_params(param)
+        method_list = check_methods(_items(methods) or ["msp"], "--methods")
         sts = _open_all(stores)
-        res = evaluate_gscore(
-            sts, _items(methods) or ["msp"], _items(models) or list(DEFAULT_MODELS),
-            _items(targets) or ["fpr95", "auroc"], params=params, ratio=ratio,
-            size=_size(size), sets_per_split=sets_per_split, repeats=repeats, seed=seed,
-            train_fraction=train_fraction, id_train_fraction=id_train_fraction,
-            baselines=not no_baselines,
-            ratios=_items(ratios), sizes=[_size(s) for s in _items(sizes)],
-            robust_models=_items(robust_models) or None, ude_kernel=kernel,
-            use_cache=not no_cache,
-            progress=None if json_ or not err.is_terminal else (
-                lambda m: err.print(m, highlight=False, end="\r")))
+        with step_progress("gscore evaluate") as steps:
+            res = evaluate_gscore(
+                sts, method_list, _items(models) or list(DEFAULT_MODELS),
+                _items(targets) or ["fpr95", "auroc"], params=params, ratio=ratio,
+                size=_size(size), sets_per_split=sets_per_split, repeats=repeats, seed=seed,
+                train_fraction=train_fraction, id_train_fraction=id_train_fraction,
+                baselines=not no_baselines,
+                ratios=_items(ratios), sizes=[_size(s) for s in _items(sizes)],
+                robust_models=_items(robust_models) or None, ude_kernel=kernel,
+                use_cache=not no_cache,
+                progress=(lambda m: steps(description=m)) if steps else None,
+                step_progress=(lambda done, total: steps(done, total)) if steps else None)
         if out_ is not None:
             out_.write_text(json.dumps(res, indent=2) + "\n")
-        if json_:
-            print_json(res)
-        else:
-            print_gscore_evaluation(res)
+        emit(res, lambda: print_gscore_evaluation(res))
 
     @gs.command()
     def gbench(
@@ -365,7 +393,8 @@ def register(app: typer.Typer) -> None:
                  "trained once if missing).")] = None,
         epochs: Annotated[int, typer.Option(help="Training epochs if a model is trained.")
                           ] = 12,
-        quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
+        json_: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Build the mini-Gbench store: 44 OOD sets from the demo's real bundled data (held-out
         digits, scikit-image photographs and textures, faces, noise, covariate-shifted
@@ -373,15 +402,21 @@ def register(app: typer.Typer) -> None:
 
         Example: featstore gscore gbench --out runs/gbench --weights runs/demo/model.pt
         """
+        setup(json_, quiet)
         from featstore.demo.gbench import build_gbench
 
         from .commands_store import print_store_summary, store_summary
 
         start = time.perf_counter()
-        with split_progress(not quiet) as progress:
+        with split_progress() as progress:
             st = build_gbench(out_, backbone=backbone, weights=weights, epochs=epochs,
-                              log=lambda m: err.print(m, highlight=False), progress=progress)
-        if not quiet:
-            print_store_summary(store_summary(st))
-        out.print(f"mini-Gbench store {st.path}: {len(st.splits(role='ood'))} OOD splits, built "
-                  f"in {time.perf_counter() - start:.1f} s", highlight=False)
+                              log=log, progress=progress)
+        summary = {**store_summary(st), "ood_splits": len(st.splits(role="ood")),
+                   "seconds": time.perf_counter() - start}
+
+        def human() -> None:
+            print_store_summary(summary)
+            out.print(f"mini-Gbench store {st.path}: {summary['ood_splits']} OOD splits, built "
+                      f"in {summary['seconds']:.1f} s", highlight=False)
+
+        emit(summary, human)

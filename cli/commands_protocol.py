@@ -14,9 +14,9 @@ from rich.table import Table
 
 from featstore.errors import UsageError
 
-from .commands_score import parse_params
 from .commands_train import train_progress
-from .console import err, out, print_json
+from .common import check_methods, method_params, require_rows
+from .console import JsonOpt, QuietOpt, emit, err, log, out, progress_enabled, setup, status
 
 protocol_app = typer.Typer(help="Evaluation protocols from the literature: OSR splits, WordNet "
                                 "class assignment, shift-level grids, image-list conversion.",
@@ -33,16 +33,7 @@ def _pm(stat: dict[str, float]) -> str:
 
 
 def _method_params(items: list[str] | None) -> dict[str, dict[str, Any]]:
-    from scorers import REGISTRY
-
-    params: dict[str, dict[str, Any]] = {}
-    for key, value in parse_params(items).items():
-        name, dot, p = key.partition(".")
-        if not dot or name not in REGISTRY:
-            raise UsageError(f"--param {key!r}: expected <method>.<param>=<value> with a "
-                             "registered method")
-        params.setdefault(name, {})[p] = value
-    return params
+    return method_params(items)
 
 
 @protocol_app.command()
@@ -68,8 +59,8 @@ def osr(
     root: Annotated[Path | None, typer.Option(help="Image root of an image-list --data.")] = None,
     param: Annotated[list[str] | None, typer.Option(help="method.k=v scorer parameter.")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda[:N]")] = "auto",
-    json_: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
-    quiet: Annotated[bool, typer.Option(help="No progress output.")] = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Open-set recognition: random closed/open class divisions per ratio and seed; train `ce`
     on the closed classes, extract, evaluate; mean ± std over divisions (remote-sensing OOD
@@ -77,16 +68,13 @@ def osr(
 
     Example: featstore protocol osr --data digits --ratios 7/3,6/4,5/5 --seeds 5 --out runs/osr
     """
+    setup(json_, quiet)
     from featstore.protocols.osr import OsrOptions, parse_ratios, run_osr
     from featstore.training.trainer import TrainConfig
 
     ratio_list = parse_ratios(ratios)
-    method_list = tuple(m.strip() for m in methods.split(",") if m.strip())
-    from scorers import REGISTRY
-
-    for m in method_list:
-        if m not in REGISTRY:
-            raise UsageError(f"--methods: unknown scorer {m!r} (valid: {', '.join(REGISTRY)})")
+    method_list = tuple(check_methods((m.strip() for m in methods.split(",") if m.strip()),
+                                      "--methods"))
     digits = data == "digits"
     def pick(value: Any, for_digits: Any, otherwise: Any) -> Any:
         return value if value is not None else (for_digits if digits else otherwise)
@@ -97,15 +85,16 @@ def osr(
     config.validate()
     options = OsrOptions(seeds=seeds, arch=arch, methods=method_list,
                          params=_method_params(param), device=device, image_size=image_size)
-    show = not quiet and not json_
+    show = progress_enabled()
     start = time.perf_counter()
     result = run_osr(data, ratio_list, out_, config, options, root=root,
-                     log=(lambda m: err.print(m, highlight=False)) if show else None,
+                     log=log if show else None,
                      train_progress=(lambda label: train_progress(True, label)) if show else None)
     result["seconds"] = time.perf_counter() - start
-    if json_:
-        print_json(result)
-        return
+    emit(result, lambda: _print_osr(result, seeds, out_))
+
+
+def _print_osr(result: dict, seeds: int, out_: Path) -> None:
     table = Table(title=f"OSR on {result['data']} ({result['arch']}): mean ± std over "
                         f"{seeds} class divisions, in %", header_style="bold", show_edge=False)
     table.add_column("split")
@@ -145,7 +134,8 @@ def wordnet(
     base_spec: Annotated[Path | None, typer.Option(help="Spec whose splits the written specs "
                                                         "extend.")] = None,
     out_: Annotated[Path | None, typer.Option("--out", help="Output directory.")] = None,
-    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """FACETS WordNet class assignment: similarity (mean of path, normalised Leacock-Chodorow and
     Wu-Palmer, max over ID classes) of every candidate class to the ID label set, and its ID/OOD
@@ -154,6 +144,7 @@ def wordnet(
     Example: featstore protocol wordnet --id-classes places.txt --candidates imagenet_wnids.txt
     --mapping places_synsets.txt --images imagenet/train --base-spec places.toml --out wn
     """
+    setup(json_, quiet)
     from featstore.protocols import wordnet as wnp
 
     thresholds = threshold or list(wnp.DEFAULT_THRESHOLDS)
@@ -188,9 +179,14 @@ def wordnet(
         "scores": [s.__dict__ for s in scores],
         "assignments": assignments, "files": files,
     }
-    if json_:
-        print_json(result)
-        return
+    for what, m in (("ID", id_map), ("candidate", cand_map)):
+        if m.unmapped:
+            err.print(f"unmapped {what} classes ({len(m.unmapped)}): {', '.join(m.unmapped)} "
+                      "(map them with --mapping or --auto-map)", highlight=False)
+    emit(result, lambda: _print_wordnet(rule, scores, assignments))
+
+
+def _print_wordnet(rule: str, scores: list, assignments: dict) -> None:
     table = Table(title=f"WordNet assignment ({rule} rule): sim = mean(path, LCH/max, Wu-Palmer)"
                         ", max over ID classes", header_style="bold", show_edge=False)
     for col in ("candidate", "synset", "sim", "nearest ID class", *assignments):
@@ -202,10 +198,6 @@ def wordnet(
     for tag, a in assignments.items():
         n_id = sum(v == "id" for v in a.values())
         out.print(f"{tag}: {n_id} candidate classes ID, {len(a) - n_id} OOD")
-    for what, m in (("ID", id_map), ("candidate", cand_map)):
-        if m.unmapped:
-            err.print(f"unmapped {what} classes ({len(m.unmapped)}): {', '.join(m.unmapped)} "
-                      "(map them with --mapping or --auto-map)", highlight=False)
 
 
 @protocol_app.command()
@@ -217,13 +209,15 @@ def tiers(
     images_root: Annotated[Path | None, typer.Option(help="Root of an --images list.")] = None,
     base_spec: Annotated[Path | None, typer.Option(help="Spec the written specs extend.")] = None,
     out_: Annotated[Path | None, typer.Option("--out", help="Output directory.")] = None,
-    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """FACETS OODness tiers: T1 (tiers 0-1 ID, 2-3 OOD) and T2 (tiers 0-2 ID, 3 OOD).
 
     Example: featstore protocol tiers --tiers sun397_tiers.txt --images sun397/ --base-spec
     places.toml --out facets
     """
+    setup(json_, quiet)
     from featstore.protocols import wordnet as wnp
 
     if base_spec is not None and images is None:
@@ -235,12 +229,13 @@ def tiers(
         imgs = wnp.candidate_images(images, list(tier_map), images_root) if images else None
         for tag, a in assignments.items():
             files[tag] = wnp.write_assignment(out_, tag, a, imgs, base_spec)
-    if json_:
-        print_json({"tiers": tier_map, "assignments": assignments, "files": files})
-        return
-    for tag, a in assignments.items():
-        n_id = sum(v == "id" for v in a.values())
-        out.print(f"{tag}: {n_id} classes ID, {len(a) - n_id} OOD")
+
+    def human() -> None:
+        for tag, a in assignments.items():
+            n_id = sum(v == "id" for v in a.values())
+            out.print(f"{tag}: {n_id} classes ID, {len(a) - n_id} OOD")
+
+    emit({"tiers": tier_map, "assignments": assignments, "files": files}, human)
 
 
 def _fmt(v: float | None) -> str:
@@ -259,7 +254,8 @@ def shift_grid_cmd(
                                                       "shift-degrees).")] = None,
     param: Annotated[list[str] | None, typer.Option(help="method.k=v scorer parameter.")] = None,
     no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """IS-OOD shift-level grid: a metric per (covariate, semantic) level cell against id/test,
     per-level means and correlation/sensitivity per scorer (IS-OOD Table 1 layout). Cells come
@@ -267,10 +263,12 @@ def shift_grid_cmd(
 
     Example: featstore protocol shift-grid runs/isood --method msp --method knn --metric auroc
     """
+    setup(json_, quiet)
     from featstore import Store
     from featstore.protocols.shift import load_degrees, shift_grid
     from scorers.metrics import OOD_METRIC_NAMES
 
+    check_methods(method)
     if metric not in OOD_METRIC_NAMES:
         raise UsageError(f"--metric {metric!r}: expected one of {', '.join(OOD_METRIC_NAMES)}")
     if min_count < 1:
@@ -278,8 +276,10 @@ def shift_grid_cmd(
     params = _method_params(param)
     deg = load_degrees(degrees) if degrees is not None else None
     results = []
-    with Store.open(store) as st:
+    with Store.open(store) as st, status() as begin:
+        require_rows(st)
         for m in method:
+            begin(f"shift grid of {m} on {st.path}")
             results.append(shift_grid(st, m, params.get(m), levels, binning, min_count, deg,
                                       use_cache=not no_cache))
     payload = [{"method": r["method"], "source": r["source"], "splits": r["splits"],
@@ -288,9 +288,11 @@ def shift_grid_cmd(
                                     for x in r["grid"].level_means(metric, a)]
                                 for a in ("semantic", "covariate")},
                 "sensitivity": r["grid"].sensitivity(metric)} for r in results]
-    if json_:
-        print_json({"metric": metric, "results": payload})
-        return
+    emit({"metric": metric, "results": payload},
+         lambda: _print_shift_grid(results, payload, metric, min_count))
+
+
+def _print_shift_grid(results: list, payload: list, metric: str, min_count: int) -> None:
     for r in results:
         grid = r["grid"]
         t = Table(title=f"{r['method']}: {metric} per cell (rows: covariate level, columns: "
@@ -330,33 +332,49 @@ def shift_degrees_cmd(
                                                       "START:END.")] = None,
     k: Annotated[int, typer.Option(help="k-th nearest ID neighbour (IS-OOD code: 10).")] = 1,
     id_split: Annotated[str, typer.Option(help="ID reference split.")] = "id/train",
-    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Per-row semantic and covariate shift degrees of every OOD test split: cosine distance to
     the k-th nearest ID row in each subspace (FAISS). Use with `shift-grid --degrees`.
 
     Example: featstore protocol shift-degrees runs/clip --laid W.npy --k 10 --out degrees.npz
     """
+    setup(json_, quiet)
     from featstore import Store
     from featstore.protocols.shift import parse_dims, save_degrees, store_degrees
 
     w = None
     if laid is not None:
-        if not laid.is_file():
-            raise UsageError(f"--laid {str(laid)!r}: file not found")
-        w = np.load(laid)
+        w = _load_npy(laid, "--laid")
     with Store.open(store) as st:
-        deg = store_degrees(st, w, parse_dims(sem_dims), parse_dims(cov_dims), k, id_split)
+        st.split(id_split)
+        require_rows(st)
+        with status() as begin:
+            begin(f"shift degrees of {st.path} against {id_split}")
+            deg = store_degrees(st, w, parse_dims(sem_dims), parse_dims(cov_dims), k, id_split)
     save_degrees(out_, deg)
     summary = {n: {"rows": int(len(v)), "semantic_mean": float(v[:, 0].mean()),
                    "covariate_mean": float(v[:, 1].mean())} for n, v in deg.items()}
-    if json_:
-        print_json({"out": str(out_), "splits": summary})
-    else:
+
+    def human() -> None:
         for n, s in summary.items():
             out.print(f"{n}: {s['rows']} rows, mean semantic {s['semantic_mean']:.4f}, "
                       f"covariate {s['covariate_mean']:.4f}", highlight=False)
         out.print(f"wrote {out_}")
+
+    emit({"out": str(out_), "splits": summary}, human)
+
+
+def _load_npy(path: Path, what: str) -> np.ndarray:
+    from featstore.errors import InputError
+
+    if not path.is_file():
+        raise InputError(f"{what} {str(path)!r}: file not found")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{what} {str(path)!r}: not a .npy array ({exc})") from None
 
 
 @protocol_app.command("laid-fit")
@@ -370,6 +388,8 @@ def laid_fit(
     steps: Annotated[int, typer.Option(help="Adam steps.")] = 500,
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 0.01,
     seed: Annotated[int, typer.Option(help="Seed of the batch sampling.")] = 0,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Learn the LAID decomposition matrix W (IS-OOD) from text-feature triplets; apply it to
     image features with `shift-degrees --laid`.
@@ -377,19 +397,24 @@ def laid_fit(
     Example: featstore protocol laid-fit --standard st.npy --semantic-shift ss.npy
     --covariate-shift cs.npy --out W.npy
     """
+    setup(json_, quiet)
     from featstore.protocols.shift import LaidConfig, fit_laid
 
-    arrays = []
-    for p in (standard, semantic_shift, covariate_shift):
-        if not p.is_file():
-            raise UsageError(f"{str(p)!r}: file not found")
-        arrays.append(np.load(p))
-    w = fit_laid(*arrays, LaidConfig(margin=margin, orth_weight=orth_weight, lr=lr, steps=steps,
-                                     seed=seed))
+    arrays = [_load_npy(p, what) for p, what in ((standard, "--standard"),
+                                                 (semantic_shift, "--semantic-shift"),
+                                                 (covariate_shift, "--covariate-shift"))]
+    start = time.perf_counter()
+    with status() as begin:
+        begin(f"fitting LAID ({steps} Adam steps)")
+        w = fit_laid(*arrays, LaidConfig(margin=margin, orth_weight=orth_weight, lr=lr,
+                                         steps=steps, seed=seed))
     out_.parent.mkdir(parents=True, exist_ok=True)
     np.save(out_, w)
     orth = float(np.linalg.norm(w.T @ w - np.eye(len(w))))
-    out.print(f"wrote {out_}  ({w.shape[0]} x {w.shape[1]}, ||W^T W - I||_F = {orth:.4f})")
+    emit({"out": str(out_), "shape": list(w.shape), "orthogonality_error": orth,
+          "seconds": time.perf_counter() - start},
+         lambda: out.print(f"wrote {out_}  ({w.shape[0]} x {w.shape[1]}, ||W^T W - I||_F = "
+                           f"{orth:.4f})"))
 
 
 @protocol_app.command()
@@ -401,7 +426,8 @@ def lists2spec(
                                                              "list's parent directory).")] = None,
     root_map: Annotated[list[str] | None, typer.Option(
         help="TOPDIR=PATH: image root for the lists under DIR/TOPDIR; repeatable.")] = None,
-    json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Turn a directory of OpenOOD (`path label`), IS-OOD (`cov_<c>_sem_<s>.txt`) and FACETS
     (`<0|1> <source> <class> <path>`) image lists into a benchmark spec (rules: README).
@@ -409,6 +435,7 @@ def lists2spec(
     Example: featstore protocol lists2spec benchmark_imglist/cifar10 --root images_classic
     --out cifar10.toml
     """
+    setup(json_, quiet)
     from featstore.protocols.lists import lists_to_spec
 
     mapping: dict[str, str] = {}
@@ -418,11 +445,14 @@ def lists2spec(
             raise UsageError(f"--root-map {item!r}: expected TOPDIR=PATH")
         mapping[key] = value
     if not root.is_dir():
-        raise UsageError(f"--root {str(root)!r}: directory not found")
+        from featstore.errors import InputError
+
+        raise InputError(f"--root {str(root)!r}: directory not found")
     result = lists_to_spec(directory, root, out_, id_name, mapping)
-    if json_:
-        print_json(result)
-        return
+    emit(result, lambda: _print_lists(result, out_))
+
+
+def _print_lists(result: dict, out_: Path) -> None:
     table = Table(title=f"{out_}", header_style="bold", show_edge=False)
     for col in ("split", "usage", "rows", "rule", "lists"):
         table.add_column(col, justify="right" if col == "rows" else "left")

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from .console import out
+from .common import check_methods, open_store, require_rows
+from .console import JsonOpt, QuietOpt, emit, out, setup, status
 
 
 def register(app: typer.Typer) -> None:
@@ -25,16 +26,26 @@ def register(app: typer.Typer) -> None:
         include: Annotated[list[Path] | None, typer.Option(
             help="Extra result JSON to add (gscore evaluate, shift grid); "
                  "repeatable.")] = None,
-        quiet: Annotated[bool, typer.Option(help="Print nothing.")] = False,
+        json_: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Leaderboard, ROC/PR curves, score histograms, sweep curves and provenance in one
         self-contained HTML file (no network needed to view) plus report.md.
 
         Example: featstore report runs/demo/store --out runs/demo/report.html
         """
+        setup(json_, quiet)
         from featstore.report import write_report
 
-        html_path, md_path = write_report(source, out_, methods=method, tune=tune,
-                                          include=include)
-        if not quiet:
-            out.print(f"report: {html_path}  (markdown: {md_path})")
+        if method:
+            check_methods(method)
+        if (source / "store.json").is_file():
+            with open_store(source) as st:
+                require_rows(st)
+        with status() as begin:
+            begin(f"{'tuning and ' if tune else ''}evaluating "
+                  f"{', '.join(method) if method else 'every scorer'} for the report")
+            html_path, md_path = write_report(source, out_, methods=method, tune=tune,
+                                              include=include)
+        emit({"source": str(source), "html": str(html_path), "markdown": str(md_path)},
+             lambda: out.print(f"report: {html_path}  (markdown: {md_path})"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import numpy as np
 import typer
@@ -13,21 +13,19 @@ from rich.table import Table
 from featstore import Store
 from featstore.errors import UsageError
 
-from .console import err, out, print_json
+from .common import (
+    check_methods,
+    check_params,
+    fit_label,
+    fit_splits,
+    method_params,
+    open_store,
+    parse_params,
+    require_rows,
+)
+from .console import JsonOpt, QuietOpt, emit, err, out, setup, status
 
-
-def parse_params(items: list[str] | None, what: str = "--param") -> dict[str, Any]:
-    """k=v pairs; values parsed as JSON (numbers, true/false, null), else kept as strings."""
-    params: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"{what} {item!r}: expected key=value")
-        try:
-            params[key] = json.loads(text)
-        except json.JSONDecodeError:
-            params[key] = text
-    return params
+__all__ = ["parse_params", "print_evaluation", "demo_evaluation", "register"]
 
 
 def _fmt(v: float) -> str:
@@ -79,12 +77,12 @@ def print_evaluation(result: dict, per_split: bool = True) -> None:
         err.print(f"skipped {name}: {why}", highlight=False)
 
 
-def print_demo_evaluation(store: Store) -> None:
-    """The demo's closing table: every scorer the store supports."""
+def demo_evaluation(store: Store) -> dict:
+    """The demo's closing table's data: every scorer the store supports."""
     from scorers.evaluate import evaluate
 
     # the demo's train bank has 650 rows: NNGuide's default 1% bank (6 rows) cannot hold K=100
-    print_evaluation(evaluate(store, params={"nnguide": {"alpha": 1.0}}), per_split=False)
+    return evaluate(store, params={"nnguide": {"alpha": 1.0}})
 
 
 def register(app: typer.Typer) -> None:
@@ -99,38 +97,47 @@ def register(app: typer.Typer) -> None:
         save: Annotated[Path | None, typer.Option("--save", help="Write the scores to "
                                                                   "this .npz.")] = None,
         no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
-        json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+        json_: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Score splits with one method (higher = more in-distribution); cached in scores.h5.
 
         Example: featstore score runs/demo/store --method knn --param K=10
         """
+        setup(json_, quiet)
         from scorers.evaluate import score_splits
 
-        with Store.open(store) as st:
+        params = parse_params(param)
+        check_params(method, params)
+        with open_store(store) as st:
             names = split or st.splits()
             for name in names:
                 st.split(name)
-            params = parse_params(param)
-            scores, fit_s, score_s = score_splits(st, method, params, names, not no_cache)
+            require_rows(st, [*names, *(s for s in fit_splits(method) if st.has_split(s))])
+            with status() as begin:
+                begin(fit_label(st, method, len(names)))
+                scores, fit_s, score_s = score_splits(st, method, params, names, not no_cache)
         summary = {name: {"n": int(s.size), "mean": float(s.mean()), "std": float(s.std()),
                           "min": float(s.min()), "max": float(s.max())}
                    for name, s in scores.items()}
         if save is not None:
             np.savez(save, **{k.replace("/", "__"): v for k, v in scores.items()})
-        if json_:
-            print_json({"method": method, "params": params, "fit_seconds": fit_s,
-                        "score_seconds": score_s, "splits": summary})
-            return
-        table = Table(title=f"{method} {params or ''} (higher = more ID)", show_edge=False,
-                      header_style="bold")
-        for col in ("split", "n", "mean", "std", "min", "max"):
-            table.add_column(col, justify="left" if col == "split" else "right")
-        for name, s in summary.items():
-            table.add_row(name, str(s["n"]), *(f"{s[k]:.4g}" for k in ("mean", "std", "min",
-                                                                         "max")))
-        out.print(table)
-        out.print(f"fit {fit_s:.2f} s, score {score_s:.2f} s")
+        result = {"store": str(store), "method": method, "params": params,
+                  "fit_seconds": fit_s, "score_seconds": score_s, "splits": summary,
+                  "saved": str(save) if save is not None else None}
+
+        def human() -> None:
+            table = Table(title=f"{method} {params or ''} (higher = more ID)", show_edge=False,
+                          header_style="bold")
+            for col in ("split", "n", "mean", "std", "min", "max"):
+                table.add_column(col, justify="left" if col == "split" else "right")
+            for name, s in summary.items():
+                table.add_row(name, str(s["n"]), *(f"{s[k]:.4g}" for k in ("mean", "std", "min",
+                                                                             "max")))
+            out.print(table)
+            out.print(f"fit {fit_s:.2f} s, score {score_s:.2f} s")
+
+        emit(result, human)
 
     @app.command("eval")
     def eval_(
@@ -140,7 +147,6 @@ def register(app: typer.Typer) -> None:
         all_: Annotated[bool, typer.Option("--all", help="Every registered scorer.")] = False,
         param: Annotated[list[str] | None, typer.Option(
             help="method.k=v parameter, e.g. knn.K=10; repeatable.")] = None,
-        json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
         out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
         no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
         per_split: Annotated[bool, typer.Option(help="Also print the per-split table.")] = True,
@@ -149,6 +155,8 @@ def register(app: typer.Typer) -> None:
                  "(id/val vs OOD splits flagged usage = \"val\"); report it on test.")] = False,
         select_by: Annotated[str | None, typer.Option(
             help="With --tune: the val metric that chooses (default auroc).")] = None,
+        json_: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """OOD metrics of scorers on every OOD test split vs id/test, group means, ID accuracy,
         misclassification AUROC, timings. With --tune, each method's hyperparameters are first
@@ -156,33 +164,40 @@ def register(app: typer.Typer) -> None:
 
         Example: featstore eval runs/demo/store --method msp --method vim --out results.json
         """
-        from scorers import REGISTRY
+        setup(json_, quiet)
         from scorers.evaluate import evaluate
 
-        params: dict[str, dict[str, Any]] = {}
-        for key, value in parse_params(param).items():
-            name, dot, p = key.partition(".")
-            if not dot or name not in REGISTRY:
-                raise UsageError(f"--param {key!r}: expected <method>.<param>=<value> with a "
-                                 "registered method")
-            params.setdefault(name, {})[p] = value
-        methods = None if all_ or not method else method
+        params = method_params(param)
+        methods = None if all_ or not method else check_methods(method)
         if select_by is not None and not tune:
             raise UsageError("--select-by chooses hyperparameters: it needs --tune")
-        with Store.open(store) as st:
-            if tune:
-                from scorers.sweep import sweep_all
+        if tune:
+            from scorers.sweep import check_select_by
 
-                result = sweep_all(st, methods, params, select_by or "auroc")
-            else:
-                result = evaluate(st, methods, params, use_cache=not no_cache)
+            check_select_by(select_by or "auroc")
+        with open_store(store) as st:
+            require_rows(st)
+            n_scored = 1 + len(st.splits(role="ood", usage="test"))
+            with status() as begin:
+                def step(name: str) -> None:
+                    begin(("tuning " if tune else "") + fit_label(st, name, n_scored))
+
+                if tune:
+                    from scorers.sweep import sweep_all
+
+                    result = sweep_all(st, methods, params, select_by or "auroc",
+                                       progress=step)
+                else:
+                    result = evaluate(st, methods, params, use_cache=not no_cache,
+                                      progress=step)
         if out_ is not None:
             out_.write_text(json.dumps(result, indent=2) + "\n")
-        if json_:
-            print_json(result)
-        else:
+
+        def human() -> None:
             print_evaluation(result, per_split=per_split)
             if tune:
                 from .commands_sweep import print_tuned
 
                 print_tuned(result)
+
+        emit(result, human)

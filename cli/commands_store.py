@@ -11,8 +11,9 @@ from rich.table import Table
 
 from featstore import Store
 
-from .commands_score import print_demo_evaluation
-from .console import err, out, print_json, split_progress
+from .commands_score import demo_evaluation, print_evaluation
+from .common import open_store
+from .console import JsonOpt, QuietOpt, emit, log, out, setup, split_progress, status
 
 
 def human_bytes(n: float) -> str:
@@ -70,29 +71,32 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def info(
         store: Annotated[Path, typer.Argument(help="Store directory.")],
-        json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
         verify: Annotated[bool, typer.Option(help="Recompute sha256 of every split file.")] = False,
+        json_: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Splits, shapes, dtypes, sizes, provenance and completeness of a store.
 
         Example: featstore info runs/demo/store --verify
         """
-        with Store.open(store) as st:
+        setup(json_, quiet)
+        with open_store(store) as st:
             summary = store_summary(st)
             problems = st.verify() if verify else []
         if verify:
             summary["verify"] = {"ok": not problems, "problems": problems}
-        if json_:
-            print_json(summary)
-        else:
+
+        def human() -> None:
             print_store_summary(summary)
-            if verify:
-                for p in problems:
-                    err.print(f"[red]mismatch[/] {p}", highlight=False)
-                if not problems:
-                    out.print("[green]verify: every split file matches its sha256[/]")
+            if verify and not problems:
+                out.print("[green]verify: every split file matches its sha256[/]")
+
+        emit(summary, human)
         if problems:
-            raise typer.Exit(1)
+            from featstore.errors import InputError
+
+            raise InputError(f"store {str(store)!r}: {len(problems)} split file(s) do not match "
+                             f"the manifest: {'; '.join(problems)}")
 
     @app.command()
     def extract(
@@ -114,7 +118,6 @@ def register(app: typer.Typer) -> None:
                                                     "them in the manifest.")] = False,
         overwrite: Annotated[bool, typer.Option(help="Replace a store made by another "
                                                      "model.")] = False,
-        quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
         mc_samples: Annotated[int, typer.Option(
             help="Also store T stochastic passes with dropout on as extra/mc_logits "
                  "(T, N, C).")] = 0,
@@ -124,12 +127,15 @@ def register(app: typer.Typer) -> None:
         feature_maps: Annotated[bool, typer.Option(
             help="Also store the map pooled into the feature as extra/feature_maps "
                  "(N, Cmap, H, W), for rankfeat.")] = False,
+        json_: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Run the model once over every split of a benchmark spec and write a store.
 
         Example: featstore extract --model resnet50 --weights r50.pth --spec bench.toml
         --out runs/r50
         """
+        setup(json_, quiet)
         from featstore.extra_keys import parse_odin_grid
         from featstore.extract import ExtractOptions
         from featstore.extract import extract as run_extract
@@ -140,12 +146,16 @@ def register(app: typer.Typer) -> None:
                               odin_grid=tuple(parse_odin_grid(odin_grid)) if odin_grid else (),
                               feature_maps=feature_maps)
         start = time.perf_counter()
-        with split_progress(not quiet) as progress:
+        with split_progress() as progress:
             st = run_extract(model, spec, out_, weights=weights, feature_layer=feature_layer,
                              options=opts, progress=progress)
-        if not quiet:
-            print_store_summary(store_summary(st))
-            out.print(f"extracted in {time.perf_counter() - start:.1f} s")
+        summary = {**store_summary(st), "seconds": time.perf_counter() - start}
+
+        def human() -> None:
+            print_store_summary(summary)
+            out.print(f"extracted in {summary['seconds']:.1f} s")
+
+        emit(summary, human)
 
     @app.command("import")
     def import_(
@@ -153,28 +163,31 @@ def register(app: typer.Typer) -> None:
         out_: Annotated[Path, typer.Option("--out", help="Store directory to write.")],
         dtype: Annotated[str, typer.Option(help="Feature dtype: float32 | float16")] = "float32",
         overwrite: Annotated[bool, typer.Option(help="Replace an existing store.")] = False,
-        quiet: Annotated[bool, typer.Option(help="Print nothing.")] = False,
+        json_: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Build a store from features extracted elsewhere.
 
         Keys: head/weight, head/bias, [classes], <split>/features, [<split>/logits,
         <split>/labels, <split>/ids]. Example: featstore import feats.npz --out runs/mine
         """
+        setup(json_, quiet)
         from featstore.importer import import_arrays
 
         st = import_arrays(arrays, out_, dtype=dtype, overwrite=overwrite)
-        if not quiet:
-            print_store_summary(store_summary(st))
+        summary = store_summary(st)
+        emit(summary, lambda: print_store_summary(summary))
 
     @app.command()
     def demo(
         out_: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path(
             "runs/demo"),
-        quiet: Annotated[bool, typer.Option(help="No progress bars.")] = False,
         methods: Annotated[str | None, typer.Option(
             help="Instead: the remote-sensing benchmark's ten-method table (MSP, ViM, KNN, "
                  "ConfBranch, LogitNorm, G-ODIN, OE, MCD, MC-Dropout, TempScaling): 'all' or "
                  "a comma list; trains each method on the demo digits (CPU, minutes).")] = None,
+        json_: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """The embedded default, end to end on real bundled data (digits, photos, textures,
         faces, noise): train a small ResNet, extract a store, evaluate every scorer, write
@@ -182,28 +195,43 @@ def register(app: typer.Typer) -> None:
 
         Example: featstore demo --out runs/demo   ·   featstore demo --methods all
         """
+        setup(json_, quiet)
         from featstore.demo.pipeline import id_test_accuracy, run_demo
 
         start = time.perf_counter()
         if methods is not None:
             from featstore.demo.ten_methods import render_tables, run_ten_methods
 
-            with split_progress(not quiet) as progress:
-                result = run_ten_methods(out_, methods,
-                                         log=lambda m: err.print(m, highlight=False),
-                                         progress=progress)
-            for table in render_tables(result):
-                out.print(table)
-            out.print(f"ten-method demo finished in {time.perf_counter() - start:.1f} s")
+            with split_progress() as progress:
+                result = run_ten_methods(out_, methods, log=log, progress=progress)
+            result["seconds"] = time.perf_counter() - start
+
+            def human_ten() -> None:
+                for table in render_tables(result):
+                    out.print(table)
+                out.print(f"ten-method demo finished in {result['seconds']:.1f} s")
+
+            emit(result, human_ten)
             return
-        with split_progress(not quiet) as progress:
-            st = run_demo(out_, log=lambda m: err.print(m, highlight=False), progress=progress)
-        print_store_summary(store_summary(st))
-        out.print(f"ID test accuracy: {id_test_accuracy(st):.2f}%")
-        print_demo_evaluation(st)
+        with split_progress() as progress:
+            st = run_demo(out_, log=log, progress=progress)
         from featstore.report import write_report
 
-        html_path, _ = write_report(st.path, out_ / "report.html")
-        out.print(f"report: {html_path}")
-        out.print(f"demo finished in {time.perf_counter() - start:.1f} s")
+        with status() as begin:
+            begin(f"evaluating every scorer on {st.path}")
+            evaluation = demo_evaluation(st)
+            begin(f"writing the report {out_ / 'report.html'}")
+            html_path, md_path = write_report(st.path, out_ / "report.html")
+        summary = {"out": str(out_), "store": store_summary(st),
+                   "id_test_accuracy": id_test_accuracy(st), "evaluation": evaluation,
+                   "report": {"html": str(html_path), "markdown": str(md_path)},
+                   "seconds": time.perf_counter() - start}
 
+        def human() -> None:
+            print_store_summary(summary["store"])
+            out.print(f"ID test accuracy: {summary['id_test_accuracy']:.2f}%")
+            print_evaluation(evaluation, per_split=False)
+            out.print(f"report: {html_path}")
+            out.print(f"demo finished in {summary['seconds']:.1f} s")
+
+        emit(summary, human)

@@ -9,10 +9,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from featstore import Store
 from featstore.errors import UsageError
 
-from .console import err, out, print_json
+from .common import check_params, fit_label, open_store, parse_params, require_rows
+from .console import JsonOpt, QuietOpt, emit, err, out, setup, status
 
 _TEST_COLS = (("auroc", "AUROC"), ("fpr95", "FPR95"), ("aupr_in", "AUPR-IN"),
               ("aupr_out", "AUPR-OUT"), ("fpr95_ood", "FPR95(OOD)"),
@@ -40,6 +40,27 @@ def parse_grid(items: list[str] | None) -> dict[str, list[Any]] | None:
                 values.append(part.strip())
         grid[key] = values
     return grid
+
+
+def check_grid(method: str, params: dict[str, Any], grid: dict[str, list[Any]]) -> None:
+    """Every --grid key a parameter of the scorer, every value valid for it (as far as it can
+    be told without the store): usage errors naming the key and the value."""
+    from scorers import REGISTRY, get_scorer
+
+    defaults = REGISTRY[method].defaults
+    for key, values in grid.items():
+        if key not in defaults:
+            valid = ", ".join(sorted(defaults)) or "none"
+            raise UsageError(f"--grid {key!r}: scorer {method!r}: unknown grid parameter "
+                             f"{key!r} (valid: {valid})")
+        for value in values:
+            try:
+                get_scorer(method, **{**params, key: value})
+            except UsageError as exc:
+                raise UsageError(f"--grid {key}={value!r}: {exc}") from None
+            except (TypeError, ValueError) as exc:
+                raise UsageError(f"--grid {key}={value!r}: invalid value for {method} "
+                                 f"({exc})") from None
 
 
 def _fmt(v: float | None) -> str:
@@ -137,8 +158,9 @@ def register(app: typer.Typer) -> None:
         select_by: Annotated[str, typer.Option(
             help="Val metric that chooses: auroc, aupr_in, aupr_out, ap_in, ap_out, fpr95, "
                  "fpr95_ood, detection_error.")] = "auroc",
-        json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
         out_: Annotated[Path | None, typer.Option("--out", help="Write the result JSON.")] = None,
+        json_: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Choose a scorer's hyperparameters on the val splits (id/val vs the OOD splits
         flagged usage = "val"), then report the chosen setting's test metrics. The scorer is
@@ -146,18 +168,23 @@ def register(app: typer.Typer) -> None:
 
         Example: featstore sweep runs/demo/store --method knn --grid K=1,5,10,50 --select-by fpr95
         """
+        setup(json_, quiet)
         from scorers.sweep import check_select_by, sweep
 
-        from .commands_score import parse_params
-
-        check_select_by(select_by)
+        try:
+            check_select_by(select_by)
+        except UsageError as exc:
+            raise UsageError(f"--select-by: {exc}") from None
         grid_ = parse_grid(grid)
         params = parse_params(param)
-        with Store.open(store) as st:
-            result = sweep(st, method, grid_, select_by, params)
+        check_params(method, params)
+        if grid_:
+            check_grid(method, params, grid_)
+        with open_store(store) as st:
+            require_rows(st)
+            with status() as begin:
+                begin("sweeping " + fit_label(st, method))
+                result = sweep(st, method, grid_, select_by, params)
         if out_ is not None:
             out_.write_text(json.dumps(result, indent=2) + "\n")
-        if json_:
-            print_json(result)
-        else:
-            print_sweep(result)
+        emit(result, lambda: print_sweep(result))

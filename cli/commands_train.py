@@ -11,20 +11,21 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from .commands_score import parse_params
-from .console import err, out, print_json
+from .common import parse_params
+from .console import JsonOpt, QuietOpt, emit, err, out, progress_enabled, run_progress, setup
 
 
 @contextmanager
 def train_progress(enabled: bool = True, label: str = "train") -> Iterator[Any]:
     """A callback for `featstore.training.trainer.train`: one bar over all steps on stderr,
     with epoch, running loss and accuracy (and any method metrics)."""
-    if not enabled:
+    if not enabled or not progress_enabled():
         yield None
         return
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[status]}"), TimeRemainingColumn(),
-                        console=err, transient=False)
+                        console=err, transient=False, redirect_stdout=False,
+                        redirect_stderr=False)
     state: dict[str, Any] = {}
 
     def update(event: dict[str, Any]) -> None:
@@ -39,7 +40,7 @@ def train_progress(enabled: bool = True, label: str = "train") -> Iterator[Any]:
             state["task"] = progress.add_task(label, total=total, status=status)
         progress.update(state["task"], completed=done, total=total, status=status)
 
-    with progress:
+    with run_progress(progress):
         yield update
 
 
@@ -69,11 +70,11 @@ def register(app: typer.Typer) -> None:
                                                   "preloaded).")] = 0,
         param: Annotated[list[str] | None, typer.Option(
             help="k=v method parameter (e.g. tau=0.04 for logitnorm); repeatable.")] = None,
-        json_: Annotated[bool, typer.Option("--json", help="Print a JSON summary.")] = False,
-        quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
         init: Annotated[Path | None, typer.Option(
             help="Warm start: weights of the plain model (e.g. a ce checkpoint) to fine-tune "
                  "with --method.")] = None,
+        json_: JsonOpt = False,
+        quiet: QuietOpt = False,
     ) -> None:
         """Train a classifier on the spec's id/train split (SGD, cosine schedule, seeded) and
         write a checkpoint that `featstore extract --model ARCH --weights CKPT` reads.
@@ -81,6 +82,7 @@ def register(app: typer.Typer) -> None:
         Example: featstore train --method ce --arch resnet18 --spec bench.toml --out r18.pt
         --epochs 100
         """
+        setup(json_, quiet)
         from featstore.training.trainer import TrainConfig, load_checkpoint
         from featstore.training.trainer import train as run_train
 
@@ -90,7 +92,7 @@ def register(app: typer.Typer) -> None:
                              method_params=parse_params(param),
                              init=str(init) if init is not None else None)
         start = time.perf_counter()
-        with train_progress(not quiet and not json_, f"{method} {arch}") as progress:
+        with train_progress(True, f"{method} {arch}") as progress:
             path = run_train(method, arch, spec, out_, config, num_classes=num_classes,
                              progress=progress)
         seconds = time.perf_counter() - start
@@ -99,11 +101,12 @@ def register(app: typer.Typer) -> None:
         summary = {"checkpoint": str(path), "method": ckpt["method"], "arch": ckpt["arch"],
                    "num_classes": ckpt["num_classes"], "epochs": epochs, "final_loss": loss,
                    "final_train_acc": acc, "seconds": seconds}
-        if json_:
-            print_json(summary)
-        else:
+
+        def human() -> None:
             out.print(f"wrote {path}  ({ckpt['method']}, {ckpt['arch']}, "
                       f"{ckpt['num_classes']} classes)  final loss {loss:.4f}, train acc "
                       f"{acc:.1f}%  in {seconds:.1f} s", highlight=False)
             out.print(f"extract with: featstore extract --model {ckpt['arch']} --weights {path} "
                       f"--spec {spec} --out STORE", highlight=False)
+
+        emit(summary, human)

@@ -1,21 +1,45 @@
-"""Shared terminal output: rich consoles, JSON printing, progress bars."""
+"""Shared terminal output: the output mode (--json / --quiet), rich consoles, JSON, progress.
+
+Every command calls `setup(json_, quiet)` first and ends with `emit(result, human)`:
+
+- default: `human()` prints tables on stdout (`out`); logs, warnings and progress bars go to
+  stderr (`err`).
+- `--json`: stdout holds exactly one JSON document (`emit`'s result) and nothing else; the
+  human output is suppressed, and anything else written to stdout while the command runs
+  (a library's print) is sent to stderr. Logs and progress stay on stderr.
+- `--quiet`: no tables, logs, warnings or progress bars; only errors (and the JSON document
+  with --json).
+
+Errors are printed by the boundary in `cli.app.main` on `errors`, which is never silenced.
+`cli.app.main` calls `reset()` before and after every run.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
-from collections.abc import Iterator
+import time
+import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Annotated, Any
 
+import numpy as np
+import typer
 from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
     ProgressColumn,
+    SpinnerColumn,
     Task,
     TextColumn,
+    TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.text import Text
@@ -28,15 +52,114 @@ def _console(stderr: bool) -> Console:
     return console
 
 
-out = _console(stderr=False)
-err = _console(stderr=True)
+out = _console(stderr=False)     # human results (tables); silent with --json or --quiet
+err = _console(stderr=True)      # logs, warnings, progress; silent with --quiet
+errors = _console(stderr=True)   # the one-line error of cli.app.main; never silenced
+
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", help="Print one JSON document on stdout and nothing else (human output off; "
+                   "logs and progress stay on stderr).")]
+QuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="No progress bars, tables or logs: only errors (and the JSON "
+                          "document with --json).")]
+
+
+@dataclass
+class Mode:
+    json: bool = False
+    quiet: bool = False
+
+
+MODE = Mode()
+_saved: dict[str, Any] = {"stdout": None, "devnull": None, "warnings": None}
+
+
+def reset() -> None:
+    """Back to the default mode; undo setup()'s redirections (idempotent)."""
+    MODE.json = MODE.quiet = False
+    out.quiet = err.quiet = False
+    if _saved["stdout"] is not None:
+        sys.stdout = _saved["stdout"]
+        _saved["stdout"] = None
+    if _saved["devnull"] is not None:
+        _saved["devnull"].close()
+        _saved["devnull"] = None
+    if _saved["warnings"] is not None:
+        _saved["warnings"].__exit__(None, None, None)
+        _saved["warnings"] = None
+
+
+def setup(json_: bool = False, quiet: bool = False) -> Mode:
+    """Fix the output mode of this run (the root options and the command's own are OR-ed)."""
+    MODE.json = MODE.json or json_
+    MODE.quiet = MODE.quiet or quiet
+    out.quiet = MODE.json or MODE.quiet
+    err.quiet = MODE.quiet
+    if (MODE.json or MODE.quiet) and _saved["stdout"] is None:
+        # stdout is reserved for emit(): stray writes go to stderr (--json) or nowhere (--quiet)
+        _saved["stdout"] = sys.stdout
+        if MODE.quiet:
+            _saved["devnull"] = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+            sys.stdout = _saved["devnull"]
+        else:
+            sys.stdout = sys.stderr
+    if MODE.quiet and _saved["warnings"] is None:
+        _saved["warnings"] = warnings.catch_warnings()
+        _saved["warnings"].__enter__()
+        warnings.simplefilter("ignore")
+    return MODE
+
+
+def progress_enabled() -> bool:
+    return not MODE.quiet
+
+
+def _real_stdout() -> IO[str]:
+    return _saved["stdout"] if _saved["stdout"] is not None else sys.stdout
+
+
+def jsonable(obj: Any) -> Any:
+    """Plain JSON values: NumPy scalars and arrays as numbers and lists, NaN/inf as null,
+    paths and other objects as strings."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, bool | int | str):
+        return obj
+    if isinstance(obj, Path):
+        return str(obj)
+    return str(obj)
 
 
 def print_json(obj: Any) -> None:
-    """Machine output: JSON on stdout, nothing else."""
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    """Machine output: one JSON document on the real stdout."""
+    stream = _real_stdout()
+    stream.write(json.dumps(jsonable(obj), indent=2, allow_nan=False) + "\n")
+    stream.flush()
 
 
+def emit(result: Any, human: Callable[[], None] | None = None) -> None:
+    """The end of every command: the JSON document with --json, else the human output
+    (nothing with --quiet)."""
+    if MODE.json:
+        print_json(result)
+    elif human is not None and not MODE.quiet:
+        human()
+
+
+def log(message: str) -> None:
+    """A progress/log line on stderr (silent with --quiet)."""
+    err.print(message, highlight=False)
+
+
+# --------------------------------------------------------------------------- progress
 class RateColumn(ProgressColumn):
     """Items per second of a task."""
 
@@ -46,13 +169,33 @@ class RateColumn(ProgressColumn):
 
 
 @contextmanager
+def run_progress(progress: Progress) -> Iterator[Progress]:
+    """Start a Progress; on an error, drop the bars (transient) so that only the one-line
+    error remains on stderr."""
+    progress.start()
+    try:
+        yield progress
+    except BaseException:
+        progress.live.transient = True
+        raise
+    finally:
+        progress.stop()
+
+
+def _progress(*columns: Any) -> Progress:
+    return Progress(*columns, console=err, transient=False, redirect_stdout=False,
+                    redirect_stderr=False)
+
+
+@contextmanager
 def split_progress(enabled: bool = True) -> Iterator[Any]:
-    """A callback progress(split, done, total) drawing one bar per split on stderr."""
-    if not enabled:
+    """A callback progress(split, done, total) drawing one bar per split on stderr
+    (extraction: images/s and ETA); None when disabled or with --quiet."""
+    if not enabled or not progress_enabled():
         yield None
         return
-    progress = Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-                        RateColumn(), TimeRemainingColumn(), console=err, transient=False)
+    progress = _progress(TextColumn("{task.description:<28}"), BarColumn(),
+                         MofNCompleteColumn(), RateColumn(), TimeRemainingColumn())
     tasks: dict[str, Any] = {}
 
     def update(name: str, done: int, total: int) -> None:
@@ -60,5 +203,70 @@ def split_progress(enabled: bool = True) -> Iterator[Any]:
             tasks[name] = progress.add_task(name, total=total, completed=0)
         progress.update(tasks[name], completed=done, total=total)
 
-    with progress:
+    with run_progress(progress):
         yield update
+
+
+@contextmanager
+def step_progress(label: str, enabled: bool = True) -> Iterator[Any]:
+    """A callback update(done=None, total=None, description=None) drawing one bar with ETA
+    on stderr (only the given fields change); None when disabled or with --quiet."""
+    if not enabled or not progress_enabled():
+        yield None
+        return
+    progress = _progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                         TimeElapsedColumn(), TimeRemainingColumn())
+    task = progress.add_task(label, total=None)
+
+    def update(done: int | None = None, total: int | None = None,
+               description: str | None = None) -> None:
+        fields: dict[str, Any] = {}
+        if done is not None:
+            fields["completed"] = done
+        if total is not None:
+            fields["total"] = total
+        if description:
+            fields["description"] = f"{label}: {description}"
+        progress.update(task, **fields)
+
+    with run_progress(progress):
+        yield update
+
+
+@contextmanager
+def status(enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """Spinners with elapsed time on stderr, one line per step: `begin(label)` ends the
+    previous step (its line keeps its final time) and starts the next. With --quiet (or
+    `enabled=False`) `begin` does nothing."""
+    if not enabled or not progress_enabled():
+        yield lambda _label: None
+        return
+    progress = _progress(SpinnerColumn(finished_text="[green]✓[/]"),
+                         TextColumn("{task.description}"), TimeElapsedColumn())
+    current: list[Any] = []
+
+    def finish() -> None:
+        if current:
+            progress.update(current[0], total=1, completed=1)
+            progress.stop_task(current[0])
+            current.clear()
+
+    def begin(label: str) -> None:
+        finish()
+        current.append(progress.add_task(label, total=None, start=True))
+
+    with run_progress(progress):
+        yield begin
+        finish()
+
+
+@contextmanager
+def timed(label: str, enabled: bool = True) -> Iterator[None]:
+    """One spinner with elapsed time around a block, e.g. a scorer's fit."""
+    with status(enabled) as begin:
+        begin(label)
+        yield
+
+
+def elapsed(start: float) -> float:
+    return time.perf_counter() - start

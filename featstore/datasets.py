@@ -19,7 +19,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
-from .errors import UsageError
+from .errors import InputError, UsageError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
@@ -85,7 +85,7 @@ def imagefolder_rows(root: str) -> RowSource:
     """Class sub-directories (sorted) of image files (sorted), like torchvision's ImageFolder."""
     base = Path(root)
     if not base.is_dir():
-        raise UsageError(f"imagefolder {root!r}: directory not found")
+        raise InputError(f"imagefolder {root!r}: directory not found")
     classes = sorted(d.name for d in base.iterdir() if d.is_dir())
     if not classes:
         raise UsageError(f"imagefolder {root!r}: no class sub-directories")
@@ -110,7 +110,7 @@ def parse_image_list(list_file: str) -> list[tuple[str, int]]:
     file, the line number and what was expected."""
     path = Path(list_file)
     if not path.is_file():
-        raise UsageError(f"image list {list_file!r}: file not found")
+        raise InputError(f"image list {list_file!r}: file not found")
     rows: list[tuple[str, int]] = []
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         text = line.strip()

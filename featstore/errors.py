@@ -1,7 +1,15 @@
 """User-facing errors: one line saying what was wrong and what to do.
 
-`FeatstoreError` is a failure (exit code 1 in the CLI); `UsageError` is bad input from the user
-(exit code 2). Both carry a message meant to be printed as is, without a traceback.
+Exit codes in the CLI (README "Command line"):
+- `UsageError` (2): the command line itself is wrong — a bad option value, an unknown method,
+  parameter, target or metric, a split name the store does not hold.
+- `FeatstoreError` (1): the command line is fine but the run failed.
+- `InputError` (1): what the command line names is missing or broken — a missing or corrupt
+  store, a missing or unreadable file, bad TOML / JSON content, an empty split.
+
+`InputError` subclasses `UsageError` (and so `ValueError`) so that API callers catching bad
+input keep catching it; only its exit code differs. Every message is printed as is, without a
+traceback.
 """
 
 from __future__ import annotations
@@ -17,3 +25,10 @@ class UsageError(FeatstoreError, ValueError):
     """Bad input (a path, a split name, a parameter); also a ValueError for API callers."""
 
     exit_code = 2
+
+
+class InputError(UsageError):
+    """A store or file named by the user is missing, unreadable or malformed (TOML/JSON
+    content, an empty split): exit code 1. Still a UsageError / ValueError for API callers."""
+
+    exit_code = 1

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UsageError
+from .errors import InputError, UsageError
+from .layout import FEATURE_DTYPES
 from .names import parse_split_name
 from .store import Store
 
@@ -28,10 +29,10 @@ def _load_flat(path: Path) -> dict[str, Any]:
     if path.is_dir():
         files = sorted(path.glob("*.npy"))
         if not files:
-            raise UsageError(f"import {str(path)!r}: directory holds no .npy files")
+            raise InputError(f"import {str(path)!r}: directory holds no .npy files")
         return {f.stem.replace("__", "/"): np.load(f, allow_pickle=False) for f in files}
     if not path.is_file():
-        raise UsageError(f"import {str(path)!r}: no such file or directory")
+        raise InputError(f"import {str(path)!r}: no such file or directory")
     suffix = path.suffix.lower()
     try:
         if suffix == ".npz":
@@ -52,13 +53,13 @@ def _load_flat(path: Path) -> dict[str, Any]:
 
             obj = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(obj, Mapping):
-                raise UsageError(f"import {str(path)!r}: expected a dict of tensors")
+                raise InputError(f"import {str(path)!r}: expected a dict of tensors")
             return {k: (v.numpy() if hasattr(v, "numpy") else np.asarray(v))
                     for k, v in obj.items()}
     except UsageError:
         raise
     except Exception as exc:
-        raise UsageError(f"import {str(path)!r}: cannot read ({exc})") from exc
+        raise InputError(f"import {str(path)!r}: cannot read ({exc})") from exc
     raise UsageError(f"import {str(path)!r}: expected .npz, .pt, .h5 or a directory of .npy")
 
 
@@ -66,22 +67,25 @@ def arrays_from_flat(flat: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Group flat keys into Store.from_arrays arguments; errors name the missing key."""
     for key in ("head/weight", "head/bias"):
         if key not in flat:
-            raise UsageError(f"import {where}: missing {key!r} (keys: {', '.join(sorted(flat))})")
+            raise InputError(f"import {where}: missing {key!r} (keys: {', '.join(sorted(flat))})")
     splits: dict[str, dict[str, Any]] = {}
     for key, value in flat.items():
         if key.startswith("head/") or key == "classes":
             continue
         name, _, field = key.rpartition("/")
         if field not in FIELDS or not name:
-            raise UsageError(f"import {where}: key {key!r} is not '<split>/<field>' with field "
+            raise InputError(f"import {where}: key {key!r} is not '<split>/<field>' with field "
                              f"in {FIELDS}")
-        parse_split_name(name)
+        try:
+            parse_split_name(name)
+        except UsageError as exc:
+            raise InputError(f"import {where}: key {key!r}: {exc}") from None
         splits.setdefault(name, {})[field] = np.asarray(value)
     for name, fields in splits.items():
         if "features" not in fields:
-            raise UsageError(f"import {where}: split {name!r} has no features")
+            raise InputError(f"import {where}: split {name!r} has no features")
     if not splits:
-        raise UsageError(f"import {where}: no '<split>/features' arrays found")
+        raise InputError(f"import {where}: no '<split>/features' arrays found")
     classes = flat.get("classes")
     return {"head": (np.asarray(flat["head/weight"]), np.asarray(flat["head/bias"])),
             "splits": splits,
@@ -92,8 +96,17 @@ def import_arrays(src: str | Path, out: str | Path, *, dtype: str = "float32",
                   overwrite: bool = False, name: str | None = None) -> Store:
     """Read arrays from `src` and write a store at `out`."""
     src = Path(src)
+    if dtype not in FEATURE_DTYPES:
+        raise UsageError(f"--dtype {dtype!r}: expected one of {', '.join(FEATURE_DTYPES)}")
     args = arrays_from_flat(_load_flat(src), repr(str(src)))
     provenance = {"name": name or src.name, "kind": "imported", "source_file": str(src)}
-    return Store.from_arrays(out, head=args["head"], splits=args["splits"],
-                             classes=args["classes"], provenance=provenance, dtype=dtype,
-                             overwrite=overwrite)
+    if Path(out).exists() and not overwrite:
+        raise UsageError(f"store {str(out)!r} already exists; pass --overwrite to replace")
+    try:
+        return Store.from_arrays(out, head=args["head"], splits=args["splits"],
+                                 classes=args["classes"], provenance=provenance, dtype=dtype,
+                                 overwrite=overwrite)
+    except InputError:
+        raise
+    except UsageError as exc:  # arrays that do not fit together: the file's content is wrong
+        raise InputError(f"import {str(src)!r}: {exc}") from None

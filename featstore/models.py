@@ -24,7 +24,7 @@ import torch
 import torchvision
 from torch import nn
 
-from .errors import UsageError
+from .errors import InputError, UsageError
 from .fileio import sha256_arrays, sha256_file
 from .training.heads import checkpoint_method, wrap_for_checkpoint
 
@@ -53,7 +53,7 @@ def _strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     """Load a state dict with weights_only=True; unwrap {'state_dict': ...}/{'model': ...}."""
     if not path.is_file():
-        raise UsageError(f"--weights {str(path)!r}: file not found")
+        raise InputError(f"--weights {str(path)!r}: file not found")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for bad files
@@ -64,7 +64,7 @@ def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
             obj = obj[key]
             break
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise UsageError(f"--weights {str(path)!r}: expected a dict of tensors (a state dict)")
+        raise InputError(f"--weights {str(path)!r}: expected a dict of tensors (a state dict)")
     return _strip_prefixes(dict(obj))
 
 

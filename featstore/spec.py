@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from .errors import InputError, UsageError
 from .names import parse_split_name
 from .store import USAGES, default_usage
 
@@ -72,36 +72,50 @@ def parse_spec(data: dict[str, Any], base: Path, where: str) -> BenchmarkSpec:
     """Validate a spec dict (as loaded from TOML); `where` names it in errors."""
     raw_splits = data.get("split")
     if not isinstance(raw_splits, list) or not raw_splits:
-        raise UsageError(f"{where}: expected at least one [[split]] table")
+        raise InputError(f"{where}: expected at least one [[split]] table")
     transform = data.get("transform", {})
+    if not isinstance(transform, dict):
+        raise InputError(f"{where}: [transform] must be a table")
     unknown = sorted(set(transform) - set(TRANSFORM_KEYS))
     if unknown:
-        raise UsageError(f"{where}: [transform] has unknown key {unknown[0]!r} "
+        raise InputError(f"{where}: [transform] has unknown key {unknown[0]!r} "
                          f"(valid: {', '.join(TRANSFORM_KEYS)})")
     splits: list[SplitSpec] = []
     seen: set[str] = set()
     for i, raw in enumerate(raw_splits):
         label = f"{where}: split #{i + 1}"
+        if not isinstance(raw, dict):
+            raise InputError(f"{label}: expected a [[split]] table")
         name = raw.get("name")
         if not isinstance(name, str):
-            raise UsageError(f"{label}: missing 'name'")
-        parse_split_name(name)
+            raise InputError(f"{label}: missing 'name'")
+        try:
+            parse_split_name(name)
+        except UsageError as exc:
+            raise InputError(f"{where}: {exc}") from None
         if name in seen:
-            raise UsageError(f"{where}: split {name!r} is named twice")
+            raise InputError(f"{where}: split {name!r} is named twice")
         seen.add(name)
         usage = raw.get("usage", default_usage(name))
         if usage not in USAGES:
-            raise UsageError(f"{where}: split {name!r}: usage {usage!r} is not one of {USAGES}")
-        source = dict(raw.get("source") or {})
+            raise InputError(f"{where}: split {name!r}: usage {usage!r} is not one of {USAGES}")
+        source = raw.get("source") or {}
+        if not isinstance(source, dict):
+            raise InputError(f"{where}: split {name!r}: source must be a table, e.g. "
+                             "source = { imagefolder = \"data/train\" }")
+        source = dict(source)
         kinds = [k for k in SOURCE_KINDS if k in source]
         if len(kinds) != 1:
-            raise UsageError(f"{where}: split {name!r}: source needs exactly one of "
+            raise InputError(f"{where}: split {name!r}: source needs exactly one of "
                              f"{', '.join(SOURCE_KINDS)}")
         for key in ("imagefolder", "imagelist", "root"):
             if isinstance(source.get(key), str):
                 source[key] = _resolve(base, source[key])
         splits.append(SplitSpec(name, usage, source))
     classes = data.get("classes")
+    if classes is not None and (not isinstance(classes, list)
+                                or not all(isinstance(c, str) for c in classes)):
+        raise InputError(f"{where}: classes must be a list of strings")
     return BenchmarkSpec(None, splits, dict(transform), list(classes) if classes else None)
 
 
@@ -109,11 +123,13 @@ def load_spec(path: str | Path) -> BenchmarkSpec:
     """Read and validate a benchmark spec TOML file."""
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"--spec {str(path)!r}: file not found")
+        raise InputError(f"--spec {str(path)!r}: file not found")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"--spec {str(path)!r}: invalid TOML ({exc})") from exc
+        raise InputError(f"--spec {str(path)!r}: invalid TOML ({exc})") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"--spec {str(path)!r}: unreadable ({exc})") from exc
     spec = parse_spec(data, path.parent.resolve(), f"spec {str(path)!r}")
     spec.path = path
     return spec

@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 
 from . import __version__
-from .errors import FeatstoreError, UsageError
+from .errors import FeatstoreError, InputError, UsageError
 from .fileio import atomic_write_json, fsync_dir, fsync_file, sha256_arrays, sha256_file
 from .layout import FEATURE_DTYPES, ROW_AXIS_ATTR, STRING_DTYPE, extra_names, write_split_file
 from .names import parse_split_name
@@ -68,7 +68,14 @@ class Split:
 
     def _file(self) -> h5py.File:
         if self._fh is None or not self._fh.id.valid:
-            self._fh = h5py.File(self.path, "r")
+            try:
+                self._fh = h5py.File(self.path, "r")
+            except OSError as exc:  # a FeatstoreError: scorers' `except UsageError` lets it out
+                raise FeatstoreError(
+                    f"store {str(self._store.path)!r}: split {self.name!r}: unreadable file "
+                    f"{str(self.path)!r} ({exc}); check it with `featstore info --verify` and "
+                    "re-extract the split"
+                ) from exc
         return self._fh
 
     @property
@@ -195,12 +202,16 @@ class Store:
         mpath = path / MANIFEST
         if not mpath.is_file():
             what = "does not exist" if not path.exists() else f"has no {MANIFEST}"
-            raise UsageError(f"store {str(path)!r} {what}; create one with `featstore extract` "
+            raise InputError(f"store {str(path)!r} {what}; create one with `featstore extract` "
                              "or `featstore import`")
         try:
             manifest = json.loads(mpath.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
-            raise FeatstoreError(f"store {str(path)!r}: unreadable {MANIFEST}: {exc}") from exc
+            raise InputError(f"store {str(path)!r}: unreadable {MANIFEST}: {exc}") from exc
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict) \
+                or not isinstance(manifest.get("model"), dict):
+            raise InputError(f"store {str(path)!r}: {MANIFEST} is not a featstore manifest "
+                             "(no 'model' / 'splits'); rebuild the store")
         version = manifest.get("format_version")
         if version != FORMAT_VERSION:
             raise FeatstoreError(
@@ -305,8 +316,12 @@ class Store:
     def head(self) -> tuple[np.ndarray, np.ndarray]:
         """(W, b): the classifier head, (C, D) and (C,) float32."""
         if self._head is None:
-            with h5py.File(self.path / MODEL_FILE, "r") as fh:
-                self._head = (fh["head/weight"][()], fh["head/bias"][()])
+            try:
+                with h5py.File(self.path / MODEL_FILE, "r") as fh:
+                    self._head = (fh["head/weight"][()], fh["head/bias"][()])
+            except (OSError, KeyError) as exc:
+                raise FeatstoreError(f"store {str(self.path)!r}: unreadable {MODEL_FILE} ({exc}); "
+                                 "rebuild the store") from exc
         return self._head
 
     @property

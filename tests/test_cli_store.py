@@ -74,16 +74,16 @@ def test_import_errors(tmp_path, capsys):
     del flat["head/bias"]
     np.savez(tmp_path / "nobias.npz", **flat)
     code, _, err = run(capsys, "import", str(tmp_path / "nobias.npz"), "--out", str(tmp_path / "s"))
-    assert code == 2 and "missing 'head/bias'" in err and len(err.strip().splitlines()) == 1
+    assert code == 1 and "missing 'head/bias'" in err and len(err.strip().splitlines()) == 1
     flat = _flat()
     flat["id/train/features"] = np.zeros((20, 5), np.float32)
     np.savez(tmp_path / "dim.npz", **flat)
     code, _, err = run(capsys, "import", str(tmp_path / "dim.npz"), "--out", str(tmp_path / "s"))
-    assert code == 2 and "D=5 but the head expects D=4" in err
+    assert code == 1 and "D=5 but the head expects D=4" in err
     assert not (tmp_path / "s").exists()
     missing = str(tmp_path / "nothing.npz")
     code, _, err = run(capsys, "import", missing, "--out", str(tmp_path / "s"))
-    assert code == 2 and "no such file" in err
+    assert code == 1 and "no such file" in err
 
 
 def test_info_table_json_and_verify(tmp_path, capsys):
@@ -109,7 +109,7 @@ def test_info_table_json_and_verify(tmp_path, capsys):
     (["extract", "--model", "resnet18", "--spec", "/nonexistent.toml", "--out", "/tmp/x"],
      "file not found"),
 ])
-def test_bad_input_is_one_line_exit_2(capsys, args, fragment):
+def test_missing_input_is_one_line_exit_1(capsys, args, fragment):
     code, _, err = run(capsys, *args)
-    assert code == 2
+    assert code == 1
     assert fragment in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -122,7 +122,7 @@ def test_cli_eval_score_and_bad_inputs(demo_dir, capsys, tmp_path):
 
 
 def test_cli_demo_reuses_the_model_and_prints_tables(demo_dir, capsys):
-    code, out, err = run(capsys, "demo", "--out", str(demo_dir), "--quiet")
+    code, out, err = run(capsys, "demo", "--out", str(demo_dir))
     assert code == 0, err
     assert "reusing the trained model" in err
     assert "ID test accuracy" in out and "vim" in out and "demo finished" in out

@@ -427,7 +427,7 @@ def test_lists2spec_cli_and_grid(tmp_path, capsys):
 def test_lists2spec_bad_inputs(tmp_path, capsys, args, message):
     args = [a.replace("{empty}", str(tmp_path)) for a in args]
     code, _, err = run(capsys, "protocol", "lists2spec", *args)
-    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert code == 1 and message in err and len(err.strip().splitlines()) == 1
 
 
 def test_shift_grid_without_cells_is_an_error(structured_store, capsys):

@@ -65,7 +65,7 @@ def test_report_from_results_json_and_bad_source(structured_store, tmp_path, cap
     except SystemExit as exc:
         code = int(exc.code or 0)
     err = capsys.readouterr().err
-    assert code == 2 and "neither a store directory nor a results JSON" in err
+    assert code == 1 and "neither a store directory nor a results JSON" in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x.html").exists()
 

@@ -144,7 +144,7 @@ def test_checkpoint_is_extracted_by_featstore_extract(tmp_path, tree_spec, capsy
     tree, spec = tree_spec
     code, out, err = run(capsys, "train", "--method", "ce", "--arch", ARCH, "--spec", str(spec),
                          "--out", str(tmp_path / "ck.pt"), "--epochs", "1", "--batch-size", "6",
-                         "--seed", "1", "--device", "cpu", "--num-classes", "3", "--quiet")
+                         "--seed", "1", "--device", "cpu", "--num-classes", "3")
     assert code == 0, err
     assert "wrote" in out
     ck = torch.load(tmp_path / "ck.pt", map_location="cpu", weights_only=True)

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from ..errors import UsageError
+from ..errors import InputError, UsageError
 from ..extract import ExtractOptions, Progress, extract
 from ..store import Store
 from .model import DemoResNet
@@ -179,7 +179,7 @@ def build_gbench(out: str | Path, *, backbone: str = "demo", weights: str | Path
         else:
             log(f"reusing the trained model {weights}")
     elif not Path(weights).is_file():
-        raise UsageError(f"--weights {str(weights)!r}: file not found")
+        raise InputError(f"--weights {str(weights)!r}: file not found")
     opts = ExtractOptions(device="cpu", batch_size=128, num_workers=0)
     return extract(model_spec, spec_path, out / f"store{suffix}", weights=weights, options=opts,
                    progress=progress)

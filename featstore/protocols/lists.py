@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import InputError, UsageError
 
 ISOOD_CELL = re.compile(r"^cov_(\d+)_sem_(\d+)$")
 OPENOOD_NAME = re.compile(r"^(train|val|test)_(.+)$")
@@ -90,7 +90,7 @@ def plan(directory: str | Path, root: str | Path, id_name: str | None = None,
     """The splits the lists in `directory` become (see the module docstring)."""
     base = Path(directory)
     if not base.is_dir():
-        raise UsageError(f"lists2spec: {str(base)!r} is not a directory")
+        raise InputError(f"lists2spec: {str(base)!r} is not a directory")
     files = sorted(p for p in base.rglob("*.txt") if p.is_file())
     if not files:
         raise UsageError(f"lists2spec: no *.txt image lists under {str(base)!r}")

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import InputError, UsageError
 from ..fileio import atomic_write_json
 
 DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.15, "test": 0.25}
@@ -137,7 +137,7 @@ def load_data(data: str, root: str | Path | None = None) -> LabelledData:
         entries = parse_image_list(str(path))
         base = Path(root) if root is not None else path.parent
         if not base.is_dir():
-            raise UsageError(f"--root {str(base)!r}: directory not found")
+            raise InputError(f"--root {str(base)!r}: directory not found")
         raw = np.asarray([label for _, label in entries], dtype=np.int64)
         if (raw < 0).any():
             raise UsageError(f"--data {data!r}: {int((raw < 0).sum())} rows have no class label")

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import InputError, UsageError
 
 DEFAULT_LEVELS = 8
 DEFAULT_MIN_COUNT = 10
@@ -172,7 +172,7 @@ def load_degrees(path: str | Path) -> dict[str, np.ndarray]:
     """A degrees .npz: `<split slug>` -> (N, 2) [semantic, covariate] rows."""
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"--degrees {str(path)!r}: file not found")
+        raise InputError(f"--degrees {str(path)!r}: file not found")
     with np.load(path) as z:
         out = {k.replace("__", "/"): np.asarray(z[k], dtype=np.float64) for k in z.files}
     for k, v in out.items():

@@ -54,7 +54,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import InputError, UsageError
 
 WORDNET_DIRS = ("/usr/share/wordnet",)
 INSTALL_HINT = "apt-get install wordnet-base wordnet-sense-index"
@@ -197,7 +197,7 @@ def read_mapping(path: str | Path) -> dict[str, list[str]]:
     """A mapping file: `class_name synset_name [synset_name ...]` per line ('#' comments)."""
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"--mapping {str(path)!r}: file not found")
+        raise InputError(f"--mapping {str(path)!r}: file not found")
     out: dict[str, list[str]] = {}
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         text = line.split("#", 1)[0].strip()
@@ -333,7 +333,7 @@ def read_tiers(path: str | Path) -> dict[str, int]:
     """A tier file: `class_name tier` lines, tier in 0..3 ('#' comments)."""
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"--tiers {str(path)!r}: file not found")
+        raise InputError(f"--tiers {str(path)!r}: file not found")
     out: dict[str, int] = {}
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         text = line.split("#", 1)[0].strip()
@@ -368,7 +368,7 @@ def read_class_list(source: str | Path) -> list[str]:
             raise UsageError(f"{str(path)!r}: no class sub-directories")
         return names
     if not path.is_file():
-        raise UsageError(f"class list {str(path)!r}: no such file or directory")
+        raise InputError(f"class list {str(path)!r}: no such file or directory")
     names = []
     for line in path.read_text(encoding="utf-8").splitlines():
         text = line.split("#", 1)[0].strip()

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..errors import UsageError
+from ..errors import InputError, UsageError
 from ..store import Store
 
 
@@ -69,7 +69,7 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
         try:
             result = json.loads(source.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
-            raise UsageError(f"report: {str(source)!r} is not a results JSON ({exc})") from exc
+            raise InputError(f"report: {str(source)!r} is not a results JSON ({exc})") from exc
         if not isinstance(result, dict) or "methods" not in result:
             raise UsageError(f"report: {str(source)!r} has no 'methods'; expected the JSON "
                              "written by `featstore eval --out`")
@@ -78,7 +78,7 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
             if store.model_sha256 != result.get("model_sha256"):
                 store = None  # the store was rebuilt since; tables only
     else:
-        raise UsageError(f"report: {str(source)!r} is neither a store directory nor a "
+        raise InputError(f"report: {str(source)!r} is neither a store directory nor a "
                          "results JSON file")
     data = ReportData(result=result, provenance=_provenance(store, result), sweeps=sweeps)
     if store is not None:
@@ -90,5 +90,5 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
         try:
             data.extras.append(json.loads(Path(path).read_text(encoding="utf-8")))
         except (OSError, json.JSONDecodeError) as exc:
-            raise UsageError(f"report --include {str(path)!r}: unreadable JSON ({exc})") from exc
+            raise InputError(f"report --include {str(path)!r}: unreadable JSON ({exc})") from exc
     return data

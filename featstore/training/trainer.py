@@ -47,7 +47,7 @@ from torch import nn
 
 from .. import __version__
 from ..datasets import RowSource, TransformedRows, build_transform, rows_from_source
-from ..errors import FeatstoreError, UsageError
+from ..errors import FeatstoreError, InputError, UsageError
 from ..spec import BenchmarkSpec, load_spec
 from .methods import TrainContext, get_method
 
@@ -164,7 +164,7 @@ class _Data:
     def _item(self, i: int) -> torch.Tensor:
         tensor, _, row, error = self.dataset[i]
         if error:
-            raise UsageError(f"id/train: cannot read {self.rows.ids[row]!r}: {error}")
+            raise InputError(f"id/train: cannot read {self.rows.ids[row]!r}: {error}")
         return tensor
 
     def batches(self, order: torch.Tensor, batch_size: int):
@@ -180,7 +180,7 @@ class _Data:
             bad = [e for e in errors if e]
             if bad:
                 row = int(index[[bool(e) for e in errors].index(True)])
-                raise UsageError(f"id/train: cannot read {self.rows.ids[row]!r}: {bad[0]}")
+                raise InputError(f"id/train: cannot read {self.rows.ids[row]!r}: {bad[0]}")
             yield x, y.long()
 
 
@@ -328,10 +328,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """A featstore training checkpoint (weights_only=True); UsageError if it is not one."""
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"checkpoint {str(path)!r}: file not found")
+        raise InputError(f"checkpoint {str(path)!r}: file not found")
     obj = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(obj, dict) or "state_dict" not in obj or "arch" not in obj:
-        raise UsageError(f"checkpoint {str(path)!r}: not a featstore training checkpoint")
+        raise InputError(f"checkpoint {str(path)!r}: not a featstore training checkpoint")
     return obj
 
 

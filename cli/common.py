@@ -1,0 +1,99 @@
+"""Checks and parsing shared by the commands: `k=v` parameters, method names, stores whose
+splits must hold rows, and the labels of the fitting spinners."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from featstore import Store
+from featstore.errors import InputError, UsageError
+
+
+def parse_params(items: list[str] | None, what: str = "--param") -> dict[str, Any]:
+    """k=v pairs; values parsed as JSON (numbers, true/false, null), else kept as strings."""
+    params: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{what} {item!r}: expected key=value")
+        try:
+            params[key] = json.loads(text)
+        except json.JSONDecodeError:
+            params[key] = text
+    return params
+
+
+def check_methods(names: Iterable[str], what: str = "--method") -> list[str]:
+    """The names, or UsageError naming the unknown one and the valid ones."""
+    from scorers import REGISTRY
+
+    names = list(names)
+    for name in names:
+        if name not in REGISTRY:
+            raise UsageError(f"{what}: unknown scorer {name!r} (valid: {', '.join(REGISTRY)})")
+    return names
+
+
+def check_params(method: str, params: dict[str, Any], what: str = "--param") -> None:
+    """Build the scorer once so that an unknown parameter or a bad value is a usage error
+    before any work (rather than a method silently skipped)."""
+    from scorers import get_scorer
+
+    check_methods([method], "--method")
+    try:
+        get_scorer(method, **params)
+    except UsageError as exc:
+        raise UsageError(f"{what}: {exc}") from None
+
+
+def method_params(items: list[str] | None, what: str = "--param") -> dict[str, dict[str, Any]]:
+    """`method.k=v` items -> {method: {k: v}}, each method known and each setting valid."""
+    from scorers import REGISTRY
+
+    params: dict[str, dict[str, Any]] = {}
+    for key, value in parse_params(items, what).items():
+        name, dot, p = key.partition(".")
+        if not dot or not p or name not in REGISTRY:
+            raise UsageError(f"{what} {key!r}: expected <method>.<param>=<value> with a "
+                             f"registered method (valid: {', '.join(REGISTRY)})")
+        params.setdefault(name, {})[p] = value
+    for name, p in params.items():
+        check_params(name, p, what)
+    return params
+
+
+def open_store(path: Path | str) -> Store:
+    """Store.open: a missing or corrupt store is an InputError (exit code 1)."""
+    return Store.open(path)
+
+
+def require_rows(store: Store, names: Sequence[str] | None = None) -> None:
+    """InputError for a split without rows among `names` (default: every split)."""
+    for name in store.splits() if names is None else names:
+        split = store.split(name)
+        if split.num_rows == 0:
+            raise InputError(f"store {str(store.path)!r}: split {name!r} is empty (0 rows); "
+                             "re-extract it with data or remove it from the spec")
+
+
+def fit_splits(method: str) -> list[str]:
+    """The splits a scorer fits on (its `fit:<split>` needs)."""
+    from scorers import REGISTRY
+
+    return [n[4:] for n in REGISTRY[method].needs if n.startswith("fit:")]
+
+
+def fit_label(store: Store, method: str, scored: int | None = None) -> str:
+    """`fitting knn on id/train (100,000 x 2048), scoring 5 splits` for the spinner."""
+    parts = []
+    for name in fit_splits(method):
+        if store.has_split(name):
+            sp = store.split(name)
+            parts.append(f"{name} ({sp.num_rows:,} x {sp.dims.get('features', '?')})")
+    text = f"fitting {method} on {', '.join(parts)}" if parts else f"{method} (nothing to fit)"
+    if scored is not None:
+        text += f", scoring {scored} split{'s' if scored != 1 else ''}"
+    return text
