@@ -49,3 +49,48 @@ def test_score_before_fit_and_after_a_failed_fit(structured_store):
 def test_expand_grid_is_the_ordered_cartesian_product():
     assert expand_grid({"a": [1, 2], "b": ["x", "y"]}) == [
         {"a": 1, "b": "x"}, {"a": 1, "b": "y"}, {"a": 2, "b": "x"}, {"a": 2, "b": "y"}]
+
+
+def _scores_with_threads(store, name: str, threads: int, monkeypatch, chunk_rows: int
+                         ) -> dict[str, np.ndarray]:
+    monkeypatch.setenv("FEATSTORE_THREADS", str(threads))
+    # nnguide's default 1% bank of 600 rows is smaller than its default K
+    scorer = get_scorer(name, **({"alpha": 0.1, "K": 5} if name == "nnguide" else {}))
+    scorer.chunk_rows = chunk_rows
+    scorer.fit(store)
+    return {s: scorer.score(store.split(s)) for s in ("id/test", "ood/far/faint")}
+
+
+@pytest.mark.parametrize("name", sorted(n for n, cls in REGISTRY.items()
+                                         if not any(need.startswith("extra:")
+                                                    for need in cls.needs)))
+def test_scores_are_bit_identical_whatever_the_thread_count(make_store, monkeypatch, name):
+    """Determinism (reference: the same scorer run single-threaded): scores computed with 1
+    and with 3 worker threads, in blocks of 16 rows, are equal bit for bit."""
+    store = make_store(dim=48, num_classes=6)
+    one = _scores_with_threads(store, name, 1, monkeypatch, chunk_rows=16)
+    three = _scores_with_threads(store, name, 3, monkeypatch, chunk_rows=16)
+    for split, values in one.items():
+        assert np.array_equal(values, three[split]), (name, split)
+
+
+def test_map_rows_blocks_cover_every_row_once_and_bad_thread_setting(make_store, monkeypatch):
+    """scorers.rowmap.map_rows against a plain NumPy reference (row sums of the whole
+    features array) for several chunk sizes, a 0-row result for an empty split, and a
+    one-line error for a bad $FEATSTORE_THREADS."""
+    from featstore.errors import UsageError
+    from scorers.rowmap import map_rows
+
+    store = make_store(dim=20)
+    split = store.split("id/test")
+    want = np.asarray(split.features, dtype=np.float64).sum(axis=1)
+    for chunk_rows in (1, 7, 300, None):
+        got = map_rows(split, ("features",), lambda x: x.astype(np.float64).sum(axis=1),
+                       chunk_rows=chunk_rows)
+        np.testing.assert_array_equal(got, want)
+    pair = map_rows(split, ("features", "logits"),
+                    lambda x, lg: (x.sum(axis=1), lg.max(axis=1)), outputs=2)
+    np.testing.assert_allclose(pair[1], np.asarray(split.logits).max(axis=1))
+    monkeypatch.setenv("FEATSTORE_THREADS", "zero")
+    with pytest.raises(UsageError, match="FEATSTORE_THREADS"):
+        map_rows(split, ("features",), lambda x: x.sum(axis=1))
