@@ -54,8 +54,12 @@ positive; pytorch-ood's outlier scores negated) is computed with scikit-learn on
 both sides scored, with the Spearman correlation of the two implementations' scores on those
 rows. Time ratio = (peer fit + score) / (featstore fit + score), in wall seconds and in CPU
 seconds (user + system of the child, all threads: steadier when the machine is shared; the
-1-min load average is recorded and busy rows are marked); memory ratio = featstore peak / peer
-peak. Output is Markdown on stdout; progress goes to stderr.
+1-min load average is recorded and busy rows are marked). Memory ratio = featstore peak /
+(peer peak + the peer job's inputs): pytorch-ood's detectors take tensors, so its job holds the
+float32 arrays of every scored split and of its fit split in RAM (their size is computed from
+the row counts, all rows even where only a subset was timed), while featstore streams them from
+the store (its peak includes its read buffers). Output is Markdown on stdout; progress goes to
+stderr.
 """
 
 from __future__ import annotations
@@ -641,12 +645,12 @@ HIGH_LOAD = (os.cpu_count() or 1) + 1.0
 
 
 def _row(name: str, fs: dict[str, Any], peer: dict[str, Any] | None, peer_label: str,
-         total_rows: int) -> tuple[str, dict[str, Any]]:
+         total_rows: int, peer_inputs: float = 0.0) -> tuple[str, dict[str, Any]]:
     """One Markdown table row and its summary figures."""
     summary: dict[str, Any] = {"name": name}
     notes: list[str] = [peer_label]
     if "error" in fs:
-        return f"| {name} | failed: {fs['error']} |" + " |" * 11, summary
+        return f"| {name} | failed: {fs['error']} |" + " |" * 12, summary
     fs_score, fs_cpu, fs_approx = _scaled(fs, total_rows)
     fs_total, fs_cpu_total = fs["fit_s"] + fs_score, fs["fit_cpu_s"] + fs_cpu
     cells = [name, _fmt(fs["fit_s"]), _fmt(fs_score, approx=fs_approx), _fmt(fs["peak_mb"], 0)]
@@ -655,7 +659,7 @@ def _row(name: str, fs: dict[str, Any], peer: dict[str, Any] | None, peer_label:
         notes.append(f"featstore scored {fs['scored_rows']:,} of {total_rows:,} rows")
     loads = [fs["load"]]
     if peer is None or "error" in peer:
-        cells += ["—"] * 6 if peer is None else [f"failed: {peer['error']}"] + [""] * 5
+        cells += ["—"] * 7 if peer is None else [f"failed: {peer['error']}"] + [""] * 6
         cells += [_fmt(_auroc(fs_id, fs_ood)), "—"]
     else:
         loads.append(peer["load"])
@@ -664,9 +668,11 @@ def _row(name: str, fs: dict[str, Any], peer: dict[str, Any] | None, peer_label:
         approx = fs_approx or peer_approx
         speed = peer_total / fs_total if fs_total > 0 else float("inf")
         speed_cpu = peer_cpu_total / fs_cpu_total if fs_cpu_total > 0 else float("inf")
-        mem_ratio = fs["peak_mb"] / peer["peak_mb"] if peer["peak_mb"] > 0 else float("inf")
+        peer_job = peer["peak_mb"] + peer_inputs
+        mem_ratio = fs["peak_mb"] / peer_job if peer_job > 0 else float("inf")
         cells += [_fmt(peer["fit_s"]), _fmt(peer_score, approx=peer_approx),
-                  _fmt(peer["peak_mb"], 0), _fmt(speed, 1, approx=approx) + "x",
+                  _fmt(peer["peak_mb"], 0), _fmt(peer_job, 0),
+                  _fmt(speed, 1, approx=approx) + "x",
                   _fmt(speed_cpu, 1, approx=approx) + "x", _fmt(mem_ratio, 2)]
         p_id, p_ood = peer["scores"][AUROC_ID], peer["scores"][AUROC_OOD]
         n_id, n_ood = min(fs_id.size, p_id.size), min(fs_ood.size, p_ood.size)
@@ -674,8 +680,8 @@ def _row(name: str, fs: dict[str, Any], peer: dict[str, Any] | None, peer_label:
         a_peer = _auroc(p_id[:n_id], p_ood[:n_ood])
         rho = _spearman(np.r_[fs_id[:n_id], fs_ood[:n_ood]], np.r_[p_id[:n_id], p_ood[:n_ood]])
         cells += [_fmt(a_fs), _fmt(a_peer)]
-        notes[0] += (f" (inputs {peer['input_mb']:.0f} MB in RAM, loading them took "
-                     f"{peer['load_s']:.1f} s, not counted)")
+        notes[0] += (f" (timed inputs {peer['input_mb']:.0f} MB in RAM, loading them took "
+                     f"{peer['load_s']:.1f} s, not counted in its time)")
         if peer_approx:
             notes.append(f"peer scored {peer['scored_rows']:,} of {total_rows:,} rows")
         if n_id < fs_id.size or n_ood < fs_ood.size:
@@ -695,6 +701,19 @@ def _row(name: str, fs: dict[str, Any], peer: dict[str, Any] | None, peer_label:
         notes.append(f"machine busy: 1-min load average up to {max(loads):.1f}")
     summary["load"] = max(loads)
     return "| " + " | ".join(cells + ["; ".join(notes)]) + " |", summary
+
+
+def peer_inputs_mb(name: str, sizes: Sizes) -> float:
+    """MiB of float32 inputs the peer's whole job holds in RAM: the scored splits' arrays of
+    its input kind (all rows, even when only a subset was timed) plus its fit arrays."""
+    _, kind, fit_on = PEERS[name]
+    row = {"features": DIM, "logits": NUM_CLASSES}[kind] * 4
+    total = sum(sizes.rows(s) for s in SCORE_SPLITS) * row
+    if fit_on == "train":
+        total += sizes.train * (DIM * 4 + 8)
+    elif fit_on == "val":
+        total += sizes.val * (NUM_CLASSES * 4 + 8)
+    return total / 2**20
 
 
 def _applicable(only: set[str] | None) -> tuple[list[str], list[str]]:
@@ -769,7 +788,8 @@ def main(argv: list[str] | None = None) -> int:
                         label += f" (sklearn NearestNeighbors, algorithm resolved to {algo!r})"
                 else:
                     peer, label = None, "no pytorch-ood counterpart"
-                line, s = _row(name, fs, peer, label, total_rows)
+                line, s = _row(name, fs, peer, label, total_rows,
+                               peer_inputs_mb(name, sizes) if name in PEERS else 0.0)
                 lines.append(line)
                 summ.append(s)
                 if name == "knn":
@@ -777,7 +797,7 @@ def main(argv: list[str] | None = None) -> int:
                                     "sklearn NearestNeighbors")
                     line, s = _row("knn vs sklearn", fs, sk,
                                    f"sklearn `{sk.get('label', 'NearestNeighbors')}`",
-                                   total_rows)
+                                   total_rows, peer_inputs_mb("knn", sizes))
                     lines.append(line)
                     s["sklearn"] = True
                     summ.append(s)
@@ -832,7 +852,9 @@ def _print_header(args: argparse.Namespace, sizes: Sizes, gen: dict[str, Any],
     print("- peak MB: RSS high-water mark (VmHWM, reset via /proc/self/clear_refs) minus VmRSS "
           "just before fit, in a fresh child process per (implementation, scorer): memory the "
           "method adds beyond imports and inputs. featstore's inputs stay on disk (it reads "
-          "chunks); pytorch-ood's inputs are float32 tensors already in RAM (size in notes)")
+          "chunks); pytorch-ood's inputs are float32 tensors already in RAM. \"peer job MB\" = "
+          "peer peak MB + the float32 inputs its whole job holds (fit split + all scored rows); "
+          "memory ratio = featstore peak MB / peer job MB")
     print("- AUROC: id/test vs ood/near/novel in %, ID positive, on the rows both sides "
           f"scored; differences above {AUROC_TOL} points are flagged")
     print("- goal (issue 3): time ratio >= 3x at memory ratio <= 1 per scorer; KNN >= 10x "
@@ -848,9 +870,9 @@ def _print_table(dtype: str, lines: list[str]) -> None:
     print(f"#### {dtype} store")
     print()
     print("| scorer | featstore fit s | featstore score s | featstore peak MB | pytorch-ood fit s"
-          " | score s | peak MB | speed-up | speed-up (CPU s) | memory ratio | AUROC featstore "
-          "| AUROC peer | notes |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+          " | score s | peak MB | peer job MB | speed-up | speed-up (CPU s) | memory ratio | "
+          "AUROC featstore | AUROC peer | notes |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for line in lines:
         print(line)
     sys.stdout.flush()

@@ -74,6 +74,8 @@ class Scorer:
         self.fitted = False
         self.model_sha256: str | None = None
         self.chunk_rows = DEFAULT_CHUNK_ROWS
+        # facts about the fit worth reporting (e.g. an approximate index's recall@K)
+        self.diagnostics: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())

@@ -27,7 +27,8 @@ Parameters (defaults with sources):
   training set, "alpha"). Valid: 0 < bank_fraction <= 1; bank size = ceil(fraction * N).
 - `seed` = 0: the subsample's seed (and IVF k-means seed).
 - `index` = "exact": "exact" (IndexFlatL2) | "ivf_flat" | "ivf_pq" | "hnsw", with the
-  approximate indexes' parameters at their `scorers.knn_index` defaults.
+  approximate indexes' parameters at their `scorers.knn_index` defaults. With an approximate
+  index, fit measures recall@K against exact search on 256 id/val rows (`diagnostics`).
 
 `score_grid` over K runs one FAISS search per chunk at the largest K of the grid and takes
 column K-1 for each K (per bank setting; HNSW groups K values that share a beam width).
@@ -73,7 +74,7 @@ class KNN(BankScorer):
         bank = load_bank(store, float(params["bank_fraction"]), int(params["seed"]),
                          self.chunk_rows)
         return KnnIndex(bank, metric="l2", kind=params["index"], seed=int(params["seed"]),
-                        query_chunk=self.chunk_rows)
+                        query_chunk=self.chunk_rows, **self.index_options(store, params))
 
     def _scores_for_ks(self, index: KnnIndex, split: Any,
                        ks: list[int]) -> dict[int, np.ndarray]:

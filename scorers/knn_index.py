@@ -139,6 +139,8 @@ class KnnIndex:
         use_gpu: bool | None = None,
         deterministic: bool = True,
         query_chunk: int = DEFAULT_QUERY_CHUNK,
+        recall_queries: np.ndarray | None = None,
+        recall_k: int = 0,
     ):
         import faiss  # lazy: keeps `import scorers` fast
 
@@ -219,6 +221,19 @@ class KnnIndex:
         self._cpu_index: Any = index
         self._index: Any = index
         self.on_gpu = False
+        # recall@k of an approximate index against exact search, on caller-given queries
+        self.recall: float | None = None
+        self.recall_queries = 0
+        if kind != "exact" and recall_queries is not None and len(recall_queries) and recall_k:
+            queries = np.ascontiguousarray(recall_queries, dtype=np.float32)
+            k = min(int(recall_k), n)
+            if kind == "hnsw":
+                index.hnsw.efSearch = max(self.ef_search, k)
+            _, approx = index.search(queries, k)
+            _, exact = faiss.knn(queries, bank, k, metric=faiss_metric)
+            self.recall = recall_at_k(approx, exact)
+            self.recall_queries = len(queries)
+            self.options["recall_k"] = k
         want_gpu = (num_gpus() > 0) if use_gpu is None else bool(use_gpu)
         if want_gpu and kind != "hnsw" and num_gpus() > 0:
             try:

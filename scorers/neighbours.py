@@ -21,6 +21,20 @@ from .base import Scorer
 from .knn_index import INDEX_KINDS, KnnIndex, subsample_rows, subsample_size
 
 FIT_SPLIT = "id/train"
+RECALL_QUERIES = 256
+RECALL_SPLITS = ("id/val", "id/test", FIT_SPLIT)
+
+
+def recall_queries(store: Any, max_rows: int = RECALL_QUERIES) -> tuple[str, np.ndarray]:
+    """(split name, its first `max_rows` features L2-normalized): the queries on which an
+    approximate index's recall@K is measured. id/val when the store has it (rows outside
+    the bank), else id/test, else id/train (bank rows: recall is then optimistic)."""
+    from .knn_index import l2_normalize
+
+    name = next(n for n in RECALL_SPLITS if store.has_split(n))
+    split = store.split(name)
+    rows = min(max_rows, split.num_rows)
+    return name, l2_normalize(split.read("features", slice(0, rows)))
 
 
 def is_int(value: Any) -> bool:
@@ -91,6 +105,20 @@ class BankScorer(Scorer):
     def _fit(self, store: Any) -> None:
         self.index = self._build(store, self.params)
         self.bank_size = self.index.ntotal
+        self.diagnostics = {"index": self.params["index"], "bank_size": self.bank_size}
+        if self.index.recall is not None:
+            self.diagnostics.update(recall_at_k=self.index.recall,
+                                    recall_k=self.index.options["recall_k"],
+                                    recall_queries=self.index.recall_queries,
+                                    recall_split=self._recall_split)
+
+    def index_options(self, store: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Keyword arguments every subclass passes to KnnIndex: the recall queries when the
+        index is approximate (recall@K against exact search is measured at build)."""
+        if params["index"] == "exact":
+            return {}
+        self._recall_split, queries = recall_queries(store)
+        return {"recall_queries": queries, "recall_k": int(params["K"])}
 
     def _score(self, split: Any) -> np.ndarray:
         k = int(self.params["K"])

@@ -70,7 +70,7 @@ class NNGuide(BankScorer):
         bank = load_guide_bank(store, float(params["alpha"]), int(params["seed"]),
                                self.chunk_rows)
         return KnnIndex(bank, metric="ip", kind=params["index"], seed=int(params["seed"]),
-                        query_chunk=self.chunk_rows)
+                        query_chunk=self.chunk_rows, **self.index_options(store, params))
 
     def _scores_for_ks(self, index: KnnIndex, split: Any,
                        ks: list[int]) -> dict[int, np.ndarray]:
