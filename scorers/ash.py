@@ -21,11 +21,29 @@ v1.5's ASHNet applies); `percentile` in (0, 100), default 90 (OpenOOD v1.5
 (k >= 1). Default sweep grid: OpenOOD v1.5 `ash.yml` `percentile_list: [65, 70, 75, 80, 85,
 90, 95]`.
 
-Sharing: each chunk is sorted ONCE per row (a stable argsort of -h); the rank of every entry
-and the cumulative sums of the sorted values serve every percentile of a grid (the mask for k
-is `rank < k`, s2 is the k-th cumulative sum; the cumulative sums are only computed when an
-ASH-s setting needs them). Only the final product with the head is per setting. `RowSort` is
-shared with `scale.py`.
+How the product is computed. The shaped feature is a per-row scalar times a pruned vector, so
+
+    h' @ W.T = scale * sum_{j in keep} a_j W[:, j]      ash_p: a = h, scale = 1
+                                                         ash_b: a = 1, scale = s1 / k
+                                                         ash_s: a = h, scale = exp(s1 / s2)
+
+Each chunk's rows are sorted ONCE (numpy's sort of -h, values only): the k-th largest value
+of a row gives its kept set for every k of a grid, and s2 for every k is a cumulative sum of
+the sorted values (in descending order). The kept sets are nested, so `band_order` lists each
+row's kept entries band by band (band e = kept at the e-th smallest k of the grid but not at
+the one before; index order within a band). Then, per setting, either
+- sparse: the sum over the kept entries is accumulated row by row in that order, W held as
+  float32 (exact: the head is stored in float32) and the sum in float64. A grid accumulates
+  ONE running sum per row, adding each further band of entries as the percentile decreases,
+  and reads every setting's logits off it (scale * sum + b, then logsumexp); or
+- dense: the pruned (n, D) matrix times W.T with BLAS (float64),
+whichever the cost model in `sparse_pays` picks: a kept entry costs about SPARSE_COST times its
+share of the dense product (a row-wise gather of W rows against OpenBLAS dgemm on one core),
+so an increment of kept entries is accumulated sparsely when its fraction of D is below
+1 / SPARSE_COST and settings beyond that point of the running sum are dense. The choice depends
+only on D and the kept counts, so results are deterministic; the two ways differ only in the
+order of the float64 sums (about 1e-15 relative). `RowSort` and `exact_f32` are shared with
+`scale.py`, `exact_f32` and `sparse_pays` with `react.py` and `dice.py`.
 """
 
 from __future__ import annotations
@@ -41,6 +59,27 @@ from .base import Scorer, logsumexp
 from .react import check_percentile
 
 VARIANTS = ("p", "b", "s")
+# A kept entry accumulated row by row costs about this many times its share (1 / D) of a dense
+# float64 product of the chunk with W.T (numba gather, W as float32 from L3, ~4-5 GFMA/s vs
+# ~25 GFMA/s for OpenBLAS dgemm, one core of an AMD EPYC); used to choose sparse vs dense.
+SPARSE_COST = 5.0
+
+
+def sparse_pays(fraction: float) -> bool:
+    """Is accumulating `fraction` * D entries per row cheaper than one dense product?"""
+    return SPARSE_COST * fraction < 1.0
+
+
+def exact_f32(a: np.ndarray) -> np.ndarray:
+    """`a` as float32 when that is lossless (a float32 head: half the memory traffic of the
+    gathers, and every product with a float32 feature is exact in float64), else float64."""
+    a = np.asarray(a)
+    if a.dtype == np.float32:
+        return np.ascontiguousarray(a)
+    f = a.astype(np.float32)
+    if np.array_equal(f.astype(a.dtype), a):
+        return np.ascontiguousarray(f)
+    return np.ascontiguousarray(a, dtype=np.float64)
 
 
 def keep_count(num_features: int, percentile: float) -> int:
@@ -63,7 +102,8 @@ def check_keep(scorer_name: str, percentile: float, store: Any) -> None:
 
 @njit(cache=True)
 def _row_ranks(order: np.ndarray) -> np.ndarray:
-    """Inverse permutation per row: rank[i, order[i, j]] = j."""
+    """Inverse permutation per row: rank[i, order[i, j]] = j. (No longer used by the scorers;
+    kept for callers that warm Numba's cache with it.)"""
     n, d = order.shape
     rank = np.empty((n, d), dtype=np.int32)
     for i in range(n):
@@ -72,49 +112,163 @@ def _row_ranks(order: np.ndarray) -> np.ndarray:
     return rank
 
 
-class RowSort:
-    """One descending sort per row of a chunk, shared by every percentile of a grid."""
+@njit(cache=True)
+def band_order(x: np.ndarray, ks: np.ndarray, kth: np.ndarray) -> np.ndarray:
+    """(n, ks[-1]) int32: per row, the kept entries of every kept count in `ks` (ascending,
+    distinct), grouped by band and in index order within a band: band e = the entries kept at
+    ks[e] but not at ks[e - 1], at positions ks[e - 1]..ks[e] - 1, so the first k positions are
+    exactly the k kept entries for every k in `ks`. `kth[i, e]` is the ks[e]-th largest value of
+    row i; kept at k = the entries above it plus the lowest-index ones equal to it (the first k
+    of a stable descending sort; NaN sorts last, as in numpy)."""
+    n, d = x.shape
+    m = ks.shape[0]
+    out = np.empty((n, ks[m - 1]), dtype=np.int32)
+    need = np.empty(m, dtype=np.int64)
+    taken = np.empty(m, dtype=np.int64)
+    pos = np.empty(m, dtype=np.int64)
+    for i in range(n):
+        valid = 0
+        for j in range(d):
+            if not np.isnan(x[i, j]):
+                valid += 1
+        for e in range(m):
+            t = kth[i, e]
+            if np.isnan(t):
+                need[e] = ks[e] - valid          # every valid entry, then NaNs by index
+            else:
+                above = 0
+                for j in range(d):
+                    if x[i, j] > t:
+                        above += 1
+                need[e] = ks[e] - above          # ties at t, by index
+            taken[e] = 0
+            pos[e] = 0 if e == 0 else ks[e - 1]
+        for j in range(d):
+            v = x[i, j]
+            band = m
+            for e in range(m):
+                t = kth[i, e]
+                if np.isnan(t):
+                    member = not np.isnan(v)
+                    tie = not member
+                else:
+                    member = v > t
+                    tie = v == t
+                if not member and tie and taken[e] < need[e]:
+                    member = True
+                    taken[e] += 1
+                if member and band == m:
+                    band = e
+            if band < m:
+                out[i, pos[band]] = j
+                pos[band] += 1
+    return out
 
-    def __init__(self, x: np.ndarray, with_ranks: bool):
-        self.x = x.astype(np.float64)
-        self.s1 = self.x.sum(axis=1)
-        self._order: np.ndarray | None = None
+
+@njit(cache=True)
+def _running_logits(x, order, wt, bias, ends, need_p, need_b, set_end, set_acc, set_scale,
+                    out):
+    """Per row i: running sums acc_p = sum x[i, j] * wt[j] and acc_b = sum wt[j] over j =
+    order[i, 0], order[i, 1], ... (in that order, float64), and at the end of band e (after
+    ends[e] entries) for every setting s with set_end[s] == e:
+    out[s, i] = set_scale[s, i] * acc + bias, acc = acc_p if set_acc[s] == 0 else acc_b."""
+    n = x.shape[0]
+    c_num = wt.shape[1]
+    acc_p = np.empty(c_num)
+    acc_b = np.empty(c_num)
+    for i in range(n):
+        acc_p[:] = 0.0
+        acc_b[:] = 0.0
+        r = 0
+        for e in range(ends.shape[0]):
+            stop = ends[e]
+            while r < stop:
+                j = order[i, r]
+                v = np.float64(x[i, j])
+                w = wt[j]
+                if need_p and need_b:
+                    for c in range(c_num):
+                        wc = np.float64(w[c])
+                        acc_p[c] += v * wc
+                        acc_b[c] += wc
+                elif need_p:
+                    for c in range(c_num):
+                        acc_p[c] += v * np.float64(w[c])
+                else:
+                    for c in range(c_num):
+                        acc_b[c] += np.float64(w[c])
+                r += 1
+            for s in range(set_end.shape[0]):
+                if set_end[s] != e:
+                    continue
+                acc = acc_p if set_acc[s] == 0 else acc_b
+                scale = set_scale[s, i]
+                z = out[s, i]
+                for c in range(c_num):
+                    z[c] = scale * acc[c] + bias[c]
+
+
+def running_energies(x: np.ndarray, order: np.ndarray, wt: np.ndarray, bias: np.ndarray,
+                     ends: np.ndarray, set_end: np.ndarray, set_acc: np.ndarray,
+                     set_scale: np.ndarray) -> np.ndarray:
+    """(S, n) energies of the settings read off the running sums (`_running_logits`), in row
+    blocks of at most ~32 MB of logits; logsumexp in numpy (vectorized exp)."""
+    n, c_num, s_num = x.shape[0], wt.shape[1], set_end.shape[0]
+    need_p, need_b = bool((set_acc == 0).any()), bool((set_acc == 1).any())
+    block = max(1, (1 << 22) // max(1, s_num * c_num))
+    out = np.empty((s_num, n), dtype=np.float64)
+    buf = np.empty((s_num, min(block, n), c_num), dtype=np.float64)
+    for lo in range(0, n, block):
+        hi = min(lo + block, n)
+        z = buf[:, : hi - lo]
+        _running_logits(x[lo:hi], order[lo:hi], wt, bias, ends, need_p, need_b, set_end,
+                        set_acc, np.ascontiguousarray(set_scale[:, lo:hi]), z)
+        for s in range(s_num):
+            out[s, lo:hi] = logsumexp(z[s])
+    return out
+
+
+class RowSort:
+    """One descending sort of each row's values per chunk (numpy's vectorized sort of -h),
+    shared by every percentile of a grid: s1, the k-th largest value and the top-k sums for
+    every k, and (`order`) the kept entries grouped by band."""
+
+    def __init__(self, x: np.ndarray, k_max: int):
+        self.x = x
+        self.x64 = x.astype(np.float64)
+        self.s1 = self.x64.sum(axis=1)
+        self.sorted_desc = -np.sort(-x, axis=1)[:, :k_max]      # NaN last
         self._csum: np.ndarray | None = None
-        if with_ranks:
-            self._order = np.argsort(-x, axis=1, kind="stable")  # ties: lowest index first
-            self.rank = _row_ranks(self._order)
 
     @property
     def csum(self) -> np.ndarray:
-        """csum[:, k-1] = top-k sum; computed on first use (ASH-p and ASH-b never need it)."""
+        """csum[:, k-1] = sum of the top k, summed in descending order; made on first use."""
         if self._csum is None:
-            if self._order is not None:
-                sorted_desc = np.take_along_axis(self.x, self._order, axis=1)
-                self._order = None
-            else:
-                sorted_desc = -np.sort(-self.x, axis=1)
-            self._csum = np.cumsum(sorted_desc, axis=1)
+            self._csum = np.cumsum(self.sorted_desc.astype(np.float64), axis=1)
         return self._csum
-
-    def top_sum(self, k: int) -> np.ndarray:
-        return self.csum[:, k - 1]
 
     def sharpen_ratio(self, k: int) -> np.ndarray:
         """s1 / s2 with s2 the sum of the top k (0 where s2 == 0)."""
-        s2 = self.top_sum(k)
+        s2 = self.csum[:, k - 1]
         return np.divide(self.s1, s2, out=np.zeros_like(s2), where=s2 != 0)
 
+    def order(self, ks: list[int]) -> np.ndarray:
+        """`band_order` for the distinct kept counts `ks`."""
+        kv = np.array(sorted(set(ks)), dtype=np.int64)
+        kth = np.ascontiguousarray(self.sorted_desc[:, kv - 1])
+        return band_order(self.x, kv, kth)
 
-def ash_logits(rs: RowSort, variant: str, k: int, weight_t: np.ndarray,
-               bias: np.ndarray) -> np.ndarray:
-    keep = rs.rank < k
-    if variant == "b":
-        return (rs.s1 / k)[:, None] * (keep.astype(np.float64) @ weight_t) + bias
-    pruned = np.where(keep, rs.x, 0.0)
-    z = pruned @ weight_t
-    if variant == "s":
-        z *= np.exp(rs.sharpen_ratio(k))[:, None]
-    return z + bias
+
+def plan_chain(ks: list[int], d: int) -> set[int]:
+    """The kept counts accumulated sparsely in one running sum per row (ascending; each
+    increment over the previous one pays by `sparse_pays`); the others are dense."""
+    chain: set[int] = set()
+    prev = 0
+    for k in sorted(set(ks)):
+        if sparse_pays((k - prev) / d):
+            chain.add(k)
+            prev = k
+    return chain
 
 
 class ASH(Scorer):
@@ -136,19 +290,61 @@ class ASH(Scorer):
 
     def _fit(self, store: Any) -> None:
         weight, bias = store.head
-        self.weight_t = np.ascontiguousarray(np.asarray(weight, dtype=np.float64).T)
+        self.wt = exact_f32(np.asarray(weight).T)        # (D, C), for the sparse sums
         self.bias = np.asarray(bias, dtype=np.float64)
+        self._wt64: np.ndarray | None = None
+
+    @property
+    def weight_t(self) -> np.ndarray:
+        """(D, C) float64 W.T for the dense products (made on first use)."""
+        if self._wt64 is None:
+            self._wt64 = np.ascontiguousarray(self.wt, dtype=np.float64)
+        return self._wt64
 
     def _score(self, split: Any) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
-        d = self.weight_t.shape[0]
+        d = self.wt.shape[0]
         full = [{**self.params, **s} for s in settings]
         jobs = [(s["variant"], keep_count(d, s["percentile"])) for s in full]
+        chain = plan_chain([k for _, k in jobs], d)
+        ends = np.array(sorted(chain), dtype=np.int64)
+        sparse = [i for i, (_, k) in enumerate(jobs) if k in chain]
+        set_end = np.array([int(np.searchsorted(ends, jobs[i][1])) for i in sparse],
+                           dtype=np.int64)
+        set_acc = np.array([1 if jobs[i][0] == "b" else 0 for i in sparse], dtype=np.int64)
+        k_max = max(k for _, k in jobs)
         out = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
         for rows, (x,) in self.chunks(split, "features"):
-            rs = RowSort(x, with_ranks=True)
+            x = x if x.dtype == np.float32 else x.astype(np.float64)
+            rs = RowSort(x, k_max)
+            order = rs.order([k for _, k in jobs])
+            scales = [self._scale(rs, variant, k) for variant, k in jobs]
+            if sparse:
+                got = running_energies(x, order, self.wt, self.bias, ends, set_end, set_acc,
+                                       np.stack([scales[i] for i in sparse]))
+                for row, i in enumerate(sparse):
+                    out[i][rows] = got[row]
             for i, (variant, k) in enumerate(jobs):
-                out[i][rows] = logsumexp(ash_logits(rs, variant, k, self.weight_t, self.bias))
+                if k in chain:
+                    continue
+                keep = np.zeros(x.shape, dtype=bool)
+                np.put_along_axis(keep, order[:, :k], True, axis=1)
+                if variant == "b":
+                    z = keep.astype(np.float64) @ self.weight_t
+                else:
+                    z = np.where(keep, rs.x64, 0.0) @ self.weight_t
+                z *= scales[i][:, None]
+                z += self.bias
+                out[i][rows] = logsumexp(z)
         return out
+
+    @staticmethod
+    def _scale(rs: RowSort, variant: str, k: int) -> np.ndarray:
+        """The per-row factor of the pruned sum: 1 (p), s1 / k (b), exp(s1 / s2) (s)."""
+        if variant == "p":
+            return np.ones_like(rs.s1)
+        if variant == "b":
+            return rs.s1 / k
+        return np.exp(rs.sharpen_ratio(k))

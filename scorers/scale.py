@@ -15,8 +15,10 @@ Unlike ASH nothing is pruned: the whole feature is rescaled. Higher is more in-d
 `percentile: 85`) and must keep k >= 1. Default sweep grid: OpenOOD v1.5 `scale.yml`
 `percentile_list: [65, 70, 75, 80, 85, 90, 95]`.
 
-Sharing: one per-row sort per chunk (`scorers.ash.RowSort`, values only) gives s2 for every
-percentile through its cumulative sums, and h @ W.T is computed once per chunk for all of them.
+Sharing: one partial sort per row and chunk (`scorers.ash.RowSort`: the k_max largest entries
+in descending order, k_max the largest kept count of the grid) gives s2 for every percentile as
+a cumulative sum of the sorted values, and z = h @ W.T (float64 BLAS) is computed once per chunk
+for all of them; each setting is then logsumexp(exp(s1 / s2) * z + b), (n, C) elementwise.
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ class Scale(Scorer):
         ks = [keep_count(d, {**self.params, **s}["percentile"]) for s in settings]
         out = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
         for rows, (x,) in self.chunks(split, "features"):
-            rs = RowSort(x, with_ranks=False)
-            z = rs.x @ self.weight_t
+            rs = RowSort(x, max(ks))
+            z = rs.x64 @ self.weight_t
             for i, k in enumerate(ks):
                 scale = np.exp(rs.sharpen_ratio(k))[:, None]
                 out[i][rows] = logsumexp(scale * z + self.bias)
