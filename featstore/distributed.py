@@ -38,12 +38,12 @@ from typing import Any, TypeVar
 
 import torch
 
-from .errors import FeatstoreError, InputError, UsageError
+from . import errors
+from .errors import FeatstoreError, UsageError
 
 T = TypeVar("T")
 TIMEOUT_ENV = "FEATSTORE_DIST_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 6 * 3600  # ranks wait for the slowest shard and for rank 0's merge
-_ERRORS = {cls.__name__: cls for cls in (FeatstoreError, UsageError, InputError)}
 
 
 def torchrun_env() -> tuple[int, int, int] | None:
@@ -155,8 +155,10 @@ class Context:
 
 
 def _describe(exc: BaseException, rank: int) -> dict[str, Any]:
-    kind = next((cls.__name__ for cls in (InputError, UsageError, FeatstoreError)
-                 if isinstance(exc, cls)), None)
+    """A picklable record of `exc`: the featstore.errors class it is, its first line."""
+    kind = next((cls.__name__ for cls in type(exc).__mro__
+                 if issubclass(cls, FeatstoreError) and cls.__module__ == errors.__name__),
+                None)
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if kind is None:
         text = f"{type(exc).__name__}: {text}"
@@ -164,7 +166,7 @@ def _describe(exc: BaseException, rank: int) -> dict[str, Any]:
 
 
 def _rebuild(status: dict[str, Any]) -> FeatstoreError:
-    cls = _ERRORS.get(status["kind"], FeatstoreError)
+    cls = getattr(errors, status["kind"], FeatstoreError)
     return cls(f"rank {status['rank']}: {status['message']}")
 
 
