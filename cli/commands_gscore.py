@@ -403,7 +403,12 @@ def register(app: typer.Typer) -> None:
         Example: featstore gscore gbench --out runs/gbench --weights runs/demo/model.pt
         """
         setup(json_, quiet)
-        from featstore.demo.gbench import build_gbench
+        from featstore.demo.gbench import BACKBONES, build_gbench
+
+        if backbone not in BACKBONES:
+            raise UsageError(f"--backbone {backbone!r}: expected one of {', '.join(BACKBONES)}")
+        if weights is not None and not weights.is_file():  # before anything is written
+            raise InputError(f"--weights {str(weights)!r}: file not found")
 
         from .commands_store import print_store_summary, store_summary
 

@@ -176,10 +176,17 @@ def run_progress(progress: Progress) -> Iterator[Progress]:
     try:
         yield progress
     except BaseException:
-        progress.live.transient = True
+        progress.live.transient = True  # a terminal erases the bars
+        if not progress.console.is_terminal:  # a file or pipe gets nothing, not a blank line
+            quiet, progress.console.quiet = progress.console.quiet, True
+            try:
+                progress.stop()
+            finally:
+                progress.console.quiet = quiet
         raise
     finally:
-        progress.stop()
+        if progress.live.is_started:  # Progress.stop prints a newline even when stopped
+            progress.stop()
 
 
 def _progress(*columns: Any) -> Progress:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..errors import InputError, UsageError
+from ..errors import InputError
 from ..store import Store
 
 
@@ -71,15 +71,17 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
         except (OSError, json.JSONDecodeError) as exc:
             raise InputError(f"report: {str(source)!r} is not a results JSON ({exc})") from exc
         if not isinstance(result, dict) or "methods" not in result:
-            raise UsageError(f"report: {str(source)!r} has no 'methods'; expected the JSON "
+            raise InputError(f"report: {str(source)!r} has no 'methods'; expected the JSON "
                              "written by `featstore eval --out`")
         if result.get("store") and (Path(result["store"]) / "store.json").is_file():
             store = Store.open(result["store"])
             if store.model_sha256 != result.get("model_sha256"):
                 store = None  # the store was rebuilt since; tables only
     else:
-        raise InputError(f"report: {str(source)!r} is neither a store directory nor a "
-                         "results JSON file")
+        what = "does not exist" if not source.exists() else "is not a store"
+        raise InputError(f"report: {str(source)!r} {what}: it is neither a store directory nor "
+                         "a results JSON file (make one with `featstore extract`, `featstore "
+                         "import` or `featstore eval --out`)")
     data = ReportData(result=result, provenance=_provenance(store, result), sweeps=sweeps)
     if store is not None:
         names = [result["id_split"] if "id_split" in result else ID_SPLIT, *result["ood_splits"]]
