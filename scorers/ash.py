@@ -43,7 +43,7 @@ so an increment of kept entries is accumulated sparsely when its fraction of D i
 1 / SPARSE_COST and settings beyond that point of the running sum are dense. The choice depends
 only on D and the kept counts, so results are deterministic; the two ways differ only in the
 order of the float64 sums (about 1e-15 relative). `RowSort` and `exact_f32` are shared with
-`scale.py`, `exact_f32` and `sparse_pays` with `react.py` and `dice.py`.
+`scale.py`; `sparse_pays` and `exact_f32` live in `react.py` (which ASH imports already).
 """
 
 from __future__ import annotations
@@ -56,32 +56,9 @@ from numba import njit
 from featstore.errors import UsageError
 
 from .base import Scorer, logsumexp
-from .react import check_percentile
+from .react import check_percentile, exact_f32, sparse_pays
 
 VARIANTS = ("p", "b", "s")
-# A kept entry accumulated row by row costs about this many times its share (1 / D) of a dense
-# float64 product of the chunk with W.T (numba gather, W as float32 from L3, ~4-5 GFMA/s vs
-# ~25 GFMA/s for OpenBLAS dgemm, one core of an AMD EPYC); used to choose sparse vs dense.
-SPARSE_COST = 5.0
-
-
-def sparse_pays(fraction: float) -> bool:
-    """Is accumulating `fraction` * D entries per row cheaper than one dense product?"""
-    return SPARSE_COST * fraction < 1.0
-
-
-def exact_f32(a: np.ndarray) -> np.ndarray:
-    """`a` as float32 when that is lossless (a float32 head: half the memory traffic of the
-    gathers, and every product with a float32 feature is exact in float64), else float64."""
-    a = np.asarray(a)
-    if a.dtype == np.float32:
-        return np.ascontiguousarray(a)
-    f = a.astype(np.float32)
-    if np.array_equal(f.astype(a.dtype), a):
-        return np.ascontiguousarray(f)
-    return np.ascontiguousarray(a, dtype=np.float64)
-
-
 def keep_count(num_features: int, percentile: float) -> int:
     """k = D - round(D * p / 100), as the official ASH code computes it."""
     return num_features - int(np.round(num_features * percentile / 100.0))
