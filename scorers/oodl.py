@@ -31,8 +31,25 @@ Parameters (defaults with sources):
 - `max_train` = 10000 (OC-SVM cost), `seed` = 0, `approx` = "none" | "nystroem",
   `n_components` = 1000 (Nystroem landmarks, capped at the number of fitted rows).
 
-`score_grid` over nu shares the scaler, the training subsample, the Nystroem map and the
-transform of every query chunk; only the SVM is refitted per nu.
+How the SVM is computed (approx="none"): the RBF kernel k(a, b) = exp(-gamma * max(|a|^2 +
+|b|^2 - 2 a.b, 0)), gamma = 1 / (D * Var(s(X_fit))) (gamma="scale"; 1 if that variance is 0), is
+evaluated with float64 BLAS. With at most PRECOMPUTED_MAX_ROWS fitted rows (a Gram matrix of at
+most 512 MiB, the size of the kernel cache the libsvm fit had), libsvm is fitted on the
+precomputed Gram matrix (OneClassSVM(kernel="precomputed", nu)), which is the same dual problem
+with the kernel entries rounded differently (decisions within ~1e-13 relative of sklearn's
+rbf OneClassSVM on the test data, same support vectors); above that, OneClassSVM(kernel="rbf",
+gamma) computes the kernel itself. Either way
+
+    decision(x) = sum_i dual_coef_i * k(s(x), sv_i) + intercept_   (sklearn's decision_function)
+
+with the kernel rows of a query chunk computed once against the union of the support vectors
+of every nu being scored.
+
+Sharing across settings and calls: the scaler, the training subsample, the Nystroem map, the
+fitted models (per nu) and the Gram matrix (while models are fitted) are computed once per
+scorer and cached (keyed by `max_train`, `seed`, `approx`, `n_components`, and nu), so
+`score_grid` on several splits fits each model once, and the single-setting fit's model is
+reused by a sweep; per query chunk the transform and the kernel rows are shared by every nu.
 """
 
 from __future__ import annotations
@@ -54,13 +71,38 @@ APPROX = ("none", "nystroem")
 _PREP_KEYS = ("max_train", "seed", "approx", "n_components")
 
 
-class _Prep:
-    """Scaler (+ Nystroem map) and the matrix the SVM is fitted on."""
+PRECOMPUTED_MAX_ROWS = 8192
 
-    def __init__(self, scaler: Any, nystroem: Any, x_fit: np.ndarray | None):
+
+def rbf_kernel(a: np.ndarray, b: np.ndarray, gamma: float, a_sq: np.ndarray,
+               b_sq: np.ndarray) -> np.ndarray:
+    """exp(-gamma * max(|a_i|^2 + |b_j|^2 - 2 a_i.b_j, 0)) in float64 (BLAS for a @ b.T)."""
+    d = a @ b.T
+    d *= -2.0
+    d += a_sq[:, None]
+    d += b_sq[None, :]
+    np.maximum(d, 0.0, out=d)
+    d *= -gamma
+    return np.exp(d, out=d)
+
+
+def row_norms_sq(a: np.ndarray) -> np.ndarray:
+    return np.einsum("ij,ij->i", a, a)
+
+
+class _Prep:
+    """Scaler (+ Nystroem map), the matrix the SVMs are fitted on, and the fitted models."""
+
+    def __init__(self, scaler: Any, nystroem: Any, x_fit: np.ndarray):
         self.scaler = scaler
         self.nystroem = nystroem
         self.x_fit = x_fit
+        self.num_rows = int(x_fit.shape[0])
+        var = float(x_fit.var()) if x_fit.size else 0.0
+        self.gamma = 1.0 / (x_fit.shape[1] * var) if var != 0 else 1.0
+        self.precomputed = nystroem is None and self.num_rows <= PRECOMPUTED_MAX_ROWS
+        self.x_sq = row_norms_sq(x_fit) if nystroem is None else None
+        self.models: dict[float, Any] = {}
 
     def transform(self, feats: np.ndarray) -> np.ndarray:
         z = self.scaler.transform(feats.astype(np.float64))
@@ -127,46 +169,76 @@ class OODL(Scorer):
             x_fit = nystroem.fit_transform(x_fit)
         return _Prep(scaler, nystroem, x_fit)
 
-    @staticmethod
-    def _fit_model(prep: _Prep, params: Mapping[str, Any]) -> Any:
+    def _prep_for(self, params: Mapping[str, Any]) -> _Prep:
+        key = tuple(params[k] for k in _PREP_KEYS)
+        if key not in self._preps:
+            self._preps[key] = self._prepare(self.store, params)
+        return self._preps[key]
+
+    def _models_for(self, prep: _Prep, params: list[Mapping[str, Any]]) -> list[Any]:
+        """The fitted model of every setting (same preparation), fitting the missing ones (one
+        Gram matrix for all of them when precomputed)."""
         from sklearn.linear_model import SGDOneClassSVM
         from sklearn.svm import OneClassSVM
 
-        if params["approx"] == "nystroem":
-            model = SGDOneClassSVM(nu=float(params["nu"]), random_state=int(params["seed"]))
-        else:
-            model = OneClassSVM(kernel="rbf", gamma="scale", nu=float(params["nu"]),
-                                cache_size=500)
-        return model.fit(prep.x_fit)
+        missing = list(dict.fromkeys(float(p["nu"]) for p in params
+                                     if float(p["nu"]) not in prep.models))
+        if missing:
+            gram = None
+            if prep.precomputed:
+                gram = rbf_kernel(prep.x_fit, prep.x_fit, prep.gamma, prep.x_sq, prep.x_sq)
+            seed = int(params[0]["seed"])
+            for nu in missing:
+                if prep.nystroem is not None:
+                    model = SGDOneClassSVM(nu=nu, random_state=seed).fit(prep.x_fit)
+                elif gram is not None:
+                    model = OneClassSVM(kernel="precomputed", nu=nu, cache_size=64).fit(gram)
+                else:
+                    model = OneClassSVM(kernel="rbf", gamma=prep.gamma, nu=nu,
+                                        cache_size=500).fit(prep.x_fit)
+                prep.models[nu] = model
+        return [prep.models[float(p["nu"])] for p in params]
+
+    def _decisions(self, prep: _Prep, models: list[Any], feats: np.ndarray
+                   ) -> list[np.ndarray]:
+        """decision_function of every model on a chunk: one transform; for the RBF SVMs one
+        block of kernel rows against the union of their support vectors."""
+        z = prep.transform(feats)
+        if prep.nystroem is not None:
+            return [m.decision_function(z) for m in models]
+        union = np.unique(np.concatenate([m.support_ for m in models]))
+        cols = [np.searchsorted(union, m.support_) for m in models]
+        sv, sv_sq = prep.x_fit[union], prep.x_sq[union]
+        z_sq = row_norms_sq(z)
+        out = [np.empty(z.shape[0], dtype=np.float64) for _ in models]
+        block = max(1, (1 << 22) // max(1, union.size))    # at most ~32 MB of kernel rows
+        for lo in range(0, z.shape[0], block):
+            hi = min(lo + block, z.shape[0])
+            k = rbf_kernel(z[lo:hi], sv, prep.gamma, z_sq[lo:hi], sv_sq)
+            for o, m, c in zip(out, models, cols, strict=True):
+                o[lo:hi] = k[:, c] @ m.dual_coef_[0] + m.intercept_[0]
+        return out
 
     # ------------------------------------------------------------------ hooks
     def _fit(self, store: Any) -> None:
-        prep = self._prepare(store, self.params)
-        self.model = self._fit_model(prep, self.params)
-        self.num_fit_rows = prep.x_fit.shape[0]
-        prep.x_fit = None  # training matrix not needed after fitting
-        self.prep = prep
+        self._preps: dict[tuple, _Prep] = {}
+        self.prep = self._prep_for(self.params)
+        self.model = self._models_for(self.prep, [self.params])[0]
+        self.num_fit_rows = self.prep.num_rows
 
     def _score(self, split: Any) -> np.ndarray:
-        out = np.empty(split.num_rows, dtype=np.float64)
-        for rows, (feats,) in self.chunks(split, "features"):
-            out[rows] = self.model.decision_function(self.prep.transform(feats))
-        return out
+        return self._score_grid(split, [{}])[0]
 
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         full = [{**self.params, **s} for s in settings]
         groups: dict[tuple, list[int]] = {}
         for i, p in enumerate(full):
             groups.setdefault(tuple(p[key] for key in _PREP_KEYS), []).append(i)
-        out: list[np.ndarray | None] = [None] * len(settings)
+        out: list[np.ndarray] = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
         for members in groups.values():
-            prep = self._prepare(self.store, full[members[0]])
-            models = {i: self._fit_model(prep, full[i]) for i in members}
-            prep.x_fit = None
-            for i in members:
-                out[i] = np.empty(split.num_rows, dtype=np.float64)
+            prep = self._prep_for(full[members[0]])
+            models = self._models_for(prep, [full[i] for i in members])
             for rows, (feats,) in self.chunks(split, "features"):
-                z = prep.transform(feats)
-                for i in members:
-                    out[i][rows] = models[i].decision_function(z)
-        return out  # type: ignore[return-value]
+                for i, dec in zip(members, self._decisions(prep, models, feats), strict=True):
+                    out[i][rows] = dec
+        return out
