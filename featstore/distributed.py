@@ -24,7 +24,11 @@ environment variables WORLD_SIZE, RANK and LOCAL_RANK. `featstore extract` sees 
   missing parts and finishes with the same store.
 
 The store directory must be one shared filesystem path for all nodes (NFS, Lustre, ...), and
-the spec's data must be readable at the same paths on every node.
+the spec's data must be readable at the same paths on every node. Files written on one node
+may show on another only after a delay: ranks wait up to FEATSTORE_DIST_FS_WAIT_S (default
+120 s) for store.json, a parts directory's fingerprint and the other ranks' parts to appear.
+Collectives time out after FEATSTORE_DIST_TIMEOUT_S (default 6 h: ranks wait for the slowest
+block of a split and for rank 0's assembly).
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ from .errors import FeatstoreError, UsageError
 T = TypeVar("T")
 TIMEOUT_ENV = "FEATSTORE_DIST_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 6 * 3600  # ranks wait for the slowest shard and for rank 0's merge
+FS_WAIT_ENV = "FEATSTORE_DIST_FS_WAIT_S"
+DEFAULT_FS_WAIT_S = 120.0     # how long a file written on another node may take to show
 
 
 def torchrun_env() -> tuple[int, int, int] | None:
@@ -86,6 +92,11 @@ class Context:
     local_rank: int = 0
     backend: str | None = None
     owns_group: bool = False
+    fs_wait_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.distributed and not self.fs_wait_s:
+            self.fs_wait_s = float(os.environ.get(FS_WAIT_ENV, DEFAULT_FS_WAIT_S))
 
     @property
     def is_main(self) -> bool:

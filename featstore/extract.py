@@ -34,8 +34,8 @@ from .extract_extras import ExtraOutputs
 from .layout import FEATURE_DTYPES
 from .models import LoadedModel, load_model
 from .spec import BenchmarkSpec, SplitSpec, load_spec
-from .store import Store
-from .writer import SplitWriter
+from .store import MANIFEST, Store
+from .writer import SplitWriter, wait_for
 
 
 @dataclass
@@ -140,11 +140,13 @@ class SplitJob:
     part_rows: int
     extra_row_axes: dict[str, int]
 
-    def writer(self, store: Store, opts: ExtractOptions, manage: bool) -> SplitWriter:
+    def writer(self, store: Store, opts: ExtractOptions, manage: bool,
+               fs_wait_s: float = 0.0) -> SplitWriter:
         return SplitWriter(store, self.split.name, part_rows=self.part_rows, dtype=opts.dtype,
                            usage=self.split.usage, source=self.split.source,
                            fingerprint=self.fingerprint, num_rows=len(self.rows),
-                           extra_row_axes=self.extra_row_axes, manage=manage)
+                           extra_row_axes=self.extra_row_axes, manage=manage,
+                           fs_wait_s=fs_wait_s)
 
 
 def plan_split(split: SplitSpec, loaded: LoadedModel, transform: dict,
@@ -180,10 +182,8 @@ def extract_parts(writer: SplitWriter, job: SplitJob, parts: range, loaded: Load
                   progress: Progress | None = None, workers_default: int | None = None) -> None:
     """Extract the parts of `parts` that have no part file yet (featstore.writer)."""
     split, rows = job.split, job.rows
-    missing = writer.missing_parts(parts)
-    bounds = [writer.part_bounds(k) for k in missing]
-    indices = [i for start, stop in bounds for i in range(start, stop)]
-    total = sum(writer.part_bounds(k)[1] - writer.part_bounds(k)[0] for k in parts)
+    indices = [i for k in writer.missing_parts(parts) for i in range(*writer.part_bounds(k))]
+    total = sum(stop - start for start, stop in map(writer.part_bounds, parts))
     done = total - len(indices)
     if progress:
         progress(split.name, done, total)
@@ -281,7 +281,7 @@ def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform
     def prepare() -> bool:
         if is_complete(store, job):
             return False
-        main_writer.append(job.writer(store, opts, manage=True))
+        main_writer.append(job.writer(store, opts, manage=True, fs_wait_s=ctx.fs_wait_s))
         return True
 
     if not ctx.on_main(prepare):
@@ -294,7 +294,8 @@ def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform
         workers = min(4, max(1, (os.cpu_count() or 1) // max(1, local_world)))
 
     def run_shard() -> None:
-        writer = main_writer[0] if ctx.is_main else job.writer(store, opts, manage=False)
+        writer = main_writer[0] if ctx.is_main else job.writer(store, opts, manage=False,
+                                                                fs_wait_s=ctx.fs_wait_s)
         extract_parts(writer, job, ctx.shard(writer.num_parts), loaded, transform, opts,
                       device, progress, workers)
 
@@ -336,7 +337,11 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
             created.append(open_or_create_store(Path(out), loaded, classes, opts.overwrite))
 
         ctx.on_main(create)
-        store = created[0] if ctx.is_main else Store.open(out)
+        if ctx.is_main:
+            store = created[0]
+        else:  # on another node the new store.json may take a moment to show
+            wait_for(lambda: (Path(out) / MANIFEST).is_file(), ctx.fs_wait_s)
+            store = Store.open(out)
         for split in bench.splits:
             extract_split(store, split, loaded, transform, opts, device, progress, ctx)
         return Store.open(out)

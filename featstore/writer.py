@@ -17,7 +17,8 @@ parts written under another fingerprint are discarded.
 
 When every part exists, `finish` assembles the split file by streaming: each dataset is
 created at its final shape with the same creation properties (chunking by rows, no
-timestamps) as `layout.write_split_file`, the parts are copied into it one at a time, and the
+timestamps) as `layout.write_split_file`, the parts are copied into it one at a time (`ids`,
+short strings, in one write: HDF5 numbers their heap objects per write call), and the
 dataset is closed before the next is created. The file is byte-identical to
 `write_split_file` of the concatenated arrays (tests/test_extract.py checks it) and the peak
 memory is about one part of one dataset, whatever N is. The file is then committed to the
@@ -31,7 +32,8 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,7 @@ class SplitWriter:
         num_rows: int,
         extra_row_axes: Mapping[str, int] | None = None,
         manage: bool = True,
+        fs_wait_s: float = 0.0,
     ):
         self.store = store
         self.name = name
@@ -87,6 +90,7 @@ class SplitWriter:
         self._buffered = 0        # kept rows in the buffer
         self._consumed = 0        # source rows of the current part seen so far
         self._part: int | None = None
+        self.fs_wait_s = float(fs_wait_s)
         fp = {**dict(fingerprint), "num_rows": self.num_rows}
         if manage:
             self._prepare(fp)
@@ -140,7 +144,11 @@ class SplitWriter:
 
     def _check_prepared(self, fingerprint: dict[str, Any]) -> None:
         fp_path = self.parts_dir / FINGERPRINT
-        if not fp_path.is_file() or json.loads(fp_path.read_text()) != fingerprint:
+
+        def prepared() -> bool:
+            return fp_path.is_file() and json.loads(fp_path.read_text()) == fingerprint
+
+        if not wait_for(prepared, self.fs_wait_s):
             raise FeatstoreError(
                 f"split {self.name!r}: the parts directory {str(self.parts_dir)!r} was prepared "
                 "for another source, model or batch layout than this process's; every rank must "
@@ -230,6 +238,8 @@ class SplitWriter:
         if self.num_parts == 0:
             raise FeatstoreError(f"split {self.name!r}: no rows were written (empty source?)")
         missing = self.missing_parts()
+        if missing and wait_for(lambda: not self.missing_parts(), self.fs_wait_s):
+            missing = []
         if missing:
             raise FeatstoreError(f"split {self.name!r}: {len(missing)} of {self.num_parts} "
                                  f"parts are missing (first: part {missing[0]}); rerun the "
@@ -261,6 +271,19 @@ class SplitWriter:
         if self._part is not None:
             self._flush()
         return self.commit(self.assemble(), extra_meta)
+
+
+def wait_for(condition: Callable[[], bool], seconds: float, interval: float = 0.5) -> bool:
+    """Whether `condition()` holds now or becomes true within `seconds` (polled). A shared
+    filesystem (NFS) may show a file written on another node only after a delay; distributed
+    extraction waits that long for the other ranks' files before calling them missing."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
 
 
 # ---------------------------------------------------------------------- streaming assembly
