@@ -16,8 +16,13 @@ OpenOOD's own sweep is `p_list: [90]` (APS off), a single setting; the default s
 is [10, 30, 50, 70, 90], a project choice that spans the sparsity range evenly and contains
 OpenOOD's 90.
 
-Sharing: the mean is one chunked pass at fit; a grid takes all its thresholds from ONE
-`np.percentile` call over V's entries (one partition), then one masked head per p.
+Sharing: the mean is one chunked pass at fit; the thresholds of all p not seen yet come from
+ONE `np.percentile` call over V's entries, and the masked heads (W * M).T (float64, (D, C)) are
+kept per p by the scorer, so a grid on several splits builds each head once and the fit's own
+head serves a later sweep. Each setting is then one dense float64 product per chunk: the
+masks are nested in p, but an increment between the grid's percentiles is ~20% of the C*D
+weights, and a product with that many scattered weights costs about as much as the dense one
+(see `scorers.react.sparse_pays`), so there is no cheaper shared form of the products.
 """
 
 from __future__ import annotations
@@ -64,11 +69,17 @@ class DICE(Scorer):
         self.bias = np.asarray(bias, dtype=np.float64)
         self.mean = train_mean(self, store)
         self.contrib = self.mean[None, :] * self.weight
+        self._heads: dict[float, np.ndarray] = {}
+        self.masked_heads([float(self.params["p"])])
 
     def masked_heads(self, ps: list[float]) -> list[np.ndarray]:
-        """(D, C) transposed masked weights, one per p, from one percentile call."""
-        thresholds = np.percentile(self.contrib.ravel(), ps)
-        return [np.ascontiguousarray((self.weight * (self.contrib > t)).T) for t in thresholds]
+        """(D, C) transposed masked weights, one per p (kept by the scorer); the missing ones
+        from one percentile call."""
+        missing = [p for p in dict.fromkeys(ps) if p not in self._heads]
+        if missing:
+            for p, t in zip(missing, np.percentile(self.contrib.ravel(), missing), strict=True):
+                self._heads[p] = np.ascontiguousarray((self.weight * (self.contrib > t)).T)
+        return [self._heads[p] for p in ps]
 
     def _score(self, split: Any) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
