@@ -1,6 +1,7 @@
 """Benchmark: hyperparameter sweeps without recompute (scorers.sweep / Scorer.score_grid).
 
-Run ``python -m benchmarks.bench_sweep [--quick] [--part a|b|all]``. Prints Markdown.
+Run ``python -m benchmarks.bench_sweep [--quick] [--part a|b|all] [--only NAME,...]``. Prints
+Markdown.
 
 (a) score_grid vs refit-and-rescore, per scorer with a default grid, on the same cached
     arrays: an ImageNet-shaped synthetic store (D = 2048 post-ReLU features, C = 1000 classes,
@@ -10,7 +11,8 @@ Run ``python -m benchmarks.bench_sweep [--quick] [--part a|b|all]``. Prints Mark
     - refit: per setting construct + fit + ``score`` of the same two splits (what a grid
       search without a feature cache does even when the features are cached, e.g.
       pytorch-ood's GridSearch).
-    Both sides return the same scores (max relative difference printed); ratio = refit /
+    Both sides return the same scores (max relative difference printed); times are CPU
+    seconds of the process (`time.process_time`, one BLAS/OpenMP thread), ratio = refit /
     featstore from one run, after an untimed warm-up of every scorer on a tiny store (Numba
     compilation, FAISS start-up) and one untimed read of the store (page cache).
 (b) end to end against the OpenOOD pattern (`Evaluator.hyperparam_search`: the network's
@@ -185,14 +187,15 @@ def max_rel_diff(a: list[list[np.ndarray]], b: list[list[np.ndarray]]) -> float:
 
 
 def measure(name: str, store: Store, base: dict, grid: dict) -> tuple[float, float, Any, Any]:
-    """(featstore s, refit s, scores of both). featstore, refit, featstore again: the
-    featstore time is the mean of its two runs, which bracket the refit run (the load of the
-    shared machine drifts); best of 3 alternating runs per side when both together take
-    under 2 s."""
+    """(featstore s, refit s, scores of both), in CPU seconds of this process
+    (`time.process_time`; BLAS/OpenMP limited to one thread, so this is the work done, not
+    the share of the 2 cores other jobs leave us). featstore, refit, featstore again: the
+    featstore time is the mean of its two runs, which bracket the refit run; best of 3
+    alternating runs per side when both together take under 2 s."""
     def run(side: Callable[..., Any]) -> tuple[float, Any]:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         out = side(name, store, base, grid)
-        return time.perf_counter() - t0, out
+        return time.process_time() - t0, out
 
     t_fs, fs = run(side_featstore)
     t_rf, rf = run(side_refit)
@@ -205,7 +208,7 @@ def measure(name: str, store: Store, base: dict, grid: dict) -> tuple[float, flo
     return t_fs, t_rf, fs, rf
 
 
-def part_a(tmp: Path, quick: bool) -> list[str]:
+def part_a(tmp: Path, quick: bool, only: list[str] | None = None) -> list[str]:
     from threadpoolctl import threadpool_limits
 
     sz = (SizesA(dim=256, classes=100, train=3000, val=300, ood=300) if quick
@@ -218,7 +221,7 @@ def part_a(tmp: Path, quick: bool) -> list[str]:
     build_s = time.perf_counter() - t0
     for name in store.splits():  # page cache
         np.asarray(store.split(name).features), np.asarray(store.split(name).logits)
-    names = grid_scorers()
+    names = [n for n in grid_scorers() if only is None or n in only]
     for name in names:  # untimed warm-up: Numba compilation, FAISS, sklearn imports
         base = A_BASE.get(name, {})
         grid = {k: list(v[:2]) for k, v in REGISTRY[name].grid.items()}
@@ -249,11 +252,14 @@ def part_a(tmp: Path, quick: bool) -> list[str]:
         "1000 on both sides (its default 10,000-row one-class SVM per nu takes minutes here).",
         "- BLAS and OpenMP (FAISS) limited to 1 thread with threadpoolctl: the 2 cores are "
         "shared with other jobs, and 2-thread OpenBLAS under that load made single timings "
-        "vary by 2x or more. Order featstore, refit, featstore; the featstore time is the "
-        "mean of its two runs (they bracket the refit run while the machine's load drifts); "
-        "where both sides together take under 2 s, best of 3 alternating runs per side.",
+        "vary by 2x or more. Times are CPU seconds of this process (`time.process_time`), "
+        "not wall time, so the other jobs' share of the cores does not count (their cache "
+        "and memory-bandwidth pressure still does). Order featstore, refit, featstore; the "
+        "featstore time is the mean of its two runs (they bracket the refit run while the "
+        "machine's load drifts); where both sides together take under 2 s, best of 3 "
+        "alternating runs per side.",
         "",
-        fmt_row(["scorer", "settings", "featstore s", "refit s", "ratio", "goal", "ok",
+        fmt_row(["scorer", "settings", "featstore CPU s", "refit CPU s", "ratio", "goal", "ok",
                  "max rel diff"]),
         "|---|---:|---:|---:|---:|---:|---|---:|",
     ]
@@ -590,7 +596,16 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--part", choices=("a", "b", "all"), default="all")
+    parser.add_argument("--only", metavar="NAME[,NAME...]",
+                        help="part (a): only these scorers (comma-separated registry names)")
     args = parser.parse_args(argv)
+    only = None
+    if args.only:
+        only = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = sorted(set(only) - set(grid_scorers()))
+        if unknown:
+            parser.error(f"--only: {', '.join(unknown)} is not a scorer with a default grid "
+                         f"(choose from {', '.join(grid_scorers())})")
     cmd = "python -m benchmarks.bench_sweep" + (" " + " ".join(argv if argv is not None
                                                                else sys.argv[1:])).rstrip()
     start_load = load_average()
@@ -599,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     body: list[str] = []
     try:
         if args.part in ("a", "all"):
-            body += part_a(tmp, args.quick) + [""]
+            body += part_a(tmp, args.quick, only) + [""]
         if args.part in ("b", "all"):
             body += part_b(tmp, args.quick) + [""]
     finally:
