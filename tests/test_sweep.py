@@ -147,6 +147,178 @@ def test_default_grid_score_grid_equals_separate_runs(wide_store, name):
                                            err_msg=f"{name} {setting} on {split_name}")
 
 
+# --------------------------------------------------------------------------- (1b) shared work
+# The shared paths of score_grid against the formulas themselves (not only against the single
+# setting, which may take the same path): ASH's running sums over nested kept sets, ReAct's
+# band sums above a dense anchor, OODL's cached models and shared kernel rows.
+def energy(z: np.ndarray) -> np.ndarray:
+    from scipy.special import logsumexp as sp_logsumexp
+
+    return sp_logsumexp(z, axis=1)
+
+
+def test_ash_band_order_is_the_stable_descending_kept_set():
+    """The first k positions of band_order = the first k of np.argsort(-x, kind="stable"),
+    for every k of a grid: ties (lowest index first), signed zeros, NaN (last); and the top-k
+    sums are those of the stable sort's values."""
+    from scorers.ash import RowSort
+
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        d = int(rng.integers(1, 40))
+        x = rng.integers(-3, 4, size=(6, d)).astype(np.float32)
+        if trial % 3 == 0:
+            x[rng.random(x.shape) < 0.2] = np.nan
+        if trial % 5 == 0:
+            x[x == 0] = -0.0
+        ks = sorted(set(rng.integers(1, d + 1, size=3).tolist()))
+        rs = RowSort(x, max(ks))
+        order = rs.order(ks)
+        ref = np.argsort(-x, axis=1, kind="stable")
+        for k in ks:
+            np.testing.assert_array_equal(np.sort(order[:, :k], axis=1),
+                                          np.sort(ref[:, :k], axis=1))
+        top = np.take_along_axis(x.astype(np.float64), ref, axis=1)[:, :max(ks)]
+        np.testing.assert_array_equal(rs.csum, np.cumsum(top, axis=1))
+
+
+def ref_ash(x: np.ndarray, w: np.ndarray, b: np.ndarray, variant: str, k: int) -> np.ndarray:
+    keep = np.zeros(x.shape, dtype=bool)
+    np.put_along_axis(keep, np.argsort(-x, axis=1, kind="stable")[:, :k], True, axis=1)
+    s1 = x.sum(axis=1, keepdims=True)
+    pruned = np.where(keep, x, 0.0)
+    if variant == "b":
+        shaped = np.where(keep, s1 / k, 0.0)
+    elif variant == "s":
+        shaped = pruned * np.exp(s1 / pruned.sum(axis=1, keepdims=True))
+    else:
+        shaped = pruned
+    return energy(shaped @ w.T + b)
+
+
+@pytest.mark.parametrize("variant", ["p", "b", "s"])
+def test_ash_running_sums_and_dense_settings_equal_the_formula(wide_store, variant):
+    """D=1040: percentiles 95..75 keep 5% more entries each (one running sum per row), 30 and
+    10 keep too many more (dense products); all equal the row formula and separate runs."""
+    from scorers.ash import keep_count, plan_chain
+
+    st, d = wide_store, 1040
+    grid = {"percentile": [95, 90, 85, 80, 75, 30, 10]}
+    ks = [keep_count(d, p) for p in grid["percentile"]]
+    assert plan_chain(ks, d) == set(ks[:5])
+    w, b = (np.asarray(a, dtype=np.float64) for a in st.head)
+    scorer = get_scorer("ash", variant=variant).fit(st)
+    for split_name in ("id/test", "ood/far/faint"):
+        split = st.split(split_name)
+        x = np.asarray(split.features, dtype=np.float64)
+        results = scorer.score_grid(split, grid)
+        again = scorer.score_grid(split, grid)
+        for (setting, scores), k, (_, scores2) in zip(results, ks, again, strict=True):
+            np.testing.assert_array_equal(scores, scores2)            # deterministic
+            np.testing.assert_allclose(scores, ref_ash(x, w, b, variant, k), rtol=1e-9,
+                                       atol=1e-12, err_msg=f"{setting} {split_name}")
+            single = get_scorer("ash", variant=variant, **setting).fit(st).score(split)
+            np.testing.assert_allclose(scores, single, rtol=1e-9, atol=1e-12)
+
+
+def test_react_plan_anchor_cost_model():
+    from scorers.react import plan_anchor
+
+    # a low threshold leaving 90% of the entries above it is cheaper as its own dense product
+    assert plan_anchor([900, 150, 100, 50, 10], 1000) == 1
+    assert plan_anchor([150, 100, 50, 10], 1000) == 0       # the default grid's shape
+    assert plan_anchor([990, 980], 1000) == 1               # nothing pays: both dense
+    assert plan_anchor([5], 1000) == 0
+
+
+def test_react_band_sums_equal_dense_clipping(wide_store):
+    """Percentiles 10 and 50 (most entries above their clip values: dense) and 85..99 (band
+    sums above the 85th's anchor): == logsumexp(min(h, c) @ W.T + b) with c from
+    np.percentile, and == separate runs; deterministic."""
+    st = wide_store
+    grid = {"percentile": [10, 50, 85, 90, 95, 99]}
+    train = np.asarray(st.split("id/train").features, dtype=np.float64)
+    clips = np.percentile(train.ravel(), grid["percentile"])
+    w, b = (np.asarray(a, dtype=np.float64) for a in st.head)
+    scorer = get_scorer("react").fit(st)
+    for split_name in ("id/test", "ood/far/faint"):
+        split = st.split(split_name)
+        x = np.asarray(split.features, dtype=np.float64)
+        results = scorer.score_grid(split, grid)
+        again = scorer.score_grid(split, grid)
+        for (setting, scores), c, (_, scores2) in zip(results, clips, again, strict=True):
+            np.testing.assert_array_equal(scores, scores2)
+            np.testing.assert_allclose(scores, energy(np.minimum(x, c) @ w.T + b), rtol=1e-9,
+                                       atol=1e-12, err_msg=f"{setting} {split_name}")
+            single = get_scorer("react", **setting).fit(st).score(split)
+            np.testing.assert_allclose(scores, single, rtol=1e-9, atol=1e-12)
+
+
+def test_react_fit_holds_the_default_grid_clip_values(wide_store, monkeypatch):
+    """A sweep over the default grid after fit reads id/train no further; another
+    percentile costs one pass (pass 1's histogram is kept)."""
+    import scorers.react as react_mod
+
+    scorer = get_scorer("react").fit(wide_store)
+    passes = []
+    real = react_mod.high_histogram
+    monkeypatch.setattr(react_mod, "high_histogram", lambda c: passes.append(1) or real(c))
+    read = []
+    split = wide_store.split("id/train")
+    orig_iter = type(split).iter_chunks
+
+    def spy(self, *a, **k):
+        if self.name == "id/train":
+            read.append(1)
+        return orig_iter(self, *a, **k)
+
+    monkeypatch.setattr(type(split), "iter_chunks", spy)
+    scorer.score_grid(wide_store.split("id/test"))
+    assert read == [] and passes == []
+    scorer.score_grid(wide_store.split("id/test"), {"percentile": [42]})
+    assert passes == [] and len(read) == 1
+
+
+def test_oodl_sweep_fits_each_model_once(wide_store, monkeypatch):
+    """fit + score_grid on two splits: one SVM per nu (the fit's own reused), scores equal
+    sklearn's StandardScaler + OneClassSVM(rbf, gamma='scale') (rtol 1e-6, as the reference
+    test of oodl) and separate runs (1e-9)."""
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import OneClassSVM
+
+    st, nus = wide_store, [0.01, 0.1, 0.5]
+    fits = []
+    real_fit = OneClassSVM.fit
+    monkeypatch.setattr(OneClassSVM, "fit",
+                        lambda self, *a, **k: fits.append(self.nu) or real_fit(self, *a, **k))
+    scorer = get_scorer("oodl", nu=0.1).fit(st)
+    results = {sp: scorer.score_grid(st.split(sp), {"nu": nus})
+               for sp in ("id/test", "ood/far/faint")}
+    assert sorted(fits) == sorted(nus)
+    monkeypatch.setattr(OneClassSVM, "fit", real_fit)
+    train = np.asarray(st.split("id/train").features, dtype=np.float64)
+    ss = StandardScaler().fit(train)
+    for sp, res in results.items():
+        x = ss.transform(np.asarray(st.split(sp).features, dtype=np.float64))
+        for (setting, scores), nu in zip(res, nus, strict=True):
+            ref = OneClassSVM(kernel="rbf", gamma="scale", nu=nu).fit(ss.transform(train))
+            np.testing.assert_allclose(scores, ref.decision_function(x), rtol=1e-6, atol=1e-9)
+            single = get_scorer("oodl", **setting).fit(st).score(st.split(sp))
+            np.testing.assert_allclose(scores, single, rtol=1e-9, atol=1e-12)
+
+
+def test_dice_heads_are_built_once_per_p(wide_store, monkeypatch):
+    st = wide_store
+    scorer = get_scorer("dice").fit(st)
+    calls = []
+    real = np.percentile
+    monkeypatch.setattr(np, "percentile", lambda *a, **k: calls.append(1) or real(*a, **k))
+    first = scorer.score_grid(st.split("id/test"))
+    second = scorer.score_grid(st.split("ood/far/faint"))
+    assert len(calls) == 1                     # the four p other than the fit's own, at once
+    assert [s for s, _ in first] == [s for s, _ in second] == expand_grid(scorer.grid)
+
+
 # --------------------------------------------------------------------------- (2) val only
 def test_selection_uses_val_only(tmp_path):
     """val prefers T=1 and test prefers T>=10: T=1 is chosen although it fails on test;
