@@ -87,7 +87,6 @@ class SplitWriter:
         self.parts_dir = store.split_file(name).with_suffix(".parts")
         self.part_meta: dict[str, Any] = {}
         self._buffer: list[dict[str, np.ndarray]] = []
-        self._buffered = 0        # kept rows in the buffer
         self._consumed = 0        # source rows of the current part seen so far
         self._part: int | None = None
         self.fs_wait_s = float(fs_wait_s)
@@ -174,7 +173,7 @@ class SplitWriter:
     def _flush(self) -> None:
         """Write the buffered batches as the current part."""
         self._write_part(self._concat(self._buffer))
-        self._buffer, self._buffered, self._consumed, self._part = [], 0, 0, None
+        self._buffer, self._consumed, self._part = [], 0, None
 
     def _axis(self, key: str) -> int:
         return self.extra_row_axes.get(key[len("extra/"):], 0) if key.startswith("extra/") else 0
@@ -212,7 +211,6 @@ class SplitWriter:
         for key, arr in (extras or {}).items():
             batch[f"extra/{key}"] = np.asarray(arr)
         self._buffer.append(batch)
-        self._buffered += len(batch["labels"])
         self._consumed += int(source_rows)
         if start + self._consumed == stop:
             self._flush()
