@@ -162,8 +162,8 @@ class Scorer:
 
     # ------------------------------------------------------------------ helpers
     def chunks(self, split: Any, *fields: str) -> Iterator[tuple[slice, tuple[np.ndarray, ...]]]:
-        """Row chunks of a split's fields as float32: about `rowmap.READ_BYTES` of the widest
-        field per chunk, at most `self.chunk_rows` rows (bounded memory)."""
+        """Row chunks of a split's fields as float32: about `rowmap.FIT_READ_BYTES` of the
+        widest field per chunk, at most `self.chunk_rows` rows (bounded memory)."""
         from .rowmap import read_chunk_rows
 
         rows = read_chunk_rows(split, fields, self.chunk_rows)

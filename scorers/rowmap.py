@@ -8,7 +8,7 @@ fitted, except the neighbour searches, which batch their own queries).
 How it is fast, and why the numbers do not depend on it:
 
 - Reads: the split is read in row chunks of about `READ_BYTES` per field with
-  `read_direct` into two reused buffers (no fresh allocation, hence no page faults, per
+  `read_direct` into one reused buffer per field (no fresh allocation, hence no page faults, per
   chunk); float16 fields are widened to float32 per block.
 - Compute: each chunk is cut into blocks of about `BLOCK_BYTES` of input (the temporaries
   of a block, e.g. its float64 copy, stay in the L2 cache and in the allocator's free
@@ -18,7 +18,7 @@ How it is fast, and why the numbers do not depend on it:
 - Determinism: block boundaries are a function of the row index, the field widths and the
   caller's `chunk_rows` only, never of the thread count or timing; every block's result is
   written to its own rows. The same store and parameters give the same scores bit for bit.
-- Memory: two read chunks per field plus one block's temporaries per worker.
+- Memory: one read chunk per field plus one block's temporaries per worker.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-READ_BYTES = 16 << 20
+READ_BYTES = 8 << 20
+FIT_READ_BYTES = 4 << 20
 BLOCK_BYTES = 1 << 20
 THREADS_ENV = "FEATSTORE_THREADS"
 
@@ -78,9 +79,12 @@ def block_layout(split: Any, fields: Sequence[str], chunk_rows: int | None = Non
 
 
 def read_chunk_rows(split: Any, fields: Sequence[str], chunk_rows: int | None = None) -> int:
-    """Rows per streamed read of `fields`: about READ_BYTES of the widest, at most
-    `chunk_rows` (what the fit passes of the scorers use)."""
-    return block_layout(split, fields or ("features",), chunk_rows)[1]
+    """Rows per streamed read of `fields` in the fit passes and neighbour searches: about
+    FIT_READ_BYTES of the widest field (their float64 temporaries are several times that),
+    at most `chunk_rows`."""
+    widest = max(_row_bytes(split, f) for f in (fields or ("features",)))
+    rows = max(1, FIT_READ_BYTES // widest)
+    return rows if chunk_rows is None else max(1, min(rows, int(chunk_rows)))
 
 
 def map_rows(
@@ -103,8 +107,7 @@ def map_rows(
         return out if outputs is not None else out[0]
     block, chunk = block_layout(split, fields, chunk_rows)
     datasets = [split.dataset(f) for f in fields]
-    buffers = [[np.empty((min(chunk, n), *ds.shape[1:]), dtype=ds.dtype) for _ in range(2)]
-               for ds in datasets]
+    buffers = [np.empty((min(chunk, n), *ds.shape[1:]), dtype=ds.dtype) for ds in datasets]
     workers = threads()
 
     def run(bufs: list[np.ndarray], lo: int, hi: int, start: int) -> None:
@@ -122,12 +125,11 @@ def map_rows(
 
     # Reads run alone (h5py serializes HDF5 calls, and overlapping them with the workers was
     # measured slower), then the chunk's blocks run on the pool.
-    buffers1 = [pair[0] for pair in buffers]
     with ThreadPoolExecutor(workers) as pool, threadpool_limits(1, user_api="blas"):
         for start in range(0, n, chunk):
             stop = min(start + chunk, n)
             bufs = []
-            for ds, whole in zip(datasets, buffers1, strict=True):
+            for ds, whole in zip(datasets, buffers, strict=True):
                 buf = whole[: stop - start]
                 split.read_into(ds, start, stop, buf)
                 bufs.append(buf)
