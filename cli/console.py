@@ -20,7 +20,6 @@ import json
 import math
 import os
 import sys
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -265,15 +264,3 @@ def status(enabled: bool = True) -> Iterator[Callable[[str], None]]:
     with run_progress(progress):
         yield begin
         finish()
-
-
-@contextmanager
-def timed(label: str, enabled: bool = True) -> Iterator[None]:
-    """One spinner with elapsed time around a block, e.g. a scorer's fit."""
-    with status(enabled) as begin:
-        begin(label)
-        yield
-
-
-def elapsed(start: float) -> float:
-    return time.perf_counter() - start
