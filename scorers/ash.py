@@ -56,7 +56,7 @@ from numba import njit
 from featstore.errors import UsageError
 
 from .base import Scorer, logsumexp
-from .react import check_percentile, exact_f32, sparse_pays
+from .react import check_percentile, exact_f32, gather_add, gather_sum, sparse_pays
 
 VARIANTS = ("p", "b", "s")
 def keep_count(num_features: int, percentile: float) -> int:
@@ -146,35 +146,30 @@ def band_order(x: np.ndarray, ks: np.ndarray, kth: np.ndarray) -> np.ndarray:
 def _running_logits(x, order, wt, bias, ends, need_p, need_b, set_end, set_acc, set_scale,
                     out):
     """Per row i: running sums acc_p = sum x[i, j] * wt[j] and acc_b = sum wt[j] over j =
-    order[i, 0], order[i, 1], ... (in that order, float64), and at the end of band e (after
-    ends[e] entries) for every setting s with set_end[s] == e:
-    out[s, i] = set_scale[s, i] * acc + bias, acc = acc_p if set_acc[s] == 0 else acc_b."""
+    order[i, 0], order[i, 1], ... (float64, four entries at a time within a band: see
+    `scorers.react.gather_add`), and at the end of band e (after ends[e] entries) for every
+    setting s with set_end[s] == e: out[s, i] = set_scale[s, i] * acc + bias, acc = acc_p if
+    set_acc[s] == 0 else acc_b."""
     n = x.shape[0]
     c_num = wt.shape[1]
     acc_p = np.empty(c_num)
     acc_b = np.empty(c_num)
+    vals = np.empty(order.shape[1], dtype=np.float64)
     for i in range(n):
         acc_p[:] = 0.0
         acc_b[:] = 0.0
-        r = 0
+        idx = order[i]
+        if need_p:
+            for r in range(order.shape[1]):
+                vals[r] = np.float64(x[i, idx[r]])
+        lo = 0
         for e in range(ends.shape[0]):
-            stop = ends[e]
-            while r < stop:
-                j = order[i, r]
-                v = np.float64(x[i, j])
-                w = wt[j]
-                if need_p and need_b:
-                    for c in range(c_num):
-                        wc = np.float64(w[c])
-                        acc_p[c] += v * wc
-                        acc_b[c] += wc
-                elif need_p:
-                    for c in range(c_num):
-                        acc_p[c] += v * np.float64(w[c])
-                else:
-                    for c in range(c_num):
-                        acc_b[c] += np.float64(w[c])
-                r += 1
+            hi = ends[e]
+            if need_p:
+                gather_add(acc_p, wt, idx, vals, lo, hi)
+            if need_b:
+                gather_sum(acc_b, wt, idx, lo, hi)
+            lo = hi
             for s in range(set_end.shape[0]):
                 if set_end[s] != e:
                     continue

@@ -52,10 +52,12 @@ from featstore.errors import FeatstoreError, UsageError
 
 from .base import Scorer, logsumexp
 
-# A kept entry accumulated row by row costs about this many times its share (1 / D) of a dense
-# float64 product of the chunk with W.T (numba gather, W as float32 from L3, ~4-5 GFMA/s vs
-# ~25 GFMA/s for OpenBLAS dgemm, one core of an AMD EPYC); used to choose sparse vs dense.
-SPARSE_COST = 5.0
+# An entry accumulated row by row (`gather_add`: a row of W.T as float32 streamed from cache
+# into a float64 sum) costs about this many times its share (1 / D) of a dense float64 product
+# of the chunk with W.T (measured ~2.2-3x: ~8-10 G adds/s against ~25 GFMA/s for OpenBLAS
+# dgemm on one core of an AMD EPYC, more under other jobs' cache pressure); used to choose
+# between the sparse and the dense way, a choice that only depends on shapes and counts.
+SPARSE_COST = 3.0
 
 
 def sparse_pays(fraction: float) -> bool:
@@ -73,6 +75,71 @@ def exact_f32(a: np.ndarray) -> np.ndarray:
     if np.array_equal(f.astype(a.dtype), a):
         return np.ascontiguousarray(f)
     return np.ascontiguousarray(a, dtype=np.float64)
+
+
+@njit(cache=True)
+def gather_add(acc: np.ndarray, wt: np.ndarray, idx: np.ndarray, coef: np.ndarray, lo: int,
+               hi: int) -> None:
+    """acc += sum_{r = lo..hi-1} coef[r] * wt[idx[r]] in float64, four rows of wt per pass over
+    acc (summed as ((t1 + t2) + (t3 + t4)), the rest one by one): the rows of W.T stream from
+    cache once per entry while acc stays in L1."""
+    c_num = acc.shape[0]
+    r = lo
+    while r + 4 <= hi:
+        w1, w2, w3, w4 = wt[idx[r]], wt[idx[r + 1]], wt[idx[r + 2]], wt[idx[r + 3]]
+        v1, v2, v3, v4 = coef[r], coef[r + 1], coef[r + 2], coef[r + 3]
+        for c in range(c_num):
+            acc[c] += ((v1 * np.float64(w1[c]) + v2 * np.float64(w2[c]))
+                       + (v3 * np.float64(w3[c]) + v4 * np.float64(w4[c])))
+        r += 4
+    while r < hi:
+        w1, v1 = wt[idx[r]], coef[r]
+        for c in range(c_num):
+            acc[c] += v1 * np.float64(w1[c])
+        r += 1
+
+
+@njit(cache=True)
+def gather_sum(acc: np.ndarray, wt: np.ndarray, idx: np.ndarray, lo: int, hi: int) -> None:
+    """acc += sum_{r = lo..hi-1} wt[idx[r]] in float64, four rows per pass (as `gather_add`)."""
+    c_num = acc.shape[0]
+    r = lo
+    while r + 4 <= hi:
+        w1, w2, w3, w4 = wt[idx[r]], wt[idx[r + 1]], wt[idx[r + 2]], wt[idx[r + 3]]
+        for c in range(c_num):
+            acc[c] += ((np.float64(w1[c]) + np.float64(w2[c]))
+                       + (np.float64(w3[c]) + np.float64(w4[c])))
+        r += 4
+    while r < hi:
+        w1 = wt[idx[r]]
+        for c in range(c_num):
+            acc[c] += np.float64(w1[c])
+        r += 1
+
+
+@njit(cache=True)
+def gather_add_sum(acc: np.ndarray, acc_sum: np.ndarray, wt: np.ndarray, idx: np.ndarray,
+                   coef: np.ndarray, lo: int, hi: int) -> None:
+    """`gather_add(acc, ...)` and `gather_sum(acc_sum, ...)` in one pass over the rows of wt
+    (same sums, same order)."""
+    c_num = acc.shape[0]
+    r = lo
+    while r + 4 <= hi:
+        w1, w2, w3, w4 = wt[idx[r]], wt[idx[r + 1]], wt[idx[r + 2]], wt[idx[r + 3]]
+        v1, v2, v3, v4 = coef[r], coef[r + 1], coef[r + 2], coef[r + 3]
+        for c in range(c_num):
+            a1, a2, a3, a4 = (np.float64(w1[c]), np.float64(w2[c]), np.float64(w3[c]),
+                              np.float64(w4[c]))
+            acc[c] += (v1 * a1 + v2 * a2) + (v3 * a3 + v4 * a4)
+            acc_sum[c] += (a1 + a2) + (a3 + a4)
+        r += 4
+    while r < hi:
+        w1, v1 = wt[idx[r]], coef[r]
+        for c in range(c_num):
+            a1 = np.float64(w1[c])
+            acc[c] += v1 * a1
+            acc_sum[c] += a1
+        r += 1
 
 
 _HI_BINS = 1 << 16
@@ -182,16 +249,19 @@ def _clip_band_logits(x, anchor, wt, cs, out):
         min(x, c_t) @ W.T + b = anchor + sum_{b < t} Y_b + (c_t - c_0) sum_{b >= t} U_b,
         Y_b = sum_{j in band b} (x_j - c_0) W[:, j],   U_b = sum_{j in band b} W[:, j],
 
-    accumulated per row in float64 (Y over bands 0, 1, ..., U over bands T-1, T-2, ...).
-    out[t - 1, i] receives the logits of row i at cs[t]."""
+    per row in float64, in one ascending pass over the bands (Y_b for b <= T-2, U_b for b >= 1,
+    both from one pass over a band's rows of W.T where both are needed; the U suffix sums as
+    the total minus the prefix). out[t - 1, i] receives the logits of row i at cs[t]."""
     n, d = x.shape
     c_num = wt.shape[1]
     t_num = cs.shape[0]
-    acc = np.empty(c_num)
+    acc_y = np.empty(c_num)
+    acc_u = np.empty(c_num)
     count = np.empty(t_num + 1, dtype=np.int64)
     pos = np.empty(t_num + 1, dtype=np.int64)
     band = np.empty(d, dtype=np.int64)
     entries = np.empty(d, dtype=np.int64)
+    coef = np.empty(d, dtype=np.float64)
     c0 = cs[0]
     for i in range(n):
         count[:] = 0
@@ -210,30 +280,32 @@ def _clip_band_logits(x, anchor, wt, cs, out):
             b = band[j]
             entries[pos[b + 1]] = j
             pos[b + 1] += 1
-        # Y: ascending bands; after band b the prefix sum is the correction of setting b + 1
-        acc[:] = 0.0
-        for b in range(t_num - 1):
-            for q in range(start[b + 1], start[b + 2]):
-                j = entries[q]
-                coef = np.float64(x[i, j]) - c0
-                w = wt[j]
+        for q in range(start[1], d):
+            coef[q] = np.float64(x[i, entries[q]]) - c0
+        # one ascending pass over the bands: acc_y = sum_{b < t} Y_b and acc_u = sum_{1 <= b < t}
+        # U_b when setting t is written (anchor + acc_y - (c_t - c_0) acc_u); after the last
+        # band acc_u = sum_{b >= 1} U_b is added back times (c_t - c_0)
+        acc_y[:] = 0.0
+        acc_u[:] = 0.0
+        a = anchor[i]
+        for b in range(t_num):
+            lo, hi = start[b + 1], start[b + 1] + count[b + 1]
+            if b == 0:
+                gather_add(acc_y, wt, entries, coef, lo, hi)
+            elif b == t_num - 1:
+                gather_sum(acc_u, wt, entries, lo, hi)
+            else:
+                gather_add_sum(acc_y, acc_u, wt, entries, coef, lo, hi)
+            if b + 1 < t_num:
+                step = cs[b + 1] - c0
+                z = out[b, i]
                 for c in range(c_num):
-                    acc[c] += coef * w[c]
-            z = out[b, i]
-            a = anchor[i]
+                    z[c] = a[c] + acc_y[c] - step * acc_u[c]
+        for t in range(1, t_num):
+            step = cs[t] - c0
+            z = out[t - 1, i]
             for c in range(c_num):
-                z[c] = a[c] + acc[c]
-        # U: descending bands; after band b the suffix sum serves setting b
-        acc[:] = 0.0
-        for b in range(t_num - 1, 0, -1):
-            for q in range(start[b + 1], start[b + 1] + count[b + 1]):
-                w = wt[entries[q]]
-                for c in range(c_num):
-                    acc[c] += np.float64(w[c])
-            step = cs[b] - c0
-            z = out[b - 1, i]
-            for c in range(c_num):
-                z[c] += step * acc[c]
+                z[c] += step * acc_u[c]
 
 
 def plan_anchor(counts: Sequence[int], size: int) -> int:
