@@ -28,6 +28,15 @@ from .console import JsonOpt, QuietOpt, emit, err, out, setup, status
 __all__ = ["parse_params", "print_evaluation", "demo_evaluation", "register"]
 
 
+def recall_line(diagnostics: dict) -> str | None:
+    """'index ivf_flat: recall@50 0.934 against exact search (256 id/val rows)', or None."""
+    if "recall_at_k" not in diagnostics:
+        return None
+    d = diagnostics
+    return (f"index {d['index']}: recall@{d['recall_k']} {d['recall_at_k']:.3f} against exact "
+            f"search ({d['recall_queries']} {d['recall_split']} rows)")
+
+
 def _fmt(v: float) -> str:
     return "–" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.2f}"
 
@@ -62,6 +71,9 @@ def print_evaluation(result: dict, per_split: bool = True) -> None:
         table.add_row(*cells)
     out.print(table)
     out.print(f"ID accuracy ({result['id_split']}): {result['id_acc']:.2f}%")
+    for name, r in methods.items():
+        if (line := recall_line(r.get("diagnostics", {}))) is not None:
+            out.print(f"{name}: {line}")
     if per_split:
         t2 = Table(title="per split  ·  AUROC / FPR95 / AUPR-IN / AUPR-OUT", header_style="bold",
                    show_edge=False)
@@ -116,7 +128,9 @@ def register(app: typer.Typer) -> None:
             require_rows(st, [*names, *(s for s in fit_splits(method) if st.has_split(s))])
             with status() as begin:
                 begin(fit_label(st, method, len(names)))
-                scores, fit_s, score_s = score_splits(st, method, params, names, not no_cache)
+                diagnostics: dict = {}
+                scores, fit_s, score_s = score_splits(st, method, params, names, not no_cache,
+                                                      diagnostics)
         summary = {name: {"n": int(s.size), "mean": float(s.mean()), "std": float(s.std()),
                           "min": float(s.min()), "max": float(s.max())}
                    for name, s in scores.items()}
@@ -124,6 +138,7 @@ def register(app: typer.Typer) -> None:
             np.savez(save, **{k.replace("/", "__"): v for k, v in scores.items()})
         result = {"store": str(store), "method": method, "params": params,
                   "fit_seconds": fit_s, "score_seconds": score_s, "splits": summary,
+                  "diagnostics": diagnostics,
                   "saved": str(save) if save is not None else None}
 
         def human() -> None:
@@ -136,6 +151,8 @@ def register(app: typer.Typer) -> None:
                                                                              "max")))
             out.print(table)
             out.print(f"fit {fit_s:.2f} s, score {score_s:.2f} s")
+            if (line := recall_line(diagnostics)) is not None:
+                out.print(line)
 
         emit(result, human)
 

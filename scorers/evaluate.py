@@ -42,8 +42,11 @@ def group_means(per_split: Mapping[str, Mapping[str, float]], store: Any) -> dic
 
 
 def score_splits(store: Any, name: str, params: Mapping[str, Any], splits: Sequence[str],
-                 use_cache: bool = True) -> tuple[dict[str, np.ndarray], float, float]:
-    """Scores of every named split (cached in scores.h5); returns (scores, fit s, score s)."""
+                 use_cache: bool = True, diagnostics: dict[str, Any] | None = None
+                 ) -> tuple[dict[str, np.ndarray], float, float]:
+    """Scores of every named split (cached in scores.h5); returns (scores, fit s, score s).
+    When the scorer is fitted, its `diagnostics` (e.g. an approximate index's recall@K) are
+    copied into the `diagnostics` dict if one is given."""
     scorer = get_scorer(name, **params)
     cache = ScoreCache(store) if use_cache else None
     out: dict[str, np.ndarray] = {}
@@ -60,6 +63,8 @@ def score_splits(store: Any, name: str, params: Mapping[str, Any], splits: Seque
         t0 = time.perf_counter()
         scorer.fit(store)
         fit_s = time.perf_counter() - t0
+        if diagnostics is not None:
+            diagnostics.update(scorer.diagnostics)
         for split in todo:
             t0 = time.perf_counter()
             scores = scorer.score(split)
@@ -76,7 +81,8 @@ def evaluate(store: Any, methods: Sequence[str] | None = None,
     """Metrics of every method on every OOD test split of the store.
 
     Returns {"store", "model_sha256", "id_split", "id_acc", "ood_splits", "methods":
-    {name: {"params", "fit_seconds", "score_seconds", "misclassification_auroc", "splits":
+    {name: {"params", "fit_seconds", "score_seconds", "diagnostics" (the fit's, e.g. recall@K
+    of an approximate index; empty when cached), "misclassification_auroc", "splits":
     {split: metrics}, "groups": {group: metrics}}}, "skipped": {name: reason}}."""
     if not store.has_split(ID_SPLIT):
         raise FeatstoreError(f"store {str(store.path)!r} has no complete {ID_SPLIT!r} split; "
@@ -101,9 +107,10 @@ def evaluate(store: Any, methods: Sequence[str] | None = None,
             continue
         if progress:
             progress(name)
+        diag: dict[str, Any] = {}
         try:
             scores, fit_s, score_s = score_splits(store, name, params.get(name, {}),
-                                                  [ID_SPLIT, *ood], use_cache)
+                                                  [ID_SPLIT, *ood], use_cache, diag)
         except UsageError as exc:  # a default that does not fit this store's size
             result["skipped"][name] = str(exc)
             continue
@@ -118,6 +125,7 @@ def evaluate(store: Any, methods: Sequence[str] | None = None,
             "params": dict(get_scorer(name, **params.get(name, {})).params),
             "fit_seconds": fit_s, "score_seconds": score_s,
             "cached": fit_s == 0.0 and score_s == 0.0,
+            "diagnostics": diag,
             "misclassification_auroc": mis,
             "splits": per_split, "groups": group_means(per_split, store),
         }

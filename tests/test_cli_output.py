@@ -407,3 +407,22 @@ def test_completion_console_script(tmp_path):
     assert proc.returncode == 0, proc.stderr
     installed = list(tmp_path.rglob("featstore*"))
     assert installed and "_featstore_completion" in installed[0].read_text()
+
+
+def test_approximate_knn_recall_is_reported(capsys, tmp_path):
+    """`score` and `eval` with an approximate KNN index report recall@K against exact search
+    (issue 8): the JSON figure equals the fitted scorer's own measurement (same seed, same
+    queries), and the human output prints it."""
+    st = small_store(tmp_path / "s")
+    want = get_scorer("knn", K=5, index="hnsw").fit(st).diagnostics
+    doc = run_json(capsys, "score", st.path, "--method", "knn", "--param", "K=5",
+                   "--param", "index=hnsw", "--no-cache")
+    assert doc["diagnostics"]["recall_at_k"] == pytest.approx(want["recall_at_k"])
+    assert doc["diagnostics"]["recall_k"] == 5 and doc["diagnostics"]["recall_split"] == "id/val"
+    code, out, _ = run(capsys, "score", st.path, "--method", "knn", "--param", "K=5",
+                       "--param", "index=hnsw", "--no-cache")
+    assert code == 0 and f"recall@5 {want['recall_at_k']:.3f}" in out
+    doc = run_json(capsys, "eval", st.path, "--method", "knn", "--param", "knn.K=5",
+                   "--param", "knn.index=hnsw", "--no-cache")
+    assert doc["methods"]["knn"]["diagnostics"]["recall_at_k"] == pytest.approx(
+        want["recall_at_k"])
