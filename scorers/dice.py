@@ -16,13 +16,22 @@ OpenOOD's own sweep is `p_list: [90]` (APS off), a single setting; the default s
 is [10, 30, 50, 70, 90], a project choice that spans the sparsity range evenly and contains
 OpenOOD's 90.
 
+How the products are computed. The masks are nested: for p > p', M(p) is inside M(p'). With
+the grid's settings ordered by decreasing p (increasing kept count), band e of class c = the
+weights kept from setting e on but not before, so h @ (W * M(p_e)).T is a running sum over
+bands 0..e. Per block of scored rows (transposed, float32: exact for float32 features) and
+per class c, the kept weights of c are accumulated band by band into a float64 sum over the
+block's rows (`scorers.react.gather_add`: one row of h.T per kept weight, weight in float64),
+and every setting's logits are read off the running sums (+ b), then logsumexp. A setting is
+computed that way when its increment of kept weights over the previous one pays by the cost
+model of `scorers.react.sparse_pays` (kept fraction below 1 / SPARSE_COST, e.g. p = 90 alone,
+or each 20% step of the default grid); otherwise as a dense product with the masked head
+(W * M).T (float64 BLAS). The choice depends only on the mask sizes (deterministic); the two
+ways differ in the order of the float64 sums only.
+
 Sharing: the mean is one chunked pass at fit; the thresholds of all p not seen yet come from
-ONE `np.percentile` call over V's entries, and the masked heads (W * M).T (float64, (D, C)) are
-kept per p by the scorer, so a grid on several splits builds each head once and the fit's own
-head serves a later sweep. Each setting is then one dense float64 product per chunk: the
-masks are nested in p, but an increment between the grid's percentiles is ~20% of the C*D
-weights, and a product with that many scattered weights costs about as much as the dense one
-(see `scorers.react.sparse_pays`), so there is no cheaper shared form of the products.
+ONE `np.percentile` call over V's entries and are kept per p by the scorer, as are the dense
+masked heads and the band lists of a grid, so a sweep on several splits builds each once.
 """
 
 from __future__ import annotations
@@ -30,11 +39,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from featstore.errors import FeatstoreError
 
 from .base import Scorer, logsumexp
-from .react import check_percentile
+from .react import check_percentile, gather_add, sparse_pays
 
 FIT_SPLIT = "id/train"
 
@@ -53,7 +63,75 @@ def train_mean(scorer: Scorer, store: Any, split_name: str = FIT_SPLIT) -> np.nd
     return total / n
 
 
+@njit(cache=True)
+def _masked_running_sums(xt, indptr, ends, idx, wv, out):
+    """out[e, c, :] = sum over the kept weights of class c in bands 0..e of wv[q] * xt[idx[q]]
+    (entries indptr[c]..indptr[c+1] in band order, band e ending at ends[c, e]), float64."""
+    c_num = indptr.shape[0] - 1
+    e_num = ends.shape[1]
+    acc = np.empty(xt.shape[1])
+    for c in range(c_num):
+        acc[:] = 0.0
+        lo = indptr[c]
+        for e in range(e_num):
+            hi = ends[c, e]
+            gather_add(acc, xt, idx, wv, lo, hi)
+            lo = hi
+            out[e, c, :] = acc
+
+
+@njit(cache=True)
+def _band_csr(contrib, weight, thresholds):
+    """Per class, the weights kept by a chain of settings (thresholds decreasing), in band
+    order (band e = kept from setting e on: the first e with contrib > thresholds[e]) and
+    index order within a band: (indptr (C+1,), ends (C, E) = end of band e of class c,
+    idx (nnz,) column, wv (nnz,) weight as float64)."""
+    c_num, d = contrib.shape
+    e_num = thresholds.shape[0]
+    per_band = np.zeros((c_num, e_num), dtype=np.int64)
+    for c in range(c_num):
+        for j in range(d):
+            v = contrib[c, j]
+            for e in range(e_num):
+                if v > thresholds[e]:
+                    per_band[c, e] += 1
+                    break
+    indptr = np.zeros(c_num + 1, dtype=np.int64)
+    ends = np.empty((c_num, e_num), dtype=np.int64)
+    pos = np.empty(e_num, dtype=np.int64)
+    for c in range(c_num):
+        run = indptr[c]
+        for e in range(e_num):
+            pos[e] = run
+            run += per_band[c, e]
+            ends[c, e] = run
+        indptr[c + 1] = run
+    idx = np.empty(indptr[c_num], dtype=np.int64)
+    wv = np.empty(indptr[c_num], dtype=np.float64)
+    for c in range(c_num):
+        for e in range(e_num):
+            pos[e] = ends[c, e] - per_band[c, e]
+        for j in range(d):
+            v = contrib[c, j]
+            for e in range(e_num):
+                if v > thresholds[e]:
+                    idx[pos[e]] = j
+                    wv[pos[e]] = np.float64(weight[c, j])
+                    pos[e] += 1
+                    break
+    return indptr, ends, idx, wv
+
+
+class _Bands:
+    """Per class, the kept weights of a chain of settings in band order (CSR)."""
+
+    def __init__(self, weight: np.ndarray, contrib: np.ndarray, thresholds: list[float]):
+        self.indptr, self.ends, self.idx, self.wv = _band_csr(
+            contrib, weight, np.asarray(thresholds, dtype=np.float64))
+
+
 class DICE(Scorer):
+
     name = "dice"
     needs = ("features", "head", "fit:id/train")
     defaults = {"p": 90}
@@ -69,26 +147,78 @@ class DICE(Scorer):
         self.bias = np.asarray(bias, dtype=np.float64)
         self.mean = train_mean(self, store)
         self.contrib = self.mean[None, :] * self.weight
+        self._thresholds: dict[float, float] = {}
+        self._kept: dict[float, int] = {}
         self._heads: dict[float, np.ndarray] = {}
-        self.masked_heads([float(self.params["p"])])
+        self._bands: dict[tuple[float, ...], _Bands] = {}
+        self.thresholds([float(self.params["p"])])
 
-    def masked_heads(self, ps: list[float]) -> list[np.ndarray]:
-        """(D, C) transposed masked weights, one per p (kept by the scorer); the missing ones
-        from one percentile call."""
-        missing = [p for p in dict.fromkeys(ps) if p not in self._heads]
+    def thresholds(self, ps: list[float]) -> list[float]:
+        """t = np.percentile(V, p) per p (kept by the scorer; the missing ones from one call),
+        and the kept count |V > t| of each."""
+        missing = [p for p in dict.fromkeys(ps) if p not in self._thresholds]
         if missing:
             for p, t in zip(missing, np.percentile(self.contrib.ravel(), missing), strict=True):
+                self._thresholds[p] = float(t)
+                self._kept[p] = int(np.count_nonzero(self.contrib > t))
+        return [self._thresholds[p] for p in ps]
+
+    def masked_heads(self, ps: list[float]) -> list[np.ndarray]:
+        """(D, C) transposed masked weights (W * (V > t)).T, one per p (kept by the scorer)."""
+        for p, t in zip(ps, self.thresholds(ps), strict=True):
+            if p not in self._heads:
                 self._heads[p] = np.ascontiguousarray((self.weight * (self.contrib > t)).T)
         return [self._heads[p] for p in ps]
+
+    def plan(self, ps: list[float]) -> list[float]:
+        """The distinct p computed as running sums (decreasing p, i.e. growing masks; each
+        increment of kept weights pays by `sparse_pays`); the others are dense products."""
+        self.thresholds(ps)
+        size = self.contrib.size
+        chain: list[float] = []
+        prev = 0
+        for p in sorted(set(ps), key=lambda q: (self._kept[q], -q)):
+            if sparse_pays((self._kept[p] - prev) / size):
+                chain.append(p)
+                prev = self._kept[p]
+        return chain
 
     def _score(self, split: Any) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
-        heads = self.masked_heads([float({**self.params, **s}["p"]) for s in settings])
+        ps = [float({**self.params, **s}["p"]) for s in settings]
+        chain = self.plan(ps)
+        dense = [p for p in dict.fromkeys(ps) if p not in chain]
+        heads = dict(zip(dense, self.masked_heads(dense), strict=True))
+        bands = None
+        if chain:
+            key = tuple(chain)
+            if key not in self._bands:
+                self._bands[key] = _Bands(self.weight, self.contrib, self.thresholds(chain))
+            bands = self._bands[key]
+        c_num = self.bias.shape[0]
+        block = max(1, (1 << 22) // max(1, len(chain) * c_num))
         out = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
         for rows, (x,) in self.chunks(split, "features"):
-            x64 = x.astype(np.float64)
-            for i, head_t in enumerate(heads):
-                out[i][rows] = logsumexp(x64 @ head_t + self.bias)
+            energy: dict[float, np.ndarray] = {}
+            if dense:
+                x64 = x.astype(np.float64)
+                for p in dense:
+                    energy[p] = logsumexp(x64 @ heads[p] + self.bias)
+            if bands is not None:
+                n = x.shape[0]
+                for p in chain:
+                    energy[p] = np.empty(n, dtype=np.float64)
+                xf = x if x.dtype == np.float32 else x.astype(np.float64)
+                for lo in range(0, n, block):
+                    hi = min(lo + block, n)
+                    xt = np.ascontiguousarray(xf[lo:hi].T)
+                    sums = np.empty((len(chain), c_num, hi - lo), dtype=np.float64)
+                    _masked_running_sums(xt, bands.indptr, bands.ends, bands.idx, bands.wv,
+                                         sums)
+                    for e, p in enumerate(chain):
+                        energy[p][lo:hi] = logsumexp(sums[e].T + self.bias)
+            for i, p in enumerate(ps):
+                out[i][rows] = energy[p]
         return out

@@ -77,12 +77,14 @@ def exact_f32(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float64)
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath={"contract"})
 def gather_add(acc: np.ndarray, wt: np.ndarray, idx: np.ndarray, coef: np.ndarray, lo: int,
                hi: int) -> None:
     """acc += sum_{r = lo..hi-1} coef[r] * wt[idx[r]] in float64, four rows of wt per pass over
-    acc (summed as ((t1 + t2) + (t3 + t4)), the rest one by one): the rows of W.T stream from
-    cache once per entry while acc stays in L1."""
+    acc (summed as ((t1 + t2) + (t3 + t4)), the rest one by one; products may be fused into
+    the adds (FMA), which changes nothing when coef and wt are float32 values, as their
+    products are exact in float64): the rows of wt stream from cache once per entry while acc
+    stays in L1."""
     c_num = acc.shape[0]
     r = lo
     while r + 4 <= hi:
@@ -117,7 +119,7 @@ def gather_sum(acc: np.ndarray, wt: np.ndarray, idx: np.ndarray, lo: int, hi: in
         r += 1
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath={"contract"})
 def gather_add_sum(acc: np.ndarray, acc_sum: np.ndarray, wt: np.ndarray, idx: np.ndarray,
                    coef: np.ndarray, lo: int, hi: int) -> None:
     """`gather_add(acc, ...)` and `gather_sum(acc_sum, ...)` in one pass over the rows of wt
