@@ -29,9 +29,12 @@ test: $(STAMP)
 	$(BIN)/ruff check featstore scorers cli tests benchmarks
 	$(BIN)/python -m pytest -q tests
 
+# Every benchmark at full size, one after the other (about 4-6 h on 2 cores, most of it
+# bench_scaling; see benchmarks/README.md); `make bench ONLY=bench_metrics,bench_scaling` runs
+# a subset. Markdown: benchmarks/out/latest.md; plots: benchmarks/plots/.
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[dev,bench]'
-	$(BIN)/python -m benchmarks.run_all
+	$(BIN)/python -m benchmarks.run_all $(if $(ONLY),--only $(ONLY))
 
 lint: $(STAMP)
 	$(BIN)/ruff check featstore scorers cli tests benchmarks

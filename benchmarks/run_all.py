@@ -1,36 +1,65 @@
-"""`make bench`: run every benchmark in one go and collect their Markdown in
-benchmarks/out/latest.md (figures to copy into benchmarks/RESULTS.md with the date).
+"""`make bench`: run every benchmark at its default (full) size in one go and collect their
+Markdown in benchmarks/out/latest.md (figures to copy into benchmarks/RESULTS.md with the
+date); bench_scaling's plots go to benchmarks/plots/.
 
-Each benchmark is a module with `main(argv) -> int` printing a Markdown section; they run in
-sequence in this process's interpreter, so all ratios in one section come from one run.
+Run ``python -m benchmarks.run_all [--only bench_scaling,bench_metrics,...]``.
+
+Each benchmark runs as ``python -m benchmarks.NAME ARGS`` in a child process, one after the
+other (never two at once: they time themselves), so all ratios in one section come from one
+run. Their Markdown (stdout) is collected; their progress (stderr) goes straight to the
+terminal. latest.md is rewritten after each benchmark, with its wall time, so a failure or an
+interrupt late in the (hours-long) run keeps the sections already done. See
+benchmarks/README.md for how long each takes.
 """
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-BENCHMARKS = ["bench_metrics", "bench_store_layout", "bench_extract", "bench_scorers",
-              "bench_sweep", "bench_gscore"]
+# name -> extra arguments (the default, full sizes everywhere)
+BENCHMARKS: dict[str, list[str]] = {
+    "bench_metrics": [],
+    "bench_store_layout": [],
+    "bench_extract": [],
+    "bench_scorers": [],
+    "bench_sweep": [],
+    "bench_gscore": [],
+    "bench_scaling": ["--peers"],
+}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="",
+                    help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
+    args = ap.parse_args(argv)
+    names = [s.strip() for s in args.only.split(",") if s.strip()] or list(BENCHMARKS)
+    if unknown := [n for n in names if n not in BENCHMARKS]:
+        ap.error(f"unknown benchmark(s): {', '.join(unknown)}")
     out_dir = Path(__file__).parent / "out"
     out_dir.mkdir(exist_ok=True)
-    sections, status = [], 0
-    for name in BENCHMARKS:
-        print(f"== benchmarks.{name}", flush=True)
-        proc = subprocess.run([sys.executable, "-m", f"benchmarks.{name}"], capture_output=True,
-                              text=True)
+    latest = out_dir / "latest.md"
+    sections, failed = [], []
+    for name in names:
+        cmd = [sys.executable, "-m", f"benchmarks.{name}", *BENCHMARKS[name]]
+        print(f"== benchmarks.{name} {' '.join(BENCHMARKS[name])}".rstrip(), flush=True)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        minutes = (time.perf_counter() - t0) / 60
         print(proc.stdout, flush=True)
+        status = "" if proc.returncode == 0 else f", FAILED (exit status {proc.returncode})"
         if proc.returncode:
-            print(proc.stderr, file=sys.stderr)
-            status = 1
-        sections.append(proc.stdout)
-    (out_dir / "latest.md").write_text("\n\n".join(sections))
-    print(f"wrote {out_dir / 'latest.md'}")
-    return status
+            failed.append(name)
+        sections.append(f"{proc.stdout.rstrip()}\n\n_benchmarks.{name}: {minutes:.1f} min wall"
+                        f"{status}_\n")
+        latest.write_text("\n\n".join(sections))
+        print(f"== benchmarks.{name}: {minutes:.1f} min{status}", flush=True)
+    print(f"wrote {latest}" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
