@@ -309,6 +309,13 @@ class MemorySplit:
     def read(self, field: str, rows: slice | None = None) -> np.ndarray:
         return getattr(self, field)[rows if rows is not None else slice(None)]
 
+    def dataset(self, field: str) -> np.ndarray:
+        """The whole array of a field (what `scorers.rowmap` sizes its reads and blocks by)."""
+        return getattr(self, field)
+
+    def read_into(self, ds: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:
+        out[...] = ds[start:stop]
+
     def iter_chunks(self, *fields: str, chunk_rows: int = 8192
                     ) -> Iterator[tuple[slice, tuple[np.ndarray, ...]]]:
         fields = fields or ("features",)

@@ -32,18 +32,20 @@ of a row gives its kept set for every k of a grid, and s2 for every k is a cumul
 the sorted values (in descending order). The kept sets are nested, so `band_order` lists each
 row's kept entries band by band (band e = kept at the e-th smallest k of the grid but not at
 the one before; index order within a band). Then, per setting, either
-- sparse: the sum over the kept entries is accumulated row by row in that order, W held as
-  float32 (exact: the head is stored in float32) and the sum in float64. A grid accumulates
+- sparse: the sum over the kept entries is accumulated row by row in that order (four rows of
+  W.T per pass, `scorers.react.gather_add`/`gather_sum`), W held as float32 (exact: the head
+  is stored in float32) and the sum in float64. A grid accumulates
   ONE running sum per row, adding each further band of entries as the percentile decreases,
   and reads every setting's logits off it (scale * sum + b, then logsumexp); or
 - dense: the pruned (n, D) matrix times W.T with BLAS (float64),
 whichever the cost model in `sparse_pays` picks: a kept entry costs about SPARSE_COST times its
 share of the dense product (a row-wise gather of W rows against OpenBLAS dgemm on one core),
-so an increment of kept entries is accumulated sparsely when its fraction of D is below
-1 / SPARSE_COST and settings beyond that point of the running sum are dense. The choice depends
-only on D and the kept counts, so results are deterministic; the two ways differ only in the
-order of the float64 sums (about 1e-15 relative). `RowSort` and `exact_f32` are shared with
-`scale.py`; `sparse_pays` and `exact_f32` live in `react.py` (which ASH imports already).
+so a kept count joins the running sum when its increment over the previous one in the sum is
+below D / SPARSE_COST entries, and is a dense product otherwise (one setting alone: sparse
+when k < D / SPARSE_COST). The choice depends only on D and the kept counts, so results are
+deterministic; the two ways differ only in the order of the float64 sums (about 1e-15
+relative). `RowSort` is shared with `scale.py`; `sparse_pays`, `exact_f32` and the gather
+kernels live in `react.py` (which ASH imports already).
 """
 
 from __future__ import annotations

@@ -24,10 +24,10 @@ per class c, the kept weights of c are accumulated band by band into a float64 s
 block's rows (`scorers.react.gather_add`: one row of h.T per kept weight, weight in float64),
 and every setting's logits are read off the running sums (+ b), then logsumexp. A setting is
 computed that way when its increment of kept weights over the previous one pays by the cost
-model of `scorers.react.sparse_pays` (kept fraction below 1 / SPARSE_COST, e.g. p = 90 alone,
-or each 20% step of the default grid); otherwise as a dense product with the masked head
-(W * M).T (float64 BLAS). The choice depends only on the mask sizes (deterministic); the two
-ways differ in the order of the float64 sums only.
+model of `scorers.react.sparse_pays` (an increment below C*D / SPARSE_COST weights: p = 90
+alone keeps 10%, each step of the default grid adds 20%); otherwise as a dense product with
+the masked head (W * M).T (float64 BLAS). The choice depends only on the mask sizes
+(deterministic); the two ways differ in the order of the float64 sums only.
 
 Sharing: the mean is one chunked pass at fit; the thresholds of all p not seen yet come from
 ONE `np.percentile` call over V's entries and are kept per p by the scorer, as are the dense
