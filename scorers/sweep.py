@@ -202,8 +202,9 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
     Returns {"store", "model_sha256", "method", "select_by", "direction", "grid",
     "grid_source" ("default"|"explicit"), "base_params", "val_splits": {"id", "ood"},
     "test_splits": {"id", "ood"} | None, "chosen": {"index", "setting", "params", "val"},
-    "test": {"params", "fit_seconds", "score_seconds", "cached", "misclassification_auroc",
-    "splits", "groups"} | None, "settings": [{"setting", "params", "val": {"mean", "groups",
+    "test": {"params", "fit_seconds", "score_seconds", "cached", "diagnostics" (the fitted
+    scorer's, e.g. an approximate index's recall@K), "misclassification_auroc", "splits",
+    "groups"} | None, "settings": [{"setting", "params", "val": {"mean", "groups",
     "splits"}, "test": {"groups", "splits"} | None}], "dropped": [{"setting", "reason"}],
     "fit_seconds", "val_seconds", "test_seconds"}; see the module docstring."""
     direction = check_select_by(select_by)
@@ -248,6 +249,7 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
     if has_test:
         test = {"params": _plain(chosen_params), "fit_seconds": fit_s,
                 "score_seconds": val_s + test_s, "cached": False,
+                "diagnostics": _plain(scorer.diagnostics),
                 "misclassification_auroc": mis, **test_rows[index]}  # type: ignore[dict-item]
 
     return {
