@@ -289,17 +289,17 @@ class ASH(Scorer):
                            dtype=np.int64)
         set_acc = np.array([1 if jobs[i][0] == "b" else 0 for i in sparse], dtype=np.int64)
         k_max = max(k for _, k in jobs)
-        out = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
-        for rows, (x,) in self.chunks(split, "features"):
-            x = x if x.dtype == np.float32 else x.astype(np.float64)
+
+        def block(x: np.ndarray) -> list[np.ndarray]:
             rs = RowSort(x, k_max)
             order = rs.order([k for _, k in jobs])
             scales = [self._scale(rs, variant, k) for variant, k in jobs]
+            out: list[np.ndarray] = [np.empty(0)] * len(jobs)
             if sparse:
                 got = running_energies(x, order, self.wt, self.bias, ends, set_end, set_acc,
                                        np.stack([scales[i] for i in sparse]))
                 for row, i in enumerate(sparse):
-                    out[i][rows] = got[row]
+                    out[i] = got[row]
             for i, (variant, k) in enumerate(jobs):
                 if k in chain:
                     continue
@@ -311,8 +311,10 @@ class ASH(Scorer):
                     z = np.where(keep, rs.x64, 0.0) @ self.weight_t
                 z *= scales[i][:, None]
                 z += self.bias
-                out[i][rows] = logsumexp(z)
-        return out
+                out[i] = logsumexp(z)
+            return out
+
+        return self.map_rows(split, ("features",), block, outputs=len(jobs))
 
     @staticmethod
     def _scale(rs: RowSort, variant: str, k: int) -> np.ndarray:

@@ -55,11 +55,10 @@ class Scale(Scorer):
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         d = self.weight_t.shape[0]
         ks = [keep_count(d, {**self.params, **s}["percentile"]) for s in settings]
-        out = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
-        for rows, (x,) in self.chunks(split, "features"):
+        def block(x: np.ndarray) -> list[np.ndarray]:
             rs = RowSort(x, max(ks))
             z = rs.x64 @ self.weight_t
-            for i, k in enumerate(ks):
-                scale = np.exp(rs.sharpen_ratio(k))[:, None]
-                out[i][rows] = logsumexp(scale * z + self.bias)
-        return out
+            return [logsumexp(np.exp(rs.sharpen_ratio(k))[:, None] * z + self.bias)
+                    for k in ks]
+
+        return self.map_rows(split, ("features",), block, outputs=len(ks))
