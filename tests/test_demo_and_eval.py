@@ -128,3 +128,20 @@ def test_cli_demo_reuses_the_model_and_prints_tables(demo_dir, capsys):
     assert "ID test accuracy" in out and "vim" in out and "demo finished" in out
     assert f"report: {demo_dir / 'report.html'}" in out
     assert (demo_dir / "report.html").is_file() and (demo_dir / "report.md").is_file()
+
+
+def test_training_progress_callbacks_count_steps_and_epochs():
+    """The demo's training bars (hand-computed counts): ten-method training reports batches
+    over all epochs (epoch 2 of 3, batch 1 of 4 -> 5 of 12); the demo model reports epochs."""
+    from featstore.demo.pipeline import _epoch_done
+    from featstore.demo.ten_methods import _step_bar
+
+    seen, logged = [], []
+    step = _step_bar(lambda *a: seen.append(a), "train ce")
+    step({"epoch": 2, "epochs": 3, "batch": 1, "batches": 4, "loss": 0.5})
+    step({"epoch": 3, "epochs": 3, "batch": 4, "batches": 4, "loss": 0.4})
+    assert seen == [("train ce", 5, 12), ("train ce", 12, 12)]
+    assert _step_bar(None, "train ce") is None
+    _epoch_done(logged.append, lambda *a: seen.append(a), 0, 12, 1.25, 50.0)
+    assert seen[-1] == ("train demo ResNet (epochs)", 1, 12)
+    assert logged == ["  epoch  1/12  loss 1.250  train acc 50.0%"]

@@ -95,8 +95,10 @@ def demo_spec_text() -> str:
 
 
 def train_demo_model(spec_path: Path, out_file: Path, epochs: int = 12,
-                     log: Callable[[str], None] = print) -> dict:
-    """Train the demo ResNet on id/train of the spec and save its state dict atomically."""
+                     log: Callable[[str], None] = print,
+                     progress: Progress | None = None) -> dict:
+    """Train the demo ResNet on id/train of the spec and save its state dict atomically;
+    `progress(name, done, total)` (optional) is told each finished epoch."""
     spec = load_spec(spec_path)
     train = next(s for s in spec.splits if s.name == "id/train")
     rows = rows_from_source(train.source)
@@ -107,14 +109,20 @@ def train_demo_model(spec_path: Path, out_file: Path, epochs: int = 12,
     model = demo_resnet(len(ID_CLASSES))
     history = train_ce(
         model, images, labels, TrainConfig(epochs=epochs, batch_size=64, lr=0.01, seed=0),
-        on_epoch=lambda e, loss, acc: log(f"  epoch {e + 1:2d}/{epochs}  loss {loss:.3f}  "
-                                          f"train acc {acc:.1f}%"),
+        on_epoch=lambda e, loss, acc: _epoch_done(log, progress, e, epochs, loss, acc),
         augment=random_shift,
     )
     tmp = out_file.with_suffix(".tmp")
     torch.save(model.state_dict(), tmp)
     os.replace(tmp, out_file)
     return {"epochs": epochs, "final_loss": history[-1][0], "final_train_acc": history[-1][1]}
+
+
+def _epoch_done(log: Callable[[str], None], progress: Progress | None, epoch: int,
+                epochs: int, loss: float, acc: float) -> None:
+    if progress is not None:
+        progress("train demo ResNet (epochs)", epoch + 1, epochs)
+    log(f"  epoch {epoch + 1:2d}/{epochs}  loss {loss:.3f}  train acc {acc:.1f}%")
 
 
 def run_demo(out: Path, *, log: Callable[[str], None] = print,
@@ -127,7 +135,7 @@ def run_demo(out: Path, *, log: Callable[[str], None] = print,
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if not weights.is_file():
         log(f"training the demo ResNet on digits {ID_CLASSES} ({epochs} epochs, CPU)")
-        train_demo_model(spec_path, weights, epochs=epochs, log=log)
+        train_demo_model(spec_path, weights, epochs=epochs, log=log, progress=progress)
     else:
         log(f"reusing the trained model {weights}")
     opts = ExtractOptions(device="cpu", batch_size=128, num_workers=0)

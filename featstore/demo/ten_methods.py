@@ -180,7 +180,8 @@ def run_ten_methods(out: Path, methods: str | Sequence[str] = "all", *, epochs: 
                 epochs=recipe["epochs"], batch_size=BATCH_SIZE, lr=recipe["lr"],
                 augment=AUGMENT, seed=0, device="cpu",
                 method_params=dict(TRAIN_PARAMS.get(method, {})),
-                init=None if method == "ce" else str(init)))
+                init=None if method == "ce" else str(init)),
+                progress=_step_bar(progress, f"train {method}"))
             record = {"recipe": recipe, "train_s": time.perf_counter() - t0}
         if method in {r.train for r in rows}:
             before = _split_digests(folder / "store")
@@ -221,6 +222,19 @@ def run_ten_methods(out: Path, methods: str | Sequence[str] = "all", *, epochs: 
             "models": {k: {"train_s": v["train_s"], "extract_s": v.get("extract_s")}
                        for k, v in timings.items() if k in needed},
             "wall_s": time.perf_counter() - start}
+
+
+def _step_bar(progress: Progress | None, label: str) -> Any:
+    """The trainer's per-step callback drawing `label`'s bar (batches over all epochs) on a
+    split-progress callback progress(name, done, total); None without one."""
+    if progress is None:
+        return None
+
+    def step(info: dict[str, Any]) -> None:
+        total = info["epochs"] * info["batches"]
+        progress(label, (info["epoch"] - 1) * info["batches"] + info["batch"], total)
+
+    return step
 
 
 def _overwriting(opts: ExtractOptions, store: Path, ckpt: Path) -> ExtractOptions:
