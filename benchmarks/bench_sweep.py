@@ -209,6 +209,25 @@ def measure(name: str, store: Store, base: dict, grid: dict) -> tuple[float, flo
     return t_fs, t_rf, fs, rf
 
 
+@contextmanager
+def one_scoring_thread() -> Iterator[None]:
+    """$FEATSTORE_THREADS=1 inside: the scorers' row-block pool (`scorers.rowmap`) runs one
+    worker, like BLAS, so CPU seconds measure the work itself (two workers on the 2 shared
+    cores contend for cache and memory bandwidth, which inflates the CPU time of memory-bound
+    kernels)."""
+    from scorers.rowmap import THREADS_ENV
+
+    old = os.environ.get(THREADS_ENV)
+    os.environ[THREADS_ENV] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(THREADS_ENV, None)
+        else:
+            os.environ[THREADS_ENV] = old
+
+
 def part_a(tmp: Path, quick: bool, only: list[str] | None = None) -> list[str]:
     from threadpoolctl import threadpool_limits
 
@@ -255,7 +274,8 @@ def part_a(tmp: Path, quick: bool, only: list[str] | None = None) -> list[str]:
         f"- both sides score {', '.join(A_SPLITS)}; featstore = construct + fit once + "
         "`score_grid`; refit = construct + fit + `score` per setting. oodl with max_train = "
         "1000 on both sides (its default 10,000-row one-class SVM per nu takes minutes here).",
-        "- BLAS and OpenMP (FAISS) limited to 1 thread with threadpoolctl: the 2 cores are "
+        "- BLAS and OpenMP (FAISS) limited to 1 thread with threadpoolctl, and the scorers' "
+        "row-block pool to 1 worker ($FEATSTORE_THREADS=1): the 2 cores are "
         "shared with other jobs, and 2-thread OpenBLAS under that load made single timings "
         "vary by 2x or more. Times are CPU seconds of this process (`time.process_time`), "
         "not wall time, so the other jobs' share of the cores does not count (their cache "
@@ -277,7 +297,7 @@ def part_a(tmp: Path, quick: bool, only: list[str] | None = None) -> list[str]:
         keys = list(settings[0])
         grid = {k: list(dict.fromkeys(s[k] for s in settings)) for k in keys}
         log(f"(a) {name}: {len(settings)} settings")
-        with threadpool_limits(1):
+        with threadpool_limits(1), one_scoring_thread():
             t_fs, t_rf, fs, rf = measure(name, store, base, grid)
         ratio = t_rf / t_fs
         goal = A_GOALS.get(name, 1.0)

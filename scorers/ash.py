@@ -79,7 +79,7 @@ def check_keep(scorer_name: str, percentile: float, store: Any) -> None:
         )
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _row_ranks(order: np.ndarray) -> np.ndarray:
     """Inverse permutation per row: rank[i, order[i, j]] = j. (No longer used by the scorers;
     kept for callers that warm Numba's cache with it.)"""
@@ -91,7 +91,7 @@ def _row_ranks(order: np.ndarray) -> np.ndarray:
     return rank
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def band_order(x: np.ndarray, ks: np.ndarray, kth: np.ndarray) -> np.ndarray:
     """(n, ks[-1]) int32: per row, the kept entries of every kept count in `ks` (ascending,
     distinct), grouped by band and in index order within a band: band e = the entries kept at
@@ -144,7 +144,7 @@ def band_order(x: np.ndarray, ks: np.ndarray, kth: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _running_logits(x, order, wt, bias, ends, need_p, need_b, set_end, set_acc, set_scale,
                     out):
     """Per row i: running sums acc_p = sum x[i, j] * wt[j] and acc_b = sum wt[j] over j =

@@ -63,7 +63,7 @@ def train_mean(scorer: Scorer, store: Any, split_name: str = FIT_SPLIT) -> np.nd
     return total / n
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _masked_running_sums(xt, indptr, ends, idx, wv, out):
     """out[e, c, :] = sum over the kept weights of class c in bands 0..e of wv[q] * xt[idx[q]]
     (entries indptr[c]..indptr[c+1] in band order, band e ending at ends[c, e]), float64."""
@@ -80,7 +80,7 @@ def _masked_running_sums(xt, indptr, ends, idx, wv, out):
             out[e, c, :] = acc
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _band_csr(contrib, weight, thresholds):
     """Per class, the weights kept by a chain of settings (thresholds decreasing), in band
     order (band e = kept from setting e on: the first e with contrib > thresholds[e]) and
@@ -198,9 +198,9 @@ class DICE(Scorer):
                 self._bands[key] = _Bands(self.weight, self.contrib, self.thresholds(chain))
             bands = self._bands[key]
         c_num = self.bias.shape[0]
-        block = max(1, (1 << 22) // max(1, len(chain) * c_num))
-        out = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
-        for rows, (x,) in self.chunks(split, "features"):
+        rows_max = max(1, (1 << 22) // max(1, len(chain) * c_num))   # ~32 MB of sums
+
+        def block(x: np.ndarray) -> list[np.ndarray]:
             energy: dict[float, np.ndarray] = {}
             if dense:
                 x64 = x.astype(np.float64)
@@ -210,15 +210,14 @@ class DICE(Scorer):
                 n = x.shape[0]
                 for p in chain:
                     energy[p] = np.empty(n, dtype=np.float64)
-                xf = x if x.dtype == np.float32 else x.astype(np.float64)
-                for lo in range(0, n, block):
-                    hi = min(lo + block, n)
-                    xt = np.ascontiguousarray(xf[lo:hi].T)
+                for lo in range(0, n, rows_max):
+                    hi = min(lo + rows_max, n)
+                    xt = np.ascontiguousarray(x[lo:hi].T)
                     sums = np.empty((len(chain), c_num, hi - lo), dtype=np.float64)
                     _masked_running_sums(xt, bands.indptr, bands.ends, bands.idx, bands.wv,
                                          sums)
                     for e, p in enumerate(chain):
                         energy[p][lo:hi] = logsumexp(sums[e].T + self.bias)
-            for i, p in enumerate(ps):
-                out[i][rows] = energy[p]
-        return out
+            return [energy[p] for p in ps]
+
+        return self.map_rows(split, ("features",), block, outputs=len(settings))

@@ -42,14 +42,15 @@ gamma) computes the kernel itself. Either way
 
     decision(x) = sum_i dual_coef_i * k(s(x), sv_i) + intercept_   (sklearn's decision_function)
 
-with the kernel rows of a query chunk computed once against the union of the support vectors
-of every nu being scored.
+with the kernel rows of a block of query rows computed once against the union of the support
+vectors of every nu being scored.
 
 Sharing across settings and calls: the scaler, the training subsample, the Nystroem map, the
 fitted models (per nu) and the Gram matrix (while models are fitted) are computed once per
 scorer and cached (keyed by `max_train`, `seed`, `approx`, `n_components`, and nu), so
 `score_grid` on several splits fits each model once, and the single-setting fit's model is
-reused by a sweep; per query chunk the transform and the kernel rows are shared by every nu.
+reused by a sweep; per block of query rows the transform and the kernel rows are shared by
+every nu.
 """
 
 from __future__ import annotations
@@ -234,11 +235,16 @@ class OODL(Scorer):
         groups: dict[tuple, list[int]] = {}
         for i, p in enumerate(full):
             groups.setdefault(tuple(p[key] for key in _PREP_KEYS), []).append(i)
-        out: list[np.ndarray] = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
+        out: list[np.ndarray] = [np.empty(0)] * len(settings)
         for members in groups.values():
             prep = self._prep_for(full[members[0]])
             models = self._models_for(prep, [full[i] for i in members])
-            for rows, (feats,) in self.chunks(split, "features"):
-                for i, dec in zip(members, self._decisions(prep, models, feats), strict=True):
-                    out[i][rows] = dec
+
+            def block(feats: np.ndarray, prep: _Prep = prep, models: list = models
+                      ) -> list[np.ndarray]:
+                return self._decisions(prep, models, feats)
+
+            scores = self.map_rows(split, ("features",), block, outputs=len(members))
+            for i, dec in zip(members, scores, strict=True):
+                out[i] = dec
         return out

@@ -22,7 +22,8 @@ error. Fit computes the clip values of `percentile` AND of the default grid in t
 passes (a few more bins in pass 2), and keeps pass 1's histogram per split, so a sweep over the
 default grid reads the fit split no further and any other percentile costs one pass.
 
-Scoring, per chunk of the scored split, for the distinct clip values c_0 < c_1 < ... of a grid:
+Scoring, per block of rows of the scored split (`map_rows`), for the distinct clip values
+c_0 < c_1 < ... of a grid:
 
     logits(c_0) = min(h, c_0) @ W.T + b                    dense (float64 BLAS), as one setting
     logits(c_t) = logits(c_0) + sum_{b < t} Y_b + (c_t - c_0) * sum_{b >= t} U_b,   t >= 1
@@ -34,7 +35,7 @@ entries above c_0 are touched (e.g. ~15% for the default grid's 85th percentile)
 in float64 with W held as float32 (exact for a float32 head) (`_clip_band_logits`). Where that
 does not pay by the cost model of `sparse_pays` (e.g. a low percentile whose c_0 leaves most
 entries above it), the lowest clip values are dense products too and the band sums start from
-a higher anchor (`plan_anchor`, from the chunk's counts; deterministic). One setting = one
+a higher anchor (`plan_anchor`, from the block's counts; deterministic). One setting = one
 dense product, as before; the two ways differ only in the order of the float64 sums.
 """
 
@@ -77,7 +78,7 @@ def exact_f32(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float64)
 
 
-@njit(cache=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, fastmath={"contract"})
 def gather_add(acc: np.ndarray, wt: np.ndarray, idx: np.ndarray, coef: np.ndarray, lo: int,
                hi: int) -> None:
     """acc += sum_{r = lo..hi-1} coef[r] * wt[idx[r]] in float64, four rows of wt per pass over
@@ -101,7 +102,7 @@ def gather_add(acc: np.ndarray, wt: np.ndarray, idx: np.ndarray, coef: np.ndarra
         r += 1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def gather_sum(acc: np.ndarray, wt: np.ndarray, idx: np.ndarray, lo: int, hi: int) -> None:
     """acc += sum_{r = lo..hi-1} wt[idx[r]] in float64, four rows per pass (as `gather_add`)."""
     c_num = acc.shape[0]
@@ -119,7 +120,7 @@ def gather_sum(acc: np.ndarray, wt: np.ndarray, idx: np.ndarray, lo: int, hi: in
         r += 1
 
 
-@njit(cache=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, fastmath={"contract"})
 def gather_add_sum(acc: np.ndarray, acc_sum: np.ndarray, wt: np.ndarray, idx: np.ndarray,
                    coef: np.ndarray, lo: int, hi: int) -> None:
     """`gather_add(acc, ...)` and `gather_sum(acc_sum, ...)` in one pass over the rows of wt
@@ -242,7 +243,7 @@ def exact_percentiles(chunks: Callable[[], Iterable[np.ndarray]],
     return [_lerp(values[lo], values[hi], g) for lo, hi, g in positions]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _clip_band_logits(x, anchor, wt, cs, out):
     """Logits at the thresholds cs[1:] from the anchor logits at cs[0] (cs ascending, distinct;
     anchor = min(x, cs[0]) @ W.T + b), touching only the entries above cs[0]. Band b of a row
@@ -311,7 +312,7 @@ def _clip_band_logits(x, anchor, wt, cs, out):
 
 
 def plan_anchor(counts: Sequence[int], size: int) -> int:
-    """Index a of the anchor threshold (ascending thresholds; counts[t] = entries of the chunk
+    """Index a of the anchor threshold (ascending thresholds; counts[t] = entries of the block
     above threshold t, `size` = all entries): thresholds below a and a itself are dense
     products, the ones above come from `_clip_band_logits`, which touches (counts[a] -
     counts[-1]) + counts[a + 1] entries; the cheapest a by the cost model of
@@ -392,13 +393,12 @@ class ReAct(Scorer):
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         clips = self.thresholds([{**self.params, **s} for s in settings])
         cs = sorted(set(clips))
-        out = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
-        for rows, (x,) in self.chunks(split, "features"):
-            x64 = x.astype(np.float64)
-            energy = self._energies(x, x64, cs)
-            for i, c in enumerate(clips):
-                out[i][rows] = energy[c]
-        return out
+
+        def block(x: np.ndarray) -> list[np.ndarray]:
+            energy = self._energies(x, x.astype(np.float64), cs)
+            return [energy[c] for c in clips]
+
+        return self.map_rows(split, ("features",), block, outputs=len(settings))
 
     def _dense(self, x64: np.ndarray, c: float) -> np.ndarray:
         z = np.minimum(x64, c) @ self.weight_t
@@ -406,8 +406,9 @@ class ReAct(Scorer):
         return z
 
     def _energies(self, x: np.ndarray, x64: np.ndarray, cs: list[float]) -> dict[float, np.ndarray]:
-        """Energy of every clip value in `cs` (ascending) for one chunk: dense products up to
-        the anchor chosen by `plan_anchor`, the rest from `_clip_band_logits`."""
+        """Energy of every clip value in `cs` (ascending) for one block of rows: dense products
+        up to the anchor chosen by `plan_anchor` (from the block's counts), the rest from
+        `_clip_band_logits`."""
         if len(cs) == 1:
             return {cs[0]: logsumexp(self._dense(x64, cs[0]))}
         counts = [int(np.count_nonzero(x64 > c)) for c in cs]

@@ -29,8 +29,8 @@ an explicit grid on smaller feature spaces).
 Sharing (DESIGN section 5): the fit does ONE eigendecomposition and projects each id/train row
 once onto all eigenvectors sorted by decreasing eigenvalue; the squared residual norm for every
 dim is a reverse cumulative sum of the squared projections, so alpha is known for every dim
-after one pass. Scoring projects each chunk once onto V[:, min(dims):] and reads every
-requested dim's residual off the same reverse cumulative sum. `residual.py` reuses
+after one pass. Scoring projects each row block (`map_rows`) once onto V[:, min(dims):] and
+reads every requested dim's residual off the same reverse cumulative sum. `residual.py` reuses
 `PrincipalSpace` (one implementation).
 
 If the id/train features have (numerically) no residual beyond `dim` (rank <= dim), alpha is
@@ -191,10 +191,11 @@ class ViM(Scorer):
         dims = [resolve_dim({**self.params, **s}["dim"], d) for s in settings]
         alphas = [state.alpha(self.name, k) for k in dims]
         start = min(dims)
-        out = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
-        for rows, (x, logits) in self.chunks(split, "features", "logits"):
+
+        def block(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
             tail = state.residual_sq(x, start)
             energy = logsumexp(logits)
-            for i, (k, alpha) in enumerate(zip(dims, alphas, strict=True)):
-                out[i][rows] = energy - alpha * np.sqrt(tail[:, k - start])
-        return out
+            return [energy - alpha * np.sqrt(tail[:, k - start])
+                    for k, alpha in zip(dims, alphas, strict=True)]
+
+        return self.map_rows(split, ("features", "logits"), block, outputs=len(settings))
