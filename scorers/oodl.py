@@ -200,19 +200,26 @@ class OODL(Scorer):
                 prep.models[nu] = model
         return [prep.models[float(p["nu"])] for p in params]
 
-    def _decisions(self, prep: _Prep, models: list[Any], feats: np.ndarray
+    @staticmethod
+    def _support(models: list[Any], prep: _Prep) -> tuple[np.ndarray, np.ndarray, list]:
+        """The union of the models' support vectors (rows of the fit matrix), their squared
+        norms, and each model's columns in that union."""
+        union = np.unique(np.concatenate([m.support_ for m in models]))
+        cols = [np.searchsorted(union, m.support_) for m in models]
+        return prep.x_fit[union], prep.x_sq[union], cols
+
+    @staticmethod
+    def _decisions(prep: _Prep, models: list[Any], support: Any, feats: np.ndarray
                    ) -> list[np.ndarray]:
-        """decision_function of every model on a chunk: one transform; for the RBF SVMs one
-        block of kernel rows against the union of their support vectors."""
+        """decision_function of every model on a block of rows: one transform; for the RBF
+        SVMs one block of kernel rows against the union of their support vectors."""
         z = prep.transform(feats)
         if prep.nystroem is not None:
             return [m.decision_function(z) for m in models]
-        union = np.unique(np.concatenate([m.support_ for m in models]))
-        cols = [np.searchsorted(union, m.support_) for m in models]
-        sv, sv_sq = prep.x_fit[union], prep.x_sq[union]
+        sv, sv_sq, cols = support
         z_sq = row_norms_sq(z)
         out = [np.empty(z.shape[0], dtype=np.float64) for _ in models]
-        block = max(1, (1 << 22) // max(1, union.size))    # at most ~32 MB of kernel rows
+        block = max(1, (1 << 22) // max(1, sv.shape[0]))    # at most ~32 MB of kernel rows
         for lo in range(0, z.shape[0], block):
             hi = min(lo + block, z.shape[0])
             k = rbf_kernel(z[lo:hi], sv, prep.gamma, z_sq[lo:hi], sv_sq)
@@ -239,10 +246,11 @@ class OODL(Scorer):
         for members in groups.values():
             prep = self._prep_for(full[members[0]])
             models = self._models_for(prep, [full[i] for i in members])
+            support = None if prep.nystroem is not None else self._support(models, prep)
 
-            def block(feats: np.ndarray, prep: _Prep = prep, models: list = models
-                      ) -> list[np.ndarray]:
-                return self._decisions(prep, models, feats)
+            def block(feats: np.ndarray, prep: _Prep = prep, models: list = models,
+                      support: Any = support) -> list[np.ndarray]:
+                return self._decisions(prep, models, support, feats)
 
             scores = self.map_rows(split, ("features",), block, outputs=len(members))
             for i, dec in zip(members, scores, strict=True):
