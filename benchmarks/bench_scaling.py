@@ -120,21 +120,12 @@ def _head(rng: np.random.Generator, dim: int, classes: int) -> dict[str, np.ndar
     """Offset, per-dimension noise scale, class centres and the nearest-class-mean head (W, b)
     on the analytic means of ReLU(N(m, s^2)) (bench_scorers.generate with D and C as
     arguments)."""
-    from scipy.special import ndtr
 
     offset = (rng.standard_normal(dim, dtype=np.float32) * 0.3 + 0.2).astype(np.float32)
     decay = max(dim / 16.0, 1.0)
     scale = rng.permutation(1.0 / np.sqrt(1.0 + np.arange(dim) / decay)).astype(np.float32)
     centres = rng.standard_normal((classes, dim), dtype=np.float32) * centre_sd(dim)
-    m = (offset + centres).astype(np.float64)
-    s = scale.astype(np.float64)
-    z = m / s
-    class_means = m * ndtr(z) + s * np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
-    grand = class_means.mean(axis=0)
-    dev = class_means - grand
-    kappa = 2.0
-    weight = (kappa * dev).astype(np.float32)
-    bias = (kappa * (-(dev @ grand) - 0.5 * np.einsum("cd,cd->c", dev, dev))).astype(np.float32)
+    weight, bias = bs.ncm_head(offset, scale, centres)
     return {"offset": offset, "scale": scale, "centres": centres, "weight": weight, "bias": bias}
 
 

@@ -87,6 +87,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.machine import cpu_model, mem_total_gib
+
 NUM_CLASSES = 1000
 DIM = 2048
 OOD_SPLITS = ("ood/near/novel", "ood/near/blend", "ood/far/sparse", "ood/far/noise")
@@ -221,15 +223,12 @@ def _fill_features(rng: np.random.Generator, n: int, centres: Any, offset: np.nd
     return out
 
 
-def generate(sizes: Sizes, seed: int) -> dict[str, Any]:
-    """Head (W, b) and every split's features, logits and labels (see the module docstring)."""
+def ncm_head(offset: np.ndarray, scale: np.ndarray, centres: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(W, b) float32: the nearest-class-mean classifier (LDA with isotropic covariance),
+    scaled by 2, on the analytic class means of ReLU(N(offset + centre, scale^2))."""
     from scipy.special import ndtr
 
-    rng = np.random.default_rng(seed)
-    offset = (rng.standard_normal(DIM, dtype=np.float32) * 0.3 + 0.2).astype(np.float32)
-    scale = rng.permutation(1.0 / np.sqrt(1.0 + np.arange(DIM) / 128.0)).astype(np.float32)
-    centres = rng.standard_normal((NUM_CLASSES, DIM), dtype=np.float32) * np.float32(0.05)
-    # Nearest-class-mean head on the analytic means of ReLU(N(m, s^2)).
     m = (offset + centres).astype(np.float64)
     s = scale.astype(np.float64)
     z = m / s
@@ -239,6 +238,16 @@ def generate(sizes: Sizes, seed: int) -> dict[str, Any]:
     kappa = 2.0
     weight = (kappa * dev).astype(np.float32)
     bias = (kappa * (-(dev @ grand) - 0.5 * np.einsum("cd,cd->c", dev, dev))).astype(np.float32)
+    return weight, bias
+
+
+def generate(sizes: Sizes, seed: int) -> dict[str, Any]:
+    """Head (W, b) and every split's features, logits and labels (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    offset = (rng.standard_normal(DIM, dtype=np.float32) * 0.3 + 0.2).astype(np.float32)
+    scale = rng.permutation(1.0 / np.sqrt(1.0 + np.arange(DIM) / 128.0)).astype(np.float32)
+    centres = rng.standard_normal((NUM_CLASSES, DIM), dtype=np.float32) * np.float32(0.05)
+    weight, bias = ncm_head(offset, scale, centres)
 
     def labelled(n: int) -> tuple[np.ndarray, np.ndarray]:
         y = rng.permutation(np.arange(n) % NUM_CLASSES).astype(np.int64)
@@ -631,25 +640,6 @@ def _version(*dists: str) -> str:
     return "not installed"
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _mem_total_gib() -> float:
-    with open("/proc/meminfo", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) / 2**20
-    return float("nan")
-
-
 def _fmt(x: float | None, digits: int = 2, approx: bool = False) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
@@ -874,8 +864,8 @@ def _print_header(args: argparse.Namespace, sizes: Sizes, gen: dict[str, Any],
     print()
     print(f"- date: {_dt.date.today().isoformat()}")
     print(f"- command: `{cmd}`")
-    print(f"- machine: {_cpu_model()}, {os.cpu_count()} logical CPUs, "
-          f"{_mem_total_gib():.0f} GiB RAM; {platform.platform()}")
+    print(f"- machine: {cpu_model()}, {os.cpu_count()} logical CPUs, "
+          f"{mem_total_gib()}; {platform.platform()}")
     print(f"- software: Python {platform.python_version()}, featstore {_version('featstore')}, "
           f"pytorch-ood {_version('pytorch-ood', 'pytorch_ood')}, torch {_version('torch')}, "
           f"faiss {faiss_v}, NumPy {_version('numpy')}, SciPy {_version('scipy')}, "
