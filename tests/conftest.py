@@ -44,6 +44,19 @@ def structured_arrays(seed: int = 0, num_classes: int = 5, dim: int = 32, n_trai
     return {"head": (weight, bias), "splits": splits}
 
 
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    """Run the real CLI entry point (`cli.app.main`) in-process: (exit code, stdout, stderr)."""
+    from cli.app import main
+
+    try:
+        main([str(a) for a in args])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 @pytest.fixture
 def structured_store(tmp_path) -> Store:
     """A real on-disk store from `structured_arrays(seed=0)`."""

@@ -14,22 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli as run
 from conftest import structured_arrays
 
 from cli.app import main
 from featstore import Store
 
 HERE = Path(__file__).parent
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def assert_one_line_error(result: tuple[int, str, str], code: int, *fragments: str) -> str:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli as run
 from conftest import structured_arrays
 
-from cli.app import main
 from featstore import Store
 from scorers import get_scorer
 from scorers.metrics import ood_metrics
@@ -36,16 +36,6 @@ SMALL = dict(num_classes=3, dim=8, n_train=60, n_val=24, n_test=30, n_ood=20)
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
-
-
-def run(capsys, *args) -> tuple[int, str, str]:
-    try:
-        main([str(a) for a in args])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def run_json(capsys, *args) -> dict:

@@ -9,19 +9,9 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import run_cli as run
 
-from cli.app import main
 from featstore import Store
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def _flat(seed=0):

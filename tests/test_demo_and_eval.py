@@ -9,8 +9,8 @@ import json
 
 import numpy as np
 import pytest
+from conftest import run_cli as run
 
-from cli.app import main
 from featstore import Store
 from featstore.demo.pipeline import id_test_accuracy
 from scorers import REGISTRY, get_scorer
@@ -22,16 +22,6 @@ from scorers.metrics import ood_metrics
 @pytest.fixture
 def demo_store(demo_dir):
     return Store.open(demo_dir / "store")
-
-
-def run(capsys, *args):
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    c = capsys.readouterr()
-    return code, c.out, c.err
 
 
 def test_demo_store_layout_and_accuracy(demo_store):

@@ -12,25 +12,15 @@ import math
 
 import numpy as np
 import pytest
+from conftest import run_cli as run
 from conftest import structured_arrays
 from scipy import integrate, stats
 
-from cli.app import main
 from featstore import Store
 from featstore.errors import FeatstoreError, UsageError
 from scorers import gscore as G
 from scorers.evaluate import score_splits
 from scorers.metrics import ood_metrics
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def graded_store(path, seed: int = 0, n_ood: int = 8, rows: int = 120, sha: str | None = None):

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli as run
 from PIL import Image
 from scipy.special import softmax
 from scipy.stats import pearsonr
 from skimage import data as skdata
 from sklearn.metrics import roc_auc_score
 
-from cli.app import main
 from featstore import Store
 from featstore.errors import UsageError
 from featstore.extract import ExtractOptions, extract
@@ -36,16 +36,6 @@ OPTS = ExtractOptions(device="cpu", batch_size=16, num_workers=0, part_batches=2
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def msp(logits: np.ndarray) -> np.ndarray:

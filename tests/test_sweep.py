@@ -18,11 +18,11 @@ import json
 
 import numpy as np
 import pytest
+from conftest import run_cli as run
 from conftest import structured_arrays
 from threadpoolctl import threadpool_limits
 
 import scorers.sweep as sweep_mod
-from cli.app import main
 from featstore import Store
 from featstore.errors import FeatstoreError
 from featstore.extra_keys import odin_name
@@ -100,16 +100,6 @@ def logit_store(path, val_kind: str, test_kind: str, seed: int = 0,
     head = (rng.normal(size=(c, d)).astype(np.float32), np.zeros(c, np.float32))
     Store.from_arrays(path, head=head, splits=splits)
     return Store.open(path)
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def untimed(result: dict) -> dict:

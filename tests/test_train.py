@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_cli as run
 from PIL import Image
 from skimage import data as skdata
 
-from cli.app import main
 from featstore import Store
 from featstore.datasets import build_transform
 from featstore.errors import UsageError
@@ -35,16 +35,6 @@ ARCH = "tiny_models:TinyCNN"
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def make_tree(root: Path, per_class: int = 6) -> Path:

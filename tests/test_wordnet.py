@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli as run
 from PIL import Image
 from skimage import data as skdata
 
-from cli.app import main
 from featstore.errors import UsageError
 from featstore.protocols import wordnet as wnp
 from featstore.spec import load_spec
@@ -29,16 +29,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 @pytest.fixture(scope="module")
 def wn():
     return wnp.load_wordnet()
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def hand_sim(d: int, wup: float) -> float:
