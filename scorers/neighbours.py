@@ -25,16 +25,20 @@ RECALL_QUERIES = 256
 RECALL_SPLITS = ("id/val", "id/test", FIT_SPLIT)
 
 
-def recall_queries(store: Any, max_rows: int = RECALL_QUERIES) -> tuple[str, np.ndarray]:
-    """(split name, its first `max_rows` features L2-normalized): the queries on which an
-    approximate index's recall@K is measured. id/val when the store has it (rows outside
-    the bank), else id/test, else id/train (bank rows: recall is then optimistic)."""
+def recall_split(store: Any) -> str:
+    """The split whose first rows are the recall queries: id/val when the store has it (rows
+    outside the bank), else id/test, else id/train (bank rows: recall is then optimistic)."""
+    return next(n for n in RECALL_SPLITS if store.has_split(n))
+
+
+def recall_queries(store: Any, max_rows: int = RECALL_QUERIES) -> np.ndarray:
+    """The first `max_rows` features of `recall_split(store)`, L2-normalized: the queries on
+    which an approximate index's recall@K is measured."""
     from .knn_index import l2_normalize
 
-    name = next(n for n in RECALL_SPLITS if store.has_split(n))
-    split = store.split(name)
+    split = store.split(recall_split(store))
     rows = min(max_rows, split.num_rows)
-    return name, l2_normalize(split.read("features", slice(0, rows)))
+    return l2_normalize(split.read("features", slice(0, rows)))
 
 
 def is_int(value: Any) -> bool:
@@ -110,15 +114,14 @@ class BankScorer(Scorer):
             self.diagnostics.update(recall_at_k=self.index.recall,
                                     recall_k=self.index.options["recall_k"],
                                     recall_queries=self.index.recall_queries,
-                                    recall_split=self._recall_split)
+                                    recall_split=recall_split(store))
 
     def index_options(self, store: Any, params: Mapping[str, Any]) -> dict[str, Any]:
         """Keyword arguments every subclass passes to KnnIndex: the recall queries when the
         index is approximate (recall@K against exact search is measured at build)."""
         if params["index"] == "exact":
             return {}
-        self._recall_split, queries = recall_queries(store)
-        return {"recall_queries": queries, "recall_k": int(params["K"])}
+        return {"recall_queries": recall_queries(store), "recall_k": int(params["K"])}
 
     def _score(self, split: Any) -> np.ndarray:
         k = int(self.params["K"])
