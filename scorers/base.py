@@ -88,6 +88,13 @@ class Scorer:
         Called at construction (store=None) and again with the store at fit and for every
         grid setting (ranges that depend on the data, e.g. K <= bank size)."""
 
+    def check_choice(self, params: Mapping[str, Any], param: str,
+                     choices: Sequence[Any]) -> None:
+        """UsageError unless params[param] is one of `choices` (names the value and them)."""
+        if params[param] not in choices:
+            raise UsageError(f"scorer {self.name!r}: {param}={params[param]!r} is not one of "
+                             f"{', '.join(map(str, choices))}")
+
     def _fit(self, store: Any) -> None:
         """Fit state from the store; default: nothing to fit."""
 

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from featstore.errors import UsageError
 from featstore.extra_keys import GODIN_G, GODIN_H
 
 from .base import Scorer
@@ -54,9 +53,7 @@ class GODIN(Scorer):
              "without Learning from Out-of-distribution Data, CVPR 2020")
 
     def check_params(self, params: Any, store: Any = None) -> None:
-        if params["variant"] not in VARIANTS:
-            raise UsageError(f"scorer {self.name!r}: variant={params['variant']!r} is not one "
-                             f"of {', '.join(VARIANTS)}")
+        self.check_choice(params, "variant", VARIANTS)
 
     def _score(self, split: Any) -> np.ndarray:
         variant = self.params["variant"]

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from featstore.errors import UsageError
 from featstore.extra_keys import HEAD2_LOGITS
 
 from .base import Scorer, softmax
@@ -49,9 +48,7 @@ class MCD(Scorer):
              "Discrepancy, ICCV 2019")
 
     def check_params(self, params: Any, store: Any = None) -> None:
-        if params["variant"] not in VARIANTS:
-            raise UsageError(f"scorer {self.name!r}: variant={params['variant']!r} is not one "
-                             f"of {', '.join(VARIANTS)}")
+        self.check_choice(params, "variant", VARIANTS)
 
     def _score(self, split: Any) -> np.ndarray:
         variant = self.params["variant"]

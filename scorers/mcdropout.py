@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from featstore.errors import FeatstoreError, UsageError
+from featstore.errors import FeatstoreError
 from featstore.extra_keys import MC_LOGITS
 
 from .base import Scorer, softmax
@@ -56,9 +56,7 @@ class MCDropout(Scorer):
              "Uncertainty in Deep Learning, ICML 2016")
 
     def check_params(self, params: Any, store: Any = None) -> None:
-        if params["variant"] not in VARIANTS:
-            raise UsageError(f"scorer {self.name!r}: variant={params['variant']!r} is not one "
-                             f"of {', '.join(VARIANTS)}")
+        self.check_choice(params, "variant", VARIANTS)
 
     def _score(self, split: Any) -> np.ndarray:
         ds = split.extra(MC_LOGITS)

@@ -77,9 +77,7 @@ class BankScorer(Scorer):
             raise UsageError(f"scorer {name!r}: {fp}={frac!r} must satisfy 0 < {fp} <= 1")
         if not is_int(params["seed"]) or params["seed"] < 0:
             raise UsageError(f"scorer {name!r}: seed={params['seed']!r} must be an integer >= 0")
-        if params["index"] not in INDEX_KINDS:
-            raise UsageError(f"scorer {name!r}: index={params['index']!r} is not one of "
-                             f"{', '.join(INDEX_KINDS)}")
+        self.check_choice(params, "index", INDEX_KINDS)
         if store is not None and store.has_split(FIT_SPLIT):
             n = store.split(FIT_SPLIT).num_rows
             size = subsample_size(n, float(frac))
