@@ -344,7 +344,9 @@ def _warm_featstore(name: str = "", params: dict[str, Any] | None = None,
         from scorers import get_scorer
 
         tiny = Store.open(warm_store)
-        get_scorer(name, **(params or {})).fit(tiny).score(tiny.split("id/test"))
+        # ViM's principal dimension is sized for the real store; the tiny one has D = 32
+        warm_params = {k: v for k, v in (params or {}).items() if k != "dim"}
+        get_scorer(name, **warm_params).fit(tiny).score(tiny.split("id/test"))
 
 
 def _child_featstore(spec: dict[str, Any]) -> dict[str, Any]:
