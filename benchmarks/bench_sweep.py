@@ -165,7 +165,7 @@ def valid_settings(name: str, store: Store, base: dict[str, Any]) -> list[dict[s
 
 def side_featstore(name: str, store: Store, base: dict, grid: dict) -> list[list[np.ndarray]]:
     settings = expand_grid(grid)
-    scorer = get_scorer(name, **{**base, **settings[0]}).fit(store)
+    scorer = get_scorer(name, **{**base, **settings[0]}).fit(store, grid)
     return [[s for _, s in scorer.score_grid(store.split(sp), grid)] for sp in A_SPLITS]
 
 

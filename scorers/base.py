@@ -76,6 +76,8 @@ class Scorer:
         self.chunk_rows = DEFAULT_CHUNK_ROWS
         # facts about the fit worth reporting (e.g. an approximate index's recall@K)
         self.diagnostics: dict[str, Any] = {}
+        # the settings `fit(store, grid)` was told score_grid will ask for
+        self.fit_settings: list[dict[str, Any]] = []
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
@@ -112,11 +114,17 @@ class Scorer:
         return out
 
     # ------------------------------------------------------------------ API
-    def fit(self, store: Any) -> Scorer:
-        """Fit on the store's default fit split(s); returns self."""
+    def fit(self, store: Any, grid: Grid | None = None) -> Scorer:
+        """Fit on the store's default fit split(s); returns self.
+
+        `grid` (optional): the grid `score_grid` will be asked for, so that a fit whose
+        per-setting state comes from a pass over the fit split (ViM's alpha per dim) prepares
+        every setting in the same pass; settings outside it are still scored, at the price of
+        a further pass. Scores never depend on it."""
         check_needs(self, store)
         self.check_params(self.params, store)
         self.fitted = False  # a failed _fit leaves the scorer unfitted
+        self.fit_settings = expand_grid(grid) if grid else []
         self.store = store
         self.model_sha256 = store.model_sha256
         self._fit(store)

@@ -15,8 +15,9 @@ Higher is more in-distribution. `dim`: 1 <= dim < D; default None = the ViM pape
 `dim_list: [256, 1000]` (valid only for D > 1000). OpenOOD fits this baseline on its ID
 validation loader; here, like ViM, on id/train.
 
-Sharing: one eigendecomposition at fit; one projection per chunk onto V[:, min(dims):], every
-dim's residual read off a reverse cumulative sum of the squared projections.
+Sharing: one eigendecomposition at fit; one projection per block onto V[:, min(dims):], every
+dim's residual read off the squared projections summed per segment between consecutive dims
+(`PrincipalSpace.residual_sq`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .base import Scorer
-from .vim import PrincipalSpace, check_dim, resolve_dim
+from .vim import PrincipalSpace, check_dim, setting_dims
 
 
 class Residual(Scorer):
@@ -41,18 +42,19 @@ class Residual(Scorer):
         check_dim(self.name, params["dim"], store)
 
     def _fit(self, store: Any) -> None:
-        self.state = PrincipalSpace.fit(self, store, with_alpha=False)
+        self.state = PrincipalSpace.fit(self, store)
 
     def _score(self, split: Any) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         state = self.state
-        d = state.basis.shape[0]
-        dims = [resolve_dim({**self.params, **s}["dim"], d) for s in settings]
-        start = min(dims)
+        dims = setting_dims(self, settings, state.basis.shape[0])
+        distinct = sorted(set(dims))
+        column = {k: j for j, k in enumerate(distinct)}
+
         def block(x: np.ndarray) -> list[np.ndarray]:
-            tail = state.residual_sq(x, start)
-            return [-np.sqrt(tail[:, k - start]) for k in dims]
+            tail = state.residual_sq(x, distinct)
+            return [-np.sqrt(tail[:, column[k]]) for k in dims]
 
         return self.map_rows(split, ("features",), block, outputs=len(dims))

@@ -215,7 +215,7 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
 
     scorer = get_scorer(method, **{**base, **plan.settings[0]})
     t0 = time.perf_counter()
-    scorer.fit(store)
+    scorer.fit(store, plan.grid)
     fit_s = time.perf_counter() - t0
 
     # ---- 1. selection: validation splits only

@@ -26,12 +26,15 @@ paper's rule, 1000 if D >= 2048, 512 if D >= 768, else D // 2. Default sweep gri
 `configs/postprocessors/vim.yml`, `dim_list: [256, 1000]` (both need D > 1000 to be valid; pass
 an explicit grid on smaller feature spaces).
 
-Sharing (DESIGN section 5): the fit does ONE eigendecomposition and projects each id/train row
-once onto all eigenvectors sorted by decreasing eigenvalue; the squared residual norm for every
-dim is a reverse cumulative sum of the squared projections, so alpha is known for every dim
-after one pass. Scoring projects each row block (`map_rows`) once onto V[:, min(dims):] and
-reads every requested dim's residual off the same reverse cumulative sum. `residual.py` reuses
-`PrincipalSpace` (one implementation).
+Sharing (DESIGN section 5): the fit does ONE eigendecomposition (the mean max-logit comes from
+the covariance pass) and then one pass over id/train for the mean residual norms of every dim
+it was told of (the scorer's own, plus those of `fit(store, grid)`), projecting each row once
+onto V[:, min(dims):] (eigenvectors by decreasing eigenvalue): the squared residual norms of
+all those dims are the squared projections summed per segment between consecutive dims and
+accumulated from the smallest-eigenvalue end (`PrincipalSpace.residual_sq`). A dim asked for
+later costs one more such pass. Scoring projects each row block (`map_rows`) once onto
+V[:, min(dims):] and reads every requested dim's residual off the same segment sums.
+`residual.py` reuses `PrincipalSpace` (one implementation).
 
 If the id/train features have (numerically) no residual beyond `dim` (rank <= dim), alpha is
 undefined: that is a UsageError naming dim, never a NaN.
@@ -109,63 +112,91 @@ def resolve_dim(dim: Any, num_features: int) -> int:
 
 class PrincipalSpace:
     """Fitted state shared by `vim` and `residual`: origin, sorted eigenbasis, and (for ViM)
-    the id/train mean residual norm for every dim and the mean max-logit."""
+    the id/train mean max-logit and mean residual norm of each dim asked for."""
 
     def __init__(self, origin: np.ndarray, basis: np.ndarray, eigvals: np.ndarray,
-                 num_rows: int):
+                 num_rows: int, rms_norm: float):
         self.origin = origin            # (D,) u = -pinv(W) b
         self.basis = basis              # (D, D) eigenvectors, columns by decreasing eigenvalue
         self.eigvals = eigvals          # (D,) decreasing
         self.num_rows = num_rows
-        self.mean_residual: np.ndarray | None = None   # (D,) mean r_d over id/train, d = 0..D-1
+        self.rms_norm = rms_norm        # sqrt(mean ||x - u||^2) over id/train = sqrt(trace S)
+        self.mean_residual: dict[int, float] = {}   # dim -> mean r(x) over id/train
         self.mean_max_logit: float | None = None
 
     @classmethod
-    def fit(cls, scorer: Scorer, store: Any, with_alpha: bool) -> PrincipalSpace:
-        """Two chunked passes over id/train (covariance; then projections if `with_alpha`)."""
+    def fit(cls, scorer: Scorer, store: Any, alpha_dims: list[int] | None = None
+            ) -> PrincipalSpace:
+        """One chunked pass over id/train for S (and the mean max-logit when `alpha_dims` is
+        given), the eigendecomposition, then one pass for the mean residual norms of
+        `alpha_dims` (see `ensure_residuals`)."""
         weight, bias = store.head
         origin = head_origin(weight, bias)
         d = weight.shape[1]
         split = scorer.fit_split(store, FIT_SPLIT)
+        fields = ("features", "logits") if alpha_dims is not None else ("features",)
         cov = np.zeros((d, d), dtype=np.float64)
+        sum_max_logit = 0.0
         n = 0
-        for _, (x,) in scorer.chunks(split, "features"):
-            xc = x.astype(np.float64) - origin
+        for _, arrays in scorer.chunks(split, *fields):
+            xc = arrays[0].astype(np.float64)
+            xc -= origin
             cov += xc.T @ xc
             n += xc.shape[0]
+            if alpha_dims is not None:
+                sum_max_logit += float(arrays[1].max(axis=1).astype(np.float64).sum())
         if n == 0:
             raise FeatstoreError(f"scorer {scorer.name!r}: split {FIT_SPLIT!r} has no rows to fit")
         cov /= n
         eigvals, eigvecs = np.linalg.eigh(cov)            # ascending
-        state = cls(origin, np.ascontiguousarray(eigvecs[:, ::-1]), eigvals[::-1].copy(), n)
-        if with_alpha:
-            sum_r = np.zeros(d, dtype=np.float64)
-            sum_max_logit = 0.0
-            for _, (x, logits) in scorer.chunks(split, "features", "logits"):
-                sum_r += np.sqrt(state.residual_sq(x, 0)).sum(axis=0)
-                sum_max_logit += float(logits.astype(np.float64).max(axis=1).sum())
-            state.mean_residual = sum_r / n
+        state = cls(origin, np.ascontiguousarray(eigvecs[:, ::-1]), eigvals[::-1].copy(), n,
+                    float(np.sqrt(max(np.trace(cov), 0.0))))
+        if alpha_dims is not None:
             state.mean_max_logit = sum_max_logit / n
+            state.ensure_residuals(scorer, store, alpha_dims)
         return state
 
-    def residual_sq(self, x: np.ndarray, start: int) -> np.ndarray:
-        """(n, D - start): column j is ||(x - u) @ V[:, start + j:]||^2, i.e. the squared
-        residual norm for dim = start + j (reverse cumulative sum of squared projections,
-        smallest-eigenvalue terms first)."""
-        q = (x.astype(np.float64) - self.origin) @ self.basis[:, start:]
+    def ensure_residuals(self, scorer: Scorer, store: Any, dims: list[int]) -> None:
+        """mean_{id/train} r(x) for every dim in `dims` not known yet, from ONE chunked pass
+        that projects each row onto V[:, min(missing):] (`residual_sq`)."""
+        missing = sorted({k for k in dims if k not in self.mean_residual})
+        if not missing:
+            return
+        split = scorer.fit_split(store, FIT_SPLIT)
+        sums = np.zeros(len(missing), dtype=np.float64)
+        for _, (x,) in scorer.chunks(split, "features"):
+            sums += np.sqrt(self.residual_sq(x, missing)).sum(axis=0)
+        for k, total in zip(missing, sums, strict=True):
+            self.mean_residual[k] = float(total) / self.num_rows
+
+    def residual_sq(self, x: np.ndarray, dims: list[int]) -> np.ndarray:
+        """(n, len(dims)) for `dims` ascending: column j is ||(x - u) @ V[:, dims[j]:]||^2, the
+        squared projections onto V[:, dims[0]:] summed per segment [dims[j], dims[j+1]) and
+        the segment sums accumulated from the last (smallest-eigenvalue) segment back."""
+        xc = x.astype(np.float64)
+        xc -= self.origin
+        q = xc @ self.basis[:, dims[0]:]
         q *= q
-        return np.cumsum(q[:, ::-1], axis=1)[:, ::-1]
+        seg = np.add.reduceat(q, [k - dims[0] for k in dims], axis=1)
+        return np.cumsum(seg[:, ::-1], axis=1)[:, ::-1]
 
     def alpha(self, scorer_name: str, dim: int) -> float:
-        assert self.mean_residual is not None and self.mean_max_logit is not None
-        mean_r = float(self.mean_residual[dim])
-        if not mean_r > _ZERO_RESIDUAL_RTOL * float(self.mean_residual[0]):
+        assert self.mean_max_logit is not None
+        mean_r = self.mean_residual[dim]
+        if not mean_r > _ZERO_RESIDUAL_RTOL * self.rms_norm:
             raise UsageError(
                 f"scorer {scorer_name!r}: dim={dim} leaves no residual on {FIT_SPLIT!r} (its "
                 f"features span at most {dim} principal directions), so alpha is undefined; "
                 f"choose a smaller dim"
             )
         return self.mean_max_logit / mean_r
+
+
+def setting_dims(scorer: Scorer, settings: list[dict[str, Any]], num_features: int
+                 ) -> list[int]:
+    """The principal dimension of each setting (the scorer's own dim where a setting has
+    none), resolved by the paper rule where None."""
+    return [resolve_dim({**scorer.params, **s}["dim"], num_features) for s in settings]
 
 
 class ViM(Scorer):
@@ -180,22 +211,25 @@ class ViM(Scorer):
         check_dim(self.name, params["dim"], store)
 
     def _fit(self, store: Any) -> None:
-        self.state = PrincipalSpace.fit(self, store, with_alpha=True)
+        d = feature_dim(store)
+        dims = {k for k in setting_dims(self, [{}, *self.fit_settings], d) if 1 <= k < d}
+        self.state = PrincipalSpace.fit(self, store, alpha_dims=sorted(dims))
 
     def _score(self, split: Any) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         state = self.state
-        d = state.basis.shape[0]
-        dims = [resolve_dim({**self.params, **s}["dim"], d) for s in settings]
+        dims = setting_dims(self, settings, state.basis.shape[0])
+        state.ensure_residuals(self, self.store, dims)
         alphas = [state.alpha(self.name, k) for k in dims]
-        start = min(dims)
+        distinct = sorted(set(dims))
+        column = {k: j for j, k in enumerate(distinct)}
 
         def block(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
-            tail = state.residual_sq(x, start)
+            tail = state.residual_sq(x, distinct)
             energy = logsumexp(logits)
-            return [energy - alpha * np.sqrt(tail[:, k - start])
+            return [energy - alpha * np.sqrt(tail[:, column[k]])
                     for k, alpha in zip(dims, alphas, strict=True)]
 
         return self.map_rows(split, ("features", "logits"), block, outputs=len(settings))

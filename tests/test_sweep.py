@@ -269,6 +269,35 @@ def test_react_fit_holds_the_default_grid_clip_values(wide_store, monkeypatch):
     assert passes == [] and len(read) == 1
 
 
+def test_vim_fit_told_the_grid_prepares_every_dim(wide_store, monkeypatch):
+    """`fit(store, grid)` computes alpha of every grid dim in its own passes (score_grid then
+    reads id/train no further); a fit not told the grid pays ONE more id/train pass for all
+    the dims it lacks. Both give the same scores (1e-12; reference: the separate runs of
+    test_default_grid_score_grid_equals_separate_runs)."""
+    split = wide_store.split("id/train")
+    orig_iter = type(split).iter_chunks
+    read = []
+
+    def spy(self, *a, **k):
+        if self.name == "id/train":
+            read.append(1)
+        return orig_iter(self, *a, **k)
+
+    monkeypatch.setattr(type(split), "iter_chunks", spy)
+    told = get_scorer("vim", dim=1000).fit(wide_store, {"dim": [256, 1000]})
+    assert sorted(told.state.mean_residual) == [256, 1000] and len(read) == 2
+    read.clear()
+    grid_told = told.score_grid(wide_store.split("id/test"))
+    assert read == []
+    plain = get_scorer("vim", dim=1000).fit(wide_store)
+    assert sorted(plain.state.mean_residual) == [1000]
+    read.clear()
+    grid_plain = plain.score_grid(wide_store.split("id/test"))
+    assert len(read) == 1 and sorted(plain.state.mean_residual) == [256, 1000]
+    for (setting, a), (_, b) in zip(grid_told, grid_plain, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0, err_msg=str(setting))
+
+
 def test_oodl_sweep_fits_each_model_once(wide_store, monkeypatch):
     """fit + score_grid on two splits: one SVM per nu (the fit's own reused), scores equal
     sklearn's StandardScaler + OneClassSVM(rbf, gamma='scale') (rtol 1e-6, as the reference
