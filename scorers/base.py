@@ -197,6 +197,31 @@ class Scorer:
         return store.split(name)
 
 
+# how far stored logits may be from x @ W.T + b (float64), relative to the largest logit
+# (at least 1), and still count as the head's output: float32 rounding of a real network's
+# head is ~1e-6; float16/TF32 heads (~1e-3) and logits from another head fail.
+LOGITS_ARE_HEAD_RTOL = 1e-4
+LOGITS_PROBE_ROWS = 256
+
+
+def stored_logits_are_head(store: Any) -> bool:
+    """Are the store's float32 logits the head's output, x @ W.T + b, to float32 rounding?
+    Probed on the first `LOGITS_PROBE_ROWS` rows of the first float32 split (store order)
+    that has logits; scorers that may start from the stored logits instead of a product with
+    the head (ReAct) use it to decide. False when no split qualifies."""
+    split = next((s for s in (store.split(n) for n in store.splits())
+                  if "logits" in s.dims and s.dtype == "float32" and s.num_rows), None)
+    if split is None:
+        return False
+    rows = slice(0, min(LOGITS_PROBE_ROWS, split.num_rows))
+    weight, bias = store.head
+    x = np.asarray(split.read("features", rows), dtype=np.float64)
+    expected = x @ np.asarray(weight, dtype=np.float64).T + np.asarray(bias, dtype=np.float64)
+    stored = np.asarray(split.read("logits", rows), dtype=np.float64)
+    scale = max(1.0, float(np.max(np.abs(expected))))
+    return bool(np.max(np.abs(stored - expected)) <= LOGITS_ARE_HEAD_RTOL * scale)
+
+
 def check_needs(scorer: Scorer, store: Any) -> None:
     """Raise FeatstoreError naming the first missing need and how to produce it."""
     for need in scorer.needs:

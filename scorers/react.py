@@ -35,8 +35,22 @@ entries above c_0 are touched (e.g. ~15% for the default grid's 85th percentile)
 in float64 with W held as float32 (exact for a float32 head) (`_clip_band_logits`). Where that
 does not pay by the cost model of `sparse_pays` (e.g. a low percentile whose c_0 leaves most
 entries above it), the lowest clip values are dense products too and the band sums start from
-a higher anchor (`plan_anchor`, from the block's counts; deterministic). One setting = one
-dense product, as before; the two ways differ only in the order of the float64 sums.
+a higher anchor (`plan_anchor`, from the block's counts; deterministic); the two ways differ
+only in the order of the float64 sums.
+
+From the stored logits: when the store's float32 logits are the head's output
+(`scorers.base.stored_logits_are_head`: x @ W.T + b to 1e-4 of the largest logit on a probe of
+256 rows; false for float16 splits, TF32/float16 heads or logits of another head), a setting
+whose clip value leaves few entries above it on the split that set it (`logits_pay`:
+(1 - p/100) * SPARSE_COST < 1, i.e. p > 66.7; decided per setting, never from the scored rows)
+is computed without a product, as
+
+    logits(c) = l - sum_{j: h_j > c} (h_j - c) W[:, j]          (l the stored logits)
+
+in one descending pass over the bands above the lowest such clip value (`_clip_from_logits`,
+float64 sums, W as float32). Its scores carry the float32 rounding of the stored logits (~1e-7
+relative; a test bounds them at 1e-6 against the float64 formula); the same setting gives
+the same scores alone or in any grid (1e-15 apart).
 """
 
 from __future__ import annotations
@@ -51,7 +65,7 @@ from numba import njit
 
 from featstore.errors import FeatstoreError, UsageError
 
-from .base import Scorer, logsumexp
+from .base import Scorer, logsumexp, stored_logits_are_head
 
 # An entry accumulated row by row (`gather_add`: a row of W.T as float32 streamed from cache
 # into a float64 sum) costs about this many times its share (1 / D) of a dense float64 product
@@ -311,6 +325,67 @@ def _clip_band_logits(x, anchor, wt, cs, out):
                 z[c] += step * acc_u[c]
 
 
+@njit(cache=True, nogil=True)
+def _clip_from_logits(x, top, wt, cs, out):
+    """Logits at every threshold of cs (ascending, distinct) from the unclipped logits `top`
+    (= x @ W.T + b, the stored ones), touching only the entries above cs[0]. With band b of a
+    row = its entries with cs[b] < x <= cs[b + 1] (b = T-1: x > cs[T-1]),
+
+        min(x, c_t) @ W.T + b = top - sum_{b >= t} (Y_b - (c_t - c_0) U_b),
+        Y_b = sum_{j in band b} (x_j - c_0) W[:, j],   U_b = sum_{j in band b} W[:, j],
+
+    per row in float64 (W as float32 rows of wt, exact), in one descending pass over the
+    bands (running sums of Y_b and U_b). out[t, i] receives the logits of row i at cs[t]."""
+    n, d = x.shape
+    c_num = wt.shape[1]
+    t_num = cs.shape[0]
+    acc_y = np.empty(c_num)
+    acc_u = np.empty(c_num)
+    count = np.empty(t_num + 1, dtype=np.int64)
+    pos = np.empty(t_num + 1, dtype=np.int64)
+    band = np.empty(d, dtype=np.int64)
+    entries = np.empty(d, dtype=np.int64)
+    coef = np.empty(d, dtype=np.float64)
+    c0 = cs[0]
+    for i in range(n):
+        count[:] = 0
+        for j in range(d):
+            v = x[i, j]
+            b = -1
+            while b + 1 < t_num and v > cs[b + 1]:
+                b += 1
+            band[j] = b
+            count[b + 1] += 1
+        pos[0] = 0
+        for b in range(t_num):
+            pos[b + 1] = pos[b] + count[b]
+        start = pos.copy()                       # start[b + 1]: first entry of band b
+        for j in range(d):
+            b = band[j]
+            entries[pos[b + 1]] = j
+            pos[b + 1] += 1
+        for q in range(start[1], d):
+            coef[q] = np.float64(x[i, entries[q]]) - c0
+        acc_y[:] = 0.0
+        acc_u[:] = 0.0
+        a = top[i]
+        for t in range(t_num - 1, -1, -1):
+            gather_add_sum(acc_y, acc_u, wt, entries, coef, start[t + 1],
+                           start[t + 1] + count[t + 1])
+            step = cs[t] - c0
+            z = out[t, i]
+            for c in range(c_num):
+                z[c] = a[c] - (acc_y[c] - step * acc_u[c])
+
+
+def logits_pay(percentile: float) -> bool:
+    """Is a setting cheaper from the stored logits than as a dense product, by `sparse_pays`
+    for the fraction of entries above its clip value on the split that set it (1 - p/100)?
+    Decided per setting, never from the scored rows, so that a row's score does not depend
+    on the rows scored with it."""
+    return sparse_pays(1.0 - float(percentile) / 100.0)
+
+
 def plan_anchor(counts: Sequence[int], size: int) -> int:
     """Index a of the anchor threshold (ascending thresholds; counts[t] = entries of the block
     above threshold t, `size` = all entries): thresholds below a and a itself are dense
@@ -355,6 +430,7 @@ class ReAct(Scorer):
         self.weight_t = np.ascontiguousarray(np.asarray(weight, dtype=np.float64).T)
         self.wt = exact_f32(np.asarray(weight).T)        # (D, C), for the sparse sums
         self.bias = np.asarray(bias, dtype=np.float64)
+        self.logits_are_head = stored_logits_are_head(store)
         self._thresholds: dict[tuple[str, float], float] = {}
         self._cum_hi: dict[str, np.ndarray] = {}
         # The default grid's clip values come out of the same two passes (a few more bins of
@@ -391,8 +467,18 @@ class ReAct(Scorer):
         return self._score_grid(split, [{}])[0]
 
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
-        clips = self.thresholds([{**self.params, **s} for s in settings])
+        full = [{**self.params, **s} for s in settings]
+        clips = self.thresholds(full)
         cs = sorted(set(clips))
+        if self.logits_are_head and split.dtype != "float16" and "logits" in split.dims:
+            from_logits = {c for c, s in zip(clips, full, strict=True)
+                           if logits_pay(s["percentile"])}
+
+            def block_l(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
+                energy = self._energies(x, x.astype(np.float64), cs, logits, from_logits)
+                return [energy[c] for c in clips]
+
+            return self.map_rows(split, ("features", "logits"), block_l, outputs=len(settings))
 
         def block(x: np.ndarray) -> list[np.ndarray]:
             energy = self._energies(x, x.astype(np.float64), cs)
@@ -405,15 +491,30 @@ class ReAct(Scorer):
         z += self.bias
         return z
 
-    def _energies(self, x: np.ndarray, x64: np.ndarray, cs: list[float]) -> dict[float, np.ndarray]:
-        """Energy of every clip value in `cs` (ascending) for one block of rows: dense products
-        up to the anchor chosen by `plan_anchor` (from the block's counts), the rest from
-        `_clip_band_logits`."""
+    def _energies(self, x: np.ndarray, x64: np.ndarray, cs: list[float],
+                  logits: np.ndarray | None = None, from_logits: set[float] | None = None
+                  ) -> dict[float, np.ndarray]:
+        """Energy of every clip value in `cs` (ascending) for one block of rows: those in
+        `from_logits` from the stored logits (`_clip_from_logits`); the others as dense
+        products up to the anchor chosen by `plan_anchor` (from the block's counts), the rest
+        from `_clip_band_logits`."""
+        energy: dict[float, np.ndarray] = {}
+        if logits is not None and from_logits:
+            low = [c for c in cs if c in from_logits]
+            z = np.empty((len(low), x.shape[0], self.wt.shape[1]), dtype=np.float64)
+            _clip_from_logits(x, np.asarray(logits, dtype=np.float64), self.wt,
+                              np.array(low, dtype=np.float64), z)
+            for t, c in enumerate(low):
+                energy[c] = logsumexp(z[t])
+            cs = [c for c in cs if c not in from_logits]
+            if not cs:
+                return energy
         if len(cs) == 1:
-            return {cs[0]: logsumexp(self._dense(x64, cs[0]))}
+            energy[cs[0]] = logsumexp(self._dense(x64, cs[0]))
+            return energy
         counts = [int(np.count_nonzero(x64 > c)) for c in cs]
         a = plan_anchor(counts, x64.size)
-        energy = {c: logsumexp(self._dense(x64, c)) for c in cs[:a]}
+        energy.update({c: logsumexp(self._dense(x64, c)) for c in cs[:a]})
         rest = np.array(cs[a:], dtype=np.float64)
         n, c_num = x.shape[0], self.wt.shape[1]
         block = max(1, (1 << 22) // max(1, (len(rest) - 1) * c_num))

@@ -221,16 +221,30 @@ def test_react_plan_anchor_cost_model():
     assert plan_anchor([5], 1000) == 0
 
 
-def test_react_band_sums_equal_dense_clipping(wide_store):
-    """Percentiles 10 and 50 (most entries above their clip values: dense) and 85..99 (band
-    sums above the 85th's anchor): == logsumexp(min(h, c) @ W.T + b) with c from
-    np.percentile, and == separate runs; deterministic."""
+@pytest.mark.parametrize("logits_are_head", [True, False], ids=["stored-logits", "other-logits"])
+def test_react_band_sums_equal_dense_clipping(wide_store, tmp_path, logits_are_head):
+    """Percentiles 10 and 50 (most entries above their clip values: dense products and band
+    sums from a dense anchor, == logsumexp(min(h, c) @ W.T + b) to 1e-9 in float64) and
+    85..99 (from the stored float32 logits minus the clipped entries' part: to 1e-6, the
+    float32 rounding of the logits; c from np.percentile), == separate runs (1e-9),
+    deterministic. With logits that are not the head's output (scaled by 2: another head)
+    every setting is computed from the features (1e-9)."""
+    from scorers.react import logits_pay
+
     st = wide_store
+    if not logits_are_head:
+        splits = {name: {"features": np.asarray(st.split(name).features),
+                         "logits": 2.0 * np.asarray(st.split(name).logits),
+                         **({"labels": np.asarray(st.split(name).labels)}
+                            if name.startswith("id/") else {})}
+                  for name in ("id/train", "id/test", "ood/far/faint")}
+        st = Store.from_arrays(tmp_path / "other", head=st.head, splits=splits)
     grid = {"percentile": [10, 50, 85, 90, 95, 99]}
     train = np.asarray(st.split("id/train").features, dtype=np.float64)
     clips = np.percentile(train.ravel(), grid["percentile"])
     w, b = (np.asarray(a, dtype=np.float64) for a in st.head)
     scorer = get_scorer("react").fit(st)
+    assert scorer.logits_are_head is logits_are_head
     for split_name in ("id/test", "ood/far/faint"):
         split = st.split(split_name)
         x = np.asarray(split.features, dtype=np.float64)
@@ -238,7 +252,8 @@ def test_react_band_sums_equal_dense_clipping(wide_store):
         again = scorer.score_grid(split, grid)
         for (setting, scores), c, (_, scores2) in zip(results, clips, again, strict=True):
             np.testing.assert_array_equal(scores, scores2)
-            np.testing.assert_allclose(scores, energy(np.minimum(x, c) @ w.T + b), rtol=1e-9,
+            rtol = 1e-6 if logits_are_head and logits_pay(setting["percentile"]) else 1e-9
+            np.testing.assert_allclose(scores, energy(np.minimum(x, c) @ w.T + b), rtol=rtol,
                                        atol=1e-12, err_msg=f"{setting} {split_name}")
             single = get_scorer("react", **setting).fit(st).score(split)
             np.testing.assert_allclose(scores, single, rtol=1e-9, atol=1e-12)
