@@ -13,6 +13,9 @@ As implemented:
 Fallbacks OpenOOD does not have (where it would produce NaN): a class with no correctly
 classified train row uses the mean of all its labelled train rows; a class with no train row
 at all is an error at fit (there is no pattern to compare with). No hyperparameters.
+
+Kernels (Numba): the fit accumulates both class sums in one pass over id/train chunks, row by
+row in float64 (no sorted or gathered copies of the chunk).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from featstore.errors import FeatstoreError
 
@@ -28,14 +32,34 @@ from .base import Scorer
 FIT_SPLIT = "id/train"
 
 
-def _class_sums(y: np.ndarray, x: np.ndarray, sums: np.ndarray, counts: np.ndarray) -> None:
-    if y.size == 0:
-        return
-    counts += np.bincount(y, minlength=counts.size)
-    order = np.argsort(y, kind="stable")
-    ys = y[order]
-    starts = np.flatnonzero(np.r_[True, ys[1:] != ys[:-1]])
-    sums[ys[starts]] += np.add.reduceat(x[order].astype(np.float64), starts, axis=0)
+@njit(cache=True, nogil=True)
+def _accumulate_class_sums(x, logits, labels, correct_sums, correct_counts, all_sums,
+                           all_counts):
+    """Per labelled row i (0 <= label < C): all_sums[label] += x[i] and, when argmax of its
+    logits (first of ties, as numpy) equals the label, correct_sums[label] += x[i]; float64,
+    in row order, one pass, no copies."""
+    n, d = x.shape
+    c_num = correct_sums.shape[0]
+    for i in range(n):
+        y = labels[i]
+        if y < 0 or y >= c_num:
+            continue
+        row = logits[i]
+        pred = 0
+        best = row[0]
+        for c in range(1, row.shape[0]):
+            if row[c] > best:
+                best = row[c]
+                pred = c
+        all_counts[y] += 1
+        acc = all_sums[y]
+        for j in range(d):
+            acc[j] += np.float64(x[i, j])
+        if pred == y:
+            correct_counts[y] += 1
+            acc = correct_sums[y]
+            for j in range(d):
+                acc[j] += np.float64(x[i, j])
 
 
 class SHE(Scorer):
@@ -57,11 +81,8 @@ class SHE(Scorer):
         all_sums = np.zeros((num_classes, dim))
         all_counts = np.zeros(num_classes, dtype=np.int64)
         for _, (feats, logits, labels) in self.chunks(split, "features", "logits", "labels"):
-            labelled = (labels >= 0) & (labels < num_classes)
-            pred = logits.argmax(axis=1)
-            correct = labelled & (pred == labels)
-            _class_sums(labels[correct], feats[correct], correct_sums, correct_counts)
-            _class_sums(labels[labelled], feats[labelled], all_sums, all_counts)
+            _accumulate_class_sums(feats, logits, np.asarray(labels, dtype=np.int64),
+                                   correct_sums, correct_counts, all_sums, all_counts)
         missing = np.flatnonzero(all_counts == 0)
         if missing.size:
             raise FeatstoreError(
