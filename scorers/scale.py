@@ -17,8 +17,15 @@ Unlike ASH nothing is pruned: the whole feature is rescaled. Higher is more in-d
 
 Sharing: one partial sort per row and chunk (`scorers.ash.RowSort`: the k_max largest entries
 in descending order, k_max the largest kept count of the grid) gives s2 for every percentile as
-a cumulative sum of the sorted values, and z = h @ W.T (float64 BLAS) is computed once per chunk
-for all of them; each setting is then logsumexp(exp(s1 / s2) * z + b), (n, C) elementwise.
+a cumulative sum of the sorted values, and z = h @ W.T is computed once per block for all of
+them; each setting is then logsumexp(exp(s1 / s2) * z + b), (n, C) elementwise.
+
+z without a product: when the store's float32 logits l are the head's output
+(`scorers.base.stored_logits_are_head`: x @ W.T + b to 1e-4 of the largest logit on a probe of
+256 rows; false for float16 splits, TF32/float16 heads or logits of another head), z = l - b in
+float64, which carries the float32 rounding of l (~1e-7 relative; the scale exp(s1 / s2)
+multiplies the score and its error alike; a test bounds it at 1e-6 against the float64
+formula). Otherwise z = h @ W.T in float64 BLAS.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .ash import RowSort, check_keep, keep_count
-from .base import Scorer, logsumexp
+from .base import Scorer, logsumexp, stored_logits_are_head
 from .react import check_percentile
 
 
@@ -48,6 +55,7 @@ class Scale(Scorer):
         weight, bias = store.head
         self.weight_t = np.ascontiguousarray(np.asarray(weight, dtype=np.float64).T)
         self.bias = np.asarray(bias, dtype=np.float64)
+        self.logits_are_head = stored_logits_are_head(store)
 
     def _score(self, split: Any) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
@@ -55,10 +63,19 @@ class Scale(Scorer):
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         d = self.weight_t.shape[0]
         ks = [keep_count(d, {**self.params, **s}["percentile"]) for s in settings]
-        def block(x: np.ndarray) -> list[np.ndarray]:
-            rs = RowSort(x, max(ks))
-            z = rs.x64 @ self.weight_t
+
+        def energies(rs: RowSort, z: np.ndarray) -> list[np.ndarray]:
             return [logsumexp(np.exp(rs.sharpen_ratio(k))[:, None] * z + self.bias)
                     for k in ks]
+
+        if self.logits_are_head and split.dtype != "float16" and "logits" in split.dims:
+            def block_l(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
+                return energies(RowSort(x, max(ks)), logits.astype(np.float64) - self.bias)
+
+            return self.map_rows(split, ("features", "logits"), block_l, outputs=len(ks))
+
+        def block(x: np.ndarray) -> list[np.ndarray]:
+            rs = RowSort(x, max(ks))
+            return energies(rs, rs.x64 @ self.weight_t)
 
         return self.map_rows(split, ("features",), block, outputs=len(ks))

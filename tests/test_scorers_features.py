@@ -547,3 +547,43 @@ def test_module_docstring_and_no_torch(name):
             assert not any(a.name.split(".")[0] == "torch" for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             assert (node.module or "").split(".")[0] != "torch"
+
+
+# --------------------------------------------------------------------------- stored logits
+def test_stored_logits_are_head_probe(tmp_path, make_store):
+    """float32 logits = features @ W.T + b (what `Store.from_arrays` computes in float32, as
+    a network's head does): True; the same logits scaled by 2 (another head's output) or
+    stored as float16: False."""
+    from scorers.base import stored_logits_are_head
+
+    assert stored_logits_are_head(make_store("f32", seed=4)) is True
+    assert stored_logits_are_head(make_store("f16", dtype="float16", seed=4)) is False
+    arrays = structured_arrays(seed=4)
+    Store.from_arrays(tmp_path / "scaled", head=arrays["head"],
+                      splits=other_head_logits(arrays))
+    assert stored_logits_are_head(Store.open(tmp_path / "scaled")) is False
+
+
+def other_head_logits(arrays: dict) -> dict:
+    """The splits of `arrays` with logits 2 (x @ W.T + b): not the head's output."""
+    w, b = arrays["head"]
+    return {n: {**a, "logits": 2.0 * (a["features"] @ w.T + b)}
+            for n, a in arrays["splits"].items()}
+
+
+@pytest.mark.parametrize("percentile", [65, 85])
+def test_scale_from_features_when_logits_are_not_the_head(tmp_path, percentile):
+    """SCALE reads z = l - b off the stored logits only when they are the head's output; with
+    logits of another head (scaled by 2) it multiplies the features with W and matches the
+    float64 transcription (ref_scale) to 1e-9; with the head's own float32 logits, to 1e-6."""
+    arrays = structured_arrays(seed=6)
+    Store.from_arrays(tmp_path / "own", head=arrays["head"], splits=arrays["splits"])
+    Store.from_arrays(tmp_path / "other", head=arrays["head"], splits=other_head_logits(arrays))
+    for name, rtol in (("own", 1e-6), ("other", 1e-9)):
+        st = Store.open(tmp_path / name)
+        scorer = fitted("scale", st, percentile=percentile)
+        assert scorer.logits_are_head is (name == "own")
+        for split in SCORED:
+            np.testing.assert_allclose(scorer.score(st.split(split)),
+                                       ref_scale(st, split, percentile), rtol=rtol, atol=1e-12,
+                                       err_msg=f"{name} {split}")
