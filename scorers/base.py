@@ -260,6 +260,19 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return z
 
 
+def softmax_plogp(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(softmax(l), sum_k p_k log p_k) per row from ONE exp pass, float64: with z = l - max(l),
+    e = exp(z), s = sum(e): p = e / s and log p = z - log s, so sum_k p_k log p_k =
+    (sum_k e_k z_k) / s - log s (a probability that underflows contributes 0)."""
+    z = _scaled_copy(logits, 1.0)
+    z -= z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    s = e.sum(axis=1)
+    plogp = np.einsum("ij,ij->i", e, z) / s - np.log(s)
+    e /= s[:, None]
+    return e, plogp
+
+
 def logsumexp(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     """Row-wise log sum_j exp(l_j / T), in float64 with max-subtraction."""
     z = _scaled_copy(logits, temperature)

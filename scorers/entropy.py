@@ -8,7 +8,8 @@ Formula as implemented, for logits l in R^C, p = softmax(l):
 
     score(x) = -H(p) = sum_k p_k log p_k,   with log p_k = l_k - logsumexp(l)
 
-The log-probabilities come from the logsumexp, not from log(p), so a probability that
+computed from one exp pass as (sum_k e_k z_k) / s - log s, with z = l - max(l), e = exp(z),
+s = sum(e). The log-probabilities come from the logsumexp, not from log(p), so a probability that
 underflows to 0 contributes 0 * (finite) = 0 (the 0 log 0 = 0 convention) and no epsilon is
 needed. The score lies in [-log C, 0]. No hyperparameters, so no grid.
 """
@@ -19,13 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from .base import Scorer, logsumexp, softmax
+from .base import Scorer, softmax_plogp
 
 
 def neg_entropy(logits: np.ndarray) -> np.ndarray:
-    """Row-wise sum_k p_k log p_k of p = softmax(l), float64."""
-    log_p = np.asarray(logits, dtype=np.float64) - logsumexp(logits)[:, None]
-    return np.einsum("ij,ij->i", softmax(logits), log_p)
+    """Row-wise sum_k p_k log p_k of p = softmax(l), float64 (`base.softmax_plogp`)."""
+    return softmax_plogp(logits)[1]
 
 
 class Entropy(Scorer):

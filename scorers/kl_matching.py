@@ -19,7 +19,8 @@ Score, for logits l in R^C and p = softmax(l):
     score(x) = -min_k KL(p || d_k),  KL(p || d_k) = sum_j p_j log p_j - sum_j p_j log d_kj
 
 computed per chunk with matrix operations: the first term is the negative entropy, with
-log p_j = l_j - logsumexp(l) (so p_j = 0 contributes 0, no epsilon needed), the second is
+log p_j = l_j - logsumexp(l) (`base.softmax_plogp`, one exp pass; so p_j = 0 contributes 0, no
+epsilon needed), the second is
 p @ log(D).T over all templates at once (in row blocks of at most 2^22 entries). log(0) in a
 template is guarded by clipping templates from below at eps = np.finfo(float64).tiny
 (~2.2e-308) before the log: a template entry is exactly 0 only when every row predicted as that
@@ -36,7 +37,7 @@ import numpy as np
 
 from featstore.errors import FeatstoreError
 
-from .base import Scorer, logsumexp, softmax
+from .base import Scorer, softmax, softmax_plogp
 
 FIT_SPLIT = "id/val"
 EPS = np.finfo(np.float64).tiny
@@ -82,9 +83,7 @@ class KLMatching(Scorer):
         log_t = self._log_templates_t
 
         def block(part: np.ndarray) -> np.ndarray:
-            probs = softmax(part)
-            log_p = part.astype(np.float64) - logsumexp(part)[:, None]
-            plogp = np.einsum("ij,ij->i", probs, log_p)  # sum_j p_j log p_j
+            probs, plogp = softmax_plogp(part)  # plogp = sum_j p_j log p_j
             kl = plogp[:, None] - probs @ log_t  # (n, K); p @ log_t: sum_j p_j log d_kj
             return -kl.min(axis=1)
 
