@@ -258,6 +258,36 @@ def exact_percentiles(chunks: Callable[[], Iterable[np.ndarray]],
 
 
 @njit(cache=True, nogil=True)
+def _row_bands(row, cs, count, start, band, entries, coef):
+    """One row's entries grouped by band (cs ascending; band b = cs[b] < v <= cs[b + 1], the
+    last band v > cs[-1], b = -1 at or below cs[0]): count[b + 1] entries of band b from
+    entries[start[b + 1]] on (index order within a band), and coef[q] = row[entries[q]] - cs[0]
+    for the entries above cs[0] (q >= start[1]), float64. `band` is scratch."""
+    d = row.shape[0]
+    t_num = cs.shape[0]
+    count[:] = 0
+    for j in range(d):
+        v = row[j]
+        b = -1
+        while b + 1 < t_num and v > cs[b + 1]:
+            b += 1
+        band[j] = b
+        count[b + 1] += 1
+    start[0] = 0
+    for b in range(t_num):
+        start[b + 1] = start[b] + count[b]
+    for j in range(d):                           # place, then shift start back below
+        b = band[j]
+        entries[start[b + 1]] = j
+        start[b + 1] += 1
+    for b in range(t_num + 1):
+        start[b] -= count[b]
+    c0 = cs[0]
+    for q in range(start[1], d):
+        coef[q] = np.float64(row[entries[q]]) - c0
+
+
+@njit(cache=True, nogil=True)
 def _clip_band_logits(x, anchor, wt, cs, out):
     """Logits at the thresholds cs[1:] from the anchor logits at cs[0] (cs ascending, distinct;
     anchor = min(x, cs[0]) @ W.T + b), touching only the entries above cs[0]. Band b of a row
@@ -275,30 +305,13 @@ def _clip_band_logits(x, anchor, wt, cs, out):
     acc_y = np.empty(c_num)
     acc_u = np.empty(c_num)
     count = np.empty(t_num + 1, dtype=np.int64)
-    pos = np.empty(t_num + 1, dtype=np.int64)
+    start = np.empty(t_num + 1, dtype=np.int64)
     band = np.empty(d, dtype=np.int64)
     entries = np.empty(d, dtype=np.int64)
     coef = np.empty(d, dtype=np.float64)
     c0 = cs[0]
     for i in range(n):
-        count[:] = 0
-        for j in range(d):
-            v = x[i, j]
-            b = -1
-            while b + 1 < t_num and v > cs[b + 1]:
-                b += 1
-            band[j] = b
-            count[b + 1] += 1
-        pos[0] = 0
-        for b in range(t_num):
-            pos[b + 1] = pos[b] + count[b]
-        start = pos.copy()                       # start[b + 1]: first entry of band b
-        for j in range(d):
-            b = band[j]
-            entries[pos[b + 1]] = j
-            pos[b + 1] += 1
-        for q in range(start[1], d):
-            coef[q] = np.float64(x[i, entries[q]]) - c0
+        _row_bands(x[i], cs, count, start, band, entries, coef)
         # one ascending pass over the bands: acc_y = sum_{b < t} Y_b and acc_u = sum_{1 <= b < t}
         # U_b when setting t is written (anchor + acc_y - (c_t - c_0) acc_u); after the last
         # band acc_u = sum_{b >= 1} U_b is added back times (c_t - c_0)
@@ -342,30 +355,13 @@ def _clip_from_logits(x, top, wt, cs, out):
     acc_y = np.empty(c_num)
     acc_u = np.empty(c_num)
     count = np.empty(t_num + 1, dtype=np.int64)
-    pos = np.empty(t_num + 1, dtype=np.int64)
+    start = np.empty(t_num + 1, dtype=np.int64)
     band = np.empty(d, dtype=np.int64)
     entries = np.empty(d, dtype=np.int64)
     coef = np.empty(d, dtype=np.float64)
     c0 = cs[0]
     for i in range(n):
-        count[:] = 0
-        for j in range(d):
-            v = x[i, j]
-            b = -1
-            while b + 1 < t_num and v > cs[b + 1]:
-                b += 1
-            band[j] = b
-            count[b + 1] += 1
-        pos[0] = 0
-        for b in range(t_num):
-            pos[b + 1] = pos[b] + count[b]
-        start = pos.copy()                       # start[b + 1]: first entry of band b
-        for j in range(d):
-            b = band[j]
-            entries[pos[b + 1]] = j
-            pos[b + 1] += 1
-        for q in range(start[1], d):
-            coef[q] = np.float64(x[i, entries[q]]) - c0
+        _row_bands(x[i], cs, count, start, band, entries, coef)
         acc_y[:] = 0.0
         acc_u[:] = 0.0
         a = top[i]
