@@ -258,6 +258,15 @@ def exact_percentiles(chunks: Callable[[], Iterable[np.ndarray]],
 
 
 @njit(cache=True, nogil=True)
+def _band_scratch(d, t_num, c_num):
+    """Scratch of the band kernels: two (C,) float64 sums, count and start (T + 1,), band and
+    entries (D,) int64, coef (D,) float64 (see `_row_bands`)."""
+    return (np.empty(c_num), np.empty(c_num), np.empty(t_num + 1, dtype=np.int64),
+            np.empty(t_num + 1, dtype=np.int64), np.empty(d, dtype=np.int64),
+            np.empty(d, dtype=np.int64), np.empty(d, dtype=np.float64))
+
+
+@njit(cache=True, nogil=True)
 def _row_bands(row, cs, count, start, band, entries, coef):
     """One row's entries grouped by band (cs ascending; band b = cs[b] < v <= cs[b + 1], the
     last band v > cs[-1], b = -1 at or below cs[0]): count[b + 1] entries of band b from
@@ -302,13 +311,7 @@ def _clip_band_logits(x, anchor, wt, cs, out):
     n, d = x.shape
     c_num = wt.shape[1]
     t_num = cs.shape[0]
-    acc_y = np.empty(c_num)
-    acc_u = np.empty(c_num)
-    count = np.empty(t_num + 1, dtype=np.int64)
-    start = np.empty(t_num + 1, dtype=np.int64)
-    band = np.empty(d, dtype=np.int64)
-    entries = np.empty(d, dtype=np.int64)
-    coef = np.empty(d, dtype=np.float64)
+    acc_y, acc_u, count, start, band, entries, coef = _band_scratch(d, t_num, c_num)
     c0 = cs[0]
     for i in range(n):
         _row_bands(x[i], cs, count, start, band, entries, coef)
@@ -352,13 +355,7 @@ def _clip_from_logits(x, top, wt, cs, out):
     n, d = x.shape
     c_num = wt.shape[1]
     t_num = cs.shape[0]
-    acc_y = np.empty(c_num)
-    acc_u = np.empty(c_num)
-    count = np.empty(t_num + 1, dtype=np.int64)
-    start = np.empty(t_num + 1, dtype=np.int64)
-    band = np.empty(d, dtype=np.int64)
-    entries = np.empty(d, dtype=np.int64)
-    coef = np.empty(d, dtype=np.float64)
+    acc_y, acc_u, count, start, band, entries, coef = _band_scratch(d, t_num, c_num)
     c0 = cs[0]
     for i in range(n):
         _row_bands(x[i], cs, count, start, band, entries, coef)
