@@ -411,6 +411,7 @@ class MemorySplit:
         self.features, self.logits, self.labels = features, logits, labels
         self.num_rows = int(features.shape[0])
         self.dims = {"features": int(features.shape[1]), "logits": int(logits.shape[1])}
+        self.dtype = str(features.dtype)
 
     def has_extra(self, name: str) -> bool:
         return False
