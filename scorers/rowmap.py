@@ -87,6 +87,23 @@ def read_chunk_rows(split: Any, fields: Sequence[str], chunk_rows: int | None = 
     return rows if chunk_rows is None else max(1, min(rows, int(chunk_rows)))
 
 
+_BLAS_CONTROLLER: Any = None
+
+
+def blas_controller() -> Any:
+    """One `threadpoolctl.ThreadpoolController`, made at first use after NumPy's and SciPy's
+    BLAS are loaded: `threadpool_limits` rediscovers the loaded libraries on every call (it
+    reads /proc/self/maps: ~1.5-5 ms with torch loaded, which dominated sweeps over small
+    stores), the controller discovers them once."""
+    global _BLAS_CONTROLLER
+    if _BLAS_CONTROLLER is None:
+        import scipy.linalg  # noqa: F401  (loads SciPy's BLAS before the inspection)
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS_CONTROLLER = ThreadpoolController()
+    return _BLAS_CONTROLLER
+
+
 def map_rows(
     split: Any,
     fields: Sequence[str],
@@ -99,8 +116,6 @@ def map_rows(
     docstring): an (N,) float64 array, or with `outputs=k` a list of k of them, where fn
     returns a sequence of k (rows,) arrays per block. fn must treat rows independently and
     must not modify its inputs."""
-    from threadpoolctl import threadpool_limits
-
     n = split.num_rows
     out = [np.empty(n, dtype=np.float64) for _ in range(outputs or 1)]
     if n == 0:
@@ -123,18 +138,26 @@ def map_rows(
             for dest, values in zip(out, result, strict=True):
                 dest[lo:hi] = values
 
-    # Reads run alone (h5py serializes HDF5 calls, and overlapping them with the workers was
-    # measured slower), then the chunk's blocks run on the pool.
-    with ThreadPoolExecutor(workers) as pool, threadpool_limits(1, user_api="blas"):
-        for start in range(0, n, chunk):
-            stop = min(start + chunk, n)
-            bufs = []
-            for ds, whole in zip(datasets, buffers, strict=True):
-                buf = whole[: stop - start]
-                split.read_into(ds, start, stop, buf)
-                bufs.append(buf)
-            jobs = [pool.submit(run, bufs, lo, min(lo + block, stop), start)
-                    for lo in range(start, stop, block)]
-            for job in jobs:
-                job.result()
+    def read(start: int, stop: int) -> list[np.ndarray]:
+        bufs = []
+        for ds, whole in zip(datasets, buffers, strict=True):
+            buf = whole[: stop - start]
+            split.read_into(ds, start, stop, buf)
+            bufs.append(buf)
+        return bufs
+
+    with blas_controller().limit(limits=1, user_api="blas"):
+        if n <= block:  # one block: no pool to start and hand it to (same block, same result)
+            run(read(0, n), 0, n, 0)
+            return out if outputs is not None else out[0]
+        # Reads run alone (h5py serializes HDF5 calls, and overlapping them with the workers
+        # was measured slower), then the chunk's blocks run on the pool.
+        with ThreadPoolExecutor(workers) as pool:
+            for start in range(0, n, chunk):
+                stop = min(start + chunk, n)
+                bufs = read(start, stop)
+                jobs = [pool.submit(run, bufs, lo, min(lo + block, stop), start)
+                        for lo in range(start, stop, block)]
+                for job in jobs:
+                    job.result()
     return out if outputs is not None else out[0]
