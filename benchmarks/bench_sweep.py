@@ -29,7 +29,7 @@ Markdown.
     settings (a default-grid setting invalid for the store is dropped on both sides, a method
     the store cannot run is skipped on both); the chosen settings of the two sides are
     compared. Models: the demo ResNet (``featstore.demo.model:demo_resnet``, random weights)
-    and torchvision resnet18 (random weights), both on the builtin digits/patches/noise
+    and torchvision resnet18 and resnet50 (random weights), all on the builtin digits/patches/noise
     sources at their native 32x32 (a few hundred images each: the OpenOOD side forwards the
     val sets about a hundred times, which bounds the sizes on a 2-core machine). The builtin
     generators' images are generated once up front for both sides (time reported
@@ -519,7 +519,11 @@ def make_configs_b(quick: bool) -> list[ConfigB]:
     r18 = ConfigB("resnet18", "resnet18", lambda: torchvision.models.resnet18(num_classes=6),
                   {"resize": side, "crop": side, "mean": list(IMAGENET_MEAN),
                    "std": list(IMAGENET_STD)}, src18, usage18)
-    return [demo, r18]
+    # the issue's torchvision ResNet-50 with random weights (D = 2048), same images and size
+    r50 = ConfigB("resnet50", "resnet50", lambda: torchvision.models.resnet50(num_classes=6),
+                  {"resize": side, "crop": side, "mean": list(IMAGENET_MEAN),
+                   "std": list(IMAGENET_STD)}, src18, usage18)
+    return [demo, r18, r50]
 
 
 @contextmanager
