@@ -80,18 +80,6 @@ def check_keep(scorer_name: str, percentile: float, store: Any) -> None:
 
 
 @njit(cache=True, nogil=True)
-def _row_ranks(order: np.ndarray) -> np.ndarray:
-    """Inverse permutation per row: rank[i, order[i, j]] = j. (No longer used by the scorers;
-    kept for callers that warm Numba's cache with it.)"""
-    n, d = order.shape
-    rank = np.empty((n, d), dtype=np.int32)
-    for i in range(n):
-        for j in range(d):
-            rank[i, order[i, j]] = j
-    return rank
-
-
-@njit(cache=True, nogil=True)
 def band_order(x: np.ndarray, ks: np.ndarray, kth: np.ndarray) -> np.ndarray:
     """(n, ks[-1]) int32: per row, the kept entries of every kept count in `ks` (ascending,
     distinct), grouped by band and in index order within a band: band e = the entries kept at

@@ -208,7 +208,7 @@ def stored_logits_are_head(store: Any) -> bool:
     """Are the store's float32 logits the head's output, x @ W.T + b, to float32 rounding?
     Probed on the first `LOGITS_PROBE_ROWS` rows of the first float32 split (store order)
     that has logits; scorers that may start from the stored logits instead of a product with
-    the head (ReAct) use it to decide. False when no split qualifies."""
+    the head (ReAct, SCALE) use it with `head_logits_usable`. False when no split qualifies."""
     split = next((s for s in (store.split(n) for n in store.splits())
                   if "logits" in s.dims and s.dtype == "float32" and s.num_rows), None)
     if split is None:
@@ -220,6 +220,12 @@ def stored_logits_are_head(store: Any) -> bool:
     stored = np.asarray(split.read("logits", rows), dtype=np.float64)
     scale = max(1.0, float(np.max(np.abs(expected))))
     return bool(np.max(np.abs(stored - expected)) <= LOGITS_ARE_HEAD_RTOL * scale)
+
+
+def head_logits_usable(split: Any, logits_are_head: bool) -> bool:
+    """May a scorer fitted with `logits_are_head` (= `stored_logits_are_head(store)`) read
+    `split`'s logits in place of x @ W.T + b? Only float32 splits with logits."""
+    return logits_are_head and split.dtype == "float32" and "logits" in split.dims
 
 
 def check_needs(scorer: Scorer, store: Any) -> None:

@@ -65,7 +65,7 @@ from numba import njit
 
 from featstore.errors import FeatstoreError, UsageError
 
-from .base import Scorer, logsumexp, stored_logits_are_head
+from .base import Scorer, head_logits_usable, logsumexp, stored_logits_are_head
 
 # An entry accumulated row by row (`gather_add`: a row of W.T as float32 streamed from cache
 # into a float64 sum) costs about this many times its share (1 / D) of a dense float64 product
@@ -463,18 +463,18 @@ class ReAct(Scorer):
         full = [{**self.params, **s} for s in settings]
         clips = self.thresholds(full)
         cs = sorted(set(clips))
-        if self.logits_are_head and split.dtype != "float16" and "logits" in split.dims:
+        if head_logits_usable(split, self.logits_are_head):
             from_logits = {c for c, s in zip(clips, full, strict=True)
                            if logits_pay(s["percentile"])}
 
             def block_l(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
-                energy = self._energies(x, x.astype(np.float64), cs, logits, from_logits)
+                energy = self._energies(x, cs, logits, from_logits)
                 return [energy[c] for c in clips]
 
             return self.map_rows(split, ("features", "logits"), block_l, outputs=len(settings))
 
         def block(x: np.ndarray) -> list[np.ndarray]:
-            energy = self._energies(x, x.astype(np.float64), cs)
+            energy = self._energies(x, cs)
             return [energy[c] for c in clips]
 
         return self.map_rows(split, ("features",), block, outputs=len(settings))
@@ -484,13 +484,12 @@ class ReAct(Scorer):
         z += self.bias
         return z
 
-    def _energies(self, x: np.ndarray, x64: np.ndarray, cs: list[float],
-                  logits: np.ndarray | None = None, from_logits: set[float] | None = None
-                  ) -> dict[float, np.ndarray]:
+    def _energies(self, x: np.ndarray, cs: list[float], logits: np.ndarray | None = None,
+                  from_logits: set[float] | None = None) -> dict[float, np.ndarray]:
         """Energy of every clip value in `cs` (ascending) for one block of rows: those in
         `from_logits` from the stored logits (`_clip_from_logits`); the others as dense
         products up to the anchor chosen by `plan_anchor` (from the block's counts), the rest
-        from `_clip_band_logits`."""
+        from `_clip_band_logits` (the block is widened to float64 only for those)."""
         energy: dict[float, np.ndarray] = {}
         if logits is not None and from_logits:
             low = [c for c in cs if c in from_logits]
@@ -502,6 +501,7 @@ class ReAct(Scorer):
             cs = [c for c in cs if c not in from_logits]
             if not cs:
                 return energy
+        x64 = x.astype(np.float64)
         if len(cs) == 1:
             energy[cs[0]] = logsumexp(self._dense(x64, cs[0]))
             return energy

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .ash import RowSort, check_keep, keep_count
-from .base import Scorer, logsumexp, stored_logits_are_head
+from .base import Scorer, head_logits_usable, logsumexp, stored_logits_are_head
 from .react import check_percentile
 
 
@@ -68,7 +68,7 @@ class Scale(Scorer):
             return [logsumexp(np.exp(rs.sharpen_ratio(k))[:, None] * z + self.bias)
                     for k in ks]
 
-        if self.logits_are_head and split.dtype != "float16" and "logits" in split.dims:
+        if head_logits_usable(split, self.logits_are_head):
             def block_l(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
                 return energies(RowSort(x, max(ks)), logits.astype(np.float64) - self.bias)
 
