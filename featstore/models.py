@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,15 +51,20 @@ def _strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
-    """Load a state dict with weights_only=True; unwrap {'state_dict': ...}/{'model': ...}."""
+def load_weights_file(path: Path) -> Any:
+    """The object a weights file holds, loaded with weights_only=True (InputError/UsageError
+    naming the file when it is missing or not loadable)."""
     if not path.is_file():
         raise InputError(f"--weights {str(path)!r}: file not found")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for bad files
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UsageError(f"--weights {str(path)!r}: not a loadable state dict ({msg})") from exc
+
+
+def state_dict_of(obj: Any, path: Path) -> dict[str, torch.Tensor]:
+    """The state dict in a loaded weights object; unwrap {'state_dict': ...}/{'model': ...}."""
     for key in ("state_dict", "model", "model_state_dict"):
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             obj = obj[key]
@@ -66,6 +72,11 @@ def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise InputError(f"--weights {str(path)!r}: expected a dict of tensors (a state dict)")
     return _strip_prefixes(dict(obj))
+
+
+def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
+    """Load a state dict with weights_only=True; unwrap {'state_dict': ...}/{'model': ...}."""
+    return state_dict_of(load_weights_file(path), path)
 
 
 def state_dict_sha256(module: nn.Module) -> str:
@@ -205,6 +216,78 @@ def _head_num_classes(state: dict[str, torch.Tensor], head_name: str) -> int | N
     return int(weight.shape[0]) if weight is not None and weight.ndim == 2 else None
 
 
+def _construct(build: Callable[[int | None], nn.Module], num_classes: int | None,
+               state: dict[str, torch.Tensor] | None, feature_layer: str | None,
+               trained: dict[str, Any] | None, meta: bool) -> nn.Module:
+    """build(num_classes), with the head size read off the weights when not given, and the
+    training-method wrapper of a `featstore train` checkpoint; on the meta device if `meta`
+    and the builder allows it."""
+    def make(n: int | None) -> nn.Module:
+        if meta:
+            try:
+                with torch.device("meta"):
+                    return build(n)
+            except UsageError:
+                raise
+            except Exception:  # a builder that cannot run on meta: build for real
+                pass
+        return build(n)
+
+    module = make(num_classes)
+    if state is not None and num_classes is None:  # head size from the weights
+        head_name, head = find_head(module, feature_layer)
+        inferred = _head_num_classes(state, head_name)
+        if inferred is not None and inferred != head.out_features:
+            module = make(inferred)
+    if trained is not None:
+        module = wrap_for_checkpoint(module, trained)
+    return module
+
+
+def _check_load(result: Any, weights_path: Path | None, arch: str) -> None:
+    missing, unexpected = list(result.missing_keys), list(result.unexpected_keys)
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing keys {missing[:5]}{' …' if len(missing) > 5 else ''}")
+        if unexpected:
+            parts.append(
+                f"unexpected keys {unexpected[:5]}{' …' if len(unexpected) > 5 else ''}")
+        raise UsageError(f"--weights {str(weights_path)!r} does not fit {arch}: "
+                         + "; ".join(parts))
+
+
+def _load_state(module: nn.Module, state: dict[str, torch.Tensor],
+                weights_path: Path | None, arch: str) -> None:
+    """Copy the weights into a built module; every key must match (UsageError naming them)."""
+    _check_load(module.load_state_dict(state, strict=False), weights_path, arch)
+
+
+def _assign_state(module: nn.Module, state: dict[str, torch.Tensor],
+                  weights_path: Path | None, arch: str) -> bool:
+    """Load the weights into `module`; if it was built on the meta device, by assigning the
+    loaded tensors (cast to the module's dtypes, as copying would). False when a tensor is
+    still on meta afterwards (the caller builds for real)."""
+    if not _has_meta_tensor(module):
+        _load_state(module, state, weights_path, arch)
+        return True
+    own = module.state_dict()
+    cast = {k: v.to(own[k].dtype) if k in own and own[k].dtype != v.dtype else v
+            for k, v in state.items()}
+    _check_load(module.load_state_dict(cast, strict=False, assign=True), weights_path, arch)
+    return not _has_meta_tensor(module)
+
+
+def _has_meta_tensor(module: nn.Module) -> bool:
+    """A parameter, buffer or plain tensor attribute of any submodule on the meta device."""
+    for m in module.modules():
+        tensors = [*m._parameters.values(), *m._buffers.values(),
+                   *(v for v in vars(m).values() if isinstance(v, torch.Tensor))]
+        if any(t is not None and t.is_meta for t in tensors):
+            return True
+    return False
+
+
 def load_model(
     spec: str,
     weights: str | Path | None = None,
@@ -220,32 +303,23 @@ def load_model(
                 f"--weights {upper!r} names a pretrained-weights enum, which would download; "
                 "featstore never downloads: pass a local weights file"
             )
-    state = load_state_dict_file(weights_path) if weights_path is not None else None
+    raw = load_weights_file(weights_path) if weights_path is not None else None
+    state = state_dict_of(raw, weights_path) if weights_path is not None else None
     # a `featstore train` checkpoint: rebuild its method's wrapper (extra heads) around the model
-    trained = checkpoint_method(weights_path) if weights_path is not None else None
+    trained = checkpoint_method(raw) if weights_path is not None else None
     if trained is not None and num_classes is None:
         num_classes = trained["num_classes"]
     path = Path(spec)
     arch_names = set(torchvision.models.list_models())
+    build: Callable[[int | None], nn.Module] | None = None
     if ":" in spec and not path.exists():
-        module = _import_callable(spec, num_classes)
-        if state is not None and num_classes is None:  # head size from the weights
-            head_name, head = find_head(module, feature_layer)
-            inferred = _head_num_classes(state, head_name)
-            if inferred is not None and inferred != head.out_features:
-                module = _import_callable(spec, inferred)
-        kind, arch = "callable", type(module).__name__
-        transform = default_transform()
+        def build(n: int | None) -> nn.Module:
+            return _import_callable(spec, n)
+        kind, transform = "callable", default_transform()
     elif spec in arch_names:
-        module = _build_torchvision(spec, num_classes)
-        kind, arch = "torchvision", spec
-        if state is not None and num_classes is None:
-            head_name, _ = find_head(module, feature_layer)
-            inferred = _head_num_classes(state, head_name)
-            if inferred is not None and inferred != module.state_dict()[
-                    f"{head_name}.weight"].shape[0]:
-                module = _build_torchvision(spec, inferred)
-        transform = _torchvision_default_transform(spec)
+        def build(n: int | None) -> nn.Module:
+            return _build_torchvision(spec, n)
+        kind, transform = "torchvision", _torchvision_default_transform(spec)
     elif path.is_file():
         module = _load_torchscript(path, feature_layer)
         kind, arch = "torchscript", module.scripted_name
@@ -255,20 +329,18 @@ def load_model(
             f"--model {spec!r}: not a torchvision architecture, a module:callable or a "
             "TorchScript file (e.g. resnet50, mypkg.models:build, model.ts)"
         )
-    if trained is not None and kind != "torchscript":
-        module = wrap_for_checkpoint(module, trained)
-    if state is not None:
-        result = module.load_state_dict(state, strict=False)
-        missing, unexpected = list(result.missing_keys), list(result.unexpected_keys)
-        if missing or unexpected:
-            parts = []
-            if missing:
-                parts.append(f"missing keys {missing[:5]}{' …' if len(missing) > 5 else ''}")
-            if unexpected:
-                parts.append(
-                    f"unexpected keys {unexpected[:5]}{' …' if len(unexpected) > 5 else ''}")
-            raise UsageError(f"--weights {str(weights_path)!r} does not fit {arch}: "
-                             + "; ".join(parts))
+    if build is not None:
+        # With weights, build on the meta device (no random initialisation that the weights
+        # would overwrite), then assign the loaded tensors; `_assign_state` falls back to a
+        # real build when the weights leave a tensor unset (e.g. a non-persistent buffer).
+        module = _construct(build, num_classes, state, feature_layer, trained,
+                            meta=state is not None)
+        arch = spec if kind == "torchvision" else type(module).__name__
+        if state is not None and not _assign_state(module, state, weights_path, arch):
+            module = _construct(build, num_classes, state, feature_layer, trained, meta=False)
+            _load_state(module, state, weights_path, arch)
+    elif state is not None:
+        _load_state(module, state, weights_path, arch)
     head_name, head = find_head(module, feature_layer)
     if head.bias is None:
         raise UsageError(f"head {head_name!r} has no bias; featstore stores (W, b) heads")

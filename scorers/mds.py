@@ -18,7 +18,10 @@ OpenOOD returns max_k of -(x - mu_k)^T P (x - mu_k), the same number. The square
 are evaluated in chunks with matrix algebra, after subtracting the global train mean m from x
 and from every mu_k (distances are translation-invariant; this limits cancellation):
 (x-mu_k)^T P (x-mu_k) = x^T P x - 2 x^T P mu_k + mu_k^T P mu_k. Statistics are accumulated in
-float64 over two streaming passes (means, then centered scatter). No hyperparameters.
+float64 over two streaming passes (means, then centered scatter). With fewer labelled rows
+than dimensions (N < D, a small train set: Sigma has rank < N), pass 2 keeps the N x D
+centered rows instead and P comes from their thin SVD (`precision_from_rows`): the same
+pseudo-inverse for O(N^2 D) instead of an O(D^3) eigendecomposition. No hyperparameters.
 """
 
 from __future__ import annotations
@@ -36,23 +39,43 @@ FIT_SPLIT = "id/train"
 
 
 @dataclass
+class Scatter:
+    """The (1/n) covariance (1/n) sum_i r_i r_i^T of n rows r_i, kept as the D x D matrix, or,
+    when n < D, as the n x D rows themselves (smaller than the matrix; its pseudo-inverse then
+    comes from their thin SVD, `precision_from_rows`)."""
+
+    count: int
+    matrix: np.ndarray | None = None   # (D, D) float64: sum_i r_i r_i^T / n
+    rows: np.ndarray | None = None     # (n, D) float64: the r_i
+
+    def precision(self) -> np.ndarray:
+        """pinvh of the covariance (`precision` or `precision_from_rows`)."""
+        if self.rows is not None:
+            return precision_from_rows(self.rows, self.count)
+        assert self.matrix is not None
+        return precision(self.matrix)
+
+
+@dataclass
 class GaussianStats:
     """Class means (of the classes present), their ids, the global mean, and the (1/N)
-    tied within-class covariance and global covariance of the labelled id/train rows
-    (`global_cov` is None when not requested: `mds` does not use it)."""
+    tied within-class covariance (rows x - mu_y) and global covariance (rows x - m) of the
+    labelled id/train rows (`global_cov` is None when not requested: `mds` does not use it)."""
 
     classes: np.ndarray        # (C',) class ids with >= 1 row
     means: np.ndarray          # (C', D) float64
     global_mean: np.ndarray    # (D,) float64
-    within_cov: np.ndarray     # (D, D) float64
-    global_cov: np.ndarray | None  # (D, D) float64, or None
+    within_cov: Scatter
+    global_cov: Scatter | None
     count: int
 
 
 def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str,
                        with_global: bool = True) -> GaussianStats:
     """Two streaming passes over id/train (features, labels) in float64. The global
-    covariance (one more N x D x D product in pass 2) only when `with_global`."""
+    covariance (one more N x D x D product in pass 2) only when `with_global`. With fewer
+    labelled rows than dimensions (N < D) pass 2 keeps the centered rows instead of summing
+    D x D scatter matrices (`Scatter`)."""
     from .rowmap import read_chunk_rows
 
     split = store.split(FIT_SPLIT)
@@ -83,19 +106,34 @@ def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str,
     all_means = np.zeros((num_classes, dim))
     all_means[present] = sums[present] / counts[present, None]
     global_mean = sums.sum(axis=0) / total
-    within = np.zeros((dim, dim))
-    glob = np.zeros((dim, dim)) if with_global else None
+    as_rows = total < dim
+    within_parts: list[np.ndarray] = []
+    global_parts: list[np.ndarray] = []
+    within = None if as_rows else np.zeros((dim, dim))
+    glob = None if as_rows or not with_global else np.zeros((dim, dim))
     for _, (feats, labels) in split.iter_chunks("features", "labels", chunk_rows=chunk_rows):
         keep = (labels >= 0) & (labels < num_classes)
         x = feats[keep].astype(np.float64)
         d = x - all_means[labels[keep]]
+        g = x - global_mean if with_global else None
+        if as_rows:
+            within_parts.append(d)
+            if g is not None:
+                global_parts.append(g)
+            continue
+        assert within is not None
         within += d.T @ d
-        if glob is not None:
-            g = x - global_mean
+        if glob is not None and g is not None:
             glob += g.T @ g
+    if as_rows:
+        within_s = Scatter(total, rows=np.concatenate(within_parts))
+        global_s = Scatter(total, rows=np.concatenate(global_parts)) if with_global else None
+    else:
+        assert within is not None
+        within_s = Scatter(total, matrix=within / total)
+        global_s = None if glob is None else Scatter(total, matrix=glob / total)
     return GaussianStats(classes=present, means=all_means[present], global_mean=global_mean,
-                         within_cov=within / total,
-                         global_cov=None if glob is None else glob / total, count=total)
+                         within_cov=within_s, global_cov=global_s, count=total)
 
 
 def precision(cov: np.ndarray) -> np.ndarray:
@@ -106,7 +144,24 @@ def precision(cov: np.ndarray) -> np.ndarray:
     eigensolver path (14 s against 1.4 s for D = 2048 on the development machine); the
     numbers agree to rounding (tests/test_scorers_trainstats.py checks against pinvh)."""
     s, v = np.linalg.eigh(cov)
-    cutoff = np.abs(s).max(initial=0.0) * cov.shape[0] * np.finfo(np.float64).eps
+    return _pinv_from_eig(s, v)
+
+
+def precision_from_rows(rows: np.ndarray, count: int) -> np.ndarray:
+    """`precision(rows.T @ rows / count)` without forming or eigendecomposing the D x D
+    matrix: with the thin SVD rows = U diag(sigma) V^T (n x D, n < D: O(n^2 D) instead of
+    eigh's O(D^3)), the covariance's eigenpairs are (sigma^2 / count, V) plus zeros, and the
+    same cutoff (max * D * eps) and V_kept diag(1 / s_kept) V_kept^T apply. The SVD gets the
+    small eigenvalues more accurately than eigh of the formed matrix (no squaring)."""
+    _, sigma, vt = np.linalg.svd(rows, full_matrices=False)
+    return _pinv_from_eig(sigma * sigma / count, vt.T, size=rows.shape[1])
+
+
+def _pinv_from_eig(s: np.ndarray, v: np.ndarray, size: int | None = None) -> np.ndarray:
+    """V_kept diag(1 / s_kept) V_kept^T over |s| > max|s| * size * eps, symmetrized (size: the
+    matrix order D, which defaults to the number of eigenpairs given)."""
+    size = s.size if size is None else size
+    cutoff = np.abs(s).max(initial=0.0) * size * np.finfo(np.float64).eps
     keep = np.abs(s) > cutoff
     v = v[:, keep]
     p = (v / s[keep]) @ v.T
@@ -143,7 +198,7 @@ class MDS(Scorer):
     def _fit(self, store: Any) -> None:
         stats = fit_gaussian_stats(store, self.chunk_rows, self.name, with_global=False)
         self.class_ids = stats.classes
-        self.maha = ClassMahalanobis(stats.means, precision(stats.within_cov),
+        self.maha = ClassMahalanobis(stats.means, stats.within_cov.precision(),
                                      stats.global_mean)
 
     def _score(self, split: Any) -> np.ndarray:

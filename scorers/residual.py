@@ -9,7 +9,9 @@ Formula as implemented (float64), with the same fitted state as `vim` (imported 
     S     = (1/N) sum_{x in id/train} (x - u)(x - u)^T = V diag(lambda) V^T, lambda decreasing
     score = -||(x - u) @ V[:, dim:]||_2
 
-Higher is more in-distribution. `dim`: 1 <= dim < D; default None = the ViM paper's rule
+Higher is more in-distribution. `dim`: 1 <= dim < min(D, N) with N the id/train rows, and
+dim <= rank(S) after the fit (beyond it the top-`dim` space holds arbitrary null-space
+directions, `PrincipalSpace.check_spanned`); default None = the ViM paper's rule
 (1000 if D >= 2048, 512 if D >= 768, else D // 2). OpenOOD v1.5's `residual.yml` fixes
 `dim: 512` and has no sweep; the default sweep grid here is ViM's, OpenOOD v1.5 `vim.yml`
 `dim_list: [256, 1000]` (valid only for D > 1000). OpenOOD fits this baseline on its ID
@@ -50,6 +52,8 @@ class Residual(Scorer):
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         state = self.state
         dims = setting_dims(self, settings, state.basis.shape[0])
+        for k in dims:
+            state.check_spanned(self.name, k, need_residual=False)
         distinct = sorted(set(dims))
         column = {k: j for j, k in enumerate(distinct)}
 

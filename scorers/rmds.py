@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .base import Scorer
-from .mds import ClassMahalanobis, fit_gaussian_stats, precision
+from .mds import ClassMahalanobis, fit_gaussian_stats
 
 
 class RMDS(Scorer):
@@ -41,10 +41,11 @@ class RMDS(Scorer):
     def _fit(self, store: Any) -> None:
         stats = fit_gaussian_stats(store, self.chunk_rows, self.name)
         self.class_ids = stats.classes
-        self.maha = ClassMahalanobis(stats.means, precision(stats.within_cov),
+        self.maha = ClassMahalanobis(stats.means, stats.within_cov.precision(),
                                      stats.global_mean)
         self.center = stats.global_mean
-        self.background_prec = precision(stats.global_cov)
+        assert stats.global_cov is not None
+        self.background_prec = stats.global_cov.precision()
 
     def _score(self, split: Any) -> np.ndarray:
         def block(feats: np.ndarray) -> np.ndarray:

@@ -36,8 +36,11 @@ later costs one more such pass. Scoring projects each row block (`map_rows`) onc
 V[:, min(dims):] and reads every requested dim's residual off the same segment sums.
 `residual.py` reuses `PrincipalSpace` (one implementation).
 
-If the id/train features have (numerically) no residual beyond `dim` (rank <= dim), alpha is
-undefined: that is a UsageError naming dim, never a NaN.
+Validity beyond 1 <= dim < D: dim < N (the id/train rows span S, so its rank is at most N),
+checked from the store's size before any fit; and, after the fit, dim < rank(S) (numerical
+rank: eigenvalues above max * D * eps): at dim >= rank the id/train features have no
+residual, alpha is undefined, and the principal space would contain arbitrary null-space
+directions. Both are UsageErrors naming dim and the valid range, never a NaN.
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ def check_dim(scorer_name: str, dim: Any, store: Any = None) -> None:
                 f"scorer {scorer_name!r}: feature dimension D={feature_dim(store)} is too small "
                 "for a principal space (need D >= 2)"
             )
+        if store is not None:
+            check_dim_below_rows(scorer_name, default_dim(feature_dim(store)), store)
         return
     if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
         raise UsageError(
@@ -94,6 +99,23 @@ def check_dim(scorer_name: str, dim: Any, store: Any = None) -> None:
     if not 1 <= dim < d:
         raise UsageError(
             f"scorer {scorer_name!r}: dim must satisfy 1 <= dim < D = {d} (got {dim})"
+        )
+    check_dim_below_rows(scorer_name, dim, store)
+
+
+def check_dim_below_rows(scorer_name: str, dim: int, store: Any) -> None:
+    """dim < N, the number of id/train rows: S is a sum of N rank-one terms, so its rank is
+    at most N, and a principal space of dim >= N directions would hold arbitrary directions
+    of S's null space (the residual, and ViM's alpha, would depend on LAPACK's choice of
+    them). Checked from the split's size alone, before any fit."""
+    if not store.has_split(FIT_SPLIT):
+        return
+    n = store.split(FIT_SPLIT).num_rows
+    if dim >= n:
+        d = feature_dim(store)
+        raise UsageError(
+            f"scorer {scorer_name!r}: dim={dim} is not below the {n} rows of {FIT_SPLIT!r} "
+            f"that span the principal space; valid: 1 <= dim < min(D, N) = {min(d, n)}"
         )
 
 
@@ -123,6 +145,23 @@ class PrincipalSpace:
         self.rms_norm = rms_norm        # sqrt(mean ||x - u||^2) over id/train = sqrt(trace S)
         self.mean_residual: dict[int, float] = {}   # dim -> mean r(x) over id/train
         self.mean_max_logit: float | None = None
+        # numerical rank of S: eigenvalues above max * D * eps(float64) (pinvh's cutoff)
+        cutoff = float(eigvals.max(initial=0.0)) * eigvals.size * np.finfo(np.float64).eps
+        self.rank = int(np.count_nonzero(eigvals > cutoff))
+
+    def check_spanned(self, scorer_name: str, dim: int, need_residual: bool) -> None:
+        """The top-`dim` space is determined by S: dim <= rank(S); and, when the id/train rows
+        must keep a residual (ViM's alpha), dim < rank(S). Beyond the rank the principal space
+        would take arbitrary null-space directions of S (LAPACK's choice, not the data's)."""
+        limit = self.rank - 1 if need_residual else self.rank
+        if dim > limit:
+            what = ("leaves no residual on" if need_residual
+                    else "is more than the principal directions spanned by")
+            raise UsageError(
+                f"scorer {scorer_name!r}: dim={dim} {what} {FIT_SPLIT!r} (its covariance "
+                f"about u has numerical rank {self.rank}: eigenvalues above max * D * eps); "
+                f"valid: 1 <= dim <= {limit}"
+            )
 
     @classmethod
     def fit(cls, scorer: Scorer, store: Any, alpha_dims: list[int] | None = None
@@ -221,6 +260,8 @@ class ViM(Scorer):
     def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         state = self.state
         dims = setting_dims(self, settings, state.basis.shape[0])
+        for k in dims:
+            state.check_spanned(self.name, k, need_residual=True)
         state.ensure_residuals(self, self.store, dims)
         alphas = [state.alpha(self.name, k) for k in dims]
         distinct = sorted(set(dims))

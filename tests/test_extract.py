@@ -21,7 +21,7 @@ from featstore.errors import FeatstoreError, UsageError
 from featstore.extract import ExtractOptions, extract
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import TinyCNN  # noqa: E402
+from tiny_models import TinyCNN, TinyWithConstants  # noqa: E402
 
 TRANSFORM = {"resize": 20, "crop": 16, "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
 OPTS = ExtractOptions(device="cpu", batch_size=8, num_workers=0, part_batches=2)
@@ -208,6 +208,41 @@ def test_weights_that_do_not_fit_name_the_keys(tmp_path):
                                          r"\['extra.weight'\]"):
         from featstore.models import load_model
         load_model("tiny_models:tiny_cnn", tmp_path / "w.pth")
+
+
+def test_weights_are_loaded_without_a_random_init(tmp_path):
+    """load_model builds on the meta device and assigns the weights. Reference: the same
+    architecture built for real and loaded with torch's own load_state_dict. Same tensors,
+    the same logits bit for bit, the head size read off the weights (6 classes), dtype cast
+    to the module's (a float64 checkpoint loads as float32, as copying would); a model with
+    state the file does not carry (non-persistent buffer, plain tensor attribute) is built
+    for real instead."""
+    from featstore.models import load_model
+
+    torch.manual_seed(3)
+    ref = torchvision.models.resnet18(num_classes=6).eval()
+    state = {k: v.double() if v.is_floating_point() else v for k, v in ref.state_dict().items()}
+    torch.save(state, tmp_path / "r18.pt")
+    loaded = load_model("resnet18", tmp_path / "r18.pt")
+    assert loaded.head.out_features == 6
+    got_state = loaded.module.state_dict()
+    for k, v in ref.state_dict().items():
+        assert got_state[k].dtype == v.dtype and not got_state[k].is_meta
+        assert torch.equal(got_state[k], v), k
+    x = torch.randn(4, 3, 32, 32)
+    with torch.inference_mode():
+        assert torch.equal(loaded.module(x), ref(x))
+
+    tiny = TinyWithConstants(num_classes=5).eval()
+    with torch.no_grad():
+        for prm in tiny.parameters():
+            prm.mul_(-1.5)
+    torch.save(tiny.state_dict(), tmp_path / "tiny.pt")
+    loaded = load_model("tiny_models:tiny_with_constants", tmp_path / "tiny.pt")
+    assert loaded.head.out_features == 5
+    x = torch.rand(2, 3, 8, 8)
+    with torch.inference_mode():
+        assert torch.equal(loaded.module(x), tiny(x))
 
 
 def test_pretrained_enum_is_refused_and_no_head_is_an_error(tmp_path):

@@ -441,6 +441,51 @@ def test_vim_zero_residual_is_an_error_not_nan(tmp_path):
     assert np.isfinite(get_scorer("vim", dim=2).fit(st).score(st.split("id/test"))).all()
 
 
+def rank3_store(path):
+    """id/train features in 3 directions of D=8 (bias 0, so u = 0): S has rank 3."""
+    rng = np.random.default_rng(1)
+    weight = rng.normal(size=(3, 8)).astype(np.float32)
+    x = np.zeros((50, 8), dtype=np.float32)
+    x[:, :3] = np.abs(rng.normal(size=(50, 3)))
+    test = np.abs(rng.normal(size=(20, 8))).astype(np.float32)
+    return Store.from_arrays(path, head=(weight, np.zeros(3, dtype=np.float32)),
+                             splits={"id/train": {"features": x}, "id/test": {"features": test}})
+
+
+def test_residual_dim_beyond_rank_is_an_error(tmp_path):
+    """rank(S) = 3: dim = 3 is the train span (well defined: the score is minus the test row's
+    norm outside the first 3 coordinates, computed here by hand); dim = 4 or 5 would add
+    arbitrary null-space directions, and is an error naming the rank."""
+    st = rank3_store(tmp_path / "s")
+    test = st.split("id/test").read("features").astype(np.float64)
+    got = get_scorer("residual", dim=3).fit(st).score(st.split("id/test"))
+    np.testing.assert_allclose(got, -np.linalg.norm(test[:, 3:], axis=1), rtol=1e-9)
+    for dim in (4, 5):
+        with pytest.raises(ValueError, match=rf"dim={dim} is more than the principal "
+                           r"directions spanned by 'id/train' .*numerical rank 3.*"
+                           r"valid: 1 <= dim <= 3"):
+            get_scorer("residual", dim=dim).fit(st).score(st.split("id/test"))
+    with pytest.raises(ValueError, match=r"dim=3 leaves no residual on 'id/train' .*"
+                       r"valid: 1 <= dim <= 2"):
+        get_scorer("vim", dim=3).fit(st).score(st.split("id/test"))
+
+
+@pytest.mark.parametrize("name", ["vim", "residual"])
+def test_dim_not_below_train_rows_is_refused_before_fit(tmp_path, name):
+    """N = 12 id/train rows, D = 32: dim >= 12 is refused from the store's size (S has rank
+    <= 12), at fit and as a dropped default-grid setting of a sweep; dim = 11 fits."""
+    arrays = structured_arrays(seed=0)
+    splits = dict(arrays["splits"])
+    splits["id/train"] = {k: v[:12] for k, v in splits["id/train"].items()}
+    st = Store.from_arrays(tmp_path / "s", head=arrays["head"], splits=splits)
+    with pytest.raises(ValueError, match=rf"scorer '{name}': dim=12 is not below the 12 rows "
+                       r"of 'id/train' .*valid: 1 <= dim < min\(D, N\) = 12"):
+        get_scorer(name, dim=12).fit(st)
+    with pytest.raises(ValueError, match=r"dim=16 is not below the 12 rows"):
+        get_scorer(name).fit(st)  # the paper's default, D // 2 = 16
+    assert np.isfinite(get_scorer(name, dim=11).fit(st).score(st.split("id/test"))).all()
+
+
 def test_bad_ash_variant_and_empty_keep(store):
     with pytest.raises(ValueError, match=r"variant must be one of p, b, s \(got 'q'\)"):
         get_scorer("ash", variant="q")

@@ -182,6 +182,45 @@ def test_rmds_matches_loops(structured_store):
                                    ref_rmds(train, y, feats(st, name)), rtol=F64_RTOL)
 
 
+def test_mds_rmds_fewer_train_rows_than_dims(make_store):
+    """N = 40 labelled id/train rows in D = 64 (the covariances have rank < N; the fit takes
+    the thin-SVD route, `precision_from_rows`). Reference: explicit loops with the precisions
+    of sklearn EmpiricalCovariance (scipy pinvh, what OpenOOD's MDS/RMDS use) of the
+    class-centered and of the raw train features."""
+    st = make_store("small", dim=64, n_train=40)
+    train, y = feats(st, "id/train"), labels(st, "id/train")
+    means, _ = class_means_and_cov(train, y)
+    centered = train - np.stack([means[c] for c in y])
+    prec = EmpiricalCovariance().fit(centered).precision_
+    prec0 = EmpiricalCovariance().fit(train).precision_
+    mu0 = train.mean(axis=0)
+    mds, rmds = fitted(st, "mds"), fitted(st, "rmds")
+    for name in EVAL_SPLITS:
+        test = feats(st, name)
+        md = np.stack([np.einsum("ij,jk,ik->i", test - means[c], prec, test - means[c])
+                       for c in sorted(means)], axis=1)
+        md0 = np.einsum("ij,jk,ik->i", test - mu0, prec0, test - mu0)
+        np.testing.assert_allclose(mds.score(st.split(name)), -md.min(axis=1), rtol=1e-8)
+        np.testing.assert_allclose(rmds.score(st.split(name)), (md0[:, None] - md).max(axis=1),
+                                   rtol=1e-8)
+
+
+@pytest.mark.parametrize(("rows", "rank"), [(30, 30), (30, 12)])
+def test_precision_from_rows_equals_scipy_pinvh(rows: int, rank: int) -> None:
+    """scorers.mds.precision_from_rows(r, n) against scipy.linalg.pinvh(r.T @ r / n) for
+    n < D rows of full and of lower rank: same pseudo-inverse to 1e-8."""
+    import scipy.linalg
+
+    from scorers.mds import precision_from_rows
+
+    rng = np.random.default_rng(rows + rank)
+    r = rng.standard_normal((rows, rank)) @ rng.standard_normal((rank, 50))
+    want = scipy.linalg.pinvh(r.T @ r / rows)
+    got = precision_from_rows(r, rows)
+    np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-8 * np.abs(want).max())
+    np.testing.assert_array_equal(got, got.T)
+
+
 def test_she_matches_loops(structured_store):
     """Reference: per-class means of correctly classified train rows, dot with the predicted
     class's pattern in a Python loop."""

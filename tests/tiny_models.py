@@ -97,3 +97,20 @@ def tiny_dropout() -> nn.Module:
     from featstore.training.methods.mcdropout import DropoutNet
 
     return DropoutNet(TinyCNN(), p=0.5)
+
+
+class TinyWithConstants(TinyCNN):
+    """TinyCNN plus state the weights file does not carry: a non-persistent buffer and a
+    plain tensor attribute (both built in __init__, both used in forward)."""
+
+    def __init__(self, num_classes: int = 3):
+        super().__init__(num_classes)
+        self.register_buffer("shift", torch.full((3, 1, 1), 0.25), persistent=False)
+        self.scale = torch.tensor(2.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.penultimate(x * self.scale - self.shift))
+
+
+def tiny_with_constants(num_classes: int = 3) -> TinyWithConstants:
+    return TinyWithConstants(num_classes)

@@ -19,7 +19,6 @@ was trained by featstore or not.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -104,13 +103,10 @@ def extra_head_names(module: nn.Module) -> list[str]:
     return sorted(names)
 
 
-def checkpoint_method(path: str | Path) -> dict[str, Any] | None:
+def checkpoint_method(obj: Any) -> dict[str, Any] | None:
     """`{"method", "params", "num_classes"}` of a featstore training checkpoint (the trainer's
-    format, loaded with weights_only=True), or None for any other weights file."""
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # not loadable here: load_state_dict_file reports it
-        return None
+    format: the object a weights file holds, as loaded with weights_only=True), or None for
+    any other weights file."""
     if not (isinstance(obj, dict) and isinstance(obj.get("method"), str)
             and isinstance(obj.get("state_dict"), dict)):
         return None
