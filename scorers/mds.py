@@ -10,18 +10,22 @@ ignored):
     Sigma = (1/N) sum_i (x_i - mu_{y_i})(x_i - mu_{y_i})^T     (tied covariance; the 1/N
             convention of sklearn's EmpiricalCovariance, which OpenOOD fits on the
             class-centered features)
-    P     = pinvh(Sigma)                               (symmetric pseudo-inverse, as
-                                                        EmpiricalCovariance.precision_)
-    score(x) = - min_k (x - mu_k)^T P (x - mu_k)
+    P     = pinvh(Sigma) = L L^T                       (symmetric pseudo-inverse, as
+                                                        EmpiricalCovariance.precision_;
+                                                        L = V diag(1/sqrt(s)) over the kept
+                                                        eigenpairs, `whitener`)
+    score(x) = - min_k (x - mu_k)^T P (x - mu_k) = - min_k ||(x - mu_k) L||^2
 
 OpenOOD returns max_k of -(x - mu_k)^T P (x - mu_k), the same number. The squared distances
 are evaluated in chunks with matrix algebra, after subtracting the global train mean m from x
-and from every mu_k (distances are translation-invariant; this limits cancellation):
-(x-mu_k)^T P (x-mu_k) = x^T P x - 2 x^T P mu_k + mu_k^T P mu_k. Statistics are accumulated in
+and from every mu_k (distances are translation-invariant; this limits cancellation): with
+z = (x - m) L and z_k = (mu_k - m) L, ||z||^2 - 2 z . z_k + ||z_k||^2 (r = rank(Sigma) columns:
+D for a full-rank covariance, fewer than N for a small train set). Statistics are accumulated in
 float64 over two streaming passes (means, then centered scatter). With fewer labelled rows
 than dimensions (N < D, a small train set: Sigma has rank < N), pass 2 keeps the N x D
-centered rows instead and P comes from their thin SVD (`precision_from_rows`): the same
-pseudo-inverse for O(N^2 D) instead of an O(D^3) eigendecomposition. No hyperparameters.
+centered rows instead and L comes from their thin SVD (`whitener_from_rows`): the same
+pseudo-inverse for O(N^2 D) instead of an O(D^3) eigendecomposition, and scoring costs
+O(D r) per row instead of O(D^2). No hyperparameters.
 """
 
 from __future__ import annotations
@@ -48,12 +52,12 @@ class Scatter:
     matrix: np.ndarray | None = None   # (D, D) float64: sum_i r_i r_i^T / n
     rows: np.ndarray | None = None     # (n, D) float64: the r_i
 
-    def precision(self) -> np.ndarray:
-        """pinvh of the covariance (`precision` or `precision_from_rows`)."""
+    def whitener(self) -> np.ndarray:
+        """L with L L^T = pinvh of the covariance (`whitener` or `whitener_from_rows`)."""
         if self.rows is not None:
-            return precision_from_rows(self.rows, self.count)
+            return whitener_from_rows(self.rows, self.count)
         assert self.matrix is not None
-        return precision(self.matrix)
+        return whitener(self.matrix)
 
 
 @dataclass
@@ -136,52 +140,57 @@ def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str,
                          within_cov=within_s, global_cov=global_s, count=total)
 
 
-def precision(cov: np.ndarray) -> np.ndarray:
-    """Symmetric pseudo-inverse, as sklearn's EmpiricalCovariance.precision_ (scipy pinvh):
-    with cov = V diag(s) V^T (LAPACK syevd via numpy.linalg.eigh), keep the eigenpairs with
-    |s| > max|s| * D * eps(float64) (pinvh's default cutoff) and return
-    V_kept diag(1 / s_kept) V_kept^T, symmetrized. scipy's own pinvh goes through a slower
-    eigensolver path (14 s against 1.4 s for D = 2048 on the development machine); the
-    numbers agree to rounding (tests/test_scorers_trainstats.py checks against pinvh)."""
+def whitener(cov: np.ndarray) -> np.ndarray:
+    """L (D x r) with L L^T = the symmetric pseudo-inverse of a covariance, as sklearn's
+    EmpiricalCovariance.precision_ (scipy pinvh): with cov = V diag(s) V^T (LAPACK syevd via
+    numpy.linalg.eigh), keep the r eigenpairs with s > max|s| * D * eps(float64) (pinvh's
+    default cutoff; a covariance is positive semi-definite, so the eigenvalues it drops and
+    pinvh keeps would be rounding-negative ones beyond that cutoff) and return
+    L = V_kept diag(1 / sqrt(s_kept)). scipy's own pinvh goes through a slower eigensolver
+    path (14 s against 1.4 s for D = 2048 on the development machine); L L^T equals it to
+    rounding (tests/test_scorers_trainstats.py checks against pinvh)."""
     s, v = np.linalg.eigh(cov)
-    return _pinv_from_eig(s, v)
+    return _whitener_from_eig(s, v, cov.shape[0])
 
 
-def precision_from_rows(rows: np.ndarray, count: int) -> np.ndarray:
-    """`precision(rows.T @ rows / count)` without forming or eigendecomposing the D x D
+def whitener_from_rows(rows: np.ndarray, count: int) -> np.ndarray:
+    """`whitener(rows.T @ rows / count)` without forming or eigendecomposing the D x D
     matrix: with the thin SVD rows = U diag(sigma) V^T (n x D, n < D: O(n^2 D) instead of
-    eigh's O(D^3)), the covariance's eigenpairs are (sigma^2 / count, V) plus zeros, and the
-    same cutoff (max * D * eps) and V_kept diag(1 / s_kept) V_kept^T apply. The SVD gets the
-    small eigenvalues more accurately than eigh of the formed matrix (no squaring)."""
+    eigh's O(D^3)), the covariance's eigenpairs are (sigma^2 / count, V) plus zeros; the same
+    cutoff (max * D * eps) applies and L has r <= n columns. The SVD gets the small
+    eigenvalues more accurately than eigh of the formed matrix (no squaring)."""
     _, sigma, vt = np.linalg.svd(rows, full_matrices=False)
-    return _pinv_from_eig(sigma * sigma / count, vt.T, size=rows.shape[1])
+    return _whitener_from_eig(sigma * sigma / count, vt.T, rows.shape[1])
 
 
-def _pinv_from_eig(s: np.ndarray, v: np.ndarray, size: int | None = None) -> np.ndarray:
-    """V_kept diag(1 / s_kept) V_kept^T over |s| > max|s| * size * eps, symmetrized (size: the
-    matrix order D, which defaults to the number of eigenpairs given)."""
-    size = s.size if size is None else size
+def _whitener_from_eig(s: np.ndarray, v: np.ndarray, size: int) -> np.ndarray:
+    """V_kept diag(1 / sqrt(s_kept)) over s > max|s| * size * eps (size: the order D)."""
     cutoff = np.abs(s).max(initial=0.0) * size * np.finfo(np.float64).eps
-    keep = np.abs(s) > cutoff
-    v = v[:, keep]
-    p = (v / s[keep]) @ v.T
-    return (p + p.T) / 2.0
+    keep = s > cutoff
+    return v[:, keep] / np.sqrt(s[keep])
 
 
 class ClassMahalanobis:
-    """min_k (x - mu_k)^T P (x - mu_k) in chunks, with x and mu_k shifted by `center`."""
+    """min_k (x - mu_k)^T P (x - mu_k) in chunks, with P = L L^T (`whitener`) and x, mu_k
+    shifted by `center`: with z = (x - center) L and z_k = (mu_k - center) L (r columns,
+    r = rank of the covariance), the distance is ||z||^2 - 2 z . z_k + ||z_k||^2."""
 
-    def __init__(self, means: np.ndarray, prec: np.ndarray, center: np.ndarray):
+    def __init__(self, means: np.ndarray, whiten: np.ndarray, center: np.ndarray):
         self.center = center
-        self.prec = prec
-        mu = means - center
-        self.p_mu = prec @ mu.T                                  # (D, C')
-        self.mu_p_mu = np.einsum("kd,dk->k", mu, self.p_mu)       # (C',)
+        self.whiten = whiten                                     # (D, r)
+        self.z_mu = (means - center) @ whiten                    # (C', r)
+        self.z_mu_sq = np.einsum("kr,kr->k", self.z_mu, self.z_mu)
+
+    def whitened(self, feats: np.ndarray) -> np.ndarray:
+        """(x - center) L, float64."""
+        x = feats.astype(np.float64)
+        x -= self.center
+        return x @ self.whiten
 
     def min_sq(self, feats: np.ndarray) -> np.ndarray:
-        x = feats.astype(np.float64) - self.center
-        quad = np.einsum("ij,ij->i", x @ self.prec, x)
-        md = quad[:, None] - 2.0 * (x @ self.p_mu) + self.mu_p_mu[None, :]
+        z = self.whitened(feats)
+        quad = np.einsum("ir,ir->i", z, z)
+        md = quad[:, None] - 2.0 * (z @ self.z_mu.T) + self.z_mu_sq[None, :]
         return md.min(axis=1)
 
 
@@ -198,7 +207,7 @@ class MDS(Scorer):
     def _fit(self, store: Any) -> None:
         stats = fit_gaussian_stats(store, self.chunk_rows, self.name, with_global=False)
         self.class_ids = stats.classes
-        self.maha = ClassMahalanobis(stats.means, stats.within_cov.precision(),
+        self.maha = ClassMahalanobis(stats.means, stats.within_cov.whitener(),
                                      stats.global_mean)
 
     def _score(self, split: Any) -> np.ndarray:

@@ -14,7 +14,8 @@ As implemented, from the labelled rows of id/train (labels in [0, C); -1 rows ig
 OpenOOD computes class_scores[:, k] = -MD_k(x) + MD_0(x) and takes the max over k (all
 classes, not the predicted class), which is this number; the paper's confidence is likewise
 -min_k RMD_k(x). Both covariances use sklearn EmpiricalCovariance's 1/N convention as OpenOOD
-does; the precisions are symmetric pseudo-inverses (scipy pinvh, as EmpiricalCovariance).
+does; the precisions are symmetric pseudo-inverses (scipy pinvh, as EmpiricalCovariance),
+applied as whitening factors P = L L^T (`mds.whitener`): MD_0(x) = ||(x - m) L_0||^2.
 Computed in chunks in float64 with the matrix identity of `mds`. No hyperparameters.
 """
 
@@ -41,16 +42,18 @@ class RMDS(Scorer):
     def _fit(self, store: Any) -> None:
         stats = fit_gaussian_stats(store, self.chunk_rows, self.name)
         self.class_ids = stats.classes
-        self.maha = ClassMahalanobis(stats.means, stats.within_cov.precision(),
+        self.maha = ClassMahalanobis(stats.means, stats.within_cov.whitener(),
                                      stats.global_mean)
         self.center = stats.global_mean
         assert stats.global_cov is not None
-        self.background_prec = stats.global_cov.precision()
+        self.background_whiten = stats.global_cov.whitener()
 
     def _score(self, split: Any) -> np.ndarray:
         def block(feats: np.ndarray) -> np.ndarray:
-            x = feats.astype(np.float64) - self.center
-            md0 = np.einsum("ij,ij->i", x @ self.background_prec, x)
+            x = feats.astype(np.float64)
+            x -= self.center
+            z0 = x @ self.background_whiten
+            md0 = np.einsum("ir,ir->i", z0, z0)
             return md0 - self.maha.min_sq(feats)
 
         return self.map_rows(split, ("features",), block)

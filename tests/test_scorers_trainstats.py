@@ -184,7 +184,7 @@ def test_rmds_matches_loops(structured_store):
 
 def test_mds_rmds_fewer_train_rows_than_dims(make_store):
     """N = 40 labelled id/train rows in D = 64 (the covariances have rank < N; the fit takes
-    the thin-SVD route, `precision_from_rows`). Reference: explicit loops with the precisions
+    the thin-SVD route, `whitener_from_rows`). Reference: explicit loops with the precisions
     of sklearn EmpiricalCovariance (scipy pinvh, what OpenOOD's MDS/RMDS use) of the
     class-centered and of the raw train features."""
     st = make_store("small", dim=64, n_train=40)
@@ -206,19 +206,19 @@ def test_mds_rmds_fewer_train_rows_than_dims(make_store):
 
 
 @pytest.mark.parametrize(("rows", "rank"), [(30, 30), (30, 12)])
-def test_precision_from_rows_equals_scipy_pinvh(rows: int, rank: int) -> None:
-    """scorers.mds.precision_from_rows(r, n) against scipy.linalg.pinvh(r.T @ r / n) for
-    n < D rows of full and of lower rank: same pseudo-inverse to 1e-8."""
+def test_whitener_from_rows_equals_scipy_pinvh(rows: int, rank: int) -> None:
+    """scorers.mds.whitener_from_rows(r, n) = L with L L^T = scipy.linalg.pinvh(r.T @ r / n),
+    for n < D rows of full and of lower rank, to 1e-8; L has rank(r) columns."""
     import scipy.linalg
 
-    from scorers.mds import precision_from_rows
+    from scorers.mds import whitener_from_rows
 
     rng = np.random.default_rng(rows + rank)
     r = rng.standard_normal((rows, rank)) @ rng.standard_normal((rank, 50))
     want = scipy.linalg.pinvh(r.T @ r / rows)
-    got = precision_from_rows(r, rows)
-    np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-8 * np.abs(want).max())
-    np.testing.assert_array_equal(got, got.T)
+    got = whitener_from_rows(r, rows)
+    assert got.shape == (50, rank)
+    np.testing.assert_allclose(got @ got.T, want, rtol=1e-8, atol=1e-8 * np.abs(want).max())
 
 
 def test_she_matches_loops(structured_store):
@@ -531,20 +531,20 @@ def test_registry_entries():
 
 
 @pytest.mark.parametrize("rank", [40, 25])
-def test_precision_equals_scipy_pinvh(rank: int) -> None:
-    """scorers.mds.precision against scipy.linalg.pinvh (the reference EmpiricalCovariance
-    uses) on a full-rank and a rank-deficient covariance: same pseudo-inverse to 1e-8."""
+def test_whitener_equals_scipy_pinvh(rank: int) -> None:
+    """scorers.mds.whitener(cov) = L with L L^T = scipy.linalg.pinvh(cov) (the reference
+    EmpiricalCovariance uses) on a full-rank and a rank-deficient covariance, to 1e-8."""
     import scipy.linalg
 
-    from scorers.mds import precision
+    from scorers.mds import whitener
 
     rng = np.random.default_rng(rank)
     x = rng.standard_normal((200, rank)) @ rng.standard_normal((rank, 40))
     cov = x.T @ x / 200
     want = scipy.linalg.pinvh(cov)
-    got = precision(cov)
-    np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-8 * np.abs(want).max())
-    np.testing.assert_array_equal(got, got.T)
+    got = whitener(cov)
+    assert got.shape == (40, rank)
+    np.testing.assert_allclose(got @ got.T, want, rtol=1e-8, atol=1e-8 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("name,kind", [("knn", "ivf_pq"), ("knn", "hnsw"),
