@@ -29,9 +29,10 @@ Markdown.
     settings (a default-grid setting invalid for the store is dropped on both sides, a method
     the store cannot run is skipped on both); the chosen settings of the two sides are
     compared. Models: the demo ResNet (``featstore.demo.model:demo_resnet``, random weights)
-    and torchvision resnet18 and resnet50 (random weights), all on the builtin digits/patches/noise
-    sources at their native 32x32 (a few hundred images each: the OpenOOD side forwards the
-    val sets about a hundred times, which bounds the sizes on a 2-core machine). The builtin
+    and torchvision resnet18 and resnet50 (random weights), on the builtin digits/patches/noise
+    sources at 32x32, and resnet50 again at 64x64 and 112x112 (a few hundred images each: the
+    OpenOOD side forwards the val sets about a hundred times, which bounds the sizes on a
+    2-core machine; ImageNet's 224x224 would take ~45 min). The builtin
     generators' images are generated once up front for both sides (time reported
     separately).
 """
@@ -515,15 +516,19 @@ def make_configs_b(quick: bool) -> list[ConfigB]:
     demo = ConfigB("demo", "featstore.demo.model:demo_resnet", lambda: demo_resnet(6),
                    {"resize": 32, "crop": 32, "mean": [0.5] * 3, "std": [0.5] * 3}, src, usage)
     src18, usage18 = b_sources(quick, 0.1 if quick else 0.5)
-    side = 32
+    imagenet = {"mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}
     r18 = ConfigB("resnet18", "resnet18", lambda: torchvision.models.resnet18(num_classes=6),
-                  {"resize": side, "crop": side, "mean": list(IMAGENET_MEAN),
-                   "std": list(IMAGENET_STD)}, src18, usage18)
-    # the issue's torchvision ResNet-50 with random weights (D = 2048), same images and size
-    r50 = ConfigB("resnet50", "resnet50", lambda: torchvision.models.resnet50(num_classes=6),
-                  {"resize": side, "crop": side, "mean": list(IMAGENET_MEAN),
-                   "std": list(IMAGENET_STD)}, src18, usage18)
-    return [demo, r18, r50]
+                  {"resize": 32, "crop": 32, **imagenet}, src18, usage18)
+    configs = [demo, r18]
+    # the issue's torchvision ResNet-50 with random weights (D = 2048), same images, at three
+    # input sizes: the forward pass's share of the work grows with the pixels (32x32 is
+    # CIFAR-sized, 112x112 half of ImageNet's 224x224, which would take ~45 min here)
+    for side in (32, 64, 112):
+        configs.append(ConfigB(
+            "resnet50" if side == 32 else f"resnet50-{side}px", "resnet50",
+            lambda: torchvision.models.resnet50(num_classes=6),
+            {"resize": side, "crop": side, **imagenet}, src18, usage18))
+    return configs
 
 
 @contextmanager
@@ -657,12 +662,12 @@ def forward_side(cfg: ConfigB, fs_result: dict) -> tuple[float, dict[str, Any], 
     return time.perf_counter() - t_start, chosen, images
 
 
-def part_b(tmp: Path, quick: bool) -> list[str]:
+def part_b(tmp: Path, quick: bool, models: list[str] | None = None) -> list[str]:
     import torch
     from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(THREADS)
-    cfgs = make_configs_b(quick)
+    cfgs = [c for c in make_configs_b(quick) if models is None or c.name in models]
     lines = ["### (b) end to end: forward pass per setting (OpenOOD pattern) vs extract once + "
              "sweep every method", ""]
     rows_out = []
@@ -722,7 +727,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", choices=("a", "b", "all"), default="all")
     parser.add_argument("--only", metavar="NAME[,NAME...]",
                         help="part (a): only these scorers (comma-separated registry names)")
+    parser.add_argument("--b-models", metavar="NAME[,NAME...]",
+                        help="part (b): only these configurations (demo, resnet18, resnet50, "
+                             "resnet50-64px, resnet50-112px)")
     args = parser.parse_args(argv)
+    models = [n.strip() for n in args.b_models.split(",")] if args.b_models else None
     only = None
     if args.only:
         only = [n.strip() for n in args.only.split(",") if n.strip()]
@@ -740,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.part in ("a", "all"):
             body += part_a(tmp, args.quick, only) + [""]
         if args.part in ("b", "all"):
-            body += part_b(tmp, args.quick) + [""]
+            body += part_b(tmp, args.quick, models) + [""]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("## Sweeps without recompute (`scorers.sweep`, `Scorer.score_grid`)")

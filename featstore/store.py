@@ -58,6 +58,7 @@ class Split:
         self.dims: dict[str, int] = dict(entry["dims"])
         self.dtype: str = entry["dtype"]
         self._fh: h5py.File | None = None
+        self._datasets: dict[str, h5py.Dataset] = {}  # open datasets of _fh, by HDF5 path
 
     def __repr__(self) -> str:
         return f"Split({self.name!r}, rows={self.num_rows}, dims={self.dims}, dtype={self.dtype})"
@@ -68,6 +69,7 @@ class Split:
 
     def _file(self) -> h5py.File:
         if self._fh is None or not self._fh.id.valid:
+            self._datasets = {}
             try:
                 self._fh = h5py.File(self.path, "r")
             except OSError as exc:  # a FeatstoreError: scorers' `except UsageError` lets it out
@@ -78,20 +80,29 @@ class Split:
                 ) from exc
         return self._fh
 
+    def _dataset(self, key: str) -> h5py.Dataset:
+        """The open dataset at HDF5 path `key` (looked up once per open file: each h5py
+        lookup walks the group, and sweeps ask for the same few datasets hundreds of times)."""
+        fh = self._file()
+        ds = self._datasets.get(key)
+        if ds is None:
+            ds = self._datasets[key] = fh[key]
+        return ds
+
     @property
     def features(self) -> h5py.Dataset:
         """(N, D) float32 or float16 penultimate features."""
-        return self._file()["features"]
+        return self._dataset("features")
 
     @property
     def logits(self) -> h5py.Dataset:
         """(N, C) float32 logits."""
-        return self._file()["logits"]
+        return self._dataset("logits")
 
     @property
     def labels(self) -> h5py.Dataset:
         """(N,) int64 class index, -1 where unknown (OOD rows)."""
-        return self._file()["labels"]
+        return self._dataset("labels")
 
     @property
     def ids(self) -> np.ndarray:
@@ -139,7 +150,7 @@ class Split:
         """The HDF5 dataset of a row field: `features`, `logits`, `labels` or `extra:<name>`
         (an extra whose rows are not its first axis is an error here; use `read`)."""
         if field in ("features", "logits", "labels"):
-            return self._file()[field]
+            return self._dataset(field)
         if field.startswith("extra:"):
             name = field[len("extra:"):]
             ds = self.extra(name)
@@ -167,7 +178,7 @@ class Split:
             index = (slice(None),) * axis + (rows,)
             arr = ds[index]
         elif field in ("features", "logits", "labels"):
-            arr = self._file()[field][rows]
+            arr = self._dataset(field)[rows]
         else:
             raise UsageError(
                 f"unknown field {field!r}; expected features, logits, labels or extra:<name>"
@@ -180,6 +191,7 @@ class Split:
         if self._fh is not None and self._fh.id.valid:
             self._fh.close()
         self._fh = None
+        self._datasets = {}
 
 
 class Store:

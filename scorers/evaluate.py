@@ -6,6 +6,7 @@ are for hyperparameter selection (scorers.sweep).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -37,8 +38,15 @@ def group_means(per_split: Mapping[str, Mapping[str, float]], store: Any) -> dic
     groups: dict[str, list[str]] = {}
     for name in per_split:
         groups.setdefault(store.split(name).group or "", []).append(name)
-    return {g: {m: float(np.mean([per_split[s][m] for s in names])) for m in OOD_METRIC_NAMES}
+    return {g: {m: mean_of([per_split[s][m] for s in names]) for m in OOD_METRIC_NAMES}
             for g, names in groups.items()}
+
+
+def mean_of(values: Sequence[float]) -> float:
+    """math.fsum(values) / len(values): the correctly rounded sum, so the mean does not depend
+    on the order of the splits (and costs ~0.3 us, np.mean ~7 us on a short list: sweeps take
+    thousands of these)."""
+    return math.fsum(values) / len(values)
 
 
 def score_splits(store: Any, name: str, params: Mapping[str, Any], splits: Sequence[str],

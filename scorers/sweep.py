@@ -47,7 +47,7 @@ from featstore.errors import FeatstoreError, UsageError
 
 from . import REGISTRY, get_scorer
 from .base import Scorer, expand_grid
-from .evaluate import group_means, supported
+from .evaluate import group_means, mean_of, supported
 from .metrics import (
     METRIC_DIRECTIONS,
     OOD_METRIC_NAMES,
@@ -190,7 +190,7 @@ def _split_metrics(plan: _Plan, scorer: Scorer, store: Any, id_name: str,
 
 
 def _mean(per_split: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-    return {m: float(np.mean([v[m] for v in per_split.values()])) for m in OOD_METRIC_NAMES}
+    return {m: mean_of([v[m] for v in per_split.values()]) for m in OOD_METRIC_NAMES}
 
 
 # --------------------------------------------------------------------------- API
