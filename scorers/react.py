@@ -160,7 +160,6 @@ def gather_add_sum(acc: np.ndarray, acc_sum: np.ndarray, wt: np.ndarray, idx: np
 
 
 _HI_BINS = 1 << 16
-_SIGN = np.uint32(0x80000000)
 
 
 def check_percentile(scorer_name: str, param: str, value: Any) -> float:
@@ -176,11 +175,39 @@ def check_percentile(scorer_name: str, param: str, value: Any) -> float:
     return float(value)
 
 
-def _sort_keys(x: np.ndarray) -> np.ndarray:
-    """Order-preserving uint32 keys of float32 values (negative: all bits flipped; else the
-    sign bit set), so that key order is float order (-0.0 just below +0.0)."""
-    u = np.ascontiguousarray(x, dtype=np.float32).reshape(-1).view(np.uint32)
-    return np.where(u & _SIGN, ~u, u | _SIGN)
+def _flat_f32(x: Any) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+
+
+@njit(cache=True, nogil=True)
+def _sort_key(u):
+    """Order-preserving uint32 key of a float32's bits `u` (negative: all bits flipped; else
+    the sign bit set), so that key order is float order (-0.0 just below +0.0); int64."""
+    u = np.int64(u)
+    return (u ^ 0xFFFFFFFF) if u >= 0x80000000 else (u | 0x80000000)
+
+
+@njit(cache=True, nogil=True)
+def _add_high_bins(values, hist):
+    """hist[key >> 16] += 1 for every float32 of `values`; False if one is NaN."""
+    bits = values.view(np.uint32)
+    for i in range(bits.size):
+        if (np.int64(bits[i]) & 0x7FFFFFFF) > 0x7F800000:
+            return False
+        hist[_sort_key(bits[i]) >> 16] += 1
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _add_low_bins(values, slot, hist_lo, width):
+    """For the values whose high 16 key bits have a slot s >= 0: hist_lo[s * width + (key &
+    0xFFFF)] += 1."""
+    bits = values.view(np.uint32)
+    for i in range(bits.size):
+        key = _sort_key(bits[i])
+        s = slot[key >> 16]
+        if s >= 0:
+            hist_lo[s * width + (key & 0xFFFF)] += 1
 
 
 def _key_value(key: int) -> float:
@@ -209,12 +236,8 @@ def high_histogram(chunks: Callable[[], Iterable[np.ndarray]]) -> np.ndarray:
     of the sort keys (its last entry is the number of values)."""
     hist_hi = np.zeros(_HI_BINS, dtype=np.int64)
     for arr in chunks():
-        a = np.asarray(arr, dtype=np.float32)
-        if a.size == 0:
-            continue
-        if np.isnan(a).any():
+        if not _add_high_bins(_flat_f32(arr), hist_hi):
             raise FeatstoreError("features contain NaN; a percentile over them is undefined")
-        hist_hi += np.bincount(_sort_keys(a) >> 16, minlength=_HI_BINS)
     return np.cumsum(hist_hi)
 
 
@@ -238,14 +261,7 @@ def exact_percentiles(chunks: Callable[[], Iterable[np.ndarray]],
     slot[bins] = np.arange(len(bins))
     hist_lo = np.zeros(len(bins) * _HI_BINS, dtype=np.int64)
     for arr in chunks():
-        a = np.asarray(arr, dtype=np.float32)
-        if a.size == 0:
-            continue
-        keys = _sort_keys(a)
-        s = slot[keys >> 16]
-        sel = s >= 0
-        idx = s[sel] * _HI_BINS + (keys[sel] & 0xFFFF)
-        hist_lo += np.bincount(idx, minlength=hist_lo.size)
+        _add_low_bins(_flat_f32(arr), slot, hist_lo, _HI_BINS)
     hist_lo = hist_lo.reshape(len(bins), _HI_BINS)
     values: dict[int, float] = {}
     for r in ranks:

@@ -571,6 +571,21 @@ def test_exact_percentiles_equal_numpy(chunk):
         assert got == list(want)
 
 
+def test_exact_percentiles_refuse_nan_and_infinities_sort():
+    """A NaN anywhere is an error (a percentile over it is undefined), never a silent
+    threshold; +-inf are ordinary ordered values (reference: np.percentile)."""
+    from scorers.react import exact_percentiles
+
+    x = np.linspace(-3.0, 3.0, 40, dtype=np.float32).reshape(8, 5)
+    x[2, 3], x[5, 0] = np.inf, -np.inf
+    rows = [x[:3], x[3:]]
+    assert exact_percentiles(lambda: iter(rows), [10, 50, 90]) == list(
+        np.percentile(x.astype(np.float64).ravel(), [10, 50, 90]))
+    x[6, 1] = np.nan
+    with pytest.raises(FeatstoreError, match="features contain NaN"):
+        exact_percentiles(lambda: iter([x[:3], x[3:]]), [90])
+
+
 # --------------------------------------------------------------------------- RankFeat extra
 def test_rankfeat_without_maps_names_the_flag(store):
     scorer = get_scorer("rankfeat").fit(store)       # no fit split: nothing to check yet
