@@ -17,9 +17,9 @@ directions, `PrincipalSpace.check_spanned`); default None = the ViM paper's rule
 `dim_list: [256, 1000]` (valid only for D > 1000). OpenOOD fits this baseline on its ID
 validation loader; here, like ViM, on id/train.
 
-Sharing: one eigendecomposition at fit; one projection per block onto V[:, min(dims):], every
-dim's residual read off the squared projections summed per segment between consecutive dims
-(`PrincipalSpace.residual_sq`).
+Sharing: one eigendecomposition at fit; one projection per block onto V[:, min(dims):] (or
+onto V[:, :max(dims)] when that has fewer columns), every dim's residual read off the squared
+projections summed per segment between consecutive dims (`PrincipalSpace.residual_sq`).
 """
 
 from __future__ import annotations

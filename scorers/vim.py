@@ -29,11 +29,14 @@ an explicit grid on smaller feature spaces).
 Sharing (DESIGN section 5): the fit does ONE eigendecomposition (the mean max-logit comes from
 the covariance pass) and then one pass over id/train for the mean residual norms of every dim
 it was told of (the scorer's own, plus those of `fit(store, grid)`), projecting each row once
-onto V[:, min(dims):] (eigenvectors by decreasing eigenvalue): the squared residual norms of
-all those dims are the squared projections summed per segment between consecutive dims and
-accumulated from the smallest-eigenvalue end (`PrincipalSpace.residual_sq`). A dim asked for
-later costs one more such pass. Scoring projects each row block (`map_rows`) once onto
-V[:, min(dims):] and reads every requested dim's residual off the same segment sums.
+onto V[:, min(dims):] (eigenvectors by decreasing eigenvalue), or onto V[:, :max(dims)] when
+that has fewer columns: the squared residual norms of all those dims are the squared
+projections summed per segment between consecutive dims, accumulated from the
+smallest-eigenvalue end (or subtracted, accumulated, from ||x - u||^2:
+`PrincipalSpace.residual_sq`). A dim asked for later costs one more such pass. Scoring
+projects each row block (`map_rows`) once the same way and reads every requested dim's
+residual off the same segment sums. (OpenOOD's default dims [256, 1000] at D = 2048: 1000
+columns instead of 1792.)
 `residual.py` reuses `PrincipalSpace` (one implementation).
 
 Validity beyond 1 <= dim < D: dim < N (the id/train rows span S, so its rank is at most N),
@@ -209,11 +212,25 @@ class PrincipalSpace:
             self.mean_residual[k] = float(total) / self.num_rows
 
     def residual_sq(self, x: np.ndarray, dims: list[int]) -> np.ndarray:
-        """(n, len(dims)) for `dims` ascending: column j is ||(x - u) @ V[:, dims[j]:]||^2, the
-        squared projections onto V[:, dims[0]:] summed per segment [dims[j], dims[j+1]) and
-        the segment sums accumulated from the last (smallest-eigenvalue) segment back."""
+        """(n, len(dims)) for `dims` ascending: column j is ||(x - u) @ V[:, dims[j]:]||^2,
+        from whichever projection has fewer columns (V is orthonormal, so both are exact):
+        - residual side (D - dims[0] columns): the squared projections onto V[:, dims[0]:]
+          summed per segment [dims[j], dims[j+1]) and accumulated from the last
+          (smallest-eigenvalue) segment back;
+        - principal side (dims[-1] columns, when dims[-1] < D - dims[0]):
+          ||x - u||^2 - ||(x - u) @ V[:, :dims[j]]||^2, the principal energies accumulated
+          per segment [dims[j-1], dims[j]) from the first, clipped at 0 (the difference of
+          two float64 sums: exact to ~1e-16 * ||x - u||^2, far below a residual that matters,
+          since dim < rank(S))."""
         xc = x.astype(np.float64)
         xc -= self.origin
+        d = self.basis.shape[0]
+        if dims[-1] < d - dims[0]:
+            q = xc @ self.basis[:, :dims[-1]]
+            q *= q
+            seg = np.add.reduceat(q, [0, *dims[:-1]], axis=1)
+            total = np.einsum("ij,ij->i", xc, xc)
+            return np.maximum(total[:, None] - np.cumsum(seg, axis=1), 0.0)
         q = xc @ self.basis[:, dims[0]:]
         q *= q
         seg = np.add.reduceat(q, [k - dims[0] for k in dims], axis=1)

@@ -362,8 +362,10 @@ def test_vim_default_grid_equals_separate_runs(wide_store, name):
 
 
 @pytest.mark.parametrize(("name", "grid"), [
-    ("vim", {"dim": [3, 16, 30]}),
+    ("vim", {"dim": [3, 16, 30]}),           # V[:, 3:] (29 columns), not V[:, :30]
+    ("vim", {"dim": [2, 6, 9]}),             # V[:, :9] (9 columns), not V[:, 2:] (30)
     ("residual", {"dim": [1, 16, 31]}),
+    ("residual", {"dim": [4, 11]}),
     ("react", {"percentile_split": ["id/train", "id/val"], "percentile": [10, 90]}),
     ("ash", {"variant": ["p", "b", "s"], "percentile": [50, 95]}),
     ("fdbd", {"distance_as_normalizer": [False, True]}),
