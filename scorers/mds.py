@@ -46,7 +46,7 @@ FIT_SPLIT = "id/train"
 class Scatter:
     """The (1/n) covariance (1/n) sum_i r_i r_i^T of n rows r_i, kept as the D x D matrix, or,
     when n < D, as the n x D rows themselves (smaller than the matrix; its pseudo-inverse then
-    comes from their thin SVD, `precision_from_rows`)."""
+    comes from their thin SVD, `whitener_from_rows`)."""
 
     count: int
     matrix: np.ndarray | None = None   # (D, D) float64: sum_i r_i r_i^T / n
