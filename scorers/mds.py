@@ -44,7 +44,7 @@ FIT_SPLIT = "id/train"
 
 @dataclass
 class Scatter:
-    """The (1/n) covariance (1/n) sum_i r_i r_i^T of n rows r_i, kept as the D x D matrix, or,
+    """The covariance (1/n) sum_i r_i r_i^T of n rows r_i, kept as the D x D matrix, or,
     when n < D, as the n x D rows themselves (smaller than the matrix; its pseudo-inverse then
     comes from their thin SVD, `whitener_from_rows`)."""
 
