@@ -33,7 +33,8 @@ Markdown.
     and torchvision resnet18 and resnet50 (random weights), on the builtin digits/patches/noise
     sources at 32x32, and resnet50 again at 64x64 and 112x112 (a few hundred images each: the
     OpenOOD side forwards the val sets about a hundred times, which bounds the sizes on a
-    2-core machine; ImageNet's 224x224 would take ~45 min). The builtin
+    2-core machine; ImageNet's 224x224, 4x the pixels of 112x112, would take at least 4x that
+    row's OpenOOD-side time). The builtin
     generators' images are generated once up front for both sides (time reported
     separately).
 """
@@ -532,7 +533,8 @@ def make_configs_b(quick: bool) -> list[ConfigB]:
     configs = [demo, r18]
     # the issue's torchvision ResNet-50 with random weights (D = 2048), same images, at three
     # input sizes: the forward pass's share of the work grows with the pixels (32x32 is
-    # CIFAR-sized, 112x112 half of ImageNet's 224x224, which would take ~45 min here)
+    # CIFAR-sized, 112x112 half of ImageNet's 224x224, whose OpenOOD side would take at least
+    # 4x the 112x112 row's here)
     for side in (32, 64, 112):
         configs.append(ConfigB(
             "resnet50" if side == 32 else f"resnet50-{side}px", "resnet50",
@@ -608,25 +610,33 @@ def kept_settings(entry: dict) -> list[dict[str, Any]]:
     return [s for s in settings if s not in dropped]
 
 
+def image_batches(cfg: ConfigB, transform: Any, name: str) -> Any:
+    """The DataLoader both timed sides share: the split's pre-generated rows through the
+    transform, batch size 128, in order, no worker processes (as featstore_side's options)."""
+    from torch.utils.data import DataLoader
+
+    from featstore.datasets import TransformedRows
+
+    crop = int(cfg.transform["crop"])
+    return DataLoader(TransformedRows(cfg.rows[name], transform, (3, crop, crop)),
+                      batch_size=128, shuffle=False, num_workers=0)
+
+
 def bare_forward_once(cfg: ConfigB) -> float:
     """Seconds of one transform + forward pass over every image of every split, the model
     already loaded, outputs discarded: the least any extract-once tool must spend, so
     OpenOOD-pattern seconds / this is the ceiling of the (b) ratio."""
     import torch
-    from torch.utils.data import DataLoader
 
-    from featstore.datasets import TransformedRows, build_transform
+    from featstore.datasets import build_transform
     from featstore.models import load_model
 
     module = load_model(cfg.model, cfg.weights).module.eval()
     transform = build_transform(cfg.transform)
-    crop = int(cfg.transform["crop"])
     t0 = time.perf_counter()
     with torch.inference_mode():
-        for rows in cfg.rows.values():
-            loader = DataLoader(TransformedRows(rows, transform, (3, crop, crop)),
-                                batch_size=128, shuffle=False, num_workers=0)
-            for x, _y, _i, _e in loader:
+        for name in cfg.rows:
+            for x, _y, _i, _e in image_batches(cfg, transform, name):
                 module(x)
     return time.perf_counter() - t0
 
@@ -634,9 +644,8 @@ def bare_forward_once(cfg: ConfigB) -> float:
 def forward_side(cfg: ConfigB, fs_result: dict) -> tuple[float, dict[str, Any], int]:
     """The OpenOOD pattern on the same DataLoader setup; returns (seconds, chosen, images)."""
     import torch
-    from torch.utils.data import DataLoader
 
-    from featstore.datasets import TransformedRows, build_transform
+    from featstore.datasets import build_transform
     from featstore.models import load_model
 
     t_start = time.perf_counter()
@@ -645,7 +654,6 @@ def forward_side(cfg: ConfigB, fs_result: dict) -> tuple[float, dict[str, Any], 
     captured: list[Any] = []
     handle = loaded.head.register_forward_hook(lambda m, i, o: captured.append((i[0], o)))
     transform = build_transform(cfg.transform)
-    crop = int(cfg.transform["crop"])
     w = loaded.head.weight.detach().float().numpy()
     b = loaded.head.bias.detach().float().numpy()
     images = 0
@@ -653,11 +661,9 @@ def forward_side(cfg: ConfigB, fs_result: dict) -> tuple[float, dict[str, Any], 
     def forward(mem: MemoryStore, name: str) -> MemorySplit:
         nonlocal images
         rows = cfg.rows[name]
-        loader = DataLoader(TransformedRows(rows, transform, (3, crop, crop)), batch_size=128,
-                            shuffle=False, num_workers=0)
         feats, logits = [], []
         with torch.inference_mode():
-            for x, _y, _i, _e in loader:
+            for x, _y, _i, _e in image_batches(cfg, transform, name):
                 module(x)
                 f, lg = captured.pop()
                 feats.append(f.float().numpy())

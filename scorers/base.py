@@ -266,6 +266,12 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return z
 
 
+def eig_cutoff(eigvals: np.ndarray, size: int) -> float:
+    """max |eigenvalue| * size * eps(float64): scipy pinvh's default cutoff for a symmetric
+    matrix of order `size`, below which an eigenvalue counts as zero (numerical rank)."""
+    return float(np.abs(eigvals).max(initial=0.0)) * size * float(np.finfo(np.float64).eps)
+
+
 def softmax_plogp(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(softmax(l), sum_k p_k log p_k) per row from ONE exp pass, float64: with z = l - max(l),
     e = exp(z), s = sum(e): p = e / s and log p = z - log s, so sum_k p_k log p_k =

@@ -37,7 +37,7 @@ import numpy as np
 
 from featstore.errors import FeatstoreError
 
-from .base import Scorer
+from .base import Scorer, eig_cutoff
 
 FIT_SPLIT = "id/train"
 
@@ -71,7 +71,6 @@ class GaussianStats:
     global_mean: np.ndarray    # (D,) float64
     within_cov: Scatter
     global_cov: Scatter | None
-    count: int
 
 
 def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str,
@@ -137,7 +136,7 @@ def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str,
         within_s = Scatter(total, matrix=within / total)
         global_s = None if glob is None else Scatter(total, matrix=glob / total)
     return GaussianStats(classes=present, means=all_means[present], global_mean=global_mean,
-                         within_cov=within_s, global_cov=global_s, count=total)
+                         within_cov=within_s, global_cov=global_s)
 
 
 def whitener(cov: np.ndarray) -> np.ndarray:
@@ -165,8 +164,7 @@ def whitener_from_rows(rows: np.ndarray, count: int) -> np.ndarray:
 
 def _whitener_from_eig(s: np.ndarray, v: np.ndarray, size: int) -> np.ndarray:
     """V_kept diag(1 / sqrt(s_kept)) over s > max|s| * size * eps (size: the order D)."""
-    cutoff = np.abs(s).max(initial=0.0) * size * np.finfo(np.float64).eps
-    keep = s > cutoff
+    keep = s > eig_cutoff(s, size)
     return v[:, keep] / np.sqrt(s[keep])
 
 

@@ -55,7 +55,7 @@ import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
 
-from .base import Scorer, logsumexp
+from .base import Scorer, eig_cutoff, logsumexp
 
 FIT_SPLIT = "id/train"
 # A mean residual below this fraction of the mean ||x - u|| counts as zero (rank <= dim).
@@ -149,8 +149,7 @@ class PrincipalSpace:
         self.mean_residual: dict[int, float] = {}   # dim -> mean r(x) over id/train
         self.mean_max_logit: float | None = None
         # numerical rank of S: eigenvalues above max * D * eps(float64) (pinvh's cutoff)
-        cutoff = float(eigvals.max(initial=0.0)) * eigvals.size * np.finfo(np.float64).eps
-        self.rank = int(np.count_nonzero(eigvals > cutoff))
+        self.rank = int(np.count_nonzero(eigvals > eig_cutoff(eigvals, eigvals.size)))
 
     def check_spanned(self, scorer_name: str, dim: int, need_residual: bool) -> None:
         """The top-`dim` space is determined by S: dim <= rank(S); and, when the id/train rows
