@@ -192,7 +192,9 @@ def test_meta_train_and_meta_test_never_share_an_ood_split(tmp_path, monkeypatch
     with pytest.raises(UsageError, match="at least 2 OOD"):
         G.partition_splits(["ood/a/x"], 0.75, np.random.default_rng(0))
     st = graded_store(tmp_path / "s", n_ood=4, rows=60)
-    monkeypatch.setattr(G, "partition_splits",
+    from scorers.gscore import protocol  # the module that calls partition_splits
+
+    monkeypatch.setattr(protocol, "partition_splits",
                         lambda names, frac, rng: (list(names)[:3], list(names)[2:]))
     with pytest.raises(FeatstoreError, match="share OOD split"):
         G.evaluate_gscore([st], repeats=1, sets_per_split=1, baselines=False)

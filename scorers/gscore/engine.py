@@ -1,0 +1,190 @@
+"""Gscores of many sets at once: Kmeans, GMM and UDE parts, memoised per (model, tau)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import UsageError
+
+from .em import gmm_params
+from .kmeans import _kmeans_rows
+from .parts import Pair, _clean, _finalize, _row_of, _row_std, distance
+from .spec import GMM_MAX_ITER, GMM_TOL, MODELLINGS, SIGMA_FLOOR_REL, UDE_KERNELS
+
+
+class _Splitter:
+    """Threshold splits of many sets by a per-sample key (IND where key >= tau).
+
+    Sorting each row once by the key and keeping prefix sums of the standardised values makes
+    every tau an O(M * L) comparison plus O(M) lookups."""
+
+    def __init__(self, x: np.ndarray, valid: np.ndarray, n: np.ndarray, key: np.ndarray,
+                 center: np.ndarray, scale: np.ndarray, floor_rel: float):
+        self.n = n
+        self.center, self.scale, self.floor_rel = center, scale, floor_rel
+        key = np.where(valid, key, -np.inf)
+        order = np.argsort(-key, axis=1, kind="stable")
+        self.key = np.take_along_axis(key, order, axis=1)
+        z = np.where(valid, (x - center[:, None]) / scale[:, None], 0.0)
+        z = np.take_along_axis(z, order, axis=1)
+        m = x.shape[0]
+        self.s = np.concatenate([np.zeros((m, 1)), np.cumsum(z, axis=1)], axis=1)
+        self.q = np.concatenate([np.zeros((m, 1)), np.cumsum(z * z, axis=1)], axis=1)
+
+    def pair(self, taus: Sequence[float]) -> Pair:
+        """Parts for every tau at once: arrays of shape (T, M)."""
+        t = np.asarray(taus, dtype=np.float64)
+        rows = np.arange(self.n.size)[None, :]
+        k = (self.key[None, :, :] >= t[:, None, None]).sum(axis=2)
+        s1, q1 = self.s[rows, k], self.q[rows, k]
+        s_all, q_all = self.s[rows, self.n[None, :]], self.q[rows, self.n[None, :]]
+        s0, q0 = s_all - s1, q_all - q1
+        n1, n0 = k.astype(np.float64), (self.n[None, :] - k).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m1, m0 = s1 / n1, s0 / n0
+            v1 = np.maximum(q1 / n1 - m1 * m1, 0.0)
+            v0 = np.maximum(q0 / n0 - m0 * m0, 0.0)
+        c, sc = self.center[None, :], self.scale[None, :]
+        return _finalize(c + sc * m1, sc * np.sqrt(v1), n1, c + sc * m0, sc * np.sqrt(v0), n0,
+                         np.broadcast_to(sc, n1.shape), self.floor_rel)
+
+
+def kmeans_pair(x: np.ndarray, n: np.ndarray, floor_rel: float = SIGMA_FLOOR_REL) -> Pair:
+    """Exact 2-means of each padded row; IND = the higher cluster."""
+    raw = _kmeans_rows(np.ascontiguousarray(x, dtype=np.float64), n.astype(np.int64))
+    ref = _row_std(x, n)
+    return _finalize(raw[:, 3], raw[:, 4], raw[:, 5], raw[:, 0], raw[:, 1], raw[:, 2], ref,
+                     floor_rel)
+
+class GscoreEngine:
+    """Gscores of many sets at once (one padded (M, L) matrix), memoised per (model, tau).
+
+    `ref_mu`, `ref_sd`: the UDE reference Gaussian of each set (scalars broadcast), i.e. the
+    scorer's mean and std on the id/val split of the set's store."""
+
+    def __init__(self, x: np.ndarray, n: np.ndarray, ref_mu: Any = None, ref_sd: Any = None,
+                 *, ude_kernel: str = "gauss", floor_rel: float = SIGMA_FLOOR_REL,
+                 gmm_max_iter: int = GMM_MAX_ITER, gmm_tol: float = GMM_TOL):
+        x = np.asarray(x, dtype=np.float64)
+        n = np.asarray(n, dtype=np.int64)
+        if x.ndim != 2 or n.shape != (x.shape[0],):
+            raise UsageError(f"GscoreEngine: expected X (M, L) and n (M,), got {x.shape}, "
+                             f"{n.shape}")
+        if n.size and (n.min() < 1 or n.max() > x.shape[1]):
+            raise UsageError("GscoreEngine: every set needs 1 <= n <= L samples")
+        if ude_kernel not in UDE_KERNELS:
+            raise UsageError(f"ude_kernel {ude_kernel!r}: expected one of "
+                             f"{', '.join(UDE_KERNELS)}")
+        self.valid = np.arange(x.shape[1])[None, :] < n[:, None]
+        bad = int((~np.isfinite(x) & self.valid).sum())
+        if bad:
+            raise UsageError(f"gscore: {bad} non-finite scores (NaN/inf); scorers must return "
+                             "finite values")
+        self.x = np.where(self.valid, x, 0.0)
+        self.n = n
+        self.m = x.shape[0]
+        self.kernel = ude_kernel
+        self.floor_rel = floor_rel
+        self.gmm_max_iter, self.gmm_tol = gmm_max_iter, gmm_tol
+        self.mean = self.x.sum(axis=1) / n
+        self.std = _row_std(self.x, n)
+        self.ref_mu = None if ref_mu is None else np.broadcast_to(
+            np.asarray(ref_mu, dtype=np.float64), (self.m,)).copy()
+        self.ref_sd = None
+        if ref_sd is not None:
+            sd = np.broadcast_to(np.asarray(ref_sd, dtype=np.float64), (self.m,)).copy()
+            tiny = 1e-12 * np.maximum(1.0, np.abs(self.ref_mu))
+            self.ref_sd = np.where(sd > 0, sd, tiny)
+        self._kmeans: Pair | None = None
+        self._gmm: np.ndarray | None = None
+        self._gmm_pair: Pair | None = None
+        self._splitters: dict[str, _Splitter] = {}
+        self._g: dict[tuple[str, str, Any], np.ndarray] = {}
+
+    # ------------------------------------------------------------------ parts
+    def gmm(self) -> np.ndarray:
+        if self._gmm is None:
+            self._gmm = gmm_params(self.x, self.n, self.gmm_max_iter, self.gmm_tol,
+                                   self.floor_rel)
+        return self._gmm
+
+    def ude_similarity(self) -> np.ndarray:
+        """s_p of every sample (0 beyond n)."""
+        if self.ref_mu is None or self.ref_sd is None:
+            raise UsageError("UDE needs the reference Gaussian of the scorer on id/val "
+                             "(ref_mu, ref_sd)")
+        d2 = (self.x - self.ref_mu[:, None]) ** 2
+        denom = 2.0 * (self.ref_sd ** 2 if self.kernel == "gauss" else self.ref_sd)
+        return np.where(self.valid, np.exp(-d2 / denom[:, None]), 0.0)
+
+    def gmm_posterior(self) -> np.ndarray:
+        """P(IND component | x) of every sample (0 beyond n)."""
+        p = self.gmm()
+        ref = np.where(self.std > 0, self.std, 1.0)
+        sd_lo = np.maximum(p[:, 2], self.floor_rel * ref)[:, None]
+        sd_hi = np.maximum(p[:, 5], self.floor_rel * ref)[:, None]
+        a = np.log(p[:, 0])[:, None] - np.log(sd_lo) - 0.5 * ((self.x - p[:, 1:2]) / sd_lo) ** 2
+        b = np.log(p[:, 3])[:, None] - np.log(sd_hi) - 0.5 * ((self.x - p[:, 4:5]) / sd_hi) ** 2
+        post = 1.0 / (1.0 + np.exp(np.clip(a - b, -700, 700)))
+        return np.where(self.valid, post, 0.0)
+
+    def _splitter(self, modelling: str) -> _Splitter:
+        if modelling not in self._splitters:
+            if modelling == "ude":
+                key = self.ude_similarity()
+                center, scale = self.ref_mu, self.ref_sd
+            else:
+                key = self.gmm_posterior()
+                center, scale = self.mean, np.where(self.std > 0, self.std, 1.0)
+            self._splitters[modelling] = _Splitter(self.x, self.valid, self.n, key, center,
+                                                   scale, self.floor_rel)
+        return self._splitters[modelling]
+
+    def pair(self, modelling: str, tau: float | None) -> Pair:
+        """IND/OOD Gaussians of every set for a modelling and a numeric tau (or None)."""
+        if modelling == "kmeans":
+            if tau is not None:
+                raise UsageError("tau: Kmeans has no threshold")
+            if self._kmeans is None:
+                self._kmeans = kmeans_pair(self.x, self.n, self.floor_rel)
+            return self._kmeans
+        if modelling == "gmm" and tau is None:
+            if self._gmm_pair is None:
+                p = self.gmm()
+                ref = np.where(self.std > 0, self.std, 1.0)
+                big = np.full(self.m, 2.0)  # components are never "1-sample parts"
+                pair = _finalize(p[:, 4], p[:, 5], big, p[:, 1], p[:, 2], big, ref,
+                                 self.floor_rel)
+                pair.n_ind, pair.n_ood = p[:, 3] * self.n, p[:, 0] * self.n  # soft counts
+                self._gmm_pair = pair
+            return self._gmm_pair
+        if modelling in ("gmm", "ude"):
+            if tau is None:
+                raise UsageError("UDE needs a numeric tau")
+            return _row_of(self._splitter(modelling).pair([float(tau)]), 0)
+        raise UsageError(f"modelling {modelling!r}: expected one of {', '.join(MODELLINGS)}")
+
+    def gscores(self, modelling: str, dist: str, taus: Sequence[float | None]) -> np.ndarray:
+        """(T, M) Gscores for several taus (memoised per tau)."""
+        keys = [None if t is None else round(float(t), 10) for t in taus]
+        todo = sorted({k for k in keys if (modelling, dist, k) not in self._g},
+                      key=lambda k: -1.0 if k is None else k)
+        if todo:
+            if modelling in ("gmm", "ude") and todo != [None]:
+                numeric = [k for k in todo if k is not None]
+                with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+                    g = distance(self._splitter(modelling).pair(numeric), dist)
+                for k, row in zip(numeric, _clean(g), strict=True):
+                    self._g[(modelling, dist, k)] = row
+            if None in todo:
+                with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+                    g = distance(self.pair(modelling, None), dist)
+                self._g[(modelling, dist, None)] = _clean(g)
+        return np.stack([self._g[(modelling, dist, k)] for k in keys])
+
+    def gscore(self, modelling: str, dist: str, tau: float | None) -> np.ndarray:
+        """(M,) Gscores for one tau."""
+        return self.gscores(modelling, dist, [tau])[0]

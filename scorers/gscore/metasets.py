@@ -1,0 +1,184 @@
+"""Meta-sets: per-store pooled scores, the meta-train/meta-test split partition and the
+seeded subsamples (index matrices into the pooled scores), with their true metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import FeatstoreError, UsageError
+
+from ..metrics import OOD_METRIC_NAMES, ood_metrics
+from .parts import pack
+from .spec import ID_TEST, ID_VAL
+
+
+def set_sizes(ratio: float, size: int | None, id_pool: int, ood_pool: int) -> tuple[int, int]:
+    """(n_id, n_ood) of a meta-set: ratio n_id/n_ood, total `size` (None: largest feasible);
+    scaled down (ratio kept) where a pool is smaller; each side at least 1."""
+    if id_pool < 1 or ood_pool < 1:
+        raise UsageError("meta-set: empty ID or OOD pool")
+    if size is None:
+        n_ood = min(float(ood_pool), id_pool / ratio)
+        n_id = n_ood * ratio
+    else:
+        if size < 2:
+            raise UsageError(f"meta-set size {size}: must be >= 2")
+        n_id = max(1, round(size * ratio / (1.0 + ratio)))
+        n_ood = max(1, size - n_id)
+        f = min(1.0, id_pool / n_id, ood_pool / n_ood)
+        if f < 1.0:
+            n_id, n_ood = math.floor(n_id * f), math.floor(n_ood * f)
+    n_id = int(min(id_pool, max(1, round(n_id))))
+    n_ood = int(min(ood_pool, max(1, round(n_ood))))
+    return n_id, n_ood
+
+
+def partition_splits(names: Sequence[str], train_fraction: float,
+                     rng: np.random.Generator) -> tuple[list[str], list[str]]:
+    """Random meta-train / meta-test partition of OOD split names (disjoint, both non-empty)."""
+    names = list(dict.fromkeys(names))
+    if len(names) < 2:
+        raise UsageError(f"gscore evaluation needs at least 2 OOD test splits (one for "
+                         f"meta-train, one for meta-test), got {len(names)}")
+    if not 0.0 < train_fraction < 1.0:
+        raise UsageError(f"train_fraction {train_fraction}: must lie in (0, 1)")
+    perm = [names[i] for i in rng.permutation(len(names))]
+    k = min(len(names) - 1, max(1, round(train_fraction * len(names))))
+    train, test = perm[:k], perm[k:]
+    check_disjoint(train, test)
+    return train, test
+
+
+def check_disjoint(train: Sequence[str], test: Sequence[str]) -> None:
+    """Raise if an OOD split is both a meta-train and a meta-test split."""
+    both = sorted(set(train) & set(test))
+    if both:
+        raise FeatstoreError(f"meta-train and meta-test share OOD split(s) {', '.join(both)}")
+
+
+@dataclass
+class _StoreData:
+    """One store's scores pooled as [id/test rows, OOD split 1 rows, ...] per method."""
+
+    index: int
+    store: Any
+    path: str
+    sha: str
+    ood: list[str]
+    n_id: int
+    sizes: dict[str, int]
+    offset: dict[str, int]
+    total: int
+    scores: dict[str, np.ndarray] = field(default_factory=dict)
+    ref: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+    features: np.ndarray | None = None
+    train_gauss: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+
+def _ood_test_splits(store: Any) -> list[str]:
+    return store.splits(role="ood", usage="test")
+
+
+def _store_data(index: int, store: Any) -> _StoreData:
+    for need in (ID_TEST, ID_VAL):
+        if not store.has_split(need):
+            raise UsageError(f"store {str(store.path)!r} has no complete {need!r} split; gscore "
+                             f"needs id/test (ID rows of meta-sets) and id/val (UDE reference)")
+    ood = _ood_test_splits(store)
+    if not ood:
+        raise UsageError(f"store {str(store.path)!r} has no OOD test split")
+    n_id = store.split(ID_TEST).num_rows
+    sizes = {s: store.split(s).num_rows for s in ood}
+    offset, pos = {}, n_id
+    for s in ood:
+        offset[s] = pos
+        pos += sizes[s]
+    return _StoreData(index, store, str(store.path), store.model_sha256, ood, n_id, sizes,
+                      offset, pos)
+
+
+def _method_key(method: str, params: Mapping[str, Any]) -> str:
+    return method if not params else method + json.dumps(dict(params), sort_keys=True)
+
+
+def _load_scores(sd: _StoreData, key: str, method: str, params: Mapping[str, Any],
+                 use_cache: bool) -> float:
+    """Score id/val, id/test and every OOD test split once; returns the seconds spent."""
+    from ..evaluate import score_splits
+
+    if key in sd.scores:
+        return 0.0
+    t0 = time.perf_counter()
+    names = [ID_VAL, ID_TEST, *sd.ood]
+    scores, _, _ = score_splits(sd.store, method, params, names, use_cache)
+    for name, s in scores.items():
+        bad = int((~np.isfinite(s)).sum())
+        if bad:
+            raise FeatstoreError(f"scorer {method!r}: {bad} non-finite scores in split {name!r}")
+    sd.scores[key] = np.concatenate([scores[ID_TEST], *[scores[s] for s in sd.ood]])
+    val = scores[ID_VAL]
+    sd.ref[key] = (float(val.mean()), float(val.std()), int(val.size))
+    return time.perf_counter() - t0
+
+
+@dataclass
+class _Sets:
+    """Meta-sets as padded index matrices into the concatenation of the stores' pools."""
+
+    idx: np.ndarray      # (M, L) global row index (0 beyond n)
+    n: np.ndarray        # (M,)
+    n_id: np.ndarray     # (M,) the first n_id entries of a row are ID rows
+    store: np.ndarray    # (M,) store index
+    split: list[str]     # (M,) OOD split name
+
+    @property
+    def m(self) -> int:
+        return int(self.n.size)
+
+    def values(self, pooled: np.ndarray) -> np.ndarray:
+        valid = np.arange(self.idx.shape[1])[None, :] < self.n[:, None]
+        return np.where(valid, pooled[self.idx], 0.0)
+
+    def is_id(self) -> np.ndarray:
+        return np.arange(self.idx.shape[1])[None, :] < self.n_id[:, None]
+
+
+def _draw_sets(stores: Sequence[_StoreData], names: Sequence[str],
+               id_pools: Sequence[np.ndarray], ratio: float, size: int | None,
+               per_split: int, rng: np.random.Generator, offsets: Sequence[int]) -> _Sets:
+    rows, n_ids, st, sp = [], [], [], []
+    for sd, pool, base in zip(stores, id_pools, offsets, strict=True):
+        for name in names:
+            if name not in sd.sizes:
+                continue
+            n_pool = sd.sizes[name]
+            for _ in range(per_split):
+                n_id, n_ood = set_sizes(ratio, size, len(pool), n_pool)
+                ids = rng.choice(pool, n_id, replace=False)
+                oods = sd.offset[name] + rng.choice(n_pool, n_ood, replace=False)
+                rows.append(base + np.concatenate([ids, oods]))
+                n_ids.append(n_id)
+                st.append(sd.index)
+                sp.append(name)
+    if not rows:
+        raise UsageError("no meta-set could be drawn (no OOD split in these stores)")
+    idx, n = pack(rows)
+    return _Sets(idx.astype(np.int64), n, np.asarray(n_ids, dtype=np.int64),
+                 np.asarray(st, dtype=np.int64), sp)
+
+
+def _truth(x: np.ndarray, sets: _Sets) -> np.ndarray:
+    """(M, 8) true metrics (percent) of every meta-set, columns as OOD_METRIC_NAMES."""
+    out = np.empty((sets.m, len(OOD_METRIC_NAMES)))
+    for i in range(sets.m):
+        k, n = sets.n_id[i], sets.n[i]
+        vals = ood_metrics(x[i, :k], x[i, k:n])
+        out[i] = [vals[name] for name in OOD_METRIC_NAMES]
+    return out

@@ -1,0 +1,298 @@
+"""The fitted Gscore model (JSON, never pickle), `fit_gscore` and `predict_gscore`."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import UsageError
+
+from ..metrics import ood_metrics
+from .engine import GscoreEngine
+from .metasets import _draw_sets, _load_scores, _method_key, _store_data, _truth
+from .regression import _corr, _fit_spec, _predict, _rmse
+from .spec import (
+    _METRIC_COL,
+    DISTANCES,
+    FORMAT,
+    FORMAT_VERSION,
+    GMM_MAX_ITER,
+    GMM_TOL,
+    ID_VAL,
+    MODELLINGS,
+    SIGMA_FLOOR_REL,
+    ModelSpec,
+    _check_target,
+    _parse_tau,
+    parse_model,
+    parse_ratio,
+)
+
+
+@dataclass
+class GscoreModel:
+    """A fitted Gscore regression; saved as JSON (never pickle)."""
+
+    modelling: str
+    distance: str
+    tau: float | None
+    theta1: float
+    theta0: float
+    target: str
+    scorer: str
+    scorer_params: dict[str, Any]
+    model_sha256s: list[str]
+    ude_kernel: str = "gauss"
+    floor_rel: float = SIGMA_FLOOR_REL
+    gmm_max_iter: int = GMM_MAX_ITER
+    gmm_tol: float = GMM_TOL
+    clip: bool = True
+    reference: dict[str, Any] | None = None
+    meta_train: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+
+    @property
+    def model_sha256(self) -> str:
+        return self.model_sha256s[0]
+
+    @property
+    def spec(self) -> ModelSpec:
+        return ModelSpec(self.modelling, self.distance, self.tau)
+
+    # ---------------------------------------------------------------- JSON
+    def to_json(self) -> dict[str, Any]:
+        from featstore import __version__
+
+        return {
+            "format": FORMAT, "format_version": FORMAT_VERSION, "featstore_version": __version__,
+            "created": self.created,
+            "modelling": self.modelling, "distance": self.distance, "tau": self.tau,
+            "ude_kernel": self.ude_kernel, "sigma_floor_rel": self.floor_rel,
+            "gmm": {"max_iter": self.gmm_max_iter, "tol": self.gmm_tol},
+            "regression": {"theta1": self.theta1, "theta0": self.theta0, "clip": self.clip},
+            "target": self.target,
+            "scorer": {"name": self.scorer, "params": self.scorer_params},
+            "model_sha256": self.model_sha256, "model_sha256s": list(self.model_sha256s),
+            "reference": self.reference, "meta_train": self.meta_train,
+        }
+
+    def save(self, path: str | Path) -> None:
+        from featstore.fileio import atomic_write_json
+
+        atomic_write_json(Path(path), _json_safe(self.to_json()))
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = "gscore model") -> GscoreModel:
+        if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+            raise UsageError(f"{where}: not a featstore gscore model (missing format "
+                             f"{FORMAT!r}); write one with `featstore gscore fit`")
+        if obj.get("format_version") != FORMAT_VERSION:
+            raise UsageError(f"{where}: format_version {obj.get('format_version')!r}, this "
+                             f"featstore reads {FORMAT_VERSION}")
+        try:
+            modelling, dist = obj["modelling"], obj["distance"]
+            if modelling not in MODELLINGS or dist not in DISTANCES:
+                raise UsageError(f"{where}: unknown modelling/distance {modelling!r}/{dist!r}")
+            tau = obj["tau"]
+            if tau is not None:
+                tau = float(tau)
+            _parse_tau("none" if tau is None else tau, modelling)
+            reg = obj["regression"]
+            scorer = obj["scorer"]
+            shas = obj.get("model_sha256s") or [obj["model_sha256"]]
+            model = cls(
+                modelling=modelling, distance=dist, tau=tau, theta1=float(reg["theta1"]),
+                theta0=float(reg["theta0"]), target=_check_target(obj["target"]),
+                scorer=str(scorer["name"]), scorer_params=dict(scorer.get("params") or {}),
+                model_sha256s=[str(s) for s in shas],
+                ude_kernel=str(obj.get("ude_kernel", "gauss")),
+                floor_rel=float(obj.get("sigma_floor_rel", SIGMA_FLOOR_REL)),
+                gmm_max_iter=int(obj.get("gmm", {}).get("max_iter", GMM_MAX_ITER)),
+                gmm_tol=float(obj.get("gmm", {}).get("tol", GMM_TOL)),
+                clip=bool(reg.get("clip", True)), reference=obj.get("reference"),
+                meta_train=dict(obj.get("meta_train") or {}), created=str(obj.get("created", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, UsageError):
+                raise
+            raise UsageError(f"{where}: malformed gscore model ({type(exc).__name__}: {exc})"
+                             ) from None
+        if not (math.isfinite(model.theta1) and math.isfinite(model.theta0)):
+            raise UsageError(f"{where}: non-finite regression coefficients")
+        return model
+
+    @classmethod
+    def load(cls, path: str | Path) -> GscoreModel:
+        path = Path(path)
+        if not path.is_file():
+            raise UsageError(f"gscore model {str(path)!r}: file not found")
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UsageError(f"gscore model {str(path)!r}: not valid JSON ({exc})") from None
+        return cls.from_json(obj, f"gscore model {str(path)!r}")
+
+    # ---------------------------------------------------------------- use
+    def engine(self, x: np.ndarray, n: np.ndarray, ref_mu: Any = None,
+               ref_sd: Any = None) -> GscoreEngine:
+        return GscoreEngine(x, n, ref_mu, ref_sd, ude_kernel=self.ude_kernel,
+                            floor_rel=self.floor_rel, gmm_max_iter=self.gmm_max_iter,
+                            gmm_tol=self.gmm_tol)
+
+    def gscore(self, scores: np.ndarray, ref: tuple[float, float] | None = None
+               ) -> tuple[float, dict[str, float]]:
+        """Gscore of one unlabelled set of scores and its fitted Gaussians."""
+        s = np.asarray(scores, dtype=np.float64).ravel()
+        if s.size < 1:
+            raise UsageError("gscore: empty set of scores")
+        if self.modelling == "ude" and ref is None:
+            raise UsageError("gscore: UDE needs the id/val reference (mu_val, sd_val)")
+        eng = self.engine(s[None, :], np.array([s.size]), *(ref or (None, None)))
+        g = float(eng.gscore(self.modelling, self.distance, self.tau)[0])
+        return g, eng.pair(self.modelling, self.tau).row(0)
+
+    def predict(self, scores: np.ndarray, ref: tuple[float, float] | None = None) -> float:
+        g, _ = self.gscore(scores, ref)
+        return float(_predict(self.theta1, self.theta0, np.array([g]), self.clip)[0])
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, np.floating | np.integer):
+        return _json_safe(obj.item())
+    if isinstance(obj, Mapping):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _json_safe(obj.tolist())
+    return obj
+
+
+def _check_models(stores: Sequence[Any], allow_other_model: bool) -> None:
+    shas = {st.model_sha256 for st in stores}
+    if len(shas) > 1 and not allow_other_model:
+        raise UsageError("the stores were made by different models "
+                         f"({', '.join(sorted(s[:12] for s in shas))}); pass "
+                         "--allow-other-model / allow_other_model=True to pool them")
+
+
+def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95",
+               model: str | ModelSpec = "ude-wasserstein", *, params: Mapping[str, Any] | None
+               = None, tau: Any = "default", ratio: Any = 1.0, size: int | None = None,
+               sets_per_split: int = 10, seed: int = 0, ude_kernel: str = "gauss",
+               clip: bool = True, allow_other_model: bool = False,
+               use_cache: bool = True) -> GscoreModel:
+    """Fit a Gscore regression on meta-train sets built from EVERY OOD test split of `stores`
+    (ID rows: all of id/test; `sets_per_split` seeded subsamples per split)."""
+    from scorers import REGISTRY
+
+    if not stores:
+        raise UsageError("gscore fit: name at least one store")
+    if method not in REGISTRY:
+        raise UsageError(f"unknown scorer {method!r} (valid: {', '.join(REGISTRY)})")
+    _check_target(target)
+    spec = model if isinstance(model, ModelSpec) else parse_model(model, tau)
+    if sets_per_split < 1:
+        raise UsageError(f"sets_per_split {sets_per_split}: must be >= 1")
+    ratio = parse_ratio(ratio)
+    _check_models(stores, allow_other_model)
+    params = dict(params or {})
+    data = [_store_data(i, st) for i, st in enumerate(stores)]
+    key = _method_key(method, params)
+    for sd in data:
+        _load_scores(sd, key, method, params, use_cache)
+    offsets = np.cumsum([0] + [sd.total for sd in data])[:-1]
+    pooled = np.concatenate([sd.scores[key] for sd in data])
+    names = list(dict.fromkeys(s for sd in data for s in sd.ood))
+    rng = np.random.default_rng([seed, 0])
+    sets = _draw_sets(data, names, [np.arange(sd.n_id) for sd in data], ratio, size,
+                      sets_per_split, rng, offsets)
+    x = sets.values(pooled)
+    truth = _truth(x, sets)[:, _METRIC_COL[target]]
+    refs = np.array([data[s].ref[key][:2] for s in sets.store])
+    eng = GscoreEngine(x, sets.n, refs[:, 0], refs[:, 1], ude_kernel=ude_kernel)
+    res = _fit_spec(eng, spec, truth)
+    g = eng.gscore(spec.modelling, spec.distance, res["tau"])
+    pred = _predict(res["theta1"], res["theta0"], g, clip)
+    pearson, spearman = _corr(g, truth)
+    first = data[0]
+    ref0 = first.ref[key]
+    return GscoreModel(
+        modelling=spec.modelling, distance=spec.distance, tau=res["tau"],
+        theta1=res["theta1"], theta0=res["theta0"], target=target, scorer=method,
+        scorer_params=params, model_sha256s=list(dict.fromkeys(sd.sha for sd in data)),
+        ude_kernel=ude_kernel, clip=clip,
+        reference={"split": ID_VAL, "store": first.path, "mu": ref0[0], "sd": ref0[1],
+                   "n": ref0[2]},
+        meta_train={"stores": [sd.path for sd in data], "splits": names, "n_sets": sets.m,
+                    "ratio": ratio, "size": size, "sets_per_split": sets_per_split,
+                    "seed": seed, "mean_n_id": float(sets.n_id.mean()),
+                    "mean_n_ood": float((sets.n - sets.n_id).mean()),
+                    "train_mse": res["loss"], "train_rmse": _rmse(pred, truth),
+                    "pearson": pearson, "spearman": spearman,
+                    "tau_search": [list(t) for t in res["trace"]],
+                    "points": {"gscore": [float(v) for v in g],
+                               "true": [float(v) for v in truth]}},
+        created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    )
+
+
+def predict_gscore(model: GscoreModel, store: Any, splits: Sequence[str], *,
+                   force: bool = False, use_cache: bool = True,
+                   with_truth: bool = False) -> dict[str, Any]:
+    """Predicted metric of the unlabelled set made of the named splits' rows (labels ignored).
+
+    With `with_truth`, when the set holds both id/* and ood/* rows, the true metric (roles as
+    labels) is reported beside the prediction."""
+    from ..evaluate import score_splits
+
+    if store.model_sha256 not in model.model_sha256s and not force:
+        raise UsageError(
+            f"the gscore model was fitted on stores of model {model.model_sha256[:12]}… but "
+            f"store {str(store.path)!r} comes from model {store.model_sha256[:12]}…; pass "
+            "--allow-other-model (force=True) to predict anyway")
+    splits = list(dict.fromkeys(splits))
+    if not splits:
+        raise UsageError("gscore predict: name at least one split (--split)")
+    for s in splits:
+        store.split(s)
+    names = list(splits)
+    need_ref = model.modelling == "ude"
+    if need_ref:
+        if not store.has_split(ID_VAL):
+            raise UsageError(f"store {str(store.path)!r} has no id/val split: UDE takes its "
+                             "reference Gaussian from the scorer's id/val scores")
+        names = list(dict.fromkeys([ID_VAL, *names]))
+    scores, _, _ = score_splits(store, model.scorer, model.scorer_params, names, use_cache)
+    x = np.concatenate([scores[s] for s in splits])
+    ref = None
+    if need_ref:
+        val = scores[ID_VAL]
+        ref = (float(val.mean()), float(val.std()))
+    g, parts = model.gscore(x, ref)
+    pred = float(_predict(model.theta1, model.theta0, np.array([g]), model.clip)[0])
+    out: dict[str, Any] = {
+        "store": str(store.path), "splits": splits, "n": int(x.size), "scorer": model.scorer,
+        "model": model.spec.label, "tau": model.tau, "target": model.target, "gscore": g,
+        "predicted": pred, "parts": parts,
+        "reference": None if ref is None else {"split": ID_VAL, "mu": ref[0], "sd": ref[1]},
+        "forced": store.model_sha256 not in model.model_sha256s,
+    }
+    if with_truth:
+        id_parts = [scores[s] for s in splits if s.startswith("id/") or s.startswith("csid/")]
+        ood_parts = [scores[s] for s in splits if s.startswith("ood/")]
+        out["truth"] = (ood_metrics(np.concatenate(id_parts), np.concatenate(ood_parts))
+                        [model.target] if id_parts and ood_parts else None)
+    return out
+
+
+# =============================================================================== evaluation

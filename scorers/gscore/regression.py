@@ -1,0 +1,114 @@
+"""The linear regression p = theta1 * G + theta0, the tau search and the summary statistics
+(RMSE, Pearson, Spearman) of the evaluation."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import UsageError
+
+from .engine import GscoreEngine
+from .spec import _AUTO, TAU_COARSE, TAU_HALFWIDTH, TAU_STEP, ModelSpec
+
+
+def fit_line(g: np.ndarray, p: np.ndarray) -> tuple[float, float, float]:
+    """Least squares p = theta1 * g + theta0 -> (theta1, theta0, training MSE)."""
+    t1, t0, mse = fit_lines(np.asarray(g, dtype=np.float64)[None, :], p)
+    return float(t1[0]), float(t0[0]), float(mse[0])
+
+
+def fit_lines(g: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`fit_line` for every row of g (T, M) against the same p (M,): the closed-form
+    least-squares solution (equal to numpy lstsq on [g, 1]); constant rows get theta1 = 0,
+    theta0 = mean(p)."""
+    g = np.asarray(g, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)
+    if g.ndim != 2 or g.shape[1] < 1 or g.shape[1] != p.shape[0] or p.ndim != 1:
+        raise UsageError(f"fit_line: need matching non-empty G and p, got {g.shape}, {p.shape}")
+    gm = g.mean(axis=1, keepdims=True)
+    dg = g - gm
+    dp = p - p.mean()
+    sxx = (dg * dg).sum(axis=1)
+    ok = (sxx > 0) & np.isfinite(sxx) & (np.ptp(g, axis=1) > 0)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        t1 = np.where(ok, (dg * dp[None, :]).sum(axis=1) / np.where(ok, sxx, 1.0), 0.0)
+    t0 = p.mean() - t1 * gm[:, 0]
+    resid = p[None, :] - (t1[:, None] * g + t0[:, None])
+    return t1, t0, (resid * resid).mean(axis=1)
+
+
+def search_tau(g_of_taus: Callable[[list[float]], np.ndarray], p: np.ndarray,
+               coarse: Sequence[float] = TAU_COARSE, step: float = TAU_STEP,
+               halfwidth: float = TAU_HALFWIDTH) -> dict[str, Any]:
+    """Coarse-to-fine tau minimising the regression's training MSE (module docstring).
+
+    `g_of_taus(taus)` returns the meta-train Gscores for each tau, shape (T, M)."""
+    coarse = [round(float(t), 10) for t in coarse]
+    t1c, t0c, lc = fit_lines(g_of_taus(coarse), p)
+    i0 = int(np.argmin(lc))
+    tau0 = coarse[i0]
+    k = int(round(halfwidth / step))
+    fine = sorted({round(min(1.0, max(0.0, tau0 + i * step)), 10) for i in range(-k, k + 1)})
+    t1f, t0f, lf = fit_lines(g_of_taus(fine), p)
+    j = int(np.argmin(lf))
+    trace = dict(zip(coarse, lc.tolist(), strict=True))
+    trace.update(zip(fine, lf.tolist(), strict=True))
+    return {"tau": fine[j], "tau_coarse": tau0, "theta1": float(t1f[j]),
+            "theta0": float(t0f[j]), "loss": float(lf[j]), "trace": sorted(trace.items())}
+
+
+def _fit_spec(engine: GscoreEngine, spec: ModelSpec, p: np.ndarray,
+              rows: np.ndarray | None = None) -> dict[str, Any]:
+    """tau (searched if 'auto') and the line for one model on meta-train sets."""
+    sel = slice(None) if rows is None else rows
+    if spec.tau == _AUTO:
+        res = search_tau(lambda ts: engine.gscores(spec.modelling, spec.distance, ts)[:, sel],
+                         p)
+    else:
+        tau = None if spec.tau is None else float(spec.tau)
+        t1, t0, mse = fit_line(engine.gscore(spec.modelling, spec.distance, tau)[sel], p)
+        res = {"tau": tau, "theta1": t1, "theta0": t0, "loss": mse, "trace": []}
+    return res
+
+
+def _predict(theta1: float, theta0: float, g: np.ndarray, clip: bool) -> np.ndarray:
+    pred = theta1 * np.asarray(g, dtype=np.float64) + theta0
+    return np.clip(pred, 0.0, 100.0) if clip else pred
+
+
+def _rankdata(a: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share their mean rank), as scipy.stats.rankdata."""
+    order = np.argsort(a, kind="mergesort")
+    s = a[order]
+    first = np.r_[True, s[1:] != s[:-1]]
+    dense = np.empty(a.size, dtype=np.int64)
+    dense[order] = np.cumsum(first)
+    bounds = np.r_[np.flatnonzero(first), a.size]
+    return 0.5 * (bounds[dense] + bounds[dense - 1] + 1)
+
+
+def _corr(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """(Pearson, Spearman); NaN where either side is constant or has < 3 points."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.size < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan"), float("nan")
+    return _pearson(a, b), _pearson(_rankdata(a), _rankdata(b))
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+    da, db = a - a.mean(), b - b.mean()
+    den = math.sqrt(float(da @ da) * float(db @ db))
+    return float(da @ db) / den if den > 0 else float("nan")
+
+
+def _rmse(pred: np.ndarray, truth: np.ndarray) -> float:
+    d = np.asarray(pred) - np.asarray(truth)
+    return float(np.sqrt(np.mean(d * d)))
+
+
+# =============================================================================== meta-sets

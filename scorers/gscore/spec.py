@@ -1,0 +1,132 @@
+"""Gscore variants, targets and ratios: parsing and the shared constants (package docstring)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from featstore.errors import UsageError
+
+from ..metrics import OOD_METRIC_NAMES
+
+TARGETS: tuple[str, ...] = ("auroc", "fpr95", "aupr_in", "aupr_out", "detection_error")
+MODELLINGS: tuple[str, ...] = ("kmeans", "gmm", "ude")
+DISTANCES: tuple[str, ...] = ("l2", "kl", "kl_rev", "wasserstein", "w2")
+#: The paper's Table 6 rows.
+DEFAULT_MODELS: tuple[str, ...] = ("kmeans-l2", "gmm-kl", "gmm-wasserstein", "ude-kl",
+                                   "ude-wasserstein")
+UDE_KERNELS = ("gauss", "paper")
+SIGMA_FLOOR_REL = 1e-3
+GMM_MAX_ITER = 2000
+GMM_TOL = 1e-5
+CONFIDENCE_THRESHOLD = 0.9
+TAU_COARSE: tuple[float, ...] = tuple(round(0.1 * i, 2) for i in range(11))
+TAU_STEP = 0.01
+TAU_HALFWIDTH = 0.1
+FORMAT = "featstore-gscore"
+FORMAT_VERSION = 1
+ID_TEST, ID_VAL, ID_TRAIN = "id/test", "id/val", "id/train"
+_METRIC_COL = {name: i for i, name in enumerate(OOD_METRIC_NAMES)}
+_AUTO = "auto"
+
+
+# =============================================================================== parsing
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One Gscore variant: modelling + distance + tau ("auto" = searched, float, or None)."""
+
+    modelling: str
+    distance: str
+    tau: str | float | None
+
+    @property
+    def label(self) -> str:
+        base = f"{self.modelling}-{self.distance}"
+        if self.tau == _default_tau(self.modelling):
+            return base
+        return f"{base}@{'none' if self.tau is None else self.tau}"
+
+    @property
+    def title(self) -> str:
+        names = {"kmeans": "Kmeans", "gmm": "GMM", "ude": "UDE", "l2": "l2", "kl": "KL",
+                 "kl_rev": "KL rev", "wasserstein": "Wasserstein", "w2": "W2"}
+        text = f"Gscore ({names[self.modelling]} + {names[self.distance]})"
+        if self.tau != _default_tau(self.modelling):
+            text += f" tau={'none' if self.tau is None else self.tau}"
+        return text
+
+
+def _default_tau(modelling: str) -> str | None:
+    return _AUTO if modelling == "ude" else None
+
+
+def _parse_tau(text: Any, modelling: str) -> str | float | None:
+    if text is None or (isinstance(text, str) and text.lower() == "none"):
+        tau: str | float | None = None
+    elif isinstance(text, str) and text.lower() == _AUTO:
+        tau = _AUTO
+    else:
+        try:
+            tau = float(text)
+        except (TypeError, ValueError):
+            raise UsageError(f"tau {text!r}: expected 'auto', 'none' or a number in [0, 1]"
+                             ) from None
+        if not 0.0 <= tau <= 1.0:
+            raise UsageError(f"tau {text!r}: must lie in [0, 1]")
+    if modelling == "kmeans" and tau is not None:
+        raise UsageError("tau: Kmeans has no threshold (use tau none)")
+    if modelling == "ude" and tau is None:
+        raise UsageError("tau: UDE needs a threshold ('auto' searches it on meta-train sets)")
+    return tau
+
+
+def parse_model(text: str, tau: Any = "default") -> ModelSpec:
+    """'ude-wasserstein', 'gmm-kl@auto', 'ude-w2@0.93', 'gmm-wasserstein@none' -> ModelSpec.
+
+    `tau` (if not "default") overrides a tau given after '@'."""
+    base, _, tau_text = str(text).strip().partition("@")
+    modelling, sep, dist = base.partition("-")
+    if not sep or modelling not in MODELLINGS or dist not in DISTANCES:
+        raise UsageError(f"model {text!r}: expected <modelling>-<distance>[@tau] with modelling "
+                         f"in {', '.join(MODELLINGS)} and distance in {', '.join(DISTANCES)} "
+                         "(e.g. ude-wasserstein)")
+    if tau != "default":
+        value = _parse_tau(tau, modelling)
+    elif tau_text:
+        value = _parse_tau(tau_text, modelling)
+    else:
+        value = _default_tau(modelling)
+    return ModelSpec(modelling, dist, value)
+
+
+def parse_ratio(text: Any) -> float:
+    """'1:100' -> 0.01 (IND per OOD sample), '3' -> 3.0; must be > 0."""
+    if isinstance(text, int | float):
+        value = float(text)
+    else:
+        a, sep, b = str(text).partition(":")
+        try:
+            value = float(a) / float(b) if sep else float(a)
+        except (ValueError, ZeroDivisionError):
+            raise UsageError(f"ratio {text!r}: expected IND:OOD like 1:1 or 1:100") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise UsageError(f"ratio {text!r}: must be a positive IND:OOD ratio")
+    return value
+
+
+def ratio_label(ratio: float) -> str:
+    if ratio >= 1:
+        return f"{ratio:g}:1"
+    return f"1:{1 / ratio:g}"
+
+
+def _check_target(target: str) -> str:
+    if target not in TARGETS:
+        raise UsageError(f"target {target!r}: expected one of {', '.join(TARGETS)}")
+    return target
+
+
+# =============================================================================== kernels
