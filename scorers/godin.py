@@ -7,12 +7,14 @@ Reads the split extras `godin_h` (N, C) (h, the inner-product head = the stored 
 `godin_g` (N,) (g in (0, 1)) that extraction writes for a model with a `godin_g` module
 (`featstore train --method godin`). Formula as implemented, per `variant`:
 
-    "h"        score = max_i h_i(x)                               (default)
+    "softmax"  score = max_i softmax(h(x) / g(x))_i               (default; the benchmark's eq. 12)
+    "h"        score = max_i h_i(x)
     "g"        score = g(x)
-    "softmax"  score = max_i softmax(h(x) / g(x))_i               (the benchmark's eq. 12)
 
-Default "h": OpenOOD v1.5 `configs/postprocessors/godin.yml` (`score_func: h   # use h or g`);
-the paper scores with max_i h_i or with g (the variants "h" and "g"). The paper and OpenOOD
+Default "softmax": the remote-sensing benchmark (Wang et al. 2024) scores G-ODIN with its
+eq. 12, max_i softmax(f(x))_i of the decomposed confidence f_i = h_i / g. The variants "h"
+(OpenOOD v1.5 `configs/postprocessors/godin.yml`: `score_func: h   # use h or g`) and "g"
+(Hsu et al.'s own scores) are kept as named alternatives. The paper and OpenOOD
 also perturb the input (eps = 0.0025 in OpenOOD) before scoring; that needs the network and is
 not applied here. Higher = more in-distribution for every variant. No sweep grid (variants
 are different scores, not a hyperparameter).
@@ -43,11 +45,11 @@ def godin_scores(h: np.ndarray, g: np.ndarray, variant: str) -> np.ndarray:
 
 
 class GODIN(Scorer):
-    """max_i h_i, g, or max softmax(h / g) (higher = more ID)."""
+    """max softmax(h / g) (default), max_i h_i or g (higher = more ID)."""
 
     name = "godin"
     needs = (f"extra:{GODIN_H}", f"extra:{GODIN_G}")
-    defaults: dict[str, Any] = {"variant": "h"}
+    defaults: dict[str, Any] = {"variant": "softmax"}
     grid: dict[str, list[Any]] = {}
     paper = ("Hsu, Shen, Jin & Kira, Generalized ODIN: Detecting Out-of-distribution Image "
              "without Learning from Out-of-distribution Data, CVPR 2020")

@@ -279,6 +279,40 @@ def test_grid_from_row_degrees_in_split_extras(tmp_path, capsys):
         for s in (0, 1):
             mask = (c_lv == c) & (s_lv == s)
             assert res["values"]["auroc"][c][s] == pytest.approx(auroc(id_s, ood_s[mask]))
+    # hand-set edges (IS-OOD's fixed intervals): sem [0, 0.7) [0.7, 1.2], cov [0, 0.2)
+    # [0.2, 1.2]; degrees above the last edge belong to no cell and are counted as outside
+    code, stdout, err = run(capsys, "protocol", "shift-grid", str(tmp_path / "s"), "--method",
+                            "msp", "--levels-edges", "0,0.7,1.2;0,0.2,1.2", "--min-count", "1",
+                            "--json")
+    assert code == 0, err
+    res = json.loads(stdout)["results"][0]
+    inside = (cov <= 1.2) & (sem <= 1.2)
+    assert res["outside"] == int((~inside).sum()) > 0
+    assert res["edges"] == {"semantic": [0, 0.7, 1.2], "covariate": [0, 0.2, 1.2]}
+    for c, (lo, hi) in enumerate(((0.0, 0.2), (0.2, 1.2))):
+        for s_, (slo, shi) in enumerate(((0.0, 0.7), (0.7, 1.2))):
+            mask = inside & (cov >= lo) & ((cov < hi) if c == 0 else (cov <= hi)) \
+                & (sem >= slo) & ((sem < shi) if s_ == 0 else (sem <= shi))
+            assert res["counts"][c][s_] == int(mask.sum()) > 0
+            assert res["values"]["auroc"][c][s_] == pytest.approx(auroc(id_s, ood_s[mask]))
+    for bad, message in (("0,1", "at least 3"), ("0,0.5,1;0,0.2,0.5,1", "same number of edges"),
+                         ("0,a,1", "not a list of numbers"), ("0,0.5,0.4", "increasing")):
+        code, _, err = run(capsys, "protocol", "shift-grid", str(tmp_path / "s"), "--method",
+                           "msp", "--levels-edges", bad)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_shift_degrees_default_k_is_the_is_ood_release_10():
+    """shift_degrees' default is the 10th nearest ID row (brute-force cosine distances)."""
+    rng = np.random.default_rng(5)
+    id_f, ood_f = rng.normal(size=(40, 6)), rng.normal(size=(7, 6))
+    sem = slice(0, 3)
+    cos = (ood_f[:, sem] / np.linalg.norm(ood_f[:, sem], axis=1, keepdims=True)) @ (
+        id_f[:, sem] / np.linalg.norm(id_f[:, sem], axis=1, keepdims=True)).T
+    ref = 1.0 - np.sort(cos, axis=1)[:, ::-1][:, 9]
+    got = shift.shift_degrees(id_f, ood_f, sem_dims=sem, cov_dims=slice(3, 6))
+    assert shift.DEFAULT_K == 10
+    np.testing.assert_allclose(got[:, 0], ref, atol=1e-5)
 
 
 def test_laid_recovers_the_semantic_subspace():

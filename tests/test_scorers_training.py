@@ -93,7 +93,11 @@ def test_godin_variants_against_numpy(tmp_path):
         for variant, expect in ref.items():
             got = get_scorer("godin", variant=variant).fit(st).score(sp)
             np.testing.assert_allclose(got, expect, rtol=1e-12, atol=1e-15)
-    assert get_scorer("godin").params["variant"] == "h"
+    # the default is the remote-sensing benchmark's eq. 12, max softmax(h / g)
+    assert get_scorer("godin").params["variant"] == "softmax"
+    np.testing.assert_array_equal(get_scorer("godin").fit(st).score(st.split("id/test")),
+                                  get_scorer("godin", variant="softmax").fit(st)
+                                  .score(st.split("id/test")))
     with pytest.raises(UsageError, match="variant='q' is not one of h, g, softmax"):
         get_scorer("godin", variant="q")
 

@@ -72,17 +72,32 @@ def _images(tree: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def test_trained_weights_equal_a_hand_written_sgd_loop(tmp_path, tree_spec):
-    """Constant lr, Nesterov SGD with weight decay, CE, seeded order: same weights as torch."""
+@pytest.mark.parametrize("preset, lr, nesterov", [(None, 0.05, True),
+                                                  ("remote-sensing", 0.01, False)])
+def test_trained_weights_equal_a_hand_written_sgd_loop(tmp_path, tree_spec, preset, lr,
+                                                       nesterov):
+    """Constant lr, SGD with weight decay, CE, seeded order: same weights as a bare torch loop;
+    explicit Nesterov, and the remote-sensing preset (lr 0.01, momentum 0.9, wd 5e-4, plain
+    momentum, constant lr: Wang et al. 2024 §2.5)."""
+    from featstore.training.presets import make_config
+
     tree, spec = tree_spec
-    cfg = TrainConfig(epochs=2, batch_size=8, lr=0.05, momentum=0.9, weight_decay=5e-4,
-                      schedule="constant", seed=3, device="cpu")
+    if preset is None:
+        cfg = TrainConfig(epochs=2, batch_size=8, lr=0.05, momentum=0.9, weight_decay=5e-4,
+                          schedule="constant", nesterov=True, seed=3, device="cpu")
+    else:
+        cfg = make_config(preset, epochs=2, batch_size=8, seed=3, device="cpu")
+        assert (cfg.lr, cfg.momentum, cfg.weight_decay, cfg.nesterov, cfg.schedule) == (
+            0.01, 0.9, 5e-4, False, "constant")
+        assert make_config(preset).epochs == 100
+        # the trainer's own defaults are the remote-sensing setting
+        assert TrainConfig() == make_config(preset)
     ckpt = train("ce", ARCH, spec, tmp_path / "m.pt", cfg)
     x, y = _images(tree)
     torch.manual_seed(3)
     model = TinyCNN(num_classes=3)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4,
-                          nesterov=True)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4,
+                          nesterov=nesterov)
     gen = torch.Generator().manual_seed(3)
     for _ in range(2):
         order = torch.randperm(len(x), generator=gen)
@@ -143,6 +158,15 @@ def test_checkpoint_is_extracted_by_featstore_extract(tmp_path, tree_spec, capsy
     assert ck["head_layout"] == {"head": "fc", "in_features": 8, "out_features": 3,
                                  "extra_heads": []}
     assert ck["config"]["lr"] == 0.01 and ck["config"]["weight_decay"] == 5e-4
+    assert ck["config"]["nesterov"] is False and ck["config"]["schedule"] == "constant"
+    # the openood preset, with an explicit option overriding one of its fields
+    code, _, err = run(capsys, "train", "--method", "ce", "--arch", ARCH, "--spec", str(spec),
+                       "--out", str(tmp_path / "oo.pt"), "--epochs", "1", "--preset", "openood",
+                       "--lr", "0.02", "--device", "cpu", "--num-classes", "3")
+    assert code == 0, err
+    cfg = torch.load(tmp_path / "oo.pt", map_location="cpu", weights_only=True)["config"]
+    assert (cfg["lr"], cfg["nesterov"], cfg["schedule"], cfg["batch_size"], cfg["epochs"]) == (
+        0.02, True, "cosine", 128, 1)
     code, _, err = run(capsys, "extract", "--model", ARCH, "--weights", str(tmp_path / "ck.pt"),
                        "--spec", str(spec), "--out", str(tmp_path / "store"), "--device", "cpu",
                        "--workers", "0", "--quiet")
@@ -182,6 +206,9 @@ def test_registry_and_method_params():
     (["--method", "nosuch"], "unknown training method"),
     (["--epochs", "0"], "--epochs 0: must be >= 1"),
     (["--augment", "rotate"], "--augment 'rotate'"),
+    (["--preset", "cifar"], "--preset 'cifar': unknown training preset (valid: remote-sensing"),
+    (["--schedule", "step"], "schedule 'step': expected one of cosine, constant"),
+    (["--momentum", "0", "--nesterov", "yes"], "--nesterov needs momentum > 0"),
     (["--arch", "not_an_arch"], "--arch 'not_an_arch'"),
 ])
 def test_bad_inputs_are_one_line_errors(tmp_path, tree_spec, capsys, args, message):
@@ -189,7 +216,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, tree_spec, capsys, args, messa
     base = {"--arch": ARCH, "--spec": str(spec), "--out": str(tmp_path / "x.pt")}
     for i in range(0, len(args), 2):
         base[args[i]] = args[i + 1]
-    flat = [t for kv in base.items() for t in kv]
+    flat = [t for k, v in base.items() for t in ((k,) if v == "yes" else (k, v))]
     code, _, err = run(capsys, "train", *flat, "--quiet", "--device", "cpu")
     assert code == 2
     assert message in err and "Traceback" not in err

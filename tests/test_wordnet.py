@@ -139,9 +139,14 @@ def _tree(root: Path, classes: list[str]) -> Path:
     return root
 
 
-def test_cli_writes_assignment_lists_and_spec(tmp_path, capsys):
+@pytest.mark.parametrize("out_form", ["absolute", "relative"])
+def test_cli_writes_assignment_lists_and_spec(tmp_path, capsys, monkeypatch, out_form):
     """Candidates as an ImageFolder of wnids; the T40 spec merges ID-assigned candidate images
-    into id/test and puts the others in ood/wordnet/t40."""
+    into id/test and puts the others in ood/wordnet/t40. `--out` absolute or relative to the
+    working directory (a relative --out once wrote list paths the spec resolved twice:
+    wn/wn/T40/id_test_merged.txt)."""
+    monkeypatch.chdir(tmp_path)
+    out_arg = str(tmp_path / "wn") if out_form == "absolute" else "wn"
     (tmp_path / "id.txt").write_text("bedroom.n.01\ndog.n.01\n")
     cands = _tree(tmp_path / "cands", ["bathroom.n.01", "cat.n.01", "n02818832"])  # bed
     base = _tree(tmp_path / "base", ["bedroom", "dog", "kitchen"])
@@ -151,7 +156,7 @@ def test_cli_writes_assignment_lists_and_spec(tmp_path, capsys):
     code, stdout, err = run(capsys, "protocol", "wordnet", "--id-classes",
                             str(tmp_path / "id.txt"), "--candidates", str(cands),
                             "--threshold", "0.40", "--images", str(cands), "--base-spec",
-                            str(tmp_path / "base.toml"), "--out", str(tmp_path / "wn"), "--json")
+                            str(tmp_path / "base.toml"), "--out", out_arg, "--json")
     assert code == 0, err
     res = json.loads(stdout)
     assert res["assignments"]["T40"] == {"bathroom.n.01": "id", "cat.n.01": "ood",

@@ -178,7 +178,7 @@ def run_ten_methods(out: Path, methods: str | Sequence[str] = "all", *, epochs: 
             t0 = time.perf_counter()
             train(method, MODEL_SPEC, spec_path, ckpt, TrainConfig(
                 epochs=recipe["epochs"], batch_size=BATCH_SIZE, lr=recipe["lr"],
-                augment=AUGMENT, seed=0, device="cpu",
+                nesterov=True, schedule="cosine", augment=AUGMENT, seed=0, device="cpu",
                 method_params=dict(TRAIN_PARAMS.get(method, {})),
                 init=None if method == "ce" else str(init)),
                 progress=_step_bar(progress, f"train {method}"))

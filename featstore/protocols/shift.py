@@ -12,7 +12,10 @@ As implemented:
 
 - binning (`bin_levels`): `equal` cuts [min, max] into L equal-width intervals, `quantile`
   at the L-quantiles of the values; level i holds start_i <= v < end_i (the last interval is
-  closed), as IS-OOD's Algorithm 1 (lines 11-16). Fixed `edges` may be given instead.
+  closed), as IS-OOD's Algorithm 1 (lines 11-16). Hand-set edges (`parse_level_edges`, CLI
+  `--levels-edges "0,0.1,0.2,0.4"` for both axes or `"SEM;COV"` per axis, same count) replace
+  the binning and fix L = edges - 1; degrees outside [first, last edge] belong to no level and
+  are counted as `outside` in the result, never folded into an end level.
 - grid layout: `grid[cov, sem]`, rows covariate levels, columns semantic levels, as IS-OOD's
   result tables (`cov_{c}_sem_{s}`).
 - cells from a store (`store_cells`): OOD test splits named `ood/shift/cov{c}_sem{s}/...`
@@ -20,7 +23,7 @@ As implemented:
   are concatenated, as IS-OOD concatenates a cell's train and val lists), or per-row degrees
   (`extra/sem_shift`, `extra/cov_shift` of OOD test splits, or a degrees .npz) binned as above.
 - shift degrees from features (`shift_degrees`): the cosine distance of each OOD sample to its
-  k-th nearest ID sample (k = 1: the paper's eq. 4; the IS-OOD release uses k = 10) in a
+  k-th nearest ID sample (default k = 10, as the IS-OOD release; k = 1 is the paper's eq. 4) in a
   semantic and a covariate feature subspace, by exact FAISS inner-product search on
   L2-normalised features (scorers.knn_index).
 - LAID (`fit_laid`): an l x l matrix W learned from text-encoder features of (standard,
@@ -47,6 +50,8 @@ from ..errors import InputError, UsageError
 
 DEFAULT_LEVELS = 8
 DEFAULT_MIN_COUNT = 10
+#: k-th nearest ID neighbour of the shift degrees (the IS-OOD release's k; eq. 4 reads k = 1)
+DEFAULT_K = 10
 BINNINGS = ("equal", "quantile")
 CELL_GROUP = re.compile(r"^shift/(?:cov(?P<c>\d+)_sem(?P<s>\d+)|sem(?P<s2>\d+)_cov(?P<c2>\d+))$")
 SEM_EXTRA, COV_EXTRA = "sem_shift", "cov_shift"
@@ -76,6 +81,31 @@ def bin_levels(values: np.ndarray, levels: int = DEFAULT_LEVELS, binning: str = 
             raise UsageError(f"--binning {binning!r}: expected one of {', '.join(BINNINGS)}")
     idx = np.searchsorted(e, v, side="right") - 1
     return np.clip(idx, 0, levels - 1).astype(np.int64), e
+
+
+def parse_level_edges(text: str) -> dict[str, list[float]]:
+    """`"0,0.1,0.3"` (both axes) or `"0,0.1,0.3;0,0.2,0.5"` (semantic;covariate) ->
+    {"semantic": [...], "covariate": [...]}; both axes need the same number of edges (the grid
+    is L x L), at least 3 (L >= 2), strictly increasing and finite."""
+    parts = text.split(";")
+    if len(parts) not in (1, 2):
+        raise UsageError(f"--levels-edges {text!r}: expected 'e0,e1,...' or 'SEM;COV' lists")
+    lists = []
+    for part in parts:
+        try:
+            e = [float(x) for x in part.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--levels-edges {text!r}: {part!r} is not a list of numbers") \
+                from None
+        if len(e) < 3 or not all(np.isfinite(e)) or (np.diff(e) <= 0).any():
+            raise UsageError(f"--levels-edges {text!r}: {part!r} must hold at least 3 finite, "
+                             "strictly increasing edges")
+        lists.append(e)
+    sem, cov = (lists[0], lists[0]) if len(lists) == 1 else lists
+    if len(sem) != len(cov):
+        raise UsageError(f"--levels-edges {text!r}: semantic and covariate need the same number "
+                         f"of edges (the grid is L x L), got {len(sem)} and {len(cov)}")
+    return {"semantic": sem, "covariate": cov}
 
 
 @dataclass
@@ -141,11 +171,21 @@ def cells_from_degrees(scores: np.ndarray, sem: np.ndarray, cov: np.ndarray,
                        sem_edges: Sequence[float] | None = None,
                        cov_edges: Sequence[float] | None = None,
                        ) -> tuple[dict[tuple[int, int], np.ndarray], dict[str, list[float]]]:
-    """Group OOD scores into (cov level, sem level) cells; returns cells and the edges."""
+    """Group OOD scores into (cov level, sem level) cells; returns cells and the edges.
+    With hand-set edges, rows whose degree lies outside an axis's [first, last] edge enter no
+    cell (`shift_grid` reports their count as `outside`)."""
     scores, sem, cov = (np.asarray(a, dtype=np.float64).reshape(-1) for a in (scores, sem, cov))
     if not (len(scores) == len(sem) == len(cov)):
         raise UsageError(f"shift degrees: {len(sem)} semantic and {len(cov)} covariate degrees "
                          f"for {len(scores)} scores")
+    inside = np.ones(len(scores), dtype=bool)
+    for values, given in ((sem, sem_edges), (cov, cov_edges)):
+        if given is not None:
+            inside &= (values >= given[0]) & (values <= given[-1])
+    if not inside.all():
+        if not inside.any():
+            raise UsageError("--levels-edges: every shift degree lies outside the given edges")
+        scores, sem, cov = scores[inside], sem[inside], cov[inside]
     s_level, s_edges = bin_levels(sem, levels, binning, sem_edges)
     c_level, c_edges = bin_levels(cov, levels, binning, cov_edges)
     cells: dict[tuple[int, int], np.ndarray] = {}
@@ -185,9 +225,12 @@ def load_degrees(path: str | Path) -> dict[str, np.ndarray]:
 def shift_grid(store: Any, method: str, params: Mapping[str, Any] | None = None,
                levels: int = DEFAULT_LEVELS, binning: str = "equal",
                min_count: int = DEFAULT_MIN_COUNT, degrees: Mapping[str, np.ndarray] | None = None,
-               use_cache: bool = True) -> dict[str, Any]:
+               use_cache: bool = True,
+               levels_edges: Mapping[str, Sequence[float]] | None = None) -> dict[str, Any]:
     """The shift grid of one scorer over a store: cells from `shift/cov{c}_sem{s}` splits if
-    any, else from per-row degrees (`degrees` or the splits' sem/cov extras)."""
+    any, else from per-row degrees (`degrees` or the splits' sem/cov extras), binned into
+    `levels` levels or by hand-set `levels_edges` ({"semantic": edges, "covariate": edges},
+    see `parse_level_edges`), which then fix the level count."""
     from scorers.evaluate import ID_SPLIT, score_splits
 
     if not store.has_split(ID_SPLIT):
@@ -195,6 +238,9 @@ def shift_grid(store: Any, method: str, params: Mapping[str, Any] | None = None,
     ood = store.splits(role="ood", usage="test")
     named = {n: cell_of_split(store, n) for n in ood}
     cell_splits = [n for n, c in named.items() if c is not None]
+    if cell_splits and levels_edges is not None:
+        raise UsageError("--levels-edges bins per-row shift degrees, but this store's cells come "
+                         "from ood/shift/cov<c>_sem<s> splits (their levels are fixed)")
     if cell_splits:
         scores, _, _ = score_splits(store, method, params or {}, [ID_SPLIT, *cell_splits],
                                     use_cache)
@@ -227,10 +273,19 @@ def shift_grid(store: Any, method: str, params: Mapping[str, Any] | None = None,
     all_scores = np.concatenate([scores[n] for n in names])
     sem = np.concatenate([r[1] for r in rows])
     cov = np.concatenate([r[2] for r in rows])
-    cells, edges = cells_from_degrees(all_scores, sem, cov, levels, binning)
+    sem_edges = cov_edges = None
+    if levels_edges is not None:
+        sem_edges, cov_edges = levels_edges["semantic"], levels_edges["covariate"]
+        levels = len(sem_edges) - 1
+        outside = int((~((sem >= sem_edges[0]) & (sem <= sem_edges[-1])
+                         & (cov >= cov_edges[0]) & (cov <= cov_edges[-1]))).sum())
+    else:
+        outside = 0
+    cells, edges = cells_from_degrees(all_scores, sem, cov, levels, binning, sem_edges,
+                                      cov_edges)
     grid = evaluate_cells(scores[ID_SPLIT], cells, levels, min_count)
     return {"method": method, "source": "degrees", "splits": names, "grid": grid,
-            "edges": edges}
+            "edges": edges, "outside": outside}
 
 
 # ---------------------------------------------------------------------------- degrees
@@ -270,7 +325,7 @@ def split_features(features: np.ndarray, laid: np.ndarray | None = None,
 
 def shift_degrees(id_features: np.ndarray, ood_features: np.ndarray,
                   laid: np.ndarray | None = None, sem_dims: slice | None = None,
-                  cov_dims: slice | None = None, k: int = 1) -> np.ndarray:
+                  cov_dims: slice | None = None, k: int = DEFAULT_K) -> np.ndarray:
     """(N, 2) [semantic, covariate] shift degrees of OOD rows relative to the ID rows."""
     id_sem, id_cov = split_features(id_features, laid, sem_dims, cov_dims)
     ood_sem, ood_cov = split_features(ood_features, laid, sem_dims, cov_dims)
@@ -289,7 +344,7 @@ def parse_dims(text: str | None) -> slice | None:
 
 
 def store_degrees(store: Any, laid: np.ndarray | None = None, sem_dims: slice | None = None,
-                  cov_dims: slice | None = None, k: int = 1,
+                  cov_dims: slice | None = None, k: int = DEFAULT_K,
                   id_split: str = "id/train") -> dict[str, np.ndarray]:
     """Degrees of every OOD test split of a (reference, e.g. CLIP) store vs `id_split`."""
     bank = np.asarray(store.split(id_split).features, dtype=np.float32)

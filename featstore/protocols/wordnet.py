@@ -1,5 +1,6 @@
-"""WordNet class assignment (FACETS, Wiscons et al., DSAA 2023, §IV): which candidate classes of
-another dataset count as ID for a model trained on an ID label set.
+"""WordNet class assignment (FACETS: Recalcati, Garcea, Piano, Lamberti & Morra, DSAA 2023,
+§IV): which candidate classes of another dataset count as ID for a model trained on an ID label
+set.
 
 WordNet 3.0 offline: Debian's `wordnet-base` + `wordnet-sense-index` install the database in
 /usr/share/wordnet (or set FEATSTORE_WORDNET_DIR to a WordNet `dict` directory). nltk's reader
@@ -412,6 +413,9 @@ def write_assignment(out_dir: Path, tag: str, assignment: Mapping[str, str],
     `<tag>.toml`: the base spec's splits plus `ood/wordnet/<tag>` (OOD-assigned candidates)
     and the ID-assigned candidates merged into `id/test` when that split is an image list or
     ImageFolder (FACETS counts them as ID test samples), else `csid/wordnet_<tag>`."""
+    # absolute: the written spec's list paths are resolved against the spec's own directory,
+    # so a relative --out would be applied twice (out/out/T50/...)
+    out_dir = Path(out_dir).resolve()
     d = out_dir / tag
     d.mkdir(parents=True, exist_ok=True)
     files = {"assignment": str(d / "assignment.txt")}
