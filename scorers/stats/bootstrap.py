@@ -1,0 +1,257 @@
+"""Stratified bootstrap of every evaluation metric, all resamples from one sort per method.
+
+Strata (each resampled separately, ``scorers.stats.resample``): the ID split; every OOD split;
+and, for the misclassification AUROC only, the correctly and the wrongly classified labelled
+ID rows (so that both classes of that AUROC are always present, as in the stratified
+bootstrap of DeLong-style AUROC intervals). Per resample ``b``:
+
+- OOD metrics of split ``s``: the ID resample ``b`` against the resample ``b`` of ``s``
+  (``scorers.stats.walk.ood_walk``); the same ID resample is shared by every OOD split and
+  every method, so group means and paired differences are taken on common resamples;
+- group means: the unweighted mean over the group's splits of their resample-``b`` values
+  (the resampling stays within each split);
+- ID accuracy, AURC and AUGRC: the ID resample ``b`` (labelled rows);
+- misclassification AUROC: the correct/wrong resample ``b``.
+
+Cost: one merge-sort per method per (ID, OOD) pair, then O(N) per resample in Numba with the
+resamples of a block spread over the cores. BCa adds the exact jackknife: one leave-one-out
+walk per distinct (tie group, stratum) cell, O(N^2) per pair, fine for thousands of rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import intervals, walk
+from .resample import Stratum, blocks
+
+#: The OOD metric columns of every distribution, in ``scorers.metrics.OOD_METRIC_NAMES`` order.
+OOD_COLUMNS = ("auroc", "aupr_in", "aupr_out", "ap_in", "ap_out", "fpr95", "fpr95_ood",
+               "detection_error")
+#: The ID-side columns of a method's ``misc`` distribution.
+MISC_COLUMNS = ("misclassification_auroc", "aurc", "augrc")
+
+
+@dataclass(frozen=True)
+class BootstrapSpec:
+    """What to compute: level (e.g. 0.95), resamples, interval method, seed."""
+
+    level: float = 0.95
+    n_boot: int = 1000
+    method: str = "percentile"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        intervals.check_level(self.level)
+        if int(self.n_boot) < 2:
+            raise ValueError(f"bootstrap resamples (--boot) must be at least 2, got "
+                             f"{self.n_boot}")
+        if self.method not in intervals.METHODS:
+            raise ValueError(f"interval method (--ci-method) must be one of "
+                             f"{', '.join(intervals.METHODS)}, got {self.method!r}")
+
+    def describe(self) -> dict[str, Any]:
+        """The echo every output carries beside the intervals."""
+        return {"level": self.level, "method": self.method, "resamples": int(self.n_boot),
+                "seed": int(self.seed),
+                "resampling": "stratified bootstrap: the ID split and every OOD split "
+                              "resampled separately (misclassification AUROC: correct and "
+                              "wrong ID rows resampled separately)"}
+
+
+class Pair:
+    """Positive and negative scores merged and sorted once; resample walks and jackknife."""
+
+    def __init__(self, pos: np.ndarray, neg: np.ndarray):
+        self.pos = np.ascontiguousarray(pos, dtype=np.float64)
+        self.neg = np.ascontiguousarray(neg, dtype=np.float64)
+        self.is_neg, self.row, self.group_end = walk.merged_order(self.pos, self.neg)
+
+    def _args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.is_neg, self.row, self.group_end
+
+    def ood(self, cp: np.ndarray, cq: np.ndarray) -> np.ndarray:
+        """(B, 8) OOD metrics in percent for multiplicities ``cp`` (B, P) and ``cq`` (B, Q)."""
+        return 100.0 * walk.ood_boot(*self._args(), cp, cq)
+
+    def sel(self, cp: np.ndarray, cq: np.ndarray) -> np.ndarray:
+        """(B, 2) AURC, AUGRC in percent (P = correct, Q = wrong)."""
+        return 100.0 * walk.sel_boot(*self._args(), cp, cq)
+
+    def point(self, kind: str = "ood") -> np.ndarray:
+        ones_p = np.ones((1, self.pos.size), np.int32)
+        ones_q = np.ones((1, self.neg.size), np.int32)
+        return (self.ood if kind == "ood" else self.sel)(ones_p, ones_q)[0]
+
+    def jackknife(self, kind: str = "ood") -> list[np.ndarray]:
+        """Leave-one-out values (percent) of every P row, then of every Q row.
+
+        Rows of one stratum in one tie group give the same value, so each distinct cell is
+        walked once and the value copied to its rows."""
+        kernel = walk.ood_jack if kind == "ood" else walk.sel_jack
+        gid = np.cumsum(np.r_[0, self.group_end[:-1]].astype(np.int64))
+        wp = np.ones(self.pos.size)
+        wq = np.ones(self.neg.size)
+        out = []
+        for which, n in ((0, self.pos.size), (1, self.neg.size)):
+            sel = self.is_neg == which
+            row_gid = np.empty(n, dtype=np.int64)
+            row_gid[self.row[sel]] = gid[sel]
+            _, first, inverse = np.unique(row_gid, return_index=True, return_inverse=True)
+            vals = kernel(*self._args(), wp, wq, which, first.astype(np.int64))
+            out.append(100.0 * vals[inverse])
+        return out
+
+
+@dataclass
+class Distributions:
+    """Bootstrap distributions (B rows) and point estimates of one evaluation."""
+
+    spec: BootstrapSpec
+    id_acc: np.ndarray                                         # (B,)
+    splits: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)   # method->split
+    groups: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)   # method->group
+    misc: dict[str, np.ndarray] = field(default_factory=dict)                # method->(B,3)
+
+
+def _group_of(groups: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    return {s: g for g, names in groups.items() for s in names}
+
+
+def bootstrap_evaluation(spec: BootstrapSpec, id_name: str,
+                         scores: Mapping[str, Mapping[str, np.ndarray]],
+                         groups: Mapping[str, Sequence[str]], correct: np.ndarray | None,
+                         labelled: np.ndarray | None) -> tuple[Distributions, dict[str, Any]]:
+    """Distributions and ``[lo, hi]`` intervals of every metric of every method.
+
+    Args:
+        spec: level, resamples, method, seed.
+        id_name: the ID split's name (its stratum's name).
+        scores: ``{method: {split: (N,) scores}}``, each holding ``id_name`` and the OOD
+            splits named in ``groups``.
+        groups: ``{group: [OOD split, ...]}``.
+        correct: (N_id,) bool, whether each ID row is classified correctly (None: no labels).
+        labelled: (N_id,) bool, rows with a label (not -1).
+
+    Returns:
+        (distributions, intervals) with intervals ``{"id_acc": [lo, hi] | None, "methods":
+        {method: {"splits": {split: {metric: [lo, hi]}}, "groups": {...}, "misc": {name:
+        [lo, hi]}}}}``; ``[lo, hi]`` entries are NaN where undefined.
+    """
+    ood_names = [s for names in groups.values() for s in names]
+    n_id = len(next(iter(scores.values()))[id_name])
+    id_stratum = Stratum(id_name, n_id, spec.seed)
+    ood_strata = {s: Stratum(s, len(next(iter(scores.values()))[s]), spec.seed)
+                  for s in ood_names}
+    has_lab = labelled is not None and correct is not None and bool(labelled.any())
+    lab_ok = lab_bad = None
+    mis_strata: tuple[Stratum, Stratum] | None = None
+    if has_lab:
+        lab_ok = np.flatnonzero(labelled & correct)
+        lab_bad = np.flatnonzero(labelled & ~correct)
+        if lab_ok.size and lab_bad.size:
+            mis_strata = (Stratum(f"{id_name}#correct", lab_ok.size, spec.seed),
+                          Stratum(f"{id_name}#wrong", lab_bad.size, spec.seed))
+    pairs = {m: {s: Pair(sc[id_name], sc[s]) for s in ood_names} for m, sc in scores.items()}
+    mis_pairs = ({m: Pair(sc[id_name][lab_ok], sc[id_name][lab_bad])
+                  for m, sc in scores.items()} if has_lab else {})
+    b_n = int(spec.n_boot)
+    dist = Distributions(spec, np.full(b_n, np.nan))
+    for m in scores:
+        dist.splits[m] = {s: np.empty((b_n, walk.N_OOD)) for s in ood_names}
+        dist.misc[m] = np.full((b_n, len(MISC_COLUMNS)), np.nan)
+    start = 0
+    for size in blocks(b_n):
+        sl = slice(start, start + size)
+        c_id = id_stratum.counts(size)
+        c_ood = {s: st.counts(size) for s, st in ood_strata.items()}
+        c_mis = (mis_strata[0].counts(size), mis_strata[1].counts(size)) if mis_strata else None
+        if has_lab:
+            n_lab = c_id[:, labelled].sum(axis=1)
+            dist.id_acc[sl] = 100.0 * c_id[:, lab_ok].sum(axis=1) / n_lab
+            c_ok = np.ascontiguousarray(c_id[:, lab_ok])
+            c_bad = np.ascontiguousarray(c_id[:, lab_bad])
+        for m in scores:
+            for s in ood_names:
+                dist.splits[m][s][sl] = pairs[m][s].ood(c_id, c_ood[s])
+            if has_lab:
+                dist.misc[m][sl, 1:] = mis_pairs[m].sel(c_ok, c_bad)
+                if c_mis is not None:
+                    dist.misc[m][sl, 0] = mis_pairs[m].ood(*c_mis)[:, 0]
+        start += size
+    for m in scores:
+        dist.groups[m] = {g: np.mean([dist.splits[m][s] for s in names], axis=0)
+                          for g, names in groups.items()}
+    return dist, _intervals(spec, dist, pairs, mis_pairs, groups, correct, labelled)
+
+
+def _interval(spec: BootstrapSpec, d: np.ndarray, estimate: np.ndarray,
+              jack: Sequence[np.ndarray] | None) -> np.ndarray:
+    if d.ndim == 1:
+        d = d[:, None]
+    if spec.method == "percentile" or jack is None:
+        return intervals.percentile_interval(d, spec.level)
+    jack = [j if j.ndim == 2 else j[:, None] for j in jack]
+    return intervals.bca_interval(d, estimate, intervals.acceleration(jack), spec.level)
+
+
+def _pairs(names: Sequence[str], iv: np.ndarray) -> dict[str, list[float]]:
+    return {n: [float(iv[i, 0]), float(iv[i, 1])] for i, n in enumerate(names)}
+
+
+def _intervals(spec: BootstrapSpec, dist: Distributions, pairs: Mapping[str, Mapping[str, Pair]],
+               mis_pairs: Mapping[str, Pair], groups: Mapping[str, Sequence[str]],
+               correct: np.ndarray | None, labelled: np.ndarray | None) -> dict[str, Any]:
+    bca = spec.method == "bca"
+    out: dict[str, Any] = {"id_acc": None, "methods": {}}
+    if labelled is not None and correct is not None and labelled.any():
+        jack_acc = None
+        acc = 100.0 * np.mean(correct[labelled])
+        if bca:  # leave one ID row out: closed form
+            n_lab = float(labelled.sum())
+            n_ok = float((labelled & correct).sum())
+            jack_acc = [np.where(labelled, 100.0 * (n_ok - (labelled & correct)) /
+                                 np.maximum(n_lab - 1.0, 1.0), acc)]
+        out["id_acc"] = [float(v) for v in _interval(spec, dist.id_acc, np.array([acc]),
+                                                     jack_acc)[0]]
+    for m, by_split in pairs.items():
+        est = {s: p.point() for s, p in by_split.items()}
+        jack = {s: p.jackknife() for s, p in by_split.items()} if bca else {}
+        res: dict[str, Any] = {"splits": {}, "groups": {}, "misc": {}}
+        for s in by_split:
+            iv = _interval(spec, dist.splits[m][s], est[s], jack.get(s))
+            res["splits"][s] = _pairs(OOD_COLUMNS, iv)
+        for g, names in groups.items():
+            g_est = np.mean([est[s] for s in names], axis=0)
+            g_jack = None
+            if bca:  # strata: the ID rows (move every split), then each split's OOD rows
+                k = len(names)
+                g_jack = [np.mean([jack[s][0] for s in names], axis=0)]
+                for s in names:
+                    others = sum(est[t] for t in names if t != s)
+                    g_jack.append((others + jack[s][1]) / k)
+            res["groups"][g] = _pairs(OOD_COLUMNS, _interval(spec, dist.groups[m][g], g_est,
+                                                             g_jack))
+        if m in mis_pairs:
+            mp = mis_pairs[m]
+            d = dist.misc[m]
+            if np.isfinite(d[:, 0]).all():
+                jk = mp.jackknife("ood") if bca else None
+                iv = _interval(spec, d[:, 0], mp.point("ood")[:1],
+                               [j[:, :1] for j in jk] if jk else None)
+                res["misc"]["misclassification_auroc"] = [float(iv[0, 0]), float(iv[0, 1])]
+            sel_jk = None
+            if bca:  # strata: the ID split (an unlabelled row leaves the value unchanged)
+                jc, jw = mp.jackknife("sel")
+                full = np.tile(mp.point("sel"), (labelled.size, 1))
+                full[np.flatnonzero(labelled & correct)] = jc
+                full[np.flatnonzero(labelled & ~correct)] = jw
+                sel_jk = [full]
+            iv = _interval(spec, d[:, 1:], mp.point("sel"), sel_jk)
+            res["misc"].update(_pairs(MISC_COLUMNS[1:], iv))
+        out["methods"][m] = res
+    return out
