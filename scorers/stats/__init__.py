@@ -3,7 +3,14 @@ DeLong's test, paired bootstrap tests with Holm's correction, rankings with Frie
 Nemenyi. NumPy/SciPy/Numba only; nothing here reads a store (``scorers.compare`` and
 ``scorers.evaluate`` feed it scores)."""
 
-from .bootstrap import MISC_COLUMNS, OOD_COLUMNS, BootstrapSpec, Distributions, Pair, bootstrap_evaluation
+from .bootstrap import (
+    MISC_COLUMNS,
+    OOD_COLUMNS,
+    BootstrapSpec,
+    Distributions,
+    Pair,
+    bootstrap_evaluation,
+)
 from .delong import DeLongResult, delong_covariance, delong_test
 from .intervals import acceleration, bca_interval, percentile_interval
 from .paired import holm, paired_bootstrap_p

@@ -3,10 +3,9 @@
 Each stratum (a split, or the correctly / wrongly classified rows of the ID split) has its own
 random stream, ``numpy.random.Generator(PCG64(SeedSequence([seed, crc32(name)])))``, so a
 stratum's resamples depend only on (seed, its name, its row count): the same in ``eval``,
-``sweep``, ``compare`` and the report, whichever other splits or methods take part. Resample
-``b`` of a stratum of ``n`` rows is row ``b`` of the block draws ``rng.integers(0, n, (size, n))`` (blocks of
-``BLOCK`` resamples, in order, so the resamples depend on the resample count only through the
-blocks it spans), kept as the multiplicity of every row (a bincount), the form the walk
+``sweep``, ``compare`` and the report, whichever other splits or methods take part. Resamples
+are drawn a block of ``BLOCK`` at a time, ``rng.integers(0, n, (size, n))`` for a stratum of
+``n`` rows, and kept as the multiplicity of every row (a bincount), the form the walk
 kernels take.
 """
 
