@@ -131,6 +131,10 @@ def print_gscore_evaluation(res: dict) -> None:
         err.print(f"auto-evaluation baseline skipped: {res['baseline_note']}", highlight=False)
     for name, why in (res.get("skipped") or {}).items():
         err.print(f"skipped {name}: {why}", highlight=False)
+    for name, fits in (res.get("gmm_fits") or {}).items():
+        if fits.get("not_converged") or fits.get("collapsed"):
+            err.print(f"warning: {name}: {fits['not_converged']} of {fits['sets']} GMM fits did "
+                      f"not converge, {fits['collapsed']} collapsed", highlight=False)
     sec = res["seconds"]
     out.print(f"{res['meta_sets']:,} meta-sets ({res['set_evaluations']:,} set x detector "
               f"evaluations) in {sec['total']:.2f} s: scoring {sec['scoring']:.2f} s, protocol "
@@ -213,6 +217,11 @@ def _print_predict(res: dict, truth: bool) -> None:
     out.print(f"IND part mu {p['mu_ind']:.6g} sd {p['sd_ind']:.4g} (n {p['n_ind']:.0f}); "
               f"OOD part mu {p['mu_ood']:.6g} sd {p['sd_ood']:.4g} (n {p['n_ood']:.0f})",
               highlight=False)
+    fit = p.get("gmm")
+    if fit and (fit["collapsed"] or not fit["converged"]):
+        err.print(f"warning: the GMM fit {'collapsed' if fit['collapsed'] else 'did not converge'}"
+                  f" after {fit['em_steps']} EM steps; this Gscore is unreliable",
+                  highlight=False)
     if truth:
         t = res.get("truth")
         out.print(f"true {res['target']}: " + ("– (needs id/ and ood/ splits)" if t is None

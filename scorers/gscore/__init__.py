@@ -21,17 +21,18 @@ Distribution modelling of one set of scores x_1..x_n (higher = more ID, DESIGN Â
 - `gmm`: two Gaussian components fitted by EM; IND = the component with the higher mean.
   CHOICE (deterministic, no seeds needed): the set is standardised (mean 0, std 1), EM starts
   from the exact 2-means partition above (weights, means, variances of the two clusters) and
-  runs until no parameter (weights, means, standard deviations, in units of the set's std)
-  moves by more than `GMM_TOL` (1e-5) in an EM step, at most `GMM_MAX_ITER` (2000) steps;
-  each variance is floored at `SIGMA_FLOOR_REL`**2 of the set's variance (sklearn's
-  reg_covar, made scale free). EM is a Numba kernel over many sets at once (one pass and one
-  exp per sample and step; large batches split over threads), accelerated with SQUAREM
-  (Varadhan & Roland 2008, scheme S3: two EM steps, a squared extrapolation, one stabilising
-  EM step; an extrapolation outside the parameter space falls back to the plain EM step):
-  3-5x fewer steps on the overlapping score mixtures met here. sklearn's GaussianMixture
-  stops on the lower bound with tol 1e-3, which on overlapping score mixtures stops far from
-  the optimum (the paper notes GMM's standard deviations are inaccurate); the tests check our
-  fit against sklearn run to convergence.
+  stops when the mean per-sample log-likelihood changes by at most `GMM_TOL` (1e-10) relative
+  (absolute below |l| = 1) over an iteration, at most `GMM_MAX_ITER` (10,000) EM steps; a fit
+  that hits the cap is reported as not converged (JSON `gmm_fits`, a warning), never silently
+  used. Each variance is floored at `SIGMA_FLOOR_REL`**2 of the set's variance (sklearn's
+  reg_covar made scale free; the floored M step is the exact constrained maximiser, so plain
+  EM stays monotone). EM is a Numba kernel over many sets at once (one pass, one exp and one
+  log1p per sample and step; large batches split over threads), accelerated with SQUAREM
+  (Varadhan & Roland 2008, scheme S3) under a monotonicity safeguard: an extrapolated point is
+  accepted only if it lies in the parameter space and its log-likelihood is no lower than the
+  plain EM iterate's it extrapolates from, else the plain EM step is taken (scorers/gscore/
+  em.py). The tests check the final log-likelihood against sklearn's GaussianMixture from the
+  same initialisation on every OOD split of real stores.
   A component whose responsibility mass falls below 1e-8 * n is "collapsed": both parts
   become the whole set's Gaussian (G = 0). With `tau=None` (default for GMM) the two
   components' (mu, sigma) are used directly ("GMM gives us means and variances"). With a

@@ -10,8 +10,8 @@ import numpy as np
 from featstore.errors import UsageError
 
 from ..metrics import ood_metrics
-from .metasets import _Sets, _StoreData
-from .spec import CONFIDENCE_THRESHOLD, ID_TEST, ID_TRAIN
+from .metasets import _Sets, _StoreData, fpr_at_tpr
+from .spec import CONFIDENCE_THRESHOLD, FPR_AT_TPR, ID_TEST, ID_TRAIN
 
 
 def _chance(target: str, share_id: float) -> float:
@@ -19,6 +19,8 @@ def _chance(target: str, share_id: float) -> float:
         return 100.0 * share_id
     if target == "aupr_out":
         return 100.0 * (1.0 - share_id)
+    if target in FPR_AT_TPR:
+        return float(FPR_AT_TPR[target])
     return {"auroc": 50.0, "fpr95": 95.0, "detection_error": 50.0}[target]
 
 
@@ -32,6 +34,8 @@ def _confidence_baseline(x: np.ndarray, msp: np.ndarray, sets: _Sets,
         k = int(pseudo.sum())
         if 0 < k < n:
             vals = ood_metrics(s[pseudo], s[~pseudo])
+            for t, level in FPR_AT_TPR.items():
+                vals[t] = fpr_at_tpr(s[pseudo], s[~pseudo], level)
             out[i] = [vals[t] for t in targets]
         else:
             out[i] = [_chance(t, k / n) for t in targets]

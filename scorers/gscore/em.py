@@ -1,6 +1,34 @@
 """Two-component 1-D Gaussian mixtures by EM over many sets at once (Numba).
 
-See the package docstring ("gmm") for the initialisation, the stopping rule and SQUAREM."""
+Each set x_1..x_n is standardised (z = (x - mean) / std) and EM runs on z with parameters
+th = [w0, m0, m1, v0, v1] (component 1 weight w1 = 1 - w0), starting from the exact 2-means
+partition (weights, means, variances of the two clusters, `kmeans._best_cut`).
+
+- E step + log-likelihood in one pass: with t = log(w0 N0(z)) - log(w1 N1(z)),
+  P(1 | z) = 1 / (1 + exp(t)) and log p(z) = log(w1 N1(z)) + softplus(t).
+- M step: weights and means from the responsibility sums; each variance is the
+  responsibility-weighted variance floored at `var_floor` (= SIGMA_FLOOR_REL**2 of the set's
+  variance). The floored update is the exact maximiser of the expected complete-data
+  log-likelihood over {v >= var_floor} (-n/2 log v - S/(2v) is unimodal in v), so every plain
+  EM step is monotone: the log-likelihood never decreases.
+- SQUAREM (Varadhan & Roland 2008, scheme S3) with a monotonicity safeguard: from th0, two EM
+  steps th1, th2; r = th1 - th0, v = th2 - 2 th1 + th0, alpha = min(-|r| / |v|, -1);
+  th' = th0 - 2 alpha r + alpha^2 v; the candidate is EM(th'). It is ACCEPTED only if th'
+  lies in the parameter space, does not collapse, and l(th') >= l(th1) (then
+  l(EM(th')) >= l(th') >= l(th1) >= l(th0)); otherwise the plain EM iterate th2 is taken
+  (a "rejected" extrapolation). The log-likelihood at the start of each cycle therefore never
+  drops.
+- Stop when the mean per-sample log-likelihood changes by at most `tol * max(1, |l|)` over a
+  cycle (relative change; absolute near 0), or after `max_iter` EM steps: then the row is
+  reported as NOT converged (column `converged` = 0), never silently.
+- A component whose responsibility mass falls below 1e-8 * n is collapsed: the row reports
+  one Gaussian (the whole set's) twice, `collapsed` = 1. A set with fewer than two distinct
+  values is collapsed from the start.
+
+Output per row (original units): [w_lo, mu_lo, sd_lo, w_hi, mu_hi, sd_hi, EM steps,
+collapsed, mean log-likelihood per sample, converged, rejected extrapolations], component
+`lo` having the lower mean.
+"""
 
 from __future__ import annotations
 
@@ -12,21 +40,28 @@ from numba import njit
 from .kmeans import _best_cut
 from .spec import GMM_MAX_ITER, GMM_TOL, SIGMA_FLOOR_REL
 
+#: Column names of `gmm_params`' output.
+GMM_COLUMNS: tuple[str, ...] = ("w_lo", "mu_lo", "sd_lo", "w_hi", "mu_hi", "sd_hi", "steps",
+                                "collapsed", "loglik", "converged", "rejected")
+_LOG_2PI = float(np.log(2.0 * np.pi))
+
 
 @njit(cache=True)
 def _em_step(z: np.ndarray, sz: float, szz: float, th: np.ndarray, var_floor: float,
-             out: np.ndarray) -> bool:
-    """One EM update of th = [w0, m0, m1, v0, v1] on standardised z; False if collapsed.
+             out: np.ndarray) -> tuple[bool, float]:
+    """One EM update of th = [w0, m0, m1, v0, v1] on standardised z into `out`.
 
-    One pass and one exp per sample: with t = log(w0 N0(z)) - log(w1 N1(z)),
-    P(1 | z) = 1 / (1 + exp(t)); the M step uses the sums of r, r z and r z^2."""
+    Returns (not collapsed, mean log-likelihood of z under th). One pass, one exp and one
+    log1p per sample."""
     w0, m0, m1, v0, v1 = th[0], th[1], th[2], th[3], th[4]
     i0 = 0.5 / v0
     i1 = 0.5 / v1
     c = np.log(w0 / (1.0 - w0)) - 0.5 * np.log(v0 / v1)
+    a1 = np.log(1.0 - w0) - 0.5 * (np.log(v1) + _LOG_2PI)
     n1 = 0.0
     s1 = 0.0
     q1 = 0.0
+    ll = 0.0
     ni = z.size
     for j in range(ni):
         zj = z[j]
@@ -36,14 +71,19 @@ def _em_step(z: np.ndarray, sz: float, szz: float, th: np.ndarray, var_floor: fl
         if t > 0.0:
             e = np.exp(-t)
             rj = e / (1.0 + e)
+            sp = t + np.log1p(e)
         else:
-            rj = 1.0 / (1.0 + np.exp(t))
+            e = np.exp(t)
+            rj = 1.0 / (1.0 + e)
+            sp = np.log1p(e)
+        ll += a1 - d1 * d1 * i1 + sp
         n1 += rj
         s1 += rj * zj
         q1 += rj * zj * zj
+    ll /= ni
     n0 = ni - n1
     if n0 < 1e-8 * ni or n1 < 1e-8 * ni:
-        return False
+        return False, ll
     nm0 = (sz - s1) / n0
     nm1 = s1 / n1
     out[0] = n0 / ni
@@ -51,77 +91,105 @@ def _em_step(z: np.ndarray, sz: float, szz: float, th: np.ndarray, var_floor: fl
     out[2] = nm1
     out[3] = max((szz - q1) / n0 - nm0 * nm0, var_floor)
     out[4] = max(q1 / n1 - nm1 * nm1, var_floor)
-    return True
+    return True, ll
 
 
 @njit(cache=True)
-def _em_delta(a: np.ndarray, b: np.ndarray) -> float:
-    """Largest change of weight, means and standard deviations between two parameter sets."""
-    d = max(abs(a[0] - b[0]), abs(a[1] - b[1]), abs(a[2] - b[2]))
-    return max(d, abs(np.sqrt(a[3]) - np.sqrt(b[3])), abs(np.sqrt(a[4]) - np.sqrt(b[4])))
+def _extrapolate(th0: np.ndarray, th1: np.ndarray, th2: np.ndarray, thp: np.ndarray) -> None:
+    """SQUAREM S3 point th' = th0 - 2 alpha r + alpha^2 v (module docstring) into thp."""
+    rr = 0.0
+    vv = 0.0
+    for q in range(5):
+        r = th1[q] - th0[q]
+        v = th2[q] - 2.0 * th1[q] + th0[q]
+        rr += r * r
+        vv += v * v
+    alpha = -np.sqrt(rr / vv) if vv > 0.0 else -1.0
+    alpha = min(alpha, -1.0)
+    for q in range(5):
+        r = th1[q] - th0[q]
+        v = th2[q] - 2.0 * th1[q] + th0[q]
+        thp[q] = th0[q] - 2.0 * alpha * r + alpha * alpha * v
 
 
 @njit(cache=True)
-def _em_iterate(z: np.ndarray, th0: np.ndarray, max_iter: int, tol: float,
-                var_floor: float) -> tuple[int, bool]:
-    """SQUAREM-accelerated EM from th0 (updated in place): (EM steps, not collapsed)."""
+def _em_iterate(z: np.ndarray, th0: np.ndarray, max_iter: int, tol: float, var_floor: float,
+                accelerate: bool, planted: np.ndarray) -> tuple[int, bool, bool, int, float]:
+    """Safeguarded SQUAREM EM from th0 (updated in place to the final iterate).
+
+    Returns (EM steps, collapsed, converged, rejected extrapolations, final mean
+    log-likelihood). `planted` (test hook): when planted[0] > 0 it replaces the first
+    extrapolated point, so a test can plant a bad step and see it rejected."""
     th1 = np.empty(5)
     th2 = np.empty(5)
     thp = np.empty(5)
+    th3 = np.empty(5)
     sz = z.sum()
     szz = (z * z).sum()
-    steps = 0
-    ok = True
+    steps, rejected, cycle = 0, 0, 0
+    ll_prev = -np.inf
     while steps < max_iter:
-        ok = _em_step(z, sz, szz, th0, var_floor, th1)
-        steps += 1
-        if not ok or _em_delta(th1, th0) <= tol:
-            th0[:] = th1
-            break
-        ok = _em_step(z, sz, szz, th1, var_floor, th2)
-        steps += 1
-        if not ok or _em_delta(th2, th1) <= tol:
-            th0[:] = th2
-            break
-        # SQUAREM (Varadhan & Roland 2008, scheme S3): extrapolate, then one EM step
-        rr = 0.0
-        vv = 0.0
-        for q in range(5):
-            r = th1[q] - th0[q]
-            v = th2[q] - 2.0 * th1[q] + th0[q]
-            rr += r * r
-            vv += v * v
-        alpha = -np.sqrt(rr / vv) if vv > 0.0 else -1.0
-        alpha = min(alpha, -1.0)
-        for q in range(5):
-            r = th1[q] - th0[q]
-            v = th2[q] - 2.0 * th1[q] + th0[q]
-            thp[q] = th0[q] - 2.0 * alpha * r + alpha * alpha * v
-        if not (0.0 < thp[0] < 1.0 and thp[3] >= var_floor and thp[4] >= var_floor):
-            thp[:] = th2  # outside the parameter space: plain EM
-        ok = _em_step(z, sz, szz, thp, var_floor, th1)
+        ok, ll0 = _em_step(z, sz, szz, th0, var_floor, th1)
         steps += 1
         if not ok:
-            break
-        th0[:] = th1
-    return steps, ok
+            return steps, True, True, rejected, ll0
+        if abs(ll0 - ll_prev) <= tol * max(1.0, abs(ll0)):
+            return steps, False, True, rejected, ll0
+        ll_prev = ll0
+        if not accelerate:
+            th0[:] = th1
+            continue
+        ok, ll1 = _em_step(z, sz, szz, th1, var_floor, th2)
+        steps += 1
+        if not ok:
+            th0[:] = th1
+            return steps, True, True, rejected, ll1
+        if planted[0] > 0.0 and cycle == 0:
+            thp[:] = planted
+        else:
+            _extrapolate(th0, th1, th2, thp)
+        cycle += 1
+        accepted = False
+        if 0.0 < thp[0] < 1.0 and thp[3] >= var_floor and thp[4] >= var_floor:
+            okp, llp = _em_step(z, sz, szz, thp, var_floor, th3)
+            steps += 1
+            accepted = okp and llp >= ll1
+        if accepted:
+            th0[:] = th3
+        else:
+            rejected += 1
+            th0[:] = th2
+    ok, ll = _em_step(z, sz, szz, th0, var_floor, th1)
+    return steps, not ok, False, rejected, ll
+
+
+@njit(cache=True)
+def _em_start(zs: np.ndarray, var_floor: float, th0: np.ndarray) -> None:
+    """Initial parameters from the exact 2-means partition of the ascending zs."""
+    ni = zs.size
+    k = _best_cut(zs, ni)
+    if k == 0:
+        k = ni // 2
+    th0[0] = k / ni
+    th0[1] = zs[:k].mean()
+    th0[2] = zs[k:].mean()
+    th0[3] = max(zs[:k].var(), var_floor)
+    th0[4] = max(zs[k:].var(), var_floor)
 
 
 @njit(cache=True, nogil=True)
-def _em_rows(X: np.ndarray, n: np.ndarray, max_iter: int, tol: float,
-             var_floor: float) -> np.ndarray:
-    """Per row, 2-component 1-D GMM by EM (SQUAREM-accelerated) on the standardised values.
-
-    Returns [w_lo, mu_lo, sd_lo, w_hi, mu_hi, sd_hi, EM steps, collapsed] in the row's
-    original units, component `lo` having the lower mean (module docstring)."""
+def _em_rows(X: np.ndarray, n: np.ndarray, max_iter: int, tol: float, var_floor: float,
+             accelerate: bool, planted: np.ndarray) -> np.ndarray:
+    """Per row, the 2-component GMM (module docstring); columns as GMM_COLUMNS."""
     m = X.shape[0]
-    out = np.zeros((m, 8))
+    out = np.zeros((m, 11))
     th0 = np.empty(5)
     for i in range(m):
         ni = n[i]
         x = X[i, :ni]
         mean = x.mean()
         sd = x.std()
+        out[i, 9] = 1.0
         if ni < 2 or sd == 0.0:
             out[i, 0] = 0.5
             out[i, 1] = mean
@@ -130,32 +198,18 @@ def _em_rows(X: np.ndarray, n: np.ndarray, max_iter: int, tol: float,
             out[i, 4] = mean
             out[i, 5] = sd
             out[i, 7] = 1.0
+            out[i, 8] = np.inf if sd == 0.0 else np.nan
             continue
         z = (x - mean) / sd
-        zs = np.sort(z)
-        k = _best_cut(zs, ni)
-        if k == 0:
-            k = ni // 2
-        th0[0] = k / ni
-        th0[1] = zs[:k].mean()
-        th0[2] = zs[k:].mean()
-        th0[3] = max(zs[:k].var(), var_floor)
-        th0[4] = max(zs[k:].var(), var_floor)
-        steps, ok = _em_iterate(z, th0, max_iter, tol, var_floor)
-        collapsed = 0.0 if ok else 1.0
+        _em_start(np.sort(z), var_floor, th0)
+        steps, collapsed, converged, rejected, ll = _em_iterate(z, th0, max_iter, tol,
+                                                                var_floor, accelerate, planted)
         w0, m0, m1, v0, v1 = th0[0], th0[1], th0[2], th0[3], th0[4]
         w1 = 1.0 - w0
-        if collapsed == 1.0:
-            m0 = 0.0
-            m1 = 0.0
-            v0 = 1.0
-            v1 = 1.0
-            w0 = 0.5
-            w1 = 0.5
+        if collapsed:
+            w0, m0, m1, v0, v1, w1 = 0.5, 0.0, 0.0, 1.0, 1.0, 0.5
         if m0 > m1:
-            m0, m1 = m1, m0
-            v0, v1 = v1, v0
-            w0, w1 = w1, w0
+            m0, m1, v0, v1, w0, w1 = m1, m0, v1, v0, w1, w0
         out[i, 0] = w0
         out[i, 1] = mean + sd * m0
         out[i, 2] = sd * np.sqrt(v0)
@@ -163,19 +217,27 @@ def _em_rows(X: np.ndarray, n: np.ndarray, max_iter: int, tol: float,
         out[i, 4] = mean + sd * m1
         out[i, 5] = sd * np.sqrt(v1)
         out[i, 6] = steps
-        out[i, 7] = collapsed
+        out[i, 7] = 1.0 if collapsed else 0.0
+        out[i, 8] = ll - np.log(sd)
+        out[i, 9] = 1.0 if converged else 0.0
+        out[i, 10] = rejected
     return out
 
 
 def gmm_params(x: np.ndarray, n: np.ndarray, max_iter: int = GMM_MAX_ITER,
-               tol: float = GMM_TOL, floor_rel: float = SIGMA_FLOOR_REL) -> np.ndarray:
-    """(M, 8) [w_lo, mu_lo, sd_lo, w_hi, mu_hi, sd_hi, EM steps, collapsed] per row.
+               tol: float = GMM_TOL, floor_rel: float = SIGMA_FLOOR_REL, *,
+               accelerate: bool = True, planted: np.ndarray | None = None) -> np.ndarray:
+    """(M, 11) per row, columns `GMM_COLUMNS`: [w_lo, mu_lo, sd_lo, w_hi, mu_hi, sd_hi, EM
+    steps, collapsed, mean log-likelihood per sample (original units), converged, rejected
+    SQUAREM extrapolations]. `accelerate=False` runs plain EM; `planted` (standardised
+    [w0, m0, m1, v0, v1]) replaces the first extrapolated point (a test hook).
 
     Rows are independent: large batches are split over threads (the kernel releases the GIL),
     with results identical to one call."""
     x = np.ascontiguousarray(x, dtype=np.float64)
     n = np.ascontiguousarray(n, dtype=np.int64)
-    args = (int(max_iter), float(tol), float(floor_rel) ** 2)
+    plant = np.zeros(5) if planted is None else np.asarray(planted, dtype=np.float64)
+    args = (int(max_iter), float(tol), float(floor_rel) ** 2, bool(accelerate), plant)
     workers = min(os.cpu_count() or 1, max(1, x.shape[0] // 64))
     if workers < 2:
         return _em_rows(x, n, *args)

@@ -111,6 +111,16 @@ class GscoreEngine:
                                    self.floor_rel)
         return self._gmm
 
+    def gmm_status(self) -> dict[str, int] | None:
+        """How the GMM fits of these sets ended (None if no GMM was fitted): sets, not
+        converged within gmm_max_iter EM steps, collapsed, rejected SQUAREM extrapolations."""
+        if self._gmm is None:
+            return None
+        p = self._gmm
+        return {"sets": int(p.shape[0]), "not_converged": int((p[:, 9] == 0).sum()),
+                "collapsed": int((p[:, 7] == 1).sum()), "max_steps": int(p[:, 6].max(initial=0)),
+                "rejected_extrapolations": int(p[:, 10].sum())}
+
     def ude_similarity(self) -> np.ndarray:
         """s_p of every sample (0 beyond n)."""
         if self.ref_mu is None or self.ref_sd is None:

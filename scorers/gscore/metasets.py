@@ -3,6 +3,7 @@ seeded subsamples (index matrices into the pooled scores), with their true metri
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import time
@@ -14,9 +15,9 @@ import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
 
-from ..metrics import OOD_METRIC_NAMES, ood_metrics
+from ..metrics import ood_metrics
 from .parts import pack
-from .spec import ID_TEST, ID_VAL
+from .spec import FPR_AT_TPR, HETERO_MIN, ID_TEST, ID_VAL, TRUTH_COLUMNS
 
 
 def set_sizes(ratio: float, size: int | None, id_pool: int, ood_pool: int) -> tuple[int, int]:
@@ -86,7 +87,26 @@ def _ood_test_splits(store: Any) -> list[str]:
     return store.splits(role="ood", usage="test")
 
 
-def _store_data(index: int, store: Any) -> _StoreData:
+def select_splits(names: Sequence[str], include: Sequence[str] | None = None,
+                  exclude: Sequence[str] | None = None) -> list[str]:
+    """OOD split names kept by `include` (shell patterns, e.g. 'ood/photo/*'; None = all)
+    minus those matched by `exclude`; a pattern that matches nothing is an error."""
+    names = list(dict.fromkeys(names))
+    for option, patterns in (("--splits", include), ("--exclude", exclude)):
+        for pat in patterns or []:
+            if not any(fnmatch.fnmatchcase(n, pat) for n in names):
+                raise UsageError(f"{option} {pat!r}: matches no OOD test split (have "
+                                 f"{', '.join(names[:6])}{', ...' if len(names) > 6 else ''})")
+    kept = [n for n in names if include is None or not include
+            or any(fnmatch.fnmatchcase(n, p) for p in include)]
+    kept = [n for n in kept if not any(fnmatch.fnmatchcase(n, p) for p in exclude or [])]
+    if not kept:
+        raise UsageError("--splits/--exclude leave no OOD test split")
+    return kept
+
+
+def _store_data(index: int, store: Any, keep: Sequence[str] | None = None) -> _StoreData:
+    """Pools of one store; `keep`: the OOD split names to use (None = every OOD test split)."""
     for need in (ID_TEST, ID_VAL):
         if not store.has_split(need):
             raise UsageError(f"store {str(store.path)!r} has no complete {need!r} split; gscore "
@@ -94,6 +114,8 @@ def _store_data(index: int, store: Any) -> _StoreData:
     ood = _ood_test_splits(store)
     if not ood:
         raise UsageError(f"store {str(store.path)!r} has no OOD test split")
+    if keep is not None:
+        ood = [s for s in ood if s in set(keep)]
     n_id = store.split(ID_TEST).num_rows
     sizes = {s: store.split(s).num_rows for s in ood}
     offset, pos = {}, n_id
@@ -150,9 +172,25 @@ class _Sets:
         return np.arange(self.idx.shape[1])[None, :] < self.n_id[:, None]
 
 
+def hetero_sizes(id_pool: int, ood_pool: int, rng: np.random.Generator,
+                 low: int = HETERO_MIN) -> tuple[int, int]:
+    """Supplementary C: n_id and n_ood drawn independently and uniformly from [lo, N] of their
+    pool size N, lo = min(low, max(1, N // 10)) (the paper's [100, N] for N >= 1000; a
+    tenth of the pool below that, so small pools still give varied sizes and ratios)."""
+    out = []
+    for pool in (id_pool, ood_pool):
+        lo = min(low, max(1, pool // 10))
+        out.append(int(rng.integers(lo, pool + 1)))
+    return out[0], out[1]
+
+
 def _draw_sets(stores: Sequence[_StoreData], names: Sequence[str],
                id_pools: Sequence[np.ndarray], ratio: float, size: int | None,
-               per_split: int, rng: np.random.Generator, offsets: Sequence[int]) -> _Sets:
+               per_split: int, rng: np.random.Generator, offsets: Sequence[int],
+               heterogeneous: bool = False) -> _Sets:
+    """`per_split` seeded subsamples of every (store, OOD split): n_id:n_ood = ratio with
+    total `size` (`set_sizes`), or with `heterogeneous` a random size and ratio per set
+    (`hetero_sizes`)."""
     rows, n_ids, st, sp = [], [], [], []
     for sd, pool, base in zip(stores, id_pools, offsets, strict=True):
         for name in names:
@@ -160,7 +198,8 @@ def _draw_sets(stores: Sequence[_StoreData], names: Sequence[str],
                 continue
             n_pool = sd.sizes[name]
             for _ in range(per_split):
-                n_id, n_ood = set_sizes(ratio, size, len(pool), n_pool)
+                n_id, n_ood = (hetero_sizes(len(pool), n_pool, rng) if heterogeneous
+                               else set_sizes(ratio, size, len(pool), n_pool))
                 ids = rng.choice(pool, n_id, replace=False)
                 oods = sd.offset[name] + rng.choice(n_pool, n_ood, replace=False)
                 rows.append(base + np.concatenate([ids, oods]))
@@ -174,11 +213,23 @@ def _draw_sets(stores: Sequence[_StoreData], names: Sequence[str],
                  np.asarray(st, dtype=np.int64), sp)
 
 
+def fpr_at_tpr(id_scores: np.ndarray, ood_scores: np.ndarray, tpr_percent: int) -> float:
+    """FPR (percent) at TPR >= tpr_percent, ID positive: at the highest threshold t keeping at
+    least that share of ID scores (t = the k-th largest ID score, k = ceil(p * n_id / 100) in
+    integers), the share of OOD scores >= t. For p = 95 this is `ood_metrics`' fpr95."""
+    a = np.sort(np.asarray(id_scores, dtype=np.float64))[::-1]
+    k = (int(tpr_percent) * a.size + 99) // 100
+    t = a[max(k, 1) - 1]
+    return 100.0 * float(np.count_nonzero(np.asarray(ood_scores) >= t)) / len(ood_scores)
+
+
 def _truth(x: np.ndarray, sets: _Sets) -> np.ndarray:
-    """(M, 8) true metrics (percent) of every meta-set, columns as OOD_METRIC_NAMES."""
-    out = np.empty((sets.m, len(OOD_METRIC_NAMES)))
+    """(M, len(TRUTH_COLUMNS)) true metrics (percent) of every meta-set."""
+    out = np.empty((sets.m, len(TRUTH_COLUMNS)))
     for i in range(sets.m):
         k, n = sets.n_id[i], sets.n[i]
         vals = ood_metrics(x[i, :k], x[i, k:n])
-        out[i] = [vals[name] for name in OOD_METRIC_NAMES]
+        for name, level in FPR_AT_TPR.items():
+            vals[name] = fpr_at_tpr(x[i, :k], x[i, k:n], level)
+        out[i] = [vals[name] for name in TRUTH_COLUMNS]
     return out

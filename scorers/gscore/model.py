@@ -16,9 +16,18 @@ from featstore.errors import UsageError
 
 from ..metrics import ood_metrics
 from .engine import GscoreEngine
-from .metasets import _draw_sets, _load_scores, _method_key, _store_data, _truth
+from .metasets import (
+    _draw_sets,
+    _load_scores,
+    _method_key,
+    _ood_test_splits,
+    _store_data,
+    _truth,
+    select_splits,
+)
 from .regression import _corr, _fit_spec, _predict, _rmse
 from .spec import (
+    _AUTO,
     _METRIC_COL,
     DISTANCES,
     FORMAT,
@@ -27,7 +36,9 @@ from .spec import (
     GMM_TOL,
     ID_VAL,
     MODELLINGS,
+    SETS_PER_SPLIT,
     SIGMA_FLOOR_REL,
+    TAU_FROM,
     ModelSpec,
     _check_target,
     _parse_tau,
@@ -147,8 +158,9 @@ class GscoreModel:
                             gmm_tol=self.gmm_tol)
 
     def gscore(self, scores: np.ndarray, ref: tuple[float, float] | None = None
-               ) -> tuple[float, dict[str, float]]:
-        """Gscore of one unlabelled set of scores and its fitted Gaussians."""
+               ) -> tuple[float, dict[str, Any]]:
+        """Gscore of one unlabelled set of scores and its fitted Gaussians (for GMM also how
+        the EM ended: converged, collapsed, steps, log-likelihood)."""
         s = np.asarray(scores, dtype=np.float64).ravel()
         if s.size < 1:
             raise UsageError("gscore: empty set of scores")
@@ -156,7 +168,12 @@ class GscoreModel:
             raise UsageError("gscore: UDE needs the id/val reference (mu_val, sd_val)")
         eng = self.engine(s[None, :], np.array([s.size]), *(ref or (None, None)))
         g = float(eng.gscore(self.modelling, self.distance, self.tau)[0])
-        return g, eng.pair(self.modelling, self.tau).row(0)
+        parts: dict[str, Any] = eng.pair(self.modelling, self.tau).row(0)
+        if self.modelling == "gmm":
+            fit = eng.gmm()[0]
+            parts["gmm"] = {"converged": bool(fit[9]), "collapsed": bool(fit[7]),
+                            "em_steps": int(fit[6]), "loglik_per_sample": float(fit[8])}
+        return g, parts
 
     def predict(self, scores: np.ndarray, ref: tuple[float, float] | None = None) -> float:
         g, _ = self.gscore(scores, ref)
@@ -185,61 +202,95 @@ def _check_models(stores: Sequence[Any], allow_other_model: bool) -> None:
                          "--allow-other-model / allow_other_model=True to pool them")
 
 
-def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95",
-               model: str | ModelSpec = "ude-wasserstein", *, params: Mapping[str, Any] | None
-               = None, tau: Any = "default", ratio: Any = 1.0, size: int | None = None,
-               sets_per_split: int = 10, seed: int = 0, ude_kernel: str = "gauss",
-               clip: bool = True, allow_other_model: bool = False,
-               use_cache: bool = True) -> GscoreModel:
-    """Fit a Gscore regression on meta-train sets built from EVERY OOD test split of `stores`
-    (ID rows: all of id/test; `sets_per_split` seeded subsamples per split)."""
-    from scorers import REGISTRY
-
-    if not stores:
-        raise UsageError("gscore fit: name at least one store")
-    if method not in REGISTRY:
-        raise UsageError(f"unknown scorer {method!r} (valid: {', '.join(REGISTRY)})")
-    _check_target(target)
-    spec = model if isinstance(model, ModelSpec) else parse_model(model, tau)
-    if sets_per_split < 1:
-        raise UsageError(f"sets_per_split {sets_per_split}: must be >= 1")
-    ratio = parse_ratio(ratio)
-    _check_models(stores, allow_other_model)
-    params = dict(params or {})
-    data = [_store_data(i, st) for i, st in enumerate(stores)]
+def _fit_sets(stores: Sequence[Any], method: str, params: dict[str, Any], keep: Any,
+              draw: dict[str, Any], use_cache: bool) -> tuple[list, str, Any, GscoreEngine,
+                                                              np.ndarray]:
+    """Score the stores and draw the meta-train sets: (data, key, sets, engine, truth)."""
+    kernel = draw.pop("ude_kernel")
+    data = [_store_data(i, st, keep) for i, st in enumerate(stores)]
     key = _method_key(method, params)
     for sd in data:
         _load_scores(sd, key, method, params, use_cache)
     offsets = np.cumsum([0] + [sd.total for sd in data])[:-1]
-    pooled = np.concatenate([sd.scores[key] for sd in data])
     names = list(dict.fromkeys(s for sd in data for s in sd.ood))
-    rng = np.random.default_rng([seed, 0])
-    sets = _draw_sets(data, names, [np.arange(sd.n_id) for sd in data], ratio, size,
-                      sets_per_split, rng, offsets)
-    x = sets.values(pooled)
-    truth = _truth(x, sets)[:, _METRIC_COL[target]]
+    sets = _draw_sets(data, names, [np.arange(sd.n_id) for sd in data], offsets=offsets,
+                      **draw)
+    x = sets.values(np.concatenate([sd.scores[key] for sd in data]))
     refs = np.array([data[s].ref[key][:2] for s in sets.store])
-    eng = GscoreEngine(x, sets.n, refs[:, 0], refs[:, 1], ude_kernel=ude_kernel)
-    res = _fit_spec(eng, spec, truth)
+    eng = GscoreEngine(x, sets.n, refs[:, 0], refs[:, 1], ude_kernel=kernel)
+    return data, key, sets, eng, _truth(x, sets)
+
+
+def _tau_from(stores: Sequence[Any], tau_from: str, spec: ModelSpec, target: str, keep: Any,
+              draw: dict[str, Any], use_cache: bool) -> float | None:
+    """tau searched on the tau detector's meta-train sets (the same draws)."""
+    *_, eng, truth = _fit_sets(stores, tau_from, {}, keep, dict(draw), use_cache)
+    return _fit_spec(eng, spec, truth[:, _METRIC_COL[target]])["tau"]
+
+
+def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95",
+               model: str | ModelSpec = "ude-wasserstein", *, params: Mapping[str, Any] | None
+               = None, tau: Any = "default", ratio: Any = 1.0, size: int | None = None,
+               heterogeneous: bool = False, sets_per_split: int = SETS_PER_SPLIT,
+               seed: int = 0, tau_from: str | None = TAU_FROM,
+               splits: Sequence[str] | None = None, exclude: Sequence[str] | None = None,
+               ude_kernel: str = "gauss", clip: bool = True, allow_other_model: bool = False,
+               use_cache: bool = True) -> GscoreModel:
+    """Fit a Gscore regression on meta-train sets built from the OOD test splits of `stores`
+    (all, or those `splits` / `exclude` select; ID rows: all of id/test; `sets_per_split`
+    seeded subsamples per split). A searched tau ("auto") is tuned on `tau_from`'s meta-train
+    sets (default MSP, the paper's supplementary B; None: on `method`'s own)."""
+    from scorers import REGISTRY
+
+    if not stores:
+        raise UsageError("gscore fit: name at least one store")
+    for m in (method, tau_from):
+        if m is not None and m not in REGISTRY:
+            raise UsageError(f"unknown scorer {m!r} (valid: {', '.join(REGISTRY)})")
+    _check_target(target)
+    spec = model if isinstance(model, ModelSpec) else parse_model(model, tau)
+    if sets_per_split < 1:
+        raise UsageError(f"sets_per_split {sets_per_split}: must be >= 1")
+    draw = {"ratio": parse_ratio(ratio), "size": size, "per_split": sets_per_split,
+            "rng": None, "heterogeneous": heterogeneous, "ude_kernel": ude_kernel}
+    _check_models(stores, allow_other_model)
+    params = dict(params or {})
+    keep = select_splits([s for st in stores for s in _ood_test_splits(st)], splits, exclude)
+    fit_spec = spec
+    if spec.tau == _AUTO and tau_from is not None and (tau_from != method or params):
+        draw["rng"] = np.random.default_rng([seed, 0])
+        fit_spec = ModelSpec(spec.modelling, spec.distance,
+                             _tau_from(stores, tau_from, spec, target, keep, draw, use_cache))
+    draw["rng"] = np.random.default_rng([seed, 0])
+    data, key, sets, eng, truth_all = _fit_sets(stores, method, params, keep, dict(draw),
+                                                use_cache)
+    truth = truth_all[:, _METRIC_COL[target]]
+    res = _fit_spec(eng, fit_spec, truth)
     g = eng.gscore(spec.modelling, spec.distance, res["tau"])
     pred = _predict(res["theta1"], res["theta0"], g, clip)
     pearson, spearman = _corr(g, truth)
-    first = data[0]
-    ref0 = first.ref[key]
+    ref0 = data[0].ref[key]
     return GscoreModel(
         modelling=spec.modelling, distance=spec.distance, tau=res["tau"],
         theta1=res["theta1"], theta0=res["theta0"], target=target, scorer=method,
         scorer_params=params, model_sha256s=list(dict.fromkeys(sd.sha for sd in data)),
         ude_kernel=ude_kernel, clip=clip,
-        reference={"split": ID_VAL, "store": first.path, "mu": ref0[0], "sd": ref0[1],
+        reference={"split": ID_VAL, "store": data[0].path, "mu": ref0[0], "sd": ref0[1],
                    "n": ref0[2]},
-        meta_train={"stores": [sd.path for sd in data], "splits": names, "n_sets": sets.m,
-                    "ratio": ratio, "size": size, "sets_per_split": sets_per_split,
-                    "seed": seed, "mean_n_id": float(sets.n_id.mean()),
+        meta_train={"stores": [sd.path for sd in data], "splits": list(dict.fromkeys(
+                        s for sd in data for s in sd.ood)),
+                    "splits_include": list(splits) if splits else None,
+                    "splits_exclude": list(exclude) if exclude else None, "n_sets": sets.m,
+                    "ratio": draw["ratio"], "size": size, "heterogeneous": heterogeneous,
+                    "sets_per_split": sets_per_split, "seed": seed,
+                    "tau_from": (tau_from if fit_spec is not spec else method)
+                    if spec.tau == _AUTO else None,
+                    "mean_n_id": float(sets.n_id.mean()),
                     "mean_n_ood": float((sets.n - sets.n_id).mean()),
                     "train_mse": res["loss"], "train_rmse": _rmse(pred, truth),
                     "pearson": pearson, "spearman": spearman,
                     "tau_search": [list(t) for t in res["trace"]],
+                    "gmm_fits": eng.gmm_status(),
                     "points": {"gscore": [float(v) for v in g],
                                "true": [float(v) for v in truth]}},
         created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

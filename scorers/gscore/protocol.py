@@ -1,5 +1,12 @@
 """The evaluation protocol (`evaluate_gscore`): repeats of meta-train/meta-test partitions,
-the Table-1/6 RMSE and correlations, the baselines, robustness and cross-store tables."""
+the Table-1/6 RMSE and correlations, the baselines, robustness and cross-store tables.
+
+Defaults are the paper's protocol (package docstring): disjoint id/test pools for meta-train
+and meta-test sets, tau searched on one detector (MSP) and reused for every other detector.
+The variants are named options (`id_train_fraction=None`: one shared pool; `tau_from=None`:
+a tau search per detector; `heterogeneous`: a random size and IND:OOD ratio per set;
+`sets_per_split=1`: one meta-set per OOD dataset). Every option that decides a number is
+echoed in the result's `config`."""
 
 from __future__ import annotations
 
@@ -18,18 +25,25 @@ from .metasets import (
     _draw_sets,
     _load_scores,
     _method_key,
+    _ood_test_splits,
     _Sets,
     _store_data,
     _StoreData,
     _truth,
     check_disjoint,
     partition_splits,
+    select_splits,
 )
 from .model import _check_models, _json_safe
-from .regression import _corr, _fit_spec, _predict, _rmse, fit_line
+from .regression import _corr, _predict, _rmse, fit_line, search_tau
+from .results import _cross_rows, _eval_spec, _nest, _summarise
 from .spec import (
+    _AUTO,
     _METRIC_COL,
     DEFAULT_MODELS,
+    ID_TRAIN_FRACTION,
+    SETS_PER_SPLIT,
+    TAU_FROM,
     ModelSpec,
     _check_target,
     parse_model,
@@ -38,32 +52,14 @@ from .spec import (
 )
 
 
-def _agg(values: Sequence[float]) -> dict[str, float | None]:
-    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=np.float64)
-    if v.size == 0:
-        return {"mean": None, "std": None, "n": 0}
-    return {"mean": float(v.mean()), "std": float(v.std()), "n": int(v.size)}
+@dataclass(frozen=True)
+class _Setting:
+    """One meta-set setting: the main one or a robustness row."""
 
-
-def _eval_spec(eng_tr: GscoreEngine, eng_te: GscoreEngine, spec: ModelSpec, p_tr: np.ndarray,
-               p_te: np.ndarray, clip: bool) -> tuple[dict[str, float], dict[str, Any]]:
-    fit = _fit_spec(eng_tr, spec, p_tr)
-    g_tr = eng_tr.gscore(spec.modelling, spec.distance, fit["tau"])
-    g_te = eng_te.gscore(spec.modelling, spec.distance, fit["tau"])
-    pred = _predict(fit["theta1"], fit["theta0"], g_te, clip)
-    pr_tr, sp_tr = _corr(g_tr, p_tr)
-    pr_te, sp_te = _corr(g_te, p_te)
-    row = {"rmse": _rmse(pred, p_te), "pearson": pr_te, "spearman": sp_te,
-           "pearson_train": pr_tr, "spearman_train": sp_tr,
-           "tau": float("nan") if fit["tau"] is None else float(fit["tau"])}
-    return row, fit
-
-
-def _summarise(per_repeat: Mapping[Any, list[dict[str, float]]]) -> dict[Any, dict]:
-    out = {}
-    for key, rows in per_repeat.items():
-        out[key] = {m: _agg([r[m] for r in rows]) for m in rows[0]}
-    return out
+    kind: str              # "main" | "ratio" | "size" | "heterogeneous"
+    ratio: float
+    size: int | None
+    heterogeneous: bool
 
 
 @dataclass
@@ -74,22 +70,29 @@ class _Options:
     specs: list[ModelSpec]
     rspecs: list[ModelSpec]
     targets: list[str]
-    ratio: float
-    size: int | None
-    configs: list[tuple[str, float, int | None]]
+    main: _Setting
+    configs: list[_Setting]
     sets_per_split: int
     repeats: int
     seed: int
     train_fraction: float
     id_train_fraction: float | None
+    tau_from: str | None
     baselines: bool
     ude_kernel: str
     clip: bool
     params: dict[str, dict[str, Any]]
+    include: list[str] | None
+    exclude: list[str] | None
 
-    def settings(self) -> list[tuple[str, float, int | None]]:
+    def settings(self) -> list[_Setting]:
         """The main meta-set setting followed by the robustness settings."""
-        return [("main", self.ratio, self.size), *self.configs]
+        return [self.main, *self.configs]
+
+    def scored(self) -> list[str]:
+        """Detectors to score: the evaluated ones and the tau detector."""
+        extra = [self.tau_from] if self.tau_from and self.tau_from not in self.methods else []
+        return [*self.methods, *extra]
 
 
 @dataclass
@@ -115,11 +118,26 @@ class _Tally:
     base: dict[tuple, list] = field(default_factory=dict)
     robust: dict[tuple, list] = field(default_factory=dict)
     cross: dict[tuple, list] = field(default_factory=dict)
+    points: dict[tuple, dict] = field(default_factory=dict)
     sizes_seen: dict[int, list] = field(default_factory=dict)
     n_sets: int = 0
     t_model: float = 0.0
     t_truth: float = 0.0
     baseline_note: str | None = None
+    gmm: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add_gmm(self, method: str, status: dict[str, int] | None) -> None:
+        """Accumulate how the GMM fits of one engine ended, per detector."""
+        if status is None:
+            return
+        acc = self.gmm.setdefault(method, {})
+        for k, v in status.items():
+            acc[k] = max(acc.get(k, 0), v) if k == "max_steps" else acc.get(k, 0) + v
+
+
+def _specs(models: Sequence[str | ModelSpec]) -> list[ModelSpec]:
+    return list(dict.fromkeys(m if isinstance(m, ModelSpec) else parse_model(m)
+                              for m in models))
 
 
 def _validate(stores: Sequence[Any], methods: Sequence[str],
@@ -131,44 +149,51 @@ def _validate(stores: Sequence[Any], methods: Sequence[str],
     if not stores:
         raise UsageError("gscore evaluate: name at least one store")
     methods = list(dict.fromkeys(methods))
-    for m in methods:
+    tau_from = kw["tau_from"]
+    for m in [*methods, *([tau_from] if tau_from else [])]:
         if m not in REGISTRY:
             raise UsageError(f"unknown scorer {m!r} (valid: {', '.join(REGISTRY)})")
     targets = [_check_target(t) for t in dict.fromkeys(targets)]
-    specs = list(dict.fromkeys(m if isinstance(m, ModelSpec) else parse_model(m)
-                               for m in models))
+    specs = _specs(models)
     if not specs or not targets or not methods:
         raise UsageError("gscore evaluate: need at least one method, model and target")
-    rspecs = specs if robust_models is None else [
-        m if isinstance(m, ModelSpec) else parse_model(m) for m in robust_models]
+    rspecs = specs if robust_models is None else _specs(robust_models)
     if not set(rspecs) <= set(specs):
         raise UsageError("robust_models must be a subset of models")
     if kw["repeats"] < 1 or kw["sets_per_split"] < 1:
         raise UsageError("repeats and sets_per_split must be >= 1")
     idf = kw["id_train_fraction"]
     if idf is not None and not 0.0 < idf < 1.0:
-        raise UsageError(f"id_train_fraction {idf}: must lie in (0, 1) or be "
-                         "None (meta-train and meta-test share the id/test rows)")
+        raise UsageError(f"id_train_fraction {idf}: must lie in (0, 1) (disjoint id/test "
+                         "pools) or be None (one pool shared by meta-train and meta-test)")
     ratio = parse_ratio(kw["ratio"])
-    configs = [("ratio", parse_ratio(r), kw["size"]) for r in kw["ratios"]]
-    configs += [("size", ratio, None if s is None else int(s)) for s in kw["sizes"]]
-    return _Options(methods, specs, rspecs, targets, ratio, kw["size"], configs,
+    configs = [_Setting("ratio", parse_ratio(r), kw["size"], False) for r in kw["ratios"]]
+    configs += [_Setting("size", ratio, None if s is None else int(s), False)
+                for s in kw["sizes"]]
+    if kw["robust_heterogeneous"]:
+        configs.append(_Setting("heterogeneous", ratio, None, True))
+    return _Options(methods, specs, rspecs, targets,
+                    _Setting("main", ratio, kw["size"], bool(kw["heterogeneous"])), configs,
                     kw["sets_per_split"], kw["repeats"], kw["seed"], kw["train_fraction"],
-                    idf, kw["baselines"], kw["ude_kernel"], kw["clip"],
-                    {k: dict(v) for k, v in (kw["params"] or {}).items()})
+                    idf, tau_from, kw["baselines"], kw["ude_kernel"], kw["clip"],
+                    {k: dict(v) for k, v in (kw["params"] or {}).items()},
+                    list(kw["splits"]) if kw["splits"] else None,
+                    list(kw["exclude"]) if kw["exclude"] else None)
 
 
 def _score_once(stores: Sequence[Any], opt: _Options, use_cache: bool,
                 say: Callable[[str], None]) -> _Scores:
-    """Score id/val, id/test and every OOD test split of every store once per scorer; a
-    scorer that cannot run is skipped with its reason."""
+    """Score id/val, id/test and the selected OOD test splits of every store once per scorer;
+    a scorer that cannot run is skipped with its reason (the tau detector must run)."""
     t0 = time.perf_counter()
-    data = [_store_data(i, st) for i, st in enumerate(stores)]
+    every = list(dict.fromkeys(s for st in stores for s in _ood_test_splits(st)))
+    keep = select_splits(every, opt.include, opt.exclude)
+    data = [_store_data(i, st, keep) for i, st in enumerate(stores)]
     offsets = np.cumsum([0] + [sd.total for sd in data])[:-1]
     names = list(dict.fromkeys(s for sd in data for s in sd.ood))
     keys: dict[str, str] = {}
     skipped: dict[str, str] = {}
-    for m in opt.methods:
+    for m in opt.scored():
         key = _method_key(m, opt.params.get(m, {}))
         try:
             for sd in data:
@@ -176,6 +201,9 @@ def _score_once(stores: Sequence[Any], opt: _Options, use_cache: bool,
                 _load_scores(sd, key, m, opt.params.get(m, {}), use_cache)
             keys[m] = key
         except UsageError as exc:
+            if m == opt.tau_from:
+                raise UsageError(f"the tau detector {m!r} cannot run ({exc}); pick another "
+                                 "with --tau-from or search tau per detector") from None
             skipped[m] = str(exc)
     if opt.baselines:
         for sd in data:
@@ -183,16 +211,17 @@ def _score_once(stores: Sequence[Any], opt: _Options, use_cache: bool,
     methods = [m for m in opt.methods if m in keys]
     if not methods:
         raise UsageError(f"no scorer could run: {skipped}")
-    pooled = {m: np.concatenate([sd.scores[keys[m]] for sd in data]) for m in methods}
+    pooled = {m: np.concatenate([sd.scores[keys[m]] for sd in data]) for m in keys}
     msp = np.concatenate([sd.scores["msp"] for sd in data]) if opt.baselines else None
-    refs = {m: np.array([data[i].ref[keys[m]][:2] for i in range(len(data))]) for m in methods}
+    refs = {m: np.array([data[i].ref[keys[m]][:2] for i in range(len(data))]) for m in keys}
     return _Scores(data, offsets, names, methods, skipped, pooled, msp, refs,
                    time.perf_counter() - t0)
 
 
 def _id_pools(data: Sequence[_StoreData], id_train_fraction: float | None,
               rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The id/test rows meta-train and meta-test sets draw from (shared or disjoint)."""
+    """The id/test rows meta-train and meta-test sets draw from: disjoint random parts
+    (`id_train_fraction` of the rows for meta-train) or, with None, all rows for both."""
     pools_tr, pools_te = [], []
     for sd in data:
         perm = rng.permutation(sd.n_id)
@@ -208,64 +237,96 @@ def _id_pools(data: Sequence[_StoreData], id_train_fraction: float | None,
 
 @dataclass
 class _SettingSets:
-    """Meta-train and meta-test sets of one repeat at one meta-set setting."""
+    """Meta-train and meta-test sets of one repeat at one meta-set setting, and the taus
+    tuned on the tau detector for it ({(target, variant label): tau})."""
 
     ci: int
-    kind: str
+    setting: _Setting
     tr: _Sets
     te: _Sets
     fd: tuple[np.ndarray, np.ndarray] | None
+    taus: dict[tuple[str, str], float | None] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return self.setting.kind
 
 
-def _draw_setting(opt: _Options, sc: _Scores, tally: _Tally, rep: int, ci: int, kind: str,
-                  c_ratio: float, c_size: int | None, split_names: tuple[list, list],
+def _draw_setting(opt: _Options, sc: _Scores, tally: _Tally, rep: int, ci: int,
+                  setting: _Setting, split_names: tuple[list, list],
                   pools: tuple[list, list]) -> _SettingSets:
     """Draw the meta-train / meta-test sets of one setting (and the Fréchet distances of the
     auto-evaluation baseline at the main setting)."""
     rng = np.random.default_rng([opt.seed, rep, 1, ci])
-    tr = _draw_sets(sc.data, split_names[0], pools[0], c_ratio, c_size, opt.sets_per_split,
-                    rng, sc.offsets)
-    te = _draw_sets(sc.data, split_names[1], pools[1], c_ratio, c_size, opt.sets_per_split,
-                    rng, sc.offsets)
+    draw = {"ratio": setting.ratio, "size": setting.size, "per_split": opt.sets_per_split,
+            "rng": rng, "offsets": sc.offsets, "heterogeneous": setting.heterogeneous}
+    tr = _draw_sets(sc.data, split_names[0], pools[0], **draw)
+    te = _draw_sets(sc.data, split_names[1], pools[1], **draw)
     check_disjoint(sorted(set(tr.split)), sorted(set(te.split)))
     tally.n_sets += tr.m + te.m
     tally.sizes_seen.setdefault(ci, []).append(
         (float(te.n_id.mean()), float((te.n - te.n_id).mean())))
     fd = None
-    if kind == "main" and opt.baselines:
+    if setting.kind == "main" and opt.baselines:
         try:
             fd = (_auto_eval_fd(sc.data, tr, sc.offsets), _auto_eval_fd(sc.data, te, sc.offsets))
         except UsageError as exc:
             tally.baseline_note = str(exc)
-    return _SettingSets(ci, kind, tr, te, fd)
+    ss = _SettingSets(ci, setting, tr, te, fd)
+    ss.taus = _shared_taus(opt, sc, ss)
+    return ss
+
+
+def _engine(opt: _Options, sc: _Scores, sets: _Sets, m: str) -> GscoreEngine:
+    refs = sc.refs[m]
+    return GscoreEngine(sets.values(sc.pooled[m]), sets.n, refs[sets.store, 0],
+                        refs[sets.store, 1], ude_kernel=opt.ude_kernel)
+
+
+def _shared_taus(opt: _Options, sc: _Scores, ss: _SettingSets) -> dict[tuple[str, str],
+                                                                        float | None]:
+    """tau of every searched variant and target, tuned on the tau detector's meta-train sets
+    (supplementary B: tuned with MSP, reused for the other detectors); {} per detector."""
+    specs = [s for s in (opt.specs if ss.kind == "main" else opt.rspecs) if s.tau == _AUTO]
+    if opt.tau_from is None or not specs:
+        return {}
+    eng = _engine(opt, sc, ss.tr, opt.tau_from)
+    truth = _truth(eng.x, ss.tr)
+    taus: dict[tuple[str, str], float | None] = {}
+    for target in opt.targets:
+        p = truth[:, _METRIC_COL[target]]
+        for spec in specs:
+            res = search_tau(lambda ts, s=spec: eng.gscores(s.modelling, s.distance, ts), p)
+            taus[(target, spec.label)] = res["tau"]
+    return taus
 
 
 def _evaluate_method(opt: _Options, sc: _Scores, tally: _Tally, ss: _SettingSets, m: str,
-                     fitted: dict[tuple, dict]) -> None:
+                     fitted: dict[tuple, dict], rep: int) -> None:
     """Every (target, model) of one detector on one setting's sets: fit on meta-train, test
     on meta-test; robustness settings also apply the main setting's fit (`rmse_shift`)."""
     tr, te = ss.tr, ss.te
-    x_tr, x_te = tr.values(sc.pooled[m]), te.values(sc.pooled[m])
     t1 = time.perf_counter()
-    truth_tr, truth_te = _truth(x_tr, tr), _truth(x_te, te)
+    eng_tr, eng_te = _engine(opt, sc, tr, m), _engine(opt, sc, te, m)
+    truth_tr, truth_te = _truth(eng_tr.x, tr), _truth(eng_te.x, te)
     tally.t_truth += time.perf_counter() - t1
     t1 = time.perf_counter()
-    refs = sc.refs[m]
-    eng_tr = GscoreEngine(x_tr, tr.n, refs[tr.store, 0], refs[tr.store, 1],
-                          ude_kernel=opt.ude_kernel)
-    eng_te = GscoreEngine(x_te, te.n, refs[te.store, 0], refs[te.store, 1],
-                          ude_kernel=opt.ude_kernel)
     for target in opt.targets:
         col = _METRIC_COL[target]
         p_tr, p_te = truth_tr[:, col], truth_te[:, col]
         for spec in (opt.specs if ss.kind == "main" else opt.rspecs):
-            row, fit = _eval_spec(eng_tr, eng_te, spec, p_tr, p_te, opt.clip)
+            key = (target, spec.label)
+            use = ModelSpec(spec.modelling, spec.distance, ss.taus[key]) if key in ss.taus \
+                else spec
+            row, fit = _eval_spec(eng_tr, eng_te, use, p_tr, p_te, opt.clip)
             if ss.kind == "main":
                 tally.main.setdefault((m, target, spec.label), []).append(row)
                 fitted[(m, target, spec.label)] = fit
+                if rep == 0:
+                    tally.points[(m, target, spec.label)] = {**fit["points"], "split": te.split}
                 if len(sc.data) > 1:
-                    _cross_rows(tally.cross, sc.data, tr, te, eng_tr, eng_te, spec, p_tr,
-                                p_te, m, target, opt.clip)
+                    _cross_rows(tally.cross, sc.data, tr, te, eng_tr, eng_te, use, p_tr,
+                                p_te, m, target, opt.clip, spec.label)
             else:
                 prev = fitted[(m, target, spec.label)]
                 g = eng_te.gscore(spec.modelling, spec.distance, prev["tau"])
@@ -273,8 +334,10 @@ def _evaluate_method(opt: _Options, sc: _Scores, tally: _Tally, ss: _SettingSets
                                           p_te)
                 tally.robust.setdefault((ss.ci, m, target, spec.label), []).append(row)
     tally.t_model += time.perf_counter() - t1
+    tally.add_gmm(m, eng_tr.gmm_status())
+    tally.add_gmm(m, eng_te.gmm_status())
     if ss.kind == "main" and opt.baselines:
-        _baseline_rows(opt, sc, tally, ss, m, x_te, truth_tr, truth_te)
+        _baseline_rows(opt, sc, tally, ss, m, eng_te.x, truth_tr, truth_te)
 
 
 def _baseline_rows(opt: _Options, sc: _Scores, tally: _Tally, ss: _SettingSets, m: str,
@@ -304,22 +367,58 @@ def _run_repeat(opt: _Options, sc: _Scores, tally: _Tally, rep: int,
     split_names = partition_splits(sc.names, opt.train_fraction, rng_part)
     pools = _id_pools(sc.data, opt.id_train_fraction, rng_part)
     fitted: dict[tuple, dict] = {}
-    for ci, (kind, c_ratio, c_size) in enumerate(opt.settings()):
-        ss = _draw_setting(opt, sc, tally, rep, ci, kind, c_ratio, c_size, split_names, pools)
+    for ci, setting in enumerate(opt.settings()):
+        ss = _draw_setting(opt, sc, tally, rep, ci, setting, split_names, pools)
         for m in sc.methods:
-            _evaluate_method(opt, sc, tally, ss, m, fitted)
+            _evaluate_method(opt, sc, tally, ss, m, fitted, rep)
             step()
 
 
-def _nest(rows: Mapping[tuple, dict], depth: int) -> dict:
-    """{(a, b, c): v} -> {a: {b: {c: v}}} for the first `depth` key parts."""
-    out: dict = {}
-    for key, val in rows.items():
-        d = out
-        for k in key[:depth - 1]:
-            d = d.setdefault(k, {})
-        d[key[depth - 1]] = val
-    return out
+def _setting_text(s: _Setting) -> str:
+    if s.heterogeneous:
+        return "heterogeneous (a random size and IND:OOD ratio per set, supplementary C)"
+    return f"IND:OOD {ratio_label(s.ratio)}, size {s.size or 'max'}"
+
+
+def _config(opt: _Options, sc: _Scores, tally: _Tally) -> dict[str, Any]:
+    """Everything that decided the numbers, with the sentences the human output prints."""
+    main_sizes = np.mean(tally.sizes_seen[0], axis=0)
+    idf = opt.id_train_fraction
+    id_text = ("disjoint: each repeat splits id/test at random, "
+               f"{idf:g} of the rows for meta-train sets, the rest for meta-test sets"
+               if idf is not None else
+               "shared: meta-train and meta-test sets draw ID rows from the same id/test rows "
+               "(optimistic: a small id/test pool leaks between them)")
+    tau_text = (f"tuned on {opt.tau_from}'s meta-train sets (per repeat, setting, target and "
+                "variant; coarse-to-fine grid, supplementary B) and reused for every detector"
+                if opt.tau_from else "searched on each detector's own meta-train sets")
+    n_text = (f"{opt.sets_per_split} seeded subsample{'s' if opt.sets_per_split > 1 else ''} "
+              "per (store, OOD split)" + (" (one meta-set per OOD dataset)"
+                                          if opt.sets_per_split == 1 else ""))
+    return {
+        "methods": sc.methods, "models": [s.label for s in opt.specs], "targets": opt.targets,
+        "ratio": ratio_label(opt.main.ratio), "size": opt.main.size,
+        "heterogeneous": opt.main.heterogeneous, "sets_per_split": opt.sets_per_split,
+        "repeats": opt.repeats, "seed": opt.seed, "train_fraction": opt.train_fraction,
+        "id_pools": "shared" if idf is None else "disjoint", "id_train_fraction": idf,
+        "tau_from": opt.tau_from or "each detector", "ude_kernel": opt.ude_kernel,
+        "clip": opt.clip, "params": opt.params, "splits_include": opt.include,
+        "splits_exclude": opt.exclude, "n_splits": len(sc.names),
+        "mean_n_id": float(main_sizes[0]), "mean_n_ood": float(main_sizes[1]),
+        "describe": {
+            "ood_splits": f"{len(sc.names)} OOD test splits"
+                          + (f" (--splits {', '.join(opt.include)})" if opt.include else "")
+                          + (f" (--exclude {', '.join(opt.exclude)})" if opt.exclude else "")
+                          + f"; each repeat puts {opt.train_fraction:g} of them in meta-train, "
+                            "the rest in meta-test (never both)",
+            "id_pools": id_text,
+            "meta_sets": f"{_setting_text(opt.main)}; {n_text}; mean {main_sizes[0]:.0f} ID + "
+                         f"{main_sizes[1]:.0f} OOD rows per meta-test set",
+            "tau": tau_text,
+            "repeats": f"{opt.repeats} repeats (seed {opt.seed}); predictions "
+                       + ("clipped to [0, 100]" if opt.clip else "not clipped"),
+        },
+    }
 
 
 def _assemble(opt: _Options, sc: _Scores, tally: _Tally,
@@ -327,32 +426,28 @@ def _assemble(opt: _Options, sc: _Scores, tally: _Tally,
     """The JSON-ready result of an evaluation."""
     robustness = []
     summary_r = _summarise(tally.robust)
-    for ci, (kind, c_ratio, c_size) in enumerate(opt.configs, start=1):
+    for ci, s in enumerate(opt.configs, start=1):
         means = np.mean(tally.sizes_seen[ci], axis=0)
         robustness.append({
-            "kind": kind, "ratio": ratio_label(c_ratio), "size": c_size,
+            "kind": s.kind, "ratio": "random" if s.heterogeneous else ratio_label(s.ratio),
+            "size": "random" if s.heterogeneous else s.size,
             "mean_n_id": float(means[0]), "mean_n_ood": float(means[1]),
             "results": _nest({k[1:]: v for k, v in summary_r.items() if k[0] == ci}, 3),
         })
-    main_sizes = np.mean(tally.sizes_seen[0], axis=0)
     result = {
         "stores": [{"path": sd.path, "model_sha256": sd.sha, "ood_splits": len(sd.ood),
                     "id_test_rows": sd.n_id} for sd in sc.data],
-        "config": {"methods": sc.methods, "models": [s.label for s in opt.specs],
-                   "targets": opt.targets, "ratio": ratio_label(opt.ratio), "size": opt.size,
-                   "sets_per_split": opt.sets_per_split, "repeats": opt.repeats,
-                   "seed": opt.seed, "train_fraction": opt.train_fraction,
-                   "id_train_fraction": opt.id_train_fraction, "ude_kernel": opt.ude_kernel,
-                   "clip": opt.clip, "params": opt.params,
-                   "mean_n_id": float(main_sizes[0]), "mean_n_ood": float(main_sizes[1])},
+        "config": _config(opt, sc, tally),
         "splits": sc.names,
         "models": {s.label: s.title for s in opt.specs},
         "table": _nest(_summarise(tally.main), 3),
+        "points": _nest(tally.points, 3),
         "baselines": _nest(_summarise(tally.base), 3),
         "baseline_note": tally.baseline_note,
         "robustness": robustness,
         "cross_store": _nest(_summarise(tally.cross), 5) if tally.cross else {},
         "skipped": sc.skipped,
+        "gmm_fits": tally.gmm,
         "meta_sets": tally.n_sets,
         "set_evaluations": tally.n_sets * len(sc.methods),
         "seconds": seconds,
@@ -369,14 +464,19 @@ def evaluate_gscore(
     params: Mapping[str, Mapping[str, Any]] | None = None,
     ratio: Any = 1.0,
     size: int | None = None,
-    sets_per_split: int = 10,
+    heterogeneous: bool = False,
+    sets_per_split: int = SETS_PER_SPLIT,
     repeats: int = 5,
     seed: int = 0,
     train_fraction: float = 0.75,
-    id_train_fraction: float | None = None,
+    id_train_fraction: float | None = ID_TRAIN_FRACTION,
+    tau_from: str | None = TAU_FROM,
+    splits: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
     baselines: bool = True,
     ratios: Sequence[Any] = (),
     sizes: Sequence[int] = (),
+    robust_heterogeneous: bool = False,
     robust_models: Sequence[str | ModelSpec] | None = None,
     ude_kernel: str = "gauss",
     clip: bool = True,
@@ -386,17 +486,23 @@ def evaluate_gscore(
     step_progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """The paper's protocol (package docstring): Table-1/6 RMSE of every (detector, model,
-    target), correlations, the baselines, a robustness table over `ratios` and `sizes`, and
-    (with several stores) the cross-store table. Returns a JSON-ready dict.
+    target), correlations, the baselines, a robustness table over `ratios`, `sizes` and
+    (`robust_heterogeneous`) heterogeneous sets, and (with several stores) the cross-store
+    table. Returns a JSON-ready dict whose `config` echoes every choice.
 
+    `id_train_fraction`: share of id/test rows for meta-train sets, the rest for meta-test
+    (None: one shared pool). `tau_from`: the detector tau is tuned on (None: per detector).
+    `splits` / `exclude`: shell patterns selecting the OOD splits.
     `progress(message)` is told each phase; `step_progress(done, total)` is called after
     each (repeat, meta-set setting, detector) step of the protocol."""
     t_start = time.perf_counter()
     opt = _validate(stores, methods, models, targets, robust_models, params=params,
-                    ratio=ratio, size=size, sets_per_split=sets_per_split, repeats=repeats,
-                    seed=seed, train_fraction=train_fraction,
-                    id_train_fraction=id_train_fraction, baselines=baselines, ratios=ratios,
-                    sizes=sizes, ude_kernel=ude_kernel, clip=clip)
+                    ratio=ratio, size=size, heterogeneous=heterogeneous,
+                    sets_per_split=sets_per_split, repeats=repeats, seed=seed,
+                    train_fraction=train_fraction, id_train_fraction=id_train_fraction,
+                    tau_from=tau_from, splits=splits, exclude=exclude, baselines=baselines,
+                    ratios=ratios, sizes=sizes, robust_heterogeneous=robust_heterogeneous,
+                    ude_kernel=ude_kernel, clip=clip)
     _check_models(stores, allow_other_model)
     say = progress or (lambda _m: None)
     sc = _score_once(stores, opt, use_cache, say)
@@ -419,23 +525,3 @@ def evaluate_gscore(
                "modelling_and_regression": tally.t_model, "true_metrics": tally.t_truth,
                "total": time.perf_counter() - t_start}
     return _assemble(opt, sc, tally, seconds)
-
-
-def _cross_rows(cross: dict, data: Sequence[_StoreData], tr: _Sets, te: _Sets,
-                eng_tr: GscoreEngine, eng_te: GscoreEngine, spec: ModelSpec, p_tr: np.ndarray,
-                p_te: np.ndarray, method: str, target: str, clip: bool) -> None:
-    """Model fitted on store a's meta-train sets, tested on store b's meta-test sets."""
-    for a in data:
-        rows_a = np.flatnonzero(tr.store == a.index)
-        if rows_a.size < 2:
-            continue
-        fit = _fit_spec(eng_tr, spec, p_tr[rows_a], rows_a)
-        g_te = eng_te.gscore(spec.modelling, spec.distance, fit["tau"])
-        for b in data:
-            rows_b = np.flatnonzero(te.store == b.index)
-            if rows_b.size == 0:
-                continue
-            pred = _predict(fit["theta1"], fit["theta0"], g_te[rows_b], clip)
-            pr, sp = _corr(g_te[rows_b], p_te[rows_b])
-            cross.setdefault((method, target, spec.label, a.path, b.path), []).append(
-                {"rmse": _rmse(pred, p_te[rows_b]), "pearson": pr, "spearman": sp})

@@ -10,7 +10,10 @@ from featstore.errors import UsageError
 
 from ..metrics import OOD_METRIC_NAMES
 
-TARGETS: tuple[str, ...] = ("auroc", "fpr95", "aupr_in", "aupr_out", "detection_error")
+#: FPR at a TPR other than 95% (the paper's Table 4 F@T80 / F@T60): target -> TPR percent.
+FPR_AT_TPR: dict[str, int] = {"fpr@tpr80": 80, "fpr@tpr60": 60}
+TARGETS: tuple[str, ...] = ("auroc", "fpr95", "fpr@tpr80", "fpr@tpr60", "aupr_in", "aupr_out",
+                            "detection_error")
 MODELLINGS: tuple[str, ...] = ("kmeans", "gmm", "ude")
 DISTANCES: tuple[str, ...] = ("l2", "kl", "kl_rev", "wasserstein", "w2")
 #: The paper's Table 6 rows.
@@ -18,8 +21,8 @@ DEFAULT_MODELS: tuple[str, ...] = ("kmeans-l2", "gmm-kl", "gmm-wasserstein", "ud
                                    "ude-wasserstein")
 UDE_KERNELS = ("gauss", "paper")
 SIGMA_FLOOR_REL = 1e-3
-GMM_MAX_ITER = 2000
-GMM_TOL = 1e-5
+GMM_MAX_ITER = 10000
+GMM_TOL = 1e-10
 CONFIDENCE_THRESHOLD = 0.9
 TAU_COARSE: tuple[float, ...] = tuple(round(0.1 * i, 2) for i in range(11))
 TAU_STEP = 0.01
@@ -27,7 +30,14 @@ TAU_HALFWIDTH = 0.1
 FORMAT = "featstore-gscore"
 FORMAT_VERSION = 1
 ID_TEST, ID_VAL, ID_TRAIN = "id/test", "id/val", "id/train"
-_METRIC_COL = {name: i for i, name in enumerate(OOD_METRIC_NAMES)}
+#: Columns of the true-metric matrix of meta-sets (`metasets._truth`).
+TRUTH_COLUMNS: tuple[str, ...] = (*OOD_METRIC_NAMES, *FPR_AT_TPR)
+_METRIC_COL = {name: i for i, name in enumerate(TRUTH_COLUMNS)}
+#: Protocol defaults (package docstring, "Meta-sets and the evaluation protocol").
+ID_TRAIN_FRACTION = 0.5
+SETS_PER_SPLIT = 10
+TAU_FROM = "msp"
+HETERO_MIN = 100
 _AUTO = "auto"
 
 

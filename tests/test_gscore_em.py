@@ -1,0 +1,152 @@
+"""The GMM EM of Gscore (scorers/gscore/em.py) is a correct, monotone maximum-likelihood fit.
+
+References: scikit-learn's GaussianMixture started from the same initialisation (the exact
+2-means partition of the standardised set) and run to convergence; scipy.stats.norm for
+hand-evaluated log-likelihoods. The corpus is real score distributions: every OOD split of
+the demo store (scored live by every scorer the store supports) and of the mini-Gbench store
+(tests/data/gscore_em_corpus.npz, written by `python -m benchmarks.bench_gscore --em-corpus`
+from the real extracted mini-Gbench), each alone and with the id/test rows mixed in."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from featstore import Store
+from scorers import REGISTRY, get_scorer
+from scorers.evaluate import score_splits
+from scorers.gscore.em import GMM_COLUMNS, gmm_params
+from scorers.gscore.kmeans import _best_cut
+from scorers.gscore.parts import pack
+from scorers.gscore.spec import SIGMA_FLOOR_REL
+
+CORPUS = __import__("pathlib").Path(__file__).parent / "data" / "gscore_em_corpus.npz"
+COL = {name: i for i, name in enumerate(GMM_COLUMNS)}
+
+
+def _start(z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The initialisation featstore uses: the exact 2-means partition of the sorted z."""
+    zs = np.sort(z)
+    k = _best_cut(zs, zs.size) or zs.size // 2
+    vf = SIGMA_FLOOR_REL ** 2
+    w = np.array([k / zs.size, 1 - k / zs.size])
+    mu = np.array([zs[:k].mean(), zs[k:].mean()])
+    var = np.array([max(zs[:k].var(), vf), max(zs[k:].var(), vf)])
+    return w, mu, var
+
+
+def sklearn_loglik(x: np.ndarray) -> float:
+    """Mean log-likelihood per sample (units of x) of sklearn's GaussianMixture from featstore's
+    initialisation, on the standardised set, reg_covar = featstore's variance floor."""
+    from sklearn.mixture import GaussianMixture
+
+    mean, sd = x.mean(), x.std()
+    z = ((x - mean) / sd)[:, None]
+    w, mu, var = _start(z[:, 0])
+    gm = GaussianMixture(2, weights_init=w, means_init=mu[:, None],
+                         precisions_init=(1.0 / var).reshape(2, 1, 1), tol=1e-11,
+                         max_iter=20000, reg_covar=SIGMA_FLOOR_REL ** 2).fit(z)
+    return float(gm.score(z) - np.log(sd))
+
+
+def mixture_loglik(x: np.ndarray, w: float, m0: float, s0: float, m1: float, s1: float
+                   ) -> float:
+    return float(np.mean(np.logaddexp(np.log(w) + stats.norm.logpdf(x, m0, s0),
+                                      np.log(1 - w) + stats.norm.logpdf(x, m1, s1))))
+
+
+def check_fits(sets: list[np.ndarray], names: list[str]) -> None:
+    """featstore's loglik >= sklearn's - 1e-6 on every set, converged, no degenerate component
+    unless the set has tied values at that component's mean."""
+    x, n = pack(sets)
+    fits = gmm_params(x, n)
+    for s, name, f in zip(sets, names, fits, strict=True):
+        assert f[COL["converged"]] == 1, name
+        assert f[COL["collapsed"]] == 0 or np.unique(s).size < 2, name
+        w, m0, s0, m1, s1 = f[0], f[1], f[2], f[4], f[5]
+        ours = mixture_loglik(s, w, m0, s0, m1, s1)  # scipy, independent of the kernel
+        assert ours == pytest.approx(f[COL["loglik"]], abs=1e-9), name
+        ref = sklearn_loglik(s)
+        assert ours >= ref - 1e-6, (name, ours, ref)
+        floor = SIGMA_FLOOR_REL * s.std()
+        for mu_c, sd_c in ((m0, s0), (m1, s1)):
+            if sd_c <= floor * (1 + 1e-9):  # degenerate: must sit on tied values
+                vals, counts = np.unique(s, return_counts=True)
+                near = np.abs(vals - mu_c) <= 10 * floor
+                assert counts[near].sum() >= 2, (name, mu_c, sd_c)
+
+
+def _mixture(seed: int, n0: int, n1: int, mu1: float, sd1: float) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.concatenate([rng.normal(0.0, 1.0, n0), rng.normal(mu1, sd1, n1)])
+
+
+def test_planted_bad_squarem_step_is_rejected():
+    """A bad extrapolation planted in place of the first SQUAREM point (both components on
+    top of each other, far from the data) would send EM to the symmetric saddle (two equal
+    components, G = 0); the safeguard rejects it and the fit reaches sklearn's optimum."""
+    x = _mixture(0, 300, 200, 2.5, 0.6)
+    planted = np.array([0.5, 10.0, 10.0, 0.01, 0.01])  # standardised [w0, m0, m1, v0, v1]
+    # the planted point's log-likelihood (scipy) is far below the first EM iterate's
+    z = (x - x.mean()) / x.std()
+    w, mu, var = _start(z)
+    assert (mixture_loglik(z, 0.5, 10.0, 0.1, 10.0, 0.1)
+            < mixture_loglik(z, w[0], mu[0], np.sqrt(var[0]), mu[1], np.sqrt(var[1])))
+    fit = gmm_params(x[None], np.array([x.size]), planted=planted)[0]
+    assert fit[COL["rejected"]] >= 1
+    assert fit[COL["converged"]] == 1 and fit[COL["collapsed"]] == 0
+    assert fit[COL["mu_hi"]] - fit[COL["mu_lo"]] > 1.5  # two separate components
+    assert fit[COL["loglik"]] >= sklearn_loglik(x) - 1e-6
+    plain = gmm_params(x[None], np.array([x.size]), accelerate=False)[0]
+    np.testing.assert_allclose(fit[:6], plain[:6], atol=1e-4)
+    # what the unguarded step does: EM from the planted point is the symmetric saddle
+    from scorers.gscore.em import _em_step
+
+    out = np.empty(5)
+    _em_step(z, z.sum(), (z * z).sum(), planted, SIGMA_FLOOR_REL ** 2, out)
+    assert out[1] == pytest.approx(out[2])  # both means equal: no separation
+
+
+def test_non_convergence_is_reported():
+    x = _mixture(1, 300, 200, 1.0, 1.5)  # heavily overlapping: EM needs many steps
+    fit = gmm_params(x[None], np.array([x.size]), max_iter=4, accelerate=False)[0]
+    assert fit[COL["converged"]] == 0 and fit[COL["steps"]] == 4
+    full = gmm_params(x[None], np.array([x.size]))[0]
+    assert full[COL["converged"]] == 1 and full[COL["loglik"]] >= fit[COL["loglik"]]
+
+
+def _supported(store: Store) -> list[str]:
+    return [n for n in sorted(REGISTRY)
+            if not any(need.startswith("extra:") for need in get_scorer(n).needs)]
+
+
+def test_em_corpus_demo_store(demo_dir):
+    """Every OOD split of the demo store x every scorer the store supports, alone and with
+    the id/test rows mixed in."""
+    st = Store.open(demo_dir / "store")
+    oods = st.splits(role="ood")
+    sets, names = [], []
+    for method in _supported(st):
+        params = {"nnguide": {"alpha": 1.0}}.get(method, {})
+        scores, _, _ = score_splits(st, method, params, ["id/test", *oods])
+        for split in oods:
+            sets += [scores[split], np.concatenate([scores["id/test"], scores[split]])]
+            names += [f"{method} {split}", f"{method} id/test+{split}"]
+    assert len(sets) >= 2 * 20 * len(oods)
+    check_fits(sets, names)
+
+
+def test_em_corpus_mini_gbench():
+    """Every OOD split of the mini-Gbench x every scorer it supports (scores saved from the
+    real store), alone and with the id/test rows mixed in."""
+    data = np.load(CORPUS)
+    sets, names = [], []
+    for key in data.files:
+        method, _, split = key.partition("|")
+        if split == "id/test":
+            continue
+        sets += [data[key], np.concatenate([data[f"{method}|id/test"], data[key]])]
+        names += [key, f"{method}|id/test+{split}"]
+    assert len(sets) >= 2 * 40
+    check_fits(sets, names)
