@@ -242,6 +242,25 @@ def cross_section(stores: dict[str, Any], repeats: int, sets_per_split: int) -> 
            ["---", "---"] + ["---:"] * len(METHODS))
 
 
+def write_em_corpus(store: Any, path: Path) -> None:
+    """The EM test corpus (tests/test_gscore_em.py): every scorer the store supports (no
+    extras needed) on id/test and every OOD test split, saved as `<scorer>|<split>` arrays."""
+    from scorers import REGISTRY, get_scorer
+    from scorers.evaluate import score_splits
+
+    arrays = {}
+    oods = store.splits(role="ood", usage="test")
+    for name in sorted(REGISTRY):
+        if any(n.startswith("extra:") for n in get_scorer(name).needs):
+            continue
+        params = {"nnguide": {"alpha": 1.0}}.get(name, {})
+        scores, _, _ = score_splits(store, name, params, ["id/test", *oods])
+        arrays.update({f"{name}|{s}": v.astype(np.float64) for s, v in scores.items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **arrays)
+    _log(f"wrote {path}: {len(arrays)} arrays")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "out" / "gbench")
@@ -250,7 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--sets-per-split", type=int, default=10)
     ap.add_argument("--skip-cross", action="store_true")
+    ap.add_argument("--em-corpus", type=Path, default=None,
+                    help="only write the EM test corpus (scores of every scorer on the "
+                         "mini-Gbench) to this .npz, e.g. tests/data/gscore_em_corpus.npz")
     args = ap.parse_args(argv)
+    if args.em_corpus is not None:
+        from featstore import Store
+
+        write_em_corpus(Store.open(args.out / "store"), args.em_corpus)
+        return 0
     from benchmarks.bench_metrics import cpu_model, mem_total_gib
     from scorers.gscore import evaluate_gscore
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from featstore import Store
@@ -28,7 +29,8 @@ from .console import (
     step_progress,
 )
 
-_TARGET_TITLE = {"auroc": "AUROC", "fpr95": "FPR@TPR95", "aupr_in": "AUPR-In",
+_TARGET_TITLE = {"auroc": "AUROC", "fpr95": "FPR@TPR95", "fpr@tpr80": "FPR@TPR80",
+                 "fpr@tpr60": "FPR@TPR60", "aupr_in": "AUPR-In",
                  "aupr_out": "AUPR-Out", "detection_error": "Detection error"}
 
 
@@ -47,6 +49,18 @@ def _size(text: str | None) -> int | None:
     if value < 2:
         raise UsageError(f"--size {value}: a meta-set needs at least 2 samples")
     return value
+
+
+def _id_fraction(pools: str, fraction: float) -> float | None:
+    if pools not in ("disjoint", "shared"):
+        raise UsageError(f"--id-pools {pools!r}: expected disjoint or shared")
+    if pools == "disjoint" and not 0.0 < fraction < 1.0:
+        raise UsageError(f"--id-train-fraction {fraction}: must lie in (0, 1)")
+    return fraction if pools == "disjoint" else None
+
+
+def _tau_from(text: str) -> str | None:
+    return None if text.strip().lower() in ("each", "none", "") else text.strip()
 
 
 def _open_all(paths: list[Path]) -> list[Store]:
@@ -68,17 +82,23 @@ def _num(cell: dict | None, fmt: str = "+.3f") -> str:
     return format(cell["mean"], fmt)
 
 
+def _print_config(res: dict) -> None:
+    """The first lines: everything that decided the numbers (JSON `config.describe`)."""
+    cfg = res["config"]
+    d = cfg.get("describe") or {}
+    out.print(f"[bold]gscore evaluate[/]  detectors {', '.join(cfg['methods'])}; targets "
+              f"{', '.join(cfg['targets'])}", highlight=False)
+    for key, label in (("ood_splits", "OOD splits"), ("id_pools", "ID pools"),
+                       ("meta_sets", "meta-sets"), ("tau", "tau"), ("repeats", "repeats")):
+        if key in d:
+            out.print(f"  {label}: {escape(d[key])}", highlight=False)
+
+
 def print_gscore_evaluation(res: dict) -> None:
     """Table-1/6-style RMSE tables, correlations, robustness and cross-store tables."""
     cfg = res["config"]
     methods, targets = cfg["methods"], cfg["targets"]
-    out.print(f"[bold]gscore evaluate[/]  {len(res['splits'])} OOD splits; meta-sets IND:OOD "
-              f"{cfg['ratio']}, size {cfg['size'] or 'max'} (mean {cfg['mean_n_id']:.0f} ID + "
-              f"{cfg['mean_n_ood']:.0f} OOD), {cfg['sets_per_split']} per split, "
-              f"{cfg['repeats']} repeats, meta-train fraction {cfg['train_fraction']}, ID rows "
-              + ("shared by meta-train and meta-test" if cfg["id_train_fraction"] is None else
-                 f"split {cfg['id_train_fraction']}:{1 - cfg['id_train_fraction']:g}"),
-              highlight=False)
+    _print_config(res)
     for target in targets:
         title = _TARGET_TITLE[target]
         table = Table(title=f"RMSE (%) of predicted {title} on meta-test sets, mean±std over "
@@ -110,8 +130,8 @@ def print_gscore_evaluation(res: dict) -> None:
                 text.append(s)
             table.add_row(label, *text)
         out.print(table)
-        corr = Table(title=f"Correlation of Gscore with {title}: Pearson r / Spearman rho on "
-                           "meta-test sets [meta-train r], mean over repeats",
+        corr = Table(title=escape(f"Correlation of Gscore with {title}: Pearson r / Spearman "
+                                  "rho on meta-test sets [meta-train r], mean over repeats"),
                      header_style="bold", show_edge=False)
         corr.add_column("Gscore")
         for m in methods:
@@ -120,8 +140,8 @@ def print_gscore_evaluation(res: dict) -> None:
             cells = []
             for m in methods:
                 r = res["table"].get(m, {}).get(target, {}).get(label, {})
-                cells.append(f"{_num(r.get('pearson'))} / {_num(r.get('spearman'))} "
-                             f"[{_num(r.get('pearson_train'))}]")
+                cells.append(escape(f"{_num(r.get('pearson'))} / {_num(r.get('spearman'))} "
+                                    f"[{_num(r.get('pearson_train'))}]"))
             corr.add_row(name, *cells)
         out.print(corr)
     for target in targets:
@@ -199,6 +219,8 @@ def _print_fit(model_: Any, method: str, target: str, out_: Path) -> None:
 
     mt = model_.meta_train
     tau_text = "–" if model_.tau is None else f"{model_.tau:.2f}"
+    if mt.get("tau_from"):
+        tau_text += f" (tuned on {mt['tau_from']}'s meta-train sets)"
     title = parse_model(f"{model_.modelling}-{model_.distance}").title
     out.print(f"[bold]{title}[/] for {method} -> {target}: tau {tau_text}, "
               f"{target} = {model_.theta1:.6g} * G + {model_.theta0:.6g}", highlight=False)
@@ -206,6 +228,10 @@ def _print_fit(model_: Any, method: str, target: str, out_: Path) -> None:
               f"(mean {mt['mean_n_id']:.0f} ID + {mt['mean_n_ood']:.0f} OOD); train RMSE "
               f"{mt['train_rmse']:.2f}, Pearson {mt['pearson']:+.3f}, Spearman "
               f"{mt['spearman']:+.3f}", highlight=False)
+    fits = mt.get("gmm_fits") or {}
+    if fits.get("not_converged") or fits.get("collapsed"):
+        err.print(f"warning: {fits['not_converged']} of {fits['sets']} GMM fits did not "
+                  f"converge, {fits['collapsed']} collapsed", highlight=False)
     out.print(f"wrote {out_}", highlight=False)
 
 
@@ -238,8 +264,9 @@ def register(app: typer.Typer) -> None:
     def fit(
         stores: Annotated[list[Path], typer.Argument(help="Store directories (meta-train).")],
         method: Annotated[str, typer.Option(help="Scorer (detector).")] = "msp",
-        target: Annotated[str, typer.Option(help="auroc | fpr95 | aupr_in | aupr_out | "
-                                                 "detection_error")] = "fpr95",
+        target: Annotated[str, typer.Option(help="fpr95 | auroc | fpr@tpr80 | fpr@tpr60 | "
+                                                 "aupr_in | aupr_out | detection_error")
+                          ] = "fpr95",
         model: Annotated[str, typer.Option(help="<kmeans|gmm|ude>-<l2|kl|kl_rev|wasserstein|"
                                                 "w2>[@tau]")] = "ude-wasserstein",
         out_: Annotated[Path, typer.Option("--out", help="Model JSON to write.")] = Path(
@@ -252,8 +279,18 @@ def register(app: typer.Typer) -> None:
         ratio: Annotated[str, typer.Option(help="IND:OOD ratio of meta-sets.")] = "1:1",
         size: Annotated[str | None, typer.Option(help="Meta-set size (default: the largest "
                                                       "the pools allow).")] = None,
-        sets_per_split: Annotated[int, typer.Option(help="Meta-sets per OOD split.")] = 10,
+        sets_per_split: Annotated[int, typer.Option(
+            help="Seeded subsamples per OOD split (1 = one meta-set per OOD dataset).")] = 10,
         seed: Annotated[int, typer.Option(help="Subsampling seed.")] = 0,
+        tau_from: Annotated[str, typer.Option(
+            help="Detector whose meta-train sets tune a searched tau (the paper: msp) | each "
+                 "(this detector's own).")] = "msp",
+        heterogeneous: Annotated[bool, typer.Option(
+            help="Meta-sets with a random size and IND:OOD ratio each.")] = False,
+        splits: Annotated[list[str] | None, typer.Option(
+            "--splits", help="Use only these OOD splits (shell patterns).")] = None,
+        exclude: Annotated[list[str] | None, typer.Option(
+            help="Leave out these OOD splits (shell patterns).")] = None,
         kernel: Annotated[str, typer.Option(help="UDE similarity: gauss (2 sigma^2) | paper "
                                                  "(2 sigma, as printed)")] = "gauss",
         allow_other_model: Annotated[bool, typer.Option(
@@ -280,6 +317,8 @@ def register(app: typer.Typer) -> None:
             model_ = fit_gscore(sts, method, target, model, params=params,
                                 tau="default" if tau is None else tau, ratio=ratio,
                                 size=_size(size), sets_per_split=sets_per_split, seed=seed,
+                                tau_from=_tau_from(tau_from), heterogeneous=heterogeneous,
+                                splits=_items(splits) or None, exclude=_items(exclude) or None,
                                 ude_kernel=kernel, allow_other_model=allow_other_model,
                                 use_cache=not no_cache)
         model_.save(out_)
@@ -334,7 +373,9 @@ def register(app: typer.Typer) -> None:
                                         "kmeans-l2, gmm-kl, gmm-wasserstein, ude-kl, "
                                         "ude-wasserstein.")] = None,
         targets: Annotated[list[str] | None, typer.Option(
-            "--targets", "--target", help="Metrics to predict; default fpr95,auroc.")] = None,
+            "--targets", "--target", help="Metrics to predict: fpr95, auroc, fpr@tpr80, "
+                                          "fpr@tpr60, aupr_in, aupr_out, detection_error; "
+                                          "default fpr95,auroc.")] = None,
         ratio: Annotated[str, typer.Option(help="IND:OOD ratio of the main meta-sets.")] = "1:1",
         size: Annotated[str | None, typer.Option(help="Main meta-set size (default: max).")
                         ] = None,
@@ -345,13 +386,32 @@ def register(app: typer.Typer) -> None:
         robust_models: Annotated[list[str] | None, typer.Option(
             help="Variants in the robustness table (default: all).")] = None,
         repeats: Annotated[int, typer.Option(help="Random meta-train/test partitions.")] = 5,
-        sets_per_split: Annotated[int, typer.Option(help="Meta-sets per OOD split.")] = 10,
+        sets_per_split: Annotated[int, typer.Option(
+            help="Seeded subsamples (meta-sets) per OOD split; 1 = one meta-set per OOD "
+                 "dataset, as in the paper.")] = 10,
         train_fraction: Annotated[float, typer.Option(help="Share of OOD splits used for "
                                                            "meta-train.")] = 0.75,
         seed: Annotated[int, typer.Option(help="Seed.")] = 0,
-        id_train_fraction: Annotated[float | None, typer.Option(
-            help="Split the id/test rows: this share for meta-train sets, the rest for "
-                 "meta-test sets (default: both use all id/test rows).")] = None,
+        id_pools: Annotated[str, typer.Option(
+            help="disjoint (default, the paper: meta-train and meta-test sets draw ID rows "
+                 "from disjoint random parts of id/test) | shared (both use all id/test "
+                 "rows; optimistic)")] = "disjoint",
+        id_train_fraction: Annotated[float, typer.Option(
+            help="With disjoint pools: the share of id/test rows for meta-train sets.")] = 0.5,
+        tau_from: Annotated[str, typer.Option(
+            help="Detector whose meta-train sets tune tau, reused for every detector (the "
+                 "paper: msp) | each (search tau per detector).")] = "msp",
+        heterogeneous: Annotated[bool, typer.Option(
+            help="Main meta-sets with a random size and IND:OOD ratio each (supplementary "
+                 "C) instead of --ratio/--size.")] = False,
+        robust_heterogeneous: Annotated[bool, typer.Option(
+            help="Add a heterogeneous-sets row to the robustness table.")] = False,
+        splits: Annotated[list[str] | None, typer.Option(
+            "--splits", help="Use only these OOD splits (shell patterns, comma-separated or "
+                             "repeated, e.g. 'ood/photo/*').")] = None,
+        exclude: Annotated[list[str] | None, typer.Option(
+            help="Leave out these OOD splits (shell patterns), e.g. class-overlapping sets "
+                 "(the paper's Appendix F).")] = None,
         param: Annotated[list[str] | None, typer.Option(
             help="method.k=v scorer parameter, e.g. odin.temperature=1000.")] = None,
         no_baselines: Annotated[bool, typer.Option(help="Skip the confidence and "
@@ -380,8 +440,11 @@ def register(app: typer.Typer) -> None:
                 sts, method_list, _items(models) or list(DEFAULT_MODELS),
                 _items(targets) or ["fpr95", "auroc"], params=params, ratio=ratio,
                 size=_size(size), sets_per_split=sets_per_split, repeats=repeats, seed=seed,
-                train_fraction=train_fraction, id_train_fraction=id_train_fraction,
-                baselines=not no_baselines,
+                train_fraction=train_fraction,
+                id_train_fraction=_id_fraction(id_pools, id_train_fraction),
+                tau_from=_tau_from(tau_from), heterogeneous=heterogeneous,
+                robust_heterogeneous=robust_heterogeneous, splits=_items(splits) or None,
+                exclude=_items(exclude) or None, baselines=not no_baselines,
                 ratios=_items(ratios), sizes=[_size(s) for s in _items(sizes)],
                 robust_models=_items(robust_models) or None, ude_kernel=kernel,
                 use_cache=not no_cache,

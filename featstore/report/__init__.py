@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from .collect import ReportData, collect
-from .render import figures, leaderboard_tables, render_html, render_markdown
+from .render import figures, gscore_tables, leaderboard_tables, render_html, render_markdown
 
 
 def write_report(source: str | Path, out: str | Path, *, methods: list[str] | None = None,
@@ -16,7 +16,7 @@ def write_report(source: str | Path, out: str | Path, *, methods: list[str] | No
     out = Path(out)
     data = collect(Path(source), methods, tune, include)
     figs = figures(data)
-    tables = leaderboard_tables(data)
+    tables = leaderboard_tables(data) + gscore_tables(data)
     md_path = out.with_suffix(".md")
     image_dir = out.with_name(out.stem + "_files")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
 from . import plots
 from .collect import ReportData
 
@@ -144,6 +145,8 @@ def extra_figures(data: ReportData) -> list[Figure]:
                                   plots.heatmap_figure(f"{r['method']}: {metric}", grid,
                                                        "covariate level", "semantic level"),
                                   f"shift_{k}_{r['method']}"))
+        elif is_gscore_evaluation(extra):
+            out += gscore_scatter_figures(extra, k)
         elif isinstance(extra, dict) and extra.get("format") and "regression" in extra:
             meta = extra.get("meta_train", {})
             points = meta.get("points")
@@ -159,6 +162,100 @@ def extra_figures(data: ReportData) -> list[Figure]:
                                                    "Gscore", extra["target"],
                                                    (reg["theta1"], reg["theta0"])),
                               f"gscore_{k}"))
+        else:
+            raise InputError(f"report --include #{k + 1}: not a result featstore can render "
+                             "(expected `gscore evaluate --json`, `gscore fit` or `protocol "
+                             "shift-grid --json` output)")
+    return out
+
+
+_TARGET_TITLE = {"auroc": "AUROC", "fpr95": "FPR@TPR95", "fpr@tpr80": "FPR@TPR80",
+                 "fpr@tpr60": "FPR@TPR60", "aupr_in": "AUPR-In", "aupr_out": "AUPR-Out",
+                 "detection_error": "Detection error"}
+
+
+def is_gscore_evaluation(extra: Any) -> bool:
+    """`featstore gscore evaluate --json` output."""
+    return (isinstance(extra, dict) and "table" in extra and "models" in extra
+            and isinstance(extra.get("config"), dict) and "methods" in extra["config"])
+
+
+def _pm(cell: dict | None) -> str:
+    if not cell or cell.get("mean") is None:
+        return "–"
+    return f"{cell['mean']:.2f} ± {cell['std']:.2f}"
+
+
+def _r(cell: dict | None) -> str:
+    return "–" if not cell or cell.get("mean") is None else f"{cell['mean']:+.3f}"
+
+
+def gscore_tables(data: ReportData) -> list[Table]:
+    """For every included `gscore evaluate` result and target: the RMSE table (Table 1/6
+    layout: baselines and variants x detectors, best per column highlighted) and the
+    correlation table (Pearson r / Spearman rho on meta-test sets [meta-train r])."""
+    out: list[Table] = []
+    for res in (e for e in data.extras if is_gscore_evaluation(e)):
+        cfg = res["config"]
+        methods = cfg["methods"]
+        setting = "; ".join((cfg.get("describe") or {}).values())
+        for target in cfg["targets"]:
+            title = _TARGET_TITLE.get(target, target)
+            rows_raw: list[tuple[str, list[dict | None]]] = []
+            base = res.get("baselines") or {}
+            for key, label in (("confidence", "Confidence score (baseline)"),
+                               ("auto_eval", "Auto evaluation (FD)")):
+                cells = [base.get(m, {}).get(target, {}).get(key, {}).get("rmse")
+                         for m in methods]
+                if any(cells):
+                    rows_raw.append((label, cells))
+            for label, name in res["models"].items():
+                rows_raw.append((name, [res["table"].get(m, {}).get(target, {}).get(label, {})
+                                        .get("rmse") for m in methods]))
+            means = [[float("nan") if not c or c.get("mean") is None else c["mean"]
+                      for c in cells] for _, cells in rows_raw]
+            best = _best_cells([[0.0, *row] for row in means],
+                               {j + 1: min for j in range(len(methods))})
+            out.append(Table(f"Gscore: RMSE (%) of predicted {title} on meta-test sets, mean ± "
+                             f"std over {cfg['repeats']} repeats ({setting})",
+                             ["Unsup. eval. method", *methods],
+                             [[name, *[_pm(c) for c in cells]] for name, cells in rows_raw],
+                             best))
+            corr_rows = []
+            for label, name in res["models"].items():
+                cells = [res["table"].get(m, {}).get(target, {}).get(label, {}) for m in methods]
+                corr_rows.append([name, *[f"{_r(c.get('pearson'))} / {_r(c.get('spearman'))} "
+                                          f"[{_r(c.get('pearson_train'))}]" for c in cells]])
+            out.append(Table(f"Gscore: correlation with {title}, Pearson r / Spearman rho on "
+                             "meta-test sets [meta-train r], mean over repeats",
+                             ["Gscore", *methods], corr_rows, set()))
+    return out
+
+
+def gscore_scatter_figures(res: dict, k: int) -> list[Figure]:
+    """Per detector and target: Gscore vs the true metric over the first repeat's meta-test
+    sets, for the variant with the lowest mean RMSE."""
+    out: list[Figure] = []
+    points = res.get("points") or {}
+    for target in res["config"]["targets"]:
+        for m in res["config"]["methods"]:
+            cells = res["table"].get(m, {}).get(target, {})
+            ranked = sorted((c["rmse"]["mean"], label) for label, c in cells.items()
+                            if c.get("rmse", {}).get("mean") is not None
+                            and points.get(m, {}).get(target, {}).get(label))
+            if not ranked:
+                continue
+            rmse, label = ranked[0]
+            p = points[m][target][label]
+            c = cells[label]
+            caption = (f"{m}: {res['models'].get(label, label)} vs true {target}, "
+                       f"{len(p['true'])} meta-test sets of repeat 1; RMSE {rmse:.2f} (mean "
+                       f"over repeats), Pearson {_r(c.get('pearson'))}, Spearman "
+                       f"{_r(c.get('spearman'))}")
+            out.append(Figure("Gscore evaluation", caption,
+                              plots.scatter_figure(f"{m}: {label}", p["gscore"], p["true"],
+                                                   "Gscore", f"true {target} (%)"),
+                              f"gscore_eval_{k}_{m}_{target.replace('@', '_')}"))
     return out
 
 
