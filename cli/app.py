@@ -22,6 +22,7 @@ from . import (
     commands_gscore,
     commands_protocol,
     commands_report,
+    commands_run,
     commands_score,
     commands_store,
     commands_sweep,
@@ -72,6 +73,7 @@ commands_gscore.register(app)
 commands_train.register(app)
 commands_protocol.register(app)
 commands_report.register(app)
+commands_run.register(app)
 
 
 def _error(message: str) -> None:

@@ -22,16 +22,6 @@ protocol_app = typer.Typer(help="Evaluation protocols from the literature: OSR s
                                 "class assignment, shift-level grids, image-list conversion.",
                            no_args_is_help=True)
 
-_OSR_COLUMNS = (("auroc", "AUROC↑"), ("fpr95", "FPR95↓"), ("aupr_in", "AUPR-IN↑"),
-                ("aupr_out", "AUPR-OUT↑"), ("id_acc", "ID-ACC↑"))
-
-
-def _pm(stat: dict[str, float]) -> str:
-    if stat["n"] == 0 or math.isnan(stat["mean"]):
-        return "–"
-    return f"{stat['mean']:.2f} ± {stat['std']:.2f}"
-
-
 def _method_params(items: list[str] | None) -> dict[str, dict[str, Any]]:
     return method_params(items)
 
@@ -42,10 +32,17 @@ def osr(
                                            "ImageFolder directory or an image list.")],
     out_: Annotated[Path, typer.Option("--out", help="Output directory.")],
     ratios: Annotated[str, typer.Option(help="Closed/open class ratios.")] = "7/3,6/4,5/5",
-    seeds: Annotated[int, typer.Option(help="Random class divisions per ratio.")] = 5,
-    methods: Annotated[str, typer.Option(help="Comma-separated scorers.")] = "msp,vim,knn",
+    seeds: Annotated[int, typer.Option(help="Random class divisions per ratio (the training "
+                                            "seed follows the division's).")] = 5,
+    methods: Annotated[str, typer.Option(
+        help="Comma-separated: 'all' or the ten rows (MSP, ViM, KNN, ConfBranch, LogitNorm, "
+             "G-ODIN, OE, MCD, MC-Dropout, TempScaling: each trains its method) or any "
+             "post-hoc scorer (on the ce model).")] = "msp,vim,knn",
     arch: Annotated[str | None, typer.Option(help="Architecture (default: the demo ResNet for "
                                                   "digits, else resnet50).")] = None,
+    preset: Annotated[str | None, typer.Option(
+        help="Training preset (default for file data: remote-sensing = SGD 0.01, momentum "
+             "0.9, wd 5e-4, constant lr, 100 epochs).")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs (default 6 for digits, else "
                                                     "100).")] = None,
     lr: Annotated[float | None, typer.Option(help="SGD lr (default 0.05 for digits, else "
@@ -57,56 +54,64 @@ def osr(
     image_size: Annotated[int | None, typer.Option(help="Resize and crop side for file "
                                                         "data.")] = None,
     root: Annotated[Path | None, typer.Option(help="Image root of an image-list --data.")] = None,
+    aux: Annotated[Path | None, typer.Option(
+        help="ImageFolder of auxiliary outliers for OE / MCD (digits: scikit-image "
+             "crops).")] = None,
+    no_tune: Annotated[bool, typer.Option("--no-tune", help="Score at default parameters "
+                                                            "instead of tuning on "
+                                                            "open_val.")] = False,
     param: Annotated[list[str] | None, typer.Option(help="method.k=v scorer parameter.")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda[:N]")] = "auto",
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """Open-set recognition: random closed/open class divisions per ratio and seed; train `ce`
-    on the closed classes, extract, evaluate; mean ± std over divisions (remote-sensing OOD
-    benchmark, Wang et al. 2024).
+    """Open-set recognition (remote-sensing OOD benchmark, Wang et al. 2024): random
+    closed/open class divisions per ratio and seed; every requested method trained on the
+    closed classes with the division's seed, extracted, tuned on ood/osr/open_val (AUROC),
+    evaluated on ood/osr/open; mean ± std over divisions; skipped runs listed with reasons.
+    A preset of `featstore run`; a rerun resumes.
 
     Example: featstore protocol osr --data digits --ratios 7/3,6/4,5/5 --seeds 5 --out runs/osr
     """
     setup(json_, quiet)
-    from featstore.protocols.osr import OsrOptions, parse_ratios, run_osr
-    from featstore.training.trainer import TrainConfig
+    from dataclasses import replace
+
+    from featstore.demo.ten_methods import AUX_SOURCE
+    from featstore.experiments.presets import osr_experiment, select_rows, ten_method_rows
+    from featstore.experiments.runner import run_experiment
+    from featstore.protocols.osr import parse_ratios
+    from featstore.training.presets import make_config
+
+    from .commands_run import print_experiment
 
     ratio_list = parse_ratios(ratios)
-    method_list = tuple(check_methods((m.strip() for m in methods.split(",") if m.strip()),
-                                      "--methods"))
+    rows = select_rows(methods, ten_method_rows(finetune=False), allow_scorers=True)
+    params = _method_params(param)
+    rows = [replace(r, params={**r.params, **params.get(r.scorer, {})}) for r in rows]
     digits = data == "digits"
-    def pick(value: Any, for_digits: Any, otherwise: Any) -> Any:
-        return value if value is not None else (for_digits if digits else otherwise)
-
-    config = TrainConfig(epochs=pick(epochs, 6, 100), batch_size=pick(batch_size, 32, 128),
-                         lr=pick(lr, 0.05, 0.01), augment=pick(augment, "crop", "flip+crop"),
-                         nesterov=True, schedule="cosine", device=device)
-    config.validate()
-    options = OsrOptions(seeds=seeds, arch=arch, methods=method_list,
-                         params=_method_params(param), device=device, image_size=image_size)
+    if digits:
+        train = {"epochs": 6, "batch_size": 32, "lr": 0.05, "augment": "crop",
+                 "nesterov": True, "schedule": "cosine"}
+    else:
+        train = {"preset": preset or "remote-sensing", "batch_size": 128,
+                 "augment": "flip+crop"}
+    if preset is not None:
+        train["preset"] = preset
+    train.update({k: v for k, v in (("epochs", epochs), ("lr", lr), ("batch_size", batch_size),
+                                    ("augment", augment)) if v is not None})
+    make_config(**train)  # a bad value is an error before anything runs
+    aux_source = ({"imagefolder": str(aux.resolve())} if aux is not None
+                  else dict(AUX_SOURCE) if digits else None)
+    exp = osr_experiment(data, ratio_list, seeds, rows, train, arch=arch,
+                         root=str(root) if root else None, image_size=image_size,
+                         aux=aux_source, device=device, tune_rule="none" if no_tune else "val")
     show = progress_enabled()
     start = time.perf_counter()
-    result = run_osr(data, ratio_list, out_, config, options, root=root,
-                     log=log if show else None,
-                     train_progress=(lambda label: train_progress(True, label)) if show else None)
+    result = run_experiment(exp, out_, log=log if show else None,
+                            train_progress=(lambda label: train_progress(True, label))
+                            if show else None)
     result["seconds"] = time.perf_counter() - start
-    emit(result, lambda: _print_osr(result, seeds, out_))
-
-
-def _print_osr(result: dict, seeds: int, out_: Path) -> None:
-    table = Table(title=f"OSR on {result['data']} ({result['arch']}): mean ± std over "
-                        f"{seeds} class divisions, in %", header_style="bold", show_edge=False)
-    table.add_column("split")
-    table.add_column("method")
-    for _, label in _OSR_COLUMNS:
-        table.add_column(label, justify="right")
-    for key, r in result["ratios"].items():
-        for m, stats in r["summary"].items():
-            table.add_row(f"{key} ({r['closed_classes']}/{r['open_classes']})", m,
-                          *[_pm(stats[k]) for k, _ in _OSR_COLUMNS])
-    out.print(table)
-    out.print(f"results: {out_ / 'results.json'}  ({result['seconds']:.1f} s)")
+    emit(result, lambda: print_experiment(result))
 
 
 def _read_classes(source: str) -> list[str]:

@@ -23,34 +23,28 @@ As implemented:
   classes' test part, usage test) and `ood/osr/open_val` (their val part, usage val: only for
   hyperparameter selection). Data: the demo digits (`digits`, all 10 classes: builtin
   sources), an ImageFolder directory, or an image list (`path label` lines) with a root.
-- per split: `ce` training (featstore.training.trainer), extraction, `scorers.evaluate`; every
-  metric of the `osr` group, the ID accuracy and the misclassification AUROC are aggregated
-  over splits as mean and population standard deviation (`numpy.std`, ddof = 0).
-
-Outputs under OUT: `r{c}-{o}/seed{s}/` with `spec.toml`, `lists/` (file data), `model.pt`
-(reused on rerun when its training config matches) and `store/` (extraction resumes), and
-`results.json` with every split's numbers and the summary.
+- running: `featstore protocol osr` is a preset of the experiment runner
+  (`featstore.experiments.presets.osr_experiment`): per division every requested method is
+  trained with the division's seed (training seed = class-division seed), extracted, tuned on
+  `ood/osr/open_val` and evaluated; every metric is aggregated over divisions as mean and
+  population standard deviation (ddof = 0), with the skipped runs and their reasons listed.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError, UsageError
-from ..fileio import atomic_write_json
 
 DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.15, "test": 0.25}
 DEFAULT_METHODS = ("msp", "vim", "knn")
-SUMMARY_METRICS = ("auroc", "fpr95", "aupr_in", "aupr_out", "fpr95_ood", "ap_in", "ap_out",
-                   "detection_error", "id_acc", "misclassification_auroc")
 DIGITS_TRANSFORM = {"resize": 32, "crop": 32, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}
 DIGITS_ARCH = "featstore.demo.model:demo_resnet"
 _RATIO = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -180,8 +174,11 @@ def _write_list(path: Path, rel: Sequence[str], labels: Sequence[int]) -> Path:
 
 
 def split_spec_text(data: LabelledData, split: ClassSplit, directory: Path,
-                    transform: dict[str, Any] | None) -> str:
-    """The benchmark spec (TOML) of one division; file data also gets its lists written."""
+                    transform: dict[str, Any] | None,
+                    fractions: dict[str, float] | None = None) -> str:
+    """The benchmark spec (TOML) of one division; file data also gets its lists written.
+    `fractions` (train / val / test shares per class, default `DEFAULT_FRACTIONS`; their sum
+    may be below 1 to use fewer rows) cut every class the same way."""
     from ..demo.pipeline import toml_value
 
     closed_names = [data.classes[i] for i in split.closed]
@@ -189,16 +186,17 @@ def split_spec_text(data: LabelledData, split: ClassSplit, directory: Path,
     if data.kind == "digits":
         closed = [int(data.classes[i]) for i in split.closed]
         opened = [int(data.classes[i]) for i in split.open]
+        extra = {"fractions": dict(fractions)} if fractions else {}
         for part in ("train", "val", "test"):
             entries.append((f"id/{part}", part,
-                            {"builtin": "digits", "classes": closed, "part": part}))
+                            {"builtin": "digits", "classes": closed, "part": part, **extra}))
         entries.append(("ood/osr/open_val", "val",
-                        {"builtin": "digits", "classes": opened, "part": "val"}))
+                        {"builtin": "digits", "classes": opened, "part": "val", **extra}))
         entries.append(("ood/osr/open", "test",
-                        {"builtin": "digits", "classes": opened, "part": "test"}))
+                        {"builtin": "digits", "classes": opened, "part": "test", **extra}))
     else:
         assert data.labels is not None and data.paths is not None and data.root is not None
-        parts = sample_parts(data.labels)
+        parts = sample_parts(data.labels, fractions or DEFAULT_FRACTIONS)
         index = {c: i for i, c in enumerate(split.closed)}
         lists = directory / "lists"
         for part in ("train", "val", "test"):
@@ -223,124 +221,3 @@ def split_spec_text(data: LabelledData, split: ClassSplit, directory: Path,
         lines += ["", "[[split]]", f"name = {toml_value(name)}", f"usage = {toml_value(usage)}",
                   f"source = {toml_value(source)}"]
     return "\n".join(lines) + "\n"
-
-
-# ---------------------------------------------------------------------------------- running
-def aggregate(values: Sequence[float]) -> dict[str, float]:
-    """mean, population std (ddof 0), n over the finite values (NaN when none)."""
-    arr = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=np.float64)
-    if arr.size == 0:
-        return {"mean": float("nan"), "std": float("nan"), "n": 0}
-    return {"mean": float(arr.mean()), "std": float(arr.std()), "n": int(arr.size)}
-
-
-def split_metrics(result: dict[str, Any], group: str = "osr") -> dict[str, dict[str, float]]:
-    """Per method: the group's OOD metrics + id_acc + misclassification_auroc."""
-    out = {}
-    for name, r in result["methods"].items():
-        row = dict(r["groups"][group])
-        row["id_acc"] = float(result["id_acc"])
-        row["misclassification_auroc"] = float(r["misclassification_auroc"])
-        out[name] = row
-    return out
-
-
-def summarize(splits: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
-    """{method: {metric: {mean, std, n}}} over the splits' `methods` numbers."""
-    methods: list[str] = []
-    for s in splits:
-        methods += [m for m in s["methods"] if m not in methods]
-    return {m: {k: aggregate([s["methods"][m][k] for s in splits if m in s["methods"]])
-                for k in SUMMARY_METRICS}
-            for m in methods}
-
-
-@dataclass
-class OsrOptions:
-    """Knobs of an OSR run besides the data and the ratios."""
-
-    seeds: int = 5
-    arch: str | None = None
-    methods: tuple[str, ...] = DEFAULT_METHODS
-    params: dict[str, dict[str, Any]] | None = None
-    device: str = "auto"
-    image_size: int | None = None
-
-
-def _train_config_matches(ckpt: Path, arch: str, config: Any) -> bool:
-    from ..training.trainer import load_checkpoint
-
-    try:
-        old = load_checkpoint(ckpt)
-    except Exception:  # noqa: BLE001 - an unreadable checkpoint is retrained
-        return False
-    want = {**asdict(config), "method_params": old["config"].get("method_params", {})}
-    return old.get("arch") == arch and old.get("config") == want
-
-
-def run_osr(data: str, ratios: Sequence[tuple[int, int]], out: str | Path, config: Any,
-            options: OsrOptions | None = None, root: str | Path | None = None,
-            log: Callable[[str], None] | None = None,
-            train_progress: Callable[[str], Any] | None = None) -> dict[str, Any]:
-    """The whole protocol; returns (and writes OUT/results.json) every split's numbers and the
-    summary per ratio. `config` is a `featstore.training.trainer.TrainConfig`.
-    `train_progress(label)` may return a context manager yielding a trainer progress callback.
-    """
-    from contextlib import nullcontext
-
-    from scorers.evaluate import evaluate
-
-    from ..extract import ExtractOptions, extract
-    from ..training.trainer import train
-
-    options = options or OsrOptions()
-    if options.seeds < 1:
-        raise UsageError(f"--seeds {options.seeds}: must be >= 1")
-    labelled = load_data(data, root)
-    arch = options.arch or (DIGITS_ARCH if labelled.kind == "digits" else "resnet50")
-    transform = dict(DIGITS_TRANSFORM) if labelled.kind == "digits" else {}
-    if options.image_size:
-        transform.update({"resize": int(options.image_size), "crop": int(options.image_size)})
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    log = log or (lambda _m: None)
-    result: dict[str, Any] = {"protocol": "osr", "data": labelled.describe,
-                              "classes": labelled.classes, "arch": arch,
-                              "train_config": asdict(config), "methods": list(options.methods),
-                              "ratios": {}}
-    for ratio in ratios:
-        key = f"{ratio[0]}/{ratio[1]}"
-        runs = []
-        for split in class_splits(len(labelled.classes), ratio, range(options.seeds)):
-            d = out / split.tag / f"seed{split.seed}"
-            d.mkdir(parents=True, exist_ok=True)
-            spec_path = d / "spec.toml"
-            spec_path.write_text(split_spec_text(labelled, split, d, transform), encoding="utf-8")
-            ckpt = d / "model.pt"
-            closed = [labelled.classes[i] for i in split.closed]
-            opened = [labelled.classes[i] for i in split.open]
-            log(f"OSR {key} seed {split.seed}: closed {' '.join(closed)} | open "
-                f"{' '.join(opened)}")
-            if ckpt.is_file() and _train_config_matches(ckpt, arch, config):
-                log(f"  reusing {ckpt}")
-            else:
-                ctx = train_progress(f"{key} seed {split.seed}") if train_progress else None
-                with ctx if ctx is not None else nullcontext() as progress:
-                    train("ce", arch, spec_path, ckpt, config, num_classes=len(closed),
-                          progress=progress)
-            opts = ExtractOptions(device=options.device, batch_size=256, num_workers=0,
-                                  progress=False)
-            store = extract(arch, spec_path, d / "store", weights=ckpt, options=opts)
-            with store:
-                ev = evaluate(store, list(options.methods), options.params or {})
-            metrics = split_metrics(ev)
-            runs.append({"seed": split.seed, "closed": closed, "open": opened,
-                         "dir": str(d), "id_acc": ev["id_acc"], "methods": metrics,
-                         "skipped": ev["skipped"]})
-            log(f"  ID acc {ev['id_acc']:.2f}%  " + "  ".join(
-                f"{m} AUROC {v['auroc']:.2f}" for m, v in metrics.items()))
-        result["ratios"][key] = {"closed_classes": len(runs[0]["closed"]),
-                                 "open_classes": len(runs[0]["open"]),
-                                 "splits": runs, "summary": summarize(runs)}
-    atomic_write_json(out / "results.json", json.loads(json.dumps(result, default=float)))
-    return result

@@ -1,0 +1,244 @@
+"""The experiment file (TOML): data, training methods, post-hoc scorers, seeds, tuning rule.
+
+    name = "remote-sensing OSR on my data"
+    arch = "resnet50"                       # torchvision name or module:callable(num_classes=)
+    seeds = [0, 1, 2, 3, 4]                 # training seeds (and OSR class-division seeds)
+    device = "auto"                         # auto | cpu | cuda[:N]
+
+    [data]                                  # exactly one of spec / osr
+    spec = "bench.toml"                     # a benchmark spec (relative: to this file)
+    # osr = { data = "images/", ratios = ["7/3", "5/5"], root = "...", image_size = 224,
+    #         fractions = { train = 0.6, val = 0.15, test = 0.25 } }   # per-class shares
+    # aux = { builtin = "patches", images = ["camera"], count = 40 }   # OE / MCD outliers,
+    #                                        added as ood/aux/<aux_name> with usage = "train"
+
+    [train]                                 # TrainConfig fields and a preset (presets.py)
+    preset = "remote-sensing"               # SGD 0.01, momentum 0.9, wd 5e-4, 100 epochs
+    epochs = 100
+    finetune = false                        # true: training-time methods fine-tune the ce
+    finetune_epochs = 10                    #   model of the same split and seed
+    finetune_lr = 0.01
+
+    [tune]
+    rule = "val"                            # val: grid search on id/val vs the val OOD splits
+    select_by = "auroc"                     #   only (the paper's rule); none: defaults
+
+    [[method]]                              # one row of the results table
+    name = "KNN"
+    train = "ce"                            # featstore training method
+    scorer = "knn"                          # post-hoc scorer on that model's store
+    params = { K = 50 }                     # fixed scorer parameters (leave the grid)
+    grid = { K = [1, 10, 20, 50, 100] }     # tuning grid (default: the scorer's own)
+    train_params = {}                       # the training method's parameters
+    extract = { mc_samples = 5 }            # extraction extras this row needs
+
+Every (method row, data split, seed) is one run. Unknown keys are errors naming the valid ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, UsageError
+
+TOP_KEYS = ("name", "arch", "seeds", "device", "data", "train", "tune", "method")
+DATA_KEYS = ("spec", "osr", "aux", "aux_name")
+OSR_KEYS = ("data", "ratios", "root", "image_size", "fractions")
+TRAIN_KEYS = ("preset", "epochs", "batch_size", "lr", "momentum", "weight_decay", "nesterov",
+              "schedule", "augment", "num_workers", "finetune", "finetune_epochs",
+              "finetune_lr")
+TUNE_KEYS = ("rule", "select_by")
+METHOD_KEYS = ("name", "train", "scorer", "params", "grid", "train_params", "extract")
+EXTRACT_KEYS = ("mc_samples", "odin_grid", "feature_maps")
+TUNE_RULES = ("val", "none")
+
+
+@dataclass(frozen=True)
+class MethodRow:
+    """One row of the results table: a training method and the scorer of its model."""
+
+    name: str
+    train: str
+    scorer: str
+    params: dict[str, Any] = field(default_factory=dict)
+    grid: dict[str, list[Any]] | None = None
+    train_params: dict[str, Any] = field(default_factory=dict)
+    extract: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Experiment:
+    """A parsed experiment file (see the module docstring)."""
+
+    name: str
+    arch: str | None
+    seeds: list[int]
+    rows: list[MethodRow]
+    spec: str | None = None
+    osr: dict[str, Any] | None = None
+    aux: dict[str, Any] | None = None
+    aux_name: str = "aux"
+    device: str = "auto"
+    train: dict[str, Any] = field(default_factory=dict)
+    tune_rule: str = "val"
+    select_by: str = "auroc"
+    path: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["rows"] = [asdict(r) for r in self.rows]
+        return data
+
+    def train_methods(self) -> list[str]:
+        """The training methods the rows need, in row order; `ce` first when a row fine-tunes
+        it (finetune = true)."""
+        needed = list(dict.fromkeys(r.train for r in self.rows))
+        if self.train.get("finetune") and any(m != "ce" for m in needed) and "ce" not in needed:
+            needed.insert(0, "ce")
+        return needed
+
+    def extract_options(self, train_method: str) -> dict[str, Any]:
+        """The union of the extraction extras of the rows using `train_method`."""
+        merged: dict[str, Any] = {}
+        for r in self.rows:
+            if r.train == train_method:
+                merged.update(r.extract)
+        return merged
+
+
+def digest(value: Any) -> str:
+    """A short stable hash of a JSON-able value (recipes, settings)."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _check_keys(table: dict[str, Any], valid: tuple[str, ...], where: str) -> None:
+    if not isinstance(table, dict):
+        raise InputError(f"{where}: expected a table")
+    unknown = sorted(set(table) - set(valid))
+    if unknown:
+        raise InputError(f"{where}: unknown key {unknown[0]!r} (valid: {', '.join(valid)})")
+
+
+def _rows(raw: Any, where: str) -> list[MethodRow]:
+    from scorers import REGISTRY
+
+    from ..training.methods import get_method
+
+    if not isinstance(raw, list) or not raw:
+        raise InputError(f"{where}: expected at least one [[method]] table")
+    rows, names = [], set()
+    for i, item in enumerate(raw):
+        label = f"{where}: [[method]] #{i + 1}"
+        _check_keys(item, METHOD_KEYS, label)
+        scorer = item.get("scorer")
+        if not isinstance(scorer, str):
+            raise InputError(f"{label}: missing 'scorer' (a post-hoc scorer name)")
+        if scorer not in REGISTRY:
+            raise InputError(f"{label}: unknown scorer {scorer!r} (valid: "
+                             f"{', '.join(REGISTRY)})")
+        train = item.get("train", "ce")
+        try:
+            method = get_method(train)
+            method.resolve_params(item.get("train_params") or {})
+        except UsageError as exc:
+            raise InputError(f"{label}: {exc}") from None
+        name = item.get("name") or (scorer if train == "ce" else f"{train}+{scorer}")
+        if name in names:
+            raise InputError(f"{label}: method name {name!r} is used twice")
+        names.add(name)
+        extract = dict(item.get("extract") or {})
+        _check_keys(extract, EXTRACT_KEYS, f"{label} extract")
+        grid = item.get("grid")
+        if grid is not None and not isinstance(grid, dict):
+            raise InputError(f"{label}: grid must be a table of lists, e.g. {{ K = [10, 50] }}")
+        rows.append(MethodRow(name, train, scorer, dict(item.get("params") or {}),
+                              {k: list(v) if isinstance(v, list) else [v]
+                               for k, v in grid.items()} if grid is not None else None,
+                              dict(item.get("train_params") or {}), extract))
+    return rows
+
+
+def parse_experiment(data: dict[str, Any], base: Path, where: str) -> Experiment:
+    """Validate an experiment dict (as loaded from TOML); relative paths resolve to `base`."""
+    from ..protocols.osr import parse_ratio
+    from ..training.presets import preset_values
+
+    _check_keys(data, TOP_KEYS, where)
+    seeds = data.get("seeds", [0])
+    if isinstance(seeds, int):
+        seeds = list(range(seeds))
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0
+                                                           for s in seeds):
+        raise InputError(f"{where}: seeds must be a non-empty list of integers >= 0 (or a count)")
+    if len(set(seeds)) != len(seeds):
+        raise InputError(f"{where}: seeds {seeds} repeat a seed")
+    data_t = data.get("data")
+    if data_t is None:
+        raise InputError(f"{where}: missing [data] (spec = \"bench.toml\" or osr = {{...}})")
+    _check_keys(data_t, DATA_KEYS, f"{where} [data]")
+    if ("spec" in data_t) == ("osr" in data_t):
+        raise InputError(f"{where} [data]: give exactly one of spec and osr")
+    spec = osr = None
+    if "spec" in data_t:
+        p = Path(str(data_t["spec"])).expanduser()
+        spec = str(p if p.is_absolute() else base / p)
+        if not Path(spec).is_file():
+            raise InputError(f"{where} [data]: spec {spec!r}: file not found")
+    else:
+        osr = dict(data_t["osr"])
+        _check_keys(osr, OSR_KEYS, f"{where} [data] osr")
+        if "data" not in osr:
+            raise InputError(f"{where} [data] osr: missing 'data' (digits, an ImageFolder or "
+                             "an image list)")
+        ratios = osr.get("ratios", ["7/3", "6/4", "5/5"])
+        osr["ratios"] = [list(parse_ratio(r)) for r in
+                         (ratios if isinstance(ratios, list) else str(ratios).split(","))]
+        for key in ("data", "root"):
+            value = osr.get(key)
+            if isinstance(value, str) and value != "digits" and not Path(value).is_absolute():
+                osr[key] = str(base / value)
+    train = dict(data.get("train") or {})
+    _check_keys(train, TRAIN_KEYS, f"{where} [train]")
+    preset_values(train.get("preset"))
+    tune = dict(data.get("tune") or {})
+    _check_keys(tune, TUNE_KEYS, f"{where} [tune]")
+    rule = tune.get("rule", "val")
+    if rule not in TUNE_RULES:
+        raise InputError(f"{where} [tune]: rule {rule!r} (valid: {', '.join(TUNE_RULES)})")
+    select_by = tune.get("select_by", "auroc")
+    from scorers.sweep import check_select_by
+
+    try:
+        check_select_by(select_by)
+    except UsageError as exc:
+        raise InputError(f"{where} [tune]: {exc}") from None
+    aux = data_t.get("aux")
+    if aux is not None and not isinstance(aux, dict):
+        raise InputError(f"{where} [data]: aux must be a source table, e.g. {{ imagefolder = "
+                         "\"outliers/\" }")
+    return Experiment(name=str(data.get("name") or "experiment"), arch=data.get("arch"),
+                      seeds=[int(s) for s in seeds], rows=_rows(data.get("method"), where),
+                      spec=spec, osr=osr, aux=dict(aux) if aux else None,
+                      aux_name=str(data_t.get("aux_name", "aux")),
+                      device=str(data.get("device", "auto")), train=train, tune_rule=rule,
+                      select_by=select_by)
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and validate an experiment TOML file."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"experiment {str(path)!r}: file not found")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"experiment {str(path)!r}: invalid TOML ({exc})") from None
+    exp = parse_experiment(data, path.parent.resolve(), f"experiment {str(path)!r}")
+    exp.path = str(path)
+    return exp

@@ -1,0 +1,114 @@
+"""The results of an experiment as tables: one per data split in the remote-sensing paper's
+layout (rows: metric x OOD group, then ID accuracy and times; columns: methods; cells mean ±
+std over the runs, n when runs are missing), and the list of skipped runs with reasons.
+`table_rows` is shared by the terminal (rich, in the CLI) and the Markdown report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: (key, label, better) of the table's metric rows, the paper's Tables 5-10
+METRIC_ROWS = (("auroc", "AUROC", "max"), ("fpr95", "FPR95", "min"),
+               ("aupr_in", "AUPR-IN", "max"), ("aupr_out", "AUPR-OUT", "max"))
+SCALAR_ROWS = (("id_acc", "ID ACC", "id/test", "max"),
+               ("method_s", "time s", "method", "min"),
+               ("total_s", "time s", "total", "min"))
+
+
+def cell(stat: dict[str, Any], runs: int, fmt: str = "{:.2f}") -> str:
+    """'mean ± std', with '(n=k)' when fewer than `runs` runs entered; '–' when none."""
+    if not stat or stat.get("mean") is None:
+        return "–"
+    text = f"{fmt.format(stat['mean'])} ± {fmt.format(stat['std'])}"
+    return text if stat["n"] >= runs else f"{text} (n={stat['n']})"
+
+
+def table_rows(result: dict[str, Any], split: str) -> tuple[list[str], list[list[Any]]]:
+    """(method names, rows [label, group, (cell text, is best), ...]) of one data split."""
+    agg = result["aggregate"][split]
+    methods = list(agg)
+    runs = max((a["n"] + a["skipped"] for a in agg.values()), default=0)
+    groups: list[str] = []
+    for a in agg.values():
+        groups += [g for g in a["groups"] if g not in groups]
+    rows: list[list[Any]] = []
+
+    def add(label: str, group: str, stats: list[dict[str, Any] | None], better: str,
+            fmt: str = "{:.2f}") -> None:
+        means = [s["mean"] for s in stats if s and s.get("mean") is not None]
+        best = (max(means) if better == "max" else min(means)) if means else None
+        rows.append([label, group, *[(cell(s or {}, runs, fmt),
+                                      best is not None and s is not None
+                                      and s.get("mean") == best) for s in stats]])
+
+    for key, label, better in METRIC_ROWS:
+        for g in groups:
+            add(label, g, [agg[m]["groups"].get(g, {}).get(key) for m in methods], better)
+    for key, label, group, better in SCALAR_ROWS:
+        add(label, group, [agg[m][key] for m in methods], better,
+            "{:.1f}" if key.endswith("_s") else "{:.2f}")
+    return methods, rows
+
+
+def title(result: dict[str, Any], split: str) -> str:
+    exp = result["experiment"]
+    seeds = len(exp["seeds"])
+    where = "the spec" if split == "spec" else f"OSR {split}"
+    tune = (f"tuned on val by {exp['select_by']}" if exp["tune_rule"] == "val"
+            else "default parameters")
+    return (f"{exp['name']} — {where}: mean ± std (population) over {seeds} seed(s), in %, "
+            f"{tune}; times in s")
+
+
+def markdown_report(result: dict[str, Any]) -> str:
+    """The whole results file as Markdown (tables, skipped runs, how to reproduce)."""
+    exp = result["experiment"]
+    lines = [f"# {exp['name']}", "",
+             f"Architecture `{result['arch']}`; seeds {exp['seeds']}; training "
+             f"{exp['train'] or 'defaults'}; tuning rule `{exp['tune_rule']}`"
+             f" (select by {exp['select_by']}); wall time {result['wall_s']:.1f} s.", ""]
+    for split in result["aggregate"]:
+        methods, rows = table_rows(result, split)
+        lines += [f"## {title(result, split)}", "",
+                  "| metric | group | " + " | ".join(methods) + " |",
+                  "|---|---|" + "---:|" * len(methods)]
+        for label, group, *cells in rows:
+            lines.append(f"| {label} | {group} | " + " | ".join(
+                f"**{t}**" if best else t for t, best in cells) + " |")
+        lines.append("")
+    lines += ["## Skipped runs", ""]
+    if result["skipped"]:
+        lines += [f"- {s['split']} seed {s['seed']} {s['method']}: {s['reason']}"
+                  for s in result["skipped"]]
+    else:
+        lines.append("none: every run was scored.")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def rich_tables(result: dict[str, Any]) -> list[Any]:
+    """rich Tables for the terminal: one per data split, then the skipped runs."""
+    from rich.table import Table
+
+    tables = []
+    for split in result["aggregate"]:
+        methods, rows = table_rows(result, split)
+        t = Table(title=title(result, split), header_style="bold", show_edge=False)
+        t.add_column("metric")
+        t.add_column("group")
+        for m in methods:
+            t.add_column(m, justify="right")
+        for label, group, *cells in rows:
+            t.add_row(label, group, *[f"[bold green]{c}[/]" if best else c
+                                      for c, best in cells])
+        tables.append(t)
+    skipped = Table(title="skipped runs (not in the means above)", header_style="bold",
+                    show_edge=False)
+    for col in ("split", "seed", "method", "reason"):
+        skipped.add_column(col)
+    for s in result["skipped"]:
+        skipped.add_row(s["split"], str(s["seed"]), s["method"], s["reason"])
+    if not result["skipped"]:
+        skipped.add_row("–", "–", "–", "none: every run was scored")
+    tables.append(skipped)
+    return tables

@@ -1,0 +1,366 @@
+"""Run an experiment: every (method row, data split, seed) trained, extracted once per model,
+tuned on val splits only, evaluated; one results file with every run and mean ± std.
+
+Per data split (the spec, or one OSR class division per ratio and seed) and seed:
+
+1. the split's spec is written to `OUT/runs/<split>/seed<s>/spec.toml` (the user spec's
+   sources as absolute paths, or the OSR division's lists; plus the auxiliary outlier split
+   `ood/<aux_name>/outliers` with usage "train" when [data] aux is given);
+2. each training method the rows need is trained once (`featstore.training.trainer.train`, seed
+   = the run's seed: for OSR the class division and the training vary together) into
+   `models/<method>/model.pt` and extracted once into `models/<method>/store` (with the union
+   of its rows' extraction extras); with `finetune = true`, training-time methods start from
+   the `ce` model of the same split and seed;
+3. each row's scorer runs on its model's store: with `[tune] rule = "val"` and a non-empty
+   grid (the row's, else the scorer's default grid), `scorers.sweep.sweep` chooses the
+   setting on id/val against the val-flagged OOD splits only (OSR: `ood/osr/open_val`) by
+   `select_by`, then scores the test splits; otherwise `scorers.evaluate.evaluate` at the row's
+   parameters. The run's record (per OOD group and split: every metric of
+   `scorers.metrics.ood_metrics`; ID accuracy; misclassification AUROC; the chosen setting;
+   train / extract / score seconds) is written to `results/<row>.json`.
+
+Resuming: a model whose checkpoint and `train.json` recipe match is not retrained; a store
+resumes its extraction (complete splits are kept, `featstore.extract`); a run whose record
+exists with the same key (row, model recipe, tuning rule) is read back, never recomputed. A
+killed experiment therefore continues where it stopped when the same command runs again (a
+model killed mid-training restarts that model's training).
+
+A run that cannot be trained, extracted, tuned or scored is recorded as skipped with the
+reason (a one-line error), listed in `results.json` (`skipped`), the terminal tables and the
+Markdown report, and left out of the aggregates, which carry their `n`. Timings: `train_s`
+is the model's training (for a fine-tuned model, the fine-tuning; `base_train_s` holds the
+`ce` model's), `extract_s` its extraction, `score_s` the scorer's fit + scoring (with tuning:
+fit + val + test scoring); all wall-clock seconds on this machine, recorded when computed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ..errors import FeatstoreError, UsageError
+from ..fileio import atomic_write_json
+from .aggregate import aggregate_runs
+from .config import Experiment, MethodRow, digest
+
+Log = Callable[[str], None]
+RESULTS_FILE = "results.json"
+REPORT_FILE = "results.md"
+
+
+# ------------------------------------------------------------------------------- splits
+def _data_splits(exp: Experiment) -> list[dict[str, Any]]:
+    """[{label, tag, seed, osr}] in order: spec -> one per seed; OSR -> ratio x seed."""
+    if exp.spec is not None:
+        return [{"label": "spec", "tag": "spec", "seed": s, "ratio": None} for s in exp.seeds]
+    assert exp.osr is not None
+    return [{"label": f"{c}/{o}", "tag": f"r{c}-{o}", "seed": s, "ratio": (c, o)}
+            for c, o in exp.osr["ratios"] for s in exp.seeds]
+
+
+def _spec_text(exp: Experiment, split: dict[str, Any], directory: Path,
+               labelled: Any) -> tuple[str, dict[str, Any]]:
+    """The split's spec text and a description (OSR: closed / open classes)."""
+    from ..demo.pipeline import toml_value
+
+    info: dict[str, Any] = {}
+    if exp.spec is not None:
+        from ..spec import load_spec
+
+        bench = load_spec(exp.spec)
+        lines = [f"# {exp.name}: {exp.spec}"]
+        if bench.classes:
+            lines.append(f"classes = {toml_value(bench.classes)}")
+        if bench.transform:
+            lines += ["", "[transform]"] + [f"{k} = {toml_value(v)}"
+                                            for k, v in bench.transform.items()]
+        for s in bench.splits:
+            lines += ["", "[[split]]", f"name = {toml_value(s.name)}",
+                      f"usage = {toml_value(s.usage)}", f"source = {toml_value(s.source)}"]
+        text = "\n".join(lines) + "\n"
+    else:
+        from ..protocols.osr import DIGITS_TRANSFORM, class_splits
+
+        osr = exp.osr or {}
+        division = class_splits(len(labelled.classes), split["ratio"], [split["seed"]])[0]
+        transform = dict(DIGITS_TRANSFORM) if labelled.kind == "digits" else {}
+        if osr.get("image_size"):
+            size = int(osr["image_size"])
+            transform.update({"resize": size, "crop": size})
+        from ..protocols.osr import split_spec_text
+
+        text = split_spec_text(labelled, division, directory, transform, osr.get("fractions"))
+        info = {"closed": [labelled.classes[i] for i in division.closed],
+                "open": [labelled.classes[i] for i in division.open]}
+    if exp.aux is not None:
+        text += (f"\n# auxiliary outliers for OE / MCD (usage train: never evaluated)\n"
+                 f"[[split]]\nname = \"ood/{exp.aux_name}/outliers\"\nusage = \"train\"\n"
+                 f"source = {toml_value(exp.aux)}\n")
+    return text, info
+
+
+# ------------------------------------------------------------------------------- models
+def _arch(exp: Experiment, labelled: Any) -> str:
+    from ..protocols.osr import DIGITS_ARCH
+
+    if exp.arch:
+        return exp.arch
+    if labelled is not None and labelled.kind == "digits":
+        return DIGITS_ARCH
+    raise UsageError(f"experiment {exp.name!r}: name the architecture (arch = \"resnet50\")")
+
+
+def _train_settings(exp: Experiment, method: str, seed: int) -> dict[str, Any]:
+    """TrainConfig fields of `method` at `seed` (preset, overrides, fine-tuning)."""
+    t = dict(exp.train)
+    finetune = bool(t.pop("finetune", False)) and method != "ce"
+    ft_epochs, ft_lr = t.pop("finetune_epochs", None), t.pop("finetune_lr", None)
+    preset = t.pop("preset", None)
+    if finetune:
+        if ft_epochs is not None:
+            t["epochs"] = ft_epochs
+        if ft_lr is not None:
+            t["lr"] = ft_lr
+    params: dict[str, Any] = {}
+    for r in exp.rows:
+        if r.train == method and r.train_params:
+            if params and params != r.train_params:
+                raise UsageError(f"rows train {method!r} with different train_params "
+                                 f"({params} and {r.train_params}); give them once")
+            params = dict(r.train_params)
+    return {"preset": preset, **t, "seed": seed, "device": exp.device,
+            "method_params": params, "finetune": finetune}
+
+
+def _extract_options(exp: Experiment, method: str) -> dict[str, Any]:
+    from ..extra_keys import parse_odin_grid
+
+    opts = exp.extract_options(method)
+    if isinstance(opts.get("odin_grid"), str):
+        opts["odin_grid"] = tuple(parse_odin_grid(opts["odin_grid"]))
+    return opts
+
+
+def _complete_digests(store_dir: Path) -> dict[str, Any]:
+    manifest = store_dir / "store.json"
+    if not manifest.is_file():
+        return {}
+    entries = json.loads(manifest.read_text(encoding="utf-8")).get("splits", {})
+    return {k: v.get("sha256") for k, v in entries.items() if v.get("complete")}
+
+
+def _model(exp: Experiment, arch: str, method: str, run_dir: Path, spec_path: Path,
+           seed: int, log: Log, train_progress: Any) -> dict[str, Any]:
+    """Train (or reuse) and extract (or resume) one model; returns its record."""
+    from ..extract import ExtractOptions, extract
+    from ..fileio import sha256_file
+    from ..store import Store
+    from ..training.presets import make_config
+    from ..training.trainer import train
+
+    folder = run_dir / "models" / method
+    folder.mkdir(parents=True, exist_ok=True)
+    ckpt, record_path = folder / "model.pt", folder / "train.json"
+    settings = _train_settings(exp, method, seed)
+    finetune = settings.pop("finetune")
+    init = run_dir / "models" / "ce" / "model.pt" if finetune else None
+    extract_opts = _extract_options(exp, method)
+    recipe = {"arch": arch, "method": method, "train": settings,
+              "init": sha256_file(init) if init is not None else None,
+              "spec": digest(spec_path.read_text(encoding="utf-8")),
+              "extract": {k: list(v) if isinstance(v, tuple) else v
+                          for k, v in extract_opts.items()}}
+    key = digest(recipe)
+    record = (json.loads(record_path.read_text(encoding="utf-8"))
+              if record_path.is_file() else {})
+    if ckpt.is_file() and record.get("key") == key and "train_s" in record:
+        log(f"  reusing {method} model {ckpt}")
+    else:
+        log(f"  training {method} (seed {seed}{', fine-tuning ce' if finetune else ''})")
+        preset = settings.pop("preset")
+        config = make_config(preset, **settings,
+                             init=str(init) if init is not None else None)
+        ctx = train_progress(f"train {method} seed {seed}") if train_progress else None
+        t0 = time.perf_counter()
+        if ctx is None:
+            train(method, arch, spec_path, ckpt, config)
+        else:
+            with ctx as progress:
+                train(method, arch, spec_path, ckpt, config, progress=progress)
+        record = {"key": key, "recipe": recipe, "train_s": time.perf_counter() - t0}
+        atomic_write_json(record_path, record)
+    store_dir = folder / "store"
+    before = _complete_digests(store_dir)
+    opts = ExtractOptions(device=exp.device, batch_size=256, num_workers=0, progress=False,
+                          **extract_opts)
+    if (store_dir / "store.json").is_file():
+        manifest = json.loads((store_dir / "store.json").read_text(encoding="utf-8"))
+        if manifest.get("model", {}).get("sha256") != sha256_file(ckpt):
+            opts.overwrite = True          # a store of an older checkpoint of this method
+    t0 = time.perf_counter()
+    store = extract(arch, spec_path, store_dir, weights=ckpt, options=opts)
+    store.close()
+    if "extract_s" not in record or _complete_digests(store_dir) != before:
+        record["extract_s"] = time.perf_counter() - t0
+        atomic_write_json(record_path, record)
+    record["store"] = str(store_dir)
+    record["store_sha256"] = Store.open(store_dir).model_sha256
+    return record
+
+
+# ------------------------------------------------------------------------------- scoring
+def _has_grid(row: MethodRow) -> bool:
+    from scorers import REGISTRY
+
+    grid = row.grid if row.grid is not None else REGISTRY[row.scorer].grid
+    return any(k not in row.params for k in grid)
+
+
+def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
+    """One row's numbers on one store: tuned on val (sweep) or at its parameters (evaluate).
+    UsageError / FeatstoreError with the reason when it cannot run."""
+    import numpy as np
+
+    from scorers.evaluate import evaluate
+    from scorers.metrics import id_accuracy
+
+    tuned = tune_rule == "val" and _has_grid(row)
+    if tuned:
+        from scorers.evaluate import supported
+        from scorers.sweep import sweep
+
+        ok, why = supported(store, row.scorer)
+        if not ok:
+            raise FeatstoreError(why)
+        res = sweep(store, row.scorer, row.grid, select_by, row.params)
+        test = res["test"]
+        if test is None:
+            raise FeatstoreError("the store has no id/test or OOD test split")
+        idt = store.split("id/test")
+        return {"params": test["params"], "chosen": res["chosen"]["setting"],
+                "val": res["chosen"]["val"], "tuned": True, "dropped": res["dropped"],
+                "id_acc": id_accuracy(np.asarray(idt.logits), np.asarray(idt.labels)),
+                "misclassification_auroc": test["misclassification_auroc"],
+                "groups": test["groups"], "splits": test["splits"],
+                "score_s": res["fit_seconds"] + res["val_seconds"] + res["test_seconds"]}
+    res = evaluate(store, [row.scorer], {row.scorer: row.params}, use_cache=False)
+    if row.scorer not in res["methods"]:
+        raise FeatstoreError(res["skipped"].get(row.scorer, "cannot run on this store"))
+    m = res["methods"][row.scorer]
+    mis = m["misclassification_auroc"]
+    return {"params": m["params"], "chosen": None, "val": None, "tuned": False, "dropped": [],
+            "id_acc": res["id_acc"],
+            "misclassification_auroc": None if mis != mis else mis,
+            "groups": m["groups"], "splits": m["splits"],
+            "score_s": m["fit_seconds"] + m["score_seconds"]}
+
+
+def _error_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+# ------------------------------------------------------------------------------- runner
+def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
+                   train_progress: Callable[[str], Any] | None = None,
+                   on_run: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run (or resume) `exp` into `out`; returns and writes `OUT/results.json` (and the
+    Markdown report `OUT/results.md`). `on_run(record)` is called after each run is
+    finished (computed or read back). See the module docstring."""
+    from ..protocols.osr import load_data
+    from ..store import Store
+    from .render import markdown_report
+
+    log = log or (lambda _m: None)
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    labelled = load_data(exp.osr["data"], exp.osr.get("root")) if exp.osr else None
+    arch = _arch(exp, labelled)
+    runs: list[dict[str, Any]] = []
+    for split in _data_splits(exp):
+        seed = split["seed"]
+        run_dir = out / "runs" / split["tag"] / f"seed{seed}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        text, info = _spec_text(exp, split, run_dir, labelled)
+        spec_path = run_dir / "spec.toml"
+        if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
+            spec_path.write_text(text, encoding="utf-8")
+        log(f"{split['label']} seed {seed}" + (
+            f": closed {' '.join(info['closed'])} | open {' '.join(info['open'])}"
+            if info else ""))
+        models: dict[str, dict[str, Any]] = {}
+        failed: dict[str, str] = {}
+        for method in exp.train_methods():
+            if method != "ce" and "ce" in failed and exp.train.get("finetune"):
+                failed[method] = f"the ce model it fine-tunes failed: {failed['ce']}"
+                continue
+            try:
+                models[method] = _model(exp, arch, method, run_dir, spec_path, seed, log,
+                                        train_progress)
+            except FeatstoreError as exc:
+                failed[method] = f"training/extraction of {method!r} failed: {_error_line(exc)}"
+                log(f"  {failed[method]}")
+        for row in exp.rows:
+            base = {"split": split["label"], "seed": seed, "method": row.name,
+                    "train": row.train, "scorer": row.scorer, **info}
+            if row.train in failed:
+                record = {**base, "status": "skipped", "reason": failed[row.train]}
+            else:
+                record = _run_row(exp, row, base, models, run_dir, Store, log)
+            runs.append(record)
+            if on_run is not None:
+                on_run(record)
+    result = {
+        "experiment": exp.to_json(), "arch": arch, "out": str(out),
+        "runs": runs,
+        "skipped": [{k: r[k] for k in ("split", "seed", "method", "reason")}
+                    for r in runs if r["status"] != "ok"],
+        "aggregate": aggregate_runs(runs),
+        "wall_s": time.perf_counter() - start,
+    }
+    result = json.loads(json.dumps(result, default=float))
+    atomic_write_json(out / RESULTS_FILE, result)
+    (out / REPORT_FILE).write_text(markdown_report(result), encoding="utf-8")
+    return result
+
+
+def _run_row(exp: Experiment, row: MethodRow, base: dict[str, Any],
+             models: dict[str, dict[str, Any]], run_dir: Path, store_cls: Any,
+             log: Log) -> dict[str, Any]:
+    model = models[row.train]
+    key = digest({"row": asdict(row), "model": model["key"], "tune": exp.tune_rule,
+                  "select_by": exp.select_by})
+    path = run_dir / "results" / f"{_slug(row.name)}.json"
+    if path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        if old.get("key") == key and old.get("status") == "ok":
+            log(f"  {row.name}: finished earlier, read back")
+            return old
+    try:
+        with store_cls.open(model["store"]) as store:
+            numbers = score_row(store, row, exp.tune_rule, exp.select_by)
+    except FeatstoreError as exc:
+        reason = f"{row.scorer}: {_error_line(exc)}"
+        log(f"  {row.name}: skipped ({reason})")
+        return {**base, "status": "skipped", "reason": reason}
+    base_train = models.get("ce", {}).get("train_s") if exp.train.get("finetune") \
+        and row.train != "ce" else None
+    record = {**base, "status": "ok", "key": key, "store": model["store"],
+              "model_sha256": model["store_sha256"], **numbers,
+              "train_s": model["train_s"], "extract_s": model["extract_s"],
+              "base_train_s": base_train}
+    record = json.loads(json.dumps(record, default=float))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, record)
+    groups = record["groups"]
+    log(f"  {row.name}: " + "  ".join(f"{g} AUROC {v['auroc']:.2f}" for g, v in groups.items()))
+    return record
