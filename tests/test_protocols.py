@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import run_cli as run
 from PIL import Image
 from scipy.special import softmax
@@ -88,11 +89,14 @@ def test_ratio_parsing_and_errors():
 
 
 def test_aggregate_is_mean_and_population_std():
-    vals = [91.0, 85.5, 88.25, float("nan")]
-    agg = osr.aggregate(vals)
+    from featstore.experiments.aggregate import mean_std
+
+    vals = [91.0, 85.5, 88.25, float("nan"), None]
+    agg = mean_std(vals)
     assert agg["n"] == 3
     assert agg["mean"] == pytest.approx(np.mean(vals[:3]))
     assert agg["std"] == pytest.approx(np.std(vals[:3], ddof=0))
+    assert mean_std([None]) == {"mean": None, "std": None, "n": 0}
 
 
 def test_file_data_split_lists(tmp_path):
@@ -122,34 +126,49 @@ def test_file_data_split_lists(tmp_path):
 
 
 def test_osr_digits_end_to_end(tmp_path, capsys):
-    """2 seeds of 7/3 on the demo digits (a tiny CNN, 1 epoch): every split's AUROC equals
-    sklearn's on the stored logits, and the summary is their mean and std."""
+    """2 seeds of 7/3 on the demo digits (a tiny CNN, 1 epoch), MSP, KNN and ConfBranch (a
+    training-time method: trained per division): every split's MSP AUROC equals sklearn's on
+    the stored logits, the training seed is the division's, KNN is tuned on open_val, the
+    summary is the mean and population std of the runs, and the table lists every method."""
     out = tmp_path / "osr"
     code, stdout, err = run(capsys, "protocol", "osr", "--data", "digits", "--ratios", "7/3",
-                            "--seeds", "2", "--epochs", "1", "--methods", "msp,knn",
+                            "--seeds", "2", "--epochs", "1", "--methods", "msp,knn,confbranch",
                             "--arch", "tiny_models:TinyCNN",
                             "--device", "cpu", "--out", str(out), "--json")
     assert code == 0, err
     result = json.loads(stdout)
-    r = result["ratios"]["7/3"]
-    assert (r["closed_classes"], r["open_classes"]) == (7, 3)
-    assert len(r["splits"]) == 2
+    assert [r["name"] for r in result["experiment"]["rows"]] == ["MSP", "KNN", "ConfBranch"]
+    runs = {(r["seed"], r["method"]): r for r in result["runs"]}
+    assert len(runs) == 6 and all(r["status"] == "ok" for r in runs.values())
     aurocs = []
-    for sp in r["splits"]:
+    for seed in (0, 1):
+        sp = runs[(seed, "MSP")]
         assert len(sp["closed"]) == 7 and set(sp["closed"]).isdisjoint(sp["open"])
-        st = Store.open(Path(sp["dir"]) / "store")
+        st = Store.open(sp["store"])
         ref = auroc(msp(st.split("id/test").logits), msp(st.split("ood/osr/open").logits))
-        assert sp["methods"]["msp"]["auroc"] == pytest.approx(ref, abs=1e-9)
+        assert sp["groups"]["osr"]["auroc"] == pytest.approx(ref, abs=1e-9)
         labels = np.asarray(st.split("id/test").labels)
         acc = 100.0 * np.mean(np.asarray(st.split("id/test").logits).argmax(1) == labels)
         assert sp["id_acc"] == pytest.approx(acc)
         assert st.classes == sp["closed"]
+        assert st.provenance.get("training_method", "ce") == "ce"
+        conf = Store.open(runs[(seed, "ConfBranch")]["store"])
+        assert conf.provenance["training_method"] == "confbranch"
+        assert runs[(seed, "KNN")]["tuned"] and "K" in runs[(seed, "KNN")]["chosen"]
+        ckpt = torch.load(Path(sp["store"]).parent / "model.pt", weights_only=True)
+        assert ckpt["config"]["seed"] == seed
         aurocs.append(ref)
-    summary = r["summary"]["msp"]["auroc"]
+    assert runs[(0, "MSP")]["closed"] != runs[(1, "MSP")]["closed"]
+    summary = result["aggregate"]["7/3"]["MSP"]["groups"]["osr"]["auroc"]
     assert summary["mean"] == pytest.approx(np.mean(aurocs))
     assert summary["std"] == pytest.approx(np.std(aurocs))
-    assert json.loads((out / "results.json").read_text())["ratios"]["7/3"]["summary"] == \
-        r["summary"]
+    assert json.loads((out / "results.json").read_text())["aggregate"] == result["aggregate"]
+    code, stdout, err = run(capsys, "protocol", "osr", "--data", "digits", "--ratios", "7/3",
+                            "--seeds", "2", "--epochs", "1", "--methods", "msp,knn,confbranch",
+                            "--arch", "tiny_models:TinyCNN", "--device", "cpu", "--out",
+                            str(out))
+    assert code == 0, err
+    assert "ConfBranch" in stdout and "OSR 7/3" in stdout
 
 
 @pytest.mark.parametrize("args, message", [

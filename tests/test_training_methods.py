@@ -305,18 +305,19 @@ def test_aux_split_convention():
 def test_ten_method_demo_small(tmp_path, capsys, monkeypatch):
     """`featstore demo --methods ...` end to end on real demo data (1 epoch, two models: the
     `ce` baseline for MSP/TempScaling and OE fine-tuning it with its auxiliary split; the spec
-    cut to one near and one far split to stay fast), the table's structure, the cache on
-    rerun, and the CLI's error for an unknown method."""
+    cut to one near and one far split to stay fast): a preset of the experiment runner; the
+    table's structure, the finished runs read back on rerun, and the CLI's error for an
+    unknown method."""
     from cli.app import main
     from featstore.demo import ten_methods
     from featstore.demo.pipeline import PHOTOS, TEXTURES, demo_spec_text
     from featstore.demo.ten_methods import (
         AUX_IMAGES,
-        ROWS,
         render_tables,
         run_ten_methods,
         select_rows,
     )
+    from featstore.experiments.presets import FAMILIES, ten_method_rows
 
     full = ten_methods.ten_methods_spec_text()
     assert full.startswith(demo_spec_text()) and 'name = "ood/aux/skimage"' in full
@@ -330,33 +331,39 @@ def test_ten_method_demo_small(tmp_path, capsys, monkeypatch):
     small = full.split("[[split]]")[0] + "".join("[[split]]" + b for b in blocks)
     monkeypatch.setattr(ten_methods, "ten_methods_spec_text", lambda: small)
 
-    assert [r.name for r in ROWS] == ["MSP", "ViM", "KNN", "ConfBranch", "LogitNorm", "G-ODIN",
-                                      "OE", "MCD", "MC-Dropout", "TempScaling"]
+    assert [r.name for r in ten_method_rows()] == [
+        "MSP", "ViM", "KNN", "ConfBranch", "LogitNorm", "G-ODIN", "OE", "MCD", "MC-Dropout",
+        "TempScaling"]
+    assert set(FAMILIES) == {r.name for r in ten_method_rows()}
     assert not set(AUX_IMAGES) & set(PHOTOS + TEXTURES)
     assert [r.name for r in select_rows("tempscaling, msp")] == ["MSP", "TempScaling"]
     logs: list[str] = []
     result = run_ten_methods(tmp_path, "MSP,OE,TempScaling", epochs=1, finetune_epochs=1,
                              log=logs.append)
-    assert [r["name"] for r in result["rows"]] == ["MSP", "OE", "TempScaling"]
-    assert result["groups"] == ["near", "far"]
-    for row in result["rows"]:
+    runs = {r["method"]: r for r in result["runs"]}
+    assert list(runs) == ["MSP", "OE", "TempScaling"]
+    assert all(r["status"] == "ok" for r in runs.values()) and result["skipped"] == []
+    for row in runs.values():
+        assert list(row["groups"]) == ["near", "far"]
         for g in ("near", "far"):
-            assert set(row["groups"][g]) == {"auroc", "fpr95", "aupr_in", "aupr_out"}
             assert 0.0 <= row["groups"][g]["auroc"] <= 100.0
-        assert row["time_total_s"] >= row["time_method_s"] > 0
-    msp, oe, ts = result["rows"]
-    assert msp["time_method_s"] == msp["score_s"]
+    msp, oe, ts = runs["MSP"], runs["OE"], runs["TempScaling"]
     assert msp["id_acc"] == ts["id_acc"]                 # one shared `ce` model
-    store = Store.open(tmp_path / "methods" / "oe" / "store")
+    assert oe["base_train_s"] == msp["train_s"]          # OE fine-tunes that ce model
+    agg = result["aggregate"]["spec"]
+    assert agg["MSP"]["method_s"]["mean"] == pytest.approx(msp["score_s"])
+    assert agg["OE"]["total_s"]["mean"] == pytest.approx(
+        oe["train_s"] + oe["extract_s"] + oe["score_s"] + msp["train_s"])
+    store = Store.open(oe["store"])
     assert store.split("ood/aux/skimage").usage == "train"
     assert store.provenance["training_method"] == "oe"
     tables = render_tables(result)
     assert len(tables) == 2 and tables[0].row_count == 4 * 2 + 3
-    assert any("training 'oe' (1 epochs, fine-tuning the ce model" in m for m in logs)
-    assert oe["time_total_s"] == pytest.approx(oe["time_method_s"] + msp["train_s"])
+    assert any("training oe (seed 0, fine-tuning ce)" in m for m in logs)
     again = run_ten_methods(tmp_path, "MSP", epochs=1, finetune_epochs=1, log=logs.append)
-    assert any("reusing the trained 'ce' model" in m for m in logs)
-    assert again["rows"][0]["train_s"] == msp["train_s"]
+    assert any("reusing ce model" in m for m in logs)
+    assert any("MSP: finished earlier, read back" in m for m in logs)
+    assert again["runs"][0] == msp
     with pytest.raises(SystemExit) as exc:
         main(["demo", "--out", str(tmp_path), "--methods", "nope", "--quiet"])
     assert exc.value.code == 2 and "unknown method 'nope'" in capsys.readouterr().err

@@ -56,8 +56,9 @@ FAMILIES = {"MSP": "post hoc", "ViM": "post hoc", "KNN": "post hoc",
 
 def select_rows(methods: str | Sequence[str], rows: Sequence[MethodRow],
                 allow_scorers: bool = False) -> list[MethodRow]:
-    """`all`, or names (case-insensitive, comma-separated or a list) of the ten rows; with
-    `allow_scorers`, any other name that is a scorer becomes a post-hoc row on `ce`."""
+    """`all`, or names (case-insensitive, comma-separated or a list) of the ten rows, in the
+    table's order; with `allow_scorers`, any other name that is a scorer becomes a post-hoc
+    row on `ce` (after the table's rows, in the order given)."""
     from scorers import REGISTRY
 
     names = [methods] if isinstance(methods, str) else list(methods)
@@ -78,7 +79,8 @@ def select_rows(methods: str | Sequence[str], rows: Sequence[MethodRow],
             raise UsageError(f"--methods: unknown method {n!r} (valid: {valid})")
         if row.name not in {r.name for r in out}:
             out.append(row)
-    return out
+    order = {r.name: i for i, r in enumerate(rows)}       # the table's order, then the rest
+    return sorted(out, key=lambda r: order.get(r.name, len(order)))
 
 
 def osr_experiment(data: str, ratios: Sequence[tuple[int, int]], seeds: int,

@@ -1,0 +1,258 @@
+"""The experiment runner (featstore.experiments, `featstore run`) on real data and real models.
+
+References: the aggregate mean ± std is recomputed by hand from the per-run numbers (NumPy
+mean and population std, ddof = 0); a run's AUROC is recomputed with sklearn's roc_auc_score
+on the stored logits (MSP = max softmax, transcribed here); the resume test counts the
+trainings and scorings a rerun does after an interruption."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import run_cli as run
+from PIL import Image
+from skimage import data as skdata
+from sklearn.metrics import roc_auc_score
+
+from featstore import Store
+from featstore.errors import InputError
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+TEN = ["MSP", "ViM", "KNN", "ConfBranch", "LogitNorm", "G-ODIN", "OE", "MCD", "MC-Dropout",
+       "TempScaling"]
+METRICS = ("auroc", "fpr95", "aupr_in", "aupr_out")
+
+
+def _toml(value) -> str:
+    from featstore.demo.pipeline import toml_value
+
+    return toml_value(value)
+
+
+def ten_method_tables() -> str:
+    """The ten rows of the remote-sensing preset as [[method]] tables of an experiment file."""
+    from featstore.experiments.presets import ten_method_rows
+
+    text = ""
+    for r in ten_method_rows():
+        text += (f"\n[[method]]\nname = {_toml(r.name)}\ntrain = {_toml(r.train)}\n"
+                 f"scorer = {_toml(r.scorer)}\n")
+        for key in ("params", "train_params", "extract"):
+            if getattr(r, key):
+                text += f"{key} = {_toml(getattr(r, key))}\n"
+        if r.grid is not None:
+            text += f"grid = {_toml(r.grid)}\n"
+    return text
+
+
+def _msp(logits) -> np.ndarray:
+    z = np.asarray(logits, dtype=np.float64)
+    e = np.exp(z - z.max(1, keepdims=True))
+    return (e / e.sum(1, keepdims=True)).max(1)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # tiny models: a thread pool costs more than it gives
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_remote_sensing_osr_protocol_tiny(tmp_path, capsys):
+    """The remote-sensing paper's protocol from one experiment file at a tiny size: all ten
+    methods, OSR 7/3 and 5/5 on the demo digits, 2 seeds (1 epoch, a tiny CNN, 8x8 inputs,
+    few rows). Structure of results.json; every aggregate = the per-run numbers aggregated by
+    hand; MSP's AUROC = sklearn's on the stored logits; the training seed follows the split's."""
+    exp = tmp_path / "rs.toml"
+    exp.write_text(
+        'name = "remote-sensing OSR, tiny"\narch = "tiny_models:TinyCNN"\nseeds = [0, 1]\n'
+        'device = "cpu"\n\n[data]\n'
+        'osr = { data = "digits", ratios = ["7/3", "5/5"], image_size = 8, '
+        'fractions = { train = 0.1, val = 0.05, test = 0.05 } }\n'
+        'aux = { builtin = "patches", images = ["camera", "coins"], count = 10, '
+        'part = "train" }\n\n[train]\npreset = "remote-sensing"\nepochs = 1\nbatch_size = 32\n'
+        '\n[tune]\nrule = "val"\nselect_by = "auroc"\n' + ten_method_tables())
+    code, stdout, err = run(capsys, "run", str(exp), "--out", str(tmp_path / "out"), "--json")
+    assert code == 0, err
+    res = json.loads(stdout)
+    assert res == json.loads((tmp_path / "out" / "results.json").read_text()) | {
+        "seconds": res["seconds"]}
+    assert [r["name"] for r in res["experiment"]["rows"]] == TEN
+    assert len(res["runs"]) == 2 * 2 * 10
+    assert res["skipped"] == [r for r in res["skipped"] if r["reason"]]
+    ok = [r for r in res["runs"] if r["status"] == "ok"]
+    assert len(ok) == 40, res["skipped"]
+    assert list(res["aggregate"]) == ["7/3", "5/5"]
+    for split, methods in res["aggregate"].items():
+        assert list(methods) == TEN
+        for name, agg in methods.items():
+            runs = [r for r in ok if r["split"] == split and r["method"] == name]
+            assert agg["n"] == 2 and agg["seeds"] == [0, 1]
+            for m in METRICS:
+                vals = np.array([r["groups"]["osr"][m] for r in runs])
+                assert agg["groups"]["osr"][m]["mean"] == pytest.approx(vals.mean(), abs=1e-12)
+                assert agg["groups"]["osr"][m]["std"] == pytest.approx(vals.std(ddof=0),
+                                                                       abs=1e-12)
+            for key in ("id_acc", "train_s", "extract_s", "score_s"):
+                vals = np.array([r[key] for r in runs])
+                assert agg[key]["mean"] == pytest.approx(vals.mean(), abs=1e-12)
+                assert agg[key]["std"] == pytest.approx(vals.std(ddof=0), abs=1e-12)
+            total = np.array([r["train_s"] + r["extract_s"] + r["score_s"] for r in runs])
+            assert agg["total_s"]["mean"] == pytest.approx(total.mean())
+    for r in ok:
+        assert set(METRICS) <= set(r["groups"]["osr"])
+        assert r["closed"] and r["open"] and not set(r["closed"]) & set(r["open"])
+        if r["method"] == "KNN":   # tuned on ood/osr/open_val: the chosen K is recorded
+            assert r["tuned"] and "K" in r["chosen"]
+        if r["method"] == "MSP":
+            st = Store.open(r["store"])
+            ref = 100 * roc_auc_score(
+                np.r_[np.ones(st.split("id/test").num_rows),
+                      np.zeros(st.split("ood/osr/open").num_rows)],
+                np.r_[_msp(st.split("id/test").logits), _msp(st.split("ood/osr/open").logits)])
+            assert r["groups"]["osr"]["auroc"] == pytest.approx(ref, abs=1e-9)
+            ckpt = torch.load(Path(r["store"]).parent / "model.pt", weights_only=True)
+            assert ckpt["config"]["seed"] == r["seed"]
+            assert ckpt["config"]["nesterov"] is False and ckpt["config"]["lr"] == 0.01
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "| AUROC | osr |" in md and "none: every run was scored" in md
+
+
+def _image_tree(root: Path, classes: dict[str, np.ndarray], per_class: int) -> None:
+    rng = np.random.default_rng(0)
+    for name, image in classes.items():
+        (root / name).mkdir(parents=True, exist_ok=True)
+        h, w = image.shape[:2]
+        for i in range(per_class):
+            y, x = rng.integers(0, h - 24), rng.integers(0, w - 24)
+            Image.fromarray(image[y:y + 24, x:x + 24]).convert("RGB").save(
+                root / name / f"{i}.png")
+
+
+@pytest.fixture
+def user_spec(tmp_path) -> Path:
+    """A user's ImageFolder benchmark: 3 ID classes (train / val / test folders), OOD val and
+    test folders, as the README's worked example."""
+    photos = {"astronaut": skdata.astronaut(), "coffee": skdata.coffee(),
+              "chelsea": skdata.chelsea()}
+    for part, n in (("train", 10), ("val", 4), ("test", 6)):
+        _image_tree(tmp_path / "data" / part, photos, n)
+    _image_tree(tmp_path / "data" / "ood_val", {"rocket": skdata.rocket()}, 6)
+    _image_tree(tmp_path / "data" / "ood_test", {"brick": skdata.brick()}, 8)
+    spec = tmp_path / "bench.toml"
+    spec.write_text(
+        '[transform]\nresize = 16\ncrop = 16\nmean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]\n'
+        + "".join(f'\n[[split]]\nname = "{n}"\nusage = "{u}"\nsource = {{ imagefolder = '
+                  f'"data/{d}" }}\n' for n, u, d in (("id/train", "train", "train"),
+                                                     ("id/val", "val", "val"),
+                                                     ("id/test", "test", "test"),
+                                                     ("ood/far/rocket_val", "val", "ood_val"),
+                                                     ("ood/far/brick", "test", "ood_test"))))
+    return spec
+
+
+def test_user_spec_resumes_without_recomputing_finished_runs(tmp_path, user_spec, capsys,
+                                                             monkeypatch):
+    """An ImageFolder spec, 2 seeds, 3 rows (KNN tuned on val, ConfBranch trained, RankFeat
+    unscorable: no feature maps). The run is interrupted after its 2nd finished run (as a
+    kill between runs); the rerun trains nothing already trained, scores only the runs that
+    had not finished, reads back the finished ones unchanged, and its results equal an
+    uninterrupted run's. The unscorable runs are listed with the reason in the JSON, the
+    Markdown report and the terminal table."""
+    from featstore.experiments import load_experiment, run_experiment, runner
+
+    exp_file = tmp_path / "exp.toml"
+    exp_file.write_text(
+        'name = "user spec"\narch = "tiny_models:TinyCNN"\nseeds = [0, 1]\ndevice = "cpu"\n'
+        '[data]\nspec = "bench.toml"\n[train]\nepochs = 1\nbatch_size = 8\n'
+        '[[method]]\nname = "KNN"\nscorer = "knn"\ngrid = { K = [1, 3, 5] }\n'
+        '[[method]]\nname = "ConfBranch"\ntrain = "confbranch"\nscorer = "confbranch"\n'
+        '[[method]]\nname = "RankFeat"\nscorer = "rankfeat"\n')
+    exp = load_experiment(exp_file)
+    calls = {"train": 0, "score": 0}
+    real_score = runner.score_row
+
+    def counting_score(*a, **k):
+        calls["score"] += 1
+        return real_score(*a, **k)
+
+    import featstore.training.trainer as trainer
+
+    real_train = trainer.train
+
+    def counting_train(*a, **k):
+        calls["train"] += 1
+        return real_train(*a, **k)
+
+    monkeypatch.setattr(runner, "score_row", counting_score)
+    monkeypatch.setattr(trainer, "train", counting_train)
+    done: list[dict] = []
+
+    def interrupt(record):
+        done.append(record)
+        if len(done) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(exp, tmp_path / "out", on_run=interrupt)
+    assert calls == {"train": 2, "score": 2}    # seed 0: ce + confbranch; KNN, ConfBranch
+    finished = {r["method"]: r for r in done}
+    calls.update(train=0, score=0)
+    result = run_experiment(exp, tmp_path / "out")
+    # seed 0: nothing retrained, RankFeat tried (unscorable); seed 1: 2 models, 3 tries
+    assert calls == {"train": 2, "score": 1 + 3}
+    for name, old in finished.items():
+        new = next(r for r in result["runs"] if r["seed"] == 0 and r["method"] == name)
+        assert new == old
+    skipped = [s for s in result["skipped"]]
+    assert [(s["seed"], s["method"]) for s in skipped] == [(0, "RankFeat"), (1, "RankFeat")]
+    assert all("feature_maps" in s["reason"] for s in skipped)
+    assert result["aggregate"]["spec"]["RankFeat"]["n"] == 0
+    assert "RankFeat: rankfeat: needs 'extra:feature_maps'" in (
+        tmp_path / "out" / "results.md").read_text()
+    # an uninterrupted run of the same file gives the same numbers
+    fresh = run_experiment(load_experiment(exp_file), tmp_path / "fresh")
+    for a, b in zip(result["runs"], fresh["runs"], strict=True):
+        assert a.get("groups") == b.get("groups") and a.get("chosen") == b.get("chosen")
+    # the CLI prints the skipped runs with their reasons
+    code, stdout, err = run(capsys, "run", str(exp_file), "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    assert "skipped runs" in stdout and "needs 'extra:feature_maps'" in stdout
+
+
+@pytest.mark.parametrize("body, message", [
+    ('seeds = [0]\n[data]\nspec = "x.toml"\n', "spec '"),
+    ('[data]\nosr = { data = "digits" }\n[[method]]\nscorer = "nope"\n',
+     "unknown scorer 'nope'"),
+    ('[data]\nosr = { data = "digits" }\nfoo = 1\n[[method]]\nscorer = "msp"\n',
+     "[data]: unknown key 'foo' (valid: spec, osr, aux, aux_name)"),
+    ('[data]\nosr = { data = "digits" }\n[train]\nepoch = 3\n[[method]]\nscorer = "msp"\n',
+     "[train]: unknown key 'epoch'"),
+    ('[data]\nosr = { data = "digits" }\n[tune]\nrule = "test"\n[[method]]\nscorer = "msp"\n',
+     "[tune]: rule 'test'"),
+    ('[data]\nosr = { data = "digits" }\n[[method]]\nscorer = "msp"\ntrain = "nope"\n',
+     "unknown training method"),
+    ('[data]\nosr = { data = "digits" }\n', "expected at least one [[method]] table"),
+    ('seeds = [0, 0]\n[data]\nosr = { data = "digits" }\n[[method]]\nscorer = "msp"\n',
+     "repeat a seed"),
+    ('[data]\nosr = { data = "digits", ratios = ["7-3"] }\n[[method]]\nscorer = "msp"\n',
+     "--ratios: '7-3'"),
+])
+def test_bad_experiment_files_are_one_line_errors(tmp_path, capsys, body, message):
+    f = tmp_path / "e.toml"
+    f.write_text(body)
+    code, _, err = run(capsys, "run", str(f), "--out", str(tmp_path / "o"))
+    assert code in (1, 2) and message in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o" / "results.json").exists()
+    with pytest.raises(InputError if code == 1 else ValueError):
+        from featstore.experiments import load_experiment
+
+        load_experiment(f)
