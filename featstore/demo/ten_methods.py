@@ -84,12 +84,13 @@ def ten_methods_experiment(out: Path, methods: str | Sequence[str] = "all", *,
     """The preset's Experiment (writes OUT/methods/spec.toml)."""
     from ..experiments.config import Experiment
 
+    rows = select_rows(methods)              # a bad name is an error before anything is written
     base = Path(out) / "methods"
     base.mkdir(parents=True, exist_ok=True)
     spec_path = base / "spec.toml"
     spec_path.write_text(ten_methods_spec_text(), encoding="utf-8")
     return Experiment(name="Ten OOD methods on the demo (Wang et al. 2024 layout)",
-                      arch=SCRATCH_ARCH, seeds=list(seeds), rows=select_rows(methods),
+                      arch=SCRATCH_ARCH, seeds=list(seeds), rows=rows,
                       spec=str(spec_path.resolve()), device="cpu",
                       train=demo_train_settings(epochs, finetune_epochs))
 
