@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import check_methods, open_store, require_rows
+from .common import check_methods, method_params, open_store, require_rows
 from .console import JsonOpt, QuietOpt, emit, out, setup, status
 
 
@@ -19,8 +19,12 @@ def register(app: typer.Typer) -> None:
         out_: Annotated[Path, typer.Option("--out", help="HTML file to write (a Markdown "
                                                           "twin goes beside it).")] = Path(
             "report.html"),
-        method: Annotated[list[str] | None, typer.Option(help="Scorer; repeatable "
-                                                              "(default: all).")] = None,
+        method: Annotated[list[str] | None, typer.Option(
+            help="Scorer; repeatable (default: all; one that cannot run on the store is "
+                 "listed as skipped with its reason). A named scorer that cannot run is an "
+                 "error.")] = None,
+        param: Annotated[list[str] | None, typer.Option(
+            help="method.k=v parameter, e.g. knn.K=10; repeatable.")] = None,
         tune: Annotated[bool, typer.Option(help="Sweep every scorer on val first and "
                                                 "plot the sweep curves.")] = False,
         include: Annotated[list[Path] | None, typer.Option(
@@ -39,6 +43,7 @@ def register(app: typer.Typer) -> None:
 
         if method:
             check_methods(method)
+        params = method_params(param)
         if (source / "store.json").is_file():
             with open_store(source) as st:
                 require_rows(st)
@@ -46,6 +51,6 @@ def register(app: typer.Typer) -> None:
             begin(f"{'tuning and ' if tune else ''}evaluating "
                   f"{', '.join(method) if method else 'every scorer'} for the report")
             html_path, md_path = write_report(source, out_, methods=method, tune=tune,
-                                              include=include)
+                                              include=include, params=params)
         emit({"source": str(source), "html": str(html_path), "markdown": str(md_path)},
              lambda: out.print(f"report: {html_path}  (markdown: {md_path})"))

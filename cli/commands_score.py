@@ -23,7 +23,7 @@ from .common import (
     parse_params,
     require_rows,
 )
-from .console import JsonOpt, QuietOpt, emit, err, out, setup, status
+from .console import JsonOpt, QuietOpt, emit, out, setup, status
 
 __all__ = ["parse_params", "print_evaluation", "demo_evaluation", "register"]
 
@@ -46,6 +46,7 @@ def print_evaluation(result: dict, per_split: bool = True) -> None:
     methods = result["methods"]
     if not methods:
         out.print("no scorer could run on this store")
+        print_skipped(result)
         return
     groups = list(next(iter(methods.values()))["groups"])
     table = Table(title=f"OOD detection vs {result['id_split']} (test splits; group = "
@@ -85,8 +86,26 @@ def print_evaluation(result: dict, per_split: bool = True) -> None:
                                           ("auroc", "fpr95", "aupr_in", "aupr_out"))
                                for s in result["ood_splits"]])
         out.print(t2)
-    for name, why in result["skipped"].items():
-        err.print(f"skipped {name}: {why}", highlight=False)
+    if not result.get("tuned"):
+        from .commands_sweep import print_adjusted
+
+        for name, r in methods.items():
+            print_adjusted(name, r.get("adjusted", []))
+    print_skipped(result)
+
+
+def print_skipped(result: dict) -> None:
+    """The scorers that could not run on this store, each with its one-line reason."""
+    skipped = result.get("skipped") or {}
+    if not skipped:
+        return
+    table = Table(title=f"skipped: {len(skipped)} scorer{'s' if len(skipped) != 1 else ''} "
+                        "could not run on this store", header_style="bold", show_edge=False)
+    table.add_column("scorer")
+    table.add_column("reason", overflow="fold")
+    for name, why in skipped.items():
+        table.add_row(name, why)
+    out.print(table)
 
 
 def demo_evaluation(store: Store) -> dict:
@@ -159,9 +178,12 @@ def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_(
         store: Annotated[Path, typer.Argument(help="Store directory.")],
-        method: Annotated[list[str] | None, typer.Option(help="Scorer; repeatable "
-                                                              "(default: all).")] = None,
-        all_: Annotated[bool, typer.Option("--all", help="Every registered scorer.")] = False,
+        method: Annotated[list[str] | None, typer.Option(
+            help="Scorer; repeatable (default: all). A named scorer that cannot run on the "
+                 "store is an error.")] = None,
+        all_: Annotated[bool, typer.Option("--all", help=(
+            "Every registered scorer; one that cannot run on the store is skipped with its "
+            "reason."))] = False,
         param: Annotated[list[str] | None, typer.Option(
             help="method.k=v parameter, e.g. knn.K=10; repeatable.")] = None,
         out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
@@ -186,6 +208,7 @@ def register(app: typer.Typer) -> None:
 
         params = method_params(param)
         methods = None if all_ or not method else check_methods(method)
+        strict = methods is not None  # a scorer named by --method must run
         if select_by is not None and not tune:
             raise UsageError("--select-by chooses hyperparameters: it needs --tune")
         if tune:
@@ -203,10 +226,10 @@ def register(app: typer.Typer) -> None:
                     from scorers.sweep import sweep_all
 
                     result = sweep_all(st, methods, params, select_by or "auroc",
-                                       progress=step)
+                                       progress=step, strict=strict)
                 else:
                     result = evaluate(st, methods, params, use_cache=not no_cache,
-                                      progress=step)
+                                      progress=step, strict=strict)
         if out_ is not None:
             out_.write_text(json.dumps(result, indent=2) + "\n")
 

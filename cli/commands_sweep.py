@@ -12,7 +12,7 @@ from rich.table import Table
 from featstore.errors import UsageError
 
 from .common import check_params, fit_label, open_store, parse_params, require_rows
-from .console import JsonOpt, QuietOpt, emit, err, out, setup, status
+from .console import JsonOpt, QuietOpt, emit, out, setup, status
 
 _TEST_COLS = (("auroc", "AUROC"), ("fpr95", "FPR95"), ("aupr_in", "AUPR-IN"),
               ("aupr_out", "AUPR-OUT"), ("fpr95_ood", "FPR95(OOD)"),
@@ -119,9 +119,16 @@ def print_sweep(result: dict) -> None:
             t2.add_row(f"[bold]{g or '(no group)'} (mean)[/]",
                        *[f"[bold]{_fmt(metrics[m])}[/]" for m, _ in _TEST_COLS])
         out.print(t2)
-    for d in result["dropped"]:
-        err.print(f"dropped {format_setting(d['setting'])} from the default grid: {d['reason']}",
-                  highlight=False)
+    print_adjusted(result["method"], result["adjusted"])
+
+
+def print_adjusted(method: str, adjusted: list[dict]) -> None:
+    """One line per default clamped to the store (`scorers.adapt`): it changes the numbers,
+    so it is part of the result (stdout), not a warning."""
+    from scorers.adapt import describe
+
+    for a in adjusted:
+        out.print(f"{method}: adjusted to this store: {describe(a)}", highlight=False)
 
 
 def print_tuned(result: dict) -> None:
@@ -132,17 +139,16 @@ def print_tuned(result: dict) -> None:
     table = Table(title=f"settings chosen on val ({result['val_splits']['id']} vs "
                         f"{', '.join(result['val_splits']['ood'])}; by {_label(sel)})",
                   header_style="bold", show_edge=False)
-    for col in ("method", "chosen setting", f"val {_label(sel)}", "settings", "dropped"):
+    for col in ("method", "chosen setting", f"val {_label(sel)}", "settings", "adjusted"):
         table.add_column(col, justify="left" if col in ("method", "chosen setting") else "right")
     for name, r in result["methods"].items():
-        tried = 1
-        for values in r["grid"].values():
-            tried *= len(values)
         fixed = [f"{k}={v} (fixed)" for k, v in r.get("fixed", {}).items()]
         setting = ", ".join(([format_setting(r["chosen"])] if r["chosen"] else []) + fixed)
         table.add_row(name, setting or format_setting({}), _fmt(r["val"][sel]),
-                      str(tried - len(r["dropped"])), str(len(r["dropped"])))
+                      str(r["settings_scored"]), str(len(r["adjusted"])))
     out.print(table)
+    for name, r in result["methods"].items():
+        print_adjusted(name, r["adjusted"])
 
 
 def register(app: typer.Typer) -> None:

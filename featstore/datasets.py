@@ -82,24 +82,29 @@ def _open_image(path: Path) -> Image.Image:
 
 
 def imagefolder_rows(root: str) -> RowSource:
-    """Class sub-directories (sorted) of image files (sorted), like torchvision's ImageFolder."""
+    """Class sub-directories (sorted) of image files (sorted), like torchvision's ImageFolder;
+    a folder without sub-directories is read as one flat set of images (label -1,
+    `class_names` None: fine for an OOD split, refused for an ID split by extraction)."""
     base = Path(root)
     if not base.is_dir():
         raise InputError(f"imagefolder {root!r}: directory not found")
     classes = sorted(d.name for d in base.iterdir() if d.is_dir())
-    if not classes:
-        raise UsageError(f"imagefolder {root!r}: no class sub-directories")
     paths, labels = [], []
     for index, cls in enumerate(classes):
         for f in sorted((base / cls).rglob("*")):
             if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS:
                 paths.append(f)
                 labels.append(index)
+    if not classes:
+        paths = [f for f in sorted(base.iterdir())
+                 if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS]
+        labels = [-1] * len(paths)
     if not paths:
-        raise UsageError(f"imagefolder {root!r}: no image files ({', '.join(IMAGE_EXTENSIONS)})")
+        raise InputError(f"imagefolder {root!r}: no image files "
+                         f"({', '.join(IMAGE_EXTENSIONS)})")
     ids = [str(p.relative_to(base)) for p in paths]
     return RowSource(ids, np.asarray(labels), lambda i: _open_image(paths[i]),
-                     {"imagefolder": str(base)}, class_names=classes)
+                     {"imagefolder": str(base)}, class_names=classes or None)
 
 
 def parse_image_list(list_file: str) -> list[tuple[str, int]]:

@@ -27,9 +27,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from . import distributed
+from .classmap import check_class_list, map_folders
 from .datasets import RowSource, TransformedRows, build_transform, rows_from_source
 from .distributed import Context
-from .errors import FeatstoreError, UsageError
+from .errors import FeatstoreError, InputError, UsageError
 from .extract_extras import ExtraOutputs
 from .layout import FEATURE_DTYPES
 from .models import LoadedModel, load_model
@@ -156,6 +157,8 @@ def plan_split(split: SplitSpec, loaded: LoadedModel, transform: dict,
     if split.role == "ood":
         rows.labels = np.full(len(rows), -1, dtype=np.int64)
     else:
+        if split.label_map is not None and split.label_map != list(range(len(split.label_map))):
+            rows.labels = np.asarray(split.label_map, dtype=np.int64)[rows.labels]
         num_classes = loaded.head.out_features
         bad = (rows.labels < -1) | (rows.labels >= num_classes)
         if bad.any():
@@ -164,6 +167,8 @@ def plan_split(split: SplitSpec, loaded: LoadedModel, transform: dict,
                              f"{rows.ids[i]!r} is outside the head's 0..{num_classes - 1}")
     part_rows = opts.batch_size * opts.part_batches
     fp = _fingerprint(split, loaded, transform, opts, part_rows)
+    if split.label_map is not None and split.label_map != list(range(len(split.label_map))):
+        fp["label_map"] = split.label_map  # only then: identity maps keep old fingerprints
     extras = ExtraOutputs(loaded, opts, transform, split.name)
     if extras.config:  # only then: plain extractions keep their fingerprints
         fp["extras"] = extras.config
@@ -350,12 +355,31 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
 
 
 def _classes(bench: BenchmarkSpec, loaded: LoadedModel) -> list[str] | None:
+    """The head's class names for model.h5, and each ID/CSID ImageFolder split's folder ->
+    head class map (`SplitSpec.label_map`, featstore.classmap), checked before the store is
+    created: a wrong mapping is an error naming the folders, never a silent relabelling."""
+    num_outputs = loaded.head.out_features
+    where = f"spec {str(bench.path)!r}" if bench.path else "the spec"
     classes = bench.classes
-    if classes is None:
-        train = next((s for s in bench.splits if s.name == "id/train"), None)
-        if train is not None and "imagefolder" in train.source:
-            classes = rows_from_source(train.source).class_names
-    if classes is not None and len(classes) != loaded.head.out_features:
-        raise UsageError(f"spec lists {len(classes)} classes but the model's head has "
-                         f"{loaded.head.out_features} outputs")
+    if classes is not None:
+        check_class_list(classes, num_outputs, where)
+    folders_of: dict[str, list[str]] = {}
+    for split in bench.splits:
+        if split.role == "ood" or "imagefolder" not in split.source:
+            continue
+        folders = rows_from_source(split.source).class_names
+        if folders is None:
+            raise InputError(f"split {split.name!r}: imagefolder "
+                             f"{split.source['imagefolder']!r} has no class sub-directories; "
+                             "an ID split needs one folder per class")
+        folders_of[split.name] = folders
+    train = folders_of.get("id/train")
+    if classes is None and train is not None and len(train) == num_outputs \
+            and not bench.class_map:
+        classes = list(train)  # the head was trained on exactly these folders, in this order
+    for split in bench.splits:
+        if split.name in folders_of:
+            split.label_map = map_folders(folders_of[split.name], num_outputs, split=split.name,
+                                          classes=classes, wnids=bench.wnids,
+                                          class_map=bench.class_map)
     return classes

@@ -6,7 +6,14 @@
     mean = [0.5, 0.5, 0.5]
     std = [0.5, 0.5, 0.5]
 
-    classes = ["cat", "dog"]     # optional: class names of the head (else from id/train)
+    classes = ["tench", "goldfish", ...]  # optional: the head's classes, one per output
+    wnids = ["n01440764", ...]   # optional, beside classes: their WordNet ids
+    class_map = { fish_a = 0, goldfish_pics = "goldfish" }   # optional: folder -> class
+
+    ID/CSID ImageFolder class folders map to the head's classes by `featstore.classmap`'s rule:
+    class_map first, else by class name or wnid when `classes` is given, else by sorted
+    folder order only when there are exactly as many folders as head outputs; anything
+    else is an error saying how to map.
 
     [[split]]
     name = "id/train"            # DESIGN §2 split name
@@ -47,6 +54,9 @@ class SplitSpec:
     name: str
     usage: str
     source: dict[str, Any]
+    # head class index of each class folder (sorted) of an ID/CSID ImageFolder source, set
+    # by extraction from the spec's classes / wnids / class_map (featstore.classmap)
+    label_map: list[int] | None = None
 
     @property
     def role(self) -> str:
@@ -61,6 +71,8 @@ class BenchmarkSpec:
     splits: list[SplitSpec]
     transform: dict[str, Any] = field(default_factory=dict)
     classes: list[str] | None = None
+    wnids: list[str] | None = None
+    class_map: dict[str, Any] = field(default_factory=dict)
 
 
 def _resolve(base: Path, value: str) -> str:
@@ -116,7 +128,21 @@ def parse_spec(data: dict[str, Any], base: Path, where: str) -> BenchmarkSpec:
     if classes is not None and (not isinstance(classes, list)
                                 or not all(isinstance(c, str) for c in classes)):
         raise InputError(f"{where}: classes must be a list of strings")
-    return BenchmarkSpec(None, splits, dict(transform), list(classes) if classes else None)
+    wnids = data.get("wnids")
+    if wnids is not None:
+        if not isinstance(wnids, list) or not all(isinstance(w, str) for w in wnids):
+            raise InputError(f"{where}: wnids must be a list of strings")
+        if classes is None or len(wnids) != len(classes):
+            raise InputError(f"{where}: wnids lists {len(wnids)} ids but classes lists "
+                             f"{len(classes or [])} names; give one wnid per class")
+    class_map = data.get("class_map", {})
+    if not isinstance(class_map, dict) or not all(
+            isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
+            for v in class_map.values()):
+        raise InputError(f"{where}: class_map must be a table of folder = class index or "
+                         "class name, e.g. class_map = { goldfish_pics = 1 }")
+    return BenchmarkSpec(None, splits, dict(transform), list(classes) if classes else None,
+                         list(wnids) if wnids else None, dict(class_map))
 
 
 def load_spec(path: str | Path) -> BenchmarkSpec:

@@ -14,7 +14,7 @@ from typing import Any
 from .base import Scorer
 
 _NOT_SCORER_MODULES = {"base", "metrics", "sweep", "cache", "evaluate", "gscore", "knn_index",
-                       "neighbours"}
+                       "neighbours", "adapt", "skipping"}
 
 
 def _discover() -> dict[str, type[Scorer]]:

@@ -50,6 +50,7 @@ kernels live in `react.py` (which ASH imports already).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -57,7 +58,7 @@ from numba import njit
 
 from featstore.errors import UsageError
 
-from .base import Scorer, logsumexp
+from .base import Scorer, ValidRange, logsumexp
 from .react import check_percentile, exact_f32, gather_add, gather_sum, sparse_pays
 
 VARIANTS = ("p", "b", "s")
@@ -77,6 +78,16 @@ def check_keep(scorer_name: str, percentile: float, store: Any) -> None:
             f"features (k = D - round(D * percentile / 100) = 0); use a percentile in (0, "
             f"{100.0 * (d - 0.5) / d:g})"
         )
+
+
+def percentile_range(store: Any) -> ValidRange:
+    """The percentiles that keep at least one of D activations, as a closed range: (0, 100 (D -
+    1) / D]; keep_count(D, 100 (D - 1) / D) = 1 (a slightly larger p may still keep one, but
+    this bound is exact for every D)."""
+    d = int(store.head[0].shape[1])
+    return ValidRange(0.0, 100.0 * (d - 1) / d,
+                      f"percentile <= 100 (D - 1) / D = {100.0 * (d - 1) / d:g} keeps at least "
+                      f"one of the D = {d} features")
 
 
 @njit(cache=True, nogil=True)
@@ -249,6 +260,9 @@ class ASH(Scorer):
             )
         check_percentile(self.name, "percentile", params["percentile"])
         check_keep(self.name, params["percentile"], store)
+
+    def valid_ranges(self, params: Mapping[str, Any], store: Any) -> dict[str, ValidRange]:
+        return {"percentile": percentile_range(store)}
 
     def _fit(self, store: Any) -> None:
         weight, bias = store.head

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -41,6 +42,18 @@ _HOW_TO = {
 }
 
 Grid = Mapping[str, Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class ValidRange:
+    """The closed range [lo, hi] of a parameter whose valid values depend on the store's data
+    (D, the id/train rows, the bank size); `why` says what sets the bounds, e.g. `1 <= dim <
+    min(D, N) = 120 (D = 1280 features, N = 120 rows of 'id/train')`. lo > hi: no valid value.
+    `scorers.adapt` clamps a default into it (README "Data-dependent defaults")."""
+
+    lo: float
+    hi: float
+    why: str
 
 
 def expand_grid(grid: Grid) -> list[dict[str, Any]]:
@@ -89,6 +102,17 @@ class Scorer:
 
         Called at construction (store=None) and again with the store at fit and for every
         grid setting (ranges that depend on the data, e.g. K <= bank size)."""
+
+    def valid_ranges(self, params: Mapping[str, Any], store: Any) -> dict[str, ValidRange]:
+        """The data-dependent ranges of this scorer's parameters for `store`, given the other
+        parameters in `params` (e.g. K's range depends on the bank fraction); {} when no
+        parameter's validity depends on the data. Integers stay integers."""
+        return {}
+
+    def resolve_default(self, param: str, value: Any, store: Any) -> Any:
+        """The value a default stands for on `store` (ViM's dim None -> the paper's rule);
+        default: the value itself."""
+        return value
 
     def check_choice(self, params: Mapping[str, Any], param: str,
                      choices: Sequence[Any]) -> None:

@@ -16,21 +16,18 @@ import numpy as np
 from featstore.errors import FeatstoreError, UsageError
 
 from . import REGISTRY, get_scorer
+from .adapt import fit_defaults
 from .cache import ScoreCache
 from .metrics import OOD_METRIC_NAMES, id_accuracy, misclassification_auroc, ood_metrics
+from .skipping import check_supported, require_any, run_each, unsupported_reason
 
 ID_SPLIT = "id/test"
 
 
 def supported(store: Any, name: str) -> tuple[bool, str]:
     """Whether the store has what scorer `name` needs (and why not)."""
-    cls = REGISTRY[name]
-    for need in cls.needs:
-        if need.startswith("fit:") and not store.has_split(need[4:]):
-            return False, f"needs split {need[4:]!r}"
-        if need.startswith("extra:") and not store.split(ID_SPLIT).has_extra(need[6:]):
-            return False, f"needs {need!r} (extract it)"
-    return True, ""
+    why = unsupported_reason(store, name)
+    return why is None, why or ""
 
 
 def group_means(per_split: Mapping[str, Mapping[str, float]], store: Any) -> dict[str, dict]:
@@ -85,43 +82,44 @@ def score_splits(store: Any, name: str, params: Mapping[str, Any], splits: Seque
 
 def evaluate(store: Any, methods: Sequence[str] | None = None,
              params: Mapping[str, Mapping[str, Any]] | None = None,
-             use_cache: bool = True, progress: Any = None) -> dict[str, Any]:
+             use_cache: bool = True, progress: Any = None, strict: bool = False
+             ) -> dict[str, Any]:
     """Metrics of every method on every OOD test split of the store.
 
     Returns {"store", "model_sha256", "id_split", "id_acc", "ood_splits", "methods":
-    {name: {"params", "fit_seconds", "score_seconds", "diagnostics" (the fit's, e.g. recall@K
-    of an approximate index; empty when cached), "misclassification_auroc", "splits":
-    {split: metrics}, "groups": {group: metrics}}}, "skipped": {name: reason}}."""
+    {name: {"params" (as run: `params[name]` over the defaults, a data-invalid default clamped
+    by `scorers.adapt`), "adjusted" (those clamps: [{"setting", "used", "reason"}]),
+    "fit_seconds", "score_seconds", "diagnostics" (the fit's, e.g. recall@K of an approximate
+    index; empty when cached), "misclassification_auroc", "splits": {split: metrics},
+    "groups": {group: metrics}}}, "skipped": {name: reason}}.
+
+    A method that cannot run on this store (`scorers.skipping`: a missing need, no valid
+    parameter value, a class without train rows, ...) is listed in "skipped" with its one-line
+    reason, or, with `strict` (the caller named it), raises that error. When no method ran,
+    FeatstoreError lists every reason."""
     if not store.has_split(ID_SPLIT):
         raise FeatstoreError(f"store {str(store.path)!r} has no complete {ID_SPLIT!r} split; "
                              "evaluation compares every OOD split against it")
     methods = list(methods) if methods else list(REGISTRY)
     for m in methods:
         if m not in REGISTRY:
-            raise FeatstoreError(f"unknown scorer {m!r} (valid: {', '.join(REGISTRY)})")
+            raise UsageError(f"unknown scorer {m!r} (valid: {', '.join(REGISTRY)})")
     params = params or {}
     ood = store.splits(role="ood", usage="test")
     if not ood:
         raise FeatstoreError(f"store {str(store.path)!r} has no OOD test split to evaluate")
     id_split = store.split(ID_SPLIT)
     logits, labels = np.asarray(id_split.logits), np.asarray(id_split.labels)
-    result: dict[str, Any] = {"store": str(store.path), "model_sha256": store.model_sha256,
-                              "id_split": ID_SPLIT, "id_acc": id_accuracy(logits, labels),
-                              "ood_splits": ood, "methods": {}, "skipped": {}}
-    for name in methods:
-        ok, why = supported(store, name)
-        if not ok:
-            result["skipped"][name] = why
-            continue
+
+    def run(name: str) -> dict[str, Any]:
+        check_supported(store, name)
+        given = params.get(name, {})
+        used, adjusted = fit_defaults(get_scorer(name, **given), given, store)
         if progress:
             progress(name)
         diag: dict[str, Any] = {}
-        try:
-            scores, fit_s, score_s = score_splits(store, name, params.get(name, {}),
-                                                  [ID_SPLIT, *ood], use_cache, diag)
-        except UsageError as exc:  # a default that does not fit this store's size
-            result["skipped"][name] = str(exc)
-            continue
+        scores, fit_s, score_s = score_splits(store, name, used, [ID_SPLIT, *ood], use_cache,
+                                              diag)
         id_scores = scores[ID_SPLIT]
         per_split = {s: ood_metrics(id_scores, scores[s], id_name=ID_SPLIT, ood_name=s)
                      for s in ood}
@@ -129,12 +127,17 @@ def evaluate(store: Any, methods: Sequence[str] | None = None,
             mis = misclassification_auroc(id_scores, logits, labels)
         except ValueError:
             mis = float("nan")
-        result["methods"][name] = {
-            "params": dict(get_scorer(name, **params.get(name, {})).params),
+        return {
+            "params": dict(get_scorer(name, **used).params), "adjusted": adjusted,
             "fit_seconds": fit_s, "score_seconds": score_s,
             "cached": fit_s == 0.0 and score_s == 0.0,
             "diagnostics": diag,
             "misclassification_auroc": mis,
             "splits": per_split, "groups": group_means(per_split, store),
         }
-    return result
+
+    done, skipped = run_each(methods, run, strict=strict)
+    require_any(done, skipped, store)
+    return {"store": str(store.path), "model_sha256": store.model_sha256,
+            "id_split": ID_SPLIT, "id_acc": id_accuracy(logits, labels),
+            "ood_splits": ood, "methods": done, "skipped": skipped}

@@ -17,7 +17,7 @@ import numpy as np
 
 from featstore.errors import UsageError
 
-from .base import Scorer
+from .base import Scorer, ValidRange
 from .knn_index import INDEX_KINDS, KnnIndex, subsample_rows, subsample_size
 
 FIT_SPLIT = "id/train"
@@ -86,6 +86,16 @@ class BankScorer(Scorer):
                     f"scorer {name!r}: K={k} is larger than the train bank ({size} rows: "
                     f"{n} rows of {FIT_SPLIT} x {fp} {frac}); valid: 1 <= K <= {size}"
                 )
+
+    def valid_ranges(self, params: Mapping[str, Any], store: Any) -> dict[str, ValidRange]:
+        """K's data-dependent range: 1 <= K <= the bank size (id/train rows x the fraction)."""
+        if not store.has_split(FIT_SPLIT):
+            return {}
+        fp, frac = self.fraction_param, float(params[self.fraction_param])
+        n = store.split(FIT_SPLIT).num_rows
+        size = subsample_size(n, frac)
+        return {"K": ValidRange(1, size, f"1 <= K <= {size}, the train bank ({n} rows of "
+                                         f"{FIT_SPLIT} x {fp} {params[fp]})")}
 
     # ------------------------------------------------------------------ subclass hooks
     def _build(self, store: Any, params: Mapping[str, Any]) -> KnnIndex:

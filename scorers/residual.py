@@ -28,20 +28,16 @@ from typing import Any
 
 import numpy as np
 
-from .base import Scorer
-from .vim import PrincipalSpace, check_dim, setting_dims
+from .vim import PrincipalScorer, PrincipalSpace, setting_dims
 
 
-class Residual(Scorer):
+class Residual(PrincipalScorer):
     name = "residual"
     needs = ("features", "head", "fit:id/train")
     defaults = {"dim": None}
     grid = {"dim": [256, 1000]}
     paper = ("Wang, Li, Feng, Zhang. ViM: Out-Of-Distribution with Virtual-logit Matching. "
              "CVPR 2022 (Residual baseline)")
-
-    def check_params(self, params: dict[str, Any], store: Any = None) -> None:
-        check_dim(self.name, params["dim"], store)
 
     def _fit(self, store: Any) -> None:
         self.state = PrincipalSpace.fit(self, store)

@@ -30,12 +30,13 @@ formula). Otherwise z = h @ W.T in float64 BLAS.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from .ash import RowSort, check_keep, keep_count
-from .base import Scorer, head_logits_usable, logsumexp, stored_logits_are_head
+from .ash import RowSort, check_keep, keep_count, percentile_range
+from .base import Scorer, ValidRange, head_logits_usable, logsumexp, stored_logits_are_head
 from .react import check_percentile
 
 
@@ -50,6 +51,9 @@ class Scale(Scorer):
     def check_params(self, params: dict[str, Any], store: Any = None) -> None:
         check_percentile(self.name, "percentile", params["percentile"])
         check_keep(self.name, params["percentile"], store)
+
+    def valid_ranges(self, params: Mapping[str, Any], store: Any) -> dict[str, ValidRange]:
+        return {"percentile": percentile_range(store)}
 
     def _fit(self, store: Any) -> None:
         weight, bias = store.head

@@ -16,11 +16,13 @@ largest K, one eigendecomposition for every ViM dim, one row sort for every ASH 
 
 Grids and validity (decided here):
 - `grid=None` means the scorer's default grid minus the parameters fixed in `base_params`.
-  A default-grid setting that is invalid for this store's data (ViM dim >= D, KNN K larger
-  than the train bank, ...: the scorer's `check_params(params, store)` refuses it) is DROPPED
-  and listed in the result's `"dropped": [{"setting", "reason"}]`; the default grid is a
-  generic range (OpenOOD's ImageNet values) that does not know the store. If every setting is
-  dropped, a UsageError names the first reason.
+  The default grid is a generic range (OpenOOD's ImageNet values) that does not know the
+  store: a setting the store's data makes invalid (ViM dim >= min(D, id/train rows), KNN K
+  larger than the train bank, ...) is CLAMPED into the parameter's valid range and settings
+  that become equal are scored once: the one rule of `scorers.adapt`, also applied to every
+  default parameter outside the grid. Each change is listed in the result's `"adjusted":
+  [{"setting", "used", "reason"}]` (`used` None: a setting no range could mend, dropped). If
+  no setting is left, a UsageError names the reason.
 - An explicit `grid` is what the user asked for: any invalid value is a UsageError (also a
   ValueError) naming the value and the valid range; an unknown grid parameter is a UsageError
   naming the valid ones; a parameter in both `grid` and `base_params` is refused.
@@ -46,8 +48,9 @@ import numpy as np
 from featstore.errors import FeatstoreError, UsageError
 
 from . import REGISTRY, get_scorer
+from .adapt import adapt_grid, adapt_params
 from .base import Scorer, expand_grid
-from .evaluate import group_means, mean_of, supported
+from .evaluate import group_means, mean_of
 from .metrics import (
     METRIC_DIRECTIONS,
     OOD_METRIC_NAMES,
@@ -55,6 +58,7 @@ from .metrics import (
     misclassification_auroc,
     ood_metrics,
 )
+from .skipping import check_supported, require_any, run_each
 
 VAL_ID_SPLIT = "id/val"
 TEST_ID_SPLIT = "id/test"
@@ -125,7 +129,8 @@ def _as_values(key: str, values: Any) -> list[Any]:
 
 
 class _Plan:
-    """The settings to score, the grid to hand to `score_grid`, and the dropped settings."""
+    """The parameters and settings to score, the grid to hand to `score_grid`, and the
+    defaults clamped to this store (`scorers.adapt`)."""
 
     def __init__(self, probe: Scorer, grid: Mapping[str, Any] | None,
                  base: Mapping[str, Any], store: Any):
@@ -145,27 +150,35 @@ class _Plan:
                 raise UsageError(f"scorer {name!r}: parameter {both[0]!r} is given both as a "
                                  "fixed parameter and in the grid; give it once")
             self.grid = {k: _as_values(k, v) for k, v in grid.items()}
-        settings = expand_grid(self.grid) if self.grid else [{}]
+        # the parameters outside the grid: the user's `base`, the rest defaults (clamped)
+        params, self.adjusted = adapt_params(probe, probe.params, {*base, *self.grid}, store)
+        self.base = {k: v for k, v in params.items() if k in base or v != probe.params[k]}
+        probe = type(probe)(**self.base)
+        if self.source == "default":
+            settings, grid_adjusted = adapt_grid(probe, self.grid, set(base), store)
+            self.adjusted += grid_adjusted
+        else:
+            settings = expand_grid(self.grid) if self.grid else [{}]
         self.settings: list[dict[str, Any]] = []
-        self.dropped: list[dict[str, Any]] = []
         for setting in settings:
             try:
                 probe.check_params({**probe.params, **setting}, store)
             except UsageError as exc:
                 if self.source == "explicit":
                     raise
-                self.dropped.append({"setting": _plain(setting), "reason": str(exc)})
+                self.adjusted.append({"setting": _plain(setting), "used": None,
+                                      "reason": str(exc)})
             else:
                 self.settings.append(setting)
+        self.adjusted = _plain(self.adjusted)
         if not self.settings:
             raise UsageError(
                 f"scorer {name!r}: no setting of its default grid "
                 f"{format_setting(self.grid)} is valid for store {str(store.path)!r} "
-                f"({self.dropped[0]['reason']}); pass an explicit grid or fix the parameter")
-        # score_grid takes a grid: when dropping left a Cartesian product (the usual case:
-        # one key's out-of-range values), hand it the pruned grid; else score per setting.
-        pruned = {k: [v for v in vals if any(s[k] == v for s in self.settings)]
-                  for k, vals in self.grid.items()}
+                f"({self.adjusted[-1]['reason']}); pass an explicit grid or fix the parameter")
+        # score_grid takes a grid: when the settings form a Cartesian product (the usual
+        # case), hand it that grid; else score per setting.
+        pruned = {k: list(dict.fromkeys(s[k] for s in self.settings)) for k in self.grid}
         self.product = (expand_grid(pruned) if pruned else [{}]) == self.settings
         self.pruned = pruned
 
@@ -205,7 +218,7 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
     "test": {"params", "fit_seconds", "score_seconds", "cached", "diagnostics" (the fitted
     scorer's, e.g. an approximate index's recall@K), "misclassification_auroc", "splits",
     "groups"} | None, "settings": [{"setting", "params", "val": {"mean", "groups",
-    "splits"}, "test": {"groups", "splits"} | None}], "dropped": [{"setting", "reason"}],
+    "splits"}, "test": {"groups", "splits"} | None}], "adjusted": [{"setting", "used", "reason"}],
     "fit_seconds", "val_seconds", "test_seconds"}; see the module docstring."""
     direction = check_select_by(select_by)
     base = dict(base_params or {})
@@ -213,7 +226,7 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
     val_ood = val_splits(store)
     plan = _Plan(probe, grid, base, store)
 
-    scorer = get_scorer(method, **{**base, **plan.settings[0]})
+    scorer = get_scorer(method, **{**plan.base, **plan.settings[0]})
     t0 = time.perf_counter()
     scorer.fit(store, plan.grid)
     fit_s = time.perf_counter() - t0
@@ -247,7 +260,7 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
             mis = None  # undefined (every row right, or none labelled): JSON null, not NaN
     test_s = time.perf_counter() - t0
     if has_test:
-        test = {"params": _plain(chosen_params), "fit_seconds": fit_s,
+        test = {"params": _plain(chosen_params), "adjusted": plan.adjusted, "fit_seconds": fit_s,
                 "score_seconds": val_s + test_s, "cached": False,
                 "diagnostics": _plain(scorer.diagnostics),
                 "misclassification_auroc": mis, **test_rows[index]}  # type: ignore[dict-item]
@@ -264,7 +277,7 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
         "settings": [{"setting": _plain(s), "params": _plain({**scorer.params, **s}),
                       "val": v, "test": t}
                      for s, v, t in zip(plan.settings, val_rows, test_rows, strict=True)],
-        "dropped": plan.dropped,
+        "adjusted": plan.adjusted,
         "fit_seconds": fit_s, "val_seconds": val_s, "test_seconds": test_s,
     }
 
@@ -272,16 +285,18 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
 def sweep_all(store: Any, methods: Sequence[str] | None = None,
               params: Mapping[str, Mapping[str, Any]] | None = None,
               select_by: str = "auroc",
-              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+              progress: Callable[[str], None] | None = None,
+              strict: bool = False) -> dict[str, Any]:
     """Sweep every method over its default grid on val; the tuned leaderboard on test.
 
     Returns `scorers.evaluate.evaluate`'s structure ({"store", "model_sha256", "id_split",
     "id_acc", "ood_splits", "methods": {name: test metrics of the chosen setting}, "skipped"})
     where each method also carries "chosen" (its setting), "fixed" (`params[name]`), "val"
-    (the chosen setting's mean val metrics), "grid" and "dropped"; plus "tuned": True,
-    "select_by" and "val_splits".
-    `params[name]` fixes parameters of a method (they leave its grid). A method the store does
-    not support, or whose every default setting is invalid here, is skipped with the reason."""
+    (the chosen setting's mean val metrics), "grid", "settings_scored" and "adjusted"; plus
+    "tuned": True, "select_by" and "val_splits".
+    `params[name]` fixes parameters of a method (they leave its grid). A method that cannot
+    run on this store is skipped with the reason (`scorers.skipping`), or, with `strict`,
+    raises; when none ran, FeatstoreError lists every reason."""
     check_select_by(select_by)
     methods = list(methods) if methods else list(REGISTRY)
     for m in methods:
@@ -296,29 +311,25 @@ def sweep_all(store: Any, methods: Sequence[str] | None = None,
         raise FeatstoreError(f"store {str(store.path)!r} has no OOD test split to evaluate")
     val_ood = val_splits(store)
     id_split = store.split(TEST_ID_SPLIT)
-    result: dict[str, Any] = {
+
+    def run(name: str) -> dict[str, Any]:
+        check_supported(store, name)
+        if progress:
+            progress(name)
+        res = sweep(store, name, None, select_by, params.get(name, {}))
+        return {**res["test"], "chosen": res["chosen"]["setting"], "fixed": res["base_params"],
+                "val": res["chosen"]["val"], "grid": res["grid"],
+                "settings_scored": len(res["settings"]), "adjusted": res["adjusted"]}
+
+    done, skipped = run_each(methods, run, strict=strict)
+    require_any(done, skipped, store)
+    return {
         "store": str(store.path), "model_sha256": store.model_sha256,
         "id_split": TEST_ID_SPLIT,
         "id_acc": id_accuracy(np.asarray(id_split.logits), np.asarray(id_split.labels)),
-        "ood_splits": test_ood, "methods": {}, "skipped": {}, "tuned": True,
+        "ood_splits": test_ood, "methods": done, "skipped": skipped, "tuned": True,
         "select_by": select_by, "val_splits": {"id": VAL_ID_SPLIT, "ood": val_ood},
     }
-    for name in methods:
-        ok, why = supported(store, name)
-        if not ok:
-            result["skipped"][name] = why
-            continue
-        if progress:
-            progress(name)
-        try:
-            res = sweep(store, name, None, select_by, params.get(name, {}))
-        except UsageError as exc:  # e.g. no default setting fits this store's size
-            result["skipped"][name] = str(exc)
-            continue
-        result["methods"][name] = {**res["test"], "chosen": res["chosen"]["setting"],
-                                   "fixed": res["base_params"], "val": res["chosen"]["val"],
-                                   "grid": res["grid"], "dropped": res["dropped"]}
-    return result
 
 
 __all__ = ["check_select_by", "choose", "format_setting", "sweep", "sweep_all", "val_splits"]

@@ -49,13 +49,14 @@ directions. Both are UsageErrors naming dim and the valid range, never a NaN.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
 
-from .base import Scorer, eig_cutoff, logsumexp
+from .base import Scorer, ValidRange, eig_cutoff, logsumexp
 
 FIT_SPLIT = "id/train"
 # A mean residual below this fraction of the mean ||x - u|| counts as zero (rank <= dim).
@@ -120,6 +121,28 @@ def check_dim_below_rows(scorer_name: str, dim: int, store: Any) -> None:
             f"scorer {scorer_name!r}: dim={dim} is not below the {n} rows of {FIT_SPLIT!r} "
             f"that span the principal space; valid: 1 <= dim < min(D, N) = {min(d, n)}"
         )
+
+
+def dim_range(store: Any) -> ValidRange:
+    """dim's data-dependent range: 1 <= dim < min(D, N) (N = id/train rows; see
+    `check_dim_below_rows`); shared by vim and residual."""
+    d = feature_dim(store)
+    n = store.split(FIT_SPLIT).num_rows if store.has_split(FIT_SPLIT) else d
+    return ValidRange(1, min(d, n) - 1, f"1 <= dim < min(D, N) = {min(d, n)} (D = {d} "
+                                        f"features, N = {n} rows of {FIT_SPLIT!r})")
+
+
+class PrincipalScorer(Scorer):
+    """What vim and residual share about `dim`: the paper's default rule and its range."""
+
+    def check_params(self, params: dict[str, Any], store: Any = None) -> None:
+        check_dim(self.name, params["dim"], store)
+
+    def valid_ranges(self, params: Mapping[str, Any], store: Any) -> dict[str, ValidRange]:
+        return {"dim": dim_range(store)}
+
+    def resolve_default(self, param: str, value: Any, store: Any) -> Any:
+        return resolve_dim(value, feature_dim(store)) if param == "dim" else value
 
 
 def head_origin(weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -254,16 +277,13 @@ def setting_dims(scorer: Scorer, settings: list[dict[str, Any]], num_features: i
     return [resolve_dim({**scorer.params, **s}["dim"], num_features) for s in settings]
 
 
-class ViM(Scorer):
+class ViM(PrincipalScorer):
     name = "vim"
     needs = ("features", "logits", "head", "fit:id/train")
     defaults = {"dim": None}
     grid = {"dim": [256, 1000]}
     paper = ("Wang, Li, Feng, Zhang. ViM: Out-Of-Distribution with Virtual-logit Matching. "
              "CVPR 2022")
-
-    def check_params(self, params: dict[str, Any], store: Any = None) -> None:
-        check_dim(self.name, params["dim"], store)
 
     def _fit(self, store: Any) -> None:
         d = feature_dim(store)

@@ -484,18 +484,40 @@ def test_val_mean_is_unweighted_over_val_splits(tmp_path):
 
 
 # --------------------------------------------------------------------------- (4) grids
-def test_default_grid_drops_invalid_settings_with_a_note(store):
+def test_default_grid_clamps_invalid_settings_with_a_note(store):
+    """scorers.adapt's rule: the default grid's K=1000 exceeds the 600-row bank, so it is
+    clamped to the bank size and listed (not silently dropped)."""
     result = sweep(store, "knn")
     assert result["grid_source"] == "default"
-    assert [r["setting"]["K"] for r in result["settings"]] == [50, 100, 200, 500]
-    assert len(result["dropped"]) == 1 and result["dropped"][0]["setting"] == {"K": 1000}
-    assert "K=1000" in result["dropped"][0]["reason"] and "600" in result["dropped"][0]["reason"]
+    assert [r["setting"]["K"] for r in result["settings"]] == [50, 100, 200, 500, 600]
+    assert len(result["adjusted"]) == 1
+    adj = result["adjusted"][0]
+    assert adj["setting"] == {"K": 1000} and adj["used"] == {"K": 600}
+    assert "K=1000" in adj["reason"] and "1 <= K <= 600" in adj["reason"]
+    assert result["test"]["adjusted"] == result["adjusted"]
 
 
-def test_default_grid_with_nothing_valid_is_an_error(store):
-    with pytest.raises(ValueError, match=r"no setting of its default grid dim=\[256, 1000\].*"
-                                         r"1 <= dim < D = 32"):
-        sweep(store, "vim")
+def test_default_grid_clamped_settings_merge(store):
+    """D = 32: both default dims (256, 1000) clamp to the largest valid dim, 31 = min(D, N) - 1,
+    and are scored once; the scores equal an explicit dim=31 sweep's."""
+    result = sweep(store, "vim")
+    assert [r["setting"] for r in result["settings"]] == [{"dim": 31}]
+    assert [(a["setting"], a["used"]) for a in result["adjusted"]] == [
+        ({"dim": 256}, {"dim": 31}), ({"dim": 1000}, {"dim": 31})]
+    assert "1 <= dim < min(D, N) = 32" in result["adjusted"][0]["reason"]
+    explicit = sweep(store, "vim", {"dim": [31]})
+    assert explicit["adjusted"] == [] and explicit["chosen"]["val"] == result["chosen"]["val"]
+
+
+def test_default_grid_with_nothing_valid_is_an_error(tmp_path):
+    """One id/train row: no dim satisfies 1 <= dim < min(D, N) = 1."""
+    arrays = structured_arrays(seed=0)
+    splits = dict(arrays["splits"])
+    splits["id/train"] = {k: v[:1] for k, v in splits["id/train"].items()}
+    st = Store.from_arrays(tmp_path / "s", head=arrays["head"], splits=splits)
+    with pytest.raises(ValueError, match=r"scorer 'vim': no value of dim is valid on store .*"
+                                         r"1 <= dim < min\(D, N\) = 1"):
+        sweep(st, "vim")
 
 
 def test_base_params_fix_a_grid_key(store):
@@ -566,8 +588,11 @@ def test_sweep_all_is_the_evaluate_structure(store):
     plain = evaluate(store, ["energy"], use_cache=False)
     assert set(plain) <= set(tuned)
     assert tuned["ood_splits"] == plain["ood_splits"] and tuned["id_acc"] == plain["id_acc"]
-    assert set(tuned["methods"]) == {"energy", "knn"}
-    assert set(tuned["skipped"]) == {"vim", "rankfeat"}
+    assert set(tuned["methods"]) == {"energy", "knn", "vim"}
+    assert set(tuned["skipped"]) == {"rankfeat"} and "extra:feature_maps" in tuned["skipped"][
+        "rankfeat"]
+    assert tuned["methods"]["vim"]["chosen"] == {"dim": 31}
+    assert tuned["methods"]["vim"]["settings_scored"] == 1
     energy = tuned["methods"]["energy"]
     assert set(plain["methods"]["energy"]) <= set(energy)
     assert energy["chosen"] == sweep(store, "energy")["chosen"]["setting"]
@@ -592,7 +617,8 @@ def test_cli_sweep_table(store, capsys):
     assert "▶" in out and "chosen: variant=" in out and "near (mean)" in out
     assert "test near AUROC" in out
     code, out, err = run(capsys, "sweep", str(store.path), "--method", "knn")
-    assert code == 0 and "dropped K=1000 from the default grid" in err
+    assert code == 0 and "knn: adjusted to this store: K=1000 -> K=600 (the default K=1000 is " \
+        "out of range: 1 <= K <= 600" in out.replace("\n", " ")
 
 
 @pytest.mark.parametrize(("args", "code_", "needle"), [
@@ -602,7 +628,7 @@ def test_cli_sweep_table(store, capsys):
     (["--method", "knn", "--grid", "K"], 2, "expected key=value"),
     (["--method", "knn", "--grid", "K=1,,2"], 2, "expected key=value"),
     (["--method", "knn", "--grid", "K=1", "--grid", "K=2"], 2, "given twice"),
-    (["--method", "vim"], 2, "no setting of its default grid"),
+    (["--method", "vim", "--grid", "dim=4,32"], 2, "1 <= dim < D = 32 (got 32)"),
     (["--method", "nope"], 2, "unknown scorer 'nope'"),
 ])
 def test_cli_sweep_bad_input(store, capsys, args, code_, needle):
@@ -633,7 +659,11 @@ def test_cli_eval_tune(store, capsys):
                          "--method", "vim", "--param", "knn.K=7")
     assert code == 0, err
     assert "settings chosen on val" in out and "K=7 (fixed)" in out and "OOD detection vs" in out
-    assert "skipped vim" in err
+    assert "vim: adjusted to this store: dim=256 -> dim=31" in out
+    # a scorer named by --method that cannot run is an error (exit 1), not a quiet skip
+    code, out, err = run(capsys, "eval", str(store.path), "--tune", "--method", "knn",
+                         "--method", "rankfeat")
+    assert code == 1 and "scorer 'rankfeat' needs 'extra:feature_maps'" in err and not out
     code, _, err = run(capsys, "eval", str(store.path), "--select-by", "fpr95")
     assert code == 2 and "needs --tune" in err
     code, _, err = run(capsys, "eval", str(store.path), "--tune", "--select-by", "auc")

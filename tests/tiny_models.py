@@ -114,3 +114,8 @@ class TinyWithConstants(TinyCNN):
 
 def tiny_with_constants(num_classes: int = 3) -> TinyWithConstants:
     return TinyWithConstants(num_classes)
+
+
+def tiny_cnn_1000() -> TinyCNN:
+    """TinyCNN with an ImageNet-1k-sized head (1000 outputs)."""
+    return TinyCNN(num_classes=1000)

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from .collect import ReportData, collect
 from .render import figures, gscore_tables, leaderboard_tables, render_html, render_markdown
 
 
 def write_report(source: str | Path, out: str | Path, *, methods: list[str] | None = None,
-                 tune: bool = False, include: list[Path] | None = None) -> tuple[Path, Path]:
+                 tune: bool = False, include: list[Path] | None = None,
+                 params: dict[str, dict[str, Any]] | None = None) -> tuple[Path, Path]:
     """Write `out` (HTML) and `out` with suffix .md; returns both paths. Files are written to
     a temporary name and renamed, so a failed report leaves no half-written file."""
     out = Path(out)
-    data = collect(Path(source), methods, tune, include)
+    data = collect(Path(source), methods, tune, include, params)
     figs = figures(data)
     tables = leaderboard_tables(data) + gscore_tables(data)
     md_path = out.with_suffix(".md")

@@ -48,8 +48,14 @@ def _provenance(store: Store | None, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
-            include: list[Path] | None = None) -> ReportData:
-    """Build the report data from a store directory or a results JSON file."""
+            include: list[Path] | None = None,
+            params: dict[str, dict[str, Any]] | None = None) -> ReportData:
+    """Build the report data from a store directory or a results JSON file.
+
+    From a store: every scorer when `methods` is None (one that cannot run is listed under
+    "skipped" with its reason, `scorers.skipping`); the named `methods` must all run (a named
+    scorer that cannot is an error, as in `featstore eval --method`). `params[name]` fixes a
+    scorer's parameters; defaults the store makes invalid are clamped (`scorers.adapt`)."""
     from scorers.evaluate import ID_SPLIT, evaluate, score_splits
 
     source = Path(source)
@@ -60,11 +66,11 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
         if tune:
             from scorers.sweep import sweep, sweep_all
 
-            result = sweep_all(store, methods)
+            result = sweep_all(store, methods, params, strict=methods is not None)
             for name in result["methods"]:
-                sweeps[name] = sweep(store, name)
+                sweeps[name] = sweep(store, name, base_params=(params or {}).get(name))
         else:
-            result = evaluate(store, methods)
+            result = evaluate(store, methods, params, strict=methods is not None)
     elif source.is_file():
         try:
             result = json.loads(source.read_text(encoding="utf-8"))

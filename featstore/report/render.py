@@ -90,6 +90,33 @@ def leaderboard_tables(data: ReportData) -> list[Table]:
     return [group_table, split_table]
 
 
+def notes_tables(data: ReportData) -> list[Table]:
+    """What the leaderboard does not show but must say: the scorers skipped on this store
+    (with the reason) and the defaults clamped to it (`scorers.adapt`), each a table."""
+    res = data.result
+    out: list[Table] = []
+    skipped = res.get("skipped") or {}
+    if skipped:
+        out.append(Table(f"Skipped: {len(skipped)} scorer{'s' if len(skipped) != 1 else ''} "
+                         "could not run on this store", ["scorer", "reason"],
+                         [[k, str(v)] for k, v in skipped.items()], set()))
+    rows = []
+    for name, r in res["methods"].items():
+        for a in r.get("adjusted") or []:
+            used = a.get("used")
+            rows.append([name, ", ".join(f"{k}={v}" for k, v in a["setting"].items()),
+                         "dropped" if used is None
+                         else ", ".join(f"{k}={v}" for k, v in used.items()), a["reason"]])
+    if rows:
+        out.append(Table("Defaults adjusted to this store", ["scorer", "default", "used",
+                                                             "reason"], rows, set()))
+    return out
+
+
+def _note_id(t: Table) -> str:
+    return "skipped" if t.title.startswith("Skipped") else "adjusted"
+
+
 def figures(data: ReportData) -> list[Figure]:
     """Every plot of the report, in order."""
     out: list[Figure] = []
@@ -293,10 +320,8 @@ def render_html(data: ReportData, figs: list[Figure], tables: list[Table]) -> st
     parts.append(f"<h2>Provenance</h2><table id=\"provenance\">{prov}</table>")
     for i, t in enumerate(tables):
         parts.append(_table_html(t, "leaderboard" if i == 0 else f"table{i}"))
-    skipped = data.result.get("skipped") or {}
-    if skipped:
-        parts.append("<p>Skipped: " + "; ".join(html.escape(f"{k}: {v}")
-                                                for k, v in skipped.items()) + "</p>")
+    for t in notes_tables(data):
+        parts.append(_table_html(t, _note_id(t)))
     section = None
     for f in figs:
         if f.section != section:
@@ -314,7 +339,7 @@ def render_markdown(data: ReportData, figs: list[Figure], tables: list[Table],
                     image_dir: Path) -> str:
     lines = ["# featstore report", "", "## Provenance", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in data.provenance.items()]
-    for t in tables:
+    for t in [*tables, *notes_tables(data)]:
         lines += ["", f"## {t.title}", "", "| " + " | ".join(t.header) + " |",
                   "|" + "---|" * len(t.header)]
         for i, row in enumerate(t.rows):
