@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 import platform
 import shutil
@@ -605,9 +606,16 @@ def featstore_side(cfg: ConfigB, tmp: Path, tag: str) -> tuple[float, float, dic
 
 
 def kept_settings(entry: dict) -> list[dict[str, Any]]:
+    """The settings featstore's sweep scored: the default grid with the settings the store
+    made invalid clamped (or dropped) as its "adjusted" list says (scorers.adapt)."""
     settings = expand_grid(entry["grid"]) if entry["grid"] else [{}]
-    dropped = [d["setting"] for d in entry["dropped"]]
-    return [s for s in settings if s not in dropped]
+    used = {json.dumps(a["setting"], sort_keys=True): a["used"] for a in entry["adjusted"]}
+    kept: list[dict[str, Any]] = []
+    for s in settings:
+        s = used.get(json.dumps(s, sort_keys=True), s)
+        if s is not None and s not in kept:
+            kept.append(s)
+    return kept
 
 
 def image_batches(cfg: ConfigB, transform: Any, name: str) -> Any:

@@ -12,7 +12,7 @@ from rich.table import Table
 from featstore import Store
 
 from .commands_score import demo_evaluation, print_evaluation
-from .common import open_store
+from .common import open_store, parse_params
 from .console import JsonOpt, QuietOpt, emit, log, out, setup, split_progress, status
 
 
@@ -109,8 +109,9 @@ def register(app: typer.Typer) -> None:
         device: Annotated[str, typer.Option(help="auto | cpu | cuda[:N]")] = "auto",
         dtype: Annotated[str, typer.Option(help="Feature dtype: float32 | float16")] = "float32",
         batch_size: Annotated[int, typer.Option(help="Images per batch.")] = 128,
-        workers: Annotated[int | None, typer.Option(help="DataLoader workers "
-                                                         "(default min(4, cores)).")] = None,
+        workers: Annotated[int | None, typer.Option(help=(
+            "DataLoader worker processes (default min(4, cores), and none for a split of at "
+            "most one batch); a value given here is used for every split."))] = None,
         feature_layer: Annotated[str | None, typer.Option(
             help="Name of the final nn.Linear to hook (default: the last Linear).")] = None,
         amp: Annotated[bool, typer.Option(help="Autocast on CUDA.")] = False,
@@ -163,18 +164,24 @@ def register(app: typer.Typer) -> None:
         out_: Annotated[Path, typer.Option("--out", help="Store directory to write.")],
         dtype: Annotated[str, typer.Option(help="Feature dtype: float32 | float16")] = "float32",
         overwrite: Annotated[bool, typer.Option(help="Replace an existing store.")] = False,
+        usage: Annotated[list[str] | None, typer.Option(
+            help="SPLIT=train|val|test, e.g. ood/near/ssb=val to flag an OOD split for "
+                 "validation (sweeps choose on val splits); repeatable.")] = None,
         json_: JsonOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
         """Build a store from features extracted elsewhere.
 
-        Keys: head/weight, head/bias, [classes], <split>/features, [<split>/logits,
-        <split>/labels, <split>/ids]. Example: featstore import feats.npz --out runs/mine
+        Keys: head/weight, head/bias, classes (optional), <split>/features, and optionally
+        <split>/logits, <split>/labels, <split>/ids, <split>/usage. Example: featstore import
+        feats.npz --out runs/mine --usage ood/near/ssb_val=val
         """
         setup(json_, quiet)
         from featstore.importer import import_arrays
 
-        st = import_arrays(arrays, out_, dtype=dtype, overwrite=overwrite)
+        flags = parse_params(usage, "--usage")
+        st = import_arrays(arrays, out_, dtype=dtype, overwrite=overwrite,
+                           usage={k: str(v) for k, v in flags.items()})
         summary = store_summary(st)
         emit(summary, lambda: print_store_summary(summary))
 

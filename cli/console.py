@@ -88,6 +88,24 @@ def reset() -> None:
         _saved["warnings"] = None
 
 
+_python_showwarning = warnings.showwarning
+
+
+def _showwarning(message: Any, category: type[Warning], filename: str, lineno: int,
+                 file: Any = None, line: str | None = None) -> None:
+    """featstore's own warnings as one `warning: ...` line on stderr (silent with --quiet);
+    any other warning as Python prints it."""
+    from featstore.errors import FeatstoreWarning
+
+    if issubclass(category, FeatstoreWarning):
+        err.print(f"warning: {message}", highlight=False)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
+warnings.showwarning = _showwarning
+
+
 def setup(json_: bool = False, quiet: bool = False) -> Mode:
     """Fix the output mode of this run (the root options and the command's own are OR-ed)."""
     MODE.json = MODE.json or json_
@@ -164,6 +182,12 @@ class RateColumn(ProgressColumn):
 
     def render(self, task: Task) -> Text:
         speed = task.finished_speed or task.speed
+        if not speed and task.elapsed:
+            # rich's speed needs two samples within its window; a bar drawn once (a pipe, a
+            # log file: only the final state) or a split done in one update has none: the
+            # mean rate over the task, counting only this run's rows (not resumed ones)
+            done = task.completed - task.fields.get("resumed", 0)
+            speed = done / task.elapsed if done > 0 else None
         return Text(f"{speed:,.0f} img/s" if speed else "– img/s", style="cyan")
 
 
@@ -206,7 +230,7 @@ def split_progress(enabled: bool = True) -> Iterator[Any]:
 
     def update(name: str, done: int, total: int) -> None:
         if name not in tasks:
-            tasks[name] = progress.add_task(name, total=total, completed=0)
+            tasks[name] = progress.add_task(name, total=total, completed=done, resumed=done)
         progress.update(tasks[name], completed=done, total=total)
 
     with run_progress(progress):

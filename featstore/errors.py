@@ -32,3 +32,8 @@ class InputError(UsageError):
     content, an empty split): exit code 1. Still a UsageError / ValueError for API callers."""
 
     exit_code = 1
+
+
+class FeatstoreWarning(UserWarning):
+    """Something the user should know that does not stop the run (e.g. a network extracted
+    with random weights); the CLI prints it as one `warning: ...` line on stderr."""

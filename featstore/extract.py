@@ -182,6 +182,15 @@ def is_complete(store: Store, job: SplitJob) -> bool:
     return bool(entry and entry.get("complete") and entry.get("fingerprint") == job.digest)
 
 
+def loader_workers(workers: int, rows: int, opts: ExtractOptions) -> int:
+    """DataLoader processes for `rows` rows: `--workers` as given when the user set it; by
+    default none for work of at most one batch (starting worker processes costs more than
+    decoding one batch in-process; the rows are the same either way)."""
+    if opts.num_workers is not None:
+        return opts.num_workers
+    return workers if rows > opts.batch_size else 0
+
+
 def extract_parts(writer: SplitWriter, job: SplitJob, parts: range, loaded: LoadedModel,
                   transform: dict, opts: ExtractOptions, device: torch.device,
                   progress: Progress | None = None, workers_default: int | None = None) -> None:
@@ -202,7 +211,7 @@ def extract_parts(writer: SplitWriter, job: SplitJob, parts: range, loaded: Load
     # part_rows is a multiple of the batch size and only the split's last part can be short,
     # so these batches are exactly those of an uninterrupted single-process run
     loader = DataLoader(dataset, batch_size=opts.batch_size, shuffle=False,
-                        num_workers=workers if len(dataset) > opts.batch_size else 0,
+                        num_workers=loader_workers(workers, len(dataset), opts),
                         pin_memory=device.type == "cuda")
     extras = ExtraOutputs(loaded, opts, transform, split.name)
     hook = HeadHook(loaded)

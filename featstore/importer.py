@@ -4,7 +4,8 @@ Accepted inputs, all holding the same flat keys:
 - `.npz` / `.pt` (a dict of tensors, loaded with weights_only=True) / `.h5`: keys
   `head/weight` (C, D), `head/bias` (C,), optional `classes` (C,), and per split
   `<split name>/features` (N, D), optional `<split name>/logits` (N, C), `/labels` (N,),
-  `/ids` (N,) — e.g. `id/train/features`, `ood/far/textures/logits`;
+  `/ids` (N,), `/usage` (a string: train | val | test; default from the name, else test)
+  — e.g. `id/train/features`, `ood/far/textures/logits`, `ood/near/ssb_val/usage` = "val";
 - a directory of `.npy` files whose names are those keys with `/` written as `__`
   (e.g. `head__weight.npy`, `id__train__features.npy`).
 """
@@ -20,9 +21,9 @@ import numpy as np
 from .errors import InputError, UsageError
 from .layout import FEATURE_DTYPES
 from .names import parse_split_name
-from .store import Store
+from .store import USAGES, Store
 
-FIELDS = ("features", "logits", "labels", "ids")
+FIELDS = ("features", "logits", "labels", "ids", "usage")
 
 
 def _load_flat(path: Path) -> dict[str, Any]:
@@ -84,6 +85,8 @@ def arrays_from_flat(flat: Mapping[str, Any], where: str) -> dict[str, Any]:
     for name, fields in splits.items():
         if "features" not in fields:
             raise InputError(f"import {where}: split {name!r} has no features")
+        if "usage" in fields:
+            fields["usage"] = _usage(fields["usage"], f"import {where}: key {name + '/usage'!r}")
     if not splits:
         raise InputError(f"import {where}: no '<split>/features' arrays found")
     classes = flat.get("classes")
@@ -92,14 +95,36 @@ def arrays_from_flat(flat: Mapping[str, Any], where: str) -> dict[str, Any]:
             "classes": [str(c) for c in np.asarray(classes)] if classes is not None else None}
 
 
+def _usage(value: Any, where: str) -> str:
+    """A usage given as a string or a 0-d / one-element string array; InputError otherwise."""
+    arr = np.asarray(value)
+    text = arr.item() if arr.size == 1 else None
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if text not in USAGES:
+        raise InputError(f"{where}: usage {value!r} is not one of {', '.join(USAGES)}")
+    return str(text)
+
+
 def import_arrays(src: str | Path, out: str | Path, *, dtype: str = "float32",
-                  overwrite: bool = False, name: str | None = None) -> Store:
-    """Read arrays from `src` and write a store at `out`."""
+                  overwrite: bool = False, name: str | None = None,
+                  usage: Mapping[str, str] | None = None) -> Store:
+    """Read arrays from `src` and write a store at `out`. `usage` {split: train | val | test}
+    flags splits (e.g. an OOD split for validation, which sweeps choose on) and wins over a
+    `<split>/usage` key in the file."""
     src = Path(src)
     if dtype not in FEATURE_DTYPES:
         raise UsageError(f"--dtype {dtype!r}: expected one of {', '.join(FEATURE_DTYPES)}")
     args = arrays_from_flat(_load_flat(src), repr(str(src)))
-    provenance = {"name": name or src.name, "kind": "imported", "source_file": str(src)}
+    for split, value in (usage or {}).items():
+        if split not in args["splits"]:
+            raise UsageError(f"--usage {split}={value}: {str(src)!r} has no split {split!r} "
+                             f"(splits: {', '.join(sorted(args['splits']))})")
+        if value not in USAGES:
+            raise UsageError(f"--usage {split}={value}: usage must be one of {', '.join(USAGES)}")
+        args["splits"][split]["usage"] = value
+    provenance = {"name": name or src.name, "kind": "imported", "source_file": str(src),
+                  "sha256_of": "head (W, b)"}
     if Path(out).exists() and not overwrite:
         raise UsageError(f"store {str(out)!r} already exists; pass --overwrite to replace")
     try:

@@ -17,6 +17,7 @@ import contextlib
 import importlib
 import inspect
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ import torch
 import torchvision
 from torch import nn
 
-from .errors import InputError, UsageError
+from .errors import FeatstoreWarning, InputError, UsageError
 from .fileio import sha256_arrays, sha256_file
 from .training.heads import checkpoint_method, wrap_for_checkpoint
 
@@ -60,8 +61,34 @@ def load_weights_file(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for bad files
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"--weights {str(path)!r}: not a loadable state dict ({msg})") from exc
+        raise InputError(f"--weights {str(path)!r}: {_unloadable_reason(path, exc)}") from exc
+
+
+_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+
+def _unloadable_reason(path: Path, exc: Exception) -> str:
+    """One line on why torch.load(weights_only=True) refused a file: what the file looks like
+    by its first bytes, else the unpickler's own detail (never torch's advice to turn
+    weights_only off, which would run code from the file)."""
+    with path.open("rb") as fh:
+        head = fh.read(8)
+    if head.startswith(_HDF5_MAGIC):
+        return ("an HDF5 file (e.g. Keras weights), not a PyTorch state dict; convert it to a "
+                ".pt/.pth state dict (torch.save(model.state_dict(), path))")
+    text = str(exc)
+    if "WeightsUnpickler error:" in text:
+        detail = next((ln.strip() for ln in text.split("WeightsUnpickler error:", 1)[1]
+                       .splitlines() if ln.strip()), "")
+        return (f"not a state dict loadable with weights_only=True ({detail}); featstore "
+                "never unpickles arbitrary objects: save a plain state dict of tensors")
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return f"not a loadable state dict ({first})"
+
+
+def article(word: str) -> str:
+    """'a' or 'an' before `word` (by its first letter)."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def state_dict_of(obj: Any, path: Path) -> dict[str, torch.Tensor]:
@@ -99,7 +126,8 @@ def find_head(module: nn.Module, feature_layer: str | None = None) -> tuple[str,
         layer = named[feature_layer]
         if not isinstance(layer, nn.Linear):
             raise UsageError(
-                f"--feature-layer {feature_layer!r} is a {type(layer).__name__}, expected the "
+                f"--feature-layer {feature_layer!r} is {article(type(layer).__name__)} "
+                f"{type(layer).__name__}, expected the "
                 "nn.Linear whose input is the penultimate feature"
             )
         return feature_layer, layer
@@ -311,6 +339,15 @@ def _has_meta_tensor(module: nn.Module) -> bool:
     return False
 
 
+def weights_source(kind: str, weights_path: Path | None) -> str:
+    """Where the extracted weights came from, as store.json records it."""
+    if weights_path is not None:
+        return "weights file"
+    return {"torchvision": "random initialisation",
+            "callable": "the module:callable itself (no --weights)",
+            "torchscript": "the TorchScript file"}.get(kind, kind)
+
+
 def load_model(
     spec: str,
     weights: str | Path | None = None,
@@ -368,12 +405,19 @@ def load_model(
     if head.bias is None:
         raise UsageError(f"head {head_name!r} has no bias; featstore stores (W, b) heads")
     sha = sha256_file(weights_path) if weights_path is not None else state_dict_sha256(module)
+    source = weights_source(kind, weights_path)
+    if source == "random initialisation":
+        warnings.warn(f"--model {spec!r} without --weights: the network has RANDOM weights "
+                      "(torchvision builds it untrained and featstore never downloads); pass "
+                      "--weights FILE for a trained model", FeatstoreWarning, stacklevel=2)
     provenance = {
         "name": spec,
         "kind": kind,
         "architecture": arch,
         "weights": str(weights_path) if weights_path is not None else None,
+        "weights_source": source,
         "sha256": sha,
+        "sha256_of": "weights file" if weights_path is not None else "state dict",
         "head_layer": head_name,
         "torch_version": torch.__version__,
         "torchvision_version": torchvision.__version__,

@@ -5,6 +5,7 @@
     crop = 32
     mean = [0.5, 0.5, 0.5]
     std = [0.5, 0.5, 0.5]
+    backend = "pil"              # optional: "tensor" (default) | "pil" (featstore.datasets)
 
     classes = ["tench", "goldfish", ...]  # optional: the head's classes, one per output
     wnids = ["n01440764", ...]   # optional, beside classes: their WordNet ids
@@ -44,7 +45,7 @@ from .names import parse_split_name
 from .store import USAGES, default_usage
 
 SOURCE_KINDS = ("imagefolder", "imagelist", "torchvision", "builtin")
-TRANSFORM_KEYS = ("resize", "crop", "mean", "std")
+TRANSFORM_KEYS = ("resize", "crop", "mean", "std", "backend")
 
 
 @dataclass
@@ -92,6 +93,9 @@ def parse_spec(data: dict[str, Any], base: Path, where: str) -> BenchmarkSpec:
     if unknown:
         raise InputError(f"{where}: [transform] has unknown key {unknown[0]!r} "
                          f"(valid: {', '.join(TRANSFORM_KEYS)})")
+    if transform.get("backend", "tensor") not in ("tensor", "pil"):
+        raise InputError(f"{where}: [transform] backend {transform['backend']!r}: expected "
+                         "'tensor' (default) or 'pil'")
     splits: list[SplitSpec] = []
     seen: set[str] = set()
     for i, raw in enumerate(raw_splits):

@@ -9,10 +9,14 @@ p_i = softmax(l_i) and yhat_i = argmax_k p_ik, one template per predicted class
 
     d_k = mean { p_i : yhat_i = k }.
 
-Classes that no id/val row is predicted as get no template and are skipped in the minimum below
-(a one-hot fallback would invent a template the data never showed; OpenOOD's mean over an empty
-set gives NaN). `scorer.template_classes` lists the classes that have one. An id/val split with
-no rows is an error.
+Classes that no id/val row is predicted as get no template and are skipped in the minimum
+below; `scorer.template_classes` lists the classes that have one. An id/val split with no rows
+is an error. Sources, checked in their code: OpenOOD v1.5 (`kl_matching_postprocessor.py` at
+commit 3c35632) gives such a class the one-hot template e_k and scores with
+`scipy.stats.entropy(p, e_k)`, which is +inf for any p with a non-zero entry outside k (every
+softmax output short of underflow), so the one-hot template never attains the minimum and
+OpenOOD's scores equal these; featstore skips the class instead because a template the data
+never showed should not be able to win where p underflows to exactly e_k.
 
 Score, for logits l in R^C and p = softmax(l):
 

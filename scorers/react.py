@@ -8,9 +8,15 @@ Formula as implemented (float64), with h the penultimate feature and (W, b) the 
 
 Higher is more in-distribution. `percentile` p in (0, 100), default 90 (ReAct paper; OpenOOD
 v1.5 `configs/postprocessors/react.yml` `percentile: 90`). `percentile_split` (default
-"id/train", as in the ReAct paper, which sets c from the ID training activations; OpenOOD v1.5
-uses its ID validation loader — pass `percentile_split="id/val"` for that). Default sweep grid:
-OpenOOD v1.5 `react.yml` `percentile_list: [85, 90, 95, 99]`.
+"id/train"): the split whose activations set c. Sources, checked in their code: the ReAct
+authors' `compute_threshold.py` (deeplearning-wisc/react at 2aa35d9) takes the 90th percentile
+of the pooled features of the first ~2000 images of the ImageNet VALIDATION loader, and OpenOOD
+v1.5 (`react_postprocessor.py` at 3c35632) the percentile over its whole ID validation loader.
+featstore picks id/train: in a store id/val is the split on which sweeps CHOOSE
+hyperparameters (DESIGN §4), and fitting c on it as well would let the same rows fit the
+statistic and judge the setting; id/train is also present wherever a features scorer can fit.
+Pass `percentile_split="id/val"` to reproduce the authors' / OpenOOD's convention. Default
+sweep grid: OpenOOD v1.5 `react.yml` `percentile_list: [85, 90, 95, 99]`.
 
 The threshold is exact and memory-bounded: it equals
 `np.percentile(all_entries.astype(np.float64), p)` (numpy's default 'linear' method, the

@@ -44,7 +44,7 @@ def test_report_from_a_store_has_tables_plots_and_markdown(structured_store, tmp
     assert table.count("<tr>") == 1 + 3                       # header + one row per scorer
     vim_auroc = result["methods"]["vim"]["groups"]["far"]["auroc"]
     assert f"{vim_auroc:.2f}" in table
-    assert "weights sha256" in html and structured_store.model_sha256 in html
+    assert "sha256 of the head (W, b)" in html and structured_store.model_sha256 in html
     images = _embedded_images(html)
     # 2 OOD test splits x ROC/PR + 3 histogram figures
     assert len(images) == 2 + 3 and all(im.size[0] > 100 for im in images)

@@ -36,15 +36,37 @@ def _provenance(store: Store | None, result: dict[str, Any]) -> dict[str, Any]:
         model = store.provenance
         prov.update({"model": model.get("name", "?"),
                      "architecture": model.get("architecture", "?"),
-                     "weights sha256": store.model_sha256,
+                     "weights": weights_line(model),
+                     f"sha256 of the {hashed_what(model)}": store.model_sha256,
                      "store format version": store.manifest["format_version"],
                      "store written by featstore": store.manifest["featstore_version"],
                      "torch": model.get("torch_version", "–"),
                      "torchvision": model.get("torchvision_version", "–"),
                      "input transform": json.dumps(model.get("transform", {}))})
     else:
-        prov["weights sha256"] = result.get("model_sha256", "?")
+        prov["model sha256"] = result.get("model_sha256", "?")
     return prov
+
+
+def hashed_what(model: dict[str, Any]) -> str:
+    """What the store's model sha256 digests: the weights file given with --weights, or the
+    state dict of the built model (weights a module:callable loaded itself, a TorchScript
+    file's, or random ones). Older stores lack `sha256_of`: read it off `weights`."""
+    if model.get("sha256_of"):
+        return str(model["sha256_of"])
+    if model.get("weights"):
+        return "weights file"
+    if model.get("kind") in ("torchvision", "callable", "torchscript"):
+        return "state dict"
+    return "head (W, b)"  # Store.create's digest when no model digest was recorded
+
+
+def weights_line(model: dict[str, Any]) -> str:
+    """`weights file r50.pth`, `the module:callable itself (no --weights)`, `random
+    initialisation`, ..."""
+    if model.get("weights"):
+        return f"weights file {model['weights']}"
+    return str(model.get("weights_source") or "not recorded (no --weights)")
 
 
 def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
