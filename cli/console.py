@@ -188,7 +188,11 @@ class RateColumn(ProgressColumn):
             # mean rate over the task, counting only this run's rows (not resumed ones)
             done = task.completed - task.fields.get("resumed", 0)
             speed = done / task.elapsed if done > 0 else None
-        return Text(f"{speed:,.0f} img/s" if speed else "– img/s", style="cyan")
+        if not speed:
+            return Text("– img/s", style="cyan")
+        # below 10 img/s (a big model on CPU) two significant digits, not a rounded "0"
+        return Text(f"{speed:,.0f} img/s" if speed >= 10 else f"{speed:.2g} img/s",
+                    style="cyan")
 
 
 @contextmanager

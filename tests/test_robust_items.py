@@ -198,6 +198,12 @@ def test_rate_column_in_a_pipe_shows_a_rate():
     assert text.endswith(" img/s") and not text.startswith("–")
     rate = float(text.split()[0].replace(",", ""))
     assert rate == pytest.approx(48 / task.elapsed, rel=0.01)   # 48 rows of this run
+    slow = progress.add_task("ood/x", total=1, completed=0, resumed=0)
+    progress.start_task(slow)
+    time.sleep(0.2)
+    progress.update(slow, completed=1)
+    text = RateColumn().render(progress.tasks[1]).plain   # < 10 img/s: not rounded to "0"
+    assert not text.startswith("0 ") and 0 < float(text.split()[0]) < 10
 
 
 def test_explicit_workers_are_used_even_for_a_small_split():
