@@ -136,7 +136,7 @@ def register(app: typer.Typer) -> None:
         Example: featstore score runs/demo/store --method knn --param K=10
         """
         setup(json_, quiet)
-        from scorers.evaluate import score_splits
+        from scorers.evaluate import score_with_defaults
 
         params = parse_params(param)
         check_params(method, params)
@@ -148,15 +148,16 @@ def register(app: typer.Typer) -> None:
             with status() as begin:
                 begin(fit_label(st, method, len(names)))
                 diagnostics: dict = {}
-                scores, fit_s, score_s = score_splits(st, method, params, names, not no_cache,
-                                                      diagnostics)
+                scores, fit_s, score_s, used, adjusted = score_with_defaults(
+                    st, method, params, names, not no_cache, diagnostics)
         summary = {name: {"n": int(s.size), "mean": float(s.mean()), "std": float(s.std()),
                           "min": float(s.min()), "max": float(s.max())}
                    for name, s in scores.items()}
         if save is not None:
             np.savez(save, **{k.replace("/", "__"): v for k, v in scores.items()})
         result = {"store": str(store), "method": method, "params": params,
-                  "fit_seconds": fit_s, "score_seconds": score_s, "splits": summary,
+                  "params_used": used, "adjusted": adjusted, "fit_seconds": fit_s,
+                  "score_seconds": score_s, "splits": summary,
                   "diagnostics": diagnostics,
                   "saved": str(save) if save is not None else None}
 
@@ -172,6 +173,9 @@ def register(app: typer.Typer) -> None:
             out.print(f"fit {fit_s:.2f} s, score {score_s:.2f} s")
             if (line := recall_line(diagnostics)) is not None:
                 out.print(line)
+            from .commands_sweep import print_adjusted
+
+            print_adjusted(method, adjusted)
 
         emit(result, human)
 

@@ -80,6 +80,18 @@ def score_splits(store: Any, name: str, params: Mapping[str, Any], splits: Seque
     return {s: out[s] for s in splits}, fit_s, score_s
 
 
+def score_with_defaults(store: Any, name: str, given: Mapping[str, Any], splits: Sequence[str],
+                        use_cache: bool = True, diagnostics: dict[str, Any] | None = None
+                        ) -> tuple[dict[str, np.ndarray], float, float, dict[str, Any],
+                                   list[dict[str, Any]]]:
+    """`score_splits` after `scorers.adapt.fit_defaults` (the user's `given` parameters
+    untouched, data-invalid defaults clamped): (scores, fit s, score s, params used,
+    adjustments). What `featstore score` runs, so that it follows eval's rule."""
+    used, adjusted = fit_defaults(get_scorer(name, **given), given, store)
+    scores, fit_s, score_s = score_splits(store, name, used, splits, use_cache, diagnostics)
+    return scores, fit_s, score_s, dict(get_scorer(name, **used).params), adjusted
+
+
 def evaluate(store: Any, methods: Sequence[str] | None = None,
              params: Mapping[str, Mapping[str, Any]] | None = None,
              use_cache: bool = True, progress: Any = None, strict: bool = False

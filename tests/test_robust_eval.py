@@ -153,6 +153,17 @@ def test_defaults_are_clamped_by_one_rule(head_store):
     assert tuned["methods"]["vim"]["chosen"] == {"dim": 59}
 
 
+def test_score_command_follows_the_same_rule(head_store, capsys):
+    code, out, err = run(capsys, "score", head_store.path, "--method", "vim", "--split",
+                         "id/test", "--json", "--no-cache")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["params"] == {} and doc["params_used"]["dim"] == 59
+    assert doc["adjusted"][0]["used"] == {"dim": 59}
+    ref = get_scorer("vim", dim=59).fit(head_store).score(head_store.split("id/test"))
+    assert doc["splits"]["id/test"]["mean"] == pytest.approx(float(ref.mean()), rel=1e-12)
+
+
 def test_a_value_the_user_gave_is_never_clamped(head_store, capsys):
     with pytest.raises(UsageError, match=r"dim=75 is not below the 60 rows"):
         evaluate(head_store, ["vim"], {"vim": {"dim": 75}}, use_cache=False, strict=True)
