@@ -227,32 +227,32 @@ def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dic
 
     from scorers.evaluate import evaluate
     from scorers.metrics import id_accuracy
+    from scorers.skipping import unsupported_reason
 
+    why = unsupported_reason(store, row.scorer)
+    if why is not None:
+        raise FeatstoreError(why)
     tuned = tune_rule == "val" and _has_grid(row)
     if tuned:
-        from scorers.evaluate import supported
         from scorers.sweep import sweep
 
-        ok, why = supported(store, row.scorer)
-        if not ok:
-            raise FeatstoreError(why)
         res = sweep(store, row.scorer, row.grid, select_by, row.params)
         test = res["test"]
         if test is None:
             raise FeatstoreError("the store has no id/test or OOD test split")
         idt = store.split("id/test")
         return {"params": test["params"], "chosen": res["chosen"]["setting"],
-                "val": res["chosen"]["val"], "tuned": True, "dropped": res["dropped"],
+                "val": res["chosen"]["val"], "tuned": True, "adjusted": res["adjusted"],
                 "id_acc": id_accuracy(np.asarray(idt.logits), np.asarray(idt.labels)),
                 "misclassification_auroc": test["misclassification_auroc"],
                 "groups": test["groups"], "splits": test["splits"],
                 "score_s": res["fit_seconds"] + res["val_seconds"] + res["test_seconds"]}
-    res = evaluate(store, [row.scorer], {row.scorer: row.params}, use_cache=False)
-    if row.scorer not in res["methods"]:
-        raise FeatstoreError(res["skipped"].get(row.scorer, "cannot run on this store"))
+    res = evaluate(store, [row.scorer], {row.scorer: row.params}, use_cache=False,
+                   strict=True)  # the scorer's own error (scorers.skipping) when it cannot run
     m = res["methods"][row.scorer]
     mis = m["misclassification_auroc"]
-    return {"params": m["params"], "chosen": None, "val": None, "tuned": False, "dropped": [],
+    return {"params": m["params"], "chosen": None, "val": None, "tuned": False,
+            "adjusted": m["adjusted"],
             "id_acc": res["id_acc"],
             "misclassification_auroc": None if mis != mis else mis,
             "groups": m["groups"], "splits": m["splits"],
