@@ -13,8 +13,8 @@ from typing import Any
 
 from .base import Scorer
 
-_NOT_SCORER_MODULES = {"base", "metrics", "sweep", "cache", "evaluate", "gscore", "knn_index",
-                       "neighbours", "adapt", "skipping"}
+_NOT_SCORER_MODULES = {"base", "metrics", "misclassification", "sweep", "cache", "evaluate",
+                       "gscore", "knn_index", "neighbours", "adapt", "skipping"}
 
 
 def _discover() -> dict[str, type[Scorer]]:

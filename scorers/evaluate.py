@@ -19,6 +19,7 @@ from . import REGISTRY, get_scorer
 from .adapt import fit_defaults
 from .cache import ScoreCache
 from .metrics import OOD_METRIC_NAMES, id_accuracy, misclassification_auroc, ood_metrics
+from .misclassification import misclassification_or_none
 from .skipping import check_supported, require_any, run_each, unsupported_reason
 
 ID_SPLIT = "id/test"
@@ -102,7 +103,9 @@ def evaluate(store: Any, methods: Sequence[str] | None = None,
     {name: {"params" (as run: `params[name]` over the defaults, a data-invalid default clamped
     by `scorers.adapt`), "adjusted" (those clamps: [{"setting", "used", "reason"}]),
     "fit_seconds", "score_seconds", "diagnostics" (the fit's, e.g. recall@K of an approximate
-    index; empty when cached), "misclassification_auroc", "splits": {split: metrics},
+    index; empty when cached), "misclassification_auroc", "misclassification" (FACETS
+    Table VII: fpr95, detection_error, auroc, errors, warning; None when undefined), "splits":
+    {split: metrics},
     "groups": {group: metrics}}}, "skipped": {name: reason}}.
 
     A method that cannot run on this store (`scorers.skipping`: a missing need, no valid
@@ -140,6 +143,7 @@ def evaluate(store: Any, methods: Sequence[str] | None = None,
         except ValueError:
             mis = float("nan")
         return {
+            "misclassification": misclassification_or_none(id_scores, logits, labels),
             "params": dict(get_scorer(name, **used).params), "adjusted": adjusted,
             "fit_seconds": fit_s, "score_seconds": score_s,
             "cached": fit_s == 0.0 and score_s == 0.0,

@@ -58,6 +58,7 @@ from .metrics import (
     misclassification_auroc,
     ood_metrics,
 )
+from .misclassification import misclassification_or_none
 from .skipping import check_supported, require_any, run_each
 
 VAL_ID_SPLIT = "id/val"
@@ -216,9 +217,10 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
     "grid_source" ("default"|"explicit"), "base_params", "val_splits": {"id", "ood"},
     "test_splits": {"id", "ood"} | None, "chosen": {"index", "setting", "params", "val"},
     "test": {"params", "fit_seconds", "score_seconds", "cached", "diagnostics" (the fitted
-    scorer's, e.g. an approximate index's recall@K), "misclassification_auroc", "splits",
-    "groups"} | None, "settings": [{"setting", "params", "val": {"mean", "groups",
-    "splits"}, "test": {"groups", "splits"} | None}], "adjusted": [{"setting", "used", "reason"}],
+    scorer's, e.g. an approximate index's recall@K), "misclassification_auroc",
+    "misclassification", "splits", "groups"} | None, "settings": [{"setting", "params",
+    "val": {"mean", "groups", "splits"}, "test": {"groups", "splits"} | None}],
+    "adjusted": [{"setting", "used", "reason"}],
     "fit_seconds", "val_seconds", "test_seconds"}; see the module docstring."""
     direction = check_select_by(select_by)
     base = dict(base_params or {})
@@ -258,12 +260,15 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
                 id_scores[index], np.asarray(id_split.logits), np.asarray(id_split.labels))
         except ValueError:
             mis = None  # undefined (every row right, or none labelled): JSON null, not NaN
+        mis_table = misclassification_or_none(id_scores[index], np.asarray(id_split.logits),
+                                              np.asarray(id_split.labels))
     test_s = time.perf_counter() - t0
     if has_test:
         test = {"params": _plain(chosen_params), "adjusted": plan.adjusted, "fit_seconds": fit_s,
                 "score_seconds": val_s + test_s, "cached": False,
                 "diagnostics": _plain(scorer.diagnostics),
-                "misclassification_auroc": mis, **test_rows[index]}  # type: ignore[dict-item]
+                "misclassification_auroc": mis, "misclassification": mis_table,
+                **test_rows[index]}  # type: ignore[dict-item]
 
     return {
         "store": str(store.path), "model_sha256": store.model_sha256, "method": method,

@@ -332,3 +332,35 @@ def test_scorers_metrics_does_not_import_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_misclassification_fpr95_and_detection_error_by_hand():
+    """FACETS Table VII layout on 7 rows (one unlabelled, ignored), computed by hand:
+    correct rows (positives) score 0.9 0.8 0.7 0.6, misclassified 0.75 0.1.
+    FPR95: keeping >= 95% of the correct rows needs threshold 0.6, which accepts 0.75 of the
+    two errors -> 50%. AUROC: 6 of the 8 (correct, wrong) pairs ordered -> 75%. Detection
+    error: min over thresholds of 0.5(1 - TPR) + 0.5 FPR: t = 0.8 (TPR .5, FPR 0) and t = 0.6
+    (TPR 1, FPR .5) give 0.25 -> 25%. Two errors < 20: a warning."""
+    from scorers.misclassification import (
+        MIN_ERRORS,
+        misclassification_metrics,
+        misclassification_or_none,
+    )
+
+    logits = np.array([[2.0, 0.0]] * 4 + [[0.0, 2.0]] * 2 + [[2.0, 0.0]])
+    labels = np.array([0, 0, 0, 0, 0, 0, -1])
+    scores = np.array([0.9, 0.8, 0.7, 0.6, 0.75, 0.1, 5.0])
+    m = misclassification_metrics(scores, logits, labels)
+    assert m["fpr95"] == pytest.approx(50.0)
+    assert m["auroc"] == pytest.approx(75.0)
+    assert m["detection_error"] == pytest.approx(25.0)
+    assert (m["errors"], m["correct"]) == (2, 4)
+    assert MIN_ERRORS == 20 and "only 2 misclassified rows (< 20)" in m["warning"]
+    assert m["auroc"] == pytest.approx(misclassification_auroc(scores, logits, labels))
+    many = misclassification_metrics(np.r_[scores[:6], np.linspace(0, 1, 20)],
+                                      np.r_[logits[:6], [[0.0, 2.0]] * 20],
+                                      np.r_[labels[:6], [0] * 20])
+    assert many["errors"] == 22 and many["warning"] is None
+    assert misclassification_or_none(scores[:4], logits[:4], labels[:4]) is None  # no error
+    with pytest.raises(ValueError, match="0 of 4 labelled rows are misclassified"):
+        misclassification_metrics(scores[:4], logits[:4], labels[:4])

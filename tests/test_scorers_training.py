@@ -239,9 +239,38 @@ def test_odin_perturbed_sign_and_eps0_equals_odin(tmp_path):
         get_scorer("odin", temperature=1000.0).fit(st0).score(st0.split("id/test")))
 
 
+# --------------------------------------------------------------------------- ip_ts_mlv
+def test_ip_ts_mlv_is_the_max_of_the_perturbed_logits_over_t(tmp_path):
+    """FACETS' IP TS MLV: max_c l'_c / T of the stored ODIN-perturbed logits (a plain Python
+    max per row); every stored (T, eps) pair in score_grid; a missing pair names the
+    --odin-grid to extract; ranks like max l' (AUROC by sklearn equal)."""
+    from sklearn.metrics import roc_auc_score
+
+    st = make_store(tmp_path, "ip", _odin_extras)
+    for name in ("id/test", "ood/far/x"):
+        sp = st.split(name)
+        for t, e in GRID:
+            lp = np.asarray(sp.extra(odin_name(t, e)), dtype=np.float64)
+            expect = [max(row) / t for row in lp.tolist()]
+            got = get_scorer("ip_ts_mlv", temperature=t, epsilon=e).fit(st).score(sp)
+            np.testing.assert_allclose(got, expect, rtol=1e-15, atol=0)
+    s = get_scorer("ip_ts_mlv").fit(st)
+    assert s.params == {"temperature": 1000.0, "epsilon": 0.0014}
+    assert sorted((g["temperature"], g["epsilon"]) for g, _ in s.score_grid(
+        st.split("id/test"))) == sorted(GRID)
+    idl = np.asarray(st.split("id/test").extra(odin_name(1000.0, 0.0014)), dtype=np.float64)
+    odl = np.asarray(st.split("ood/far/x").extra(odin_name(1000.0, 0.0014)), dtype=np.float64)
+    ref = 100 * roc_auc_score(np.r_[np.ones(len(idl)), np.zeros(len(odl))],
+                              np.r_[idl.max(1), odl.max(1)])
+    res = evaluate(st, ["ip_ts_mlv"], use_cache=False)
+    assert res["methods"]["ip_ts_mlv"]["splits"]["ood/far/x"]["auroc"] == pytest.approx(ref)
+    with pytest.raises(UsageError, match=r"--odin-grid '1:0.0014'"):
+        get_scorer("ip_ts_mlv", temperature=1).fit(st)
+
+
 # --------------------------------------------------------------------------- plumbing
 def test_missing_extras_are_skipped_by_evaluate_and_named_by_score(structured_store):
-    for name in ("confbranch", "godin", "mcd", "mcdropout", "odin_perturbed"):
+    for name in ("confbranch", "godin", "mcd", "mcdropout", "odin_perturbed", "ip_ts_mlv"):
         ok, why = supported(structured_store, name)
         assert not ok and "extra:" in why
         with pytest.raises(FeatstoreError, match="featstore (extract|train)"):
@@ -258,5 +287,5 @@ def test_registry_entries():
     assert entries["mcdropout"]["needs"] == ["extra:mc_logits"]
     assert entries["odin_perturbed"]["needs"] == ["extra:odin_logits"]
     assert entries["odin_perturbed"]["defaults"] == {"temperature": 1000.0, "epsilon": 0.0014}
-    for name in ("confbranch", "godin", "mcd", "mcdropout", "odin_perturbed"):
+    for name in ("confbranch", "godin", "mcd", "mcdropout", "odin_perturbed", "ip_ts_mlv"):
         assert entries[name]["paper"]

@@ -245,6 +245,7 @@ def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dic
                 "val": res["chosen"]["val"], "tuned": True, "adjusted": res["adjusted"],
                 "id_acc": id_accuracy(np.asarray(idt.logits), np.asarray(idt.labels)),
                 "misclassification_auroc": test["misclassification_auroc"],
+                "misclassification": test["misclassification"],
                 "groups": test["groups"], "splits": test["splits"],
                 "score_s": res["fit_seconds"] + res["val_seconds"] + res["test_seconds"]}
     res = evaluate(store, [row.scorer], {row.scorer: row.params}, use_cache=False,
@@ -255,6 +256,7 @@ def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dic
             "adjusted": m["adjusted"],
             "id_acc": res["id_acc"],
             "misclassification_auroc": None if mis != mis else mis,
+            "misclassification": m["misclassification"],
             "groups": m["groups"], "splits": m["splits"],
             "score_s": m["fit_seconds"] + m["score_seconds"]}
 
