@@ -430,6 +430,77 @@ def laid_fit(
                            f"{orth:.4f})"))
 
 
+@protocol_app.command("facets-table")
+def facets_table_cmd(
+    stores: Annotated[list[str], typer.Argument(help="Stores, one per dataset (e.g. the T40, "
+                                                     "T45, T50 stores); LABEL=PATH names a "
+                                                     "row.")],
+    method: Annotated[list[str] | None, typer.Option(
+        help="Scorer; repeatable (default: FACETS' msp, temp_scaling, mls, odin_perturbed, "
+             "ip_ts_mlv, oodl).")] = None,
+    param: Annotated[list[str] | None, typer.Option(help="method.k=v scorer parameter.")] = None,
+    out_: Annotated[Path | None, typer.Option("--out", help="Markdown file to write.")] = None,
+    no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """FACETS' results layout (Tables VI-VII): per dataset and OOD group, per method,
+    FPR@95%TPR / detection error / AUROC, and each dataset's misclassification detection on
+    id/test; best values marked; methods a store cannot score listed with the reason.
+
+    Example: featstore protocol facets-table T40=runs/t40 T45=runs/t45 --method msp
+    --method ip_ts_mlv --out facets.md
+    """
+    setup(json_, quiet)
+    from contextlib import ExitStack
+
+    from featstore import Store
+    from featstore.protocols.facets import cell_text, facets_table, markdown_table
+
+    methods = check_methods(method or ["msp", "temp_scaling", "mls", "odin_perturbed",
+                                       "ip_ts_mlv", "oodl"])
+    params = _method_params(param)
+    with ExitStack() as stack:
+        opened = []
+        for item in stores:
+            label, sep, path = item.partition("=")
+            label, path = (label, path) if sep else (Path(item).name, item)
+            st = stack.enter_context(Store.open(path))
+            require_rows(st)
+            opened.append((label, st))
+        with status() as begin:
+            begin(f"FACETS table over {len(opened)} store(s)")
+            table = facets_table(opened, methods, params, use_cache=not no_cache)
+    if out_ is not None:
+        out_.parent.mkdir(parents=True, exist_ok=True)
+        out_.write_text(markdown_table(table), encoding="utf-8")
+        table["report"] = str(out_)
+
+    def human() -> None:
+        t = Table(title="FACETS layout: FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑ (%), best "
+                        "in bold", header_style="bold", show_edge=False)
+        t.add_column("dataset")
+        t.add_column("rows")
+        for m in methods:
+            t.add_column(m, justify="right")
+        for r in table["rows"]:
+            what = ("misclassification" if r["kind"] == "misclassification"
+                    else f"OOD {r['group']}")
+            t.add_row(r["dataset"], what, *[cell_text(r["cells"][m], r["best"], m,
+                                                      ("[bold]", "[/]")) for m in methods])
+        out.print(t)
+        for r in table["rows"]:
+            for m, w in r["warnings"].items():
+                err.print(f"warning: {r['dataset']} {m}: {w}", highlight=False)
+        for d, ms in table["skipped"].items():
+            for m, why in ms.items():
+                out.print(f"{d}: {m} skipped ({why})", highlight=False)
+        if out_ is not None:
+            out.print(f"wrote {out_}", highlight=False)
+
+    emit(table, human)
+
+
 @protocol_app.command()
 def lists2spec(
     directory: Annotated[Path, typer.Argument(help="Directory of image lists (*.txt).")],

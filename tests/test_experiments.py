@@ -256,3 +256,78 @@ def test_bad_experiment_files_are_one_line_errors(tmp_path, capsys, body, messag
         from featstore.experiments import load_experiment
 
         load_experiment(f)
+
+
+def _fpr95_deterr(pos: np.ndarray, neg: np.ndarray) -> tuple[float, float]:
+    """Brute force over every threshold (positives = ID / correct, score >= t accepted):
+    FPR at the highest threshold keeping >= 95% of positives; min 0.5(1 - TPR) + 0.5 FPR with
+    the end points."""
+    ts = np.unique(np.r_[pos, neg])[::-1]
+    tpr = np.array([(pos >= t).mean() for t in ts])
+    fpr = np.array([(neg >= t).mean() for t in ts])
+    fpr95 = fpr[np.argmax(tpr >= 0.95)]
+    det = min(0.5, *(0.5 * (1 - tpr) + 0.5 * fpr))
+    return 100 * fpr95, 100 * det
+
+
+def test_facets_table_by_hand(tmp_path, capsys):
+    """Two datasets (stores) x (OOD group + misclassification row) x methods; every cell's
+    FPR95 / detection error / AUROC recomputed by brute force and sklearn; ip_ts_mlv skipped
+    with its reason on the store without perturbed logits; terminal, JSON and Markdown."""
+    from featstore.extra_keys import odin_name
+
+    rng = np.random.default_rng(4)
+    w = rng.normal(size=(3, 6)).astype(np.float32)
+    b = np.zeros(3, dtype=np.float32)
+
+    def make(name: str, odin: bool) -> Path:
+        splits = {}
+        for split, n, shift in (("id/train", 60, 2.0), ("id/val", 30, 2.0),
+                                ("id/test", 50, 2.0), ("ood/wordnet/t", 40, 0.3)):
+            f = (rng.normal(size=(n, 6)) * shift).astype(np.float32)
+            entry = {"features": f, "labels": (np.argmax(f @ w.T, 1) + (rng.random(n) < 0.3)
+                                               ) % 3 if split.startswith("id") else None}
+            if odin:
+                entry["extras"] = {odin_name(1000, 0.0014): (f @ w.T * 1.1).astype(np.float32)}
+            splits[split] = {k: v for k, v in entry.items() if v is not None}
+        Store.from_arrays(tmp_path / name, head=(w, b), splits=splits)
+        return tmp_path / name
+
+    a, c = make("a", True), make("c", False)
+    code, stdout, err = run(capsys, "protocol", "facets-table", f"T40={a}", f"T45={c}",
+                            "--method", "msp", "--method", "mls", "--method", "ip_ts_mlv",
+                            "--out", str(tmp_path / "f.md"), "--json")
+    assert code == 0, err
+    table = json.loads(stdout)
+    assert [(r["dataset"], r["kind"]) for r in table["rows"]] == [
+        ("T40", "ood"), ("T40", "misclassification"), ("T45", "ood"),
+        ("T45", "misclassification")]
+    assert "feature" not in table["skipped"].get("T40", {})
+    assert "odin_logits" in table["skipped"]["T45"]["ip_ts_mlv"]
+    for r in table["rows"]:
+        st = Store.open(a if r["dataset"] == "T40" else c)
+        idt = st.split("id/test")
+        lg, y = np.asarray(idt.logits, dtype=np.float64), np.asarray(idt.labels)
+        for m in ("msp", "mls"):
+            score = (lambda z: _msp(z)) if m == "msp" else (lambda z: np.asarray(z).max(1))
+            if r["kind"] == "ood":
+                pos, neg = score(lg), score(np.asarray(st.split("ood/wordnet/t").logits))
+            else:
+                ok = lg.argmax(1) == y
+                pos, neg = score(lg)[ok], score(lg)[~ok]
+            fpr, det = _fpr95_deterr(pos, neg)
+            auc = 100 * roc_auc_score(np.r_[np.ones(len(pos)), np.zeros(len(neg))],
+                                      np.r_[pos, neg])
+            cell = r["cells"][m]
+            assert cell["fpr95"] == pytest.approx(fpr, abs=1e-9)
+            assert cell["detection_error"] == pytest.approx(det, abs=1e-9)
+            assert cell["auroc"] == pytest.approx(auc, abs=1e-9)
+        assert (r["cells"]["ip_ts_mlv"] is None) == (r["dataset"] == "T45")
+        for key, better in (("auroc", max), ("fpr95", min)):
+            vals = {m: v[key] for m, v in r["cells"].items() if v}
+            assert r["best"][key] == [m for m in vals if vals[m] == better(vals.values())]
+    md = (tmp_path / "f.md").read_text()
+    assert "FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑" in md
+    assert "| T40 | misclassification (id/test) |" in md and "ip_ts_mlv: skipped (" in md
+    code, stdout, _ = run(capsys, "protocol", "facets-table", f"T40={a}", "--method", "msp")
+    assert code == 0 and "misclassification" in stdout and " / " in stdout

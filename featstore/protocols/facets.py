@@ -1,0 +1,94 @@
+"""FACETS' results layout (Recalcati, Garcea, Piano, Lamberti & Morra, DSAA 2023, Tables VI
+and VII): per dataset (a store: e.g. the WordNet T40 / T45 / T50 or tier T1 / T2 assignments
+of `featstore protocol wordnet|tiers`, each extracted into its own store) and OOD group, per
+method, the cell "FPR@95%TPR / detection error / AUROC" (percent; `scorers.metrics`), and the
+misclassification-detection row of each dataset's ID test split (Table VII;
+`scorers.misclassification`, with its warning under 20 errors). The best value of each metric
+per row is marked (lowest FPR and detection error, highest AUROC; ties all marked, as the
+paper). Methods a store cannot score are listed with the reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+CELL_METRICS = (("fpr95", "min"), ("detection_error", "min"), ("auroc", "max"))
+
+
+def facets_table(stores: Sequence[tuple[str, Any]], methods: Sequence[str],
+                 params: Mapping[str, Mapping[str, Any]] | None = None,
+                 use_cache: bool = True) -> dict[str, Any]:
+    """{"methods", "rows": [{"dataset", "kind" ("ood" | "misclassification"), "group",
+    "cells": {method: {fpr95, detection_error, auroc} | None}, "best": {metric: [methods]},
+    "warnings": {method: text}}], "skipped": {dataset: {method: reason}}}."""
+    from scorers.evaluate import evaluate
+
+    rows: list[dict[str, Any]] = []
+    skipped: dict[str, dict[str, str]] = {}
+    for label, store in stores:
+        res = evaluate(store, list(methods), params or {}, use_cache=use_cache)
+        if res["skipped"]:
+            skipped[label] = dict(res["skipped"])
+        scored = res["methods"]
+        groups: list[str] = []
+        for m in scored.values():
+            groups += [g for g in m["groups"] if g not in groups]
+        for g in groups:
+            cells = {m: ({k: scored[m]["groups"][g][k] for k, _ in CELL_METRICS}
+                         if m in scored else None) for m in methods}
+            rows.append({"dataset": label, "kind": "ood", "group": g, "cells": cells,
+                         "best": _best(cells), "warnings": {}})
+        cells, warnings = {}, {}
+        for m in methods:
+            mis = scored.get(m, {}).get("misclassification")
+            cells[m] = ({k: mis[k] for k, _ in CELL_METRICS} if mis else None)
+            if mis and mis.get("warning"):
+                warnings[m] = mis["warning"]
+            elif m in scored and not mis:
+                warnings[m] = "misclassification metrics undefined (no error or no correct row)"
+        rows.append({"dataset": label, "kind": "misclassification", "group": "id/test",
+                     "cells": cells, "best": _best(cells), "warnings": warnings})
+    return {"methods": list(methods), "rows": rows, "skipped": skipped}
+
+
+def _best(cells: Mapping[str, Mapping[str, float] | None]) -> dict[str, list[str]]:
+    out = {}
+    for key, better in CELL_METRICS:
+        vals = {m: c[key] for m, c in cells.items() if c is not None}
+        if vals:
+            top = max(vals.values()) if better == "max" else min(vals.values())
+            out[key] = [m for m, v in vals.items() if v == top]
+    return out
+
+
+def cell_text(cell: Mapping[str, float] | None, best: Mapping[str, list[str]], method: str,
+              mark: tuple[str, str]) -> str:
+    """'FPR / DetErr / AUROC' with the best values wrapped in `mark` (open, close)."""
+    if cell is None:
+        return "–"
+    parts = []
+    for key, _ in CELL_METRICS:
+        text = f"{cell[key]:.2f}"
+        parts.append(f"{mark[0]}{text}{mark[1]}" if method in best.get(key, []) else text)
+    return " / ".join(parts)
+
+
+def markdown_table(table: dict[str, Any]) -> str:
+    """The table as Markdown (best values bold), then warnings and skipped methods."""
+    methods = table["methods"]
+    lines = ["# FACETS layout: FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑ (in %)", "",
+             "| dataset | rows | " + " | ".join(methods) + " |",
+             "|---|---|" + "---|" * len(methods)]
+    for r in table["rows"]:
+        what = ("misclassification (id/test)" if r["kind"] == "misclassification"
+                else f"OOD {r['group']}")
+        lines.append(f"| {r['dataset']} | {what} | " + " | ".join(
+            cell_text(r["cells"][m], r["best"], m, ("**", "**")) for m in methods) + " |")
+    notes = [f"- {r['dataset']} {m}: {w}" for r in table["rows"]
+             for m, w in r["warnings"].items()]
+    notes += [f"- {d} {m}: skipped ({why})" for d, ms in table["skipped"].items()
+              for m, why in ms.items()]
+    if notes:
+        lines += ["", "Notes:", ""] + notes
+    return "\n".join(lines) + "\n"
