@@ -510,6 +510,13 @@ def lists2spec(
                                                              "list's parent directory).")] = None,
     root_map: Annotated[list[str] | None, typer.Option(
         help="TOPDIR=PATH: image root for the lists under DIR/TOPDIR; repeatable.")] = None,
+    classes: Annotated[str | None, typer.Option(
+        help="The model's class list (a class-per-line file, names or wnids, or an "
+             "ImageFolder): written into the spec; FACETS ID class fields are mapped through "
+             "it.")] = None,
+    own_index_source: Annotated[list[str] | None, typer.Option(
+        help="FACETS source whose class indices are the model's own (e.g. places365); "
+             "repeatable.")] = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -532,7 +539,9 @@ def lists2spec(
         from featstore.errors import InputError
 
         raise InputError(f"--root {str(root)!r}: directory not found")
-    result = lists_to_spec(directory, root, out_, id_name, mapping)
+    class_list = _read_classes(classes) if classes is not None else None
+    result = lists_to_spec(directory, root, out_, id_name, mapping, class_list,
+                           tuple(own_index_source or ()))
     emit(result, lambda: _print_lists(result, out_))
 
 

@@ -222,15 +222,99 @@ def builtin_rows(source: dict[str, Any]) -> RowSource:
     return RowSource(ids, labels, lambda i: Image.fromarray(images[i]), dict(source))
 
 
+#: source keys that subsample a source's rows (seeded; see `sample_rows`)
+SAMPLING_KEYS = ("per_class", "max_rows", "sample_seed")
+
+
 def rows_from_source(source: dict[str, Any]) -> RowSource:
-    """Dispatch a spec source to its RowSource."""
+    """Dispatch a spec source to its RowSource, subsampled by its sampling keys."""
     if "imagefolder" in source:
-        return imagefolder_rows(source["imagefolder"])
-    if "imagelist" in source:
-        return imagelist_rows(source["imagelist"], source.get("root"))
-    if "torchvision" in source:
-        return torchvision_rows(source["torchvision"], source.get("root", "."),
+        rows = imagefolder_rows(source["imagefolder"])
+    elif "imagelist" in source:
+        rows = imagelist_rows(source["imagelist"], source.get("root"))
+    elif "torchvision" in source:
+        rows = torchvision_rows(source["torchvision"], source.get("root", "."),
                                 dict(source.get("kwargs", {})))
-    if "builtin" in source:
-        return builtin_rows(source)
-    raise UsageError(f"unknown source {source!r}")
+    elif "builtin" in source:
+        rows = builtin_rows({k: v for k, v in source.items() if k not in SAMPLING_KEYS})
+    else:
+        raise UsageError(f"unknown source {source!r}")
+    if any(k in source for k in ("per_class", "max_rows")):
+        keep = sample_rows(rows.labels, source.get("per_class"), source.get("max_rows"),
+                           int(source.get("sample_seed", 0)), str(source))
+        rows = subset_rows(rows, keep)
+    return rows
+
+
+def sample_rows(labels: np.ndarray, per_class: int | None = None, max_rows: int | None = None,
+                seed: int = 0, where: str = "source") -> np.ndarray:
+    """Sorted row indices kept by the sampling keys (FACETS samples a fixed number of images
+    per class and balances ID and OOD counts):
+
+    - `per_class = k`: per class label (ascending), the first k rows of a permutation drawn
+      from `numpy.random.default_rng(seed)` (all rows of a class with fewer); rows labelled
+      -1 (unknown class) are refused, since they have no class to count;
+    - `max_rows = m` (after per_class): the first m rows of a permutation drawn from
+      `default_rng(seed + 1)` when more remain.
+
+    Indices are returned sorted, so the rows keep their source order; same seed, same rows."""
+    y = np.asarray(labels)
+    keep = np.arange(len(y))
+    for key, value in (("per_class", per_class), ("max_rows", max_rows)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise UsageError(f"{where}: {key} = {value!r} must be an integer >= 1")
+    if per_class is not None:
+        if (y < 0).any():
+            raise UsageError(f"{where}: per_class needs a class label on every row "
+                             f"({int((y < 0).sum())} rows are unlabelled, -1); use max_rows")
+        rng = np.random.default_rng(seed)
+        parts = [rng.permutation(np.flatnonzero(y == c))[:per_class] for c in np.unique(y)]
+        keep = np.sort(np.concatenate(parts))
+    if max_rows is not None and len(keep) > max_rows:
+        keep = np.sort(np.random.default_rng(seed + 1).permutation(keep)[:max_rows])
+    return keep
+
+
+def subset_rows(rows: RowSource, keep: np.ndarray) -> RowSource:
+    """The RowSource of the rows `keep` (indices into `rows`), loading through the original."""
+    index = [int(i) for i in keep]
+    return RowSource([rows.ids[i] for i in index], rows.labels[index],
+                     lambda i: rows.load(index[i]), {**rows.describe, "rows": len(index)},
+                     class_names=rows.class_names)
+
+
+def balance_id_ood(bench: Any) -> Any:
+    """A copy of the spec whose id/test and OOD test splits have equal total rows (when
+    `bench.balance`): the larger side is cut to the smaller side's total, an OOD side split
+    by split in proportion to its rows (largest-remainder rounding), through `max_rows` with
+    `sample_seed = bench.balance_seed` (a split's own smaller max_rows and its seed are kept).
+    Unchanged when balance is off, counts are already equal, or a side is missing."""
+    import copy
+
+    if not getattr(bench, "balance", False):
+        return bench
+    id_test = [s for s in bench.splits if s.name == "id/test"]
+    ood = [s for s in bench.splits if s.role == "ood" and s.usage == "test"]
+    if not id_test or not ood:
+        return bench
+    n_id = len(rows_from_source(id_test[0].source))
+    n_ood = [len(rows_from_source(s.source)) for s in ood]
+    total = sum(n_ood)
+    out = copy.deepcopy(bench)
+    targets: dict[str, int] = {}
+    if total > n_id:
+        shares = [n_id * n / total for n in n_ood]
+        alloc = [int(x) for x in shares]
+        order = sorted(range(len(ood)), key=lambda i: (-(shares[i] - alloc[i]), i))
+        for i in order[:n_id - sum(alloc)]:
+            alloc[i] += 1
+        targets = {s.name: max(1, a) for s, a in zip(ood, alloc, strict=True)}
+    elif total < n_id:
+        targets = {"id/test": total}
+    for sp in out.splits:
+        if sp.name in targets:
+            current = sp.source.get("max_rows")
+            sp.source["max_rows"] = min(targets[sp.name], current or targets[sp.name])
+            sp.source.setdefault("sample_seed", bench.balance_seed)
+    return out

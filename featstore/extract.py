@@ -28,7 +28,13 @@ from torch.utils.data import DataLoader
 
 from . import distributed
 from .classmap import check_class_list, map_folders
-from .datasets import RowSource, TransformedRows, build_transform, rows_from_source
+from .datasets import (
+    RowSource,
+    TransformedRows,
+    balance_id_ood,
+    build_transform,
+    rows_from_source,
+)
 from .distributed import Context
 from .errors import FeatstoreError, InputError, UsageError
 from .extract_extras import ExtraOutputs
@@ -336,6 +342,7 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
     if opts.mc_samples < 0:
         raise UsageError(f"--mc-samples {opts.mc_samples}: must be >= 0")
     bench = spec if isinstance(spec, BenchmarkSpec) else load_spec(spec)
+    bench = balance_id_ood(bench)
     ctx, device = distributed.from_env(resolve_device(opts.device))
     try:
         if not ctx.is_main:

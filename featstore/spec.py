@@ -26,6 +26,12 @@
     usage = "val"
     source = { imagelist = "lists/ssb_hard.txt", root = "images/" }
 
+Sampling (FACETS' per-class image sampling and balanced ID / OOD counts): any source may carry
+`per_class = 50` (that many rows per class label, seeded), `max_rows = N` and `sample_seed`
+(default 0); a top-level `balance = true` (with `balance_seed`) subsamples, at extraction,
+the larger side of `id/test` vs all OOD test splits to the smaller side's size
+(`featstore.datasets.sample_rows`, `balance_id_ood`).
+
 Sources: `imagefolder` (class sub-directories), `imagelist` + `root` (lines `path label`
 as in OpenOOD/IS-OOD, or FACETS lines `<0|1> <source> <class_index> <path>`), `torchvision`
 (a dataset class on local disk: `{torchvision = "CIFAR10", root = "data", kwargs = {train =
@@ -74,6 +80,10 @@ class BenchmarkSpec:
     classes: list[str] | None = None
     wnids: list[str] | None = None
     class_map: dict[str, Any] = field(default_factory=dict)
+    #: FACETS' balanced ID / OOD counts: the larger side of id/test vs the OOD test splits
+    #: is subsampled (seeded) to the smaller's size at extraction (`balance_id_ood`)
+    balance: bool = False
+    balance_seed: int = 0
 
 
 def _resolve(base: Path, value: str) -> str:
@@ -145,8 +155,19 @@ def parse_spec(data: dict[str, Any], base: Path, where: str) -> BenchmarkSpec:
             for v in class_map.values()):
         raise InputError(f"{where}: class_map must be a table of folder = class index or "
                          "class name, e.g. class_map = { goldfish_pics = 1 }")
+    balance = data.get("balance", False)
+    seed = data.get("balance_seed", 0)
+    if not isinstance(balance, bool) or isinstance(seed, bool) or not isinstance(seed, int):
+        raise InputError(f"{where}: balance must be true or false and balance_seed an integer")
+    for sp in splits:
+        for key in ("per_class", "max_rows"):
+            value = sp.source.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise InputError(f"{where}: split {sp.name!r}: {key} = {value!r} must be an "
+                                 "integer >= 1")
     return BenchmarkSpec(None, splits, dict(transform), list(classes) if classes else None,
-                         list(wnids) if wnids else None, dict(class_map))
+                         list(wnids) if wnids else None, dict(class_map), balance, seed)
 
 
 def load_spec(path: str | Path) -> BenchmarkSpec:

@@ -406,16 +406,42 @@ def test_lists2spec_openood_isood_and_facets_rules(tmp_path):
     facets = tmp_path / "facets"
     write(facets / "test.txt", [f"0 places 1 id_b/{n}" for n in names["id_b"][:2]]
           + [f"1 sun397 5 o1/{n}" for n in names["o1"][:3]] + [f"1 imagenet 7 o2/{names['o2'][0]}"])
-    result = lists_to_spec(facets, images, tmp_path / "f.toml")
+    # class indices of "places" are the model's own only when declared so
+    with pytest.raises(UsageError, match=r"test.txt' line 1: ID class '1' of source 'places' "
+                                         r"cannot be mapped.*--own-index-source places"):
+        lists_to_spec(facets, images, tmp_path / "f.toml")
+    result = lists_to_spec(facets, images, tmp_path / "f.toml", own_index_sources=("places",))
     got = {s["name"]: (s["usage"], s["rows"]) for s in result["splits"]}
     assert got == {"id/test": ("test", 2), "ood/facets/sun397": ("test", 3),
                    "ood/facets/imagenet": ("test", 1)}
     fspec = load_spec(tmp_path / "f.toml")
     id_list = Path(next(s for s in fspec.splits if s.name == "id/test").source["imagelist"])
     assert id_list.read_text().split("\n")[:2] == [f"id_b/{n} 1" for n in names["id_b"][:2]]
+    # by name or wnid through the model's class list (indices of that list, not the source's)
+    model_classes = ["n01440764 tench", "/c/coffee_shop", "bedroom"]
+    write(facets / "test.txt", [f"0 sun397 coffee_shop id_b/{names['id_b'][0]}",
+                                f"0 imagenet n01440764 id_b/{names['id_b'][1]}",
+                                f"0 places bedroom id_b/{names['id_b'][2]}",
+                                f"1 imagenet 7 o2/{names['o2'][0]}"])
+    lists_to_spec(facets, images, tmp_path / "g.toml", classes=model_classes)
+    gspec = load_spec(tmp_path / "g.toml")
+    assert gspec.classes == model_classes
+    id_list = Path(next(s for s in gspec.splits if s.name == "id/test").source["imagelist"])
+    assert [ln.split()[1] for ln in id_list.read_text().splitlines()] == ["1", "0", "2"]
+    write(facets / "test.txt", [f"0 places 3 id_b/{names['id_b'][0]}",
+                                f"0 sun397 kitchen id_b/{names['id_b'][1]}"])
+    with pytest.raises(UsageError, match=r"line 1: ID class '3' of source 'places' is not in the "
+                                         r"model's class list \(3 classes"):
+        lists_to_spec(facets, images, tmp_path / "h.toml", classes=model_classes)
+    with pytest.raises(UsageError, match="line 1: class index 3 does not fit the 3 classes"):
+        lists_to_spec(facets, images, tmp_path / "h.toml", classes=model_classes,
+                      own_index_sources=("places",))
+    write(facets / "test.txt", [f"0 sun397 kitchen id_b/{names['id_b'][1]}"])
+    with pytest.raises(UsageError, match="line 1: ID class 'kitchen' of source 'sun397' is not"):
+        lists_to_spec(facets, images, tmp_path / "h.toml", classes=model_classes)
     write(lists / "facets_test.txt", ["0 places 0 id_a/000.png"])
     with pytest.raises(UsageError, match="both map to split 'id/test'"):
-        lists_to_spec(base, images, tmp_path / "x.toml")
+        lists_to_spec(base, images, tmp_path / "x.toml", own_index_sources=("places",))
 
 
 def test_lists2spec_cli_and_grid(tmp_path, capsys):

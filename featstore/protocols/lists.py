@@ -8,10 +8,16 @@ NAME=PATH`). Rules, first match wins:
    `<set>` = the list's top directory under DIR (`imagenet21k`, `SynIS`), `isood` at top level.
    The lists of one cell in several sub-directories (IS-OOD's `imagenet21k/train/` and
    `imagenet21k/val/`) are concatenated into one split, as IS-OOD concatenates them.
-2. FACETS split files (lines `<0|1> <source> <class_index> <path>`, recognised by content):
-   rows with OODness 0 -> `id/<part>` (labels = class index), rows with OODness 1 ->
+2. FACETS split files (lines `<0|1> <source> <class> <path>`, recognised by content):
+   rows with OODness 0 -> `id/<part>`, rows with OODness 1 ->
    `ood/facets/<source>` per source; `<part>` is `val` if the file name contains "val", else
-   `test`, and val OOD splits are named `<source>_val` with usage val.
+   `test`, and val OOD splits are named `<source>_val` with usage val. An ID row's `<class>`
+   is mapped through the model's class list (`classes`, CLI `--classes`) by class name or
+   WordNet id (an entry `n01440764`, `n01440764 tench` or `/a/airfield` answers to its wnid,
+   its name and its last path part); a class index is taken as the model's own only for the
+   sources named in `own_index_sources` (CLI `--own-index-source places365`), since another
+   dataset's indices mean other classes. Anything else is an error naming the list line:
+   labels are never reinterpreted.
 3. OpenOOD `benchmark_imglist` names `<part>_<name>.txt` with part train | val | test:
    - `<name>` equal to the ID dataset (`--id NAME`, else the list's nearest enclosing
      directory that is not a group directory, as in
@@ -85,9 +91,61 @@ def _role_group(rel: Path) -> str | None:
     return None
 
 
+_WNID = re.compile(r"^n\d{8}$")
+
+
+def class_keys(classes: list[str]) -> dict[str, int | None]:
+    """{key: class index} for FACETS class fields: each entry, its wnid and name when it reads
+    `<wnid> <name>`, and its last `/` part; a key two entries share maps to None (ambiguous)."""
+    keys: dict[str, int | None] = {}
+
+    def add(key: str, index: int) -> None:
+        key = key.strip()
+        if key:
+            keys[key] = index if keys.get(key, index) == index else None
+
+    for i, entry in enumerate(classes):
+        add(entry, i)
+        first, _, rest = entry.strip().partition(" ")
+        if _WNID.match(first):
+            add(first, i)
+            add(rest, i)
+        add(entry.rstrip("/").split("/")[-1], i)
+    return keys
+
+
+def facets_label(field: str, source: str, keys: dict[str, int | None] | None,
+                 n_classes: int | None, own_index_sources: tuple[str, ...],
+                 where: str) -> int:
+    """The model's class index of a FACETS ID row's class field (module docstring, rule 2)."""
+    if keys is not None and field in keys:
+        if keys[field] is None:
+            raise UsageError(f"{where}: class {field!r} matches several entries of the class "
+                             "list; name it uniquely")
+        return int(keys[field])  # type: ignore[arg-type]
+    if field.isdigit() and source in own_index_sources:
+        index = int(field)
+        if n_classes is not None and index >= n_classes:
+            raise UsageError(f"{where}: class index {index} does not fit the {n_classes} "
+                             "classes of the class list")
+        return index
+    if keys is None:
+        raise UsageError(f"{where}: ID class {field!r} of source {source!r} cannot be mapped to "
+                         "the model's classes: give the class list (--classes, names or wnids)"
+                         f" or, if {source!r} indices are the model's own, --own-index-source "
+                         f"{source}")
+    raise UsageError(f"{where}: ID class {field!r} of source {source!r} is not in the model's "
+                     f"class list ({n_classes} classes, by name or wnid)"
+                     + ("; a class index is read only for --own-index-source sources"
+                        if field.isdigit() else ""))
+
+
 def plan(directory: str | Path, root: str | Path, id_name: str | None = None,
-         root_map: dict[str, str] | None = None) -> list[PlannedSplit]:
+         root_map: dict[str, str] | None = None, classes: list[str] | None = None,
+         own_index_sources: tuple[str, ...] = ()) -> list[PlannedSplit]:
     """The splits the lists in `directory` become (see the module docstring)."""
+    keys = class_keys(classes) if classes else None
+    n_classes = len(classes) if classes else None
     base = Path(directory)
     if not base.is_dir():
         raise InputError(f"lists2spec: {str(base)!r} is not a directory")
@@ -136,7 +194,9 @@ def plan(directory: str | Path, root: str | Path, id_name: str | None = None,
                     raise UsageError(f"{str(f)!r} line {n}: expected '<0|1> <source> "
                                      f"<class_index> <path>', got {line.strip()!r}")
                 if fields[0] == "0":
-                    by_name.setdefault(f"id/{part}", []).append(f"{fields[3]} {fields[2]}")
+                    label = facets_label(fields[2], fields[1], keys, n_classes,
+                                         tuple(own_index_sources), f"{str(f)!r} line {n}")
+                    by_name.setdefault(f"id/{part}", []).append(f"{fields[3]} {label}")
                 else:
                     leaf = clean(fields[1]) + ("_val" if part == "val" else "")
                     by_name.setdefault(f"ood/facets/{leaf}", []).append(f"{fields[3]} -1")
@@ -165,15 +225,17 @@ def plan(directory: str | Path, root: str | Path, id_name: str | None = None,
 
 def lists_to_spec(directory: str | Path, root: str | Path, out: str | Path,
                   id_name: str | None = None, root_map: dict[str, str] | None = None,
-                  classes: list[str] | None = None) -> dict[str, Any]:
+                  classes: list[str] | None = None,
+                  own_index_sources: tuple[str, ...] = ()) -> dict[str, Any]:
     """Write the spec (and any derived lists); returns {spec, splits: [{name, usage, rule,
-    lists, rows}]}."""
+    lists, rows}]}. `classes` (the model's class list) is written into the spec and maps
+    FACETS class fields; see `plan`."""
     from ..demo.pipeline import toml_value
     from ..names import parse_split_name
     from ..spec import load_spec
 
     out = Path(out)
-    splits = plan(directory, root, id_name, root_map)
+    splits = plan(directory, root, id_name, root_map, classes, tuple(own_index_sources))
     derived_dir = out.parent / f"{out.stem}_lists"
     lines = [f"# generated by featstore protocol lists2spec from {Path(directory).resolve()}"]
     if classes:
