@@ -254,6 +254,24 @@ def _print_predict(res: dict, truth: bool) -> None:
                                                else f"{t:.2f}"), highlight=False)
 
 
+def _run_gbench_protocol(paths: list[Path], methods: list[str] | None, repeats: int,
+                         splits: list[str] | None, exclude: list[str] | None,
+                         results: Path | None) -> None:
+    from scorers.gscore import gbench_protocol
+
+    method_list = check_methods(_items(methods), "--methods") if methods else None
+    sts = _open_all(paths)
+    with step_progress("gscore gbench") as steps:
+        res = gbench_protocol(
+            sts, methods=method_list, repeats=repeats, splits=_items(splits) or None,
+            exclude=_items(exclude) or None,
+            progress=(lambda m: steps(description=m)) if steps else None,
+            step_progress=(lambda done, total: steps(done, total)) if steps else None)
+    if results is not None:
+        results.write_text(json.dumps(res, indent=2) + "\n")
+    emit(res, lambda: print_gscore_evaluation(res))
+
+
 def register(app: typer.Typer) -> None:
     gs = typer.Typer(name="gscore", no_args_is_help=True, rich_markup_mode="rich",
                      help="Unsupervised evaluation of OOD detection (Gscore, Zhang, Deng & "
@@ -456,6 +474,9 @@ def register(app: typer.Typer) -> None:
 
     @gs.command()
     def gbench(
+        stores: Annotated[list[Path] | None, typer.Argument(
+            help="Your own stores (many OOD splits, one or several stores): run the Gbench "
+                 "protocol on them instead of building the mini-Gbench.")] = None,
         out_: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path(
             "runs/gbench"),
         backbone: Annotated[str, typer.Option(help="demo (the demo's ResNet) | w8 | w32")
@@ -465,16 +486,31 @@ def register(app: typer.Typer) -> None:
                  "trained once if missing).")] = None,
         epochs: Annotated[int, typer.Option(help="Training epochs if a model is trained.")
                           ] = 12,
+        methods: Annotated[list[str] | None, typer.Option(
+            "--methods", help="With STORES: detectors (default msp,odin,energy,mls).")] = None,
+        repeats: Annotated[int, typer.Option(help="With STORES: random partitions.")] = 5,
+        splits: Annotated[list[str] | None, typer.Option(
+            "--splits", help="With STORES: OOD splits to use (shell patterns).")] = None,
+        exclude: Annotated[list[str] | None, typer.Option(
+            help="With STORES: OOD splits to leave out (shell patterns).")] = None,
+        results: Annotated[Path | None, typer.Option(
+            help="With STORES: write the results JSON here.")] = None,
         json_: JsonOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
         """Build the mini-Gbench store: 44 OOD sets from the demo's real bundled data (held-out
         digits, scikit-image photographs and textures, faces, noise, covariate-shifted
-        digits), extracted with the demo model.
+        digits), extracted with the demo model. Given STORES, run the Gbench protocol
+        (`gscore evaluate` with the paper's detectors, variants, targets and the robustness
+        rows: IND:OOD 1:100..100:1, sizes 100/50, heterogeneous sets) on them instead.
 
-        Example: featstore gscore gbench --out runs/gbench --weights runs/demo/model.pt
+        Example: featstore gscore gbench --out runs/gbench --weights runs/demo/model.pt;
+        featstore gscore gbench my/store_a my/store_b --exclude 'ood/faces/*'
         """
         setup(json_, quiet)
+        if stores:
+            _run_gbench_protocol(stores, methods, repeats, splits, exclude, results)
+            return
         from featstore.demo.gbench import BACKBONES, build_gbench
 
         if backbone not in BACKBONES:

@@ -163,3 +163,23 @@ def test_report_include_renders_gscore_evaluate_json(tmp_path, capsys):
     with pytest.raises(Exception, match="report --include #1: not a result featstore can"):
         write_report(st.path, tmp_path / "r2.html", methods=["msp"],
                      include=[tmp_path / "bad.json"])
+
+
+def test_gbench_runs_the_protocol_on_a_users_stores(tmp_path, capsys):
+    """`gscore gbench STORE...`: the Gbench preset (robustness rows for 6 ratios, 2 sizes and
+    heterogeneous sets) over the union of the stores' OOD splits."""
+    a = graded_store(tmp_path / "a", seed=0, n_ood=4, rows=60)
+    b = graded_store(tmp_path / "b", seed=1, n_ood=6, rows=60)
+    code, out, err = run(capsys, "gscore", "gbench", a.path, b.path, "--json", "--methods",
+                         "msp", "--repeats", "1", "--exclude", "ood/g2/*", "--results",
+                         tmp_path / "g.json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc == json.loads((tmp_path / "g.json").read_text())
+    assert sorted(doc["splits"]) == ["ood/g0/s0", "ood/g0/s3", "ood/g1/s1", "ood/g1/s4"]
+    assert [s["ood_splits"] for s in doc["stores"]] == [3, 4]
+    kinds = [(r["kind"], r["ratio"], r["size"]) for r in doc["robustness"]]
+    assert kinds == [("ratio", r, None) for r in ("1:100", "1:10", "1:3", "3:1", "10:1",
+                                                   "100:1")] + [
+        ("size", "1:1", 100), ("size", "1:1", 50), ("heterogeneous", "random", "random")]
+    assert set(doc["table"]["msp"]) == {"fpr95", "auroc"}

@@ -144,7 +144,7 @@ from .engine import GscoreEngine, kmeans_pair
 from .metasets import _Sets, check_disjoint, partition_splits, set_sizes
 from .model import GscoreModel, fit_gscore, predict_gscore
 from .parts import Pair, distance, pack
-from .protocol import evaluate_gscore
+from .protocol import evaluate_gscore, gbench_protocol
 from .regression import _fit_spec, fit_line, fit_lines, search_tau
 from .spec import (
     DEFAULT_MODELS,
@@ -160,7 +160,8 @@ from .spec import (
 __all__ = [
     "DEFAULT_MODELS", "DISTANCES", "MODELLINGS", "TARGETS", "GscoreEngine", "GscoreModel",
     "ModelSpec", "Pair", "check_disjoint", "distance", "evaluate_gscore", "fit_gscore",
-    "fit_line", "fit_lines", "frechet_distance", "frechet_distances", "gmm_params", "kmeans_pair",
+    "fit_line", "fit_lines", "frechet_distance", "frechet_distances", "gbench_protocol",
+    "gmm_params", "kmeans_pair",
     "pack", "parse_model", "parse_ratio", "partition_splits", "predict_gscore", "ratio_label",
     "search_tau", "set_sizes", "_Sets", "_confidence_baseline", "_fit_spec",
 ]

@@ -41,6 +41,9 @@ from .spec import (
     _AUTO,
     _METRIC_COL,
     DEFAULT_MODELS,
+    GBENCH_METHODS,
+    GBENCH_RATIOS,
+    GBENCH_SIZES,
     ID_TRAIN_FRACTION,
     SETS_PER_SPLIT,
     TAU_FROM,
@@ -525,3 +528,14 @@ def evaluate_gscore(
                "modelling_and_regression": tally.t_model, "true_metrics": tally.t_truth,
                "total": time.perf_counter() - t_start}
     return _assemble(opt, sc, tally, seconds)
+
+
+def gbench_protocol(stores: Sequence[Any], **options: Any) -> dict[str, Any]:
+    """The Gbench benchmark on any stores (e.g. a researcher's own OOD sets spread over
+    several stores): `evaluate_gscore` with the paper's detectors (GBENCH_METHODS), the
+    Table 6 variants, FPR95 and AUROC, and the robustness rows (IND:OOD GBENCH_RATIOS, sizes
+    GBENCH_SIZES, heterogeneous sets). Any `evaluate_gscore` option overrides the preset."""
+    preset: dict[str, Any] = {"methods": GBENCH_METHODS, "ratios": GBENCH_RATIOS,
+                              "sizes": GBENCH_SIZES, "robust_heterogeneous": True}
+    preset.update({k: v for k, v in options.items() if v is not None})
+    return evaluate_gscore(stores, **preset)

@@ -38,6 +38,11 @@ ID_TRAIN_FRACTION = 0.5
 SETS_PER_SPLIT = 10
 TAU_FROM = "msp"
 HETERO_MIN = 100
+#: The Gbench protocol preset (`gbench_protocol`): the paper's four detectors (Table 1), its
+#: Table 6 variants, FPR95 and AUROC, and the robustness settings of Fig. 9 / supplementary C.
+GBENCH_METHODS: tuple[str, ...] = ("msp", "odin", "energy", "mls")
+GBENCH_RATIOS: tuple[str, ...] = ("1:100", "1:10", "1:3", "3:1", "10:1", "100:1")
+GBENCH_SIZES: tuple[int, ...] = (100, 50)
 _AUTO = "auto"
 
 
