@@ -36,17 +36,18 @@ def _start(z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return w, mu, var
 
 
-def sklearn_loglik(x: np.ndarray) -> float:
+def sklearn_loglik(x: np.ndarray, tol: float = 1e-6, max_iter: int = 5000) -> float:
     """Mean log-likelihood per sample (units of x) of sklearn's GaussianMixture from featstore's
-    initialisation, on the standardised set, reg_covar = featstore's variance floor."""
+    initialisation, on the standardised set, reg_covar = featstore's variance floor. sklearn
+    stops when its mean log-likelihood changes by less than `tol` in an iteration."""
     from sklearn.mixture import GaussianMixture
 
     mean, sd = x.mean(), x.std()
     z = ((x - mean) / sd)[:, None]
     w, mu, var = _start(z[:, 0])
     gm = GaussianMixture(2, weights_init=w, means_init=mu[:, None],
-                         precisions_init=(1.0 / var).reshape(2, 1, 1), tol=1e-11,
-                         max_iter=20000, reg_covar=SIGMA_FLOOR_REL ** 2).fit(z)
+                         precisions_init=(1.0 / var).reshape(2, 1, 1), tol=tol,
+                         max_iter=max_iter, reg_covar=SIGMA_FLOOR_REL ** 2).fit(z)
     return float(gm.score(z) - np.log(sd))
 
 
@@ -56,25 +57,28 @@ def mixture_loglik(x: np.ndarray, w: float, m0: float, s0: float, m1: float, s1:
                                       np.log(1 - w) + stats.norm.logpdf(x, m1, s1))))
 
 
-def check_fits(sets: list[np.ndarray], names: list[str]) -> None:
-    """featstore's loglik >= sklearn's - 1e-6 on every set, converged, no degenerate component
-    unless the set has tied values at that component's mean."""
+def check_fits(sets: list[np.ndarray], names: list[str], with_sklearn: list[bool]) -> None:
+    """On every set: converged, not collapsed, the kernel's log-likelihood equals scipy's at
+    the returned parameters, >= plain EM's (no SQUAREM, same start) - 1e-6, and no component
+    at the variance floor unless it sits on tied values. Where `with_sklearn`: >= sklearn's
+    GaussianMixture from the same start - 1e-6."""
     x, n = pack(sets)
     fits = gmm_params(x, n)
-    for s, name, f in zip(sets, names, fits, strict=True):
-        assert f[COL["converged"]] == 1, name
-        assert f[COL["collapsed"]] == 0 or np.unique(s).size < 2, name
+    plain = gmm_params(x, n, accelerate=False, max_iter=200_000)
+    for i, (s, name, f) in enumerate(zip(sets, names, fits, strict=True)):
+        assert f[COL["converged"]] == 1 and f[COL["collapsed"]] == 0, name
         w, m0, s0, m1, s1 = f[0], f[1], f[2], f[4], f[5]
         ours = mixture_loglik(s, w, m0, s0, m1, s1)  # scipy, independent of the kernel
         assert ours == pytest.approx(f[COL["loglik"]], abs=1e-9), name
-        ref = sklearn_loglik(s)
-        assert ours >= ref - 1e-6, (name, ours, ref)
+        assert ours >= plain[i, COL["loglik"]] - 1e-6, (name, ours, plain[i])
+        if with_sklearn[i]:
+            ref = sklearn_loglik(s)
+            assert ours >= ref - 1e-6, (name, ours, ref)
         floor = SIGMA_FLOOR_REL * s.std()
-        for mu_c, sd_c in ((m0, s0), (m1, s1)):
-            if sd_c <= floor * (1 + 1e-9):  # degenerate: must sit on tied values
-                vals, counts = np.unique(s, return_counts=True)
-                near = np.abs(vals - mu_c) <= 10 * floor
-                assert counts[near].sum() >= 2, (name, mu_c, sd_c)
+        for w_c, mu_c, sd_c in ((w, m0, s0), (1 - w, m1, s1)):
+            if sd_c <= floor * (1 + 1e-9):  # a spike: only on a spike of the data
+                on = int((np.abs(s - mu_c) <= 10 * floor).sum())  # tied or isolated values
+                assert on >= 1 and w_c * s.size <= 1.05 * on + 0.5, (name, mu_c, w_c, on)
 
 
 def _mixture(seed: int, n0: int, n1: int, mu1: float, sd1: float) -> np.ndarray:
@@ -123,30 +127,35 @@ def _supported(store: Store) -> list[str]:
 
 def test_em_corpus_demo_store(demo_dir):
     """Every OOD split of the demo store x every scorer the store supports, alone and with
-    the id/test rows mixed in."""
+    the id/test rows mixed in (sklearn on a fixed half covering every scorer and split)."""
     st = Store.open(demo_dir / "store")
     oods = st.splits(role="ood")
-    sets, names = [], []
-    for method in _supported(st):
+    sets, names, sk = [], [], []
+    for i, method in enumerate(_supported(st)):
         params = {"nnguide": {"alpha": 1.0}}.get(method, {})
         scores, _, _ = score_splits(st, method, params, ["id/test", *oods])
-        for split in oods:
+        for j, split in enumerate(oods):
             sets += [scores[split], np.concatenate([scores["id/test"], scores[split]])]
             names += [f"{method} {split}", f"{method} id/test+{split}"]
+            sk += [(i + j) % 2 == 0, (i + j) % 2 == 1]  # sklearn on half, every scorer/split
     assert len(sets) >= 2 * 20 * len(oods)
-    check_fits(sets, names)
+    check_fits(sets, names, sk)
 
 
 def test_em_corpus_mini_gbench():
     """Every OOD split of the mini-Gbench x every scorer it supports (scores saved from the
-    real store), alone and with the id/test rows mixed in."""
+    real store), alone and with the id/test rows mixed in. sklearn runs on a fixed quarter of
+    the (scorer, split) pairs that covers every scorer and every split (the whole corpus
+    against sklearn takes minutes: `python -m benchmarks.bench_gscore --em-check`)."""
     data = np.load(CORPUS)
-    sets, names = [], []
-    for key in data.files:
-        method, _, split = key.partition("|")
-        if split == "id/test":
-            continue
-        sets += [data[key], np.concatenate([data[f"{method}|id/test"], data[key]])]
-        names += [key, f"{method}|id/test+{split}"]
-    assert len(sets) >= 2 * 40
-    check_fits(sets, names)
+    scorers = sorted({k.partition("|")[0] for k in data.files})
+    splits = sorted({k.partition("|")[2] for k in data.files} - {"id/test"})
+    sets, names, sk = [], [], []
+    for i, method in enumerate(scorers):
+        for j, split in enumerate(splits):
+            ood = data[f"{method}|{split}"]
+            sets += [ood, np.concatenate([data[f"{method}|id/test"], ood])]
+            names += [f"{method}|{split}", f"{method}|id/test+{split}"]
+            sk += [(i + j) % 4 == 0, (i + j) % 4 == 2]
+    assert len(scorers) >= 20 and len(splits) >= 40
+    check_fits(sets, names, sk)

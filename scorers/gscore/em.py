@@ -15,9 +15,10 @@ partition (weights, means, variances of the two clusters, `kmeans._best_cut`).
   steps th1, th2; r = th1 - th0, v = th2 - 2 th1 + th0, alpha = min(-|r| / |v|, -1);
   th' = th0 - 2 alpha r + alpha^2 v; the candidate is EM(th'). It is ACCEPTED only if th'
   lies in the parameter space, does not collapse, and l(th') >= l(th1) (then
-  l(EM(th')) >= l(th') >= l(th1) >= l(th0)); otherwise the plain EM iterate th2 is taken
-  (a "rejected" extrapolation). The log-likelihood at the start of each cycle therefore never
-  drops.
+  l(EM(th')) >= l(th') >= l(th1) >= l(th0)); a rejected extrapolation is retried with alpha
+  halved towards -1 (alpha <- (alpha - 1) / 2, at most MAX_BACKTRACK tries, Varadhan &
+  Roland's backtracking), and when none is accepted the plain EM iterate th2 is taken.
+  The log-likelihood at the start of each cycle therefore never drops.
 - Stop when the mean per-sample log-likelihood changes by at most `tol * max(1, |l|)` over a
   cycle (relative change; absolute near 0), or after `max_iter` EM steps: then the row is
   reported as NOT converged (column `converged` = 0), never silently.
@@ -44,6 +45,8 @@ from .spec import GMM_MAX_ITER, GMM_TOL, SIGMA_FLOOR_REL
 GMM_COLUMNS: tuple[str, ...] = ("w_lo", "mu_lo", "sd_lo", "w_hi", "mu_hi", "sd_hi", "steps",
                                 "collapsed", "loglik", "converged", "rejected")
 _LOG_2PI = float(np.log(2.0 * np.pi))
+#: Extrapolations tried per SQUAREM cycle, halving alpha towards -1 after each rejection.
+MAX_BACKTRACK = 4
 
 
 @njit(cache=True)
@@ -95,8 +98,8 @@ def _em_step(z: np.ndarray, sz: float, szz: float, th: np.ndarray, var_floor: fl
 
 
 @njit(cache=True)
-def _extrapolate(th0: np.ndarray, th1: np.ndarray, th2: np.ndarray, thp: np.ndarray) -> None:
-    """SQUAREM S3 point th' = th0 - 2 alpha r + alpha^2 v (module docstring) into thp."""
+def _step_length(th0: np.ndarray, th1: np.ndarray, th2: np.ndarray) -> float:
+    """SQUAREM S3 step length alpha = min(-|r| / |v|, -1) (module docstring)."""
     rr = 0.0
     vv = 0.0
     for q in range(5):
@@ -105,7 +108,13 @@ def _extrapolate(th0: np.ndarray, th1: np.ndarray, th2: np.ndarray, thp: np.ndar
         rr += r * r
         vv += v * v
     alpha = -np.sqrt(rr / vv) if vv > 0.0 else -1.0
-    alpha = min(alpha, -1.0)
+    return min(alpha, -1.0)
+
+
+@njit(cache=True)
+def _extrapolate(th0: np.ndarray, th1: np.ndarray, th2: np.ndarray, alpha: float,
+                 thp: np.ndarray) -> None:
+    """th' = th0 - 2 alpha r + alpha^2 v into thp (alpha = -1 gives th2, the plain EM)."""
     for q in range(5):
         r = th1[q] - th0[q]
         v = th2[q] - 2.0 * th1[q] + th0[q]
@@ -144,20 +153,25 @@ def _em_iterate(z: np.ndarray, th0: np.ndarray, max_iter: int, tol: float, var_f
         if not ok:
             th0[:] = th1
             return steps, True, True, rejected, ll1
-        if planted[0] > 0.0 and cycle == 0:
-            thp[:] = planted
-        else:
-            _extrapolate(th0, th1, th2, thp)
-        cycle += 1
+        alpha = _step_length(th0, th1, th2)
         accepted = False
-        if 0.0 < thp[0] < 1.0 and thp[3] >= var_floor and thp[4] >= var_floor:
-            okp, llp = _em_step(z, sz, szz, thp, var_floor, th3)
-            steps += 1
-            accepted = okp and llp >= ll1
+        for _ in range(MAX_BACKTRACK):
+            if planted[0] > 0.0 and cycle == 0:
+                thp[:] = planted
+            else:
+                _extrapolate(th0, th1, th2, alpha, thp)
+            if 0.0 < thp[0] < 1.0 and thp[3] >= var_floor and thp[4] >= var_floor:
+                okp, llp = _em_step(z, sz, szz, thp, var_floor, th3)
+                steps += 1
+                accepted = okp and llp >= ll1
+            cycle += 1
+            if accepted or alpha == -1.0:
+                break
+            rejected += 1
+            alpha = min(-1.0, 0.5 * (alpha - 1.0))  # backtrack towards the plain EM point
         if accepted:
             th0[:] = th3
         else:
-            rejected += 1
             th0[:] = th2
     ok, ll = _em_step(z, sz, szz, th0, var_floor, th1)
     return steps, not ok, False, rejected, ll
