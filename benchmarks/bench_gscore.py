@@ -312,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"variant: {name}")
             variants[name] = evaluate_gscore([st], METHODS, VARIANT_MODELS, TARGETS,
                                              baselines=False, **{**common, **kw})
-    print("### Gscore on the mini-Gbench (pretrained backbone, paper protocol)")
+    print(f"### Gscore on the mini-Gbench ({args.backbone or 'default'} backbone, paper "
+          "protocol)")
     print()
     print(f"- date: {_dt.date.today().isoformat()}")
     print(f"- command: `{cmd}`")
@@ -320,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{platform.platform()}; load average at start {' '.join(load)} (shared machine)")
     print(f"- software: Python {platform.python_version()}, NumPy {np.__version__}, Numba "
           f"{numba.__version__}")
-    print(f"- store: {st.path} ({st.model_sha256[:12]}), backbone "
-          f"{args.backbone or 'default (pretrained EfficientNet-Lite0)'}")
+    print(f"- store: {st.path} (model {st.model_sha256[:12]}), backbone "
+          f"{args.backbone or 'the default of featstore.demo.gbench.build_gbench'}")
     for line in res["config"]["describe"].values():
         print(f"- {line}")
     print(f"- detectors: {', '.join(METHODS)} at their default parameters (ODIN: temperature "
