@@ -331,3 +331,26 @@ def test_facets_table_by_hand(tmp_path, capsys):
     assert "| T40 | misclassification (id/test) |" in md and "ip_ts_mlv: skipped (" in md
     code, stdout, _ = run(capsys, "protocol", "facets-table", f"T40={a}", "--method", "msp")
     assert code == 0 and "misclassification" in stdout and " / " in stdout
+
+
+def test_run_spec_keeps_the_user_spec(tmp_path, user_spec):
+    """The per-run copy of a user spec keeps its sources (absolute), classes, class_map and
+    balance settings: a run never trains or extracts another benchmark than the user's."""
+    from featstore.experiments.config import Experiment, MethodRow
+    from featstore.experiments.runner import _spec_text
+    from featstore.spec import load_spec
+
+    text = user_spec.read_text()
+    user_spec.write_text('classes = ["astronaut", "chelsea", "coffee"]\n'
+                         'class_map = { coffee = "coffee" }\nbalance = true\nbalance_seed = 3\n'
+                         + text)
+    exp = Experiment(name="x", arch=None, seeds=[0], rows=[MethodRow("MSP", "ce", "msp")],
+                     spec=str(user_spec))
+    copy, _ = _spec_text(exp, {"seed": 0}, tmp_path, None)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "spec.toml").write_text(copy)
+    a, b = load_spec(user_spec), load_spec(tmp_path / "run" / "spec.toml")
+    assert (b.classes, b.class_map, b.balance, b.balance_seed) == (
+        a.classes, a.class_map, True, 3)
+    assert [(s.name, s.usage, s.source) for s in b.splits] == [
+        (s.name, s.usage, s.source) for s in a.splits]

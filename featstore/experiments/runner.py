@@ -3,8 +3,9 @@ tuned on val splits only, evaluated; one results file with every run and mean ±
 
 Per data split (the spec, or one OSR class division per ratio and seed) and seed:
 
-1. the split's spec is written to `OUT/runs/<split>/seed<s>/spec.toml` (the user spec's
-   sources as absolute paths, or the OSR division's lists; plus the auxiliary outlier split
+1. the split's spec is written to `OUT/runs/<split>/seed<s>/spec.toml` (the user spec with
+   its sources as absolute paths and its classes / wnids / class_map / balance kept, or the
+   OSR division's lists; plus the auxiliary outlier split
    `ood/<aux_name>/outliers` with usage "train" when [data] aux is given);
 2. each training method the rows need is trained once (`featstore.training.trainer.train`, seed
    = the run's seed: for OSR the class division and the training vary together) into
@@ -75,6 +76,12 @@ def _spec_text(exp: Experiment, split: dict[str, Any], directory: Path,
         lines = [f"# {exp.name}: {exp.spec}"]
         if bench.classes:
             lines.append(f"classes = {toml_value(bench.classes)}")
+        if getattr(bench, "wnids", None):
+            lines.append(f"wnids = {toml_value(bench.wnids)}")
+        if getattr(bench, "class_map", None):
+            lines.append(f"class_map = {toml_value(dict(bench.class_map))}")
+        if getattr(bench, "balance", False):
+            lines.append(f"balance = true\nbalance_seed = {int(bench.balance_seed)}")
         if bench.transform:
             lines += ["", "[transform]"] + [f"{k} = {toml_value(v)}"
                                             for k, v in bench.transform.items()]
