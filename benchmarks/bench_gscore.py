@@ -151,9 +151,10 @@ def main_tables(res: dict) -> None:
                              f"[{_v(c['pearson_train'])}]")
             rows.append([title, *cells])
         for key, label in (("auto_eval", "Auto evaluation (FD)"),):
-            rows.append([label] + [
-                f"{_v(res['baselines'][m][target][key]['pearson'])} / "
-                f"{_v(res['baselines'][m][target][key]['spearman'])}" for m in METHODS])
+            cells = [res["baselines"].get(m, {}).get(target, {}).get(key) for m in METHODS]
+            if any(cells):
+                rows.append([label] + [f"{_v(c['pearson'])} / {_v(c['spearman'])}" if c
+                                       else "–" for c in cells])
         _table(["Gscore", *METHODS], rows)
     taus = []
     for label in res["models"]:
@@ -280,6 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--sets-per-split", type=int, default=10)
     ap.add_argument("--skip-variants", action="store_true")
+    ap.add_argument("--skip-baselines", action="store_true",
+                    help="no confidence / auto-evaluation baselines (the Fréchet distance of "
+                         "1280-d features per meta-set is the slow part)")
+    ap.add_argument("--store", type=Path, default=None,
+                    help="use this already built mini-Gbench store instead of building one")
     ap.add_argument("--em-check", action="store_true")
     ap.add_argument("--em-corpus", type=Path, default=None,
                     help="only write the EM test corpus (scores of every scorer on the "
@@ -288,13 +294,19 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.bench_metrics import cpu_model, mem_total_gib
     from scorers.gscore import evaluate_gscore
 
-    st = build_store(args.out, args.weights, args.backbone)
+    if args.store is not None:
+        from featstore import Store
+
+        st = Store.open(args.store)
+    else:
+        st = build_store(args.out, args.weights, args.backbone)
     if args.em_corpus is not None:
         write_em_corpus(st, args.em_corpus)
         return 0
     cmd = "python -m benchmarks.bench_gscore" + (" " + " ".join(argv if argv is not None
                                                                else sys.argv[1:])).rstrip()
-    common = {"repeats": args.repeats, "sets_per_split": args.sets_per_split}
+    common = {"repeats": args.repeats, "sets_per_split": args.sets_per_split,
+              "baselines": not args.skip_baselines}
     load = Path("/proc/loadavg").read_text().split()[:3]
     _log("timing gscore evaluate (cold: scores not cached)")
     (Path(st.path) / "scores.h5").unlink(missing_ok=True)
@@ -311,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                          ("shared id/test pool (optimistic)", {"id_train_fraction": None})):
             _log(f"variant: {name}")
             variants[name] = evaluate_gscore([st], METHODS, VARIANT_MODELS, TARGETS,
-                                             baselines=False, **{**common, **kw})
+                                             **{**common, "baselines": False, **kw})
     print(f"### Gscore on the mini-Gbench ({args.backbone or 'default'} backbone, paper "
           "protocol)")
     print()
