@@ -21,6 +21,7 @@ from torchvision.transforms import v2
 
 from .errors import InputError, UsageError
 
+TRANSFORM_ERROR = "transform: "  # prefix of a row error that is the transform's fault
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
@@ -97,12 +98,16 @@ class TransformedRows(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int, str]:
         row = self.indices[i]
         try:
-            image = self.rows.load(row)
-            tensor = self.transform(image.convert("RGB"))
-            return tensor, int(self.rows.labels[row]), row, ""
-        except Exception as exc:  # any decode/transform failure is reported by path
+            image = self.rows.load(row).convert("RGB")
+        except Exception as exc:  # any decode failure is reported by path
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             return torch.zeros(self.shape), int(self.rows.labels[row]), row, msg
+        try:
+            tensor = self.transform(image)
+        except Exception as exc:  # the transform's fault, not the image's: never skipped
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return torch.zeros(self.shape), int(self.rows.labels[row]), row, TRANSFORM_ERROR + msg
+        return tensor, int(self.rows.labels[row]), row, ""
 
 
 def _open_image(path: Path) -> Image.Image:
@@ -141,7 +146,7 @@ def parse_image_list(list_file: str) -> list[tuple[str, int]]:
     """Parse `path label` lines (OpenOOD), `path` lines (IS-OOD; label -1) or FACETS
     `<0|1> <source> <class> <path>` lines.
 
-    Blank lines and lines starting with '#' are skipped; a bad line is a UsageError naming the
+    Blank lines and lines starting with '#' are skipped; a bad line is an InputError naming the
     file, the line number and what was expected."""
     path = Path(list_file)
     if not path.is_file():
@@ -159,16 +164,16 @@ def parse_image_list(list_file: str) -> list[tuple[str, int]]:
         elif len(fields) == 1:  # IS-OOD lists: a path per line, no label
             rel, label_text = fields[0], "-1"
         else:
-            raise UsageError(f"image list {list_file!r} line {lineno}: expected 'path label', "
+            raise InputError(f"image list {list_file!r} line {lineno}: expected 'path label', "
                              f"'path' or '<0|1> <source> <class_index> <path>', got {text!r}")
         try:
             label = int(label_text)
         except ValueError:
-            raise UsageError(f"image list {list_file!r} line {lineno}: label {label_text!r} is "
+            raise InputError(f"image list {list_file!r} line {lineno}: label {label_text!r} is "
                              "not an integer") from None
         rows.append((rel, label))
     if not rows:
-        raise UsageError(f"image list {list_file!r}: no entries")
+        raise InputError(f"image list {list_file!r}: no entries")
     return rows
 
 
@@ -176,7 +181,7 @@ def imagelist_rows(list_file: str, root: str | None) -> RowSource:
     entries = parse_image_list(list_file)
     base = Path(root) if root else Path(list_file).parent
     if not base.is_dir():
-        raise UsageError(f"image list {list_file!r}: root directory {str(base)!r} not found")
+        raise InputError(f"image list {list_file!r}: root directory {str(base)!r} not found")
     ids = [rel for rel, _ in entries]
     labels = np.asarray([label for _, label in entries])
     return RowSource(ids, labels, lambda i: _open_image(base / ids[i]),
@@ -189,7 +194,7 @@ def torchvision_rows(name: str, root: str, kwargs: dict[str, Any]) -> RowSource:
 
     cls = getattr(torchvision.datasets, name, None)
     if cls is None:
-        raise UsageError(f"torchvision dataset {name!r} does not exist in torchvision.datasets")
+        raise InputError(f"torchvision dataset {name!r} does not exist in torchvision.datasets")
     import inspect
 
     if "download" in inspect.signature(cls).parameters:
@@ -198,7 +203,7 @@ def torchvision_rows(name: str, root: str, kwargs: dict[str, Any]) -> RowSource:
         ds = cls(root=root, **kwargs)
     except Exception as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UsageError(f"torchvision dataset {name!r} at {root!r}: {msg} (featstore never "
+        raise InputError(f"torchvision dataset {name!r} at {root!r}: {msg} (featstore never "
                          "downloads: put the dataset on disk first)") from exc
     targets = getattr(ds, "targets", None)
     if targets is None:
@@ -238,7 +243,7 @@ def rows_from_source(source: dict[str, Any]) -> RowSource:
     elif "builtin" in source:
         rows = builtin_rows({k: v for k, v in source.items() if k not in SAMPLING_KEYS})
     else:
-        raise UsageError(f"unknown source {source!r}")
+        raise InputError(f"unknown source {source!r}")
     if any(k in source for k in ("per_class", "max_rows")):
         keep = sample_rows(rows.labels, source.get("per_class"), source.get("max_rows"),
                            int(source.get("sample_seed", 0)), str(source))

@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader
 from . import distributed
 from .classmap import check_class_list, map_folders
 from .datasets import (
+    TRANSFORM_ERROR,
     RowSource,
     TransformedRows,
     balance_id_ood,
@@ -38,10 +39,12 @@ from .datasets import (
 from .distributed import Context
 from .errors import FeatstoreError, InputError, UsageError
 from .extract_extras import ExtraOutputs
+from .fileio import make_real_dir
 from .layout import FEATURE_DTYPES
+from .lock import StoreLock
 from .models import LoadedModel, load_model
 from .spec import BenchmarkSpec, SplitSpec, load_spec
-from .store import MANIFEST, Store
+from .store import MANIFEST, Store, is_own_layout
 from .writer import SplitWriter, wait_for
 
 
@@ -106,10 +109,11 @@ class HeadHook:
 
 def open_or_create_store(out: Path, loaded: LoadedModel, classes: list[str] | None,
                          overwrite: bool) -> Store:
-    """Open `out` if it holds this model's store, else create it; refuse another model's."""
+    """Open `out` if it holds this model's store, else create it; refuse another model's.
+    The caller holds the store lock (featstore.lock)."""
     weight = loaded.head.weight.detach().cpu().float().numpy()
     bias = loaded.head.bias.detach().cpu().float().numpy()
-    if (out / "store.json").is_file() and not overwrite:
+    if os.path.lexists(out / MANIFEST) and not overwrite:
         store = Store.open(out, mode="a")
         if store.model_sha256 != loaded.provenance["sha256"]:
             raise UsageError(
@@ -122,11 +126,23 @@ def open_or_create_store(out: Path, loaded: LoadedModel, classes: list[str] | No
             raise UsageError(f"store {str(out)!r}: head {w_old.shape} differs from the model's "
                              f"{weight.shape}; pass --overwrite to replace it")
         return store
-    if out.exists() and any(out.iterdir()) and not overwrite:
+    if not is_own_layout(out):
         raise UsageError(f"--out {str(out)!r} exists and is not a featstore store; choose an "
-                         "empty path or pass --overwrite")
+                         "empty or new path (--overwrite replaces only a featstore store)")
+    # a featstore store (with --overwrite), an empty directory, or an unfinished creation
+    # (killed between model.h5 and store.json): Store.create replaces only the store's files
     return Store.create(out, head=(weight, bias), classes=classes,
                         provenance=loaded.provenance, overwrite=True)
+
+
+def lock_out(out: Path) -> StoreLock:
+    """Create `--out` if needed (a real directory, not a link to one) and take its lock."""
+    if os.path.lexists(out) and not out.is_dir():
+        raise UsageError(f"--out {str(out)!r} exists and is not a directory")
+    make_real_dir(out, "--out directory") if not out.exists() else None
+    lock = StoreLock(out, command="featstore extract")
+    lock.acquire()
+    return lock
 
 
 def _fingerprint(split: SplitSpec, loaded: LoadedModel, transform: dict, opts: ExtractOptions,
@@ -183,9 +199,18 @@ def plan_split(split: SplitSpec, loaded: LoadedModel, transform: dict,
 
 
 def is_complete(store: Store, job: SplitJob) -> bool:
-    """Whether the store holds the split complete under the same fingerprint."""
+    """Whether the store holds the split complete under the same fingerprint, and its file
+    is the one committed (present, a regular file, its size and sha256: Store.check_committed;
+    the sha256 is recomputed only when the file's stat changed since it was recorded). A
+    missing, truncated or damaged split file makes the split be extracted again."""
     entry = store.manifest["splits"].get(job.split.name)
-    return bool(entry and entry.get("complete") and entry.get("fingerprint") == job.digest)
+    if not (entry and entry.get("complete") and entry.get("fingerprint") == job.digest):
+        return False
+    try:
+        store.check_committed(job.split.name)
+    except FeatstoreError:
+        return False
+    return True
 
 
 def loader_workers(workers: int, rows: int, opts: ExtractOptions) -> int:
@@ -226,9 +251,16 @@ def extract_parts(writer: SplitWriter, job: SplitJob, parts: range, loaded: Load
     try:
         for images, labels, index, errors in loader:
             bad = [k for k, e in enumerate(errors) if e]
+            transform_failed = [k for k in bad if errors[k].startswith(TRANSFORM_ERROR)]
+            if transform_failed:
+                k = transform_failed[0]
+                raise InputError(f"split {split.name!r}: the [transform] {transform} fails on "
+                                 f"image {rows.ids[int(index[k])]!r} "
+                                 f"({errors[k][len(TRANSFORM_ERROR):]}); fix the spec's "
+                                 "[transform]")
             if bad and not opts.skip_bad:
                 k = bad[0]
-                raise UsageError(f"split {split.name!r}: cannot read image "
+                raise InputError(f"split {split.name!r}: cannot read image "
                                  f"{rows.ids[int(index[k])]!r} ({errors[k]}); fix or remove it, "
                                  "or pass --skip-bad")
             images = images.to(device, non_blocking=True)
@@ -274,6 +306,10 @@ def finish_split(writer: SplitWriter, job: SplitJob, opts: ExtractOptions) -> No
         if opts.skip_bad:
             written = set(writer.written_ids())
             skipped = [i for i in job.rows.ids if i not in written]
+            if skipped and not written:
+                raise InputError(f"split {job.split.name!r}: every one of its {len(skipped)} "
+                                 f"images was unreadable (first: {skipped[0]!r}); nothing to "
+                                 "store. Check the source and the [transform], then rerun")
         meta = {"fingerprint": job.digest, "skipped": skipped, **writer.stored_part_meta()}
         writer.finish(extra_meta=meta)
     except OSError as exc:
@@ -343,18 +379,23 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
         raise UsageError(f"--mc-samples {opts.mc_samples}: must be >= 0")
     bench = spec if isinstance(spec, BenchmarkSpec) else load_spec(spec)
     bench = balance_id_ood(bench)
+    if opts.num_workers is not None and opts.num_workers < 0:
+        raise UsageError(f"--workers {opts.num_workers}: must be >= 0")
     ctx, device = distributed.from_env(resolve_device(opts.device))
+    lock: list[StoreLock] = []
     try:
         if not ctx.is_main:
             progress = None
         loaded = ctx.everywhere(lambda: load_model(model, weights, feature_layer=feature_layer))
         loaded.module.to(device)
         transform = {**loaded.transform, **bench.transform}
+        check_transform(transform)
         loaded.provenance["transform"] = transform
         classes = ctx.everywhere(lambda: _classes(bench, loaded))
         created: list[Store] = []
 
         def create() -> None:  # rank 0 writes model.h5 and the manifest; the others then read
+            lock.append(lock_out(Path(out)))  # held by rank 0 until the extraction ends
             created.append(open_or_create_store(Path(out), loaded, classes, opts.overwrite))
 
         ctx.on_main(create)
@@ -367,7 +408,27 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
             extract_split(store, split, loaded, transform, opts, device, progress, ctx)
         return Store.open(out)
     finally:
+        for held in lock:
+            held.release()
         ctx.close()
+
+
+
+def check_transform(transform: dict[str, Any]) -> None:
+    """InputError naming the [transform] if it cannot transform an image (run on a blank one):
+    a bad transform must never pass for unreadable images."""
+    from PIL import Image
+
+    try:
+        side = max(int(transform["crop"]), int(transform["resize"]), 1)
+        out = build_transform(transform)(Image.new("RGB", (side, side)))
+        if tuple(out.shape) != (3, int(transform["crop"]), int(transform["crop"])):
+            raise ValueError(f"gives shape {tuple(out.shape)}")
+    except Exception as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"[transform] {transform}: cannot transform an image ({msg}); "
+                         "expected resize and crop >= 1 and mean / std of 3 numbers "
+                         "(std non-zero)") from None
 
 
 def _classes(bench: BenchmarkSpec, loaded: LoadedModel) -> list[str] | None:

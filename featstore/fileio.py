@@ -1,10 +1,21 @@
-"""Small file helpers: atomic writes, fsync, sha256 of files and of array dictionaries."""
+"""Small file helpers: atomic writes, fsync, sha256 of files and of array dictionaries, and
+the no-symlink rules of a store (DESIGN §9: a store is untrusted input).
+
+Writers never follow a symbolic link: every directory a writer writes into is checked with
+lstat (`require_real_dir`), every temporary file is created exclusively (`O_CREAT | O_EXCL |
+O_NOFOLLOW`, or HDF5's exclusive create, which fails on any existing name, a dangling link
+included) after a stale one is unlinked (unlink removes a link, never its target), and the
+final name is taken by rename, which replaces a link instead of writing through it.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,23 +40,141 @@ def fsync_file(path: Path) -> None:
         os.fsync(fh.fileno())
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
-    """Write JSON atomically: write `path.tmp`, fsync, rename over `path`, fsync the directory."""
-    path = Path(path)
+class LinkError(OSError):
+    """A path a writer was about to use is a symbolic link (or not what it must be)."""
+
+
+def is_link(path: Path) -> bool:
+    """Whether `path` itself is a symbolic link (never follows it)."""
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def require_real_dir(path: Path, what: str = "directory") -> None:
+    """LinkError unless `path` is a directory and not a symbolic link (lstat)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        raise LinkError(errno.ENOENT, f"{what} {str(path)!r} does not exist") from None
+    if stat.S_ISLNK(mode):
+        raise LinkError(errno.ELOOP, f"{what} {str(path)!r} is a symbolic link; featstore "
+                                     "never writes through links in a store")
+    if not stat.S_ISDIR(mode):
+        raise LinkError(errno.ENOTDIR, f"{what} {str(path)!r} is not a directory")
+
+
+def make_real_dir(path: Path, what: str = "directory") -> None:
+    """mkdir `path` (parents too) unless it exists; then require_real_dir."""
+    if not os.path.lexists(path):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(parents=True)
+    require_real_dir(path, what)
+
+
+def remove_stale(path: Path) -> None:
+    """Unlink `path` if it exists (a file or a link: the link itself, never its target);
+    a directory at that name is removed as a tree without following links in it."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        import shutil
+
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def exclusive_tmp(path: Path) -> Path:
+    """A fresh temporary name next to `path` (`path.tmp`), with any stale file or link at that
+    name removed; the caller creates it exclusively (HDF5 mode 'x' or `open_exclusive`)."""
+    require_real_dir(path.parent)
     tmp = path.with_name(path.name + ".tmp")
-    data = json.dumps(obj, indent=2, sort_keys=False) + "\n"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    remove_stale(tmp)
+    return tmp
+
+
+def open_exclusive(path: Path) -> int:
+    """os.open a new file for writing: O_CREAT | O_EXCL | O_NOFOLLOW (fails on any existing
+    name, a link included)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` atomically and without following links: an exclusive `path.tmp`, fsync,
+    rename over `path` (which replaces a link at `path`, never writes through it), fsync the
+    directory."""
+    path = Path(path)
+    tmp = exclusive_tmp(path)
+    fd = open_exclusive(tmp)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
     fsync_dir(path.parent)
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically (atomic_write_bytes: exclusive tmp, fsync, rename, fsync dir)."""
+    atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+
+
+def read_regular(path: Path, what: str = "file") -> bytes:
+    """The bytes of `path`, refusing a symbolic link (O_NOFOLLOW) or anything not a regular
+    file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkError(errno.ELOOP, f"{what} {str(path)!r} is a symbolic link; featstore "
+                                         "never follows links in a store") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise LinkError(errno.EINVAL, f"{what} {str(path)!r} is not a regular file")
+        return fh.read()
+
+
+def require_regular_file(path: Path, what: str = "file") -> os.stat_result:
+    """lstat of `path`; LinkError if it is a link or not a regular file, FileNotFoundError
+    if it is missing."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise LinkError(errno.ELOOP, f"{what} {str(path)!r} is a symbolic link; featstore "
+                                     "never follows links in a store")
+    if not stat.S_ISREG(st.st_mode):
+        raise LinkError(errno.EINVAL, f"{what} {str(path)!r} is not a regular file")
+    return st
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes a write under directory `path` may still add: the filesystem's free space for
+    this user, capped by the process's RLIMIT_FSIZE (largest file it may write)."""
+    free = os.statvfs(path).f_bavail * os.statvfs(path).f_frsize
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft != resource.RLIM_INFINITY:
+            free = min(free, int(soft))
+    except (ImportError, ValueError, OSError):  # pragma: no cover - not POSIX
+        pass
+    return int(free)
 
 
 def sha256_file(path: Path) -> str:
     """Hex sha256 of a file's bytes."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as fh:
         while block := fh.read(_BLOCK):
             h.update(block)
     return h.hexdigest()

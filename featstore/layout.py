@@ -55,7 +55,7 @@ def write_split_file(
     """Write a complete split file at `path` (the caller renames it into place)."""
     extras = extras or {}
     extra_row_axes = extra_row_axes or {}
-    with h5py.File(path, "w", track_order=False) as fh:
+    with h5py.File(path, "x", track_order=False) as fh:
         _create(fh, "features", features)
         _create(fh, "logits", logits)
         _create(fh, "labels", labels)

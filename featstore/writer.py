@@ -13,7 +13,13 @@ writes it under its global index. A killed extraction resumes by extracting exac
 missing parts (`missing_parts`), so the set of part files, and hence the assembled split, is
 the same as in an uninterrupted run whatever world size wrote or resumes it. `fingerprint`
 (source, model, dtype, batch layout) and the number of source rows are stored with the parts;
-parts written under another fingerprint are discarded.
+parts written under another fingerprint, or under an unreadable fingerprint file, are
+discarded. A part file that does not open as a part of this split (truncated, damaged: every
+core dataset present, row-aligned, no more rows than its part) is deleted and redone. Every
+file is created exclusively next to a checked real directory (featstore.fileio: no symbolic
+link is followed), and before a part or the split file is written the free space (and
+RLIMIT_FSIZE) is checked against its size, so a full disk is a clean error, not a crash inside
+HDF5.
 
 When every part exists, `finish` assembles the split file by streaming: each dataset is
 created at its final shape with the same creation properties (chunking by rows, no
@@ -31,7 +37,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -41,9 +46,22 @@ import h5py
 import numpy as np
 
 from .errors import FeatstoreError
-from .fileio import fsync_dir
+from .fileio import (
+    atomic_write_bytes,
+    exclusive_tmp,
+    free_bytes,
+    fsync_dir,
+    make_real_dir,
+    read_regular,
+    remove_stale,
+    require_real_dir,
+)
 from .layout import ROW_AXIS_ATTR, STRING_DTYPE, chunk_rows, dataset_paths
-from .store import Split, Store
+from .store import SPLITS_DIR, Split, Store
+from .values import check_float16_range
+
+# bytes kept free beyond a file's estimated size (HDF5 metadata, the filesystem's own needs)
+SPACE_MARGIN = 1 << 20
 
 FINGERPRINT = "fingerprint.json"
 PART_META_ATTR = "featstore_meta"
@@ -112,9 +130,32 @@ class SplitWriter:
         for path in self.parts_dir.glob("part-*.h5"):
             match = _PART_NAME.fullmatch(path.name)
             if match is None or int(match.group(1)) >= self.num_parts:
-                raise FeatstoreError(f"split {self.name!r}: unexpected part file {path}")
+                raise FeatstoreError(f"split {self.name!r}: {str(path)!r} is not one of the "
+                                     f"{self.num_parts} parts of this split; remove it")
             done.append(int(match.group(1)))
         return sorted(done)
+
+    def part_problem(self, index: int) -> str | None:
+        """Why part file `index` cannot be used (cannot be opened, a core dataset missing,
+        rows not aligned, more rows than the part covers), or None."""
+        path = self.part_path(index)
+        start, stop = self.part_bounds(index)
+        try:
+            if path.is_symlink() or not path.is_file():
+                return "not a regular file"
+            with h5py.File(path, "r") as fh:
+                rows = set()
+                for key in _CORE:
+                    ds = fh.get(key)
+                    if not isinstance(ds, h5py.Dataset):
+                        return f"dataset {key!r} is missing"
+                    rows.add(ds.shape[0] if ds.ndim else -1)
+                if len(rows) != 1 or not 0 <= rows.pop() <= stop - start:
+                    return "its datasets are not row-aligned within the part"
+                json.loads(fh.attrs.get(PART_META_ATTR, "{}"))
+        except Exception as exc:  # any failure to read it means: redo it
+            return f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+        return None
 
     def missing_parts(self, parts: range | None = None) -> list[int]:
         """The parts of `parts` (default: all) that have no complete file yet."""
@@ -126,26 +167,31 @@ class SplitWriter:
         return [self.part_path(k) for k in self.done_parts()]
 
     def _prepare(self, fingerprint: dict[str, Any]) -> None:
+        """Keep the parts directory if it was made for this fingerprint, else start it afresh;
+        delete temporaries, foreign entries and damaged parts (they are redone)."""
         fp_path = self.parts_dir / FINGERPRINT
-        if self.parts_dir.is_dir():
-            same = fp_path.is_file() and json.loads(fp_path.read_text()) == fingerprint
-            if not same:
-                shutil.rmtree(self.parts_dir)
-        if not self.parts_dir.is_dir():
-            self.parts_dir.mkdir(parents=True)
-            tmp = fp_path.with_name(FINGERPRINT + ".tmp")
-            tmp.write_text(json.dumps(fingerprint, sort_keys=True))
-            os.replace(tmp, fp_path)
-            fsync_dir(self.parts_dir)
-        for stale in self.parts_dir.glob("*.tmp"):
-            stale.unlink()
-        self.done_parts()  # refuse a directory holding foreign part files early
+        require_real_dir(self.store.path / SPLITS_DIR, "splits directory")
+        if os.path.lexists(self.parts_dir):
+            if not _same_fingerprint(fp_path, fingerprint) or self.parts_dir.is_symlink():
+                remove_stale(self.parts_dir)
+        if not os.path.lexists(self.parts_dir):
+            make_real_dir(self.parts_dir, "parts directory")
+            atomic_write_bytes(fp_path, json.dumps(fingerprint, sort_keys=True).encode())
+        require_real_dir(self.parts_dir, "parts directory")
+        for entry in self.parts_dir.iterdir():
+            match = _PART_NAME.fullmatch(entry.name)
+            keep = entry.name == FINGERPRINT or (
+                match is not None and int(match.group(1)) < self.num_parts
+                and self.part_problem(int(match.group(1))) is None)
+            if not keep:
+                remove_stale(entry)
+        fsync_dir(self.parts_dir)
 
     def _check_prepared(self, fingerprint: dict[str, Any]) -> None:
         fp_path = self.parts_dir / FINGERPRINT
 
         def prepared() -> bool:
-            return fp_path.is_file() and json.loads(fp_path.read_text()) == fingerprint
+            return _same_fingerprint(fp_path, fingerprint)
 
         if not wait_for(prepared, self.fs_wait_s):
             raise FeatstoreError(
@@ -157,8 +203,11 @@ class SplitWriter:
         """Write `arrays` as part `self._part` (tmp file, fsync, rename, fsync the dir)."""
         assert self._part is not None
         final = self.part_path(self._part)
-        tmp = final.with_suffix(".h5.tmp")
-        with h5py.File(tmp, "w") as fh:
+        require_real_dir(self.parts_dir, "parts directory")
+        need = sum(a.nbytes if a.dtype != object else a.size * 64 for a in arrays.values())
+        check_space(self.parts_dir, need, f"split {self.name!r}: part {self._part}")
+        tmp = exclusive_tmp(final)
+        with h5py.File(tmp, "x") as fh:
             for key, arr in arrays.items():
                 if key == "ids":
                     fh.create_dataset(key, data=arr.astype(object), dtype=STRING_DTYPE)
@@ -204,6 +253,8 @@ class SplitWriter:
         if first_row + source_rows > stop:
             raise FeatstoreError(f"split {self.name!r}: batch rows {first_row}.."
                                  f"{first_row + source_rows} straddle part {part}'s end {stop}")
+        if self.dtype == "float16":
+            check_float16_range(self.name, "features", features, first_row)
         batch = {"features": np.asarray(features, dtype=self.dtype),
                  "logits": np.asarray(logits, dtype=np.float32),
                  "labels": np.asarray(labels, dtype=np.int64),
@@ -242,10 +293,13 @@ class SplitWriter:
             raise FeatstoreError(f"split {self.name!r}: {len(missing)} of {self.num_parts} "
                                  f"parts are missing (first: part {missing[0]}); rerun the "
                                  "extraction to resume")
-        tmp = self.store.split_file(self.name).with_suffix(".h5.tmp")
+        final = self.store.split_file(self.name)
+        parts = [self.part_path(k) for k in range(self.num_parts)]
+        check_space(final.parent, sum(p.stat().st_size for p in parts),
+                    f"split {self.name!r}: the split file")
+        tmp = exclusive_tmp(final)
         try:
-            write_parts_file(tmp, [self.part_path(k) for k in range(self.num_parts)],
-                             self.extra_row_axes)
+            write_parts_file(tmp, parts, self.extra_row_axes)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
@@ -261,7 +315,7 @@ class SplitWriter:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
             raise
-        shutil.rmtree(self.parts_dir)
+        remove_stale(self.parts_dir)
         return split
 
     def finish(self, extra_meta: Mapping[str, Any] | None = None) -> Split:
@@ -269,6 +323,29 @@ class SplitWriter:
         if self._part is not None:
             self._flush()
         return self.commit(self.assemble(), extra_meta)
+
+
+def _same_fingerprint(path: Path, fingerprint: Mapping[str, Any]) -> bool:
+    """Whether the fingerprint file at `path` is readable JSON equal to `fingerprint` (a
+    missing, damaged or linked file is not)."""
+    try:
+        return json.loads(read_regular(path, FINGERPRINT)) == fingerprint
+    except (OSError, ValueError):
+        return False
+
+
+class DiskFullError(FeatstoreError):
+    """Not enough free space (or RLIMIT_FSIZE) for the next file a writer would write."""
+
+
+def check_space(directory: Path, need: int, what: str) -> None:
+    """DiskFullError naming `what`, the bytes it needs and those free under `directory`."""
+    free = free_bytes(directory)
+    if free < need + SPACE_MARGIN:
+        raise DiskFullError(f"{what} needs about {need + SPACE_MARGIN:,} bytes but only "
+                            f"{free:,} are free in {str(directory)!r} (or allowed by the "
+                            "file-size limit); free some space and rerun: completed splits and "
+                            "parts are kept and the extraction resumes")
 
 
 def wait_for(condition: Callable[[], bool], seconds: float, interval: float = 0.5) -> bool:
@@ -324,7 +401,7 @@ def write_parts_file(path: Path, parts: list[Path],
                     raise FeatstoreError(f"part {part}: dataset {k!r} has shape "
                                          f"{fh[k].shape} {fh[k].dtype}, unlike {parts[0]}")
                 shapes[k][axes[k]] += rows
-    with h5py.File(path, "w", track_order=False) as out:
+    with h5py.File(path, "x", track_order=False) as out:
         extra_group: h5py.Group | None = None
         for key in keys:
             if key.startswith("extra/"):
