@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .common import check_methods, method_params, open_store, require_rows
+from .common import cache_note, check_methods, method_params, open_store, require_rows
 from .console import JsonOpt, QuietOpt, emit, out, setup, status
 
 
@@ -30,6 +30,7 @@ def register(app: typer.Typer) -> None:
         include: Annotated[list[Path] | None, typer.Option(
             help="Extra result JSON to add (gscore evaluate, shift grid); "
                  "repeatable.")] = None,
+        no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
         json_: JsonOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
@@ -44,13 +45,16 @@ def register(app: typer.Typer) -> None:
         if method:
             check_methods(method)
         params = method_params(param)
+        use_cache = not no_cache
         if (source / "store.json").is_file():
             with open_store(source) as st:
                 require_rows(st)
+                use_cache = cache_note(st, no_cache)
         with status() as begin:
             begin(f"{'tuning and ' if tune else ''}evaluating "
                   f"{', '.join(method) if method else 'every scorer'} for the report")
             html_path, md_path = write_report(source, out_, methods=method, tune=tune,
-                                              include=include, params=params)
+                                              include=include, params=params,
+                                              use_cache=use_cache)
         emit({"source": str(source), "html": str(html_path), "markdown": str(md_path)},
              lambda: out.print(f"report: {html_path}  (markdown: {md_path})"))

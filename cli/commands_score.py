@@ -14,6 +14,8 @@ from featstore import Store
 from featstore.errors import UsageError
 
 from .common import (
+    ALLOW_NONFINITE_HELP,
+    cache_note,
     check_methods,
     check_params,
     fit_label,
@@ -128,6 +130,7 @@ def register(app: typer.Typer) -> None:
         save: Annotated[Path | None, typer.Option("--save", help="Write the scores to "
                                                                   "this .npz.")] = None,
         no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
+        allow_nonfinite: Annotated[bool, typer.Option(help=ALLOW_NONFINITE_HELP)] = False,
         json_: JsonOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
@@ -145,11 +148,12 @@ def register(app: typer.Typer) -> None:
             for name in names:
                 st.split(name)
             require_rows(st, [*names, *(s for s in fit_splits(method) if st.has_split(s))])
+            use_cache = cache_note(st, no_cache)
             with status() as begin:
                 begin(fit_label(st, method, len(names)))
                 diagnostics: dict = {}
                 scores, fit_s, score_s, used, adjusted = score_with_defaults(
-                    st, method, params, names, not no_cache, diagnostics)
+                    st, method, params, names, use_cache, diagnostics, allow_nonfinite)
         summary = {name: {"n": int(s.size), "mean": float(s.mean()), "std": float(s.std()),
                           "min": float(s.min()), "max": float(s.max())}
                    for name, s in scores.items()}
@@ -198,6 +202,7 @@ def register(app: typer.Typer) -> None:
                  "(id/val vs OOD splits flagged usage = \"val\"); report it on test.")] = False,
         select_by: Annotated[str | None, typer.Option(
             help="With --tune: the val metric that chooses (default auroc).")] = None,
+        allow_nonfinite: Annotated[bool, typer.Option(help=ALLOW_NONFINITE_HELP)] = False,
         json_: JsonOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
@@ -221,6 +226,7 @@ def register(app: typer.Typer) -> None:
             check_select_by(select_by or "auroc")
         with open_store(store) as st:
             require_rows(st)
+            use_cache = cache_note(st, no_cache)
             n_scored = 1 + len(st.splits(role="ood", usage="test"))
             with status() as begin:
                 def step(name: str) -> None:
@@ -232,8 +238,9 @@ def register(app: typer.Typer) -> None:
                     result = sweep_all(st, methods, params, select_by or "auroc",
                                        progress=step, strict=strict)
                 else:
-                    result = evaluate(st, methods, params, use_cache=not no_cache,
-                                      progress=step, strict=strict)
+                    result = evaluate(st, methods, params, use_cache=use_cache,
+                                      progress=step, strict=strict,
+                                      allow_nonfinite=allow_nonfinite)
         if out_ is not None:
             out_.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -70,6 +70,23 @@ def open_store(path: Path | str) -> Store:
     return Store.open(path)
 
 
+ALLOW_NONFINITE_HELP = ("Score NaN / inf features or logits as they are (IEEE arithmetic "
+                        "propagates them; non-finite scores still fail the metrics) instead "
+                        "of the default error naming the split and rows.")
+
+
+def cache_note(store: Store, no_cache: bool) -> bool:
+    """Whether to use the score cache; says on stderr when a read-only store turns it off."""
+    from scorers.cache import cache_off_reason
+
+    from .console import err
+
+    reason = None if no_cache else cache_off_reason(store)
+    if reason is not None:
+        err.print(f"note: {reason}", highlight=False)
+    return not no_cache and reason is None
+
+
 def require_rows(store: Store, names: Sequence[str] | None = None) -> None:
     """InputError for a split without rows among `names` (default: every split)."""
     for name in store.splits() if names is None else names:

@@ -22,7 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from .errors import FeatstoreError
+
 _BLOCK = 1 << 22
+# bytes kept free beyond a file's estimated size (HDF5 metadata, the filesystem's own needs)
+SPACE_MARGIN = 1 << 20
 
 
 def fsync_dir(path: Path) -> None:
@@ -169,6 +173,20 @@ def free_bytes(path: Path) -> int:
     except (ImportError, ValueError, OSError):  # pragma: no cover - not POSIX
         pass
     return int(free)
+
+
+class DiskFullError(FeatstoreError):
+    """Not enough free space (or RLIMIT_FSIZE) for the next file a writer would write."""
+
+
+def check_space(directory: Path, need: int, what: str) -> None:
+    """DiskFullError naming `what`, the bytes it needs and those free under `directory`."""
+    free = free_bytes(directory)
+    if free < need + SPACE_MARGIN:
+        raise DiskFullError(f"{what} needs about {need + SPACE_MARGIN:,} bytes but only "
+                            f"{free:,} are free in {str(directory)!r} (or allowed by the "
+                            "file-size limit); free some space and rerun: completed splits and "
+                            "parts are kept and the extraction resumes")
 
 
 def sha256_file(path: Path) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 from .errors import InputError, UsageError
 from .layout import FEATURE_DTYPES
 from .names import parse_split_name
-from .store import USAGES, Store
+from .store import MANIFEST, USAGES, Store, is_own_layout
 
 FIELDS = ("features", "logits", "labels", "ids", "usage")
 
@@ -125,7 +125,11 @@ def import_arrays(src: str | Path, out: str | Path, *, dtype: str = "float32",
         args["splits"][split]["usage"] = value
     provenance = {"name": name or src.name, "kind": "imported", "source_file": str(src),
                   "sha256_of": "head (W, b)"}
-    if Path(out).exists() and not overwrite:
+    out = Path(out)
+    if out.is_dir() and not (out / MANIFEST).exists() and not is_own_layout(out):
+        raise UsageError(f"--out {str(out)!r} exists and is not a featstore store; choose an "
+                         "empty or new path (--overwrite replaces only a featstore store)")
+    if (out / MANIFEST).exists() and not overwrite:
         raise UsageError(f"store {str(out)!r} already exists; pass --overwrite to replace")
     try:
         return Store.from_arrays(out, head=args["head"], splits=args["splits"],

@@ -53,15 +53,15 @@ def _strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_weights_file(path: Path) -> Any:
-    """The object a weights file holds, loaded with weights_only=True (InputError/UsageError
-    naming the file when it is missing or not loadable)."""
+def load_weights_file(path: Path, option: str = "--weights") -> Any:
+    """The object a weights file holds, loaded with weights_only=True (InputError naming the
+    option and the file when it is missing or not loadable)."""
     if not path.is_file():
-        raise InputError(f"--weights {str(path)!r}: file not found")
+        raise InputError(f"{option} {str(path)!r}: file not found")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for bad files
-        raise InputError(f"--weights {str(path)!r}: {_unloadable_reason(path, exc)}") from exc
+        raise InputError(f"{option} {str(path)!r}: {_unloadable_reason(path, exc)}") from exc
 
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -91,20 +91,35 @@ def article(word: str) -> str:
     return "an" if word[:1].lower() in "aeiou" else "a"
 
 
-def state_dict_of(obj: Any, path: Path) -> dict[str, torch.Tensor]:
+def load_checked(module: nn.Module, state: dict[str, torch.Tensor], what: str,
+                 **kwargs: Any) -> Any:
+    """module.load_state_dict(state, strict=False, **kwargs); a tensor of the wrong shape is
+    an InputError naming `what` (e.g. "--weights 'r50.pth'") and the first mismatched keys
+    with both shapes, instead of torch's multi-line RuntimeError."""
+    try:
+        return module.load_state_dict(state, strict=False, **kwargs)
+    except RuntimeError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if "size mismatch" in ln]
+        shown = "; ".join(ln.rstrip(".") for ln in lines[:3]) + (" …" if len(lines) > 3 else "")
+        raise InputError(f"{what} does not fit {type(module).__name__}: "
+                         f"{shown or str(exc).splitlines()[0]}") from None
+
+
+def state_dict_of(obj: Any, path: Path, option: str = "--weights") -> dict[str, torch.Tensor]:
     """The state dict in a loaded weights object; unwrap {'state_dict': ...}/{'model': ...}."""
     for key in ("state_dict", "model", "model_state_dict"):
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             obj = obj[key]
             break
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise InputError(f"--weights {str(path)!r}: expected a dict of tensors (a state dict)")
+        raise InputError(f"{option} {str(path)!r}: expected a dict of tensors (a state dict)")
     return _strip_prefixes(dict(obj))
 
 
-def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
-    """Load a state dict with weights_only=True; unwrap {'state_dict': ...}/{'model': ...}."""
-    return state_dict_of(load_weights_file(path), path)
+def load_state_dict_file(path: Path, option: str = "--weights") -> dict[str, torch.Tensor]:
+    """Load a state dict with weights_only=True; unwrap {'state_dict': ...}/{'model': ...}.
+    Errors name `option` (the command-line option that gave the path) and the file."""
+    return state_dict_of(load_weights_file(path, option), path, option)
 
 
 def state_dict_sha256(module: nn.Module) -> str:
@@ -311,7 +326,8 @@ def _check_load(result: Any, weights_path: Path | None, arch: str) -> None:
 def _load_state(module: nn.Module, state: dict[str, torch.Tensor],
                 weights_path: Path | None, arch: str) -> None:
     """Copy the weights into a built module; every key must match (UsageError naming them)."""
-    _check_load(module.load_state_dict(state, strict=False), weights_path, arch)
+    _check_load(load_checked(module, state, f"--weights {str(weights_path)!r}"),
+                weights_path, arch)
 
 
 def _assign_state(module: nn.Module, state: dict[str, torch.Tensor],
@@ -325,7 +341,8 @@ def _assign_state(module: nn.Module, state: dict[str, torch.Tensor],
     own = module.state_dict()
     cast = {k: v.to(own[k].dtype) if k in own and own[k].dtype != v.dtype else v
             for k, v in state.items()}
-    _check_load(module.load_state_dict(cast, strict=False, assign=True), weights_path, arch)
+    _check_load(load_checked(module, cast, f"--weights {str(weights_path)!r}", assign=True),
+                weights_path, arch)
     return not _has_meta_tensor(module)
 
 

@@ -37,11 +37,18 @@ as in OpenOOD/IS-OOD, or FACETS lines `<0|1> <source> <class_index> <path>`), `t
 (a dataset class on local disk: `{torchvision = "CIFAR10", root = "data", kwargs = {train =
 false}}`, never downloaded) and `builtin` (a generator of featstore.demo.data). Relative paths
 are resolved against the spec file's directory.
+
+Specs are strict: a key the spec format does not define (at the top level, in [transform], in
+a [[split]] or in its source) is an error naming the key, the valid ones and the closest
+valid one, because an ignored misspelling changes results silently (a misspelled `usage`
+would put a val split into test).
 """
 
 from __future__ import annotations
 
+import difflib
 import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +59,55 @@ from .store import USAGES, default_usage
 
 SOURCE_KINDS = ("imagefolder", "imagelist", "torchvision", "builtin")
 TRANSFORM_KEYS = ("resize", "crop", "mean", "std", "backend")
+TOP_KEYS = ("classes", "wnids", "class_map", "transform", "split")
+SPLIT_KEYS = ("name", "usage", "source")
+# the keys of each source kind besides the kind itself (builtin: featstore.demo.data)
+SOURCE_KEYS = {"imagefolder": (), "imagelist": ("root",), "torchvision": ("root", "kwargs")}
+
+
+def check_keys(table: Mapping[str, Any], valid: Iterable[str], where: str) -> None:
+    """InputError naming the first key of `table` not in `valid`, the valid keys and, when
+    one is close, a did-you-mean."""
+    valid = list(valid)
+    for key in table:
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InputError(f"{where}: unknown key {key!r} (valid: {', '.join(valid)}){hint}")
+
+
+def _source_keys(source: Mapping[str, Any], kind: str, where: str) -> None:
+    if kind == "builtin":
+        from .demo.data import GENERATOR_KEYS
+
+        extra = GENERATOR_KEYS.get(str(source.get("builtin")))
+        if extra is None:
+            raise InputError(f"{where}: builtin generator {source.get('builtin')!r} is not one "
+                             f"of {', '.join(GENERATOR_KEYS)}")
+    else:
+        extra = SOURCE_KEYS[kind]
+    check_keys(source, (kind, *extra), where)
+
+
+def _check_transform(transform: Mapping[str, Any], where: str) -> None:
+    """InputError naming a [transform] value of the wrong kind: resize/crop integers >= 1,
+    mean/std lists of 1 or 3 numbers (std non-zero)."""
+    for key in ("resize", "crop"):
+        value = transform.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 1):
+            raise InputError(f"{where}: [transform] {key} = {value!r}: expected an integer "
+                             ">= 1")
+    for key in ("mean", "std"):
+        value = transform.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or len(value) not in (1, 3) or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+            raise InputError(f"{where}: [transform] {key} = {value!r}: expected a list of 3 "
+                             "numbers (one per RGB channel)")
+        if key == "std" and any(v == 0 for v in value):
+            raise InputError(f"{where}: [transform] std = {value!r}: must be non-zero")
 
 
 @dataclass
@@ -93,19 +149,18 @@ def _resolve(base: Path, value: str) -> str:
 
 def parse_spec(data: dict[str, Any], base: Path, where: str) -> BenchmarkSpec:
     """Validate a spec dict (as loaded from TOML); `where` names it in errors."""
+    check_keys(data, TOP_KEYS, where)
     raw_splits = data.get("split")
     if not isinstance(raw_splits, list) or not raw_splits:
         raise InputError(f"{where}: expected at least one [[split]] table")
     transform = data.get("transform", {})
     if not isinstance(transform, dict):
         raise InputError(f"{where}: [transform] must be a table")
-    unknown = sorted(set(transform) - set(TRANSFORM_KEYS))
-    if unknown:
-        raise InputError(f"{where}: [transform] has unknown key {unknown[0]!r} "
-                         f"(valid: {', '.join(TRANSFORM_KEYS)})")
+    check_keys(transform, TRANSFORM_KEYS, f"{where}: [transform]")
     if transform.get("backend", "tensor") not in ("tensor", "pil"):
         raise InputError(f"{where}: [transform] backend {transform['backend']!r}: expected "
                          "'tensor' (default) or 'pil'")
+    _check_transform(transform, where)
     splits: list[SplitSpec] = []
     seen: set[str] = set()
     for i, raw in enumerate(raw_splits):
@@ -115,6 +170,7 @@ def parse_spec(data: dict[str, Any], base: Path, where: str) -> BenchmarkSpec:
         name = raw.get("name")
         if not isinstance(name, str):
             raise InputError(f"{label}: missing 'name'")
+        check_keys(raw, SPLIT_KEYS, f"{where}: split {name!r}")
         try:
             parse_split_name(name)
         except UsageError as exc:
@@ -131,9 +187,13 @@ def parse_spec(data: dict[str, Any], base: Path, where: str) -> BenchmarkSpec:
                              "source = { imagefolder = \"data/train\" }")
         source = dict(source)
         kinds = [k for k in SOURCE_KINDS if k in source]
+        if not kinds:  # a misspelled kind: name it with a did-you-mean
+            check_keys(source, (*SOURCE_KINDS, "root", "kwargs"),
+                       f"{where}: split {name!r}: source")
         if len(kinds) != 1:
             raise InputError(f"{where}: split {name!r}: source needs exactly one of "
                              f"{', '.join(SOURCE_KINDS)}")
+        _source_keys(source, kinds[0], f"{where}: split {name!r}: source")
         for key in ("imagefolder", "imagelist", "root"):
             if isinstance(source.get(key), str):
                 source[key] = _resolve(base, source[key])

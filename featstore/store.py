@@ -35,6 +35,7 @@ from .errors import FeatstoreError, InputError, UsageError
 from .fileio import (
     LinkError,
     atomic_write_json,
+    check_space,
     exclusive_tmp,
     fsync_dir,
     fsync_file,
@@ -123,15 +124,18 @@ class Split:
             self._fh = fh
         return self._fh
 
-    def nonfinite(self, field: str) -> tuple[int, list[int]]:
-        """(count, first row indices) of rows of `field` (`features`, `logits`) holding NaN
-        or inf, from the record made at commit (computed by streaming when a store predates
-        the record)."""
+    def nonfinite_record(self) -> dict[str, list]:
+        """{field: [rows holding NaN or inf, first such rows]} (featstore.values), from the
+        record made at commit, or computed by streaming the file once when the manifest has
+        none (a store written before the record existed)."""
         record = self.entry.get("nonfinite")
         if not isinstance(record, dict):
-            record = self.entry["nonfinite"] = nonfinite_record(self._file())
-        count, rows = record.get(field, (0, []))
-        return int(count), [int(r) for r in rows]
+            try:
+                record = nonfinite_record(self._file())
+            except OSError as exc:
+                raise self._broken(f"cannot read it ({exc})") from exc
+            self.entry["nonfinite"] = record
+        return record
 
     def _dataset(self, key: str) -> h5py.Dataset:
         """The open dataset at HDF5 path `key` (looked up once per open file: each h5py
@@ -930,6 +934,9 @@ class Store:
                                  f" of length N={n}")
         row_axes = {k: (0 if a.shape[0] == n else 1) for k, a in extras_np.items()}
         with self.writing():
+            need = feats.size * np.dtype(dtype).itemsize + logits.nbytes + labels.nbytes + \
+                sum(len(i) + 16 for i in ids) + sum(a.nbytes for a in extras_np.values())
+            check_space(self.path / SPLITS_DIR, int(need), f"split {name!r}")
             self.mark_incomplete(name, source, usage)
             tmp = exclusive_tmp(self.split_file(name))
             try:

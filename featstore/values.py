@@ -34,8 +34,9 @@ def _bad_rows(arr: np.ndarray, row_axis: int = 0) -> np.ndarray:
 
 
 def nonfinite_record(fh: h5py.File) -> dict[str, list]:
-    """{dataset: [rows with NaN/inf, first FIRST_ROWS such rows]} for every floating dataset
-    of a split file that has any (`features`, `logits`, `extra/<name>`); {} when all finite."""
+    """{field: [rows with NaN/inf, first FIRST_ROWS such rows]} for every floating dataset
+    of a split file that has any (fields `features`, `logits`, `extra:<name>`); {} when all
+    finite."""
     from .layout import ROW_AXIS_ATTR, extra_names
 
     record: dict[str, list] = {}
@@ -56,7 +57,8 @@ def nonfinite_record(fh: h5py.File) -> dict[str, list]:
             count += int(bad.size)
             first.extend(int(r) for r in bad[: FIRST_ROWS - len(first)])
         if count:
-            record[key[len("extra/"):] if key.startswith("extra/") else key] = [count, first]
+            record[f"extra:{key[len('extra/'):]}" if key.startswith("extra/") else key] = \
+                [count, first]
     return record
 
 
@@ -70,12 +72,15 @@ def nonfinite_message(store_path: Any, split: str, field: str, rows: int, count:
 
 def require_finite(split: Any, fields: Sequence[str], what: str) -> None:
     """NonFiniteError naming the split, the field, the row count and the first rows if any
-    of `fields` of `split` (a featstore Split) holds NaN or inf."""
+    of `fields` of `split` (a featstore Split) holds NaN or inf; a field `extra:<group>`
+    covers every extra array under the group."""
+    record = split.nonfinite_record()
     for field in fields:
-        count, first = split.nonfinite(field)
-        if count:
-            raise NonFiniteError(nonfinite_message(split._store.path, split.name, field,
-                                                   split.num_rows, count, first, what))
+        for key in sorted(record):
+            if key == field or key.startswith(field + "/"):
+                count, first = record[key]
+                raise NonFiniteError(nonfinite_message(split._store.path, split.name, key,
+                                                       split.num_rows, int(count), first, what))
 
 
 def check_float16_range(split: str, field: str, values: np.ndarray, first_row: int = 0) -> None:

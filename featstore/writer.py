@@ -48,8 +48,8 @@ import numpy as np
 from .errors import FeatstoreError
 from .fileio import (
     atomic_write_bytes,
+    check_space,
     exclusive_tmp,
-    free_bytes,
     fsync_dir,
     make_real_dir,
     read_regular,
@@ -59,9 +59,6 @@ from .fileio import (
 from .layout import ROW_AXIS_ATTR, STRING_DTYPE, chunk_rows, dataset_paths
 from .store import SPLITS_DIR, Split, Store
 from .values import check_float16_range
-
-# bytes kept free beyond a file's estimated size (HDF5 metadata, the filesystem's own needs)
-SPACE_MARGIN = 1 << 20
 
 FINGERPRINT = "fingerprint.json"
 PART_META_ATTR = "featstore_meta"
@@ -332,20 +329,6 @@ def _same_fingerprint(path: Path, fingerprint: Mapping[str, Any]) -> bool:
         return json.loads(read_regular(path, FINGERPRINT)) == fingerprint
     except (OSError, ValueError):
         return False
-
-
-class DiskFullError(FeatstoreError):
-    """Not enough free space (or RLIMIT_FSIZE) for the next file a writer would write."""
-
-
-def check_space(directory: Path, need: int, what: str) -> None:
-    """DiskFullError naming `what`, the bytes it needs and those free under `directory`."""
-    free = free_bytes(directory)
-    if free < need + SPACE_MARGIN:
-        raise DiskFullError(f"{what} needs about {need + SPACE_MARGIN:,} bytes but only "
-                            f"{free:,} are free in {str(directory)!r} (or allowed by the "
-                            "file-size limit); free some space and rerun: completed splits and "
-                            "parts are kept and the extraction resumes")
 
 
 def wait_for(condition: Callable[[], bool], seconds: float, interval: float = 0.5) -> bool:

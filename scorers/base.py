@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
+from featstore.values import require_finite
 
 DEFAULT_CHUNK_ROWS = 8192
 
@@ -91,6 +92,10 @@ class Scorer:
         self.diagnostics: dict[str, Any] = {}
         # the settings `fit(store, grid)` was told score_grid will ask for
         self.fit_settings: list[dict[str, Any]] = []
+        # NaN / inf in the fields this scorer reads are an error (featstore.values) unless
+        # this is True: then the values are used as they are (IEEE arithmetic propagates
+        # them; the metrics still refuse non-finite scores)
+        self.allow_nonfinite = False
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
@@ -146,6 +151,9 @@ class Scorer:
         every setting in the same pass; settings outside it are still scored, at the price of
         a further pass. Scores never depend on it."""
         check_needs(self, store)
+        if not self.allow_nonfinite:
+            for name in fit_split_names(self):
+                require_finite(store.split(name), value_fields(self), f"fitting {self.name!r}")
         self.check_params(self.params, store)
         self.fitted = False  # a failed _fit leaves the scorer unfitted
         self.fit_settings = expand_grid(grid) if grid else []
@@ -171,6 +179,8 @@ class Scorer:
                     f"scorer {self.name!r} needs {need!r} in split {split.name!r}: "
                     f"{_HOW_TO.get(need, 'extract it with the method that writes it')}"
                 )
+        if not self.allow_nonfinite:
+            require_finite(split, value_fields(self), f"{self.name!r} scores")
 
     def score(self, split: Any, force: bool = False) -> np.ndarray:
         """(N,) float64 scores of a split, higher = more in-distribution."""
@@ -250,6 +260,16 @@ def head_logits_usable(split: Any, logits_are_head: bool) -> bool:
     """May a scorer fitted with `logits_are_head` (= `stored_logits_are_head(store)`) read
     `split`'s logits in place of x @ W.T + b? Only float32 splits with logits."""
     return logits_are_head and split.dtype == "float32" and "logits" in split.dims
+
+
+def value_fields(scorer: Scorer) -> list[str]:
+    """The row fields a scorer reads values from: `features`, `logits`, `extra:<name>`."""
+    return [n for n in scorer.needs if n in ("features", "logits") or n.startswith("extra:")]
+
+
+def fit_split_names(scorer: Scorer) -> list[str]:
+    """The splits a scorer fits on (its `fit:<split>` needs)."""
+    return [n[len("fit:"):] for n in scorer.needs if n.startswith("fit:")]
 
 
 def check_needs(scorer: Scorer, store: Any) -> None:

@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
+from featstore.values import require_finite
 
 from . import REGISTRY, get_scorer
 from .adapt import fit_defaults
-from .cache import ScoreCache
+from .base import fit_split_names, value_fields
+from .cache import ScoreCache, cache_off_reason
 from .metrics import OOD_METRIC_NAMES, id_accuracy, misclassification_auroc, ood_metrics
 from .misclassification import misclassification_or_none
 from .skipping import check_supported, require_any, run_each, unsupported_reason
@@ -47,18 +49,42 @@ def mean_of(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values)
 
 
+def require_finite_inputs(store: Any, name: str, splits: Sequence[str]) -> None:
+    """NonFiniteError (featstore.values) if a field scorer `name` reads (features, logits,
+    extras) holds NaN or inf in one of its fit splits or in `splits`: a dictionary lookup in
+    the manifest's record, so it runs before anything data-dependent (defaults clamped to the
+    data, a fit) could turn the NaN into a misleading message."""
+    scorer_cls = REGISTRY[name]
+    fields = value_fields(scorer_cls)
+    for split_name in [*(s for s in fit_split_names(scorer_cls) if store.has_split(s)),
+                       *splits]:
+        require_finite(store.split(split_name), fields, f"{name!r} scores")
+
+
 def score_splits(store: Any, name: str, params: Mapping[str, Any], splits: Sequence[str],
-                 use_cache: bool = True, diagnostics: dict[str, Any] | None = None
+                 use_cache: bool = True, diagnostics: dict[str, Any] | None = None,
+                 allow_nonfinite: bool = False
                  ) -> tuple[dict[str, np.ndarray], float, float]:
     """Scores of every named split (cached in scores.h5); returns (scores, fit s, score s).
     When the scorer is fitted, its `diagnostics` (e.g. an approximate index's recall@K) are
-    copied into the `diagnostics` dict if one is given."""
+    copied into the `diagnostics` dict if one is given.
+
+    Before any cache lookup: NaN / inf in the fields the scorer reads, in its fit splits or
+    the scored ones, are an error (featstore.values.NonFiniteError) unless `allow_nonfinite`;
+    each scored split's file must be the one committed (`Store.check_committed`). A read-only
+    store is scored with the cache off (`cache.cache_off_reason`)."""
     scorer = get_scorer(name, **params)
+    scorer.allow_nonfinite = allow_nonfinite
+    if not allow_nonfinite:
+        require_finite_inputs(store, name, splits)
+    if use_cache and cache_off_reason(store) is not None:
+        use_cache = False
     cache = ScoreCache(store) if use_cache else None
     out: dict[str, np.ndarray] = {}
     todo = []
     for split_name in splits:
         split = store.split(split_name)
+        store.check_committed(split_name)
         hit = cache.get(name, scorer.params, split) if cache else None
         if hit is not None:
             out[split_name] = hit
@@ -82,21 +108,26 @@ def score_splits(store: Any, name: str, params: Mapping[str, Any], splits: Seque
 
 
 def score_with_defaults(store: Any, name: str, given: Mapping[str, Any], splits: Sequence[str],
-                        use_cache: bool = True, diagnostics: dict[str, Any] | None = None
+                        use_cache: bool = True, diagnostics: dict[str, Any] | None = None,
+                        allow_nonfinite: bool = False
                         ) -> tuple[dict[str, np.ndarray], float, float, dict[str, Any],
                                    list[dict[str, Any]]]:
     """`score_splits` after `scorers.adapt.fit_defaults` (the user's `given` parameters
     untouched, data-invalid defaults clamped): (scores, fit s, score s, params used,
-    adjustments). What `featstore score` runs, so that it follows eval's rule."""
+    adjustments). What `featstore score` runs, so that it follows eval's rule. Non-finite
+    inputs are checked first (`require_finite_inputs`) unless `allow_nonfinite`."""
+    if not allow_nonfinite:
+        require_finite_inputs(store, name, splits)
     used, adjusted = fit_defaults(get_scorer(name, **given), given, store)
-    scores, fit_s, score_s = score_splits(store, name, used, splits, use_cache, diagnostics)
+    scores, fit_s, score_s = score_splits(store, name, used, splits, use_cache, diagnostics,
+                                          allow_nonfinite)
     return scores, fit_s, score_s, dict(get_scorer(name, **used).params), adjusted
 
 
 def evaluate(store: Any, methods: Sequence[str] | None = None,
              params: Mapping[str, Mapping[str, Any]] | None = None,
-             use_cache: bool = True, progress: Any = None, strict: bool = False
-             ) -> dict[str, Any]:
+             use_cache: bool = True, progress: Any = None, strict: bool = False,
+             allow_nonfinite: bool = False) -> dict[str, Any]:
     """Metrics of every method on every OOD test split of the store.
 
     Returns {"store", "model_sha256", "id_split", "id_acc", "ood_splits", "methods":
@@ -128,13 +159,15 @@ def evaluate(store: Any, methods: Sequence[str] | None = None,
 
     def run(name: str) -> dict[str, Any]:
         check_supported(store, name)
+        if not allow_nonfinite:
+            require_finite_inputs(store, name, [ID_SPLIT, *ood])
         given = params.get(name, {})
         used, adjusted = fit_defaults(get_scorer(name, **given), given, store)
         if progress:
             progress(name)
         diag: dict[str, Any] = {}
         scores, fit_s, score_s = score_splits(store, name, used, [ID_SPLIT, *ood], use_cache,
-                                              diag)
+                                              diag, allow_nonfinite)
         id_scores = scores[ID_SPLIT]
         per_split = {s: ood_metrics(id_scores, scores[s], id_name=ID_SPLIT, ood_name=s)
                      for s in ood}

@@ -167,6 +167,14 @@ def noise(source: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, list[str]]:
 
 
 GENERATORS = {"digits": digits, "patches": patches, "faces": faces, "noise": noise}
+_COVARIATE_KEYS = ("rotate", "blur", "noise", "invert")
+# the keys each generator reads from its source table (a spec's unknown key is an error)
+GENERATOR_KEYS: dict[str, tuple[str, ...]] = {
+    "digits": ("classes", "seed", "fractions", "part", *_COVARIATE_KEYS),
+    "patches": ("images", "count", "crop", "seed", "part", *_COVARIATE_KEYS),
+    "faces": ("fractions", "part", "seed"),
+    "noise": ("count", "kind", "seed", "part"),
+}
 
 
 def generate(source: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, list[str]]:

@@ -12,11 +12,13 @@ from .render import figures, gscore_tables, leaderboard_tables, render_html, ren
 
 def write_report(source: str | Path, out: str | Path, *, methods: list[str] | None = None,
                  tune: bool = False, include: list[Path] | None = None,
-                 params: dict[str, dict[str, Any]] | None = None) -> tuple[Path, Path]:
+                 params: dict[str, dict[str, Any]] | None = None,
+                 use_cache: bool = True) -> tuple[Path, Path]:
     """Write `out` (HTML) and `out` with suffix .md; returns both paths. Files are written to
-    a temporary name and renamed, so a failed report leaves no half-written file."""
+    a temporary name and renamed, so a failed report leaves no half-written file. With
+    `use_cache=False` scores are neither read from nor written to the store's scores.h5."""
     out = Path(out)
-    data = collect(Path(source), methods, tune, include, params)
+    data = collect(Path(source), methods, tune, include, params, use_cache)
     figs = figures(data)
     tables = leaderboard_tables(data) + gscore_tables(data)
     md_path = out.with_suffix(".md")

@@ -71,13 +71,15 @@ def weights_line(model: dict[str, Any]) -> str:
 
 def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
             include: list[Path] | None = None,
-            params: dict[str, dict[str, Any]] | None = None) -> ReportData:
+            params: dict[str, dict[str, Any]] | None = None,
+            use_cache: bool = True) -> ReportData:
     """Build the report data from a store directory or a results JSON file.
 
     From a store: every scorer when `methods` is None (one that cannot run is listed under
     "skipped" with its reason, `scorers.skipping`); the named `methods` must all run (a named
     scorer that cannot is an error, as in `featstore eval --method`). `params[name]` fixes a
-    scorer's parameters; defaults the store makes invalid are clamped (`scorers.adapt`)."""
+    scorer's parameters; defaults the store makes invalid are clamped (`scorers.adapt`).
+    `use_cache=False`: scores.h5 is neither read nor written."""
     from scorers.evaluate import ID_SPLIT, evaluate, score_splits
 
     source = Path(source)
@@ -92,7 +94,8 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
             for name in result["methods"]:
                 sweeps[name] = sweep(store, name, base_params=(params or {}).get(name))
         else:
-            result = evaluate(store, methods, params, strict=methods is not None)
+            result = evaluate(store, methods, params, strict=methods is not None,
+                              use_cache=use_cache)
     elif source.is_file():
         try:
             result = json.loads(source.read_text(encoding="utf-8"))
@@ -114,7 +117,7 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
     if store is not None:
         names = [result["id_split"] if "id_split" in result else ID_SPLIT, *result["ood_splits"]]
         for name, res in result["methods"].items():
-            scores, _, _ = score_splits(store, name, res.get("params", {}), names)
+            scores, _, _ = score_splits(store, name, res.get("params", {}), names, use_cache)
             data.scores[name] = scores
     for path in include or []:
         try:

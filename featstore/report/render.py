@@ -335,22 +335,31 @@ def render_html(data: ReportData, figs: list[Figure], tables: list[Table]) -> st
     return "\n".join(parts)
 
 
+def md_text(value: object) -> str:
+    """Text safe in a Markdown table cell or image caption: HTML escaped (a split or model
+    name holding `<script>` or `<img onerror=...>` shows as text, never as markup), `|`, `[`,
+    `]` and newlines neutralised."""
+    text = html.escape(" ".join(str(value).split("\n")), quote=False)
+    return text.replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
+
+
 def render_markdown(data: ReportData, figs: list[Figure], tables: list[Table],
                     image_dir: Path) -> str:
     lines = ["# featstore report", "", "## Provenance", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in data.provenance.items()]
+    lines += [f"| {md_text(k)} | {md_text(v)} |" for k, v in data.provenance.items()]
     for t in [*tables, *notes_tables(data)]:
-        lines += ["", f"## {t.title}", "", "| " + " | ".join(t.header) + " |",
+        lines += ["", f"## {md_text(t.title)}", "",
+                  "| " + " | ".join(md_text(h) for h in t.header) + " |",
                   "|" + "---|" * len(t.header)]
         for i, row in enumerate(t.rows):
-            lines.append("| " + " | ".join(f"**{c}**" if (i, j) in t.best else c
-                                           for j, c in enumerate(row)) + " |")
+            lines.append("| " + " | ".join(f"**{md_text(c)}**" if (i, j) in t.best
+                                           else md_text(c) for j, c in enumerate(row)) + " |")
     section = None
     image_dir.mkdir(parents=True, exist_ok=True)
     for f in figs:
         if f.section != section:
             section = f.section
-            lines += ["", f"## {section}", ""]
+            lines += ["", f"## {md_text(section)}", ""]
         (image_dir / f"{f.slug}.png").write_bytes(f.png)
-        lines.append(f"![{f.caption}]({image_dir.name}/{f.slug}.png)")
+        lines.append(f"![{md_text(f.caption)}]({image_dir.name}/{f.slug}.png)")
     return "\n".join(lines) + "\n"

@@ -319,9 +319,10 @@ def train(method: str = "ce", arch: str = "resnet18",
 
 def _load_init(backbone: nn.Module, init: str) -> None:
     """Load warm-start weights strictly into the unwrapped backbone."""
-    from ..models import load_state_dict_file
+    from ..models import load_checked, load_state_dict_file
 
-    result = backbone.load_state_dict(load_state_dict_file(Path(init)), strict=False)
+    result = load_checked(backbone, load_state_dict_file(Path(init), "--init"),
+                          f"--init {init!r}")
     bad = list(result.missing_keys) + list(result.unexpected_keys)
     if bad:
         raise UsageError(f"--init {init!r} does not fit the backbone (keys {bad[:5]}); pass "
