@@ -353,7 +353,8 @@ def test_a_damaged_part_is_redone_not_fatal(tmp_path, damage):
     for k in resumed.missing_parts():
         _append_part(resumed, k, x, w)
     resumed.finish()
-    assert _sha(tmp_path / "s/splits/ood__far__p.h5") == _sha(tmp_path / "ref/splits/ood__far__p.h5")
+    assert _sha(tmp_path / "s/splits/ood__far__p.h5") == \
+        _sha(tmp_path / "ref/splits/ood__far__p.h5")
 
 
 @pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b"", b"[1, 2]"])
