@@ -467,6 +467,13 @@ class Store:
             raise InputError(f"store {str(path)!r} {what}; create one with `featstore extract` "
                              "or `featstore import`")
         manifest = _validate_manifest(path, _read_manifest(path))
+        try:
+            require_regular_file(path / MODEL_FILE, MODEL_FILE)
+        except FileNotFoundError:
+            raise InputError(f"store {str(path)!r}: {MODEL_FILE} is missing; rebuild the store"
+                             ) from None
+        except LinkError as exc:
+            raise InputError(f"store {str(path)!r}: {exc.strerror}") from None
         return cls(path, manifest, writable=(mode == "a"))
 
     def writing(self) -> StoreLock:

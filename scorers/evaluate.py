@@ -154,6 +154,8 @@ def evaluate(store: Any, methods: Sequence[str] | None = None,
     ood = store.splits(role="ood", usage="test")
     if not ood:
         raise FeatstoreError(f"store {str(store.path)!r} has no OOD test split to evaluate")
+    for name in (ID_SPLIT, *ood):  # a missing or damaged split file fails the run (exit 1),
+        store.check_committed(name)  # never one scorer at a time
     id_split = store.split(ID_SPLIT)
     logits, labels = np.asarray(id_split.logits), np.asarray(id_split.labels)
 
