@@ -197,14 +197,18 @@ class SplitWriter:
                 "run the same command (same spec, model, --batch-size, --dtype)")
 
     def _write_part(self, arrays: dict[str, np.ndarray]) -> None:
-        """Write `arrays` as part `self._part` (tmp file, fsync, rename, fsync the dir)."""
+        """Write `arrays` as part `self._part`: the HDF5 file is built in memory (h5py's core
+        driver, no backing store), then its bytes go to an exclusive tmp file with plain
+        writes, fsync, rename, fsync the dir. A full disk is then a clean OSError from
+        os.write: HDF5 never holds a file whose write failed (which can crash the process
+        when h5py later frees it)."""
         assert self._part is not None
         final = self.part_path(self._part)
         require_real_dir(self.parts_dir, "parts directory")
         need = sum(a.nbytes if a.dtype != object else a.size * 64 for a in arrays.values())
         check_space(self.parts_dir, need, f"split {self.name!r}: part {self._part}")
-        tmp = exclusive_tmp(final)
-        with h5py.File(tmp, "x") as fh:
+        with h5py.File(f"part-{self._part}-{id(self)}.h5", "w", driver="core",
+                       backing_store=False) as fh:
             for key, arr in arrays.items():
                 if key == "ids":
                     fh.create_dataset(key, data=arr.astype(object), dtype=STRING_DTYPE)
@@ -212,9 +216,8 @@ class SplitWriter:
                     fh.create_dataset(key, data=arr)
             fh.attrs[PART_META_ATTR] = json.dumps(self.part_meta, sort_keys=True)
             fh.flush()
-            os.fsync(fh.id.get_vfd_handle())
-        os.replace(tmp, final)
-        fsync_dir(self.parts_dir)
+            image = fh.id.get_file_image()
+        atomic_write_bytes(final, image)
 
     def _flush(self) -> None:
         """Write the buffered batches as the current part."""

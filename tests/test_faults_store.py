@@ -446,3 +446,33 @@ def test_lock_is_reentrant_in_one_process_and_released(tmp_path):
     out = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "d")], env=_env(),
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+PART_PAST_LIMIT = """
+import resource, signal, sys
+import numpy as np
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+from featstore import Store, writer as W
+W.check_space = lambda *a, **k: None            # no pre-check: the write itself must fail
+st = Store.create(sys.argv[1], head=(np.eye(3, 256, dtype=np.float32), np.zeros(3, np.float32)))
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+writer = W.SplitWriter(st, "ood/far/x", part_rows=200, dtype="float32", usage="test", source={},
+                       fingerprint={}, num_rows=200)
+x = np.ones((200, 256), np.float32)
+try:
+    writer.append(first_row=0, source_rows=200, features=x, logits=x[:, :3],
+                  labels=np.full(200, -1), ids=np.arange(200).astype(str))
+except OSError as exc:
+    print("clean", exc.errno)
+"""
+
+
+def test_a_part_write_past_the_limit_fails_cleanly_without_the_precheck(tmp_path):
+    """A part is built in memory and written with plain writes: a full disk (here EFBIG from
+    RLIMIT_FSIZE, with the free-space pre-check switched off) is an OSError the extractor
+    reports, and the process exits normally (issue 22: rc 139 inside h5py)."""
+    proc = subprocess.run([sys.executable, "-c", PART_PAST_LIMIT, str(tmp_path / "s")],
+                          env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    assert proc.stdout.split() == ["clean", "27"]               # EFBIG
+    assert not list((tmp_path / "s" / "splits").rglob("part-*.h5"))
