@@ -123,6 +123,13 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         errors.print("interrupted")
         sys.exit(130)
+    except OSError as exc:  # the filesystem refused: name the file and the reason
+        if debug:
+            raise
+        where = f"{str(exc.filename)!r}: " if exc.filename else ""
+        _error(f"{where}{exc.strerror or str(exc).splitlines()[0]} (check the path, its "
+               "permissions and the free space)")
+        sys.exit(1)
     except Exception as exc:  # the last line of defence: no raw traceback without --debug
         if debug:
             raise

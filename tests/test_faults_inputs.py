@@ -324,3 +324,12 @@ def test_read_only_store_scores_with_the_cache_off_and_says_so(tmp_path, capsys)
         code, _, err = run_cli(capsys, "import", tmp_path / "none.npz", "--out", store)
         assert code != 0 and "unexpected" not in err
     assert not (store / "scores.h5").exists()
+
+
+def test_an_output_path_the_filesystem_refuses_is_named(tmp_path, capsys):
+    """An OSError from the user's filesystem (here: --out in a directory that does not
+    exist) is one line naming the path, exit 1, never "unexpected OSError"."""
+    store = _store(tmp_path / "s")
+    target = tmp_path / "no" / "such" / "dir" / "results.json"
+    _one_line(run_cli(capsys, "eval", store, "--method", "msp", "--out", target), 1,
+              str(target), "No such file or directory")
