@@ -26,6 +26,7 @@ from featstore import Store
 from featstore.distributed import Context, shard
 from featstore.errors import FeatstoreError, UsageError
 from featstore.extract import ExtractOptions, extract
+from featstore.store import STAT_FILE
 
 HERE = Path(__file__).parent
 BATCH = 4
@@ -92,11 +93,18 @@ def _reference(model: str, spec: Path, out: Path, **options) -> None:
 
 def _assert_same_store(got: Path, want: Path) -> None:
     """store.json equal field by field (it holds no timestamps); every HDF5 file equal byte
-    for byte; no parts directory or temporary file left."""
+    for byte; no parts directory or temporary file left. `.featstore.stat` (each file's
+    size, mtime and inode when its sha256 was checked: a local cache, not store content) is
+    left out."""
     manifest = json.loads((got / "store.json").read_text())
     assert manifest == json.loads((want / "store.json").read_text())
-    files = sorted(p.relative_to(want) for p in want.rglob("*") if p.is_file())
-    assert sorted(p.relative_to(got) for p in got.rglob("*") if p.is_file()) == files
+
+    def listed(root: Path) -> list[Path]:
+        return sorted(p.relative_to(root) for p in root.rglob("*")
+                      if p.is_file() and p.name != STAT_FILE)
+
+    files = listed(want)
+    assert listed(got) == files
     for rel in files:
         assert (got / rel).read_bytes() == (want / rel).read_bytes(), rel
     for name, entry in manifest["splits"].items():
