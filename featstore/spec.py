@@ -187,7 +187,8 @@ def parse_spec(data: dict[str, Any], base: Path, where: str) -> BenchmarkSpec:
                              "source = { imagefolder = \"data/train\" }")
         source = dict(source)
         kinds = [k for k in SOURCE_KINDS if k in source]
-        if not kinds:  # a misspelled kind: name it with a did-you-mean
+        if not kinds and any(difflib.get_close_matches(str(k), SOURCE_KINDS, n=1, cutoff=0.6)
+                             for k in source):  # a misspelled kind: name it, did-you-mean
             check_keys(source, (*SOURCE_KINDS, "root", "kwargs"),
                        f"{where}: split {name!r}: source")
         if len(kinds) != 1:
