@@ -151,7 +151,7 @@ def test_missing_or_broken_images_exit_1(tmp_path, capsys, case):
         source, culprit = f'{{ imagefolder = "{imgs}" }}', "no image files"
     else:
         shutil.rmtree(imgs / "a")
-        source, culprit = f'{{ imagefolder = "{imgs}" }}', "no class sub-directories"
+        source, culprit = f'{{ imagefolder = "{imgs}" }}', "no image files"
     (tmp_path / "s.toml").write_text(TRANSFORM + f'\n[[split]]\nname = "id/test"\n'
                                                  f"source = {source}\n")
     _one_line(run_cli(capsys, "extract", "--model", "tiny_models:tiny_cnn", "--spec",
