@@ -50,7 +50,7 @@ from featstore.errors import FeatstoreError, UsageError
 from . import REGISTRY, get_scorer
 from .adapt import adapt_grid, adapt_params
 from .base import Scorer, expand_grid
-from .evaluate import group_means, mean_of
+from .evaluate import group_means, mean_of, require_finite_inputs
 from .metrics import (
     METRIC_DIRECTIONS,
     OOD_METRIC_NAMES,
@@ -223,6 +223,7 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
     "adjusted": [{"setting", "used", "reason"}],
     "fit_seconds", "val_seconds", "test_seconds"}; see the module docstring."""
     direction = check_select_by(select_by)
+    require_finite_inputs(store, method, [])  # before any data-dependent range: NaN named
     base = dict(base_params or {})
     probe = get_scorer(method, **base)
     val_ood = val_splits(store)

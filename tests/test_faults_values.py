@@ -249,3 +249,12 @@ def test_resume_reextracts_exactly_the_damaged_split(tmp_path, monkeypatch):
         assert st.manifest["splits"]["ood/far/hurt"]["sha256"] == \
             manifest["splits"]["ood/far/hurt"]["sha256"]
         assert (out / "splits" / "ood__far__keep.h5").stat().st_ino == keep_inode
+
+
+def test_sweep_names_the_nan_before_any_data_dependent_range(tmp_path):
+    """A sweep fits on id/train too: NaN there is the error, not an empty dim range."""
+    from scorers.sweep import sweep
+
+    st = _make(tmp_path / "s", **{"id/train:features": ([5], np.nan)})
+    with pytest.raises(NonFiniteError, match=r"split 'id/train': 1 of 60 rows .*rows 5\)"):
+        sweep(st, "vim")
