@@ -86,8 +86,9 @@ def test_eval_never_reports_a_method_whose_inputs_are_not_finite(tmp_path, field
     method is not in the table and the reason names the split and rows."""
     split = "id/test" if field == "logits" else "id/train"
     st = _make(tmp_path / "s", **{f"{split}:{field}": ([2], np.nan)})
-    result = evaluate(st, [method])
-    assert method not in result["methods"]
+    healthy = "knn" if field == "logits" else "msp"   # reads only the other field: it runs
+    result = evaluate(st, [method, healthy], params={"knn": {"K": 5}})
+    assert method not in result["methods"] and healthy in result["methods"]
     assert "NaN or inf" in str(result["skipped"][method]) and split in str(
         result["skipped"][method])
 
