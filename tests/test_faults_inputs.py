@@ -114,10 +114,10 @@ def test_bad_transform_is_named_not_taken_for_unreadable_images(tmp_path):
 
 
 def test_skip_bad_with_every_image_unreadable_saves_nothing(tmp_path):
-    folder = tmp_path / "imgs" / "a"
-    folder.mkdir(parents=True)
-    for k in range(3):
-        (folder / f"{k}.png").write_bytes(b"not a png")
+    for cls in "abc":   # the tiny CNN's head has 3 classes: one folder each
+        folder = tmp_path / "imgs" / cls
+        folder.mkdir(parents=True)
+        (folder / "0.png").write_bytes(b"not a png")
     spec = TRANSFORM + (f'\n[[split]]\nname = "id/test"\nsource = {{ imagefolder = '
                         f'"{tmp_path / "imgs"}" }}\n')
     (tmp_path / "s.toml").write_text(spec)
@@ -133,8 +133,9 @@ def test_missing_or_broken_images_exit_1(tmp_path, capsys, case):
     """Issue 22: unreadable / missing image, missing list root and an empty folder exited 2
     where the README's table says 1."""
     imgs = tmp_path / "imgs"
-    (imgs / "a").mkdir(parents=True)
-    Image.new("RGB", (20, 20)).save(imgs / "a" / "ok.png")
+    for cls in "abc":   # the tiny CNN's head has 3 classes: one folder each
+        (imgs / cls).mkdir(parents=True)
+        Image.new("RGB", (20, 20)).save(imgs / cls / "ok.png")
     if case == "missing_image":
         (tmp_path / "l.txt").write_text("a/ok.png 0\na/gone.png 0\n")
         source, culprit = f'{{ imagelist = "{tmp_path / "l.txt"}", root = "{imgs}" }}', \
@@ -147,10 +148,12 @@ def test_missing_or_broken_images_exit_1(tmp_path, capsys, case):
         source, culprit = f'{{ imagelist = "{tmp_path / "l.txt"}", root = "{tmp_path / "no"}" }}', \
             "root directory"
     elif case == "empty_folder":
-        (imgs / "a" / "ok.png").unlink()
+        for cls in "abc":
+            (imgs / cls / "ok.png").unlink()
         source, culprit = f'{{ imagefolder = "{imgs}" }}', "no image files"
     else:
-        shutil.rmtree(imgs / "a")
+        for cls in "abc":
+            shutil.rmtree(imgs / cls)
         source, culprit = f'{{ imagefolder = "{imgs}" }}', "no image files"
     (tmp_path / "s.toml").write_text(TRANSFORM + f'\n[[split]]\nname = "id/test"\n'
                                                  f"source = {source}\n")
