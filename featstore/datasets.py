@@ -20,6 +20,7 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from .errors import InputError, UsageError
+from .spec import SAMPLING_KEYS
 
 TRANSFORM_ERROR = "transform: "  # prefix of a row error that is the transform's fault
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -228,7 +229,6 @@ def builtin_rows(source: dict[str, Any]) -> RowSource:
 
 
 #: source keys that subsample a source's rows (seeded; see `sample_rows`)
-SAMPLING_KEYS = ("per_class", "max_rows", "sample_seed")
 
 
 def rows_from_source(source: dict[str, Any]) -> RowSource:

@@ -59,9 +59,12 @@ from .store import USAGES, default_usage
 
 SOURCE_KINDS = ("imagefolder", "imagelist", "torchvision", "builtin")
 TRANSFORM_KEYS = ("resize", "crop", "mean", "std", "backend")
-TOP_KEYS = ("classes", "wnids", "class_map", "transform", "split")
+TOP_KEYS = ("classes", "wnids", "class_map", "balance", "balance_seed", "transform",
+            "split")
 SPLIT_KEYS = ("name", "usage", "source")
-# the keys of each source kind besides the kind itself (builtin: featstore.demo.data)
+SAMPLING_KEYS = ("per_class", "max_rows", "sample_seed")  # any source (featstore.datasets)
+# the keys of each source kind besides the kind itself and the sampling keys every source
+# takes (SAMPLING_KEYS; builtin sources: featstore.demo.data.GENERATOR_KEYS)
 SOURCE_KEYS = {"imagefolder": (), "imagelist": ("root",), "torchvision": ("root", "kwargs")}
 
 
@@ -86,7 +89,7 @@ def _source_keys(source: Mapping[str, Any], kind: str, where: str) -> None:
                              f"of {', '.join(GENERATOR_KEYS)}")
     else:
         extra = SOURCE_KEYS[kind]
-    check_keys(source, (kind, *extra), where)
+    check_keys(source, (kind, *extra, *SAMPLING_KEYS), where)
 
 
 def _check_transform(transform: Mapping[str, Any], where: str) -> None:
@@ -189,7 +192,7 @@ def parse_spec(data: dict[str, Any], base: Path, where: str) -> BenchmarkSpec:
         kinds = [k for k in SOURCE_KINDS if k in source]
         if not kinds and any(difflib.get_close_matches(str(k), SOURCE_KINDS, n=1, cutoff=0.6)
                              for k in source):  # a misspelled kind: name it, did-you-mean
-            check_keys(source, (*SOURCE_KINDS, "root", "kwargs"),
+            check_keys(source, (*SOURCE_KINDS, "root", "kwargs", *SAMPLING_KEYS),
                        f"{where}: split {name!r}: source")
         if len(kinds) != 1:
             raise InputError(f"{where}: split {name!r}: source needs exactly one of "
