@@ -23,8 +23,9 @@ partition (weights, means, variances of the two clusters, `kmeans._best_cut`).
   cycle (relative change; absolute near 0), or after `max_iter` EM steps: then the row is
   reported as NOT converged (column `converged` = 0), never silently.
 - A component whose responsibility mass falls below 1e-8 * n is collapsed: the row reports
-  one Gaussian (the whole set's) twice, `collapsed` = 1. A set with fewer than two distinct
-  values is collapsed from the start.
+  one Gaussian (the whole set's) twice, `collapsed` = 1. A set with fewer than two samples
+  or a constant set (std <= 1e-12 * max(1, |mean|): equal values give a rounding-level std,
+  not 0) is collapsed from the start.
 
 Output per row (original units): [w_lo, mu_lo, sd_lo, w_hi, mu_hi, sd_hi, EM steps,
 collapsed, mean log-likelihood per sample, converged, rejected extrapolations], component
@@ -204,7 +205,7 @@ def _em_rows(X: np.ndarray, n: np.ndarray, max_iter: int, tol: float, var_floor:
         mean = x.mean()
         sd = x.std()
         out[i, 9] = 1.0
-        if ni < 2 or sd == 0.0:
+        if ni < 2 or sd <= 1e-12 * max(1.0, abs(mean)):  # constant up to rounding
             out[i, 0] = 0.5
             out[i, 1] = mean
             out[i, 2] = sd
