@@ -19,6 +19,7 @@ from typer.exceptions import Abort, TyperException
 from featstore.errors import FeatstoreError
 
 from . import (
+    commands_compare,
     commands_gscore,
     commands_protocol,
     commands_report,
@@ -74,6 +75,7 @@ commands_train.register(app)
 commands_protocol.register(app)
 commands_report.register(app)
 commands_run.register(app)
+commands_compare.register(app)
 
 
 def _error(message: str) -> None:

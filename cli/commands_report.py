@@ -7,7 +7,18 @@ from typing import Annotated
 
 import typer
 
-from .common import cache_note, check_methods, method_params, open_store, require_rows
+from .common import (
+    BootOpt,
+    BootSeedOpt,
+    CiMethodOpt,
+    CiOpt,
+    cache_note,
+    check_methods,
+    ci_spec,
+    method_params,
+    open_store,
+    require_rows,
+)
 from .console import JsonOpt, QuietOpt, emit, out, setup, status
 
 
@@ -31,11 +42,17 @@ def register(app: typer.Typer) -> None:
             help="Extra result JSON to add (gscore evaluate, shift grid); "
                  "repeatable.")] = None,
         no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
+        ci: CiOpt = 0.95,
+        boot: BootOpt = 1000,
+        ci_method: CiMethodOpt = "percentile",
+        boot_seed: BootSeedOpt = 0,
         json_: JsonOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
-        """Leaderboard, ROC/PR curves, score histograms, sweep curves and provenance in one
-        self-contained HTML file (no network needed to view) plus report.md.
+        """Leaderboard with 95% stratified-bootstrap intervals, p-value matrices (paired
+        bootstrap per group, DeLong per split, Holm-adjusted), mean ranks with Friedman's test
+        and critical-difference diagrams, ROC/PR curves, score histograms, sweep curves and
+        provenance in one self-contained HTML file (no network needed to view) plus report.md.
 
         Example: featstore report runs/demo/store --out runs/demo/report.html
         """
@@ -46,6 +63,7 @@ def register(app: typer.Typer) -> None:
             check_methods(method)
         params = method_params(param)
         use_cache = not no_cache
+        spec = ci_spec(ci, boot, ci_method, boot_seed)
         if (source / "store.json").is_file():
             with open_store(source) as st:
                 require_rows(st)
@@ -55,6 +73,6 @@ def register(app: typer.Typer) -> None:
                   f"{', '.join(method) if method else 'every scorer'} for the report")
             html_path, md_path = write_report(source, out_, methods=method, tune=tune,
                                               include=include, params=params,
-                                              use_cache=use_cache)
+                                              use_cache=use_cache, ci=spec)
         emit({"source": str(source), "html": str(html_path), "markdown": str(md_path)},
              lambda: out.print(f"report: {html_path}  (markdown: {md_path})"))

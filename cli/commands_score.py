@@ -15,11 +15,18 @@ from featstore.errors import UsageError
 
 from .common import (
     ALLOW_NONFINITE_HELP,
+    BootOpt,
+    BootSeedOpt,
+    CiMethodOpt,
+    CiOpt,
     cache_note,
     check_methods,
     check_params,
+    ci_line,
+    ci_spec,
     fit_label,
     fit_splits,
+    fmt_ci,
     method_params,
     open_store,
     parse_params,
@@ -44,7 +51,8 @@ def _fmt(v: float) -> str:
 
 
 def print_evaluation(result: dict, per_split: bool = True) -> None:
-    """Group table (AUROC / FPR95 per group), then the per-split table."""
+    """Group table (AUROC / FPR95 per group, with intervals when the result has them), then
+    the per-split table."""
     methods = result["methods"]
     if not methods:
         out.print("no scorer could run on this store")
@@ -59,6 +67,8 @@ def print_evaluation(result: dict, per_split: bool = True) -> None:
         table.add_column(f"{g} AUROC", justify="right")
         table.add_column(f"{g} FPR95", justify="right")
     table.add_column("misclf AUROC", justify="right")
+    table.add_column("AURC↓", justify="right")
+    table.add_column("AUGRC↓", justify="right")
     table.add_column("fit+score s", justify="right")
     best = {(g, m): (max if m == "auroc" else min)(r["groups"][g][m] for r in methods.values())
             for g in groups for m in ("auroc", "fpr95")}
@@ -67,13 +77,18 @@ def print_evaluation(result: dict, per_split: bool = True) -> None:
         for g in groups:
             for m in ("auroc", "fpr95"):
                 v = r["groups"][g][m]
-                cells.append(f"[bold green]{_fmt(v)}[/]" if v == best[(g, m)] else _fmt(v))
+                text = fmt_ci(v, r["groups"][g].get(f"{m}_ci"))
+                cells.append(f"[bold green]{text}[/]" if v == best[(g, m)] else text)
         seconds = r["fit_seconds"] + r["score_seconds"]
-        cells += [_fmt(r["misclassification_auroc"]),
-                  "cached" if r.get("cached") else f"{seconds:.2f}"]
+        cells += [fmt_ci(r.get(k), r.get(f"{k}_ci"))
+                  for k in ("misclassification_auroc", "aurc", "augrc")]
+        cells.append("cached" if r.get("cached") else f"{seconds:.2f}")
         table.add_row(*cells)
     out.print(table)
-    out.print(f"ID accuracy ({result['id_split']}): {result['id_acc']:.2f}%")
+    out.print(f"ID accuracy ({result['id_split']}): "
+              f"{fmt_ci(result['id_acc'], result.get('id_acc_ci'))}%")
+    if (line := ci_line(result)) is not None:
+        out.print(line, highlight=False, markup=False)
     for name, r in methods.items():
         if (line := recall_line(r.get("diagnostics", {}))) is not None:
             out.print(f"{name}: {line}")
@@ -84,8 +99,8 @@ def print_evaluation(result: dict, per_split: bool = True) -> None:
         for s in result["ood_splits"]:
             t2.add_column(s, justify="right")
         for name, r in methods.items():
-            t2.add_row(name, *[" / ".join(_fmt(r["splits"][s][m]) for m in
-                                          ("auroc", "fpr95", "aupr_in", "aupr_out"))
+            t2.add_row(name, *[" / ".join(fmt_ci(r["splits"][s][m], r["splits"][s].get(f"{m}_ci"))
+                                          for m in ("auroc", "fpr95", "aupr_in", "aupr_out"))
                                for s in result["ood_splits"]])
         out.print(t2)
     if not result.get("tuned"):
@@ -111,11 +126,13 @@ def print_skipped(result: dict) -> None:
 
 
 def demo_evaluation(store: Store) -> dict:
-    """The demo's closing table's data: every scorer the store supports."""
+    """The demo's closing table's data: every scorer the store supports, with 95% intervals
+    (1000 stratified-bootstrap resamples, percentile)."""
     from scorers.evaluate import evaluate
+    from scorers.stats import BootstrapSpec
 
     # the demo's train bank has 650 rows: NNGuide's default 1% bank (6 rows) cannot hold K=100
-    return evaluate(store, params={"nnguide": {"alpha": 1.0}})
+    return evaluate(store, params={"nnguide": {"alpha": 1.0}}, ci=BootstrapSpec())
 
 
 def register(app: typer.Typer) -> None:
@@ -203,12 +220,17 @@ def register(app: typer.Typer) -> None:
         select_by: Annotated[str | None, typer.Option(
             help="With --tune: the val metric that chooses (default auroc).")] = None,
         allow_nonfinite: Annotated[bool, typer.Option(help=ALLOW_NONFINITE_HELP)] = False,
+        ci: CiOpt = 0.95,
+        boot: BootOpt = 1000,
+        ci_method: CiMethodOpt = "percentile",
+        boot_seed: BootSeedOpt = 0,
         json_: JsonOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
         """OOD metrics of scorers on every OOD test split vs id/test, group means, ID accuracy,
-        misclassification AUROC, timings. With --tune, each method's hyperparameters are first
-        chosen on the val splits (`featstore sweep` for every method).
+        misclassification AUROC, AURC and AUGRC, timings; every metric with its 95%
+        stratified-bootstrap interval (--ci 0 turns them off). With --tune, each method's
+        hyperparameters are first chosen on the val splits (`featstore sweep` for every method).
 
         Example: featstore eval runs/demo/store --method msp --method vim --out results.json
         """
@@ -216,6 +238,7 @@ def register(app: typer.Typer) -> None:
         from scorers.evaluate import evaluate
 
         params = method_params(param)
+        spec = ci_spec(ci, boot, ci_method, boot_seed)
         methods = None if all_ or not method else check_methods(method)
         strict = methods is not None  # a scorer named by --method must run
         if select_by is not None and not tune:
@@ -236,11 +259,11 @@ def register(app: typer.Typer) -> None:
                     from scorers.sweep import sweep_all
 
                     result = sweep_all(st, methods, params, select_by or "auroc",
-                                       progress=step, strict=strict)
+                                       progress=step, strict=strict, ci=spec)
                 else:
                     result = evaluate(st, methods, params, use_cache=use_cache,
                                       progress=step, strict=strict,
-                                      allow_nonfinite=allow_nonfinite)
+                                      allow_nonfinite=allow_nonfinite, ci=spec)
         if out_ is not None:
             out_.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -11,7 +11,20 @@ from rich.table import Table
 
 from featstore.errors import UsageError
 
-from .common import check_params, fit_label, open_store, parse_params, require_rows
+from .common import (
+    BootOpt,
+    BootSeedOpt,
+    CiMethodOpt,
+    CiOpt,
+    check_params,
+    ci_line,
+    ci_spec,
+    fit_label,
+    fmt_ci,
+    open_store,
+    parse_params,
+    require_rows,
+)
 from .console import JsonOpt, QuietOpt, emit, out, setup, status
 
 _TEST_COLS = (("auroc", "AUROC"), ("fpr95", "FPR95"), ("aupr_in", "AUPR-IN"),
@@ -114,11 +127,19 @@ def print_sweep(result: dict) -> None:
         for _, label in _TEST_COLS:
             t2.add_column(label, justify="right")
         for name, metrics in test["splits"].items():
-            t2.add_row(name, *[_fmt(metrics[m]) for m, _ in _TEST_COLS])
+            t2.add_row(name, *[fmt_ci(metrics[m], metrics.get(f"{m}_ci"))
+                               for m, _ in _TEST_COLS])
         for g, metrics in test["groups"].items():
             t2.add_row(f"[bold]{g or '(no group)'} (mean)[/]",
-                       *[f"[bold]{_fmt(metrics[m])}[/]" for m, _ in _TEST_COLS])
+                       *[f"[bold]{fmt_ci(metrics[m], metrics.get(f'{m}_ci'))}[/]"
+                         for m, _ in _TEST_COLS])
         out.print(t2)
+        out.print(" · ".join(f"{label} {fmt_ci(test.get(k), test.get(f'{k}_ci'))}"
+                             for k, label in (("misclassification_auroc", "misclf AUROC"),
+                                              ("aurc", "AURC↓"), ("augrc", "AUGRC↓"))),
+                  highlight=False)
+        if (line := ci_line(test)) is not None:
+            out.print(line, highlight=False, markup=False)
     print_adjusted(result["method"], result["adjusted"])
 
 
@@ -165,12 +186,17 @@ def register(app: typer.Typer) -> None:
             help="Val metric that chooses: auroc, aupr_in, aupr_out, ap_in, ap_out, fpr95, "
                  "fpr95_ood, detection_error.")] = "auroc",
         out_: Annotated[Path | None, typer.Option("--out", help="Write the result JSON.")] = None,
+        ci: CiOpt = 0.95,
+        boot: BootOpt = 1000,
+        ci_method: CiMethodOpt = "percentile",
+        boot_seed: BootSeedOpt = 0,
         json_: JsonOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
         """Choose a scorer's hyperparameters on the val splits (id/val vs the OOD splits
-        flagged usage = "val"), then report the chosen setting's test metrics. The scorer is
-        fitted once; every setting shares the work; test splits never choose.
+        flagged usage = "val"), then report the chosen setting's test metrics (with 95%
+        stratified-bootstrap intervals; --ci 0 turns them off). The scorer is fitted once;
+        every setting shares the work; test splits never choose.
 
         Example: featstore sweep runs/demo/store --method knn --grid K=1,5,10,50 --select-by fpr95
         """
@@ -183,6 +209,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--select-by: {exc}") from None
         grid_ = parse_grid(grid)
         params = parse_params(param)
+        spec = ci_spec(ci, boot, ci_method, boot_seed)
         check_params(method, params)
         if grid_:
             check_grid(method, params, grid_)
@@ -190,7 +217,7 @@ def register(app: typer.Typer) -> None:
             require_rows(st)
             with status() as begin:
                 begin("sweeping " + fit_label(st, method))
-                result = sweep(st, method, grid_, select_by, params)
+                result = sweep(st, method, grid_, select_by, params, ci=spec)
         if out_ is not None:
             out_.write_text(json.dumps(result, indent=2) + "\n")
         emit(result, lambda: print_sweep(result))

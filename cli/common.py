@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
 
 from featstore import Store
 from featstore.errors import InputError, UsageError
@@ -114,3 +117,46 @@ def fit_label(store: Store, method: str, scored: int | None = None) -> str:
     if scored is not None:
         text += f", scoring {scored} split{'s' if scored != 1 else ''}"
     return text
+
+
+CiOpt = Annotated[float, typer.Option(
+    "--ci", help="Confidence level of the stratified-bootstrap intervals shown beside every "
+                 "metric (0 turns them off).")]
+BootOpt = Annotated[int, typer.Option("--boot", help="Bootstrap resamples per split.")]
+CiMethodOpt = Annotated[str, typer.Option("--ci-method", help="Interval: percentile or bca "
+                                                              "(BCa: exact jackknife, "
+                                                              "O(N^2) per split).")]
+BootSeedOpt = Annotated[int, typer.Option("--boot-seed", help="Seed of the resamples.")]
+
+
+def ci_spec(ci: float, boot: int, method: str, seed: int) -> Any:
+    """The BootstrapSpec of the --ci/--boot/--ci-method/--boot-seed options (None for --ci 0);
+    a bad value is a UsageError naming the option."""
+    from scorers.stats import BootstrapSpec
+
+    if ci == 0:
+        return None
+    try:
+        return BootstrapSpec(level=ci, n_boot=boot, method=method.lower(), seed=seed)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def fmt_ci(value: float | None, interval: Sequence[float] | None = None) -> str:
+    """`72.95 [68.8, 77.0]` (rich markup escaped); `–` for a missing value; the bare value
+    without an interval."""
+    if value is None or value != value:
+        return "–"
+    if not interval:
+        return f"{value:.2f}"
+    return escape(f"{value:.2f} [{interval[0]:.1f}, {interval[1]:.1f}]")
+
+
+def ci_line(result: dict) -> str | None:
+    """'[lo, hi]: 95% percentile intervals, stratified bootstrap (...), 1000 resamples, seed 0'
+    for a result with intervals, else None."""
+    ci = result.get("ci")
+    if not ci:
+        return None
+    return (f"[lo, hi]: {100 * ci['level']:g}% {ci['method']} intervals, {ci['resampling']}, "
+            f"{ci['resamples']} resamples, seed {ci['seed']}")

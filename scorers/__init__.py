@@ -14,7 +14,8 @@ from typing import Any
 from .base import Scorer
 
 _NOT_SCORER_MODULES = {"base", "metrics", "misclassification", "sweep", "cache", "evaluate",
-                       "gscore", "knn_index", "neighbours", "adapt", "skipping"}
+                       "gscore", "knn_index", "neighbours", "adapt", "skipping", "compare",
+                       "selective", "stats", "uncertainty"}
 
 
 def _discover() -> dict[str, type[Scorer]]:

@@ -22,7 +22,10 @@ from .base import fit_split_names, value_fields
 from .cache import ScoreCache, cache_off_reason
 from .metrics import OOD_METRIC_NAMES, id_accuracy, misclassification_auroc, ood_metrics
 from .misclassification import misclassification_or_none
+from .selective import selective_metrics
 from .skipping import check_supported, require_any, run_each, unsupported_reason
+from .stats.bootstrap import BootstrapSpec
+from .uncertainty import add_intervals
 
 ID_SPLIT = "id/test"
 
@@ -124,11 +127,32 @@ def score_with_defaults(store: Any, name: str, given: Mapping[str, Any], splits:
     return scores, fit_s, score_s, dict(get_scorer(name, **used).params), adjusted
 
 
+def id_side_metrics(id_scores: np.ndarray, logits: np.ndarray, labels: np.ndarray
+                    ) -> dict[str, float]:
+    """Misclassification AUROC, AURC and AUGRC of the ID scores (NaN where undefined)."""
+    try:
+        mis = misclassification_auroc(id_scores, logits, labels)
+    except ValueError:
+        mis = float("nan")
+    try:
+        sel = selective_metrics(id_scores, logits, labels)
+    except ValueError:
+        sel = {"aurc": float("nan"), "augrc": float("nan")}
+    return {"misclassification_auroc": mis, **sel}
+
+
 def evaluate(store: Any, methods: Sequence[str] | None = None,
              params: Mapping[str, Mapping[str, Any]] | None = None,
              use_cache: bool = True, progress: Any = None, strict: bool = False,
-             allow_nonfinite: bool = False) -> dict[str, Any]:
+             allow_nonfinite: bool = False, ci: BootstrapSpec | None = None,
+             keep_scores: dict[str, dict[str, np.ndarray]] | None = None) -> dict[str, Any]:
     """Metrics of every method on every OOD test split of the store.
+
+    With ``ci``, every metric also carries its stratified-bootstrap interval
+    (``scorers.uncertainty.add_intervals``: ``"<metric>_ci": [lo, hi]`` beside each value,
+    ``"id_acc_ci"``, and the method echo in ``"ci"``); without it ``"ci"`` is None.
+    ``keep_scores``, if given, receives every evaluated method's scores {method: {split:
+    scores}} (id/test and the OOD test splits).
 
     Returns {"store", "model_sha256", "id_split", "id_acc", "ood_splits", "methods":
     {name: {"params" (as run: `params[name]` over the defaults, a data-invalid default clamped
@@ -136,8 +160,8 @@ def evaluate(store: Any, methods: Sequence[str] | None = None,
     "fit_seconds", "score_seconds", "diagnostics" (the fit's, e.g. recall@K of an approximate
     index; empty when cached), "misclassification_auroc", "misclassification" (FACETS
     Table VII: fpr95, detection_error, auroc, errors, warning; None when undefined), "splits":
-    {split: metrics},
-    "groups": {group: metrics}}}, "skipped": {name: reason}}.
+    {split: metrics}, "groups": {group: metrics}, "aurc", "augrc" (selective classification,
+    `scorers.selective`)}}, "skipped": {name: reason}, "ci"}.
 
     A method that cannot run on this store (`scorers.skipping`: a missing need, no valid
     parameter value, a class without train rows, ...) is listed in "skipped" with its one-line
@@ -158,6 +182,7 @@ def evaluate(store: Any, methods: Sequence[str] | None = None,
         store.check_committed(name)  # never one scorer at a time
     id_split = store.split(ID_SPLIT)
     logits, labels = np.asarray(id_split.logits), np.asarray(id_split.labels)
+    kept: dict[str, dict[str, np.ndarray]] = {} if keep_scores is None else keep_scores
 
     def run(name: str) -> dict[str, Any]:
         check_supported(store, name)
@@ -173,22 +198,23 @@ def evaluate(store: Any, methods: Sequence[str] | None = None,
         id_scores = scores[ID_SPLIT]
         per_split = {s: ood_metrics(id_scores, scores[s], id_name=ID_SPLIT, ood_name=s)
                      for s in ood}
-        try:
-            mis = misclassification_auroc(id_scores, logits, labels)
-        except ValueError:
-            mis = float("nan")
+        id_side = id_side_metrics(id_scores, logits, labels)
+        kept[name] = scores
         return {
             "misclassification": misclassification_or_none(id_scores, logits, labels),
             "params": dict(get_scorer(name, **used).params), "adjusted": adjusted,
             "fit_seconds": fit_s, "score_seconds": score_s,
             "cached": fit_s == 0.0 and score_s == 0.0,
             "diagnostics": diag,
-            "misclassification_auroc": mis,
+            **id_side,
             "splits": per_split, "groups": group_means(per_split, store),
         }
 
     done, skipped = run_each(methods, run, strict=strict)
     require_any(done, skipped, store)
-    return {"store": str(store.path), "model_sha256": store.model_sha256,
-            "id_split": ID_SPLIT, "id_acc": id_accuracy(logits, labels),
-            "ood_splits": ood, "methods": done, "skipped": skipped}
+    result = {"store": str(store.path), "model_sha256": store.model_sha256,
+              "id_split": ID_SPLIT, "id_acc": id_accuracy(logits, labels),
+              "ood_splits": ood, "methods": done, "skipped": skipped, "ci": None}
+    if ci is not None:
+        add_intervals(result, kept, store, ci)
+    return result

@@ -50,16 +50,17 @@ from featstore.errors import FeatstoreError, UsageError
 from . import REGISTRY, get_scorer
 from .adapt import adapt_grid, adapt_params
 from .base import Scorer, expand_grid
-from .evaluate import group_means, mean_of, require_finite_inputs
+from .evaluate import group_means, id_side_metrics, mean_of, require_finite_inputs
 from .metrics import (
     METRIC_DIRECTIONS,
     OOD_METRIC_NAMES,
     id_accuracy,
-    misclassification_auroc,
     ood_metrics,
 )
 from .misclassification import misclassification_or_none
 from .skipping import check_supported, require_any, run_each
+from .stats.bootstrap import BootstrapSpec
+from .uncertainty import add_intervals
 
 VAL_ID_SPLIT = "id/val"
 TEST_ID_SPLIT = "id/test"
@@ -192,14 +193,20 @@ class _Plan:
 
 
 def _split_metrics(plan: _Plan, scorer: Scorer, store: Any, id_name: str,
-                   ood_names: Sequence[str]) -> tuple[list[np.ndarray], list[dict]]:
-    """Scores of the ID split per setting, and per setting {ood split: metrics}."""
+                   ood_names: Sequence[str], keep: dict[str, np.ndarray] | None = None,
+                   keep_index: int = 0) -> tuple[list[np.ndarray], list[dict]]:
+    """Scores of the ID split per setting, and per setting {ood split: metrics}. With `keep`,
+    setting `keep_index`'s scores of every split are stored in it (for its intervals)."""
     id_scores = plan.score(scorer, store.split(id_name))
+    if keep is not None:
+        keep[id_name] = id_scores[keep_index]
     per_setting: list[dict[str, dict[str, float]]] = [{} for _ in plan.settings]
     for ood in ood_names:
         for i, scores in enumerate(plan.score(scorer, store.split(ood))):
             per_setting[i][ood] = ood_metrics(id_scores[i], scores, id_name=id_name,
                                               ood_name=ood)
+            if keep is not None and i == keep_index:
+                keep[ood] = scores
     return id_scores, per_setting
 
 
@@ -209,17 +216,23 @@ def _mean(per_split: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
 
 # --------------------------------------------------------------------------- API
 def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
-          select_by: str = "auroc", base_params: Mapping[str, Any] | None = None
+          select_by: str = "auroc", base_params: Mapping[str, Any] | None = None,
+          ci: BootstrapSpec | None = None, keep_scores: dict[str, np.ndarray] | None = None
           ) -> dict[str, Any]:
     """Choose `method`'s setting on the val splits, then report its test metrics.
+
+    With `ci`, the chosen setting's test metrics carry stratified-bootstrap intervals
+    (`scorers.uncertainty.add_intervals`; test["ci"] echoes the method). `keep_scores`, if
+    given, receives the chosen setting's test scores {split: scores}.
 
     Returns {"store", "model_sha256", "method", "select_by", "direction", "grid",
     "grid_source" ("default"|"explicit"), "base_params", "val_splits": {"id", "ood"},
     "test_splits": {"id", "ood"} | None, "chosen": {"index", "setting", "params", "val"},
     "test": {"params", "fit_seconds", "score_seconds", "cached", "diagnostics" (the fitted
     scorer's, e.g. an approximate index's recall@K), "misclassification_auroc",
-    "misclassification", "splits", "groups"} | None, "settings": [{"setting", "params",
-    "val": {"mean", "groups", "splits"}, "test": {"groups", "splits"} | None}],
+    "misclassification", "aurc", "augrc", "splits", "groups"} | None, "settings":
+    [{"setting", "params", "val": {"mean", "groups", "splits"}, "test": {"groups", "splits"}
+    | None}],
     "adjusted": [{"setting", "used", "reason"}],
     "fit_seconds", "val_seconds", "test_seconds"}; see the module docstring."""
     direction = check_select_by(select_by)
@@ -250,17 +263,16 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
     test_rows: list[dict[str, Any] | None] = [None] * len(plan.settings)
     test: dict[str, Any] | None = None
     t0 = time.perf_counter()
+    kept: dict[str, np.ndarray] = {} if keep_scores is None else keep_scores
     if has_test:
         id_scores, test_split_metrics = _split_metrics(plan, scorer, store, TEST_ID_SPLIT,
-                                                       test_ood)
+                                                       test_ood, kept, index)
         test_rows = [{"groups": group_means(ps, store), "splits": ps}
                      for ps in test_split_metrics]
         id_split = store.split(TEST_ID_SPLIT)
-        try:
-            mis: float | None = misclassification_auroc(
-                id_scores[index], np.asarray(id_split.logits), np.asarray(id_split.labels))
-        except ValueError:
-            mis = None  # undefined (every row right, or none labelled): JSON null, not NaN
+        # undefined values (every row right, or none labelled) are JSON null, not NaN
+        id_side = {k: None if v != v else v for k, v in id_side_metrics(
+            id_scores[index], np.asarray(id_split.logits), np.asarray(id_split.labels)).items()}
         mis_table = misclassification_or_none(id_scores[index], np.asarray(id_split.logits),
                                               np.asarray(id_split.labels))
     test_s = time.perf_counter() - t0
@@ -268,8 +280,17 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
         test = {"params": _plain(chosen_params), "adjusted": plan.adjusted, "fit_seconds": fit_s,
                 "score_seconds": val_s + test_s, "cached": False,
                 "diagnostics": _plain(scorer.diagnostics),
-                "misclassification_auroc": mis, "misclassification": mis_table,
+                **id_side, "misclassification": mis_table,
                 **test_rows[index]}  # type: ignore[dict-item]
+        # own copies: the intervals go into the chosen test metrics, not into "settings"
+        test["splits"] = {k: dict(v) for k, v in test["splits"].items()}
+        test["groups"] = {k: dict(v) for k, v in test["groups"].items()}
+        if ci is not None:
+            holder = {"id_split": TEST_ID_SPLIT, "methods": {method: test}}
+            add_intervals(holder, {method: kept}, store, ci)
+            test["ci"] = holder["ci"]
+            if "id_acc_ci" in holder:
+                test["id_acc_ci"] = holder["id_acc_ci"]
 
     return {
         "store": str(store.path), "model_sha256": store.model_sha256, "method": method,
@@ -292,14 +313,15 @@ def sweep_all(store: Any, methods: Sequence[str] | None = None,
               params: Mapping[str, Mapping[str, Any]] | None = None,
               select_by: str = "auroc",
               progress: Callable[[str], None] | None = None,
-              strict: bool = False) -> dict[str, Any]:
+              strict: bool = False, ci: BootstrapSpec | None = None) -> dict[str, Any]:
     """Sweep every method over its default grid on val; the tuned leaderboard on test.
 
     Returns `scorers.evaluate.evaluate`'s structure ({"store", "model_sha256", "id_split",
     "id_acc", "ood_splits", "methods": {name: test metrics of the chosen setting}, "skipped"})
     where each method also carries "chosen" (its setting), "fixed" (`params[name]`), "val"
     (the chosen setting's mean val metrics), "grid", "settings_scored" and "adjusted"; plus
-    "tuned": True, "select_by" and "val_splits".
+    "tuned": True, "select_by", "val_splits" and "ci" (with `ci`: every chosen setting's
+    test metrics with intervals from one bootstrap over every method, common resamples).
     `params[name]` fixes parameters of a method (they leave its grid). A method that cannot
     run on this store is skipped with the reason (`scorers.skipping`), or, with `strict`,
     raises; when none ran, FeatstoreError lists every reason."""
@@ -317,25 +339,32 @@ def sweep_all(store: Any, methods: Sequence[str] | None = None,
         raise FeatstoreError(f"store {str(store.path)!r} has no OOD test split to evaluate")
     val_ood = val_splits(store)
     id_split = store.split(TEST_ID_SPLIT)
+    kept: dict[str, dict[str, np.ndarray]] = {}
 
     def run(name: str) -> dict[str, Any]:
         check_supported(store, name)
         if progress:
             progress(name)
-        res = sweep(store, name, None, select_by, params.get(name, {}))
+        kept[name] = {}
+        res = sweep(store, name, None, select_by, params.get(name, {}),
+                    keep_scores=kept[name])
         return {**res["test"], "chosen": res["chosen"]["setting"], "fixed": res["base_params"],
                 "val": res["chosen"]["val"], "grid": res["grid"],
                 "settings_scored": len(res["settings"]), "adjusted": res["adjusted"]}
 
     done, skipped = run_each(methods, run, strict=strict)
     require_any(done, skipped, store)
-    return {
+    result = {
         "store": str(store.path), "model_sha256": store.model_sha256,
         "id_split": TEST_ID_SPLIT,
         "id_acc": id_accuracy(np.asarray(id_split.logits), np.asarray(id_split.labels)),
         "ood_splits": test_ood, "methods": done, "skipped": skipped, "tuned": True,
         "select_by": select_by, "val_splits": {"id": VAL_ID_SPLIT, "ood": val_ood},
+        "ci": None,
     }
+    if ci is not None:  # one bootstrap over every method: the same resamples for all
+        add_intervals(result, kept, store, ci)
+    return result
 
 
 __all__ = ["check_select_by", "choose", "format_setting", "sweep", "sweep_all", "val_splits"]

@@ -221,6 +221,12 @@ def test_user_spec_resumes_without_recomputing_finished_runs(tmp_path, user_spec
     fresh = run_experiment(load_experiment(exp_file), tmp_path / "fresh")
     for a, b in zip(result["runs"], fresh["runs"], strict=True):
         assert a.get("groups") == b.get("groups") and a.get("chosen") == b.get("chosen")
+    # every run record carries its 95% stratified-bootstrap intervals beside the values
+    knn = next(r for r in result["runs"] if r["method"] == "KNN")
+    for metrics in knn["groups"].values():
+        lo, hi = metrics["auroc_ci"]
+        assert lo <= metrics["auroc"] <= hi
+    assert knn["ci"]["resamples"] == 1000 and len(knn["id_acc_ci"]) == 2
     # the CLI prints the skipped runs with their reasons
     code, stdout, err = run(capsys, "run", str(exp_file), "--out", str(tmp_path / "out"))
     assert code == 0, err

@@ -46,12 +46,43 @@ def test_report_from_a_store_has_tables_plots_and_markdown(structured_store, tmp
     assert f"{vim_auroc:.2f}" in table
     assert "sha256 of the head (W, b)" in html and structured_store.model_sha256 in html
     images = _embedded_images(html)
-    # 2 OOD test splits x ROC/PR + 3 histogram figures
-    assert len(images) == 2 + 3 and all(im.size[0] > 100 for im in images)
+    # 2 OOD test splits x ROC/PR + 3 histogram figures + 2 CD diagrams (AUROC, FPR95)
+    assert len(images) == 2 + 3 + 2 and all(im.size[0] > 100 for im in images)
     md = md_path.read_text()
-    assert "| scorer |" in md and md.count("![") == 5
+    assert "| scorer |" in md and md.count("![") == 7
     for link in re.findall(r"\]\(([^)]+\.png)\)", md):
         assert (md_path.parent / link).is_file()
+    _check_statistics(html, structured_store, ["msp", "vim", "knn"])
+
+
+def _check_statistics(html: str, store, methods: list[str]) -> None:
+    """Intervals beside the leaderboard values (equal to evaluate's with the same bootstrap),
+    a p-value matrix per group and per split (DeLong p equal to scorers.stats.delong_test on
+    the scores, Holm over the pairs), and the ranking table with a CD diagram."""
+    from scorers.evaluate import score_splits
+    from scorers.stats import BootstrapSpec, delong_test, holm
+
+    result = evaluate(store, methods, ci=BootstrapSpec())
+    table = html.split('<table id="leaderboard">')[1].split("</table>")[0]
+    far = result["methods"][methods[1]]["groups"]["far"]
+    lo, hi = far["auroc_ci"]
+    assert f"{far['auroc']:.2f} [{lo:.1f}, {hi:.1f}]" in table
+    assert "95% percentile intervals (stratified bootstrap, 1000 resamples, seed 0)" in html
+    for group in ("near", "far"):
+        matrix = html.split(f'<table id="pvalues-{group}">')[1].split("</table>")[0]
+        assert matrix.count("<tr>") == 1 + len(methods)
+    split = "ood/far/faint"
+    scores = {m: score_splits(store, m, {}, ["id/test", split])[0] for m in methods}
+    raw = [delong_test(scores[a]["id/test"], scores[a][split], scores[b]["id/test"],
+                       scores[b][split]).p_value
+           for i, a in enumerate(methods) for b in methods[i + 1:]]
+    matrix = html.split('<table id="delong-ood_far_faint">')[1].split("</table>")[0]
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", matrix)
+    p_ab = float(cells[2])                    # row 0 (first method), column of the second
+    want = holm(np.array(raw))[0]
+    assert p_ab == pytest.approx(want, rel=6e-2, abs=5e-4)     # printed to 2-3 digits
+    assert '<table id="ranking">' in html and "Friedman chi2" in html
+    assert 'alt="critical-difference diagram, auroc' in html
 
 
 def test_report_from_results_json_and_bad_source(structured_store, tmp_path, capsys):
@@ -91,6 +122,12 @@ def test_demo_report_in_headless_chromium(demo_dir, tmp_path):
     result = evaluate(__import__("featstore").Store.open(demo_dir / "store"))
     table = dom.stdout.split('<table id="leaderboard">')[1].split("</table>")[0]
     assert table.count("<tr>") == 1 + len(result["methods"])
+    # intervals beside the values, p-value matrices and the CD diagram in the rendered page
+    assert re.search(r"\d+\.\d\d \[\d+\.\d, \d+\.\d\]", table)
+    assert '<table id="pvalues-far">' in dom.stdout and '<table id="pvalues-near">' in dom.stdout
+    matrix = dom.stdout.split('<table id="pvalues-far">')[1].split("</table>")[0]
+    assert matrix.count("<tr>") == 1 + len(result["methods"])
+    assert 'alt="critical-difference diagram, auroc' in dom.stdout
     shot = tmp_path / "shot.png"
     run = subprocess.run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={profile}",
                           f"--screenshot={shot}", "--window-size=1400,2000",

@@ -607,7 +607,14 @@ def test_cli_sweep_json_and_out(store, capsys, tmp_path):
     result = json.loads(out)
     assert result == json.loads(out_file.read_text())
     assert result["grid"] == {"K": [1, 5, 50]} and result["select_by"] == "fpr95"
-    assert untimed(result) == untimed(sweep(store, "knn", {"K": [1, 5, 50]}, "fpr95"))
+    # the CLI's default --ci 0.95 --boot 1000 --boot-seed 0: the library call with that spec
+    from scorers.stats import BootstrapSpec
+
+    assert untimed(result) == untimed(sweep(store, "knn", {"K": [1, 5, 50]}, "fpr95",
+                                            ci=BootstrapSpec(0.95, 1000, "percentile", 0)))
+    assert result["test"]["ci"]["resamples"] == 1000
+    assert all(f"{m}_ci" in result["test"]["groups"]["far"] for m in ("auroc", "fpr95"))
+    assert "auroc_ci" not in result["settings"][0]["test"]["groups"]["far"]
 
 
 def test_cli_sweep_table(store, capsys):

@@ -227,6 +227,13 @@ def _has_grid(row: MethodRow) -> bool:
     return any(k not in row.params for k in grid)
 
 
+def _intervals(entry: dict[str, Any]) -> dict[str, Any]:
+    """The run's 95% stratified-bootstrap intervals beside its ID-side numbers (the OOD
+    metrics carry theirs in "groups"/"splits" as "<metric>_ci") and the method echo."""
+    return {k: entry.get(k) for k in ("id_acc_ci", "misclassification_auroc_ci", "aurc",
+                                      "aurc_ci", "augrc", "augrc_ci", "ci")}
+
+
 def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
     """One row's numbers on one store: tuned on val (sweep) or at its parameters (evaluate).
     UsageError / FeatstoreError with the reason when it cannot run."""
@@ -235,6 +242,7 @@ def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dic
     from scorers.evaluate import evaluate
     from scorers.metrics import id_accuracy
     from scorers.skipping import unsupported_reason
+    from scorers.stats import BootstrapSpec
 
     why = unsupported_reason(store, row.scorer)
     if why is not None:
@@ -243,7 +251,7 @@ def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dic
     if tuned:
         from scorers.sweep import sweep
 
-        res = sweep(store, row.scorer, row.grid, select_by, row.params)
+        res = sweep(store, row.scorer, row.grid, select_by, row.params, ci=BootstrapSpec())
         test = res["test"]
         if test is None:
             raise FeatstoreError("the store has no id/test or OOD test split")
@@ -253,10 +261,12 @@ def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dic
                 "id_acc": id_accuracy(np.asarray(idt.logits), np.asarray(idt.labels)),
                 "misclassification_auroc": test["misclassification_auroc"],
                 "misclassification": test["misclassification"],
+                **_intervals(test),
                 "groups": test["groups"], "splits": test["splits"],
                 "score_s": res["fit_seconds"] + res["val_seconds"] + res["test_seconds"]}
     res = evaluate(store, [row.scorer], {row.scorer: row.params}, use_cache=False,
-                   strict=True)  # the scorer's own error (scorers.skipping) when it cannot run
+                   strict=True,  # the scorer's own error (scorers.skipping) when it cannot run
+                   ci=BootstrapSpec())
     m = res["methods"][row.scorer]
     mis = m["misclassification_auroc"]
     return {"params": m["params"], "chosen": None, "val": None, "tuned": False,
@@ -264,6 +274,7 @@ def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dic
             "id_acc": res["id_acc"],
             "misclassification_auroc": None if mis != mis else mis,
             "misclassification": m["misclassification"],
+            **_intervals({**m, "id_acc_ci": res.get("id_acc_ci"), "ci": res["ci"]}),
             "groups": m["groups"], "splits": m["splits"],
             "score_s": m["fit_seconds"] + m["score_seconds"]}
 

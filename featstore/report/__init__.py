@@ -9,16 +9,24 @@ from typing import Any
 from .collect import ReportData, collect
 from .render import figures, gscore_tables, leaderboard_tables, render_html, render_markdown
 
+_DEFAULT_CI = object()
+
 
 def write_report(source: str | Path, out: str | Path, *, methods: list[str] | None = None,
                  tune: bool = False, include: list[Path] | None = None,
                  params: dict[str, dict[str, Any]] | None = None,
-                 use_cache: bool = True) -> tuple[Path, Path]:
+                 use_cache: bool = True, ci: Any = _DEFAULT_CI) -> tuple[Path, Path]:
     """Write `out` (HTML) and `out` with suffix .md; returns both paths. Files are written to
     a temporary name and renamed, so a failed report leaves no half-written file. With
-    `use_cache=False` scores are neither read from nor written to the store's scores.h5."""
+    `use_cache=False` scores are neither read from nor written to the store's scores.h5.
+    `ci`: a scorers.stats.BootstrapSpec for the intervals and paired tests (default: 95%, 1000
+    resamples, percentile, seed 0), or None for none."""
+    if ci is _DEFAULT_CI:
+        from scorers.stats import BootstrapSpec
+
+        ci = BootstrapSpec()
     out = Path(out)
-    data = collect(Path(source), methods, tune, include, params, use_cache)
+    data = collect(Path(source), methods, tune, include, params, use_cache, ci)
     figs = figures(data)
     tables = leaderboard_tables(data) + gscore_tables(data)
     md_path = out.with_suffix(".md")

@@ -26,6 +26,9 @@ class ReportData:
     scores: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     sweeps: dict[str, dict[str, Any]] = field(default_factory=dict)
     extras: list[dict[str, Any]] = field(default_factory=list)
+    pairwise: dict[str, Any] = field(default_factory=dict)     # scorers.compare.pairwise_tests
+    rankings: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> rank_results
+    notes: list[str] = field(default_factory=list)             # why a statistic is absent
 
 
 def _provenance(store: Store | None, result: dict[str, Any]) -> dict[str, Any]:
@@ -69,17 +72,40 @@ def weights_line(model: dict[str, Any]) -> str:
     return str(model.get("weights_source") or "not recorded (no --weights)")
 
 
+def _statistics(data: ReportData, store: Store | None, ci: Any) -> None:
+    """Intervals and paired tests (from the scores, when a store is at hand and `ci` is set)
+    and rankings over the OOD test splits (from the metric values)."""
+    from scorers.compare import pairwise_tests, rank_results
+    from scorers.uncertainty import add_intervals
+
+    result = data.result
+    if store is not None and ci is not None and data.scores:
+        dist = add_intervals(result, data.scores, store, ci)
+        data.pairwise = pairwise_tests(result, data.scores, dist, ("auroc",))
+    elif ci is not None:
+        data.notes.append("p-value matrices need the scores: build the report from the store")
+    n_methods, n_splits = len(result["methods"]), len(result.get("ood_splits", []))
+    if n_methods >= 3 and n_splits >= 2:
+        for metric in ("auroc", "fpr95"):
+            data.rankings[metric] = rank_results([result], metric)
+    else:
+        data.notes.append(f"rankings need at least 3 scorers and 2 OOD test splits (here "
+                          f"{n_methods} and {n_splits})")
+
+
 def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
             include: list[Path] | None = None,
             params: dict[str, dict[str, Any]] | None = None,
-            use_cache: bool = True) -> ReportData:
+            use_cache: bool = True, ci: Any = None) -> ReportData:
     """Build the report data from a store directory or a results JSON file.
 
     From a store: every scorer when `methods` is None (one that cannot run is listed under
     "skipped" with its reason, `scorers.skipping`); the named `methods` must all run (a named
     scorer that cannot is an error, as in `featstore eval --method`). `params[name]` fixes a
     scorer's parameters; defaults the store makes invalid are clamped (`scorers.adapt`).
-    `use_cache=False`: scores.h5 is neither read nor written."""
+    `use_cache=False`: scores.h5 is neither read nor written.
+    With `ci` (a scorers.stats.BootstrapSpec) every metric carries its interval and the report
+    has the paired tests; rankings are computed whenever there are enough scorers and splits."""
     from scorers.evaluate import ID_SPLIT, evaluate, score_splits
 
     source = Path(source)
@@ -119,6 +145,7 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
         for name, res in result["methods"].items():
             scores, _, _ = score_splits(store, name, res.get("params", {}), names, use_cache)
             data.scores[name] = scores
+    _statistics(data, store, ci)
     for path in include or []:
         try:
             data.extras.append(json.loads(Path(path).read_text(encoding="utf-8")))

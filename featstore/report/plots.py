@@ -121,3 +121,42 @@ def scatter_figure(title: str, x: Sequence[float], y: Sequence[float], xlabel: s
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     return _png(fig)
+
+
+def cd_figure(title: str, mean_ranks: Mapping[str, float], cd: float,
+              cliques: Sequence[Sequence[str]]) -> bytes:
+    """Critical-difference diagram (Demšar 2006): methods on a mean-rank axis (1 = best, at
+    the left), the CD as a bar above the axis, and a thick line joining each clique of
+    methods whose mean ranks differ by less than the CD."""
+    names = sorted(mean_ranks, key=lambda m: mean_ranks[m])
+    k = len(names)
+    lo, hi = 1, max(k, 2)
+    half = (k + 1) // 2
+    rows = max(half, k - half)
+    top = 0.35 + 0.22 * len(cliques)          # the clique bars sit between axis and labels
+    fig, ax = plt.subplots(figsize=(7.5, 1.4 + 0.3 * rows + 0.15 * len(cliques)))
+    ax.set_xlim(lo - 0.3, hi + 0.3)
+    ax.set_ylim(-(top + 0.45 * rows + 0.3), 1.6)
+    ax.axis("off")
+    ax.plot([lo, hi], [0, 0], c="black", lw=1)
+    for r in range(lo, hi + 1):
+        ax.plot([r, r], [0, 0.12], c="black", lw=1)
+        ax.text(r, 0.22, str(r), ha="center", va="bottom", fontsize=8)
+    ax.plot([lo, lo + cd], [1.1, 1.1], c="tab:red", lw=2)
+    ax.text(lo + cd / 2, 1.2, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=8,
+            color="tab:red")
+    for i, name in enumerate(names):
+        r = mean_ranks[name]
+        left = i < half
+        row = i if left else k - 1 - i
+        y = -(top + 0.45 * row)
+        x_text = lo - 0.25 if left else hi + 0.25
+        ax.plot([r, r, x_text], [0, y, y], c="grey", lw=0.8)
+        ax.text(x_text, y, f"{name} ({r:.2f})", ha="right" if left else "left",
+                va="center", fontsize=8)
+    for j, clique in enumerate(cliques):
+        ranks = [mean_ranks[m] for m in clique]
+        y = -0.2 - 0.22 * j
+        ax.plot([min(ranks) - 0.03, max(ranks) + 0.03], [y, y], c="black", lw=3)
+    ax.set_title(title, fontsize=9)
+    return _png(fig)

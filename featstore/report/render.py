@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import InputError
 from . import plots
 from .collect import ReportData
+from .statistics import cd_figures, p_value_tables, ranking_tables
 
 METRIC_COLUMNS = (("auroc", "AUROC", max), ("fpr95", "FPR95", min),
                   ("aupr_in", "AUPR-IN", max), ("aupr_out", "AUPR-OUT", max))
@@ -34,12 +35,20 @@ class Table:
     header: list[str]
     rows: list[list[str]]
     best: set[tuple[int, int]]          # (row, column) cells to highlight
+    table_id: str = ""                  # the HTML id (default: leaderboard / table<i>)
 
 
 def _fmt(v: Any) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
+def _fmt_ci(v: Any, iv: Any) -> str:
+    """`72.95 [68.8, 77.0]` when an interval is known, else as `_fmt`."""
+    if iv and isinstance(v, float) and not math.isnan(v):
+        return f"{v:.2f} [{iv[0]:.1f}, {iv[1]:.1f}]"
+    return _fmt(v)
 
 
 def _best_cells(rows: list[list[Any]], columns: dict[int, Any]) -> set[tuple[int, int]]:
@@ -60,34 +69,53 @@ def leaderboard_tables(data: ReportData) -> list[Table]:
     header = ["scorer"]
     for g in groups:
         header += [f"{g} {label}" for _, label, _ in METRIC_COLUMNS]
-    header += ["ID acc", "misclf AUROC", "fit+score s", "setting"]
+    header += ["ID acc", "misclf AUROC", "AURC↓", "AUGRC↓", "fit+score s", "setting"]
     raw: list[list[Any]] = []
+    ivs: list[list[Any]] = []           # the interval of each cell, or None
     for name, r in methods.items():
         row: list[Any] = [name]
+        iv: list[Any] = [None]
         for g in groups:
             row += [r["groups"].get(g, {}).get(m, float("nan")) for m, _, _ in METRIC_COLUMNS]
+            iv += [r["groups"].get(g, {}).get(f"{m}_ci") for m, _, _ in METRIC_COLUMNS]
         setting = r.get("chosen", r.get("params", {}))
+        iv += [res.get("id_acc_ci")] + [r.get(f"{k}_ci") for k in (
+            "misclassification_auroc", "aurc", "augrc")] + [None, None]
         row += [res.get("id_acc", float("nan")), r.get("misclassification_auroc", float("nan")),
+                r.get("aurc", float("nan")), r.get("augrc", float("nan")),
                 "cached" if r.get("cached") else r.get("fit_seconds", 0.0)
                 + r.get("score_seconds", 0.0),
                 ", ".join(f"{k}={v}" for k, v in (setting or {}).items()) or "default"]
         raw.append(row)
+        ivs.append(iv)
     cols = {1 + gi * len(METRIC_COLUMNS) + mi: fn for gi in range(len(groups))
             for mi, (_, _, fn) in enumerate(METRIC_COLUMNS)}
-    cols[len(header) - 3] = max
+    cols[len(header) - 5] = max
+    cols[len(header) - 4] = min
+    cols[len(header) - 3] = min
     title = "Leaderboard (tuned on val)" if res.get("tuned") else "Leaderboard"
-    group_table = Table(f"{title}: group means vs {res.get('id_split', 'id/test')}", header,
-                        [[_fmt(v) for v in row] for row in raw], _best_cells(raw, cols))
+    title += f": group means vs {res.get('id_split', 'id/test')}"
+    ci = res.get("ci")
+    if ci:
+        title += (f" · [lo, hi] = {100 * ci['level']:g}% {ci['method']} intervals (stratified "
+                  f"bootstrap, {ci['resamples']} resamples, seed {ci['seed']})")
+    group_table = Table(title, header,
+                        [[_fmt_ci(v, c) for v, c in zip(row, civ, strict=True)]
+                         for row, civ in zip(raw, ivs, strict=True)], _best_cells(raw, cols))
     split_header = ["scorer"] + [f"{s} {label}" for s in res["ood_splits"]
                                  for m, label, _ in METRIC_COLUMNS[:2]]
     split_raw = [[name] + [r["splits"][s][m] for s in res["ood_splits"]
                            for m, _, _ in METRIC_COLUMNS[:2]] for name, r in methods.items()]
     split_cols = {1 + i: (max if i % 2 == 0 else min)
                   for i in range(2 * len(res["ood_splits"]))}
+    split_ivs = [[None] + [r["splits"][s].get(f"{m}_ci") for s in res["ood_splits"]
+                           for m, _, _ in METRIC_COLUMNS[:2]] for r in methods.values()]
     split_table = Table("Per split: AUROC / FPR95", split_header,
-                        [[_fmt(v) for v in row] for row in split_raw],
+                        [[_fmt_ci(v, c) for v, c in zip(row, civ, strict=True)]
+                         for row, civ in zip(split_raw, split_ivs, strict=True)],
                         _best_cells(split_raw, split_cols))
-    return [group_table, split_table]
+    return [group_table, split_table, *ranking_tables(data, Table),
+            *p_value_tables(data, Table)]
 
 
 def notes_tables(data: ReportData) -> list[Table]:
@@ -148,6 +176,7 @@ def figures(data: ReportData) -> list[Figure]:
                               plots.sweep_figure(method, param, values, metric, val, test,
                                                  sw["chosen"]["index"]),
                               f"sweep_{method}_{param}"))
+    out += cd_figures(data, Figure)
     out += extra_figures(data)
     return out
 
@@ -319,9 +348,11 @@ def render_html(data: ReportData, figs: list[Figure], tables: list[Table]) -> st
                    for k, v in data.provenance.items())
     parts.append(f"<h2>Provenance</h2><table id=\"provenance\">{prov}</table>")
     for i, t in enumerate(tables):
-        parts.append(_table_html(t, "leaderboard" if i == 0 else f"table{i}"))
+        parts.append(_table_html(t, t.table_id or ("leaderboard" if i == 0 else f"table{i}")))
     for t in notes_tables(data):
         parts.append(_table_html(t, _note_id(t)))
+    if data.notes:
+        parts.append("<p>" + "; ".join(html.escape(n) for n in data.notes) + "</p>")
     section = None
     for f in figs:
         if f.section != section:
@@ -354,6 +385,8 @@ def render_markdown(data: ReportData, figs: list[Figure], tables: list[Table],
         for i, row in enumerate(t.rows):
             lines.append("| " + " | ".join(f"**{md_text(c)}**" if (i, j) in t.best
                                            else md_text(c) for j, c in enumerate(row)) + " |")
+    if data.notes:
+        lines += ["", "; ".join(data.notes)]
     section = None
     image_dir.mkdir(parents=True, exist_ok=True)
     for f in figs:

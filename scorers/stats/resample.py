@@ -4,9 +4,9 @@ Each stratum (a split, or the correctly / wrongly classified rows of the ID spli
 random stream, ``numpy.random.Generator(PCG64(SeedSequence([seed, crc32(name)])))``, so a
 stratum's resamples depend only on (seed, its name, its row count): the same in ``eval``,
 ``sweep``, ``compare`` and the report, whichever other splits or methods take part. Resamples
-are drawn a block of ``BLOCK`` at a time, ``rng.integers(0, n, (size, n))`` for a stratum of
-``n`` rows, and kept as the multiplicity of every row (a bincount), the form the walk
-kernels take.
+are drawn ``BLOCK`` at a time, ``rng.integers(0, n, (size, n))`` for a stratum of ``n`` rows
+(processed in batches of whole ``BLOCK``s), and kept as the multiplicity of every row (a
+bincount), the form the walk kernels take.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-#: Resamples per block: bounds memory at ``BLOCK * rows * 4`` bytes per stratum.
+#: Resamples per random draw (the unit that fixes the streams).
 BLOCK = 100
+#: Row visits per processing batch: a batch holds ``BLOCK * k`` resamples with ``k`` the
+#: largest that keeps ``resamples * rows`` under this (memory: 4 bytes each per stratum).
+BATCH_ROWS = 1 << 22
 
 
 def stratum_rng(seed: int, name: str) -> np.random.Generator:
@@ -37,8 +40,12 @@ class Stratum:
         self._rng = stratum_rng(seed, name)
 
     def counts(self, size: int) -> np.ndarray:
-        """The next ``size`` resamples as (size, n) int32 multiplicities."""
-        return counts_from_indices(self._rng.integers(0, self.n, (size, self.n)), self.n)
+        """The next ``size`` resamples as (size, n) int32 multiplicities, drawn in chunks of
+        ``BLOCK`` (so a batch of ``k * BLOCK`` resamples draws what ``k`` batches draw)."""
+        parts = [counts_from_indices(self._rng.integers(0, self.n, (min(BLOCK, size - s),
+                                                                    self.n)), self.n)
+                 for s in range(0, size, BLOCK)]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def counts_from_indices(indices: np.ndarray, n: int) -> np.ndarray:
@@ -48,8 +55,13 @@ def counts_from_indices(indices: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(flat, minlength=idx.shape[0] * n).astype(np.int32).reshape(-1, n)
 
 
+def batch_size(max_rows: int) -> int:
+    """Resamples per processing batch for strata of at most ``max_rows`` rows."""
+    return BLOCK * max(1, BATCH_ROWS // (BLOCK * max(1, max_rows)))
+
+
 def blocks(n_boot: int, block: int = BLOCK) -> Iterator[int]:
-    """Block sizes summing to ``n_boot``."""
+    """Batch sizes summing to ``n_boot`` (multiples of ``BLOCK`` but the last)."""
     done = 0
     while done < n_boot:
         size = min(block, n_boot - done)
