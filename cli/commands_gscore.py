@@ -479,13 +479,15 @@ def register(app: typer.Typer) -> None:
                  "protocol on them instead of building the mini-Gbench.")] = None,
         out_: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path(
             "runs/gbench"),
-        backbone: Annotated[str, typer.Option(help="demo (the demo's ResNet) | w8 | w32")
-                            ] = "demo",
+        backbone: Annotated[str, typer.Option(
+            help="pretrained (the demo's frozen ImageNet EfficientNet-Lite0 + linear head) | "
+                 "scratch (the demo's small ResNet) | w8 | w32 (the scratch ResNet at width "
+                 "8 / 32)")] = "pretrained",
         weights: Annotated[Path | None, typer.Option(
-            help="Checkpoint to reuse, e.g. runs/demo/model.pt (default: OUT/model.pt, "
-                 "trained once if missing).")] = None,
-        epochs: Annotated[int, typer.Option(help="Training epochs if a model is trained.")
-                          ] = 12,
+            help="Checkpoint to reuse, e.g. runs/demo/model.pt of `featstore demo` with the "
+                 "same --backbone (default: OUT/model.pt, trained once if missing).")] = None,
+        epochs: Annotated[int, typer.Option(help="Training epochs if a scratch ResNet is "
+                                                 "trained.")] = 12,
         methods: Annotated[list[str] | None, typer.Option(
             "--methods", help="With STORES: detectors (default msp,odin,energy,mls).")] = None,
         repeats: Annotated[int, typer.Option(help="With STORES: random partitions.")] = 5,
@@ -500,9 +502,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Build the mini-Gbench store: 44 OOD sets from the demo's real bundled data (held-out
         digits, scikit-image photographs and textures, faces, noise, covariate-shifted
-        digits), extracted with the demo model. Given STORES, run the Gbench protocol
-        (`gscore evaluate` with the paper's detectors, variants, targets and the robustness
-        rows: IND:OOD 1:100..100:1, sizes 100/50, heterogeneous sets) on them instead.
+        digits), extracted with the demo's pretrained backbone (or --backbone scratch). Given
+        STORES, run the Gbench protocol (`gscore evaluate` with the paper's detectors, variants,
+        targets and the robustness rows: IND:OOD 1:100..100:1, sizes 100/50, heterogeneous
+        sets) on them instead.
 
         Example: featstore gscore gbench --out runs/gbench --weights runs/demo/model.pt;
         featstore gscore gbench my/store_a my/store_b --exclude 'ood/faces/*'

@@ -193,17 +193,27 @@ def register(app: typer.Typer) -> None:
             help="Instead: the remote-sensing benchmark's ten-method table (MSP, ViM, KNN, "
                  "ConfBranch, LogitNorm, G-ODIN, OE, MCD, MC-Dropout, TempScaling): 'all' or "
                  "a comma list; trains each method on the demo digits (CPU, minutes).")] = None,
+        backbone: Annotated[str, typer.Option(
+            help="pretrained (frozen ImageNet EfficientNet-Lite0 + a linear head on the "
+                 "digits) | scratch (the small ResNet trained from scratch, 32 px)")
+                            ] = "pretrained",
+        scale: Annotated[float, typer.Option(
+            help="Fraction (0, 1] of every split's images, for quick runs.")] = 1.0,
         json_: JsonOpt = False,
         quiet: QuietOpt = False,
     ) -> None:
         """The embedded default, end to end on real bundled data (digits, photos, textures,
-        faces, noise): train a small ResNet, extract a store, evaluate every scorer, write
-        the HTML report.
+        faces, noise): a linear head on a frozen ImageNet EfficientNet-Lite0 (or, with
+        --backbone scratch, a small ResNet trained from scratch), extract a store, evaluate
+        every scorer, write the HTML report. --methods trains the scratch ResNet.
 
         Example: featstore demo --out runs/demo   ·   featstore demo --methods all
         """
         setup(json_, quiet)
-        from featstore.demo.pipeline import id_test_accuracy, run_demo
+        from featstore.demo.pipeline import check_backbone, check_scale, id_test_accuracy, run_demo
+
+        check_backbone(backbone)
+        check_scale(scale)
 
         start = time.perf_counter()
         if methods is not None:
@@ -221,7 +231,7 @@ def register(app: typer.Typer) -> None:
             emit(result, human_ten)
             return
         with split_progress() as progress:
-            st = run_demo(out_, log=log, progress=progress)
+            st = run_demo(out_, backbone=backbone, scale=scale, log=log, progress=progress)
         from featstore.report import write_report
 
         with status() as begin:
@@ -229,7 +239,8 @@ def register(app: typer.Typer) -> None:
             evaluation = demo_evaluation(st)
             begin(f"writing the report {out_ / 'report.html'}")
             html_path, md_path = write_report(st.path, out_ / "report.html")
-        summary = {"out": str(out_), "store": store_summary(st),
+        summary = {"out": str(out_), "backbone": backbone, "scale": scale,
+                   "store": store_summary(st),
                    "id_test_accuracy": id_test_accuracy(st), "evaluation": evaluation,
                    "report": {"html": str(html_path), "markdown": str(md_path)},
                    "seconds": time.perf_counter() - start}

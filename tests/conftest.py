@@ -78,11 +78,18 @@ def make_store(tmp_path):
     return _make
 
 
+#: the test session's demo runs at this share of the demo's images (`featstore demo --scale`):
+#: the default pretrained backbone with ~1,900 instead of ~3,800 extracted images
+DEMO_TEST_SCALE = 0.5
+
+
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory):
-    """The real demo (trained ResNet + extracted store), built once per test session."""
+    """The real demo (the default backbone: frozen ImageNet EfficientNet-Lite0 + a linear head
+    trained on the digits; extracted store) at DEMO_TEST_SCALE, built once per test session.
+    CLI tests that rerun `featstore demo` on it pass `--scale DEMO_TEST_SCALE` (reusing it)."""
     from featstore.demo.pipeline import run_demo
 
     out = tmp_path_factory.mktemp("demo")
-    run_demo(out, log=lambda m: None)
+    run_demo(out, scale=DEMO_TEST_SCALE, log=lambda m: None)
     return out

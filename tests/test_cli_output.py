@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DEMO_TEST_SCALE, structured_arrays
 from conftest import run_cli as run
-from conftest import structured_arrays
 
 from featstore import Store
 from scorers import get_scorer
@@ -152,7 +152,7 @@ def test_demo_evaluates_and_reports(capsys, demo_dir):
     files exist. (`--quiet` is checked on the quick commands: a demo run costs ~25 s.)"""
     import featstore.demo.pipeline as pipeline
 
-    doc = run_json(capsys, "demo", "--out", demo_dir)
+    doc = run_json(capsys, "demo", "--out", demo_dir, "--scale", DEMO_TEST_SCALE)
     st = Store.open(demo_dir / "store")
     split = next(n for n in doc["evaluation"]["methods"]["msp"]["splits"] if n.startswith("ood/"))
     msp = doc["evaluation"]["methods"]["msp"]["splits"][split]

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import DEMO_TEST_SCALE
 from conftest import run_cli as run
 
 from featstore import Store
@@ -112,7 +113,8 @@ def test_cli_eval_score_and_bad_inputs(demo_dir, capsys, tmp_path):
 
 
 def test_cli_demo_reuses_the_model_and_prints_tables(demo_dir, capsys):
-    code, out, err = run(capsys, "demo", "--out", str(demo_dir))
+    code, out, err = run(capsys, "demo", "--out", str(demo_dir), "--scale",
+                         str(DEMO_TEST_SCALE))
     assert code == 0, err
     assert "reusing the trained model" in err
     assert "ID test accuracy" in out and "vim" in out and "demo finished" in out

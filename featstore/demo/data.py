@@ -1,16 +1,18 @@
 """Built-in image generators from real data that installs offline (DESIGN §6 `builtin` source).
 
-Every generator returns `(images, labels, ids)`: uint8 (N, 32, 32, 3) RGB images, int64 labels
-(-1 where there is no class) and string ids that trace each row to its origin. Everything is
-deterministic from the source dict (seed included).
+Every generator returns `(images, labels, ids)`: uint8 (N, S, S, 3) RGB images, int64 labels
+(-1 where there is no class) and string ids that trace each row to its origin. S is the source's
+`size` (default 32; the pretrained demo uses 64). Everything is deterministic from the source
+dict (seed included).
 
-- `digits`: scikit-learn's bundled handwritten digits (1,797 real 8x8 scans), upsampled to 32x32.
+- `digits`: scikit-learn's bundled handwritten digits (1,797 real 8x8 scans), upsampled to SxS.
   `classes` picks the digits (labels are the index in that list); `part` picks a stratified,
   seeded share given by `fractions` (default train 0.6 / val 0.15 / test 0.25). Optional
-  covariate shifts applied after upsampling: `rotate` (degrees), `blur` (Gaussian sigma, px),
+  covariate shifts applied after upsampling: `rotate` (degrees), `blur` (Gaussian sigma in px
+  of a 32x32 image: sigma * S / 32 at size S, so a shift looks the same at every size),
   `noise` (Gaussian std on [0, 1] intensities), `invert` (bool).
 - `patches`: random square crops (side `crop`, default 96 px) of scikit-image's bundled
-  photographs or textures named in `images`, resized to 32x32; `count` per image; `part` val
+  photographs or textures named in `images`, resized to SxS; `count` per image; `part` val
   and test use disjoint seeds.
 - `faces`: scikit-image's `lfw_subset` (200 real 25x25 faces), split val/test by `fractions`.
 - `noise`: synthetic noise images (`kind` gaussian | uniform | saltpepper), `count` rows.
@@ -41,9 +43,18 @@ def _to_rgb_uint8(images: np.ndarray) -> np.ndarray:
     return np.round(images * 255.0).astype(np.uint8)
 
 
-def _upsample(images: np.ndarray) -> np.ndarray:
-    """(N, h, w[, 3]) float -> (N, 32, 32[, 3]) bilinear with anti-aliasing."""
-    shape = (SIZE, SIZE) + images.shape[3:]
+def _size(source: dict[str, Any]) -> int:
+    """The source's image side `size` (default 32), checked."""
+    size = source.get("size", SIZE)
+    if isinstance(size, bool) or not isinstance(size, int) or not 8 <= size <= 512:
+        raise UsageError(f"builtin source: size {size!r}: expected an integer side in pixels "
+                         "from 8 to 512")
+    return size
+
+
+def _upsample(images: np.ndarray, size: int) -> np.ndarray:
+    """(N, h, w[, 3]) float -> (N, size, size[, 3]) bilinear with anti-aliasing."""
+    shape = (size, size) + images.shape[3:]
     return np.stack([resize(im, shape, order=1, anti_aliasing=True) for im in images])
 
 
@@ -70,13 +81,14 @@ def _part_indices(n: int, part: str, fractions: dict[str, float], seed: int,
 
 
 def _covariate(images: np.ndarray, source: dict[str, Any], seed: int) -> np.ndarray:
-    """Apply the optional covariate shifts to (N, 32, 32) float images in [0, 1]."""
+    """Apply the optional covariate shifts to (N, S, S) float images in [0, 1]."""
     out = images
     if source.get("rotate"):
         out = np.stack([ndimage.rotate(im, float(source["rotate"]), reshape=False, order=1)
                         for im in out])
     if source.get("blur"):
-        out = np.stack([ndimage.gaussian_filter(im, float(source["blur"])) for im in out])
+        sigma = float(source["blur"]) * out.shape[1] / SIZE
+        out = np.stack([ndimage.gaussian_filter(im, sigma) for im in out])
     if source.get("noise"):
         rng = np.random.default_rng(seed + 7)
         out = out + rng.normal(0.0, float(source["noise"]), size=out.shape)
@@ -97,7 +109,7 @@ def digits(source: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, list[str]]:
     fractions = dict(source.get("fractions", DEFAULT_FRACTIONS))
     pick = _part_indices(len(index), source.get("part", "all"), fractions, seed, target)
     rows = index[pick]
-    images = _upsample(bunch.images[rows] / 16.0)
+    images = _upsample(bunch.images[rows] / 16.0, _size(source))
     images = _covariate(images, source, seed)
     labels = np.asarray([classes.index(int(t)) for t in bunch.target[rows]], dtype=np.int64)
     return _to_rgb_uint8(images), labels, [f"digits/{i}" for i in rows]
@@ -121,6 +133,7 @@ def patches(source: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, list[str]]:
     count = int(source.get("count", 100))
     crop = int(source.get("crop", 96))
     seed = int(source.get("seed", 0)) * 10 + _PART_SEED.get(source.get("part", "test"), 3)
+    size = _size(source)
     rng = np.random.default_rng(seed)
     out, ids = [], []
     for name in names:
@@ -132,7 +145,7 @@ def patches(source: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, list[str]]:
             patch = image[y:y + side, x:x + side]
             if patch.ndim == 2:
                 patch = np.repeat(patch[..., None], 3, axis=-1)
-            out.append(resize(patch, (SIZE, SIZE, 3), order=1, anti_aliasing=True))
+            out.append(resize(patch, (size, size, 3), order=1, anti_aliasing=True))
             ids.append(f"patches/{name}/{source.get('part', 'test')}/{k}@{y},{x}")
     images = _covariate(np.stack(out), source, seed)
     return _to_rgb_uint8(images), np.full(len(ids), -1, dtype=np.int64), ids
@@ -143,7 +156,7 @@ def faces(source: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, list[str]]:
     fractions = dict(source.get("fractions", {"val": 0.3, "test": 0.7}))
     pick = _part_indices(len(images), source.get("part", "all"), fractions,
                          int(source.get("seed", 0)))
-    up = _upsample(images[pick])
+    up = _upsample(images[pick], _size(source))
     return (_to_rgb_uint8(up), np.full(len(pick), -1, dtype=np.int64),
             [f"lfw_subset/{i}" for i in pick])
 
@@ -153,7 +166,8 @@ def noise(source: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, list[str]]:
     kind = source.get("kind", "gaussian")
     seed = int(source.get("seed", 0)) * 10 + _PART_SEED.get(source.get("part", "test"), 3)
     rng = np.random.default_rng(seed)
-    shape = (count, SIZE, SIZE)
+    size = _size(source)
+    shape = (count, size, size)
     if kind == "gaussian":
         images = rng.normal(0.5, 0.25, size=shape)
     elif kind == "uniform":

@@ -18,11 +18,14 @@ makes every available source its own OOD set (44 sets, easy to hard):
   std 0.1/0.2/0.3, and inversion. They reuse the id/test images (like CIFAR-10-C is built
   from the CIFAR-10 test set), so a meta-set may hold a digit and its shifted copy.
 
-The ID splits (digits 0-5, train / val / test, seed 0) and the transform are the demo's, so
-the demo's trained checkpoint (`model.pt` of `featstore demo` or `run_demo`) applies as is;
-without one it is trained once with the demo's recipe (`train_demo_model`). Two other
-backbones for the cross-store evaluation (`w8`, `w32`: the same ResNet at width 8 / 32,
-trained with the same recipe and seed 1) are built by name.
+Backbones (`BACKBONES`, `build_gbench(backbone=...)`, `featstore gscore gbench --backbone`):
+`pretrained` (the default: the demo's frozen ImageNet EfficientNet-Lite0 with a linear head on
+digits 0-5, 64 px images; featstore.demo.backbone), `scratch` (the demo's small ResNet trained
+from scratch, 32 px), and for the cross-store evaluation `w8`, `w32` (the scratch ResNet at
+width 8 / 32, trained with the same recipe and seed 1). The ID splits (digits 0-5, train / val
+/ test, seed 0) and the transform are the demo's for the same backbone, so the checkpoint of
+`featstore demo --backbone B` (`runs/demo/model.pt`) applies as is; without one it is trained
+once with the demo's recipe (`featstore.demo.pipeline.ensure_model`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,17 @@ from ..errors import InputError, UsageError
 from ..extract import ExtractOptions, Progress, extract
 from ..store import Store
 from .model import DemoResNet
-from .pipeline import ID_CLASSES, MODEL_SPEC, SPEC_TEMPLATE, toml_value, train_demo_model
+from .pipeline import (
+    ID_CLASSES,
+    MODEL_SPECS,
+    SCRATCH_EPOCHS,
+    ensure_model,
+    model_recipe,
+    scaled_source,
+    spec_header,
+    store_model_differs,
+    toml_value,
+)
 
 HELD_OUT_DIGITS = (6, 7, 8, 9)
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field",
@@ -67,12 +80,15 @@ def demo_resnet_w32(num_classes: int = 6) -> DemoResNet:
     return DemoResNet(num_classes=num_classes, width=32)
 
 
-#: backbone name -> (extract model spec, model factory or None for the demo's own, seed)
-BACKBONES: dict[str, tuple[str, Callable[[int], DemoResNet] | None, int]] = {
-    "demo": (MODEL_SPEC, None, 0),
-    "w8": ("featstore.demo.gbench:demo_resnet_w8", demo_resnet_w8, 1),
-    "w32": ("featstore.demo.gbench:demo_resnet_w32", demo_resnet_w32, 1),
+#: backbone name -> (extract model spec, the demo backbone whose spec and recipe it uses,
+#: model factory for a ResNet width variant (None: the demo's own model), seed)
+BACKBONES: dict[str, tuple[str, str, Callable[[int], DemoResNet] | None, int]] = {
+    "pretrained": (MODEL_SPECS["pretrained"], "pretrained", None, 0),
+    "scratch": (MODEL_SPECS["scratch"], "scratch", None, 0),
+    "w8": ("featstore.demo.gbench:demo_resnet_w8", "scratch", demo_resnet_w8, 1),
+    "w32": ("featstore.demo.gbench:demo_resnet_w32", "scratch", demo_resnet_w32, 1),
 }
+DEFAULT_BACKBONE = "pretrained"
 
 
 def _fmt_strength(value: Any) -> str:
@@ -81,9 +97,16 @@ def _fmt_strength(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def gbench_splits(patch_count: int = PATCH_COUNT,
-                  noise_count: int = NOISE_COUNT) -> list[tuple[str, dict[str, Any]]]:
-    """Every OOD split of the mini-Gbench as (name, builtin source)."""
+def gbench_splits(patch_count: int = PATCH_COUNT, noise_count: int = NOISE_COUNT,
+                  backbone: str = "scratch") -> list[tuple[str, dict[str, Any]]]:
+    """Every OOD split of the mini-Gbench as (name, builtin source) for the demo `backbone`
+    (pretrained: 64 px images; scratch: 32 px)."""
+    out = _gbench_sources(patch_count, noise_count)
+    return [(name, scaled_source(source, backbone)) for name, source in out]
+
+
+def _gbench_sources(patch_count: int, noise_count: int) -> list[tuple[str, dict[str, Any]]]:
+    """The OOD splits' sources before the backbone's image size is set."""
     out: list[tuple[str, dict[str, Any]]] = []
     for d in HELD_OUT_DIGITS:
         out.append((f"ood/near/digit{d}", {"builtin": "digits", "classes": [d], "part": "all"}))
@@ -106,16 +129,17 @@ def gbench_splits(patch_count: int = PATCH_COUNT,
 
 
 def gbench_spec_text(only: Sequence[str] | None = None, patch_count: int = PATCH_COUNT,
-                     noise_count: int = NOISE_COUNT) -> str:
-    """The benchmark spec (TOML): the demo's ID splits and the mini-Gbench OOD splits
-    (`only`: a subset of OOD split names, in that order; unknown names are an error)."""
-    splits = dict(gbench_splits(patch_count, noise_count))
+                     noise_count: int = NOISE_COUNT, backbone: str = "scratch") -> str:
+    """The benchmark spec (TOML): the demo's ID splits and the mini-Gbench OOD splits for the
+    demo `backbone` (pretrained | scratch; `only`: a subset of OOD split names, in that
+    order; unknown names are an error)."""
+    splits = dict(gbench_splits(patch_count, noise_count, backbone))
     names = list(splits) if only is None else list(only)
     unknown = [n for n in names if n not in splits]
     if unknown:
         raise UsageError(f"mini-Gbench has no OOD split {unknown[0]!r} "
                          f"(valid: {', '.join(splits)})")
-    text = SPEC_TEMPLATE.replace("# featstore demo benchmark",
+    text = spec_header(backbone).replace("# featstore demo benchmark",
                                  "# featstore mini-Gbench (gscore)", 1)
     # the demo's CSID splits are not part of the mini-Gbench: keep the ID splits only
     text = text.split('[[split]]\nname = "csid/')[0].rstrip() + "\n"
@@ -150,36 +174,43 @@ def _train_backbone(spec_path: Path, out_file: Path, factory: Callable[[int], De
     os.replace(tmp, out_file)
 
 
-def build_gbench(out: str | Path, *, backbone: str = "demo", weights: str | Path | None = None,
-                 epochs: int = 12, only: Sequence[str] | None = None,
+def build_gbench(out: str | Path, *, backbone: str = DEFAULT_BACKBONE,
+                 weights: str | Path | None = None, epochs: int = SCRATCH_EPOCHS,
+                 only: Sequence[str] | None = None,
                  patch_count: int = PATCH_COUNT, noise_count: int = NOISE_COUNT,
                  log: Callable[[str], None] = print, progress: Progress | None = None) -> Store:
-    """Write OUT/spec.toml and extract the mini-Gbench into OUT/store (OUT/store_<backbone>
-    for other backbones). The checkpoint is `weights` if given, else OUT/model.pt
-    (OUT/model_<backbone>.pt), trained once if missing. Completed splits are reused."""
+    """Write OUT/spec.toml and extract the mini-Gbench into OUT/store (OUT/spec_<backbone>.toml
+    and OUT/store_<backbone> for the other backbones). The checkpoint is `weights` if given,
+    else OUT/model.pt (OUT/model_<backbone>.pt), trained once if missing or made by another
+    recipe (recorded in the .json beside it). Completed splits are reused; a store made by
+    another checkpoint is replaced."""
     if backbone not in BACKBONES:
         raise UsageError(f"backbone {backbone!r}: expected one of {', '.join(BACKBONES)}")
-    model_spec, factory, seed = BACKBONES[backbone]
+    model_spec, family, factory, seed = BACKBONES[backbone]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    spec_path = out / "spec.toml"
-    text = gbench_spec_text(only, patch_count, noise_count)
+    suffix = "" if backbone == DEFAULT_BACKBONE else f"_{backbone}"
+    spec_path = out / f"spec{suffix}.toml"
+    text = gbench_spec_text(only, patch_count, noise_count, family)
     if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
         spec_path.write_text(text, encoding="utf-8")
-    suffix = "" if backbone == "demo" else f"_{backbone}"
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if weights is None:
         weights = out / f"model{suffix}.pt"
-        if not weights.is_file():
+        if factory is None:
+            ensure_model(spec_path, weights, family, model_recipe(family, 1.0, epochs),
+                         epochs=epochs, log=log)
+        elif not weights.is_file():
             log(f"training the {backbone} ResNet on digits {ID_CLASSES} ({epochs} epochs, CPU)")
-            if factory is None:
-                train_demo_model(spec_path, weights, epochs=epochs, log=log)
-            else:
-                _train_backbone(spec_path, weights, factory, seed, epochs, log)
+            _train_backbone(spec_path, weights, factory, seed, epochs, log)
         else:
             log(f"reusing the trained model {weights}")
     elif not Path(weights).is_file():
         raise InputError(f"--weights {str(weights)!r}: file not found")
-    opts = ExtractOptions(device="cpu", batch_size=128, num_workers=0)
-    return extract(model_spec, spec_path, out / f"store{suffix}", weights=weights, options=opts,
+    store = out / f"store{suffix}"
+    opts = ExtractOptions(device="cpu", batch_size=128, num_workers=0,
+                          overwrite=store_model_differs(store, Path(weights)))
+    if opts.overwrite:
+        log(f"replacing {store}: it was extracted with another model")
+    return extract(model_spec, spec_path, store, weights=weights, options=opts,
                    progress=progress)
