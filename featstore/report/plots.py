@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator, ScalarFormatter  # noqa: E402
 
 DPI = 90
 
@@ -40,32 +41,52 @@ def curve_points(id_scores: np.ndarray, ood_scores: np.ndarray) -> dict[str, np.
     return {"fpr": fpr, "tpr": tpr, "recall": tpr, "precision": precision}
 
 
-def roc_pr_figure(split: str, curves: Mapping[str, Mapping[str, np.ndarray]]) -> bytes:
-    """ROC and PR curves of every scorer for one OOD split, side by side."""
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
-    colors = plt.cm.tab20.colors
+def roc_pr_figure(split: str, curves: Mapping[str, Mapping[str, np.ndarray]],
+                  note: str = "") -> bytes:
+    """ROC and PR curves of the given scorers for one OOD split, side by side; the legend
+    (in the order given, e.g. best first) sits right of the plots, off the data; `note`
+    is added to the titles (e.g. "top 6 of 23 by AUROC")."""
+    many = len(curves) > 12
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11.5 if many else 10.5, 4.2))
+    colors = plt.cm.tab20.colors if many else plt.cm.tab10.colors
     for i, (name, c) in enumerate(curves.items()):
         style = {"color": colors[i % len(colors)], "ls": "-" if i < len(colors) else "--",
                  "lw": 1.3, "label": name}
         ax1.plot(c["fpr"], c["tpr"], **style)
         ax2.plot(c["recall"], c["precision"], **style)
     ax1.plot([0, 1], [0, 1], ls=":", c="grey", lw=0.8)
-    ax1.set(xlabel="FPR (OOD accepted)", ylabel="TPR (ID accepted)", title=f"ROC · {split}")
-    ax2.set(xlabel="recall (ID)", ylabel="precision (ID)", title=f"PR (ID positive) · {split}",
-            ylim=(0, 1.02))
-    ax2.legend(fontsize=7, ncol=2, loc="lower left")
+    suffix = f" ({note})" if note else ""
+    ax1.set(xlabel="FPR (OOD accepted)", ylabel="TPR (ID accepted)")
+    ax2.set(xlabel="recall (ID)", ylabel="precision (ID)", ylim=(0, 1.02))
+    ax1.set_title(f"ROC · {split}", fontsize=10)
+    ax2.set_title("PR (ID positive)", fontsize=10)
+    if suffix:
+        fig.suptitle(suffix.strip(" ()"), fontsize=9, y=1.0)
+    ax2.legend(fontsize=7, ncol=2 if many else 1, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+               borderaxespad=0.0, frameon=False)
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
+    fig.tight_layout()
     return _png(fig)
+
+
+def _compact_axis(axis) -> None:
+    """At most 4 ticks, with a shared offset / exponent instead of long tick labels (scores
+    such as ODIN's 0.16705 ... 0.16875 otherwise print over each other)."""
+    axis.set_major_locator(MaxNLocator(nbins=4))
+    formatter = ScalarFormatter(useOffset=True, useMathText=True)
+    formatter.set_powerlimits((-3, 4))
+    axis.set_major_formatter(formatter)
 
 
 def histogram_figure(method: str, id_name: str, id_scores: np.ndarray,
                      ood: Mapping[str, np.ndarray]) -> bytes:
-    """ID vs OOD score histograms of one scorer, one panel per OOD split."""
+    """ID vs OOD score histograms of one scorer, one panel per OOD split; one legend for the
+    figure, above the panels."""
     n = len(ood)
     cols = min(4, n)
     rows = int(np.ceil(n / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.5 * rows + 0.4), squeeze=False)
     for ax, (split, scores) in zip(axes.flat, ood.items(), strict=False):
         lo = float(min(id_scores.min(), scores.min()))
         hi = float(max(id_scores.max(), scores.max()))
@@ -74,11 +95,17 @@ def histogram_figure(method: str, id_name: str, id_scores: np.ndarray,
         ax.hist(scores, bins=bins, alpha=0.55, density=True, label="OOD", color="tab:red")
         ax.set_title(split, fontsize=8)
         ax.tick_params(labelsize=7)
+        _compact_axis(ax.xaxis)
+        _compact_axis(ax.yaxis)
+        for offset in (ax.xaxis.get_offset_text(), ax.yaxis.get_offset_text()):
+            offset.set_fontsize(7)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.suptitle(f"{method}: score histograms (higher = more ID)", fontsize=10)
-    fig.tight_layout()
+    fig.legend(handles, labels, fontsize=8, ncol=2, loc="upper right", frameon=False,
+               bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     return _png(fig)
 
 

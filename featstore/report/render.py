@@ -145,16 +145,55 @@ def _note_id(t: Table) -> str:
     return "skipped" if t.title.startswith("Skipped") else "adjusted"
 
 
+#: scorers drawn in a split's main ROC/PR figure (the best by AUROC); every scorer's curves
+#: follow in a second section when there are more
+TOP_CURVES = 6
+
+
+def _ranked_by_auroc(res: dict[str, Any], split: str, names: list[str]) -> list[str]:
+    """`names` by the evaluation's AUROC on `split`, best first (ties by name)."""
+    def auroc(name: str) -> float:
+        value = res["methods"].get(name, {}).get("splits", {}).get(split, {}).get("auroc")
+        return float("-inf") if value is None or value != value else float(value)
+
+    return sorted(names, key=lambda m: (-auroc(m), m))
+
+
+def _labelled(res: dict[str, Any], split: str, curves: dict[str, Any],
+              names: list[str]) -> dict[str, Any]:
+    """The curves of `names`, in that order, keyed by legend label `name  AUROC`."""
+    out = {}
+    for m in names:
+        value = res["methods"].get(m, {}).get("splits", {}).get(split, {}).get("auroc")
+        out[m if value is None else f"{m}  {value:.1f}"] = curves[m]
+    return out
+
+
 def figures(data: ReportData) -> list[Figure]:
     """Every plot of the report, in order."""
     out: list[Figure] = []
     res = data.result
     id_name = res.get("id_split", "id/test")
     if data.scores:
-        for split in res["ood_splits"]:
-            curves = {m: plots.curve_points(s[id_name], s[split]) for m, s in data.scores.items()}
-            out.append(Figure("ROC and PR curves", split, plots.roc_pr_figure(split, curves),
+        every = {split: {m: plots.curve_points(s[id_name], s[split])
+                         for m, s in data.scores.items()} for split in res["ood_splits"]}
+        ranked = {split: _ranked_by_auroc(res, split, list(curves))
+                  for split, curves in every.items()}
+        n = len(data.scores)
+        for split, curves in every.items():
+            top = ranked[split][:TOP_CURVES]
+            note = f"top {len(top)} of {n} scorers by AUROC" if n > TOP_CURVES else ""
+            out.append(Figure("ROC and PR curves", split,
+                              plots.roc_pr_figure(split, _labelled(res, split, curves, top),
+                                                  note),
                               f"curves_{split.replace('/', '_')}"))
+        if n > TOP_CURVES:
+            for split, curves in every.items():
+                out.append(Figure(f"ROC and PR curves, all {n} scorers", split,
+                                  plots.roc_pr_figure(split, _labelled(res, split, curves,
+                                                                       ranked[split]),
+                                                      "all scorers"),
+                                  f"curves_all_{split.replace('/', '_')}"))
         for method, s in data.scores.items():
             ood = {split: s[split] for split in res["ood_splits"]}
             out.append(Figure("Score histograms", method,
