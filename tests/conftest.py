@@ -78,8 +78,9 @@ def make_store(tmp_path):
     return _make
 
 
-#: the test session's demo runs at this share of the demo's images (`featstore demo --scale`):
-#: the default pretrained backbone with ~1,900 instead of ~3,800 extracted images
+#: the test session's demo runs at this share of the demo's evaluation images (`featstore demo
+#: --scale`; id/train stays whole): the default pretrained backbone with ~2,500 instead of
+#: ~4,000 extracted images
 DEMO_TEST_SCALE = 0.5
 
 

@@ -198,7 +198,7 @@ def build_gbench(out: str | Path, *, backbone: str = DEFAULT_BACKBONE,
     if weights is None:
         weights = out / f"model{suffix}.pt"
         if factory is None:
-            ensure_model(spec_path, weights, family, model_recipe(family, 1.0, epochs),
+            ensure_model(spec_path, weights, family, model_recipe(family, epochs),
                          epochs=epochs, log=log)
         elif not weights.is_file():
             log(f"training the {backbone} ResNet on digits {ID_CLASSES} ({epochs} epochs, CPU)")

@@ -14,10 +14,11 @@ Two backbones (`BACKBONES`):
   (12 epochs, CPU): what the training-time methods (`demo --methods`) and OSR protocols need,
   a network trained end to end.
 
-`scale` (0 < scale <= 1) shrinks every split (digit fractions, patch and noise counts) for
-quick runs; 1 is the demo. What the model was made from (backbone, scale, recipe) is recorded
-in OUT/model.json: a rerun with the same recipe reuses the model and the extracted splits; a
-different one retrains and replaces the store.
+`scale` (0 < scale <= 1) shrinks every evaluation split (val / test digit fractions, patch and
+noise counts) for quick runs; id/train stays whole, so the model is the same at every scale;
+1 is the demo. What the model was made from (backbone, recipe) is recorded in OUT/model.json:
+a rerun with the same recipe reuses the model and the extracted splits (a split whose source
+changed is re-extracted); a different recipe retrains and replaces the store.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ _TRANSFORMS: dict[str, dict[str, Any]] = {
     "pretrained": pretrained.TRANSFORM,
 }
 _CSID = (("rotate30", {"rotate": 30}), ("blur1", {"blur": 1.0}))
-#: (group, name, source, count key) of the OOD splits; counts scale with `scale`
+#: (group, name, source) of the OOD splits; counts and val / test fractions scale with `scale`
 _OOD_SPLITS: list[tuple[str, str, dict]] = [
     ("near", "digits6to9", {"builtin": "digits", "classes": [6, 7, 8, 9],
                             "fractions": _OOD_FRACTIONS}),
@@ -83,12 +84,15 @@ def check_scale(scale: float) -> float:
 
 def scaled_source(source: dict[str, Any], backbone: str, scale: float = 1.0) -> dict[str, Any]:
     """A builtin source for `backbone` (the pretrained one generates 64 px images) with its
-    fractions and counts multiplied by `scale` (unchanged at 1)."""
+    counts and its val / test fractions multiplied by `scale` (unchanged at 1). The train
+    fraction is kept, so id/train (and the model trained on it) is the same at every scale:
+    the feature-space scorers' fits need its 650 rows (ViM's default 512-dim principal space
+    at D = 1280 needs more than 512)."""
     out = dict(source)
     if scale != 1.0:
         if out["builtin"] in ("digits", "faces"):
             default = ID_FRACTIONS if out["builtin"] == "digits" else _OOD_FRACTIONS
-            out["fractions"] = {k: round(v * scale, 6)
+            out["fractions"] = {k: v if k == "train" else round(v * scale, 6)
                                 for k, v in out.get("fractions", default).items()}
         if "count" in out:
             out["count"] = max(1, round(out["count"] * scale))
@@ -177,10 +181,11 @@ def _epoch_done(log: Callable[[str], None], progress: Progress | None, epoch: in
     log(f"  epoch {epoch + 1:2d}/{epochs}  loss {loss:.3f}  train acc {acc:.1f}%")
 
 
-def model_recipe(backbone: str, scale: float, epochs: int = SCRATCH_EPOCHS) -> dict[str, Any]:
-    """What the demo's model is made from; OUT/model.json records it."""
+def model_recipe(backbone: str, epochs: int = SCRATCH_EPOCHS) -> dict[str, Any]:
+    """What the demo's model is made from (id/train is the same at every scale); OUT/model.json
+    records it."""
     recipe: dict[str, Any] = {"backbone": backbone, "model": MODEL_SPECS[backbone],
-                              "scale": scale}
+                              "train_split": "digits 0-5, part train, fraction 0.6, seed 0"}
     if backbone == "pretrained":
         recipe.update(head="logistic regression", C=pretrained.HEAD_C,
                       imagenet_weights_sha256=sha256_file(pretrained.imagenet_weights_path()))
@@ -228,7 +233,7 @@ def run_demo(out: Path, *, backbone: str = DEFAULT_BACKBONE, scale: float = 1.0,
              log: Callable[[str], None] = print, progress: Progress | None = None,
              epochs: int = SCRATCH_EPOCHS) -> Store:
     """Spec + (cached) model + extraction into OUT/store; returns the opened store. A store
-    left in OUT by another model (another backbone or scale) is replaced."""
+    left in OUT by another model (another backbone or recipe) is replaced."""
     check_backbone(backbone)
     scale = check_scale(scale)
     out.mkdir(parents=True, exist_ok=True)
@@ -238,7 +243,7 @@ def run_demo(out: Path, *, backbone: str = DEFAULT_BACKBONE, scale: float = 1.0,
         spec_path.write_text(text, encoding="utf-8")
     weights = out / "model.pt"
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    ensure_model(spec_path, weights, backbone, model_recipe(backbone, scale, epochs),
+    ensure_model(spec_path, weights, backbone, model_recipe(backbone, epochs),
                  epochs=epochs, log=log, progress=progress)
     store = out / "store"
     opts = ExtractOptions(device="cpu", batch_size=128, num_workers=0,
