@@ -46,12 +46,15 @@ def _log(msg: str) -> None:
 
 @torch.inference_mode()
 def _cache_inputs(model, spec_path: Path) -> dict[str, tuple[torch.Tensor, np.ndarray, str]]:
-    """Activations entering the last MBConv block for every split (frozen part run once)."""
+    """Activations entering the last MBConv block for id/train, id/test and the OOD test splits
+    (frozen part run once)."""
     spec = load_spec(spec_path)
     transform = build_transform(spec.transform)
     net = model.backbone
     out = {}
     for split in spec.splits:
+        if split.usage == "val" or split.name.startswith("csid/") or split.name == "id/val":
+            continue                              # evaluation reads id/test and OOD test splits
         rows = rows_from_source(split.source)
         data = TransformedRows(rows, transform, (3, INPUT_SIZE, INPUT_SIZE))
         acts = []
@@ -130,7 +133,9 @@ def main(argv: list[str] | None = None) -> None:
         splits = {}
         for name, (x, labels, usage) in cached.items():
             feats = torch.cat([_tail(model, x[i:i + 256]) for i in range(0, len(x), 256)])
-            splits[name] = {"features": feats.numpy(), "labels": labels, "usage": usage}
+            splits[name] = {"features": feats.numpy(), "labels": labels}
+            if usage is not None:
+                splits[name]["usage"] = usage
     w = model.fc.weight.detach().numpy().copy()
     b = model.fc.bias.detach().numpy().copy()
     with tempfile.TemporaryDirectory() as tmp:
