@@ -217,3 +217,29 @@ def test_training_progress_callbacks_count_steps_and_epochs():
     _epoch_done(logged.append, lambda *a: seen.append(a), 0, 12, 1.25, 50.0)
     assert seen[-1] == ("train demo ResNet (epochs)", 1, 12)
     assert logged == ["  epoch  1/12  loss 1.250  train acc 50.0%"]
+
+
+@pytest.mark.slow
+def test_scratch_backbone_demo_reuses_and_replaces_on_a_new_recipe(tmp_path):
+    """`run_demo(backbone="scratch")` (the small ResNet, 32 px; short schedule, a fifth of the
+    evaluation images): a rerun with the same recipe reuses the model and the store's splits
+    (same digests, nothing retrained); another recipe (2 epochs) retrains and replaces the store
+    instead of refusing it. Reference: the store manifests and the recorded recipes."""
+    from featstore.demo.pipeline import MODEL_SPEC, model_recipe, run_demo
+
+    logs: list[str] = []
+    st = run_demo(tmp_path, backbone="scratch", scale=0.2, epochs=1, log=logs.append)
+    assert st.provenance["name"] == MODEL_SPEC and st.split("id/train").num_rows == 650
+    assert np.asarray(st.split("id/test").features).shape[1] == 64
+    first = json.loads((tmp_path / "store" / "store.json").read_text())
+    logs.clear()
+    run_demo(tmp_path, backbone="scratch", scale=0.2, epochs=1, log=logs.append)
+    assert any("reusing the trained model" in m for m in logs)
+    again = json.loads((tmp_path / "store" / "store.json").read_text())
+    assert again["splits"] == first["splits"]
+    logs.clear()
+    st = run_demo(tmp_path, backbone="scratch", scale=0.2, epochs=2, log=logs.append)
+    assert any("replacing" in m for m in logs)
+    record = json.loads((tmp_path / "model.json").read_text())
+    assert record["recipe"] == model_recipe("scratch", 2)
+    assert st.model_sha256 == record["sha256"] != first["model"]["sha256"]
