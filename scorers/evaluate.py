@@ -57,7 +57,9 @@ def require_finite_inputs(store: Any, name: str, splits: Sequence[str]) -> None:
     extras) holds NaN or inf in one of its fit splits or in `splits`: a dictionary lookup in
     the manifest's record, so it runs before anything data-dependent (defaults clamped to the
     data, a fit) could turn the NaN into a misleading message."""
-    scorer_cls = REGISTRY[name]
+    scorer_cls = REGISTRY.get(name)
+    if scorer_cls is None:  # an unknown name is the caller's error to report (get_scorer)
+        return
     fields = value_fields(scorer_cls)
     for split_name in [*(s for s in fit_split_names(scorer_cls) if store.has_split(s)),
                        *splits]:

@@ -236,9 +236,9 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
     "adjusted": [{"setting", "used", "reason"}],
     "fit_seconds", "val_seconds", "test_seconds"}; see the module docstring."""
     direction = check_select_by(select_by)
-    require_finite_inputs(store, method, [])  # before any data-dependent range: NaN named
     base = dict(base_params or {})
-    probe = get_scorer(method, **base)
+    probe = get_scorer(method, **base)   # an unknown method or parameter: UsageError here
+    require_finite_inputs(store, method, [])  # before any data-dependent range: NaN named
     val_ood = val_splits(store)
     plan = _Plan(probe, grid, base, store)
 
