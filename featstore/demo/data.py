@@ -184,10 +184,10 @@ GENERATORS = {"digits": digits, "patches": patches, "faces": faces, "noise": noi
 _COVARIATE_KEYS = ("rotate", "blur", "noise", "invert")
 # the keys each generator reads from its source table (a spec's unknown key is an error)
 GENERATOR_KEYS: dict[str, tuple[str, ...]] = {
-    "digits": ("classes", "seed", "fractions", "part", *_COVARIATE_KEYS),
-    "patches": ("images", "count", "crop", "seed", "part", *_COVARIATE_KEYS),
-    "faces": ("fractions", "part", "seed"),
-    "noise": ("count", "kind", "seed", "part"),
+    "digits": ("classes", "seed", "fractions", "part", "size", *_COVARIATE_KEYS),
+    "patches": ("images", "count", "crop", "seed", "part", "size", *_COVARIATE_KEYS),
+    "faces": ("fractions", "part", "seed", "size"),
+    "noise": ("count", "kind", "seed", "part", "size"),
 }
 
 
