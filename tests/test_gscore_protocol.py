@@ -154,8 +154,9 @@ def test_report_include_renders_gscore_evaluate_json(tmp_path, capsys):
     cell = res["table"]["energy"]["fpr95"]["kmeans-l2"]["rmse"]
     assert f"{cell['mean']:.2f} ± {cell['std']:.2f}" in html
     assert "Gscore: RMSE (%) of predicted FPR@TPR95 on meta-test sets" in md
+    # Markdown escapes brackets in titles (md_text), so they show as text, never as a link
     assert "Gscore: correlation with AUROC, Pearson r / Spearman rho on meta-test sets " \
-           "[meta-train r]" in md
+           "\\[meta-train r\\]" in md
     assert "ID pools: " not in md and "disjoint: each repeat splits id/test" in md
     n_scatter = len(re.findall(r"!\[\w+: Gscore \(\w+ \+ [\w ]+\) vs true", md))
     assert n_scatter == 2 * 2  # detectors x targets
