@@ -74,7 +74,7 @@ def _compact_axis(axis) -> None:
     """At most 4 ticks, with a shared offset / exponent instead of long tick labels (scores
     such as ODIN's 0.16705 ... 0.16875 otherwise print over each other)."""
     axis.set_major_locator(MaxNLocator(nbins=4))
-    formatter = ScalarFormatter(useOffset=True, useMathText=True)
+    formatter = ScalarFormatter(useOffset=True, useMathText=False)
     formatter.set_powerlimits((-3, 4))
     axis.set_major_formatter(formatter)
 
