@@ -313,6 +313,21 @@ def id_accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
     return float(100.0 * np.mean(pred == y[mask]))
 
 
+def labelled_correctness(scores: object, logits: object,
+                         labels: object) -> tuple[np.ndarray, np.ndarray]:
+    """The scores of the labelled rows (label != -1) and, per such row, whether
+    ``argmax(logits) == label``.
+
+    Raises:
+        ValueError: the scores are not one value per row of the logits (or see `_labelled`).
+    """
+    lg, y, mask = _labelled(logits, labels)
+    s = np.asarray(scores)
+    if s.ndim != 1 or s.shape[0] != lg.shape[0]:
+        raise ValueError(f"scores must have shape ({lg.shape[0]},), got {s.shape}")
+    return s[mask], np.argmax(lg[mask], axis=1) == y[mask]
+
+
 def misclassification_auroc(
     scores: np.ndarray, logits: np.ndarray, labels: np.ndarray
 ) -> float:
@@ -326,12 +341,7 @@ def misclassification_auroc(
         ValueError: every labelled row is correct, or every one is wrong (AUROC undefined),
             shapes disagree, or the scores hold NaN/inf.
     """
-    lg, y, mask = _labelled(logits, labels)
-    s = np.asarray(scores)
-    if s.ndim != 1 or s.shape[0] != lg.shape[0]:
-        raise ValueError(f"scores must have shape ({lg.shape[0]},), got {s.shape}")
-    s = s[mask]
-    correct = np.argmax(lg[mask], axis=1) == y[mask]
+    s, correct = labelled_correctness(scores, logits, labels)
     n_ok = int(correct.sum())
     if n_ok == correct.size:
         raise ValueError(

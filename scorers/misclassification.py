@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .metrics import _labelled, ood_metrics
+from .metrics import labelled_correctness, ood_metrics
 
 #: fewer misclassified rows than this: the result carries a warning
 MIN_ERRORS = 20
@@ -36,12 +36,7 @@ def misclassification_metrics(scores: np.ndarray, logits: np.ndarray,
         ValueError: shapes disagree, no labelled row, every labelled row right or every one
             wrong, or the scores hold NaN/inf.
     """
-    lg, y, mask = _labelled(logits, labels)
-    s = np.asarray(scores)
-    if s.ndim != 1 or s.shape[0] != lg.shape[0]:
-        raise ValueError(f"scores must have shape ({lg.shape[0]},), got {s.shape}")
-    s = s[mask]
-    correct = np.argmax(lg[mask], axis=1) == y[mask]
+    s, correct = labelled_correctness(scores, logits, labels)
     errors = int((~correct).sum())
     if errors == 0 or errors == correct.size:
         raise ValueError(f"misclassification metrics undefined: {errors} of {correct.size} "
