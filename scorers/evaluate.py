@@ -16,12 +16,12 @@ import numpy as np
 from featstore.errors import FeatstoreError, UsageError
 from featstore.values import require_finite
 
-from . import REGISTRY, get_scorer
 from .adapt import fit_defaults
 from .base import fit_split_names, value_fields
 from .cache import ScoreCache, cache_off_reason
 from .metrics import OOD_METRIC_NAMES, id_accuracy, misclassification_auroc, ood_metrics
 from .misclassification import misclassification_or_none
+from .registry import REGISTRY, get_scorer
 from .selective import selective_metrics
 from .skipping import check_supported, require_any, run_each, unsupported_reason
 from .stats.bootstrap import BootstrapSpec

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 from featstore.errors import FeatstoreError
 
-from . import REGISTRY
 from .base import _HOW_TO
+from .registry import REGISTRY
 
 ID_SPLIT = "id/test"
 T = TypeVar("T")

@@ -47,7 +47,6 @@ import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
 
-from . import REGISTRY, get_scorer
 from .adapt import adapt_grid, adapt_params
 from .base import Scorer, expand_grid
 from .evaluate import group_means, id_side_metrics, mean_of, require_finite_inputs
@@ -58,6 +57,7 @@ from .metrics import (
     ood_metrics,
 )
 from .misclassification import misclassification_or_none
+from .registry import REGISTRY, get_scorer
 from .skipping import check_supported, require_any, run_each
 from .stats.bootstrap import BootstrapSpec
 from .uncertainty import add_intervals

@@ -32,7 +32,7 @@ GRID_SCORERS = ["energy", "odin", "gen"]
 MODULES = {"msp": "msp", "mls": "mls", "energy": "energy", "odin": "odin",
            "temp_scaling": "temp_scaling", "gen": "gen", "kl_matching": "kl_matching",
            "entropy": "entropy"}
-SCORERS_DIR = Path(__file__).resolve().parent.parent / "scorers"
+SCORERS_DIR = Path(__file__).resolve().parent.parent / "scorers" / "methods"
 
 
 # --------------------------------------------------------------------------- references

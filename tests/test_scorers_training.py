@@ -103,7 +103,7 @@ def test_godin_variants_against_numpy(tmp_path):
 
 
 def test_godin_signs():
-    from scorers.godin import godin_scores
+    from scorers.methods.godin import godin_scores
 
     h = np.array([[5.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
     g = np.array([0.9, 0.1])
@@ -136,7 +136,7 @@ def test_mcd_variants_against_numpy(tmp_path):
 
 
 def test_mcd_sign():
-    from scorers.mcd import mcd_scores
+    from scorers.methods.mcd import mcd_scores
 
     same = np.array([[3.0, 0.0, 0.0, 0.0]])
     agree = mcd_scores(same, same, "l1")
@@ -178,7 +178,7 @@ def test_mcdropout_variants_against_numpy(tmp_path):
 
 
 def test_mcdropout_sign():
-    from scorers.mcdropout import mc_dropout_scores
+    from scorers.methods.mcdropout import mc_dropout_scores
 
     peaked = np.tile(np.array([6.0, 0.0, 0.0, 0.0]), (4, 1, 1))              # passes agree
     spread = np.stack([np.roll([6.0, 0.0, 0.0, 0.0], k) for k in range(4)])[:, None, :]
@@ -221,7 +221,7 @@ def test_odin_perturbed_against_numpy_and_grid(tmp_path):
 
 
 def test_odin_perturbed_sign_and_eps0_equals_odin(tmp_path):
-    from scorers.msp import max_softmax
+    from scorers.methods.msp import max_softmax
 
     confident, flat = np.array([[9.0, 0.0, 0.0, 0.0]]), np.array([[1.0, 0.0, 0.0, 0.0]])
     assert max_softmax(confident, 10.0)[0] > max_softmax(flat, 10.0)[0]

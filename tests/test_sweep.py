@@ -151,7 +151,7 @@ def test_ash_band_order_is_the_stable_descending_kept_set():
     """The first k positions of band_order = the first k of np.argsort(-x, kind="stable"),
     for every k of a grid: ties (lowest index first), signed zeros, NaN (last); and the top-k
     sums are those of the stable sort's values."""
-    from scorers.ash import RowSort
+    from scorers.methods.ash import RowSort
 
     rng = np.random.default_rng(0)
     for trial in range(200):
@@ -190,7 +190,7 @@ def ref_ash(x: np.ndarray, w: np.ndarray, b: np.ndarray, variant: str, k: int) -
 def test_ash_running_sums_and_dense_settings_equal_the_formula(wide_store, variant):
     """D=1040: percentiles 95..75 keep 5% more entries each (one running sum per row), 30 and
     10 keep too many more (dense products); all equal the row formula and separate runs."""
-    from scorers.ash import keep_count, plan_chain
+    from scorers.methods.ash import keep_count, plan_chain
 
     st, d = wide_store, 1040
     grid = {"percentile": [95, 90, 85, 80, 75, 30, 10]}
@@ -212,7 +212,7 @@ def test_ash_running_sums_and_dense_settings_equal_the_formula(wide_store, varia
 
 
 def test_react_plan_anchor_cost_model():
-    from scorers.react import plan_anchor
+    from scorers.methods.react import plan_anchor
 
     # a low threshold leaving 90% of the entries above it is cheaper as its own dense product
     assert plan_anchor([900, 150, 100, 50, 10], 1000) == 1
@@ -229,7 +229,7 @@ def test_react_band_sums_equal_dense_clipping(wide_store, tmp_path, logits_are_h
     float32 rounding of the logits; c from np.percentile), == separate runs (1e-9),
     deterministic. With logits that are not the head's output (scaled by 2: another head)
     every setting is computed from the features (1e-9)."""
-    from scorers.react import logits_pay
+    from scorers.methods.react import logits_pay
 
     st = wide_store
     if not logits_are_head:
@@ -262,7 +262,7 @@ def test_react_band_sums_equal_dense_clipping(wide_store, tmp_path, logits_are_h
 def test_react_fit_holds_the_default_grid_clip_values(wide_store, monkeypatch):
     """A sweep over the default grid after fit reads id/train no further; another
     percentile costs one pass (pass 1's histogram is kept)."""
-    import scorers.react as react_mod
+    import scorers.methods.react as react_mod
 
     scorer = get_scorer("react").fit(wide_store)
     passes = []

@@ -11,7 +11,7 @@ The ten rows, in the paper's four families (score of each method as the benchmar
 Tuning (the paper, §2.5: "explored only the five most common values and selected
 hyperparameters based on the performance of AUROC on the validation set"): rows whose scorer
 has a sweep grid (KNN: K) are tuned on the val splits by AUROC; ViM is scored at the
-paper's dimension rule (`scorers.vim`: D // 2 below D = 768), since its default grid
+paper's dimension rule (`scorers.methods.vim`: D // 2 below D = 768), since its default grid
 (256, 1000) does not fit small feature spaces; the other rows have no hyperparameter.
 MC-Dropout is extracted with `MC_SAMPLES` stochastic passes. OE and MCD read the auxiliary
 outliers of the experiment's [data] aux.

@@ -18,7 +18,7 @@ Budget-adjusted lambda (optional, on by default as in the paper): after each ste
 lambda <- lambda / 1.01 if budget > L_c else lambda / 0.99, with L_c the batch's mean -log c;
 lambda starts at 0.1 and budget beta = 0.3 (the paper's defaults; OpenOOD v1.5
 `configs/pipelines/train/train_conf_branch.yml`: `lmbda: 0.1`, `budget: 0.3`, `eps: 1e-12`). With
-`budget = None`, lambda stays fixed. Scored by `extra/confidence` (scorers/confbranch.py).
+`budget = None`, lambda stays fixed. Scored by `extra/confidence` (scorers/methods/confbranch.py).
 """
 
 from __future__ import annotations

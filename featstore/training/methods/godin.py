@@ -13,7 +13,7 @@ Loss as implemented: mean over the batch of cross-entropy on f: -log softmax(h /
 
 Store convention (DESIGN §2): the stored logits are h (the hooked head's output, so
 logits == features @ W.T + b holds), `extra/godin_h` repeats h and `extra/godin_g` holds g;
-f = h / g is recomputable from the two. scorers/godin.py scores max_i h_i (default, OpenOOD
+f = h / g is recomputable from the two. scorers/methods/godin.py scores max_i h_i (default, OpenOOD
 v1.5 `godin.yml` `score_func: h`), g, or max softmax(h / g) (the benchmark's eq. 12).
 
 h is trained without weight decay, as OpenOOD v1.5 `godin_trainer.py` does (a separate

@@ -23,7 +23,7 @@ fine-tuning steps the ID and unlabelled batches go through the network in ONE fo
 OE does; OpenOOD's MCD uses two), so BatchNorm's running statistics see the same mixture as its
 batch statistics; with two passes, half of the running-statistics updates come from outliers
 alone, which cost the demo 30 points of ID accuracy. Scored by the discrepancy of the two
-heads' softmax outputs (scorers/mcd.py).
+heads' softmax outputs (scorers/methods/mcd.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ default (OpenOOD v1.5 `configs/pipelines/train/train_dropout.yml` `dropout_p: 0.
 At extraction, `featstore extract --mc-samples T` switches every dropout module of the model to
 train mode (BatchNorm stays in eval mode) and stores T stochastic passes as `extra/mc_logits`
 (T, N, C); the ordinary (deterministic, dropout off) pass gives features and logits as usual.
-Scored by scorers/mcdropout.py.
+Scored by scorers/methods/mcdropout.py.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Scorer, logsumexp
+from ..base import Scorer, logsumexp
 
 
 def max_softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:

@@ -56,7 +56,7 @@ import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
 
-from .base import Scorer, ValidRange, eig_cutoff, logsumexp
+from ..base import Scorer, ValidRange, eig_cutoff, logsumexp
 
 FIT_SPLIT = "id/train"
 # A mean residual below this fraction of the mean ||x - u|| counts as zero (rank <= dim).

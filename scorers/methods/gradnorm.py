@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Scorer, softmax
+from ..base import Scorer, softmax
 
 
 class GradNorm(Scorer):

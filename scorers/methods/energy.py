@@ -23,7 +23,7 @@ import numpy as np
 
 from featstore.errors import UsageError
 
-from .base import Scorer, logsumexp
+from ..base import Scorer, logsumexp
 
 
 def check_temperature(scorer: str, value: Any, param: str = "temperature") -> None:

@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from .knn_index import KnnIndex, l2_normalize, subsample_size
-from .neighbours import FIT_SPLIT, BankScorer, bank_chunks
+from ..knn_index import KnnIndex, l2_normalize, subsample_size
+from ..neighbours import FIT_SPLIT, BankScorer, bank_chunks
 
 
 def load_bank(store: Any, fraction: float, seed: int, chunk_rows: int,

@@ -63,8 +63,8 @@ import numpy as np
 
 from featstore.errors import UsageError
 
-from .base import Scorer
-from .neighbours import is_int
+from ..base import Scorer
+from ..neighbours import is_int
 
 FIT_SPLIT = "id/train"
 APPROX = ("none", "nystroem")

@@ -37,7 +37,7 @@ import numpy as np
 
 from featstore.errors import FeatstoreError
 
-from .base import Scorer, eig_cutoff
+from ..base import Scorer, eig_cutoff
 
 FIT_SPLIT = "id/train"
 
@@ -79,7 +79,7 @@ def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str,
     covariance (one more N x D x D product in pass 2) only when `with_global`. With fewer
     labelled rows than dimensions (N < D) pass 2 keeps the centered rows instead of summing
     D x D scatter matrices (`Scatter`)."""
-    from .rowmap import read_chunk_rows
+    from ..rowmap import read_chunk_rows
 
     split = store.split(FIT_SPLIT)
     chunk_rows = read_chunk_rows(split, ("features",), chunk_rows)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Scorer
+from ..base import Scorer
 from .mds import ClassMahalanobis, fit_gaussian_stats
 
 

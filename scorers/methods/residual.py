@@ -3,7 +3,7 @@ the ViM paper (Wang, Li, Feng, Zhang, "ViM: Out-Of-Distribution with Virtual-log
 CVPR 2022, section 3 / Table "Residual").
 
 Formula as implemented (float64), with the same fitted state as `vim` (imported from
-`scorers.vim.PrincipalSpace`, one implementation):
+`scorers.methods.vim.PrincipalSpace`, one implementation):
 
     u     = -pinv(W) @ b
     S     = (1/N) sum_{x in id/train} (x - u)(x - u)^T = V diag(lambda) V^T, lambda decreasing

@@ -33,7 +33,7 @@ the sorted values (in descending order). The kept sets are nested, so `band_orde
 row's kept entries band by band (band e = kept at the e-th smallest k of the grid but not at
 the one before; index order within a band). Then, per setting, either
 - sparse: the sum over the kept entries is accumulated row by row in that order (four rows of
-  W.T per pass, `scorers.react.gather_add`/`gather_sum`), W held as float32 (exact: the head
+  W.T per pass, `scorers.methods.react.gather_add`/`gather_sum`), W held as float32 (exact: the head
   is stored in float32) and the sum in float64. A grid accumulates
   ONE running sum per row, adding each further band of entries as the percentile decreases,
   and reads every setting's logits off it (scale * sum + b, then logsumexp); or
@@ -58,7 +58,7 @@ from numba import njit
 
 from featstore.errors import UsageError
 
-from .base import Scorer, ValidRange, logsumexp
+from ..base import Scorer, ValidRange, logsumexp
 from .react import check_percentile, exact_f32, gather_add, gather_sum, sparse_pays
 
 VARIANTS = ("p", "b", "s")
@@ -148,7 +148,7 @@ def _running_logits(x, order, wt, bias, ends, need_p, need_b, set_end, set_acc, 
                     out):
     """Per row i: running sums acc_p = sum x[i, j] * wt[j] and acc_b = sum wt[j] over j =
     order[i, 0], order[i, 1], ... (float64, four entries at a time within a band: see
-    `scorers.react.gather_add`), and at the end of band e (after ends[e] entries) for every
+    `scorers.methods.react.gather_add`), and at the end of band e (after ends[e] entries) for every
     setting s with set_end[s] == e: out[s, i] = set_scale[s, i] * acc + bias, acc = acc_p if
     set_acc[s] == 0 else acc_b."""
     n = x.shape[0]

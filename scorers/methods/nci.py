@@ -28,7 +28,7 @@ import numpy as np
 
 from featstore.errors import UsageError
 
-from .base import Scorer
+from ..base import Scorer
 from .dice import train_mean
 
 _TINY = np.finfo(np.float64).tiny

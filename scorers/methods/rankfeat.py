@@ -37,7 +37,7 @@ import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
 
-from .base import Scorer, logsumexp
+from ..base import Scorer, logsumexp
 
 MAPS = "feature_maps"
 _CHUNK_BYTES = 256 << 20

@@ -29,7 +29,7 @@ import numpy as np
 from featstore.errors import UsageError
 from featstore.extra_keys import ODIN_GROUP, odin_name, parse_odin_name
 
-from .base import Scorer
+from ..base import Scorer
 from .energy import check_temperature
 from .msp import max_softmax
 

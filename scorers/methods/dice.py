@@ -21,12 +21,12 @@ the grid's settings ordered by decreasing p (increasing kept count), band e of c
 weights kept from setting e on but not before, so h @ (W * M(p_e)).T is a running sum over
 bands 0..e. Per block of scored rows (transposed, float32: exact for float32 features) and
 per class c, the kept weights of c are accumulated band by band into a float64 sum over the
-block's rows (`scorers.react.gather_add`: one row of h.T per kept weight, weight in float64),
-and every setting's logits are read off the running sums (+ b), then logsumexp. A setting is
-computed that way when its increment of kept weights over the previous one pays by the cost
-model of `scorers.react.sparse_pays` (an increment below C*D / SPARSE_COST weights: p = 90
-alone keeps 10%, each step of the default grid adds 20%); otherwise as a dense product with
-the masked head (W * M).T (float64 BLAS). The choice depends only on the mask sizes
+block's rows (`scorers.methods.react.gather_add`: one row of h.T per kept weight, weight in
+float64), and every setting's logits are read off the running sums (+ b), then logsumexp. A
+setting is computed that way when its increment of kept weights over the previous one pays by
+the cost model of `scorers.methods.react.sparse_pays` (an increment below C*D / SPARSE_COST
+weights: p = 90 alone keeps 10%, each step of the default grid adds 20%); otherwise as a dense
+product with the masked head (W * M).T (float64 BLAS). The choice depends only on the mask sizes
 (deterministic); the two ways differ in the order of the float64 sums only.
 
 Sharing: the mean is one chunked pass at fit; the thresholds of all p not seen yet come from
@@ -43,7 +43,7 @@ from numba import njit
 
 from featstore.errors import FeatstoreError
 
-from .base import Scorer, logsumexp
+from ..base import Scorer, logsumexp
 from .react import check_percentile, gather_add, sparse_pays
 
 FIT_SPLIT = "id/train"

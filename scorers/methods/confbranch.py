@@ -19,7 +19,7 @@ import numpy as np
 from featstore.errors import FeatstoreError
 from featstore.extra_keys import CONFIDENCE
 
-from .base import Scorer
+from ..base import Scorer
 
 
 class ConfBranch(Scorer):

@@ -71,7 +71,7 @@ from numba import njit
 
 from featstore.errors import FeatstoreError, UsageError
 
-from .base import Scorer, head_logits_usable, logsumexp, stored_logits_are_head
+from ..base import Scorer, head_logits_usable, logsumexp, stored_logits_are_head
 
 # An entry accumulated row by row (`gather_add`: a row of W.T as float32 streamed from cache
 # into a float64 sum) costs about this many times its share (1 / D) of a dense float64 product
@@ -406,7 +406,7 @@ def plan_anchor(counts: Sequence[int], size: int) -> int:
     above threshold t, `size` = all entries): thresholds below a and a itself are dense
     products, the ones above come from `_clip_band_logits`, which touches (counts[a] -
     counts[-1]) + counts[a + 1] entries; the cheapest a by the cost model of
-    `scorers.ash.sparse_pays` (first of ties)."""
+    `scorers.methods.ash.sparse_pays` (first of ties)."""
     t_num = len(counts)
     best, best_cost = t_num - 1, float(t_num)
     for a in range(t_num - 1):

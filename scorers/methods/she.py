@@ -27,7 +27,7 @@ from numba import njit
 
 from featstore.errors import FeatstoreError
 
-from .base import Scorer
+from ..base import Scorer
 
 FIT_SPLIT = "id/train"
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Scorer
+from ..base import Scorer
 
 
 class MaxLogit(Scorer):

@@ -32,7 +32,7 @@ from scipy.optimize import minimize_scalar
 
 from featstore.errors import FeatstoreError
 
-from .base import Scorer, logsumexp
+from ..base import Scorer, logsumexp
 from .msp import max_softmax
 
 FIT_SPLIT = "id/val"

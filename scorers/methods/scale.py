@@ -15,10 +15,10 @@ Unlike ASH nothing is pruned: the whole feature is rescaled. Higher is more in-d
 `percentile: 85`) and must keep k >= 1. Default sweep grid: OpenOOD v1.5 `scale.yml`
 `percentile_list: [65, 70, 75, 80, 85, 90, 95]`.
 
-Sharing: one partial sort per row and chunk (`scorers.ash.RowSort`: the k_max largest entries
-in descending order, k_max the largest kept count of the grid) gives s2 for every percentile as
-a cumulative sum of the sorted values, and z = h @ W.T is computed once per block for all of
-them; each setting is then logsumexp(exp(s1 / s2) * z + b), (n, C) elementwise.
+Sharing: one partial sort per row and chunk (`scorers.methods.ash.RowSort`: the k_max largest
+entries in descending order, k_max the largest kept count of the grid) gives s2 for every
+percentile as a cumulative sum of the sorted values, and z = h @ W.T is computed once per
+block for all of them; each setting is then logsumexp(exp(s1 / s2) * z + b), (n, C) elementwise.
 
 z without a product: when the store's float32 logits l are the head's output
 (`scorers.base.stored_logits_are_head`: x @ W.T + b to 1e-4 of the largest logit on a probe of
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from ..base import Scorer, ValidRange, head_logits_usable, logsumexp, stored_logits_are_head
 from .ash import RowSort, check_keep, keep_count, percentile_range
-from .base import Scorer, ValidRange, head_logits_usable, logsumexp, stored_logits_are_head
 from .react import check_percentile
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from featstore.extra_keys import GODIN_G, GODIN_H
 
-from .base import Scorer
+from ..base import Scorer
 from .msp import max_softmax
 
 VARIANTS = ("h", "g", "softmax")

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Scorer, softmax_plogp
+from ..base import Scorer, softmax_plogp
 
 
 def neg_entropy(logits: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ import numpy as np
 from featstore.errors import FeatstoreError
 from featstore.extra_keys import MC_LOGITS
 
-from .base import Scorer, softmax
+from ..base import Scorer, softmax
 from .msp import max_softmax
 
 VARIANTS = ("entropy", "msp", "logit_mean")

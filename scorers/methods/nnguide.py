@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import logsumexp
-from .knn_index import KnnIndex, l2_normalize, subsample_size
-from .neighbours import FIT_SPLIT, BankScorer, bank_chunks
+from ..base import logsumexp
+from ..knn_index import KnnIndex, l2_normalize, subsample_size
+from ..neighbours import FIT_SPLIT, BankScorer, bank_chunks
 
 
 def load_guide_bank(store: Any, alpha: float, seed: int, chunk_rows: int) -> np.ndarray:

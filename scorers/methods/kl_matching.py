@@ -41,7 +41,7 @@ import numpy as np
 
 from featstore.errors import FeatstoreError
 
-from .base import Scorer, softmax, softmax_plogp
+from ..base import Scorer, softmax, softmax_plogp
 
 FIT_SPLIT = "id/val"
 EPS = np.finfo(np.float64).tiny
