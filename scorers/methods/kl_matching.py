@@ -18,7 +18,7 @@ softmax output short of underflow), so the one-hot template never attains the mi
 OpenOOD's scores equal these; featstore skips the class instead because a template the data
 never showed should not be able to win where p underflows to exactly e_k.
 
-Score, for logits l in R^C and p = softmax(l):
+Score as implemented, for logits l in R^C and p = softmax(l):
 
     score(x) = -min_k KL(p || d_k),  KL(p || d_k) = sum_j p_j log p_j - sum_j p_j log d_kj
 

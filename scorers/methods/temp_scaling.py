@@ -13,7 +13,7 @@ split is streamed in row chunks on every evaluation (bounded memory). A minimum 
 (e.g. perfectly separated id/val, where NLL keeps falling as T -> 0) is kept and reported with a
 warning. The fitted value is `scorer.fitted_temperature`.
 
-Score, for logits l in R^C:
+Score as implemented, for logits l in R^C:
 
     score(x) = max_k softmax(l / T*)_k = exp(max_k l_k / T* - logsumexp(l / T*))
 
