@@ -255,13 +255,14 @@ def em_check_section(store: Any) -> None:
 def write_em_corpus(store: Any, path: Path) -> None:
     """The EM test corpus (tests/test_gscore_em.py): every scorer the store supports (no
     extras needed) on id/test and every OOD test split, saved as `<scorer>|<split>` arrays."""
-    from scorers import REGISTRY, get_scorer
+    from scorers import REGISTRY
     from scorers.evaluate import score_splits
+    from scorers.needs import Needs
 
     arrays = {}
     oods = store.splits(role="ood", usage="test")
     for name in sorted(REGISTRY):
-        if any(n.startswith("extra:") for n in get_scorer(name).needs):
+        if Needs.of(REGISTRY[name]).extras:
             continue
         params = {"nnguide": {"alpha": 1.0}}.get(name, {})
         scores, _, _ = score_splits(store, name, params, ["id/test", *oods])

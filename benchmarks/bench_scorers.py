@@ -738,13 +738,14 @@ def peer_inputs_mb(name: str, sizes: Sizes) -> float:
 
 def _applicable(only: set[str] | None) -> tuple[list[str], list[str]]:
     from scorers import list_scorers
+    from scorers.needs import Needs
 
     run, skipped = [], []
     for info in list_scorers():
         name = info["name"]
         if only is not None and name not in only:
             continue
-        extras = [n for n in info["needs"] if n.startswith("extra:")]
+        extras = [f"extra:{n}" for n in Needs.parse(info["needs"]).extras]
         if extras:
             skipped.append(f"`{name}` (needs {', '.join(extras)}; the stores hold no extras)")
             continue

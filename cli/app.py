@@ -25,6 +25,7 @@ from . import (
     commands_report,
     commands_run,
     commands_score,
+    commands_scorers,
     commands_store,
     commands_sweep,
     commands_train,
@@ -69,6 +70,7 @@ def _root(
 
 commands_store.register(app)
 commands_score.register(app)
+commands_scorers.register(app)
 commands_sweep.register(app)
 commands_gscore.register(app)
 commands_train.register(app)

@@ -30,14 +30,11 @@ def parse_params(items: list[str] | None, what: str = "--param") -> dict[str, An
 
 
 def check_methods(names: Iterable[str], what: str = "--method") -> list[str]:
-    """The names, or UsageError naming the unknown one and the valid ones."""
-    from scorers import REGISTRY
+    """The names, or UsageError naming the unknown one, the valid ones and a did-you-mean
+    (`scorers.check_scorers`, the one scorer-name check)."""
+    from scorers import check_scorers
 
-    names = list(names)
-    for name in names:
-        if name not in REGISTRY:
-            raise UsageError(f"{what}: unknown scorer {name!r} (valid: {', '.join(REGISTRY)})")
-    return names
+    return check_scorers(names, what)
 
 
 def check_params(method: str, params: dict[str, Any], what: str = "--param") -> None:
@@ -54,14 +51,15 @@ def check_params(method: str, params: dict[str, Any], what: str = "--param") -> 
 
 def method_params(items: list[str] | None, what: str = "--param") -> dict[str, dict[str, Any]]:
     """`method.k=v` items -> {method: {k: v}}, each method known and each setting valid."""
-    from scorers import REGISTRY
+    from scorers import REGISTRY, unknown_scorer
 
     params: dict[str, dict[str, Any]] = {}
     for key, value in parse_params(items, what).items():
         name, dot, p = key.partition(".")
         if not dot or not p or name not in REGISTRY:
+            why = unknown_scorer(name) if dot and p else "see `featstore scorers`"
             raise UsageError(f"{what} {key!r}: expected <method>.<param>=<value> with a "
-                             f"registered method (valid: {', '.join(REGISTRY)})")
+                             f"registered method ({why})")
         params.setdefault(name, {})[p] = value
     for name, p in params.items():
         check_params(name, p, what)
@@ -102,8 +100,9 @@ def require_rows(store: Store, names: Sequence[str] | None = None) -> None:
 def fit_splits(method: str) -> list[str]:
     """The splits a scorer fits on (its `fit:<split>` needs)."""
     from scorers import REGISTRY
+    from scorers.needs import Needs
 
-    return [n[4:] for n in REGISTRY[method].needs if n.startswith("fit:")]
+    return Needs.of(REGISTRY[method]).fit_splits
 
 
 def fit_label(store: Store, method: str, scored: int | None = None) -> str:

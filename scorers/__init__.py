@@ -3,12 +3,14 @@
 One module per method lives in `scorers/methods/`; `scorers.registry` discovers them (every
 `Scorer` subclass with a `name` is registered once). `get_scorer(name, **params)` builds one;
 `list_scorers()` describes all of them (name, needs, default params, default grid, paper).
-Both, and `REGISTRY`, are re-exported here from `scorers.registry`.
+These, `REGISTRY` and the one scorer-name check (`check_scorers`, `unknown_scorer`) are
+re-exported here from `scorers.registry`.
 """
 
 from __future__ import annotations
 
 from .base import Scorer
-from .registry import REGISTRY, get_scorer, list_scorers
+from .registry import REGISTRY, check_scorers, get_scorer, list_scorers, unknown_scorer
 
-__all__ = ["Scorer", "REGISTRY", "get_scorer", "list_scorers"]
+__all__ = ["Scorer", "REGISTRY", "check_scorers", "get_scorer", "list_scorers",
+           "unknown_scorer"]

@@ -8,7 +8,7 @@ hyperparameter grid, sharing the expensive work; the base implementation here re
 setting and is what scorers with a shared-work path must equal.
 
 Needs vocabulary: `logits`, `features`, `head`, `fit:<split>` (e.g. `fit:id/train`),
-`extra:<name>`.
+`extra:<name>`; `scorers.needs` parses them (`Needs.of(scorer)`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
 from featstore.values import require_finite
+
+from .needs import Needs
 
 DEFAULT_CHUNK_ROWS = 8192
 
@@ -173,11 +175,11 @@ class Scorer:
                 f"but split {split.name!r} comes from model {sha[:12]}…; pass force=True to "
                 "score anyway"
             )
-        for need in self.needs:
-            if need.startswith("extra:") and not split.has_extra(need[len("extra:"):]):
+        for extra in Needs.of(self).extras:
+            if not split.has_extra(extra):
                 raise FeatstoreError(
-                    f"scorer {self.name!r} needs {need!r} in split {split.name!r}: "
-                    f"{_HOW_TO.get(need, 'extract it with the method that writes it')}"
+                    f"scorer {self.name!r} needs 'extra:{extra}' in split {split.name!r}: "
+                    f"{how_to(f'extra:{extra}')}"
                 )
         if not self.allow_nonfinite:
             require_finite(split, value_fields(self), f"{self.name!r} scores")
@@ -262,34 +264,38 @@ def head_logits_usable(split: Any, logits_are_head: bool) -> bool:
     return logits_are_head and split.dtype == "float32" and "logits" in split.dims
 
 
-def value_fields(scorer: Scorer) -> list[str]:
+def how_to(need: str) -> str:
+    """How to produce a need a store lacks (a `fit:` split or an `extra:` array)."""
+    if need.startswith("fit:"):
+        return _HOW_TO.get(need, "extract it")
+    return _HOW_TO.get(need, "extract it with the method that writes it")
+
+
+def value_fields(scorer: Scorer | type[Scorer]) -> list[str]:
     """The row fields a scorer reads values from: `features`, `logits`, `extra:<name>`."""
-    return [n for n in scorer.needs if n in ("features", "logits") or n.startswith("extra:")]
+    return Needs.of(scorer).value_fields
 
 
-def fit_split_names(scorer: Scorer) -> list[str]:
+def fit_split_names(scorer: Scorer | type[Scorer]) -> list[str]:
     """The splits a scorer fits on (its `fit:<split>` needs)."""
-    return [n[len("fit:"):] for n in scorer.needs if n.startswith("fit:")]
+    return Needs.of(scorer).fit_splits
 
 
 def check_needs(scorer: Scorer, store: Any) -> None:
     """Raise FeatstoreError naming the first missing need and how to produce it."""
-    for need in scorer.needs:
-        if need.startswith("fit:"):
-            split = need[len("fit:"):]
-            if not store.has_split(split):
-                raise FeatstoreError(
-                    f"scorer {scorer.name!r} needs split {split!r} in store "
-                    f"{str(store.path)!r}: {_HOW_TO.get(need, 'extract it')}"
-                )
-        elif need.startswith("extra:"):
-            name = need[len("extra:"):]
-            fit = [n[len("fit:"):] for n in scorer.needs if n.startswith("fit:")]
-            for split in fit:
-                if not store.split(split).has_extra(name):
+    needs = Needs.of(scorer)
+    for need in needs:
+        if need.kind == "fit" and not store.has_split(need.arg):
+            raise FeatstoreError(
+                f"scorer {scorer.name!r} needs split {need.arg!r} in store "
+                f"{str(store.path)!r}: {how_to(need.text)}"
+            )
+        if need.kind == "extra":
+            for split in needs.fit_splits:
+                if not store.split(split).has_extra(need.arg):
                     raise FeatstoreError(
-                        f"scorer {scorer.name!r} needs {need!r} in split {split!r}: "
-                        f"{_HOW_TO.get(need, 'extract it with the method that writes it')}"
+                        f"scorer {scorer.name!r} needs {need.text!r} in split {split!r}: "
+                        f"{how_to(need.text)}"
                     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from featstore.errors import FeatstoreError, UsageError
+from featstore.errors import FeatstoreError
 from featstore.values import require_finite
 
 from .adapt import fit_defaults
@@ -21,7 +21,7 @@ from .base import fit_split_names, value_fields
 from .cache import ScoreCache, cache_off_reason
 from .metrics import OOD_METRIC_NAMES, id_accuracy, misclassification_auroc, ood_metrics
 from .misclassification import misclassification_or_none
-from .registry import REGISTRY, get_scorer
+from .registry import REGISTRY, check_scorers, get_scorer
 from .selective import selective_metrics
 from .skipping import check_supported, require_any, run_each, unsupported_reason
 from .stats.bootstrap import BootstrapSpec
@@ -173,9 +173,7 @@ def evaluate(store: Any, methods: Sequence[str] | None = None,
         raise FeatstoreError(f"store {str(store.path)!r} has no complete {ID_SPLIT!r} split; "
                              "evaluation compares every OOD split against it")
     methods = list(methods) if methods else list(REGISTRY)
-    for m in methods:
-        if m not in REGISTRY:
-            raise UsageError(f"unknown scorer {m!r} (valid: {', '.join(REGISTRY)})")
+    check_scorers(methods)
     params = params or {}
     ood = store.splits(role="ood", usage="test")
     if not ood:

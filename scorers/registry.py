@@ -9,11 +9,13 @@ being built (the layer test, tests/test_layers.py, fails on such a cycle).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import pkgutil
+from collections.abc import Iterable
 from typing import Any
 
-from featstore.errors import UsageError
+from featstore.errors import FeatstoreError, UsageError
 
 from . import methods
 from .base import Scorer
@@ -39,10 +41,30 @@ def discover() -> dict[str, type[Scorer]]:
 REGISTRY: dict[str, type[Scorer]] = discover()
 
 
+def unknown_scorer(name: str, what: str | None = None) -> str:
+    """The one message for a name that is not a registered scorer: `[what: ]unknown scorer
+    'vimm' (valid: ash, confbranch, ...); did you mean 'vim'?` (the hint when one is close)."""
+    close = difflib.get_close_matches(str(name), list(REGISTRY), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    prefix = f"{what}: " if what else ""
+    return f"{prefix}unknown scorer {name!r} (valid: {', '.join(REGISTRY)}){hint}"
+
+
+def check_scorers(names: str | Iterable[str], what: str | None = None,
+                  error: type[FeatstoreError] = UsageError) -> list[str]:
+    """The one scorer-name check: the names as a list, or `error` (UsageError: exit 2;
+    InputError for a name read from a file) with `unknown_scorer`'s message for the first
+    one not registered."""
+    names = [names] if isinstance(names, str) else list(names)
+    for name in names:
+        if name not in REGISTRY:
+            raise error(unknown_scorer(name, what))
+    return names
+
+
 def get_scorer(name: str, **params: Any) -> Scorer:
     """Build a registered scorer; unknown name or parameter -> ValueError naming valid ones."""
-    if name not in REGISTRY:
-        raise UsageError(f"unknown scorer {name!r} (valid: {', '.join(REGISTRY)})")
+    check_scorers([name])
     return REGISTRY[name](**params)
 
 

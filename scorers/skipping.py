@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 
 from featstore.errors import FeatstoreError
 
-from .base import _HOW_TO
+from .base import how_to
+from .needs import Needs
 from .registry import REGISTRY
 
 ID_SPLIT = "id/test"
@@ -30,13 +31,12 @@ T = TypeVar("T")
 
 def unsupported_reason(store: Any, name: str) -> str | None:
     """Why the store lacks what scorer `name` needs (a fit split, an extra), or None."""
-    for need in REGISTRY[name].needs:
-        if need.startswith("fit:") and not store.has_split(need[4:]):
-            return f"needs split {need[4:]!r}: {_HOW_TO.get(need, 'extract it')}"
-        if (need.startswith("extra:") and store.has_split(ID_SPLIT)
-                and not store.split(ID_SPLIT).has_extra(need[6:])):
-            how = _HOW_TO.get(need, "extract it with the method that writes it")
-            return f"needs {need!r}: {how}"
+    for need in Needs.of(REGISTRY[name]):
+        if need.kind == "fit" and not store.has_split(need.arg):
+            return f"needs split {need.arg!r}: {how_to(need.text)}"
+        if (need.kind == "extra" and store.has_split(ID_SPLIT)
+                and not store.split(ID_SPLIT).has_extra(need.arg)):
+            return f"needs {need.text!r}: {how_to(need.text)}"
     return None
 
 

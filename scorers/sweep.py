@@ -57,7 +57,7 @@ from .metrics import (
     ood_metrics,
 )
 from .misclassification import misclassification_or_none
-from .registry import REGISTRY, get_scorer
+from .registry import REGISTRY, check_scorers, get_scorer
 from .skipping import check_supported, require_any, run_each
 from .stats.bootstrap import BootstrapSpec
 from .uncertainty import add_intervals
@@ -327,9 +327,7 @@ def sweep_all(store: Any, methods: Sequence[str] | None = None,
     raises; when none ran, FeatstoreError lists every reason."""
     check_select_by(select_by)
     methods = list(methods) if methods else list(REGISTRY)
-    for m in methods:
-        if m not in REGISTRY:
-            raise UsageError(f"unknown scorer {m!r} (valid: {', '.join(REGISTRY)})")
+    check_scorers(methods)
     params = params or {}
     if not store.has_split(TEST_ID_SPLIT):
         raise FeatstoreError(f"store {str(store.path)!r} has no complete {TEST_ID_SPLIT!r} "

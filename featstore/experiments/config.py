@@ -126,7 +126,7 @@ def _check_keys(table: dict[str, Any], valid: tuple[str, ...], where: str) -> No
 
 
 def _rows(raw: Any, where: str) -> list[MethodRow]:
-    from scorers import REGISTRY
+    from scorers import check_scorers
 
     from ..training.methods import get_method
 
@@ -139,9 +139,7 @@ def _rows(raw: Any, where: str) -> list[MethodRow]:
         scorer = item.get("scorer")
         if not isinstance(scorer, str):
             raise InputError(f"{label}: missing 'scorer' (a post-hoc scorer name)")
-        if scorer not in REGISTRY:
-            raise InputError(f"{label}: unknown scorer {scorer!r} (valid: "
-                             f"{', '.join(REGISTRY)})")
+        check_scorers([scorer], label, InputError)
         train = item.get("train", "ce")
         try:
             method = get_method(train)

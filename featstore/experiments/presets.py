@@ -59,7 +59,7 @@ def select_rows(methods: str | Sequence[str], rows: Sequence[MethodRow],
     """`all`, or names (case-insensitive, comma-separated or a list) of the ten rows, in the
     table's order; with `allow_scorers`, any other name that is a scorer becomes a post-hoc
     row on `ce` (after the table's rows, in the order given)."""
-    from scorers import REGISTRY
+    from scorers import REGISTRY, unknown_scorer
 
     names = [methods] if isinstance(methods, str) else list(methods)
     names = [n.strip() for item in names for n in item.split(",") if n.strip()]
@@ -73,9 +73,8 @@ def select_rows(methods: str | Sequence[str], rows: Sequence[MethodRow],
             row = MethodRow(n, "ce", n)
         if row is None:
             valid = "all, " + ", ".join(r.name for r in rows)
-            if allow_scorers:
-                raise UsageError(f"--methods: unknown scorer {n!r} (valid: {valid}, or a "
-                                 f"scorer: {', '.join(REGISTRY)})")
+            if allow_scorers:  # the registry's message, then the table's rows
+                raise UsageError(f"{unknown_scorer(n, '--methods')}; or a method row: {valid}")
             raise UsageError(f"--methods: unknown method {n!r} (valid: {valid})")
         if row.name not in {r.name for r in out}:
             out.append(row)

@@ -240,13 +240,11 @@ def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95"
     (all, or those `splits` / `exclude` select; ID rows: all of id/test; `sets_per_split`
     seeded subsamples per split). A searched tau ("auto") is tuned on `tau_from`'s meta-train
     sets (default MSP, the paper's supplementary B; None: on `method`'s own)."""
-    from scorers import REGISTRY
+    from scorers.registry import check_scorers
 
     if not stores:
         raise UsageError("gscore fit: name at least one store")
-    for m in (method, tau_from):
-        if m is not None and m not in REGISTRY:
-            raise UsageError(f"unknown scorer {m!r} (valid: {', '.join(REGISTRY)})")
+    check_scorers(m for m in (method, tau_from) if m is not None)
     _check_target(target)
     spec = model if isinstance(model, ModelSpec) else parse_model(model, tau)
     if sets_per_split < 1:

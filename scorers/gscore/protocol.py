@@ -147,15 +147,13 @@ def _validate(stores: Sequence[Any], methods: Sequence[str],
               models: Sequence[str | ModelSpec], targets: Sequence[str],
               robust_models: Sequence[str | ModelSpec] | None, **kw: Any) -> _Options:
     """Check every option (clear one-line errors) and normalise it."""
-    from scorers import REGISTRY
+    from scorers.registry import check_scorers
 
     if not stores:
         raise UsageError("gscore evaluate: name at least one store")
     methods = list(dict.fromkeys(methods))
     tau_from = kw["tau_from"]
-    for m in [*methods, *([tau_from] if tau_from else [])]:
-        if m not in REGISTRY:
-            raise UsageError(f"unknown scorer {m!r} (valid: {', '.join(REGISTRY)})")
+    check_scorers([*methods, *([tau_from] if tau_from else [])])
     targets = [_check_target(t) for t in dict.fromkeys(targets)]
     specs = _specs(models)
     if not specs or not targets or not methods:
