@@ -1,8 +1,7 @@
 """featstore: extract once, score everything. An HDF5 feature cache for OOD detection."""
 
-__version__ = "0.1.0"
-
-from .errors import FeatstoreError, UsageError  # noqa: E402
-from .store import Split, Store  # noqa: E402
+from .errors import FeatstoreError, UsageError
+from .store import Split, Store
+from .version import __version__
 
 __all__ = ["Store", "Split", "FeatstoreError", "UsageError", "__version__"]

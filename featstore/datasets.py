@@ -19,6 +19,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
+from . import builtin_data
 from .errors import InputError, UsageError
 from .spec import SAMPLING_KEYS
 
@@ -221,10 +222,8 @@ def torchvision_rows(name: str, root: str, kwargs: dict[str, Any]) -> RowSource:
 
 
 def builtin_rows(source: dict[str, Any]) -> RowSource:
-    """A generator of featstore.demo.data (arrays in memory)."""
-    from .demo import data as demo_data
-
-    images, labels, ids = demo_data.generate(source)
+    """A generator of featstore.builtin_data (arrays in memory)."""
+    images, labels, ids = builtin_data.generate(source)
     return RowSource(ids, labels, lambda i: Image.fromarray(images[i]), dict(source))
 
 

@@ -42,7 +42,7 @@ from .extract_extras import ExtraOutputs
 from .fileio import make_real_dir
 from .layout import FEATURE_DTYPES
 from .lock import StoreLock
-from .models import LoadedModel, load_model
+from .models import LoadedModel, load_model, resolve_device
 from .spec import BenchmarkSpec, SplitSpec, load_spec
 from .store import MANIFEST, Store, is_own_layout
 from .writer import SplitWriter, wait_for
@@ -68,16 +68,6 @@ class ExtractOptions:
 
 
 Progress = Callable[[str, int, int], None]
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {device!r}: CUDA is not available on this machine")
-    if device != "cpu" and not device.startswith("cuda"):
-        raise UsageError(f"--device {device!r}: expected auto, cpu or cuda[:N]")
-    return torch.device(device)
 
 
 class HeadHook:

@@ -2,7 +2,7 @@
 
 Per batch, after the ordinary forward pass (whose head hook gives features and logits):
 
-- extra heads (always, when the model has them; `training.heads`): `confidence`, `godin_g`,
+- extra heads (always, when the model has them; `featstore.heads`): `confidence`, `godin_g`,
   `godin_h`, `head2_logits`, computed from the hooked penultimate features;
 - `--feature-maps`: `feature_maps` (N, Cmap, H, W) in the feature dtype, the output of the
   last module that returns a 4-D tensor with H*W > 1 before the head is called (for a CNN, the
@@ -33,7 +33,7 @@ from torch import nn
 
 from .errors import UsageError
 from .extra_keys import FEATURE_MAPS, MC_LOGITS, ROW_AXES, odin_name
-from .training.heads import extra_head_names, extra_head_outputs
+from .heads import extra_head_names, extra_head_outputs
 
 _DROPOUT = nn.modules.dropout._DropoutNd
 

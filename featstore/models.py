@@ -29,7 +29,7 @@ from torch import nn
 
 from .errors import FeatstoreWarning, InputError, UsageError
 from .fileio import sha256_arrays, sha256_file
-from .training.heads import checkpoint_method, wrap_for_checkpoint
+from .heads import checkpoint_method, find_head, wrap_for_checkpoint
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -86,11 +86,6 @@ def _unloadable_reason(path: Path, exc: Exception) -> str:
     return f"not a loadable state dict ({first})"
 
 
-def article(word: str) -> str:
-    """'a' or 'an' before `word` (by its first letter)."""
-    return "an" if word[:1].lower() in "aeiou" else "a"
-
-
 def load_checked(module: nn.Module, state: dict[str, torch.Tensor], what: str,
                  **kwargs: Any) -> Any:
     """module.load_state_dict(state, strict=False, **kwargs); a tensor of the wrong shape is
@@ -127,38 +122,7 @@ def state_dict_sha256(module: nn.Module) -> str:
     return sha256_arrays({k: v.detach().cpu().numpy() for k, v in module.state_dict().items()})
 
 
-def find_head(module: nn.Module, feature_layer: str | None = None) -> tuple[str, nn.Linear]:
-    """The classifier head: the named Linear, or the last nn.Linear in module order that is not
-    inside an extra head of a training-time method (`confidence_head`, `godin_g`, `head2`)."""
-    named = dict(module.named_modules())
-    if feature_layer is not None:
-        if feature_layer not in named:
-            linears = [n for n, m in named.items() if isinstance(m, nn.Linear)]
-            raise UsageError(
-                f"--feature-layer {feature_layer!r}: no such module (nn.Linear layers: "
-                f"{', '.join(linears) or 'none'})"
-            )
-        layer = named[feature_layer]
-        if not isinstance(layer, nn.Linear):
-            raise UsageError(
-                f"--feature-layer {feature_layer!r} is {article(type(layer).__name__)} "
-                f"{type(layer).__name__}, expected the "
-                "nn.Linear whose input is the penultimate feature"
-            )
-        return feature_layer, layer
-    from .training.heads import EXTRA_HEADS  # extra heads of training-time methods
-
-    linears = [(n, m) for n, m in named.items() if isinstance(m, nn.Linear)
-               and not set(n.split(".")) & set(EXTRA_HEADS)]
-    if not linears:
-        raise UsageError(
-            f"model {type(module).__name__} has no nn.Linear classifier head; featstore hooks "
-            "the final Linear layer (name one with --feature-layer)"
-        )
-    return linears[-1]
-
-
-def _torchvision_default_transform(arch: str) -> dict[str, Any]:
+def torchvision_default_transform(arch: str) -> dict[str, Any]:
     """Resize/crop/mean/std of the architecture's default weights enum (read, not downloaded)."""
     try:
         weights_enum = torchvision.models.get_model_weights(arch)
@@ -176,7 +140,7 @@ def default_transform() -> dict[str, Any]:
     return {"resize": 256, "crop": 224, "mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}
 
 
-def _build_torchvision(arch: str, num_classes: int | None) -> nn.Module:
+def build_torchvision(arch: str, num_classes: int | None) -> nn.Module:
     kwargs: dict[str, Any] = {"weights": None}
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
@@ -191,7 +155,7 @@ def _accepts_num_classes(fn: object) -> bool:
     return "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-def _import_callable(spec: str, num_classes: int | None = None) -> nn.Module:
+def import_callable(spec: str, num_classes: int | None = None) -> nn.Module:
     """Call `module:callable` (with `num_classes=` when given and the callable accepts it)."""
     module_name, _, attr = spec.partition(":")
     if str(Path.cwd()) not in sys.path:
@@ -356,6 +320,17 @@ def _has_meta_tensor(module: nn.Module) -> bool:
     return False
 
 
+def resolve_device(device: str) -> torch.device:
+    """The torch device of `--device` (auto: CUDA when available, else CPU)."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"--device {device!r}: CUDA is not available on this machine")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise UsageError(f"--device {device!r}: expected auto, cpu or cuda[:N]")
+    return torch.device(device)
+
+
 def weights_source(kind: str, weights_path: Path | None) -> str:
     """Where the extracted weights came from, as store.json records it."""
     if weights_path is not None:
@@ -391,12 +366,12 @@ def load_model(
     build: Callable[[int | None], nn.Module] | None = None
     if ":" in spec and not path.exists():
         def build(n: int | None) -> nn.Module:
-            return _import_callable(spec, n)
+            return import_callable(spec, n)
         kind, transform = "callable", default_transform()
     elif spec in arch_names:
         def build(n: int | None) -> nn.Module:
-            return _build_torchvision(spec, n)
-        kind, transform = "torchvision", _torchvision_default_transform(spec)
+            return build_torchvision(spec, n)
+        kind, transform = "torchvision", torchvision_default_transform(spec)
     elif path.is_file():
         module = _load_torchscript(path, feature_layer)
         kind, arch = "torchscript", module.scripted_name

@@ -35,8 +35,8 @@ the larger side of `id/test` vs all OOD test splits to the smaller side's size
 Sources: `imagefolder` (class sub-directories), `imagelist` + `root` (lines `path label`
 as in OpenOOD/IS-OOD, or FACETS lines `<0|1> <source> <class_index> <path>`), `torchvision`
 (a dataset class on local disk: `{torchvision = "CIFAR10", root = "data", kwargs = {train =
-false}}`, never downloaded) and `builtin` (a generator of featstore.demo.data). Relative paths
-are resolved against the spec file's directory.
+false}}`, never downloaded) and `builtin` (a generator of featstore.builtin_data). Relative
+paths are resolved against the spec file's directory.
 
 Specs are strict: a key the spec format does not define (at the top level, in [transform], in
 a [[split]] or in its source) is an error naming the key, the valid ones and the closest
@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .builtin_data import GENERATOR_KEYS
 from .errors import InputError, UsageError
 from .names import parse_split_name
 from .store import USAGES, default_usage
@@ -64,7 +65,7 @@ TOP_KEYS = ("classes", "wnids", "class_map", "balance", "balance_seed", "transfo
 SPLIT_KEYS = ("name", "usage", "source")
 SAMPLING_KEYS = ("per_class", "max_rows", "sample_seed")  # any source (featstore.datasets)
 # the keys of each source kind besides the kind itself and the sampling keys every source
-# takes (SAMPLING_KEYS; builtin sources: featstore.demo.data.GENERATOR_KEYS)
+# takes (SAMPLING_KEYS; builtin sources: featstore.builtin_data.GENERATOR_KEYS)
 SOURCE_KEYS = {"imagefolder": (), "imagelist": ("root",), "torchvision": ("root", "kwargs")}
 
 
@@ -81,8 +82,6 @@ def check_keys(table: Mapping[str, Any], valid: Iterable[str], where: str) -> No
 
 def _source_keys(source: Mapping[str, Any], kind: str, where: str) -> None:
     if kind == "builtin":
-        from .demo.data import GENERATOR_KEYS
-
         extra = GENERATOR_KEYS.get(str(source.get("builtin")))
         if extra is None:
             raise InputError(f"{where}: builtin generator {source.get('builtin')!r} is not one "

@@ -30,7 +30,6 @@ from typing import Any
 import h5py
 import numpy as np
 
-from . import __version__
 from .errors import FeatstoreError, InputError, UsageError
 from .fileio import (
     LinkError,
@@ -51,6 +50,7 @@ from .layout import FEATURE_DTYPES, ROW_AXIS_ATTR, STRING_DTYPE, extra_names, wr
 from .lock import LOCK_FILE, StoreLock
 from .names import parse_split_name
 from .values import check_float16_range, nonfinite_record
+from .version import __version__
 
 FORMAT_VERSION = 1
 MANIFEST = "store.json"

@@ -16,15 +16,21 @@ import torch.nn.functional as F
 
 from featstore import Store
 from featstore.errors import UsageError
-from featstore.models import find_head
+from featstore.heads import (
+    ConfBranchNet,
+    DropoutNet,
+    GodinNet,
+    MCDNet,
+    extra_head_names,
+    extra_head_outputs,
+    find_head,
+)
 from featstore.training.auxdata import AuxSampler, aux_split_names
-from featstore.training.heads import extra_head_names, extra_head_outputs
 from featstore.training.methods import TrainContext, get_method, list_methods
-from featstore.training.methods.confbranch import ConfBranchNet, confbranch_loss, update_lambda
-from featstore.training.methods.godin import GodinNet, godin_logits, godin_loss
+from featstore.training.methods.confbranch import confbranch_loss, update_lambda
+from featstore.training.methods.godin import godin_logits, godin_loss
 from featstore.training.methods.logitnorm import logitnorm_loss
-from featstore.training.methods.mcd import MCDNet, discrepancy, entropy, mcd_loss
-from featstore.training.methods.mcdropout import DropoutNet
+from featstore.training.methods.mcd import discrepancy, entropy, mcd_loss
 from featstore.training.methods.oe import oe_loss, uniform_cross_entropy
 
 sys.path.insert(0, str(Path(__file__).parent))

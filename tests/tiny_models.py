@@ -66,14 +66,14 @@ def tiny_map_cnn() -> TinyMapCNN:
 
 def tiny_confbranch() -> nn.Module:
     """TinyCNN wrapped by ConfBranch (extra `confidence_head`)."""
-    from featstore.training.methods.confbranch import ConfBranchNet
+    from featstore.heads import ConfBranchNet
 
     return ConfBranchNet(TinyCNN())
 
 
 def tiny_godin() -> nn.Module:
     """TinyCNN wrapped by G-ODIN (extra `godin_g`), with non-trivial BatchNorm statistics."""
-    from featstore.training.methods.godin import GodinNet
+    from featstore.heads import GodinNet
 
     model = GodinNet(TinyCNN())
     bn = model.godin_g[1]
@@ -87,14 +87,14 @@ def tiny_godin() -> nn.Module:
 
 def tiny_mcd() -> nn.Module:
     """TinyCNN wrapped by MCD (extra `head2`)."""
-    from featstore.training.methods.mcd import MCDNet
+    from featstore.heads import MCDNet
 
     return MCDNet(TinyCNN())
 
 
 def tiny_dropout() -> nn.Module:
     """TinyCNN with dropout (p = 0.5) on its head's input (MC-Dropout)."""
-    from featstore.training.methods.mcdropout import DropoutNet
+    from featstore.heads import DropoutNet
 
     return DropoutNet(TinyCNN(), p=0.5)
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
 from ..errors import InputError
 from ..store import Store
+from ..version import __version__
 
 
 @dataclass

@@ -45,12 +45,23 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+import torchvision
 from torch import nn
 
-from .. import __version__
 from ..datasets import RowSource, TransformedRows, build_transform, rows_from_source
 from ..errors import FeatstoreError, InputError, UsageError
+from ..heads import find_head
+from ..models import (
+    build_torchvision,
+    default_transform,
+    import_callable,
+    load_checked,
+    load_state_dict_file,
+    resolve_device,
+    torchvision_default_transform,
+)
 from ..spec import BenchmarkSpec, load_spec
+from ..version import __version__
 from .methods import TrainContext, get_method
 
 AUGMENTS = ("none", "flip", "crop", "flip+crop")
@@ -107,25 +118,15 @@ def cosine_factor(step: int, total: int, min_factor: float) -> float:
 
 def build_model(arch: str, num_classes: int) -> tuple[nn.Module, dict[str, Any]]:
     """A freshly initialised model with a `num_classes` head and its default eval transform."""
-    import torchvision
-
-    from ..models import (
-        _build_torchvision,
-        _import_callable,
-        _torchvision_default_transform,
-        default_transform,
-        find_head,
-    )
-
     if ":" in arch and not Path(arch).exists():
-        model = _import_callable(arch, num_classes)
+        model = import_callable(arch, num_classes)
         _, head = find_head(model)
         if head.out_features != num_classes:
             raise UsageError(f"--arch {arch!r} built a head with {head.out_features} outputs; "
                              f"{num_classes} classes need a callable taking num_classes=")
         return model, default_transform()
     if arch in set(torchvision.models.list_models()):
-        return _build_torchvision(arch, num_classes), _torchvision_default_transform(arch)
+        return build_torchvision(arch, num_classes), torchvision_default_transform(arch)
     raise UsageError(f"--arch {arch!r}: not a torchvision architecture or a module:callable "
                      "(e.g. resnet18, featstore.demo.model:demo_resnet)")
 
@@ -207,12 +208,6 @@ def augment_batch(x: torch.Tensor, kind: str, gen: torch.Generator) -> torch.Ten
     return x
 
 
-def _resolve_device(device: str) -> torch.device:
-    from ..extract import resolve_device
-
-    return resolve_device(device)
-
-
 def train(method: str = "ce", arch: str = "resnet18",
           spec: str | Path | BenchmarkSpec | None = None, out: str | Path = "model.pt",
           config: TrainConfig | None = None, num_classes: int | None = None,
@@ -231,7 +226,7 @@ def train(method: str = "ce", arch: str = "resnet18",
     bench = spec if isinstance(spec, BenchmarkSpec) else load_spec(spec)
     rows = _train_rows(bench)
     n_classes = _num_classes(bench, rows, num_classes)
-    device = _resolve_device(config.device)
+    device = resolve_device(config.device)
     if device.type == "cuda":
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
@@ -319,8 +314,6 @@ def train(method: str = "ce", arch: str = "resnet18",
 
 def _load_init(backbone: nn.Module, init: str) -> None:
     """Load warm-start weights strictly into the unwrapped backbone."""
-    from ..models import load_checked, load_state_dict_file
-
     result = load_checked(backbone, load_state_dict_file(Path(init), "--init"),
                           f"--init {init!r}")
     bad = list(result.missing_keys) + list(result.unexpected_keys)

@@ -79,7 +79,7 @@ class GscoreModel:
 
     # ---------------------------------------------------------------- JSON
     def to_json(self) -> dict[str, Any]:
-        from featstore import __version__
+        from featstore.version import __version__
 
         return {
             "format": FORMAT, "format_version": FORMAT_VERSION, "featstore_version": __version__,

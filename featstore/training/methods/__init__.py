@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...errors import UsageError
+from ...heads import EXTRA_HEADS, find_head, method_net
 
 
 @dataclass
@@ -84,8 +85,9 @@ class TrainMethod:
         return {**self.params, **overrides}
 
     def wrap(self, model: nn.Module, ctx: TrainContext) -> nn.Module:
-        """The network to train (e.g. the backbone plus extra heads); default: unchanged."""
-        return model
+        """The network to train: the method's network around the backbone
+        (`featstore.heads.METHOD_NETS`: extra heads, dropout), else the backbone unchanged."""
+        return method_net(self.name, model, ctx.params)
 
     def prepare(self, model: nn.Module, ctx: TrainContext) -> None:
         """Called once before the first step (e.g. to load auxiliary outlier data)."""
@@ -110,10 +112,8 @@ class TrainMethod:
 
     def head_layout(self, model: nn.Module) -> dict[str, Any]:
         """How the checkpoint's head is laid out: the classifier Linear and any extra heads."""
-        from ...models import find_head
-
         name, head = find_head(model)
-        extra = [n for n in ("confidence_head", "godin_g", "head2")
+        extra = [n for n in EXTRA_HEADS
                  if isinstance(getattr(model, n, None), nn.Module)]
         return {"head": name, "in_features": int(head.in_features),
                 "out_features": int(head.out_features), "extra_heads": extra}

@@ -27,23 +27,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..heads import MethodNet
 from . import StepResult, TrainContext, TrainMethod, register
 
 DEFAULT_LAMBDA = 0.1
 DEFAULT_BUDGET = 0.3
 CLAMP_EPS = 1e-12
-
-
-class ConfBranchNet(MethodNet):
-    """Backbone + `confidence_head` (Linear(D, 1) -> confidence logit)."""
-
-    def __init__(self, backbone: nn.Module, head_layer: str | None = None):
-        super().__init__(backbone, head_layer)
-        self.confidence_head = nn.Linear(self.feature_dim, 1)
-
-    def extra_outputs(self, features: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"confidence_logit": self.confidence_head(features).squeeze(1)}
 
 
 def confbranch_loss(logits: torch.Tensor, confidence_logit: torch.Tensor,
@@ -87,9 +75,6 @@ class ConfBranch(TrainMethod):
     paper = ("DeVries & Taylor, Learning Confidence for Out-of-Distribution Detection in Neural "
              "Networks, arXiv:1802.04865, 2018")
     params = {"lambda": DEFAULT_LAMBDA, "budget": DEFAULT_BUDGET, "hints": True}
-
-    def wrap(self, model: nn.Module, ctx: TrainContext) -> nn.Module:
-        return ConfBranchNet(model)
 
     def prepare(self, model: nn.Module, ctx: TrainContext) -> None:
         ctx.state["lambda"] = float(ctx.params["lambda"])

@@ -29,20 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..heads import MethodNet
+from ...heads import GodinNet
 from . import StepResult, TrainContext, TrainMethod, register
-
-
-class GodinNet(MethodNet):
-    """Backbone (h = its final Linear) + `godin_g` = sigmoid(BN(Linear(D, 1)))."""
-
-    def __init__(self, backbone: nn.Module, head_layer: str | None = None):
-        super().__init__(backbone, head_layer)
-        self.godin_g = nn.Sequential(nn.Linear(self.feature_dim, 1), nn.BatchNorm1d(1),
-                                     nn.Sigmoid())
-
-    def extra_outputs(self, features: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"godin_g": self.godin_g(features).squeeze(1)}
 
 
 def godin_logits(h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -67,9 +55,6 @@ class GODIN(TrainMethod):
     paper = ("Hsu, Shen, Jin & Kira, Generalized ODIN: Detecting Out-of-distribution Image "
              "without Learning from Out-of-distribution Data, CVPR 2020")
     params: dict[str, Any] = {}
-
-    def wrap(self, model: nn.Module, ctx: TrainContext) -> nn.Module:
-        return GodinNet(model)
 
     def param_groups(self, model: nn.Module, ctx: TrainContext) -> Any:
         """h (the head) without weight decay, every other parameter with the config's."""

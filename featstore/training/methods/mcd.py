@@ -33,24 +33,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...errors import UsageError
-from ..heads import MethodNet
 from . import StepResult, TrainContext, TrainMethod, register
 from .oe import aux_batch_size, aux_sampler
 
 DEFAULT_LAMBDA = 1.0
 DEFAULT_MARGIN = 1.2
 DEFAULT_WARMUP_FRACTION = 0.9
-
-
-class MCDNet(MethodNet):
-    """Backbone (head 1 = its final Linear) + `head2` = Linear(D, C)."""
-
-    def __init__(self, backbone: nn.Module, head_layer: str | None = None):
-        super().__init__(backbone, head_layer)
-        self.head2 = nn.Linear(self.feature_dim, self.num_classes)
-
-    def extra_outputs(self, features: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"head2_logits": self.head2(features)}
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -83,9 +71,6 @@ class MCD(TrainMethod):
              "Discrepancy, ICCV 2019")
     params = {"lambda": DEFAULT_LAMBDA, "margin": DEFAULT_MARGIN,
               "warmup_fraction": DEFAULT_WARMUP_FRACTION, "aux_split": None, "aux_ratio": 1.0}
-
-    def wrap(self, model: nn.Module, ctx: TrainContext) -> nn.Module:
-        return MCDNet(model)
 
     def prepare(self, model: nn.Module, ctx: TrainContext) -> None:
         frac = float(ctx.params["warmup_fraction"])

@@ -21,25 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...errors import UsageError
-from ..heads import MethodNet
+from ...heads import DEFAULT_DROPOUT_P
 from . import TrainContext, TrainMethod, register
-
-DEFAULT_P = 0.5
-
-
-class DropoutNet(MethodNet):
-    """Backbone with dropout(p) on its head's input."""
-
-    def __init__(self, backbone: nn.Module, p: float = DEFAULT_P,
-                 head_layer: str | None = None):
-        super().__init__(backbone, head_layer)
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"mcdropout: p must lie in [0, 1) (got {p!r})")
-        self.head_dropout = nn.Dropout(p)
-        self.head.register_forward_pre_hook(self._drop)
-
-    def _drop(self, module: nn.Module, inputs: tuple) -> tuple:
-        return (self.head_dropout(inputs[0]), *inputs[1:])
 
 
 def mcdropout_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -53,13 +36,13 @@ class MCDropout(TrainMethod):
     name = "mcdropout"
     paper = ("Gal & Ghahramani, Dropout as a Bayesian Approximation: Representing Model "
              "Uncertainty in Deep Learning, ICML 2016")
-    params = {"p": DEFAULT_P}
+    params = {"p": DEFAULT_DROPOUT_P}
 
     def wrap(self, model: nn.Module, ctx: TrainContext) -> nn.Module:
         p = ctx.params["p"]
         if isinstance(p, bool) or not isinstance(p, int | float) or not 0.0 <= p < 1.0:
             raise UsageError(f"method 'mcdropout': p={p!r} must lie in [0, 1)")
-        return DropoutNet(model, float(p))
+        return super().wrap(model, ctx)
 
 
 register(MCDropout())

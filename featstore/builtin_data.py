@@ -27,7 +27,7 @@ from scipy import ndimage
 from skimage import data as skdata
 from skimage.transform import resize
 
-from ..errors import UsageError
+from .errors import UsageError
 
 SIZE = 32
 PARTS = ("train", "val", "test")

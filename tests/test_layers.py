@@ -1,0 +1,350 @@
+"""The layers of DESIGN §8, enforced: imports run downward only and no two modules import each
+other, directly or round a loop. Function-local imports count as imports.
+
+The check is an AST scan of every module of featstore/, scorers/ and cli/ (no code is run):
+every `import` and `from ... import` statement anywhere in a module (top level, inside
+functions, under `if`/`try`), relative imports resolved against the module's package, and
+`from pkg import name` resolved to the submodule `pkg.name` when that module exists, else to
+`pkg` itself (its __init__). Each module gets a layer from `LAYER_MAP` (longest path prefix
+wins). Imports inside `if TYPE_CHECKING:` blocks are checked against the layers (a type that
+names an upper layer is still an upward dependency) but not for cycles (they never run).
+
+Reference for the checker itself: two planted trees written to tmp_path, one with an upward
+import (a function-local one, relative, two levels up) and one with a three-module cycle,
+whose violations are spelled out by hand below.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("featstore", "scorers", "cli")
+
+#: Layers, bottom first (DESIGN §8). A module may import its own layer and the layers below.
+LAYERS = ("store core", "models and data", "extraction", "training", "scorers", "workflows",
+          "cli")
+
+#: Path prefix (relative to the repo root) -> layer. The longest matching prefix wins; a
+#: trailing "/" covers a whole folder. Every module must match an entry (a new top-level
+#: module of featstore/ is placed here explicitly, with its layer decided, not by default).
+LAYER_MAP: dict[str, str] = {
+    # the store: format, reader, writer, names, errors, file I/O, specs (torch-free)
+    "featstore/__init__.py": "store core",
+    "featstore/version.py": "store core",
+    "featstore/errors.py": "store core",
+    "featstore/names.py": "store core",
+    "featstore/layout.py": "store core",
+    "featstore/fileio.py": "store core",
+    "featstore/lock.py": "store core",
+    "featstore/values.py": "store core",
+    "featstore/store.py": "store core",
+    "featstore/writer.py": "store core",
+    "featstore/extra_keys.py": "store core",
+    "featstore/classmap.py": "store core",
+    "featstore/spec.py": "store core",
+    "featstore/builtin_data.py": "store core",
+    # torch: networks, their heads, image data, torchrun, array import
+    "featstore/heads.py": "models and data",
+    "featstore/models.py": "models and data",
+    "featstore/datasets.py": "models and data",
+    "featstore/distributed.py": "models and data",
+    "featstore/importer.py": "models and data",
+    # a network over a spec -> a store
+    "featstore/extract.py": "extraction",
+    "featstore/extract_extras.py": "extraction",
+    # training-time methods and the trainer (never needed to load or extract a model)
+    "featstore/training/": "training",
+    # post-hoc scoring over stores (never torch: see test_scorers_stay_off_torch)
+    "scorers/": "scorers",
+    # workflows that combine stores, models, training and scorers
+    "featstore/protocols/": "workflows",
+    "featstore/experiments/": "workflows",
+    "featstore/report/": "workflows",
+    "featstore/demo/": "workflows",
+    # the command line
+    "featstore/__main__.py": "cli",
+    "cli/": "cli",
+}
+
+#: what the scorers layer may import of featstore: the store core only (no torch below it)
+SCORERS_MAY_IMPORT = ("store core",)
+TORCH_PACKAGES = ("torch", "torchvision")
+
+
+@dataclass(frozen=True)
+class Edge:
+    """`importer` imports `imported` at `line` (`local`: inside a function)."""
+
+    importer: str
+    imported: str
+    line: int
+    local: bool
+    type_only: bool
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    path: Path
+    is_package: bool
+
+
+def find_modules(root: Path, packages: Iterable[str]) -> dict[str, Module]:
+    """Every .py file under the packages, by dotted module name."""
+    modules: dict[str, Module] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts.pop()
+            modules[".".join(parts)] = Module(".".join(parts), path, is_package)
+    return modules
+
+
+def _known(name: str, modules: Mapping[str, Module]) -> str | None:
+    """The longest prefix of dotted `name` that is one of our modules (None: third party)."""
+    parts = name.split(".")
+    while parts:
+        if ".".join(parts) in modules:
+            return ".".join(parts)
+        parts.pop()
+    return None
+
+
+def _targets(module: Module, node: ast.Import | ast.ImportFrom,
+             modules: Mapping[str, Module]) -> list[str]:
+    """Dotted names an import statement loads (absolute; third-party names kept as given)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:
+        base = module.name.split(".")
+        if not module.is_package:
+            base.pop()
+        base = base[:len(base) - (node.level - 1)]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    return [f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target
+            for alias in node.names]
+
+
+def _imports(tree: ast.AST, local: bool = False, type_only: bool = False):
+    """(import node, inside a function, inside `if TYPE_CHECKING:`) for every import."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node, local, type_only
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from _imports(ast.Module(body=node.body, type_ignores=[]), local, True)
+            yield from _imports(ast.Module(body=node.orelse, type_ignores=[]), local, type_only)
+        elif isinstance(node, ast.stmt | ast.excepthandler | ast.match_case):
+            # imports are statements: only statement bodies can hold one
+            inner = local or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            yield from _imports(node, inner, type_only)
+
+
+def _parse(path: Path) -> ast.AST:
+    return _parse_text(path.read_text(encoding="utf-8"), str(path))
+
+
+@functools.cache
+def _parse_text(text: str, filename: str) -> ast.AST:
+    return ast.parse(text, filename=filename)
+
+
+def import_edges(module: Module, modules: Mapping[str, Module]) -> tuple[list[Edge], list[str]]:
+    """(edges to our modules, third-party top-level names) of every import in `module`."""
+    edges, external = [], []
+    for node, local, type_only in _imports(_parse(module.path)):
+        for name in _targets(module, node, modules):
+            known = _known(name, modules)
+            if known is None:
+                external.append(name.split(".")[0])
+            elif known != module.name:
+                edges.append(Edge(module.name, known, node.lineno, local, type_only))
+    return edges, external
+
+
+def layer_of(module: Module, root: Path, layer_map: Mapping[str, str]) -> str | None:
+    """The layer of the longest `layer_map` prefix matching the module's path."""
+    rel = module.path.relative_to(root).as_posix()
+    matches = [p for p in layer_map if rel == p or (p.endswith("/") and rel.startswith(p))]
+    return layer_map[max(matches, key=len)] if matches else None
+
+
+def upward_imports(root: Path, packages: Iterable[str], layer_map: Mapping[str, str],
+                   layers: tuple[str, ...]) -> list[str]:
+    """One line per import of a higher layer: 'file:line: a (layer) imports b (layer)'."""
+    modules = find_modules(root, packages)
+    rank = {name: i for i, name in enumerate(layers)}
+    found = []
+    for module in modules.values():
+        for edge in import_edges(module, modules)[0]:
+            mine = layer_of(module, root, layer_map)
+            theirs = layer_of(modules[edge.imported], root, layer_map)
+            if rank[theirs] > rank[mine]:
+                where = f"{module.path.relative_to(root)}:{edge.line}"
+                how = " (function-local)" if edge.local else ""
+                found.append(f"{where}: {edge.importer} ({mine}) imports {edge.imported} "
+                             f"({theirs}){how}")
+    return sorted(found)
+
+
+def import_cycles(root: Path, packages: Iterable[str]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    modules = find_modules(root, packages)
+    graph = {name: sorted({e.imported for e in import_edges(m, modules)[0] if not e.type_only})
+             for name, m in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(cycles)
+
+
+# --------------------------------------------------------------------------- the real tree
+def test_every_module_has_a_layer():
+    """A module that matches no LAYER_MAP entry must be placed there explicitly."""
+    missing = [str(m.path.relative_to(ROOT)) for m in find_modules(ROOT, PACKAGES).values()
+               if layer_of(m, ROOT, LAYER_MAP) is None]
+    assert missing == [], f"add these to LAYER_MAP in tests/test_layers.py: {missing}"
+    assert set(LAYER_MAP.values()) <= set(LAYERS)
+
+
+def test_no_upward_imports():
+    found = upward_imports(ROOT, PACKAGES, LAYER_MAP, LAYERS)
+    assert found == [], "imports of a higher layer (DESIGN §8):\n" + "\n".join(found)
+
+
+def test_no_import_cycles():
+    cycles = import_cycles(ROOT, PACKAGES)
+    assert cycles == [], f"import cycles (DESIGN §8): {cycles}"
+
+
+def test_scorers_stay_off_torch():
+    """scorers/ imports neither torch nor any featstore module above the store core (each of
+    them imports torch), so scoring runs without torch's CUDA stack (DESIGN §1)."""
+    modules = find_modules(ROOT, PACKAGES)
+    bad = []
+    for module in modules.values():
+        if layer_of(module, ROOT, LAYER_MAP) != "scorers":
+            continue
+        edges, external = import_edges(module, modules)
+        bad += [f"{module.name} imports {name}" for name in external if name in TORCH_PACKAGES]
+        for edge in edges:
+            layer = layer_of(modules[edge.imported], ROOT, LAYER_MAP)
+            if layer != "scorers" and layer not in SCORERS_MAY_IMPORT:
+                bad.append(f"{module.name} imports {edge.imported} ({layer})")
+    assert bad == []
+
+
+def test_registry_is_built_from_scorer_modules_only():
+    """scorers/methods/ holds scorer modules only: each defines exactly the registered scorers
+    whose module it is, and none imports the registry (it is built while they load)."""
+    from scorers import REGISTRY
+
+    modules = find_modules(ROOT, PACKAGES)
+    methods = {n for n in modules if n.startswith("scorers.methods.")}
+    assert methods == {cls.__module__ for cls in REGISTRY.values()}
+    for name in methods:
+        imported = {e.imported for e in import_edges(modules[name], modules)[0]}
+        assert not imported & {"scorers", "scorers.registry"}, name
+
+
+# --------------------------------------------------------------------------- the checker
+def _write(root: Path, files: Mapping[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+PLANTED_LAYERS = ("core", "top")
+PLANTED_MAP = {"pkg/__init__.py": "core", "pkg/core/": "core", "pkg/top/": "top"}
+
+
+def test_checker_finds_a_planted_upward_import(tmp_path):
+    """pkg.core.b imports pkg.top.t inside a function, relatively (`from ...top import t`):
+    one upward import at b.py line 3; the downward import top.t -> core.a is allowed."""
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/core/__init__.py": "",
+        "pkg/core/a.py": "X = 1\n",
+        "pkg/core/b.py": "def f():\n    import os\n    from ..top import t\n    return t\n",
+        "pkg/top/__init__.py": "",
+        "pkg/top/t.py": "from pkg.core.a import X\n",
+    })
+    found = upward_imports(tmp_path, ("pkg",), PLANTED_MAP, PLANTED_LAYERS)
+    assert found == [f"{Path('pkg/core/b.py')}:3: pkg.core.b (core) imports pkg.top.t (top) "
+                     "(function-local)"]
+    (tmp_path / "pkg/core/b.py").write_text("import os\n", encoding="utf-8")
+    assert upward_imports(tmp_path, ("pkg",), PLANTED_MAP, PLANTED_LAYERS) == []
+
+
+def test_checker_finds_a_planted_cycle(tmp_path):
+    """a -> b (top level), b -> c (`from . import c`, resolved to the submodule), c -> a
+    (function-local): one cycle {a, b, c}; d imports a and stays out of it; an import under
+    `if TYPE_CHECKING:` (d <- a) makes no cycle."""
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/core/__init__.py": "",
+        "pkg/core/a.py": ("from typing import TYPE_CHECKING\nfrom . import b\n"
+                          "if TYPE_CHECKING:\n    from .d import D\n"),
+        "pkg/core/b.py": "from . import c\n",
+        "pkg/core/c.py": "def f():\n    from pkg.core.a import b\n    return b\n",
+        "pkg/core/d.py": "from .a import b\nD = 1\n",
+    })
+    assert import_cycles(tmp_path, ("pkg",)) == [["pkg.core.a", "pkg.core.b", "pkg.core.c"]]
+    (tmp_path / "pkg/core/c.py").write_text("C = 1\n", encoding="utf-8")
+    assert import_cycles(tmp_path, ("pkg",)) == []
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("from . import x", ["pkg.sub.x"]),          # a submodule of the package
+    ("from . import NAME", ["pkg.sub"]),         # a name of the package's __init__
+    ("from .. import y", ["pkg.y"]),
+    ("from ..y import Z", ["pkg.y"]),
+    ("import pkg.sub.x as m", ["pkg.sub.x"]),
+    ("from pkg.sub.x import f", ["pkg.sub.x"]),
+    ("import numpy", []),
+])
+def test_checker_resolves_imports(tmp_path, source, expected):
+    """Resolution of one statement in pkg/sub/m.py (hand-derived from Python's import rules)."""
+    _write(tmp_path, {"pkg/__init__.py": "", "pkg/y.py": "", "pkg/sub/__init__.py": "",
+                      "pkg/sub/x.py": "", "pkg/sub/m.py": source + "\n"})
+    modules = find_modules(tmp_path, ("pkg",))
+    edges, _ = import_edges(modules["pkg.sub.m"], modules)
+    assert [e.imported for e in edges] == expected
