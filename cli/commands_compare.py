@@ -3,14 +3,14 @@ OOD sets, seeds or stores)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from featstore.errors import InputError, UsageError
+from featstore.errors import UsageError
+from featstore.fileio import atomic_write_result_json
 
 from .common import (
     BootOpt,
@@ -73,80 +73,74 @@ def print_rank(result: dict) -> None:
         out.print("not significantly different: " + ", ".join(clique), highlight=False)
 
 
+def compare(
+    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    method: Annotated[list[str], typer.Option(help="Scorer; give two or more.")],
+    param: Annotated[list[str] | None, typer.Option(
+        help="method.k=v parameter, e.g. knn.K=10; repeatable.")] = None,
+    metric: Annotated[list[str] | None, typer.Option(
+        help="Metric for the paired bootstrap; repeatable (default: auroc, fpr95, fpr95_ood, "
+             "aupr_in, aupr_out, detection_error).")] = None,
+    boot: BootOpt = 1000,
+    ci_method: CiMethodOpt = "percentile",
+    boot_seed: BootSeedOpt = 0,
+    ci: CiOpt = 0.95,
+    out_: Annotated[Path | None, typer.Option("--out", help="Write the JSON.")] = None,
+    no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Paired tests between scorers on the same rows: DeLong's test of AUROC per OOD
+    split and a paired stratified bootstrap of every metric per split and group, with
+    Holm's correction across pairs.
+
+    Example: featstore compare runs/demo/store --method msp --method energy --method knn
+    """
+    setup(json_, quiet)
+    from scorers.compare import TESTED_METRICS
+    from scorers.compare import compare as run_compare
+
+    methods = check_methods(method)
+    params = method_params(param)
+    spec = ci_spec(ci, boot, ci_method, boot_seed)
+    if spec is None:
+        raise UsageError("--ci: compare reports intervals of the differences; give a "
+                         "level in (0, 1), not 0")
+    with open_store(store) as st:
+        require_rows(st)
+        with status() as begin:
+            begin(f"evaluating and bootstrapping {', '.join(methods)}")
+            result = run_compare(st, methods, params, spec, not no_cache,
+                                 tuple(metric) if metric else TESTED_METRICS)
+    if out_ is not None:
+        atomic_write_result_json(out_, result)
+    emit(result, lambda: print_compare(result))
+
+
+def rank(
+    results: Annotated[list[Path], typer.Argument(
+        help="Results JSON files from `featstore eval --out` (seeds, stores).")],
+    metric: Annotated[str, typer.Option(help="Metric to rank by.")] = "auroc",
+    alpha: Annotated[float, typer.Option(help="Level of the Nemenyi test.")] = 0.05,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Average ranks of the methods over every (results file, OOD test split) block,
+    Friedman's test and Nemenyi's critical difference.
+
+    Example: featstore rank seed0.json seed1.json seed2.json --metric fpr95
+    """
+    setup(json_, quiet)
+    from scorers.compare import rank_results, read_results
+
+    loaded = read_results(results)
+    try:
+        result = rank_results(loaded, metric, alpha)
+    except ValueError as exc:
+        raise UsageError(f"rank: {exc}") from None
+    emit(result, lambda: print_rank(result))
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def compare(
-        store: Annotated[Path, typer.Argument(help="Store directory.")],
-        method: Annotated[list[str], typer.Option(help="Scorer; give two or more.")],
-        param: Annotated[list[str] | None, typer.Option(
-            help="method.k=v parameter, e.g. knn.K=10; repeatable.")] = None,
-        metric: Annotated[list[str] | None, typer.Option(
-            help="Metric for the paired bootstrap; repeatable (default: auroc, fpr95, "
-                 "fpr95_ood, aupr_in, aupr_out, detection_error).")] = None,
-        boot: BootOpt = 1000,
-        ci_method: CiMethodOpt = "percentile",
-        boot_seed: BootSeedOpt = 0,
-        ci: CiOpt = 0.95,
-        out_: Annotated[Path | None, typer.Option("--out", help="Write the JSON.")] = None,
-        no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """Paired tests between scorers on the same rows: DeLong's test of AUROC per OOD
-        split and a paired stratified bootstrap of every metric per split and group, with
-        Holm's correction across pairs.
-
-        Example: featstore compare runs/demo/store --method msp --method energy --method knn
-        """
-        setup(json_, quiet)
-        from scorers.compare import TESTED_METRICS
-        from scorers.compare import compare as run_compare
-
-        methods = check_methods(method)
-        params = method_params(param)
-        spec = ci_spec(ci, boot, ci_method, boot_seed)
-        if spec is None:
-            raise UsageError("--ci: compare reports intervals of the differences; give a "
-                             "level in (0, 1), not 0")
-        with open_store(store) as st:
-            require_rows(st)
-            with status() as begin:
-                begin(f"evaluating and bootstrapping {', '.join(methods)}")
-                result = run_compare(st, methods, params, spec, not no_cache,
-                                     tuple(metric) if metric else TESTED_METRICS)
-        if out_ is not None:
-            out_.write_text(json.dumps(result, indent=2) + "\n")
-        emit(result, lambda: print_compare(result))
-
-    @app.command()
-    def rank(
-        results: Annotated[list[Path], typer.Argument(
-            help="Results JSON files from `featstore eval --out` (seeds, stores).")],
-        metric: Annotated[str, typer.Option(help="Metric to rank by.")] = "auroc",
-        alpha: Annotated[float, typer.Option(help="Level of the Nemenyi test.")] = 0.05,
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """Average ranks of the methods over every (results file, OOD test split) block,
-        Friedman's test and Nemenyi's critical difference.
-
-        Example: featstore rank seed0.json seed1.json seed2.json --metric fpr95
-        """
-        setup(json_, quiet)
-        from scorers.compare import rank_results
-
-        loaded = []
-        for path in results:
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
-                raise InputError(f"rank: {str(path)!r} is not a results JSON ({exc})") from None
-            if not isinstance(data, dict) or "methods" not in data or "ood_splits" not in data:
-                raise InputError(f"rank: {str(path)!r} has no 'methods'/'ood_splits'; expected "
-                                 "the JSON written by `featstore eval --out`")
-            loaded.append(data)
-        try:
-            result = rank_results(loaded, metric, alpha)
-        except ValueError as exc:
-            raise UsageError(f"rank: {exc}") from None
-        emit(result, lambda: print_rank(result))
+    app.command()(compare)
+    app.command()(rank)

@@ -4,7 +4,6 @@ evaluate — and `gscore gbench`, which builds the mini-Gbench store."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,6 +13,7 @@ from rich.table import Table
 
 from featstore import Store
 from featstore.errors import InputError, UsageError
+from featstore.fileio import atomic_write_result_json
 
 from .common import check_methods, check_params, method_params, parse_params, require_rows
 from .console import (
@@ -268,8 +268,280 @@ def _run_gbench_protocol(paths: list[Path], methods: list[str] | None, repeats: 
             progress=(lambda m: steps(description=m)) if steps else None,
             step_progress=(lambda done, total: steps(done, total)) if steps else None)
     if results is not None:
-        results.write_text(json.dumps(res, indent=2) + "\n")
+        atomic_write_result_json(results, res)
     emit(res, lambda: print_gscore_evaluation(res))
+
+
+# ----------------------------------------------------------------------------- options
+StoresArg = Annotated[list[Path], typer.Argument(help="Store directories.")]
+TargetOpt = Annotated[str, typer.Option(help="fpr95 | auroc | fpr@tpr80 | fpr@tpr60 | aupr_in | "
+                                             "aupr_out | detection_error")]
+ModelOpt = Annotated[str, typer.Option(help="<kmeans|gmm|ude>-<l2|kl|kl_rev|wasserstein|w2>"
+                                            "[@tau]")]
+ParamOpt = Annotated[list[str] | None, typer.Option(help="k=v scorer parameter; repeatable.")]
+TauOpt = Annotated[str | None, typer.Option(help="auto | none | a value in [0, 1] (default: "
+                                                 "auto for UDE, none for GMM)")]
+RatioOpt = Annotated[str, typer.Option(help="IND:OOD ratio of meta-sets.")]
+SizeOpt = Annotated[str | None, typer.Option(help="Meta-set size (default: the largest the "
+                                                  "pools allow).")]
+SetsPerSplitOpt = Annotated[int, typer.Option(
+    help="Seeded subsamples (meta-sets) per OOD split (1 = one meta-set per OOD dataset, as in "
+         "the paper).")]
+SeedOpt = Annotated[int, typer.Option(help="Seed.")]
+TauFromOpt = Annotated[str, typer.Option(
+    help="Detector whose meta-train sets tune a searched tau, reused for every detector (the "
+         "paper: msp) | each (this detector's own).")]
+HeterogeneousOpt = Annotated[bool, typer.Option(
+    help="Meta-sets with a random size and IND:OOD ratio each (supplementary C) instead of "
+         "--ratio/--size.")]
+SplitsOpt = Annotated[list[str] | None, typer.Option(
+    "--splits", help="Use only these OOD splits (shell patterns, comma-separated or repeated, "
+                     "e.g. 'ood/photo/*').")]
+ExcludeOpt = Annotated[list[str] | None, typer.Option(
+    help="Leave out these OOD splits (shell patterns), e.g. class-overlapping sets (the "
+         "paper's Appendix F).")]
+KernelOpt = Annotated[str, typer.Option(help="UDE similarity: gauss (2 sigma^2) | paper (2 "
+                                             "sigma, as printed)")]
+AllowOtherOpt = Annotated[bool, typer.Option(
+    help="Use stores made by different models (pooled fit stores, or a cross-backbone "
+         "prediction).")]
+NoCacheOpt = Annotated[bool, typer.Option(help="Do not read/write scores.h5.")]
+MethodsOpt = Annotated[list[str] | None, typer.Option(
+    "--methods", "--method", help="Detectors (comma-separated or repeated); default msp.")]
+ModelsOpt = Annotated[list[str] | None, typer.Option(
+    "--models", "--model", help="Gscore variants; default the paper's Table 6: kmeans-l2, "
+                                "gmm-kl, gmm-wasserstein, ude-kl, ude-wasserstein.")]
+TargetsOpt = Annotated[list[str] | None, typer.Option(
+    "--targets", "--target", help="Metrics to predict: fpr95, auroc, fpr@tpr80, fpr@tpr60, "
+                                  "aupr_in, aupr_out, detection_error; default fpr95,auroc.")]
+RatiosOpt = Annotated[list[str] | None, typer.Option(
+    help="Robustness: other IND:OOD ratios, e.g. 1:100,1:10,10:1,100:1.")]
+SizesOpt = Annotated[list[str] | None, typer.Option(
+    help="Robustness: other set sizes at the main ratio, e.g. 50,100.")]
+RobustModelsOpt = Annotated[list[str] | None, typer.Option(
+    help="Variants in the robustness table (default: all).")]
+IdPoolsOpt = Annotated[str, typer.Option(
+    help="disjoint (default, the paper: meta-train and meta-test sets draw ID rows from "
+         "disjoint random parts of id/test) | shared (both use all id/test rows; optimistic)")]
+IdTrainFractionOpt = Annotated[float, typer.Option(
+    help="With disjoint pools: the share of id/test rows for meta-train sets.")]
+RobustHeterogeneousOpt = Annotated[bool, typer.Option(
+    help="Add a heterogeneous-sets row to the robustness table.")]
+MethodParamOpt = Annotated[list[str] | None, typer.Option(
+    help="method.k=v scorer parameter, e.g. odin.temperature=1000.")]
+
+
+def fit(
+    stores: Annotated[list[Path], typer.Argument(help="Store directories (meta-train).")],
+    method: Annotated[str, typer.Option(help="Scorer (detector).")] = "msp",
+    target: TargetOpt = "fpr95",
+    model: ModelOpt = "ude-wasserstein",
+    out_: Annotated[Path, typer.Option("--out", help="Model JSON to write.")] = Path(
+        "gscore.json"),
+    param: ParamOpt = None,
+    tau: TauOpt = None,
+    ratio: RatioOpt = "1:1",
+    size: SizeOpt = None,
+    sets_per_split: SetsPerSplitOpt = 10,
+    seed: Annotated[int, typer.Option(help="Subsampling seed.")] = 0,
+    tau_from: TauFromOpt = "msp",
+    heterogeneous: HeterogeneousOpt = False,
+    splits: SplitsOpt = None,
+    exclude: ExcludeOpt = None,
+    kernel: KernelOpt = "gauss",
+    allow_other_model: AllowOtherOpt = False,
+    no_cache: NoCacheOpt = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Fit a Gscore regression (tau searched on meta-train sets) on every OOD test split
+    of the stores, mixed with id/test rows; write it as JSON.
+
+    Example: featstore gscore fit runs/gbench/store --method msp --target fpr95
+    --model ude-wasserstein --out gscore.json
+    """
+    setup(json_, quiet)
+    from scorers.gscore import fit_gscore
+
+    params = parse_params(param)
+    check_params(method, params)
+    sts = _open_all(stores)
+    with status() as begin:
+        begin(f"fitting the {model} Gscore of {method} -> {target} on "
+              f"{len(sts)} store{'s' if len(sts) != 1 else ''}")
+        model_ = fit_gscore(sts, method, target, model, params=params,
+                            tau="default" if tau is None else tau, ratio=ratio,
+                            size=_size(size), sets_per_split=sets_per_split, seed=seed,
+                            tau_from=_tau_from(tau_from), heterogeneous=heterogeneous,
+                            splits=_items(splits) or None, exclude=_items(exclude) or None,
+                            ude_kernel=kernel, allow_other_model=allow_other_model,
+                            use_cache=not no_cache)
+    model_.save(out_)
+    emit({"out": str(out_), "model": json.loads(out_.read_text())},
+         lambda: _print_fit(model_, method, target, out_))
+
+
+def predict(
+    model_file: Annotated[Path, typer.Argument(help="Model JSON from `gscore fit`.")],
+    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    split: Annotated[list[str], typer.Option(help="Split(s) forming the unlabelled set; "
+                                                  "repeatable (rows concatenated).")],
+    allow_other_model: AllowOtherOpt = False,
+    truth: Annotated[bool, typer.Option(help="Also print the true metric when the set "
+                                             "holds id/ and ood/ splits.")] = False,
+    no_cache: NoCacheOpt = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Predict the detector's metric on an unlabelled set (labels are ignored).
+
+    Example: featstore gscore predict gscore.json runs/gbench/store --split id/test
+    --split ood/photo/astronaut
+    """
+    setup(json_, quiet)
+    from scorers.gscore import GscoreModel, predict_gscore
+
+    try:
+        model_ = GscoreModel.load(model_file)
+    except UsageError as exc:  # missing file, bad JSON, not a model: the input is wrong
+        raise InputError(str(exc)) from None
+    with Store.open(store) as st:
+        for name in split:
+            st.split(name)
+        require_rows(st, split)
+        res = predict_gscore(model_, st, split, force=allow_other_model,
+                             use_cache=not no_cache, with_truth=truth)
+    if res["forced"]:
+        err.print("warning: the store comes from another model than the fit stores",
+                  highlight=False)
+    emit(res, lambda: _print_predict(res, truth))
+
+
+def evaluate(
+    stores: StoresArg,
+    methods: MethodsOpt = None,
+    models: ModelsOpt = None,
+    targets: TargetsOpt = None,
+    ratio: Annotated[str, typer.Option(help="IND:OOD ratio of the main meta-sets.")] = "1:1",
+    size: Annotated[str | None, typer.Option(help="Main meta-set size (default: max).")] = None,
+    ratios: RatiosOpt = None,
+    sizes: SizesOpt = None,
+    robust_models: RobustModelsOpt = None,
+    repeats: Annotated[int, typer.Option(help="Random meta-train/test partitions.")] = 5,
+    sets_per_split: SetsPerSplitOpt = 10,
+    train_fraction: Annotated[float, typer.Option(help="Share of OOD splits used for "
+                                                       "meta-train.")] = 0.75,
+    seed: SeedOpt = 0,
+    id_pools: IdPoolsOpt = "disjoint",
+    id_train_fraction: IdTrainFractionOpt = 0.5,
+    tau_from: TauFromOpt = "msp",
+    heterogeneous: HeterogeneousOpt = False,
+    robust_heterogeneous: RobustHeterogeneousOpt = False,
+    splits: SplitsOpt = None,
+    exclude: ExcludeOpt = None,
+    param: MethodParamOpt = None,
+    no_baselines: Annotated[bool, typer.Option(help="Skip the confidence and auto-evaluation "
+                                                    "baselines.")] = False,
+    kernel: KernelOpt = "gauss",
+    no_cache: NoCacheOpt = False,
+    out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """The paper's protocol: meta-train / meta-test partitions of the OOD splits, RMSE of
+    the predicted metric (Table 1/6 style), Pearson/Spearman, baselines, robustness to the
+    IND:OOD ratio and set size, and (several stores) the cross-store table.
+
+    Example: featstore gscore evaluate runs/gbench/store --methods msp,energy,odin
+    --ratios 1:100,1:10,10:1,100:1 --sizes 50,100 --repeats 5
+    """
+    setup(json_, quiet)
+    from scorers.gscore import DEFAULT_MODELS, evaluate_gscore
+
+    params = method_params(param)
+    method_list = check_methods(_items(methods) or ["msp"], "--methods")
+    sts = _open_all(stores)
+    with step_progress("gscore evaluate") as steps:
+        res = evaluate_gscore(
+            sts, method_list, _items(models) or list(DEFAULT_MODELS),
+            _items(targets) or ["fpr95", "auroc"], params=params, ratio=ratio,
+            size=_size(size), sets_per_split=sets_per_split, repeats=repeats, seed=seed,
+            train_fraction=train_fraction,
+            id_train_fraction=_id_fraction(id_pools, id_train_fraction),
+            tau_from=_tau_from(tau_from), heterogeneous=heterogeneous,
+            robust_heterogeneous=robust_heterogeneous, splits=_items(splits) or None,
+            exclude=_items(exclude) or None, baselines=not no_baselines,
+            ratios=_items(ratios), sizes=[_size(s) for s in _items(sizes)],
+            robust_models=_items(robust_models) or None, ude_kernel=kernel,
+            use_cache=not no_cache, **_step_callbacks(steps))
+    if out_ is not None:
+        atomic_write_result_json(out_, res)
+    emit(res, lambda: print_gscore_evaluation(res))
+
+
+def _step_callbacks(steps: Any) -> dict[str, Any]:
+    """`progress` (a step's description) and `step_progress` (done, total) for the Gscore
+    protocol, drawing on a `step_progress` bar (none with --quiet)."""
+    if not steps:
+        return {"progress": None, "step_progress": None}
+    return {"progress": lambda m: steps(description=m),
+            "step_progress": lambda done, total: steps(done, total)}
+
+
+def gbench(
+    stores: Annotated[list[Path] | None, typer.Argument(
+        help="Your own stores (many OOD splits, one or several stores): run the Gbench "
+             "protocol on them instead of building the mini-Gbench.")] = None,
+    out_: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path(
+        "runs/gbench"),
+    backbone: Annotated[str, typer.Option(
+        help="pretrained (the demo's frozen ImageNet EfficientNet-Lite0 + linear head) | "
+             "scratch (the demo's small ResNet) | w8 | w32 (the scratch ResNet at width 8 / "
+             "32)")] = "pretrained",
+    weights: Annotated[Path | None, typer.Option(
+        help="Checkpoint to reuse, e.g. runs/demo/model.pt of `featstore demo` with the same "
+             "--backbone (default: OUT/model.pt, trained once if missing).")] = None,
+    epochs: Annotated[int, typer.Option(help="Training epochs if a scratch ResNet is "
+                                             "trained.")] = 12,
+    methods: Annotated[list[str] | None, typer.Option(
+        "--methods", help="With STORES: detectors (default msp,odin,energy,mls).")] = None,
+    repeats: Annotated[int, typer.Option(help="With STORES: random partitions.")] = 5,
+    splits: Annotated[list[str] | None, typer.Option(
+        "--splits", help="With STORES: OOD splits to use (shell patterns).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(
+        help="With STORES: OOD splits to leave out (shell patterns).")] = None,
+    results: Annotated[Path | None, typer.Option(
+        help="With STORES: write the results JSON here.")] = None,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Build the mini-Gbench store: 44 OOD sets from the demo's real bundled data (held-out
+    digits, scikit-image photographs and textures, faces, noise, covariate-shifted
+    digits), extracted with the demo's pretrained backbone (or --backbone scratch). Given
+    STORES, run the Gbench protocol (`gscore evaluate` with the paper's detectors, variants,
+    targets and the robustness rows: IND:OOD 1:100..100:1, sizes 100/50, heterogeneous
+    sets) on them instead.
+
+    Example: featstore gscore gbench --out runs/gbench --weights runs/demo/model.pt;
+    featstore gscore gbench my/store_a my/store_b --exclude 'ood/faces/*'
+    """
+    setup(json_, quiet)
+    if stores:
+        _run_gbench_protocol(stores, methods, repeats, splits, exclude, results)
+        return
+    from featstore.demo.run import build_gbench_command
+
+    summary = build_gbench_command(out_, backbone=backbone, weights=weights, epochs=epochs,
+                                   log=log, extraction=split_progress)
+    emit(summary, lambda: print_gbench_store(summary))
+
+
+def print_gbench_store(summary: dict) -> None:
+    from .commands_store import print_store_summary
+
+    print_store_summary(summary)
+    out.print(f"mini-Gbench store {summary['path']}: {summary['ood_splits']} OOD splits, built "
+              f"in {summary['seconds']:.1f} s", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -277,262 +549,5 @@ def register(app: typer.Typer) -> None:
                      help="Unsupervised evaluation of OOD detection (Gscore, Zhang, Deng & "
                           "Zheng): predict a detector's AUROC / FPR95 on an unlabelled set.")
     app.add_typer(gs, name="gscore")
-
-    @gs.command()
-    def fit(
-        stores: Annotated[list[Path], typer.Argument(help="Store directories (meta-train).")],
-        method: Annotated[str, typer.Option(help="Scorer (detector).")] = "msp",
-        target: Annotated[str, typer.Option(help="fpr95 | auroc | fpr@tpr80 | fpr@tpr60 | "
-                                                 "aupr_in | aupr_out | detection_error")
-                          ] = "fpr95",
-        model: Annotated[str, typer.Option(help="<kmeans|gmm|ude>-<l2|kl|kl_rev|wasserstein|"
-                                                "w2>[@tau]")] = "ude-wasserstein",
-        out_: Annotated[Path, typer.Option("--out", help="Model JSON to write.")] = Path(
-            "gscore.json"),
-        param: Annotated[list[str] | None, typer.Option(help="k=v scorer parameter; "
-                                                             "repeatable.")] = None,
-        tau: Annotated[str | None, typer.Option(help="auto | none | a value in [0, 1] "
-                                                     "(default: auto for UDE, none for GMM)")
-                       ] = None,
-        ratio: Annotated[str, typer.Option(help="IND:OOD ratio of meta-sets.")] = "1:1",
-        size: Annotated[str | None, typer.Option(help="Meta-set size (default: the largest "
-                                                      "the pools allow).")] = None,
-        sets_per_split: Annotated[int, typer.Option(
-            help="Seeded subsamples per OOD split (1 = one meta-set per OOD dataset).")] = 10,
-        seed: Annotated[int, typer.Option(help="Subsampling seed.")] = 0,
-        tau_from: Annotated[str, typer.Option(
-            help="Detector whose meta-train sets tune a searched tau (the paper: msp) | each "
-                 "(this detector's own).")] = "msp",
-        heterogeneous: Annotated[bool, typer.Option(
-            help="Meta-sets with a random size and IND:OOD ratio each.")] = False,
-        splits: Annotated[list[str] | None, typer.Option(
-            "--splits", help="Use only these OOD splits (shell patterns).")] = None,
-        exclude: Annotated[list[str] | None, typer.Option(
-            help="Leave out these OOD splits (shell patterns).")] = None,
-        kernel: Annotated[str, typer.Option(help="UDE similarity: gauss (2 sigma^2) | paper "
-                                                 "(2 sigma, as printed)")] = "gauss",
-        allow_other_model: Annotated[bool, typer.Option(
-            help="Pool stores made by different models.")] = False,
-        no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """Fit a Gscore regression (tau searched on meta-train sets) on every OOD test split
-        of the stores, mixed with id/test rows; write it as JSON.
-
-        Example: featstore gscore fit runs/gbench/store --method msp --target fpr95
-        --model ude-wasserstein --out gscore.json
-        """
-        setup(json_, quiet)
-        from scorers.gscore import fit_gscore
-
-        params = parse_params(param)
-        check_params(method, params)
-        sts = _open_all(stores)
-        with status() as begin:
-            begin(f"fitting the {model} Gscore of {method} -> {target} on "
-                  f"{len(sts)} store{'s' if len(sts) != 1 else ''}")
-            model_ = fit_gscore(sts, method, target, model, params=params,
-                                tau="default" if tau is None else tau, ratio=ratio,
-                                size=_size(size), sets_per_split=sets_per_split, seed=seed,
-                                tau_from=_tau_from(tau_from), heterogeneous=heterogeneous,
-                                splits=_items(splits) or None, exclude=_items(exclude) or None,
-                                ude_kernel=kernel, allow_other_model=allow_other_model,
-                                use_cache=not no_cache)
-        model_.save(out_)
-        emit({"out": str(out_), "model": json.loads(out_.read_text())},
-             lambda: _print_fit(model_, method, target, out_))
-
-    @gs.command()
-    def predict(
-        model_file: Annotated[Path, typer.Argument(help="Model JSON from `gscore fit`.")],
-        store: Annotated[Path, typer.Argument(help="Store directory.")],
-        split: Annotated[list[str], typer.Option(help="Split(s) forming the unlabelled set; "
-                                                      "repeatable (rows concatenated).")],
-        allow_other_model: Annotated[bool, typer.Option(
-            help="Predict on a store made by another model (cross-backbone).")] = False,
-        truth: Annotated[bool, typer.Option(help="Also print the true metric when the set "
-                                                 "holds id/ and ood/ splits.")] = False,
-        no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """Predict the detector's metric on an unlabelled set (labels are ignored).
-
-        Example: featstore gscore predict gscore.json runs/gbench/store --split id/test
-        --split ood/photo/astronaut
-        """
-        setup(json_, quiet)
-        from scorers.gscore import GscoreModel, predict_gscore
-
-        try:
-            model_ = GscoreModel.load(model_file)
-        except UsageError as exc:  # missing file, bad JSON, not a model: the input is wrong
-            raise InputError(str(exc)) from None
-        with Store.open(store) as st:
-            for name in split:
-                st.split(name)
-            require_rows(st, split)
-            res = predict_gscore(model_, st, split, force=allow_other_model,
-                                 use_cache=not no_cache, with_truth=truth)
-        if res["forced"]:
-            err.print("warning: the store comes from another model than the fit stores",
-                      highlight=False)
-        emit(res, lambda: _print_predict(res, truth))
-
-    @gs.command()
-    def evaluate(
-        stores: Annotated[list[Path], typer.Argument(help="Store directories.")],
-        methods: Annotated[list[str] | None, typer.Option(
-            "--methods", "--method", help="Detectors (comma-separated or repeated); default "
-                                          "msp.")] = None,
-        models: Annotated[list[str] | None, typer.Option(
-            "--models", "--model", help="Gscore variants; default the paper's Table 6: "
-                                        "kmeans-l2, gmm-kl, gmm-wasserstein, ude-kl, "
-                                        "ude-wasserstein.")] = None,
-        targets: Annotated[list[str] | None, typer.Option(
-            "--targets", "--target", help="Metrics to predict: fpr95, auroc, fpr@tpr80, "
-                                          "fpr@tpr60, aupr_in, aupr_out, detection_error; "
-                                          "default fpr95,auroc.")] = None,
-        ratio: Annotated[str, typer.Option(help="IND:OOD ratio of the main meta-sets.")] = "1:1",
-        size: Annotated[str | None, typer.Option(help="Main meta-set size (default: max).")
-                        ] = None,
-        ratios: Annotated[list[str] | None, typer.Option(
-            help="Robustness: other IND:OOD ratios, e.g. 1:100,1:10,10:1,100:1.")] = None,
-        sizes: Annotated[list[str] | None, typer.Option(
-            help="Robustness: other set sizes at the main ratio, e.g. 50,100.")] = None,
-        robust_models: Annotated[list[str] | None, typer.Option(
-            help="Variants in the robustness table (default: all).")] = None,
-        repeats: Annotated[int, typer.Option(help="Random meta-train/test partitions.")] = 5,
-        sets_per_split: Annotated[int, typer.Option(
-            help="Seeded subsamples (meta-sets) per OOD split; 1 = one meta-set per OOD "
-                 "dataset, as in the paper.")] = 10,
-        train_fraction: Annotated[float, typer.Option(help="Share of OOD splits used for "
-                                                           "meta-train.")] = 0.75,
-        seed: Annotated[int, typer.Option(help="Seed.")] = 0,
-        id_pools: Annotated[str, typer.Option(
-            help="disjoint (default, the paper: meta-train and meta-test sets draw ID rows "
-                 "from disjoint random parts of id/test) | shared (both use all id/test "
-                 "rows; optimistic)")] = "disjoint",
-        id_train_fraction: Annotated[float, typer.Option(
-            help="With disjoint pools: the share of id/test rows for meta-train sets.")] = 0.5,
-        tau_from: Annotated[str, typer.Option(
-            help="Detector whose meta-train sets tune tau, reused for every detector (the "
-                 "paper: msp) | each (search tau per detector).")] = "msp",
-        heterogeneous: Annotated[bool, typer.Option(
-            help="Main meta-sets with a random size and IND:OOD ratio each (supplementary "
-                 "C) instead of --ratio/--size.")] = False,
-        robust_heterogeneous: Annotated[bool, typer.Option(
-            help="Add a heterogeneous-sets row to the robustness table.")] = False,
-        splits: Annotated[list[str] | None, typer.Option(
-            "--splits", help="Use only these OOD splits (shell patterns, comma-separated or "
-                             "repeated, e.g. 'ood/photo/*').")] = None,
-        exclude: Annotated[list[str] | None, typer.Option(
-            help="Leave out these OOD splits (shell patterns), e.g. class-overlapping sets "
-                 "(the paper's Appendix F).")] = None,
-        param: Annotated[list[str] | None, typer.Option(
-            help="method.k=v scorer parameter, e.g. odin.temperature=1000.")] = None,
-        no_baselines: Annotated[bool, typer.Option(help="Skip the confidence and "
-                                                        "auto-evaluation baselines.")] = False,
-        kernel: Annotated[str, typer.Option(help="UDE similarity: gauss | paper")] = "gauss",
-        no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
-        out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """The paper's protocol: meta-train / meta-test partitions of the OOD splits, RMSE of
-        the predicted metric (Table 1/6 style), Pearson/Spearman, baselines, robustness to the
-        IND:OOD ratio and set size, and (several stores) the cross-store table.
-
-        Example: featstore gscore evaluate runs/gbench/store --methods msp,energy,odin
-        --ratios 1:100,1:10,10:1,100:1 --sizes 50,100 --repeats 5
-        """
-        setup(json_, quiet)
-        from scorers.gscore import DEFAULT_MODELS, evaluate_gscore
-
-        params = method_params(param)
-        method_list = check_methods(_items(methods) or ["msp"], "--methods")
-        sts = _open_all(stores)
-        with step_progress("gscore evaluate") as steps:
-            res = evaluate_gscore(
-                sts, method_list, _items(models) or list(DEFAULT_MODELS),
-                _items(targets) or ["fpr95", "auroc"], params=params, ratio=ratio,
-                size=_size(size), sets_per_split=sets_per_split, repeats=repeats, seed=seed,
-                train_fraction=train_fraction,
-                id_train_fraction=_id_fraction(id_pools, id_train_fraction),
-                tau_from=_tau_from(tau_from), heterogeneous=heterogeneous,
-                robust_heterogeneous=robust_heterogeneous, splits=_items(splits) or None,
-                exclude=_items(exclude) or None, baselines=not no_baselines,
-                ratios=_items(ratios), sizes=[_size(s) for s in _items(sizes)],
-                robust_models=_items(robust_models) or None, ude_kernel=kernel,
-                use_cache=not no_cache,
-                progress=(lambda m: steps(description=m)) if steps else None,
-                step_progress=(lambda done, total: steps(done, total)) if steps else None)
-        if out_ is not None:
-            out_.write_text(json.dumps(res, indent=2) + "\n")
-        emit(res, lambda: print_gscore_evaluation(res))
-
-    @gs.command()
-    def gbench(
-        stores: Annotated[list[Path] | None, typer.Argument(
-            help="Your own stores (many OOD splits, one or several stores): run the Gbench "
-                 "protocol on them instead of building the mini-Gbench.")] = None,
-        out_: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path(
-            "runs/gbench"),
-        backbone: Annotated[str, typer.Option(
-            help="pretrained (the demo's frozen ImageNet EfficientNet-Lite0 + linear head) | "
-                 "scratch (the demo's small ResNet) | w8 | w32 (the scratch ResNet at width "
-                 "8 / 32)")] = "pretrained",
-        weights: Annotated[Path | None, typer.Option(
-            help="Checkpoint to reuse, e.g. runs/demo/model.pt of `featstore demo` with the "
-                 "same --backbone (default: OUT/model.pt, trained once if missing).")] = None,
-        epochs: Annotated[int, typer.Option(help="Training epochs if a scratch ResNet is "
-                                                 "trained.")] = 12,
-        methods: Annotated[list[str] | None, typer.Option(
-            "--methods", help="With STORES: detectors (default msp,odin,energy,mls).")] = None,
-        repeats: Annotated[int, typer.Option(help="With STORES: random partitions.")] = 5,
-        splits: Annotated[list[str] | None, typer.Option(
-            "--splits", help="With STORES: OOD splits to use (shell patterns).")] = None,
-        exclude: Annotated[list[str] | None, typer.Option(
-            help="With STORES: OOD splits to leave out (shell patterns).")] = None,
-        results: Annotated[Path | None, typer.Option(
-            help="With STORES: write the results JSON here.")] = None,
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """Build the mini-Gbench store: 44 OOD sets from the demo's real bundled data (held-out
-        digits, scikit-image photographs and textures, faces, noise, covariate-shifted
-        digits), extracted with the demo's pretrained backbone (or --backbone scratch). Given
-        STORES, run the Gbench protocol (`gscore evaluate` with the paper's detectors, variants,
-        targets and the robustness rows: IND:OOD 1:100..100:1, sizes 100/50, heterogeneous
-        sets) on them instead.
-
-        Example: featstore gscore gbench --out runs/gbench --weights runs/demo/model.pt;
-        featstore gscore gbench my/store_a my/store_b --exclude 'ood/faces/*'
-        """
-        setup(json_, quiet)
-        if stores:
-            _run_gbench_protocol(stores, methods, repeats, splits, exclude, results)
-            return
-        from featstore.demo.gbench import BACKBONES, build_gbench
-
-        if backbone not in BACKBONES:
-            raise UsageError(f"--backbone {backbone!r}: expected one of {', '.join(BACKBONES)}")
-        if weights is not None and not weights.is_file():  # before anything is written
-            raise InputError(f"--weights {str(weights)!r}: file not found")
-
-        from .commands_store import print_store_summary, store_summary
-
-        start = time.perf_counter()
-        with split_progress() as progress:
-            st = build_gbench(out_, backbone=backbone, weights=weights, epochs=epochs,
-                              log=log, progress=progress)
-        summary = {**store_summary(st), "ood_splits": len(st.splits(role="ood")),
-                   "seconds": time.perf_counter() - start}
-
-        def human() -> None:
-            print_store_summary(summary)
-            out.print(f"mini-Gbench store {st.path}: {summary['ood_splits']} OOD splits, built "
-                      f"in {summary['seconds']:.1f} s", highlight=False)
-
-        emit(summary, human)
+    for command in (fit, predict, evaluate, gbench):
+        gs.command()(command)

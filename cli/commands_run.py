@@ -23,29 +23,31 @@ def print_experiment(result: dict[str, Any]) -> None:
               f"({result['wall_s']:.1f} s)", highlight=False)
 
 
+def run(
+    experiment: Annotated[Path, typer.Argument(help="Experiment file (TOML).")],
+    out_: Annotated[Path, typer.Option("--out", help="Output directory (models, stores, "
+                                                     "results.json, results.md).")],
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run an experiment: train every (method, data split, seed), extract each model once,
+    tune on val splits only, evaluate; one results file with every run and mean ± std.
+    A rerun resumes: finished runs are read back, never recomputed.
+
+    Example: featstore run experiment.toml --out runs/exp
+    """
+    setup(json_, quiet)
+    from featstore.experiments import load_experiment, run_experiment
+
+    exp = load_experiment(experiment)
+    show = progress_enabled()
+    start = time.perf_counter()
+    result = run_experiment(exp, out_, log=log if show else None,
+                            train_progress=(lambda label: train_progress(True, label))
+                            if show else None)
+    result["seconds"] = time.perf_counter() - start
+    emit(result, lambda: print_experiment(result))
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def run(
-        experiment: Annotated[Path, typer.Argument(help="Experiment file (TOML).")],
-        out_: Annotated[Path, typer.Option("--out", help="Output directory (models, stores, "
-                                                         "results.json, results.md).")],
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """Run an experiment: train every (method, data split, seed), extract each model once,
-        tune on val splits only, evaluate; one results file with every run and mean ± std.
-        A rerun resumes: finished runs are read back, never recomputed.
-
-        Example: featstore run experiment.toml --out runs/exp
-        """
-        setup(json_, quiet)
-        from featstore.experiments import load_experiment, run_experiment
-
-        exp = load_experiment(experiment)
-        show = progress_enabled()
-        start = time.perf_counter()
-        result = run_experiment(exp, out_, log=log if show else None,
-                                train_progress=(lambda label: train_progress(True, label))
-                                if show else None)
-        result["seconds"] = time.perf_counter() - start
-        emit(result, lambda: print_experiment(result))
+    app.command()(run)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -10,8 +9,8 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from featstore import Store
 from featstore.errors import UsageError
+from featstore.fileio import atomic_write_result_json
 
 from .common import (
     ALLOW_NONFINITE_HELP,
@@ -34,7 +33,7 @@ from .common import (
 )
 from .console import JsonOpt, QuietOpt, emit, out, setup, status
 
-__all__ = ["parse_params", "print_evaluation", "demo_evaluation", "register"]
+__all__ = ["eval_", "parse_params", "print_evaluation", "register", "score"]
 
 
 def recall_line(diagnostics: dict) -> str | None:
@@ -125,153 +124,141 @@ def print_skipped(result: dict) -> None:
     out.print(table)
 
 
-def demo_evaluation(store: Store) -> dict:
-    """The demo's closing table's data: every scorer the store supports, with 95% intervals
-    (1000 stratified-bootstrap resamples, percentile)."""
-    from scorers.evaluate import evaluate
-    from scorers.stats import BootstrapSpec
+StoreArg = Annotated[Path, typer.Argument(help="Store directory.")]
+NoCacheOpt = Annotated[bool, typer.Option(help="Do not read/write scores.h5.")]
+AllowNonfiniteOpt = Annotated[bool, typer.Option(help=ALLOW_NONFINITE_HELP)]
+EvalMethodOpt = Annotated[list[str] | None, typer.Option(
+    help="Scorer; repeatable (default: all). A named scorer that cannot run on the store is an "
+         "error.")]
+AllOpt = Annotated[bool, typer.Option("--all", help=(
+    "Every registered scorer; one that cannot run on the store is skipped with its reason."))]
+MethodParamOpt = Annotated[list[str] | None, typer.Option(
+    help="method.k=v parameter, e.g. knn.K=10; repeatable.")]
+TuneOpt = Annotated[bool, typer.Option(
+    help="Choose each method's setting over its default grid on the val splits (id/val vs OOD "
+         "splits flagged usage = \"val\"); report it on test.")]
+SelectByOpt = Annotated[str | None, typer.Option(
+    help="With --tune: the val metric that chooses (default auroc).")]
 
-    # the demo's train bank has 650 rows: NNGuide's default 1% bank (6 rows) cannot hold K=100
-    return evaluate(store, params={"nnguide": {"alpha": 1.0}}, ci=BootstrapSpec())
+
+def score(
+    store: StoreArg,
+    method: Annotated[str, typer.Option(help="Scorer name (see `featstore scorers`).")],
+    param: Annotated[list[str] | None, typer.Option(help="k=v scorer parameter; "
+                                                         "repeatable.")] = None,
+    split: Annotated[list[str] | None, typer.Option(help="Split to score; repeatable "
+                                                         "(default: all).")] = None,
+    save: Annotated[Path | None, typer.Option("--save", help="Write the scores to this "
+                                                             ".npz.")] = None,
+    no_cache: NoCacheOpt = False,
+    allow_nonfinite: AllowNonfiniteOpt = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Score splits with one method (higher = more in-distribution); cached in scores.h5.
+
+    Example: featstore score runs/demo/store --method knn --param K=10
+    """
+    setup(json_, quiet)
+    from scorers.score_run import score_store
+
+    params = parse_params(param)
+    check_params(method, params)
+    with open_store(store) as st:
+        names = split or st.splits()
+        for name in names:
+            st.split(name)
+        require_rows(st, [*names, *(s for s in fit_splits(method) if st.has_split(s))])
+        use_cache = cache_note(st, no_cache)
+        with status() as begin:
+            begin(fit_label(st, method, len(names)))
+            result = score_store(st, method, params, names, use_cache=use_cache,
+                                 allow_nonfinite=allow_nonfinite, save=save, label=str(store))
+    emit(result, lambda: print_score(result))
+
+
+def print_score(result: dict) -> None:
+    """The per-split summary table, timings, an index's recall and clamped defaults."""
+    method, params = result["method"], result["params"]
+    table = Table(title=f"{method} {params or ''} (higher = more ID)", show_edge=False,
+                  header_style="bold")
+    for col in ("split", "n", "mean", "std", "min", "max"):
+        table.add_column(col, justify="left" if col == "split" else "right")
+    for name, s in result["splits"].items():
+        table.add_row(name, str(s["n"]), *(f"{s[k]:.4g}" for k in ("mean", "std", "min", "max")))
+    out.print(table)
+    out.print(f"fit {result['fit_seconds']:.2f} s, score {result['score_seconds']:.2f} s")
+    if (line := recall_line(result["diagnostics"])) is not None:
+        out.print(line)
+    from .commands_sweep import print_adjusted
+
+    print_adjusted(method, result["adjusted"])
+
+
+def eval_(
+    store: StoreArg,
+    method: EvalMethodOpt = None,
+    all_: AllOpt = False,
+    param: MethodParamOpt = None,
+    out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
+    no_cache: NoCacheOpt = False,
+    per_split: Annotated[bool, typer.Option(help="Also print the per-split table.")] = True,
+    tune: TuneOpt = False,
+    select_by: SelectByOpt = None,
+    allow_nonfinite: AllowNonfiniteOpt = False,
+    ci: CiOpt = 0.95,
+    boot: BootOpt = 1000,
+    ci_method: CiMethodOpt = "percentile",
+    boot_seed: BootSeedOpt = 0,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """OOD metrics of scorers on every OOD test split vs id/test, group means, ID accuracy,
+    misclassification AUROC, AURC and AUGRC, timings; every metric with its 95%
+    stratified-bootstrap interval (--ci 0 turns them off). With --tune, each method's
+    hyperparameters are first chosen on the val splits (`featstore sweep` for every method).
+
+    Example: featstore eval runs/demo/store --method msp --method vim --out results.json
+    """
+    setup(json_, quiet)
+    from scorers.evaluate import evaluate
+    from scorers.sweep import check_select_by, sweep_all
+
+    params = method_params(param)
+    spec = ci_spec(ci, boot, ci_method, boot_seed)
+    methods = None if all_ or not method else check_methods(method)
+    strict = methods is not None  # a scorer named by --method must run
+    if select_by is not None and not tune:
+        raise UsageError("--select-by chooses hyperparameters: it needs --tune")
+    if tune:
+        check_select_by(select_by or "auroc")
+    with open_store(store) as st:
+        require_rows(st)
+        use_cache = cache_note(st, no_cache)
+        n_scored = 1 + len(st.splits(role="ood", usage="test"))
+        with status() as begin:
+            def step(name: str) -> None:
+                begin(("tuning " if tune else "") + fit_label(st, name, n_scored))
+
+            if tune:
+                result = sweep_all(st, methods, params, select_by or "auroc", progress=step,
+                                   strict=strict, ci=spec)
+            else:
+                result = evaluate(st, methods, params, use_cache=use_cache, progress=step,
+                                  strict=strict, allow_nonfinite=allow_nonfinite, ci=spec)
+    if out_ is not None:
+        atomic_write_result_json(out_, result)
+    emit(result, lambda: print_eval(result, per_split, tune))
+
+
+def print_eval(result: dict, per_split: bool, tune: bool) -> None:
+    print_evaluation(result, per_split=per_split)
+    if tune:
+        from .commands_sweep import print_tuned
+
+        print_tuned(result)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def score(
-        store: Annotated[Path, typer.Argument(help="Store directory.")],
-        method: Annotated[str, typer.Option(help="Scorer name (see `featstore eval --help`).")],
-        param: Annotated[list[str] | None, typer.Option(help="k=v scorer parameter; "
-                                                             "repeatable.")] = None,
-        split: Annotated[list[str] | None, typer.Option(help="Split to score; repeatable "
-                                                             "(default: all).")] = None,
-        save: Annotated[Path | None, typer.Option("--save", help="Write the scores to "
-                                                                  "this .npz.")] = None,
-        no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
-        allow_nonfinite: Annotated[bool, typer.Option(help=ALLOW_NONFINITE_HELP)] = False,
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """Score splits with one method (higher = more in-distribution); cached in scores.h5.
-
-        Example: featstore score runs/demo/store --method knn --param K=10
-        """
-        setup(json_, quiet)
-        from scorers.evaluate import score_with_defaults
-
-        params = parse_params(param)
-        check_params(method, params)
-        with open_store(store) as st:
-            names = split or st.splits()
-            for name in names:
-                st.split(name)
-            require_rows(st, [*names, *(s for s in fit_splits(method) if st.has_split(s))])
-            use_cache = cache_note(st, no_cache)
-            with status() as begin:
-                begin(fit_label(st, method, len(names)))
-                diagnostics: dict = {}
-                scores, fit_s, score_s, used, adjusted = score_with_defaults(
-                    st, method, params, names, use_cache, diagnostics, allow_nonfinite)
-        summary = {name: {"n": int(s.size), "mean": float(s.mean()), "std": float(s.std()),
-                          "min": float(s.min()), "max": float(s.max())}
-                   for name, s in scores.items()}
-        if save is not None:
-            np.savez(save, **{k.replace("/", "__"): v for k, v in scores.items()})
-        result = {"store": str(store), "method": method, "params": params,
-                  "params_used": used, "adjusted": adjusted, "fit_seconds": fit_s,
-                  "score_seconds": score_s, "splits": summary,
-                  "diagnostics": diagnostics,
-                  "saved": str(save) if save is not None else None}
-
-        def human() -> None:
-            table = Table(title=f"{method} {params or ''} (higher = more ID)", show_edge=False,
-                          header_style="bold")
-            for col in ("split", "n", "mean", "std", "min", "max"):
-                table.add_column(col, justify="left" if col == "split" else "right")
-            for name, s in summary.items():
-                table.add_row(name, str(s["n"]), *(f"{s[k]:.4g}" for k in ("mean", "std", "min",
-                                                                             "max")))
-            out.print(table)
-            out.print(f"fit {fit_s:.2f} s, score {score_s:.2f} s")
-            if (line := recall_line(diagnostics)) is not None:
-                out.print(line)
-            from .commands_sweep import print_adjusted
-
-            print_adjusted(method, adjusted)
-
-        emit(result, human)
-
-    @app.command("eval")
-    def eval_(
-        store: Annotated[Path, typer.Argument(help="Store directory.")],
-        method: Annotated[list[str] | None, typer.Option(
-            help="Scorer; repeatable (default: all). A named scorer that cannot run on the "
-                 "store is an error.")] = None,
-        all_: Annotated[bool, typer.Option("--all", help=(
-            "Every registered scorer; one that cannot run on the store is skipped with its "
-            "reason."))] = False,
-        param: Annotated[list[str] | None, typer.Option(
-            help="method.k=v parameter, e.g. knn.K=10; repeatable.")] = None,
-        out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
-        no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
-        per_split: Annotated[bool, typer.Option(help="Also print the per-split table.")] = True,
-        tune: Annotated[bool, typer.Option(
-            help="Choose each method's setting over its default grid on the val splits "
-                 "(id/val vs OOD splits flagged usage = \"val\"); report it on test.")] = False,
-        select_by: Annotated[str | None, typer.Option(
-            help="With --tune: the val metric that chooses (default auroc).")] = None,
-        allow_nonfinite: Annotated[bool, typer.Option(help=ALLOW_NONFINITE_HELP)] = False,
-        ci: CiOpt = 0.95,
-        boot: BootOpt = 1000,
-        ci_method: CiMethodOpt = "percentile",
-        boot_seed: BootSeedOpt = 0,
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """OOD metrics of scorers on every OOD test split vs id/test, group means, ID accuracy,
-        misclassification AUROC, AURC and AUGRC, timings; every metric with its 95%
-        stratified-bootstrap interval (--ci 0 turns them off). With --tune, each method's
-        hyperparameters are first chosen on the val splits (`featstore sweep` for every method).
-
-        Example: featstore eval runs/demo/store --method msp --method vim --out results.json
-        """
-        setup(json_, quiet)
-        from scorers.evaluate import evaluate
-
-        params = method_params(param)
-        spec = ci_spec(ci, boot, ci_method, boot_seed)
-        methods = None if all_ or not method else check_methods(method)
-        strict = methods is not None  # a scorer named by --method must run
-        if select_by is not None and not tune:
-            raise UsageError("--select-by chooses hyperparameters: it needs --tune")
-        if tune:
-            from scorers.sweep import check_select_by
-
-            check_select_by(select_by or "auroc")
-        with open_store(store) as st:
-            require_rows(st)
-            use_cache = cache_note(st, no_cache)
-            n_scored = 1 + len(st.splits(role="ood", usage="test"))
-            with status() as begin:
-                def step(name: str) -> None:
-                    begin(("tuning " if tune else "") + fit_label(st, name, n_scored))
-
-                if tune:
-                    from scorers.sweep import sweep_all
-
-                    result = sweep_all(st, methods, params, select_by or "auroc",
-                                       progress=step, strict=strict, ci=spec)
-                else:
-                    result = evaluate(st, methods, params, use_cache=use_cache,
-                                      progress=step, strict=strict,
-                                      allow_nonfinite=allow_nonfinite, ci=spec)
-        if out_ is not None:
-            out_.write_text(json.dumps(result, indent=2) + "\n")
-
-        def human() -> None:
-            print_evaluation(result, per_split=per_split)
-            if tune:
-                from .commands_sweep import print_tuned
-
-                print_tuned(result)
-
-        emit(result, human)
+    app.command()(score)
+    app.command("eval")(eval_)

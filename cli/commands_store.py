@@ -9,41 +9,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from featstore import Store
+from featstore.errors import InputError
+from featstore.summary import human_bytes, store_summary, verified_summary
 
-from .commands_score import demo_evaluation, print_evaluation
+from .commands_score import print_evaluation
 from .common import open_store, parse_params
 from .console import JsonOpt, QuietOpt, emit, log, out, setup, split_progress, status
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
-def store_summary(store: Store) -> dict:
-    """Manifest facts plus sizes on disk, for `info` and the demo."""
-    splits = []
-    for name, entry in store.manifest["splits"].items():
-        path = store.path / entry["file"] if entry.get("file") else None
-        splits.append({
-            "name": name, "role": entry["role"], "group": entry.get("group"),
-            "usage": entry.get("usage"), "complete": bool(entry.get("complete")),
-            "num_rows": entry.get("num_rows"), "dims": entry.get("dims"),
-            "dtype": entry.get("dtype"), "extras": entry.get("extras", {}),
-            "size_bytes": path.stat().st_size if path is not None and path.is_file() else 0,
-            "skipped": len(entry.get("skipped") or []),
-        })
-    return {"path": str(store.path), "format_version": store.manifest["format_version"],
-            "featstore_version": store.manifest["featstore_version"],
-            "model": store.manifest["model"], "num_classes": store.manifest["num_classes"],
-            "feature_dim": store.manifest["feature_dim"], "splits": splits}
-
-
 def print_store_summary(summary: dict) -> None:
+    """Store, model and transform lines, then one table row per split."""
     model = summary["model"]
     out.print(f"[bold]store[/] {summary['path']}  (format v{summary['format_version']}, "
               f"featstore {summary['featstore_version']})")
@@ -67,189 +42,180 @@ def print_store_summary(summary: dict) -> None:
     out.print(table)
 
 
+StoreArg = Annotated[Path, typer.Argument(help="Store directory.")]
+OutStoreOpt = Annotated[Path, typer.Option("--out", help="Store directory to write.")]
+DtypeOpt = Annotated[str, typer.Option(help="Feature dtype: float32 | float16")]
+WorkersOpt = Annotated[int | None, typer.Option(help=(
+    "DataLoader worker processes (default min(4, cores), and none for a split of at most one "
+    "batch); a value given here is used for every split."))]
+FeatureLayerOpt = Annotated[str | None, typer.Option(
+    help="Name of the final nn.Linear to hook (default: the last Linear).")]
+McSamplesOpt = Annotated[int, typer.Option(
+    help="Also store T stochastic passes with dropout on as extra/mc_logits (T, N, C).")]
+OdinGridOpt = Annotated[str | None, typer.Option(
+    help="Also store ODIN-perturbed logits extra/odin_logits/<T>_<eps> for a grid "
+         "'T:eps[,eps...][;T:eps...]', e.g. '1000:0.0014,0.0028'.")]
+FeatureMapsOpt = Annotated[bool, typer.Option(
+    help="Also store the map pooled into the feature as extra/feature_maps (N, Cmap, H, W), "
+         "for rankfeat.")]
+UsageOpt = Annotated[list[str] | None, typer.Option(
+    help="SPLIT=train|val|test, e.g. ood/near/ssb=val to flag an OOD split for validation "
+         "(sweeps choose on val splits); repeatable.")]
+DemoMethodsOpt = Annotated[str | None, typer.Option(
+    help="Instead: the remote-sensing benchmark's ten-method table (MSP, ViM, KNN, ConfBranch, "
+         "LogitNorm, G-ODIN, OE, MCD, MC-Dropout, TempScaling): 'all' or a comma list; trains "
+         "each method on the demo digits (CPU, minutes).")]
+DemoBackboneOpt = Annotated[str, typer.Option(
+    help="pretrained (frozen ImageNet EfficientNet-Lite0 + a linear head on the digits) | "
+         "scratch (the small ResNet trained from scratch, 32 px)")]
+ScaleOpt = Annotated[float, typer.Option(
+    help="Fraction (0, 1] of every split's images, for quick runs.")]
+
+
+def info(
+    store: StoreArg,
+    verify: Annotated[bool, typer.Option(help="Recompute sha256 of every split file.")] = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Splits, shapes, dtypes, sizes, provenance and completeness of a store.
+
+    Example: featstore info runs/demo/store --verify
+    """
+    setup(json_, quiet)
+    with open_store(store) as st:
+        summary = verified_summary(st, verify)
+    problems = summary.get("verify", {}).get("problems", [])
+
+    def human() -> None:
+        print_store_summary(summary)
+        if verify and not problems:
+            out.print("[green]verify: every split file matches its sha256[/]")
+
+    emit(summary, human)
+    if problems:
+        raise InputError(f"store {str(store)!r}: {len(problems)} split file(s) do not match "
+                         f"the manifest: {'; '.join(problems)}")
+
+
+def extract(
+    model: Annotated[str, typer.Option(help="torchvision name, module:callable or TorchScript "
+                                            "file.")],
+    spec: Annotated[Path, typer.Option(help="Benchmark spec (TOML).")],
+    out_: OutStoreOpt,
+    weights: Annotated[Path | None, typer.Option(help="Local weights file (state dict).")] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda[:N]")] = "auto",
+    dtype: DtypeOpt = "float32",
+    batch_size: Annotated[int, typer.Option(help="Images per batch.")] = 128,
+    workers: WorkersOpt = None,
+    feature_layer: FeatureLayerOpt = None,
+    amp: Annotated[bool, typer.Option(help="Autocast on CUDA.")] = False,
+    skip_bad: Annotated[bool, typer.Option(help="Skip unreadable images, recording them in "
+                                                "the manifest.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace a store made by another "
+                                                 "model.")] = False,
+    mc_samples: McSamplesOpt = 0,
+    odin_grid: OdinGridOpt = None,
+    feature_maps: FeatureMapsOpt = False,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run the model once over every split of a benchmark spec and write a store.
+
+    Example: featstore extract --model resnet50 --weights r50.pth --spec bench.toml
+    --out runs/r50
+    """
+    setup(json_, quiet)
+    from featstore.extra_keys import parse_odin_grid
+    from featstore.extract import ExtractOptions
+    from featstore.extract import extract as run_extract
+
+    opts = ExtractOptions(device=device, dtype=dtype, batch_size=batch_size,
+                          num_workers=workers, amp=amp, skip_bad=skip_bad,
+                          overwrite=overwrite, mc_samples=mc_samples,
+                          odin_grid=tuple(parse_odin_grid(odin_grid)) if odin_grid else (),
+                          feature_maps=feature_maps)
+    start = time.perf_counter()
+    with split_progress() as progress:
+        st = run_extract(model, spec, out_, weights=weights, feature_layer=feature_layer,
+                         options=opts, progress=progress)
+    summary = {**store_summary(st), "seconds": time.perf_counter() - start}
+
+    def human() -> None:
+        print_store_summary(summary)
+        out.print(f"extracted in {summary['seconds']:.1f} s")
+
+    emit(summary, human)
+
+
+def import_(
+    arrays: Annotated[Path, typer.Argument(help=".npz, .pt, .h5 or a directory of .npy")],
+    out_: OutStoreOpt,
+    dtype: DtypeOpt = "float32",
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing store.")] = False,
+    usage: UsageOpt = None,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Build a store from features extracted elsewhere.
+
+    Keys: head/weight, head/bias, classes (optional), <split>/features, and optionally
+    <split>/logits, <split>/labels, <split>/ids, <split>/usage. Example: featstore import
+    feats.npz --out runs/mine --usage ood/near/ssb_val=val
+    """
+    setup(json_, quiet)
+    from featstore.importer import import_arrays
+
+    flags = parse_params(usage, "--usage")
+    st = import_arrays(arrays, out_, dtype=dtype, overwrite=overwrite,
+                       usage={k: str(v) for k, v in flags.items()})
+    summary = store_summary(st)
+    emit(summary, lambda: print_store_summary(summary))
+
+
+def demo(
+    out_: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("runs/demo"),
+    methods: DemoMethodsOpt = None,
+    backbone: DemoBackboneOpt = "pretrained",
+    scale: ScaleOpt = 1.0,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """The embedded default, end to end on real bundled data (digits, photos, textures,
+    faces, noise): a linear head on a frozen ImageNet EfficientNet-Lite0 (or, with
+    --backbone scratch, a small ResNet trained from scratch), extract a store, evaluate
+    every scorer, write the HTML report. --methods trains the scratch ResNet.
+
+    Example: featstore demo --out runs/demo   ·   featstore demo --methods all
+    """
+    setup(json_, quiet)
+    from featstore.demo.run import run_demo_command
+
+    result = run_demo_command(out_, methods=methods, backbone=backbone, scale=scale, log=log,
+                              extraction=split_progress, steps=status)
+    emit(result, (lambda: print_ten_methods(result)) if methods is not None
+         else (lambda: print_demo(result)))
+
+
+def print_ten_methods(result: dict) -> None:
+    from featstore.demo.ten_methods import render_tables
+
+    for table in render_tables(result):
+        out.print(table)
+    out.print(f"ten-method demo finished in {result['seconds']:.1f} s")
+
+
+def print_demo(summary: dict) -> None:
+    """Store summary, ID accuracy, the evaluation table and where the report went."""
+    print_store_summary(summary["store"])
+    out.print(f"ID test accuracy: {summary['id_test_accuracy']:.2f}%")
+    print_evaluation(summary["evaluation"], per_split=False)
+    out.print(f"report: {summary['report']['html']}")
+    out.print(f"demo finished in {summary['seconds']:.1f} s")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def info(
-        store: Annotated[Path, typer.Argument(help="Store directory.")],
-        verify: Annotated[bool, typer.Option(help="Recompute sha256 of every split file.")] = False,
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """Splits, shapes, dtypes, sizes, provenance and completeness of a store.
-
-        Example: featstore info runs/demo/store --verify
-        """
-        setup(json_, quiet)
-        with open_store(store) as st:
-            summary = store_summary(st)
-            problems = st.verify() if verify else []
-        if verify:
-            summary["verify"] = {"ok": not problems, "problems": problems}
-
-        def human() -> None:
-            print_store_summary(summary)
-            if verify and not problems:
-                out.print("[green]verify: every split file matches its sha256[/]")
-
-        emit(summary, human)
-        if problems:
-            from featstore.errors import InputError
-
-            raise InputError(f"store {str(store)!r}: {len(problems)} split file(s) do not match "
-                             f"the manifest: {'; '.join(problems)}")
-
-    @app.command()
-    def extract(
-        model: Annotated[str, typer.Option(help="torchvision name, module:callable or "
-                                                "TorchScript file.")],
-        spec: Annotated[Path, typer.Option(help="Benchmark spec (TOML).")],
-        out_: Annotated[Path, typer.Option("--out", help="Store directory to write.")],
-        weights: Annotated[Path | None, typer.Option(help="Local weights file "
-                                                         "(state dict).")] = None,
-        device: Annotated[str, typer.Option(help="auto | cpu | cuda[:N]")] = "auto",
-        dtype: Annotated[str, typer.Option(help="Feature dtype: float32 | float16")] = "float32",
-        batch_size: Annotated[int, typer.Option(help="Images per batch.")] = 128,
-        workers: Annotated[int | None, typer.Option(help=(
-            "DataLoader worker processes (default min(4, cores), and none for a split of at "
-            "most one batch); a value given here is used for every split."))] = None,
-        feature_layer: Annotated[str | None, typer.Option(
-            help="Name of the final nn.Linear to hook (default: the last Linear).")] = None,
-        amp: Annotated[bool, typer.Option(help="Autocast on CUDA.")] = False,
-        skip_bad: Annotated[bool, typer.Option(help="Skip unreadable images, recording "
-                                                    "them in the manifest.")] = False,
-        overwrite: Annotated[bool, typer.Option(help="Replace a store made by another "
-                                                     "model.")] = False,
-        mc_samples: Annotated[int, typer.Option(
-            help="Also store T stochastic passes with dropout on as extra/mc_logits "
-                 "(T, N, C).")] = 0,
-        odin_grid: Annotated[str | None, typer.Option(
-            help="Also store ODIN-perturbed logits extra/odin_logits/<T>_<eps> for a grid "
-                 "'T:eps[,eps...][;T:eps...]', e.g. '1000:0.0014,0.0028'.")] = None,
-        feature_maps: Annotated[bool, typer.Option(
-            help="Also store the map pooled into the feature as extra/feature_maps "
-                 "(N, Cmap, H, W), for rankfeat.")] = False,
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """Run the model once over every split of a benchmark spec and write a store.
-
-        Example: featstore extract --model resnet50 --weights r50.pth --spec bench.toml
-        --out runs/r50
-        """
-        setup(json_, quiet)
-        from featstore.extra_keys import parse_odin_grid
-        from featstore.extract import ExtractOptions
-        from featstore.extract import extract as run_extract
-
-        opts = ExtractOptions(device=device, dtype=dtype, batch_size=batch_size,
-                              num_workers=workers, amp=amp, skip_bad=skip_bad,
-                              overwrite=overwrite, mc_samples=mc_samples,
-                              odin_grid=tuple(parse_odin_grid(odin_grid)) if odin_grid else (),
-                              feature_maps=feature_maps)
-        start = time.perf_counter()
-        with split_progress() as progress:
-            st = run_extract(model, spec, out_, weights=weights, feature_layer=feature_layer,
-                             options=opts, progress=progress)
-        summary = {**store_summary(st), "seconds": time.perf_counter() - start}
-
-        def human() -> None:
-            print_store_summary(summary)
-            out.print(f"extracted in {summary['seconds']:.1f} s")
-
-        emit(summary, human)
-
-    @app.command("import")
-    def import_(
-        arrays: Annotated[Path, typer.Argument(help=".npz, .pt, .h5 or a directory of .npy")],
-        out_: Annotated[Path, typer.Option("--out", help="Store directory to write.")],
-        dtype: Annotated[str, typer.Option(help="Feature dtype: float32 | float16")] = "float32",
-        overwrite: Annotated[bool, typer.Option(help="Replace an existing store.")] = False,
-        usage: Annotated[list[str] | None, typer.Option(
-            help="SPLIT=train|val|test, e.g. ood/near/ssb=val to flag an OOD split for "
-                 "validation (sweeps choose on val splits); repeatable.")] = None,
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """Build a store from features extracted elsewhere.
-
-        Keys: head/weight, head/bias, classes (optional), <split>/features, and optionally
-        <split>/logits, <split>/labels, <split>/ids, <split>/usage. Example: featstore import
-        feats.npz --out runs/mine --usage ood/near/ssb_val=val
-        """
-        setup(json_, quiet)
-        from featstore.importer import import_arrays
-
-        flags = parse_params(usage, "--usage")
-        st = import_arrays(arrays, out_, dtype=dtype, overwrite=overwrite,
-                           usage={k: str(v) for k, v in flags.items()})
-        summary = store_summary(st)
-        emit(summary, lambda: print_store_summary(summary))
-
-    @app.command()
-    def demo(
-        out_: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path(
-            "runs/demo"),
-        methods: Annotated[str | None, typer.Option(
-            help="Instead: the remote-sensing benchmark's ten-method table (MSP, ViM, KNN, "
-                 "ConfBranch, LogitNorm, G-ODIN, OE, MCD, MC-Dropout, TempScaling): 'all' or "
-                 "a comma list; trains each method on the demo digits (CPU, minutes).")] = None,
-        backbone: Annotated[str, typer.Option(
-            help="pretrained (frozen ImageNet EfficientNet-Lite0 + a linear head on the "
-                 "digits) | scratch (the small ResNet trained from scratch, 32 px)")
-                            ] = "pretrained",
-        scale: Annotated[float, typer.Option(
-            help="Fraction (0, 1] of every split's images, for quick runs.")] = 1.0,
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """The embedded default, end to end on real bundled data (digits, photos, textures,
-        faces, noise): a linear head on a frozen ImageNet EfficientNet-Lite0 (or, with
-        --backbone scratch, a small ResNet trained from scratch), extract a store, evaluate
-        every scorer, write the HTML report. --methods trains the scratch ResNet.
-
-        Example: featstore demo --out runs/demo   ·   featstore demo --methods all
-        """
-        setup(json_, quiet)
-        from featstore.demo.pipeline import check_backbone, check_scale, id_test_accuracy, run_demo
-
-        check_backbone(backbone)
-        check_scale(scale)
-
-        start = time.perf_counter()
-        if methods is not None:
-            from featstore.demo.ten_methods import render_tables, run_ten_methods
-
-            with split_progress() as progress:
-                result = run_ten_methods(out_, methods, log=log, progress=progress)
-            result["seconds"] = time.perf_counter() - start
-
-            def human_ten() -> None:
-                for table in render_tables(result):
-                    out.print(table)
-                out.print(f"ten-method demo finished in {result['seconds']:.1f} s")
-
-            emit(result, human_ten)
-            return
-        with split_progress() as progress:
-            st = run_demo(out_, backbone=backbone, scale=scale, log=log, progress=progress)
-        from featstore.report import write_report
-
-        with status() as begin:
-            begin(f"evaluating every scorer on {st.path}")
-            evaluation = demo_evaluation(st)
-            begin(f"writing the report {out_ / 'report.html'}")
-            html_path, md_path = write_report(st.path, out_ / "report.html")
-        summary = {"out": str(out_), "backbone": backbone, "scale": scale,
-                   "store": store_summary(st),
-                   "id_test_accuracy": id_test_accuracy(st), "evaluation": evaluation,
-                   "report": {"html": str(html_path), "markdown": str(md_path)},
-                   "seconds": time.perf_counter() - start}
-
-        def human() -> None:
-            print_store_summary(summary["store"])
-            out.print(f"ID test accuracy: {summary['id_test_accuracy']:.2f}%")
-            print_evaluation(evaluation, per_split=False)
-            out.print(f"report: {html_path}")
-            out.print(f"demo finished in {summary['seconds']:.1f} s")
-
-        emit(summary, human)
+    app.command()(info)
+    app.command()(extract)
+    app.command("import")(import_)
+    app.command()(demo)

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from featstore.errors import UsageError
+from featstore.fileio import atomic_write_result_json
 
 from .common import (
     BootOpt,
@@ -53,27 +54,6 @@ def parse_grid(items: list[str] | None) -> dict[str, list[Any]] | None:
                 values.append(part.strip())
         grid[key] = values
     return grid
-
-
-def check_grid(method: str, params: dict[str, Any], grid: dict[str, list[Any]]) -> None:
-    """Every --grid key a parameter of the scorer, every value valid for it (as far as it can
-    be told without the store): usage errors naming the key and the value."""
-    from scorers import REGISTRY, get_scorer
-
-    defaults = REGISTRY[method].defaults
-    for key, values in grid.items():
-        if key not in defaults:
-            valid = ", ".join(sorted(defaults)) or "none"
-            raise UsageError(f"--grid {key!r}: scorer {method!r}: unknown grid parameter "
-                             f"{key!r} (valid: {valid})")
-        for value in values:
-            try:
-                get_scorer(method, **{**params, key: value})
-            except UsageError as exc:
-                raise UsageError(f"--grid {key}={value!r}: {exc}") from None
-            except (TypeError, ValueError) as exc:
-                raise UsageError(f"--grid {key}={value!r}: invalid value for {method} "
-                                 f"({exc})") from None
 
 
 def _fmt(v: float | None) -> str:
@@ -172,52 +152,54 @@ def print_tuned(result: dict) -> None:
         print_adjusted(name, r["adjusted"])
 
 
+def sweep_cmd(
+    store: Annotated[Path, typer.Argument(help="Store directory.")],
+    method: Annotated[str, typer.Option(help="Scorer name (see `featstore scorers`).")],
+    grid: Annotated[list[str] | None, typer.Option(
+        help="k=v1,v2,... values to sweep (JSON per value); repeatable. Default: the scorer's "
+             "default grid, minus settings invalid for this store.")] = None,
+    param: Annotated[list[str] | None, typer.Option(
+        help="k=v fixed scorer parameter; repeatable.")] = None,
+    select_by: Annotated[str, typer.Option(
+        help="Val metric that chooses: auroc, aupr_in, aupr_out, ap_in, ap_out, fpr95, "
+             "fpr95_ood, detection_error.")] = "auroc",
+    out_: Annotated[Path | None, typer.Option("--out", help="Write the result JSON.")] = None,
+    ci: CiOpt = 0.95,
+    boot: BootOpt = 1000,
+    ci_method: CiMethodOpt = "percentile",
+    boot_seed: BootSeedOpt = 0,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Choose a scorer's hyperparameters on the val splits (id/val vs the OOD splits
+    flagged usage = "val"), then report the chosen setting's test metrics (with 95%
+    stratified-bootstrap intervals; --ci 0 turns them off). The scorer is fitted once;
+    every setting shares the work; test splits never choose.
+
+    Example: featstore sweep runs/demo/store --method knn --grid K=1,5,10,50 --select-by fpr95
+    """
+    setup(json_, quiet)
+    from scorers.sweep import check_grid, check_select_by, sweep
+
+    try:
+        check_select_by(select_by)
+    except UsageError as exc:
+        raise UsageError(f"--select-by: {exc}") from None
+    grid_ = parse_grid(grid)
+    params = parse_params(param)
+    spec = ci_spec(ci, boot, ci_method, boot_seed)
+    check_params(method, params)
+    if grid_:
+        check_grid(method, params, grid_, "--grid")
+    with open_store(store) as st:
+        require_rows(st)
+        with status() as begin:
+            begin("sweeping " + fit_label(st, method))
+            result = sweep(st, method, grid_, select_by, params, ci=spec)
+    if out_ is not None:
+        atomic_write_result_json(out_, result)
+    emit(result, lambda: print_sweep(result))
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("sweep")
-    def sweep_cmd(
-        store: Annotated[Path, typer.Argument(help="Store directory.")],
-        method: Annotated[str, typer.Option(help="Scorer name (see `featstore eval --help`).")],
-        grid: Annotated[list[str] | None, typer.Option(
-            help="k=v1,v2,... values to sweep (JSON per value); repeatable. Default: the "
-                 "scorer's default grid, minus settings invalid for this store.")] = None,
-        param: Annotated[list[str] | None, typer.Option(
-            help="k=v fixed scorer parameter; repeatable.")] = None,
-        select_by: Annotated[str, typer.Option(
-            help="Val metric that chooses: auroc, aupr_in, aupr_out, ap_in, ap_out, fpr95, "
-                 "fpr95_ood, detection_error.")] = "auroc",
-        out_: Annotated[Path | None, typer.Option("--out", help="Write the result JSON.")] = None,
-        ci: CiOpt = 0.95,
-        boot: BootOpt = 1000,
-        ci_method: CiMethodOpt = "percentile",
-        boot_seed: BootSeedOpt = 0,
-        json_: JsonOpt = False,
-        quiet: QuietOpt = False,
-    ) -> None:
-        """Choose a scorer's hyperparameters on the val splits (id/val vs the OOD splits
-        flagged usage = "val"), then report the chosen setting's test metrics (with 95%
-        stratified-bootstrap intervals; --ci 0 turns them off). The scorer is fitted once;
-        every setting shares the work; test splits never choose.
-
-        Example: featstore sweep runs/demo/store --method knn --grid K=1,5,10,50 --select-by fpr95
-        """
-        setup(json_, quiet)
-        from scorers.sweep import check_select_by, sweep
-
-        try:
-            check_select_by(select_by)
-        except UsageError as exc:
-            raise UsageError(f"--select-by: {exc}") from None
-        grid_ = parse_grid(grid)
-        params = parse_params(param)
-        spec = ci_spec(ci, boot, ci_method, boot_seed)
-        check_params(method, params)
-        if grid_:
-            check_grid(method, params, grid_)
-        with open_store(store) as st:
-            require_rows(st)
-            with status() as begin:
-                begin("sweeping " + fit_label(st, method))
-                result = sweep(st, method, grid_, select_by, params, ci=spec)
-        if out_ is not None:
-            out_.write_text(json.dumps(result, indent=2) + "\n")
-        emit(result, lambda: print_sweep(result))
+    app.command("sweep")(sweep_cmd)

@@ -5,7 +5,8 @@ Writers never follow a symbolic link: every directory a writer writes into is ch
 lstat (`require_real_dir`), every temporary file is created exclusively (`O_CREAT | O_EXCL |
 O_NOFOLLOW`, or HDF5's exclusive create, which fails on any existing name, a dangling link
 included) after a stale one is unlinked (unlink removes a link, never its target), and the
-final name is taken by rename, which replaces a link instead of writing through it.
+final name is taken by rename, which replaces a link instead of writing through it. Result
+files outside a store (a command's `--out`) are written with `atomic_write_output`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import errno
 import hashlib
 import json
 import os
+import secrets
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -107,13 +109,9 @@ def open_exclusive(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` atomically and without following links: an exclusive `path.tmp`, fsync,
-    rename over `path` (which replaces a link at `path`, never writes through it), fsync the
-    directory."""
-    path = Path(path)
-    tmp = exclusive_tmp(path)
-    fd = open_exclusive(tmp)
+def _write_and_replace(fd: int, tmp: Path, path: Path, data: bytes) -> None:
+    """Write `data` to the open temporary `tmp` (fd), fsync it, rename it over `path` and fsync
+    the directory; on any failure the temporary is removed and `path` is untouched."""
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -127,9 +125,68 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` atomically and without following links: an exclusive `path.tmp`, fsync,
+    rename over `path` (which replaces a link at `path`, never writes through it), fsync the
+    directory."""
+    path = Path(path)
+    tmp = exclusive_tmp(path)
+    _write_and_replace(open_exclusive(tmp), tmp, path, data)
+
+
+def atomic_write_output(path: str | Path, data: bytes | str) -> Path:
+    """Write a result file (a command's `--out` JSON, Markdown, .npz, .npy) atomically: a
+    fresh temporary in the same directory (`.NAME.*.tmp`, unique, so concurrent writers never
+    share it), fsync, rename over `path`, fsync the directory. A reader sees the old file or
+    the whole new one, never a part; a failed write leaves `path` as it was and no temporary
+    behind. `str` data is written as UTF-8. Unlike a store's files, the directory may be
+    reached through links; a missing directory is FileNotFoundError naming `path`."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory (the folder is "
+                                "missing)", str(path))
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    _write_and_replace(open_exclusive(tmp), tmp, path, data)
+    return path
+
+
+def atomic_write_result_json(path: str | Path, obj: Any) -> Path:
+    """`atomic_write_output` of `json.dumps(obj, indent=2)` and a newline (what every
+    `--out results.json` holds)."""
+    return atomic_write_output(path, json.dumps(obj, indent=2) + "\n")
+
+
 def atomic_write_json(path: Path, obj: Any) -> None:
     """Write JSON atomically (atomic_write_bytes: exclusive tmp, fsync, rename, fsync dir)."""
     atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+
+
+def atomic_save_npz(path: str | Path, arrays: Mapping[str, Any]) -> Path:
+    """`np.savez(path, **arrays)` written atomically (`atomic_write_output`); like NumPy, a
+    name without `.npz` gets it appended. Returns the path written."""
+    import io
+
+    path = Path(path)
+    if path.suffix != ".npz":
+        path = path.with_name(path.name + ".npz")
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return atomic_write_output(path, buffer.getvalue())
+
+
+def atomic_save_npy(path: str | Path, array: Any) -> Path:
+    """`np.save(path, array)` written atomically; like NumPy, `.npy` is appended to a name
+    without it. Returns the path written."""
+    import io
+
+    path = Path(path)
+    if path.suffix != ".npy":
+        path = path.with_name(path.name + ".npy")
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(array), allow_pickle=False)
+    return atomic_write_output(path, buffer.getvalue())
 
 
 def read_regular(path: Path, what: str = "file") -> bytes:

@@ -198,12 +198,7 @@ class Scorer:
         keep this scorer's values. Each value is validated against the data first."""
         self._check_split(split, force)
         grid = self.grid if grid is None else grid
-        unknown = sorted(set(grid) - set(self.defaults))
-        if unknown:
-            valid = ", ".join(sorted(self.defaults)) or "none"
-            raise UsageError(
-                f"scorer {self.name!r}: unknown grid parameter {unknown[0]!r} (valid: {valid})"
-            )
+        check_grid_keys(self, grid)
         settings = expand_grid(grid) if grid else [{}]
         for setting in settings:
             self.check_params({**self.params, **setting}, self.store)
@@ -262,6 +257,18 @@ def head_logits_usable(split: Any, logits_are_head: bool) -> bool:
     """May a scorer fitted with `logits_are_head` (= `stored_logits_are_head(store)`) read
     `split`'s logits in place of x @ W.T + b? Only float32 splits with logits."""
     return logits_are_head and split.dtype == "float32" and "logits" in split.dims
+
+
+def check_grid_keys(scorer: Scorer | type[Scorer], grid: Mapping[str, Any],
+                    what: str | None = None) -> None:
+    """UsageError naming the first (sorted) grid key that is not a parameter of the scorer,
+    and the valid ones; `what` (e.g. `--grid`) prefixes the message with the key."""
+    unknown = sorted(set(grid) - set(scorer.defaults))
+    if unknown:
+        valid = ", ".join(sorted(scorer.defaults)) or "none"
+        prefix = f"{what} {unknown[0]!r}: " if what else ""
+        raise UsageError(f"{prefix}scorer {scorer.name!r}: unknown grid parameter "
+                         f"{unknown[0]!r} (valid: {valid})")
 
 
 def how_to(need: str) -> str:

@@ -16,13 +16,15 @@ on common stratified resamples (``scorers.stats.bootstrap``) and tests every pai
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from itertools import combinations
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from featstore.errors import UsageError
+from featstore.errors import InputError, UsageError
 
 from .evaluate import evaluate
 from .metrics import METRIC_DIRECTIONS, OOD_METRIC_NAMES
@@ -126,6 +128,23 @@ def compare(store: Any, methods: Sequence[str],
             "methods": tests["methods"], "ci": result["ci"], "evaluation": result,
             "splits": tests["splits"], "groups": tests["groups"],
             "skipped": result["skipped"]}
+
+
+def read_results(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """The evaluation results written by `featstore eval --out` (JSON objects with "methods"
+    and "ood_splits"), in order; InputError naming the first file that is unreadable, not
+    JSON, or not such a result."""
+    loaded = []
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise InputError(f"rank: {str(path)!r} is not a results JSON ({exc})") from None
+        if not isinstance(data, dict) or "methods" not in data or "ood_splits" not in data:
+            raise InputError(f"rank: {str(path)!r} has no 'methods'/'ood_splits'; expected "
+                             "the JSON written by `featstore eval --out`")
+        loaded.append(data)
+    return loaded
 
 
 def rank_results(results: Sequence[Mapping[str, Any]], metric: str = "auroc",

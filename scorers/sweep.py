@@ -48,7 +48,7 @@ import numpy as np
 from featstore.errors import FeatstoreError, UsageError
 
 from .adapt import adapt_grid, adapt_params
-from .base import Scorer, expand_grid
+from .base import Scorer, check_grid_keys, expand_grid
 from .evaluate import group_means, id_side_metrics, mean_of, require_finite_inputs
 from .metrics import (
     METRIC_DIRECTIONS,
@@ -130,6 +130,24 @@ def _as_values(key: str, values: Any) -> list[Any]:
     return out
 
 
+def check_grid(method: str, params: Mapping[str, Any], grid: Mapping[str, Any],
+               what: str = "--grid") -> None:
+    """Check an explicit grid as far as it can be told without a store: every key a parameter
+    of the scorer (`base.check_grid_keys`), every value one the scorer accepts with the fixed
+    `params`; UsageError naming `what`, the key and the value. The sweep itself checks each
+    setting against the store's data ranges later."""
+    check_grid_keys(REGISTRY[method], grid, what)
+    for key, values in grid.items():
+        for value in _as_values(key, values):
+            try:
+                get_scorer(method, **{**params, key: value})
+            except UsageError as exc:
+                raise UsageError(f"{what} {key}={value!r}: {exc}") from None
+            except (TypeError, ValueError) as exc:
+                raise UsageError(f"{what} {key}={value!r}: invalid value for {method} "
+                                 f"({exc})") from None
+
+
 class _Plan:
     """The parameters and settings to score, the grid to hand to `score_grid`, and the
     defaults clamped to this store (`scorers.adapt`)."""
@@ -142,11 +160,7 @@ class _Plan:
             self.grid = {k: list(v) for k, v in probe.grid.items() if k not in base}
         else:
             self.source = "explicit"
-            unknown = sorted(set(grid) - set(probe.defaults))
-            if unknown:
-                valid = ", ".join(sorted(probe.defaults)) or "none"
-                raise UsageError(f"scorer {name!r}: unknown grid parameter {unknown[0]!r} "
-                                 f"(valid: {valid})")
+            check_grid_keys(probe, grid)
             both = sorted(set(grid) & set(base))
             if both:
                 raise UsageError(f"scorer {name!r}: parameter {both[0]!r} is given both as a "

@@ -11,7 +11,10 @@ paper). Methods a store cannot score are listed with the reason, never dropped s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+from ..fileio import atomic_write_output
 
 CELL_METRICS = (("fpr95", "min"), ("detection_error", "min"), ("auroc", "max"))
 
@@ -92,3 +95,10 @@ def markdown_table(table: dict[str, Any]) -> str:
     if notes:
         lines += ["", "Notes:", ""] + notes
     return "\n".join(lines) + "\n"
+
+
+def write_markdown_table(path: Path, table: dict[str, Any]) -> Path:
+    """Write `markdown_table(table)` to `path` (its folder created), atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_output(path, markdown_table(table))

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, UsageError
+from ..fileio import atomic_write_output
 
 ISOOD_CELL = re.compile(r"^cov_(\d+)_sem_(\d+)$")
 OPENOOD_NAME = re.compile(r"^(train|val|test)_(.+)$")
@@ -249,7 +250,7 @@ def lists_to_spec(directory: str | Path, root: str | Path, out: str | Path,
             content = s.lines if s.lines is not None else [
                 line for f in s.lists for line in f.read_text(encoding="utf-8").splitlines()
                 if line.strip()]
-            target.write_text("\n".join(content) + "\n", encoding="utf-8")
+            atomic_write_output(target, "\n".join(content) + "\n")
             list_file, rows = target, len(content)
         else:
             list_file = s.lists[0]
@@ -261,6 +262,6 @@ def lists_to_spec(directory: str | Path, root: str | Path, out: str | Path,
         summary.append({"name": s.name, "usage": s.usage, "rule": s.rule,
                         "lists": [str(p) for p in s.lists] or [str(list_file)], "rows": rows})
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_output(out, "\n".join(lines) + "\n")
     load_spec(out)  # the written spec must parse
     return {"spec": str(out), "splits": summary}

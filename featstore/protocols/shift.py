@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, UsageError
+from ..fileio import atomic_save_npz
 
 DEFAULT_LEVELS = 8
 DEFAULT_MIN_COUNT = 10
@@ -356,10 +357,10 @@ def store_degrees(store: Any, laid: np.ndarray | None = None, sem_dims: slice | 
 
 
 def save_degrees(path: str | Path, degrees: Mapping[str, np.ndarray]) -> Path:
-    """Write degrees as .npz keyed by split slug (`ood/x/y` -> `ood__x__y`)."""
+    """Write degrees as .npz keyed by split slug (`ood/x/y` -> `ood__x__y`), atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, **{k.replace("/", "__"): np.asarray(v) for k, v in degrees.items()})
+    atomic_save_npz(path, {k.replace("/", "__"): np.asarray(v) for k, v in degrees.items()})
     return path
 
 

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, UsageError
+from ..fileio import atomic_write_output
 
 WORDNET_DIRS = ("/usr/share/wordnet",)
 INSTALL_HINT = "apt-get install wordnet-base wordnet-sense-index"
@@ -419,15 +420,15 @@ def write_assignment(out_dir: Path, tag: str, assignment: Mapping[str, str],
     d = out_dir / tag
     d.mkdir(parents=True, exist_ok=True)
     files = {"assignment": str(d / "assignment.txt")}
-    (d / "assignment.txt").write_text(
-        "".join(f"{c} {a}\n" for c, a in sorted(assignment.items())), encoding="utf-8")
+    atomic_write_output(d / "assignment.txt",
+                        "".join(f"{c} {a}\n" for c, a in sorted(assignment.items())))
     if images is None:
         return files
     lists = {}
     for role in ("id", "ood"):
         paths = [p for c, a in sorted(assignment.items()) if a == role for p in images.get(c, [])]
         f = d / f"{role}.txt"
-        f.write_text("".join(f"{p} -1\n" for p in paths), encoding="utf-8")
+        atomic_write_output(f, "".join(f"{p} -1\n" for p in paths))
         lists[role] = (f, len(paths))
         files[role] = str(f)
     if base_spec is not None:
@@ -460,7 +461,7 @@ def _write_spec(path: Path, tag: str, lists: dict[str, tuple[Path, int]],
             lines = [f"{(base_root / rel).resolve()} {int(y)}"
                      for rel, y in zip(rows.ids, rows.labels, strict=True)]
             lines += id_file.read_text(encoding="utf-8").splitlines()
-            merged.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            atomic_write_output(merged, "\n".join(lines) + "\n")
             splits[test] = ("id/test", "test", {"imagelist": str(merged), "root": "/"})
         else:
             splits.append((f"csid/wordnet_{low}", "test", {"imagelist": str(id_file),
@@ -474,5 +475,5 @@ def _write_spec(path: Path, tag: str, lists: dict[str, tuple[Path, int]],
     for name, usage, source in splits:
         lines += ["", "[[split]]", f"name = {toml_value(name)}", f"usage = {toml_value(usage)}",
                   f"source = {toml_value(source)}"]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_output(path, "\n".join(lines) + "\n")
     return path
