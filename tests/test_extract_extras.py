@@ -239,7 +239,8 @@ source = { builtin = "noise", kind = "uniform", count = 64 }
 def test_train_checkpoint_extracts_with_its_heads(tmp_path, method, extras):
     """`featstore train` -> checkpoint -> `featstore extract --weights CKPT`: the method's
     wrapper is rebuilt from the checkpoint, its state dict loads strictly, extras land."""
-    from featstore.training.trainer import TrainConfig, train
+    from featstore.training.config import TrainConfig
+    from featstore.training.trainer import train
 
     spec = tmp_path / "spec.toml"
     spec.write_text(TRAIN_SPEC)

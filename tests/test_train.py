@@ -22,8 +22,9 @@ from skimage import data as skdata
 from featstore import Store
 from featstore.datasets import build_transform
 from featstore.errors import UsageError
+from featstore.training.config import TrainConfig, cosine_factor
 from featstore.training.methods import get_method, list_methods
-from featstore.training.trainer import TrainConfig, cosine_factor, load_checkpoint, train
+from featstore.training.trainer import load_checkpoint, train
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import TinyCNN  # noqa: E402

@@ -154,7 +154,8 @@ def _train_backbone(spec_path: Path, out_file: Path, factory: Callable[[int], De
     architecture and seed."""
     from ..datasets import TransformedRows, build_transform, rows_from_source
     from ..spec import load_spec
-    from ..training.ce import TrainConfig, random_shift, train_ce
+    from ..training.ce import random_shift, train_ce
+    from ..training.config import TrainConfig
 
     spec = load_spec(spec_path)
     train = next(s for s in spec.splits if s.name == "id/train")
@@ -165,7 +166,8 @@ def _train_backbone(spec_path: Path, out_file: Path, factory: Callable[[int], De
     torch.manual_seed(seed)
     model = factory(len(ID_CLASSES))
     train_ce(model, images, labels,
-             TrainConfig(epochs=epochs, batch_size=64, lr=0.01, seed=seed),
+             TrainConfig(epochs=epochs, batch_size=64, lr=0.01, seed=seed, nesterov=True,
+                         schedule="onecycle"),
              on_epoch=lambda e, loss, acc: log(f"  epoch {e + 1:2d}/{epochs}  loss {loss:.3f}"
                                                f"  train acc {acc:.1f}%"),
              augment=random_shift)

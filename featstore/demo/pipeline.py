@@ -38,7 +38,8 @@ from ..extract import ExtractOptions, Progress, extract
 from ..fileio import sha256_file
 from ..spec import load_spec
 from ..store import Store
-from ..training.ce import TrainConfig, random_shift, train_ce
+from ..training.ce import random_shift, train_ce
+from ..training.config import TrainConfig
 from . import backbone as pretrained
 from .model import demo_resnet
 
@@ -163,8 +164,10 @@ def train_demo_model(spec_path: Path, out_file: Path, epochs: int = 12,
     labels = torch.as_tensor(rows.labels)
     torch.manual_seed(0)
     model = demo_resnet(len(ID_CLASSES))
+    config = TrainConfig(epochs=epochs, batch_size=64, lr=0.01, seed=0, nesterov=True,
+                         schedule="onecycle")
     history = train_ce(
-        model, images, labels, TrainConfig(epochs=epochs, batch_size=64, lr=0.01, seed=0),
+        model, images, labels, config,
         on_epoch=lambda e, loss, acc: _epoch_done(log, progress, e, epochs, loss, acc),
         augment=random_shift,
     )

@@ -1,27 +1,21 @@
-"""Standard cross-entropy training with SGD (defaults: lr 0.01, momentum 0.9, weight decay
-5e-4, cosine learning-rate decay), deterministic from a seed.
+"""Cross-entropy training on in-memory tensors (the demo network's trainer).
 
-Loss as implemented: mean over the batch of -log softmax(f(x))_y.
+Loss as implemented: mean over the batch of -log softmax(f(x))_y (the `ce` method's step),
+through the one training loop (`featstore.training.loop.run_epochs`) with the caller's
+`TrainConfig`; the demo passes SGD with Nesterov momentum and the one-cycle schedule
+(`schedule="onecycle"`: peak 10 x lr), deterministic from `config.seed`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
-
-@dataclass
-class TrainConfig:
-    epochs: int = 15
-    batch_size: int = 64
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    seed: int = 0
+from .config import TrainConfig
+from .loop import Augment, run_epochs
+from .methods import TrainContext, get_method
 
 
 def train_ce(
@@ -30,43 +24,31 @@ def train_ce(
     labels: torch.Tensor,
     config: TrainConfig,
     on_epoch: Callable[[int, float, float], None] | None = None,
-    augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+    augment: Augment | None = None,
 ) -> list[tuple[float, float]]:
-    """Train in place on in-memory tensors; returns (mean loss, accuracy %) per epoch."""
+    """Train in place on in-memory tensors (on their device); returns (mean loss, accuracy %)
+    per epoch. The epoch permutations and `augment` draw from a generator seeded with
+    `config.seed`, and the global torch seed is set to it before the first step."""
+    config.validate()
+    method = get_method("ce")
     gen = torch.Generator().manual_seed(config.seed)
     torch.manual_seed(config.seed)
-    opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
-                          weight_decay=config.weight_decay, nesterov=True)
-    steps = config.epochs * int(np.ceil(len(images) / config.batch_size))
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config.lr * 10, total_steps=steps)
-    loss_fn = nn.CrossEntropyLoss()
-    history = []
-    model.train()
-    for epoch in range(config.epochs):
-        order = torch.randperm(len(images), generator=gen)
-        total, correct, loss_sum = 0, 0, 0.0
-        for start in range(0, len(images), config.batch_size):
+    ctx = TrainContext(config=config, params=method.resolve_params(config.method_params),
+                       device=images.device, generator=torch.Generator(),
+                       num_classes=int(labels.max()) + 1)
+
+    def batches(order: torch.Tensor):
+        for start in range(0, len(order), config.batch_size):
             idx = order[start:start + config.batch_size]
-            x, y = images[idx], labels[idx]
-            if augment is not None:
-                x = augment(x, gen)
-            logits = model(x)
-            loss = loss_fn(logits, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            loss_sum += loss.item() * len(idx)
-            correct += int((logits.argmax(1) == y).sum())
-            total += len(idx)
-        history.append((loss_sum / total, 100.0 * correct / total))
-        if on_epoch is not None:
-            on_epoch(epoch, *history[-1])
-    model.eval()
-    return history
+            yield images[idx], labels[idx]
+
+    history = run_epochs(model, method, ctx, config, batches, len(images), gen,
+                         augment=augment, on_epoch=on_epoch)
+    return [(loss, acc) for loss, acc in history]
 
 
 def random_shift(x: torch.Tensor, gen: torch.Generator, pad: int = 2) -> torch.Tensor:
-    """Augmentation: random translation by up to `pad` pixels (zero padding), per batch."""
+    """Augmentation: one random cyclic shift (torch.roll) by up to `pad` pixels along each of
+    height and width, the same for the whole batch."""
     dy, dx = (int(v) for v in torch.randint(-pad, pad + 1, (2,), generator=gen))
     return torch.roll(x, shifts=(dy, dx), dims=(2, 3))

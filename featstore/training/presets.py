@@ -21,6 +21,7 @@ from dataclasses import fields
 from typing import Any
 
 from ..errors import UsageError
+from .config import TrainConfig
 
 TRAIN_PRESETS: dict[str, dict[str, Any]] = {
     "remote-sensing": {"epochs": 100, "lr": 0.01, "momentum": 0.9, "weight_decay": 5e-4,
@@ -44,11 +45,9 @@ def preset_values(name: str | None) -> dict[str, Any]:
     return dict(TRAIN_PRESETS[name])
 
 
-def make_config(preset: str | None = None, **overrides: Any) -> Any:
+def make_config(preset: str | None = None, **overrides: Any) -> TrainConfig:
     """A validated `TrainConfig`: its defaults, then the preset's fields, then every override
     that is not None. An unknown field is a UsageError naming the valid ones."""
-    from .trainer import TrainConfig
-
     valid = {f.name for f in fields(TrainConfig)}
     unknown = sorted(set(overrides) - valid)
     if unknown:

@@ -35,10 +35,9 @@ checkpoint are the trainer's:
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,7 @@ import torchvision
 from torch import nn
 
 from ..datasets import RowSource, TransformedRows, build_transform, rows_from_source
-from ..errors import FeatstoreError, InputError, UsageError
+from ..errors import InputError, UsageError
 from ..heads import find_head
 from ..models import (
     build_torchvision,
@@ -62,58 +61,13 @@ from ..models import (
 )
 from ..spec import BenchmarkSpec, load_spec
 from ..version import __version__
+from .config import TrainConfig
+from .loop import run_epochs
 from .methods import TrainContext, get_method
 
-AUGMENTS = ("none", "flip", "crop", "flip+crop")
-SCHEDULES = ("cosine", "constant")
 PRELOAD_LIMIT_BYTES = 2 * 1024**3
-#: OpenOOD's cosine schedule ends at this absolute learning rate
-COSINE_MIN_LR = 1e-6
 
 TrainProgress = Callable[[dict[str, Any]], None]
-
-
-@dataclass
-class TrainConfig:
-    """Hyperparameters of one training run (stored in the checkpoint)."""
-
-    epochs: int = 100
-    batch_size: int = 128
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    nesterov: bool = False
-    schedule: str = "constant"
-    seed: int = 0
-    augment: str = "none"
-    device: str = "auto"
-    num_workers: int = 0
-    preload: bool | None = None
-    method_params: dict[str, Any] = field(default_factory=dict)
-    #: warm start: weights (state dict or `ce` checkpoint) loaded strictly into the backbone
-    #: before the method wraps it, e.g. to fine-tune a CE model with a training-time method
-    init: str | None = None
-
-    def validate(self) -> None:
-        if self.epochs < 1:
-            raise UsageError(f"--epochs {self.epochs}: must be >= 1")
-        if self.batch_size < 1:
-            raise UsageError(f"--batch-size {self.batch_size}: must be >= 1")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise UsageError(f"--lr {self.lr}: must be a positive number")
-        if self.momentum < 0 or self.weight_decay < 0:
-            raise UsageError("momentum and weight decay must be >= 0")
-        if self.nesterov and self.momentum <= 0:
-            raise UsageError("--nesterov needs momentum > 0")
-        if self.schedule not in SCHEDULES:
-            raise UsageError(f"schedule {self.schedule!r}: expected one of {', '.join(SCHEDULES)}")
-        if self.augment not in AUGMENTS:
-            raise UsageError(f"--augment {self.augment!r}: expected one of {', '.join(AUGMENTS)}")
-
-
-def cosine_factor(step: int, total: int, min_factor: float) -> float:
-    """OpenOOD's `cosine_annealing(step, total, 1, min_factor)`: 1 at step 0, min at the end."""
-    return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(step / total * math.pi))
 
 
 def build_model(arch: str, num_classes: int) -> tuple[nn.Module, dict[str, Any]]:
@@ -226,10 +180,7 @@ def train(method: str = "ce", arch: str = "resnet18",
     bench = spec if isinstance(spec, BenchmarkSpec) else load_spec(spec)
     rows = _train_rows(bench)
     n_classes = _num_classes(bench, rows, num_classes)
-    device = resolve_device(config.device)
-    if device.type == "cuda":
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
+    device = _training_device(config.device)
 
     torch.manual_seed(config.seed)
     backbone, default_tf = build_model(arch, n_classes)
@@ -243,51 +194,10 @@ def train(method: str = "ce", arch: str = "resnet18",
                        num_classes=n_classes, spec=bench, transform=transform)
     model = trainer_method.wrap(backbone, ctx).to(device)
     trainer_method.prepare(model, ctx)
-
-    opt = torch.optim.SGD(trainer_method.param_groups(model, ctx), lr=config.lr,
-                          momentum=config.momentum,
-                          weight_decay=config.weight_decay,
-                          nesterov=config.nesterov)
-    batches = math.ceil(len(rows) / config.batch_size)
-    total = config.epochs * batches
-    if config.schedule == "cosine":
-        min_factor = COSINE_MIN_LR / config.lr
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: cosine_factor(s, total, min_factor))
-    else:
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-
-    history: list[list[float]] = []
-    model.train()
-    for epoch in range(config.epochs):
-        ctx.epoch = epoch
-        order = torch.randperm(len(rows), generator=gen)
-        seen, correct, loss_sum = 0, 0, 0.0
-        for b, (x, y) in enumerate(data.batches(order, config.batch_size)):
-            x = augment_batch(x, config.augment, gen).to(device, non_blocking=True)
-            y = y.to(device, non_blocking=True)
-            result = trainer_method.step(model, x, y, ctx)
-            if not torch.isfinite(result.loss):
-                raise FeatstoreError(f"train: the loss became {float(result.loss)} at epoch "
-                                     f"{epoch + 1}, batch {b + 1}; lower --lr")
-            opt.zero_grad(set_to_none=True)
-            result.loss.backward()
-            opt.step()
-            sched.step()
-            trainer_method.after_step(model, result, ctx)
-            ctx.step += 1
-            n = len(y)
-            seen += n
-            loss_sum += float(result.loss.detach()) * n
-            correct += int((result.logits.detach().argmax(1) == y).sum())
-            if progress is not None:
-                progress({"epoch": epoch + 1, "epochs": config.epochs, "batch": b + 1,
-                          "batches": batches, "loss": loss_sum / seen,
-                          "acc": 100.0 * correct / seen, "lr": opt.param_groups[0]["lr"],
-                          **ctx.metrics})
-        history.append([loss_sum / seen, 100.0 * correct / seen])
-    model.eval()
-
+    history = run_epochs(model, trainer_method, ctx, config,
+                         lambda order: data.batches(order, config.batch_size), len(rows), gen,
+                         augment=lambda x, g: augment_batch(x, config.augment, g),
+                         progress=progress)
     checkpoint = {
         "state_dict": trainer_method.export(model),
         "method": trainer_method.name,
@@ -300,7 +210,21 @@ def train(method: str = "ce", arch: str = "resnet18",
         "history": history,
         "featstore_version": __version__,
     }
-    out = Path(out)
+    return _save_atomically(checkpoint, Path(out))
+
+
+def _training_device(name: str) -> torch.device:
+    """The device of `--device`; on CUDA, cuDNN in deterministic mode (same seed, same
+    checkpoint)."""
+    device = resolve_device(name)
+    if device.type == "cuda":
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    return device
+
+
+def _save_atomically(checkpoint: dict[str, Any], out: Path) -> Path:
+    """torch.save to a temporary file, then rename: an interrupted run leaves no checkpoint."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     try:

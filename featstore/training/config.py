@@ -1,0 +1,96 @@
+"""One `TrainConfig` for every training run, and the optimiser and schedule it describes.
+
+Both ways featstore trains use it: `featstore train` (`trainer.train`, a spec's id/train
+split, any registered method) and the demo's in-memory cross-entropy (`ce.train_ce`). The
+optimiser is SGD (`momentum`, `weight_decay`, `nesterov`); the learning-rate schedule, stepped
+once per optimiser step over `total = epochs * batches per epoch` steps, is one of
+
+- `constant`: lr throughout;
+- `cosine`: OpenOOD v1.5's `cosine_annealing(step, total, 1, 1e-6 / lr)`:
+  lr_t = lr * (m + (1 - m) * (1 + cos(pi * t / total)) / 2), m = 1e-6 / lr;
+- `onecycle`: `torch.optim.lr_scheduler.OneCycleLR(max_lr=10 * lr, total_steps=total)` with
+  PyTorch's defaults (30% warm-up from max_lr / 25, cosine annealing to max_lr / 25e4,
+  momentum cycled between 0.85 and 0.95) — the demo network's recipe.
+
+The defaults equal the remote-sensing preset (`featstore.training.presets`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import UsageError
+
+AUGMENTS = ("none", "flip", "crop", "flip+crop")
+SCHEDULES = ("cosine", "constant", "onecycle")
+#: OpenOOD's cosine schedule ends at this absolute learning rate
+COSINE_MIN_LR = 1e-6
+#: the one-cycle schedule peaks at this multiple of `lr`
+ONECYCLE_PEAK = 10.0
+
+
+@dataclass
+class TrainConfig:
+    """Hyperparameters of one training run (stored in the checkpoint)."""
+
+    epochs: int = 100
+    batch_size: int = 128
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    nesterov: bool = False
+    schedule: str = "constant"
+    seed: int = 0
+    augment: str = "none"
+    device: str = "auto"
+    num_workers: int = 0
+    preload: bool | None = None
+    method_params: dict[str, Any] = field(default_factory=dict)
+    #: warm start: weights (state dict or `ce` checkpoint) loaded strictly into the backbone
+    #: before the method wraps it, e.g. to fine-tune a CE model with a training-time method
+    init: str | None = None
+
+    def validate(self) -> None:
+        if self.epochs < 1:
+            raise UsageError(f"--epochs {self.epochs}: must be >= 1")
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size {self.batch_size}: must be >= 1")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise UsageError(f"--lr {self.lr}: must be a positive number")
+        if self.momentum < 0 or self.weight_decay < 0:
+            raise UsageError("momentum and weight decay must be >= 0")
+        if self.nesterov and self.momentum <= 0:
+            raise UsageError("--nesterov needs momentum > 0")
+        if self.schedule not in SCHEDULES:
+            raise UsageError(f"schedule {self.schedule!r}: expected one of {', '.join(SCHEDULES)}")
+        if self.augment not in AUGMENTS:
+            raise UsageError(f"--augment {self.augment!r}: expected one of {', '.join(AUGMENTS)}")
+
+
+def cosine_factor(step: int, total: int, min_factor: float) -> float:
+    """OpenOOD's `cosine_annealing(step, total, 1, min_factor)`: 1 at step 0, min at the end."""
+    return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(step / total * math.pi))
+
+
+def make_optimizer(params: Iterable[Any], config: TrainConfig) -> torch.optim.SGD:
+    """SGD over `params` (parameters or parameter groups) with the config's settings."""
+    return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum,
+                           weight_decay=config.weight_decay, nesterov=config.nesterov)
+
+
+def make_scheduler(opt: torch.optim.Optimizer, config: TrainConfig,
+                   total_steps: int) -> torch.optim.lr_scheduler.LRScheduler:
+    """The config's learning-rate schedule over `total_steps` optimiser steps (module doc)."""
+    if config.schedule == "onecycle":
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config.lr * ONECYCLE_PEAK,
+                                                   total_steps=total_steps)
+    if config.schedule == "cosine":
+        min_factor = COSINE_MIN_LR / config.lr
+        return torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: cosine_factor(s, total_steps, min_factor))
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
