@@ -211,44 +211,78 @@ def variants_section(variants: dict[str, dict], default: dict) -> None:
         _table(["protocol", "Gscore", *METHODS], rows, ["---", "---"] + ["---:"] * len(METHODS))
 
 
-def em_check_section(store: Any) -> None:
-    """The GMM EM against scikit-learn's GaussianMixture from the same initialisation, run to
-    convergence (tol 1e-10), on every (scorer, OOD split) set alone and mixed with id/test."""
+def em_sets(store: Any) -> tuple[list[np.ndarray], list[str]]:
+    """The EM corpus of one store: every (scorer, OOD test split) set alone and with id/test
+    mixed in, named `<scorer>|<split>` and `<scorer>|id/test+<split>`."""
     import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        write_em_corpus(store, Path(tmp) / "c.npz")
+        data = np.load(Path(tmp) / "c.npz")
+        sets, names = [], []
+        for key in data.files:
+            method, _, split = key.partition("|")
+            if split != "id/test":
+                sets += [data[key], np.concatenate([data[f"{method}|id/test"], data[key]])]
+                names += [key, f"{method}|id/test+{split}"]
+    return sets, names
+
+
+def em_check_section(stores: list[tuple[str, Any]]) -> None:
+    """The GMM EM against scikit-learn's GaussianMixture from the same initialisation, run to
+    convergence (tol 1e-10), on every (scorer, OOD split) set of every store, alone and mixed
+    with id/test. Sets constant up to rounding (np.std <= 1e-12 |mean|: one Gaussian, which
+    featstore reports as collapsed; sklearn cannot standardise them) are counted apart."""
     import warnings
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from test_gscore_em import mixture_loglik, sklearn_loglik
 
-    from scorers.gscore.em import gmm_params
+    from scorers.gscore.em import GMM_COLUMNS, gmm_params
     from scorers.gscore.parts import pack
 
-    with tempfile.TemporaryDirectory() as tmp:
-        write_em_corpus(store, Path(tmp) / "c.npz")
-        data = np.load(Path(tmp) / "c.npz")
-        sets = []
-        for key in data.files:
-            method, _, split = key.partition("|")
-            if split != "id/test":
-                sets += [data[key], np.concatenate([data[f"{method}|id/test"], data[key]])]
-    x, n = pack(sets)
-    t0 = time.process_time()
-    fits = gmm_params(x, n)
-    ours_s = time.process_time() - t0
-    diffs, t0 = [], time.process_time()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for s, f in zip(sets, fits, strict=True):
-            ours = mixture_loglik(s, f[0], f[1], f[2], f[4], f[5])
-            diffs.append(ours - sklearn_loglik(s, tol=1e-10, max_iter=100_000))
-    sk_s = time.process_time() - t0
-    d = np.array(diffs)
-    print(f"{len(sets)} sets; featstore EM {ours_s:.2f} CPU s (not converged: "
-          f"{int((fits[:, 9] == 0).sum())}, collapsed: {int(fits[:, 7].sum())}, EM steps "
-          f"median {np.median(fits[:, 6]):.0f}, max {fits[:, 6].max():.0f}); sklearn "
-          f"{sk_s:.1f} CPU s. featstore log-likelihood - sklearn's: min {d.min():+.2e}, "
-          f"median {np.median(d):+.2e}, max {d.max():+.2e}; sets below sklearn - 1e-6: "
-          f"{int((d < -1e-6).sum())}.")
+    col = {name: i for i, name in enumerate(GMM_COLUMNS)}
+    rows, worst_all = [], []
+    for label, store in stores:
+        _log(f"EM check on {label}")
+        sets, names = em_sets(store)
+        x, n = pack(sets)
+        t0 = time.process_time()
+        fits = gmm_params(x, n)
+        ours_s = time.process_time() - t0
+        const = np.array([s.std() <= 1e-12 * max(1.0, abs(s.mean())) for s in sets])
+        bad_const = int(sum(1 for f, c in zip(fits, const, strict=True)
+                            if c and f[col["collapsed"]] != 1))
+        diffs, t0 = [], time.process_time()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for s, f, c in zip(sets, fits, const, strict=True):
+                if c:
+                    diffs.append(np.nan)
+                    continue
+                ours = mixture_loglik(s, f[0], f[1], f[2], f[4], f[5])
+                diffs.append(ours - sklearn_loglik(s, tol=1e-10, max_iter=100_000))
+        sk_s = time.process_time() - t0
+        d = np.array(diffs)
+        ok = ~const
+        i = int(np.nanargmin(d))
+        worst_all.append((d[i], f"{label}: {names[i]}"))
+        steps = fits[ok, col["steps"]]
+        rows.append([label, str(len(sets)), str(int(const.sum())), str(int(ok.sum())),
+                     str(int((fits[ok, col["converged"]] == 0).sum())),
+                     str(int(fits[ok, col["collapsed"]].sum())),
+                     f"{np.median(steps):.0f} / {steps.max():.0f}",
+                     f"{d[ok].min():+.2e} ({names[i]})", f"{np.median(d[ok]):+.2e}",
+                     str(int((d[ok] < -1e-6).sum())), f"{ours_s:.1f} / {sk_s:.0f}"])
+        if bad_const:
+            rows[-1][2] += f" ({bad_const} NOT collapsed)"
+    _table(["store", "sets", "constant (collapsed)", "compared", "not converged",
+            "collapsed", "EM steps median / max", "min(featstore - sklearn) (set)",
+            "median", "# below -1e-6", "CPU s featstore / sklearn"], rows)
+    d, where = min(worst_all)
+    print(f"Worst difference over every store: {d:+.2e} ({where}); featstore's mean "
+          "log-likelihood (scipy at its parameters) minus sklearn's GaussianMixture from the "
+          "same initialisation (tol 1e-10, max_iter 100,000).")
     print()
 
 
@@ -288,21 +322,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=Path, default=None,
                     help="use this already built mini-Gbench store instead of building one")
     ap.add_argument("--em-check", action="store_true")
+    ap.add_argument("--em-stores", type=Path, nargs="*", default=[],
+                    help="more stores for --em-check (e.g. the demo's runs/demo/store)")
+    ap.add_argument("--em-only", action="store_true",
+                    help="with --em-check: only the EM check (no Gscore evaluation)")
     ap.add_argument("--em-corpus", type=Path, default=None,
                     help="only write the EM test corpus (scores of every scorer on the "
                          "mini-Gbench) to this .npz, e.g. tests/data/gscore_em_corpus.npz")
     args = ap.parse_args(argv)
     from benchmarks.bench_metrics import cpu_model, mem_total_gib
+    from featstore import Store
     from scorers.gscore import evaluate_gscore
 
     if args.store is not None:
-        from featstore import Store
-
         st = Store.open(args.store)
     else:
         st = build_store(args.out, args.weights, args.backbone)
     if args.em_corpus is not None:
         write_em_corpus(st, args.em_corpus)
+        return 0
+    em_stores = [("mini-Gbench " + str(st.path), st)] + [
+        (str(p), Store.open(p)) for p in args.em_stores]
+    if args.em_check and args.em_only:
+        load = Path("/proc/loadavg").read_text().split()[:3]
+        print("#### EM check against scikit-learn")
+        print()
+        print(f"`python -m benchmarks.bench_gscore {' '.join(argv or sys.argv[1:])}`, load "
+              f"average at start {' '.join(load)}")
+        print()
+        em_check_section(em_stores)
         return 0
     cmd = "python -m benchmarks.bench_gscore" + (" " + " ".join(argv if argv is not None
                                                                else sys.argv[1:])).rstrip()
@@ -360,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.em_check:
         print("#### EM check against scikit-learn")
         print()
-        em_check_section(st)
+        em_check_section(em_stores)
     print("#### Time of `gscore evaluate` over the mini-Gbench")
     print()
     sec = cold["seconds"]

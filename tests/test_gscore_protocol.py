@@ -120,6 +120,17 @@ def test_cli_evaluate_echoes_config_and_escapes_headers(tmp_path, capsys):
     assert "ID pools: disjoint" in head and "tau: tuned on msp" in head
     assert "--splits ood/g0/*, ood/g1/*" in head
     assert "[meta-train r]" in out  # not eaten by rich markup
+    # the defaults in --json: disjoint ID pools and tau tuned on MSP, stated in `config`
+    code, out, err = run(capsys, "gscore", "evaluate", st.path, "--json", "--repeats", "1",
+                         "--sets-per-split", "2", "--no-baselines", "--models",
+                         "ude-wasserstein")
+    assert code == 0, err
+    cfg = json.loads(out)["config"]
+    assert cfg["id_pools"] == "disjoint" and cfg["id_train_fraction"] == 0.5
+    assert cfg["describe"]["id_pools"].startswith("disjoint: each repeat splits id/test")
+    assert cfg["tau_from"] == "msp"
+    assert cfg["describe"]["tau"].startswith("tuned on msp's meta-train sets")
+    assert "reused for every detector" in cfg["describe"]["tau"]
     code, out, err = run(capsys, "gscore", "evaluate", st.path, "--json", "--repeats", "1",
                          "--sets-per-split", "2", "--no-baselines", "--id-pools", "shared",
                          "--tau-from", "each", "--targets", "fpr@tpr60")
