@@ -11,9 +11,11 @@ on ~7 ID scores). This tests it:
    frozen ImageNet EfficientNet-Lite0, its logistic head trained on a smaller share of
    digits 0-5 (`--id-fractions`, default train 0.15 / val 0.08 / test 0.77: ~834 id/test
    rows, halves of ~417) and photo / texture / noise sets of `--count` rows so most OOD sets
-   can fill a 1:1 meta-set at that size. No augmented ID copies: a shifted copy of a digit
-   would land in the other disjoint half as often as not, reintroducing the ID leakage the
-   default protocol removes, and copies are not independent rows;
+   can fill a 1:1 meta-set at that size (the covariate-shifted sets: half of the id/test
+   digits, shifted, to keep the CPU extraction affordable). No augmented ID copies: a
+   shifted copy of a digit would land in the other disjoint half as often as not,
+   reintroducing the ID leakage the default protocol removes, and copies are not
+   independent rows;
 2. on both stores, the default protocol (disjoint ID halves, tau from MSP, 10 subsamples per
    split) at IND:OOD 1:1 and total meta-set sizes `--sizes` (ID rows per meta-set = half),
    for the paper's four detectors;
@@ -49,19 +51,32 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def large_id_spec(fractions: dict[str, float], count: int) -> str:
+def large_id_spec(fractions: dict[str, float], count: int, cov_share: float = 0.5) -> str:
     """The pretrained mini-Gbench spec with `fractions` for digits 0-5 (id/train, id/val,
-    id/test and the covariate-shifted copies of id/test) and `count` rows per photo /
-    texture / noise set."""
+    id/test) and `count` rows per photo / texture / noise set. The covariate-shifted sets take
+    the last `cov_share` of the id/test digits (the same seeded, stratified permutation cut
+    later: a subset of id/test, as the original's cov sets are id/test itself), to keep the
+    extraction affordable."""
     from featstore.demo.gbench import gbench_spec_text
     from featstore.demo.pipeline import ID_CLASSES, toml_value
 
     text = gbench_spec_text(patch_count=count, noise_count=count, backbone="pretrained")
     key = f"classes = {toml_value(list(ID_CLASSES))}, "
-    n = text.count(key)
+    cov_test = round(fractions["test"] * cov_share, 6)
+    cov = {"train": fractions["train"],
+           "val": round(1.0 - fractions["train"] - cov_test, 6), "test": cov_test}
+    out, n = [], 0
+    for line in text.splitlines(keepends=True):
+        if key in line:
+            n += 1
+            shifted = any(f"{shift} = " in line for shift in ("rotate", "blur", "noise",
+                                                               "invert"))
+            share = toml_value(cov if shifted else fractions)
+            line = line.replace(key, key + f"fractions = {share}, ")
+        out.append(line)
     if n < 3:
         raise RuntimeError(f"ID digit sources not found in the gbench spec ({n})")
-    return text.replace(key, key + f"fractions = {toml_value(fractions)}, ")
+    return "".join(out)
 
 
 def build_large_id(out: Path, fractions: dict[str, float], count: int) -> Any:
