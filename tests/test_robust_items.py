@@ -37,7 +37,7 @@ from featstore.models import load_model, state_dict_sha256
 from featstore.report.collect import hashed_what, weights_line
 from featstore.spec import parse_spec
 from scorers import get_scorer
-from scorers.base import softmax
+from scorers.kernels.softmax import softmax
 from scorers.knn_index import l2_normalize
 from scorers.sweep import sweep
 

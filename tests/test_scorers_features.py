@@ -559,7 +559,7 @@ def test_float16_store_close_to_float32(make_store, name):
 def test_exact_percentiles_equal_numpy(chunk):
     """The radix-select threshold equals np.percentile over all entries (float64 'linear'),
     including ties, zeros of both signs, negatives, and tiny inputs."""
-    from scorers.methods.react import exact_percentiles
+    from scorers.kernels.select import exact_percentiles
 
     rng = np.random.default_rng(chunk)
     x = np.maximum(rng.normal(0.0, 1.0, size=(301, 13)), 0.0).astype(np.float32)
@@ -576,7 +576,7 @@ def test_exact_percentiles_equal_numpy(chunk):
 def test_exact_percentiles_refuse_nan_and_infinities_sort():
     """A NaN anywhere is an error (a percentile over it is undefined), never a silent
     threshold; +-inf are ordinary ordered values (reference: np.percentile)."""
-    from scorers.methods.react import exact_percentiles
+    from scorers.kernels.select import exact_percentiles
 
     x = np.linspace(-3.0, 3.0, 40, dtype=np.float32).reshape(8, 5)
     x[2, 3], x[5, 0] = np.inf, -np.inf

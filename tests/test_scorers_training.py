@@ -221,7 +221,7 @@ def test_odin_perturbed_against_numpy_and_grid(tmp_path):
 
 
 def test_odin_perturbed_sign_and_eps0_equals_odin(tmp_path):
-    from scorers.methods.msp import max_softmax
+    from scorers.kernels.softmax import max_softmax
 
     confident, flat = np.array([[9.0, 0.0, 0.0, 0.0]]), np.array([[1.0, 0.0, 0.0, 0.0]])
     assert max_softmax(confident, 10.0)[0] > max_softmax(flat, 10.0)[0]

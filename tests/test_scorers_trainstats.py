@@ -207,12 +207,12 @@ def test_mds_rmds_fewer_train_rows_than_dims(make_store):
 
 @pytest.mark.parametrize(("rows", "rank"), [(30, 30), (30, 12)])
 def test_whitener_from_rows_equals_scipy_pinvh(rows: int, rank: int) -> None:
-    """scorers.methods.mds.whitener_from_rows(r, n) = L with L L^T =
-    scipy.linalg.pinvh(r.T @ r / n),
-    for n < D rows of full and of lower rank, to 1e-8; L has rank(r) columns."""
+    """scorers.kernels.classstats.whitener_from_rows(r, n) = L with L L^T =
+    scipy.linalg.pinvh(r.T @ r / n), for n < D rows of full and of lower rank, to 1e-8; L has
+    rank(r) columns."""
     import scipy.linalg
 
-    from scorers.methods.mds import whitener_from_rows
+    from scorers.kernels.classstats import whitener_from_rows
 
     rng = np.random.default_rng(rows + rank)
     r = rng.standard_normal((rows, rank)) @ rng.standard_normal((rank, 50))
@@ -533,11 +533,11 @@ def test_registry_entries():
 
 @pytest.mark.parametrize("rank", [40, 25])
 def test_whitener_equals_scipy_pinvh(rank: int) -> None:
-    """scorers.methods.mds.whitener(cov) = L with L L^T = scipy.linalg.pinvh(cov) (the reference
-    EmpiricalCovariance uses) on a full-rank and a rank-deficient covariance, to 1e-8."""
+    """scorers.kernels.classstats.whitener(cov) = L with L L^T = scipy.linalg.pinvh(cov) (the
+    reference EmpiricalCovariance uses) on a full-rank and a rank-deficient covariance, to 1e-8."""
     import scipy.linalg
 
-    from scorers.methods.mds import whitener
+    from scorers.kernels.classstats import whitener
 
     rng = np.random.default_rng(rank)
     x = rng.standard_normal((200, rank)) @ rng.standard_normal((rank, 40))

@@ -151,7 +151,7 @@ def test_ash_band_order_is_the_stable_descending_kept_set():
     """The first k positions of band_order = the first k of np.argsort(-x, kind="stable"),
     for every k of a grid: ties (lowest index first), signed zeros, NaN (last); and the top-k
     sums are those of the stable sort's values."""
-    from scorers.methods.ash import RowSort
+    from scorers.kernels.topk import RowSort
 
     rng = np.random.default_rng(0)
     for trial in range(200):
@@ -190,7 +190,7 @@ def ref_ash(x: np.ndarray, w: np.ndarray, b: np.ndarray, variant: str, k: int) -
 def test_ash_running_sums_and_dense_settings_equal_the_formula(wide_store, variant):
     """D=1040: percentiles 95..75 keep 5% more entries each (one running sum per row), 30 and
     10 keep too many more (dense products); all equal the row formula and separate runs."""
-    from scorers.methods.ash import keep_count, plan_chain
+    from scorers.kernels.topk import keep_count, plan_chain
 
     st, d = wide_store, 1040
     grid = {"percentile": [95, 90, 85, 80, 75, 30, 10]}
@@ -212,7 +212,7 @@ def test_ash_running_sums_and_dense_settings_equal_the_formula(wide_store, varia
 
 
 def test_react_plan_anchor_cost_model():
-    from scorers.methods.react import plan_anchor
+    from scorers.kernels.bands import plan_anchor
 
     # a low threshold leaving 90% of the entries above it is cheaper as its own dense product
     assert plan_anchor([900, 150, 100, 50, 10], 1000) == 1

@@ -21,13 +21,14 @@ the grid's settings ordered by decreasing p (increasing kept count), band e of c
 weights kept from setting e on but not before, so h @ (W * M(p_e)).T is a running sum over
 bands 0..e. Per block of scored rows (transposed, float32: exact for float32 features) and
 per class c, the kept weights of c are accumulated band by band into a float64 sum over the
-block's rows (`scorers.methods.react.gather_add`: one row of h.T per kept weight, weight in
-float64), and every setting's logits are read off the running sums (+ b), then logsumexp. A
-setting is computed that way when its increment of kept weights over the previous one pays by
-the cost model of `scorers.methods.react.sparse_pays` (an increment below C*D / SPARSE_COST
-weights: p = 90 alone keeps 10%, each step of the default grid adds 20%); otherwise as a dense
-product with the masked head (W * M).T (float64 BLAS). The choice depends only on the mask sizes
-(deterministic); the two ways differ in the order of the float64 sums only.
+block's rows (`scorers.kernels.bands.masked_running_sums`: one row of h.T per kept weight,
+weight in float64), and every setting's logits are read off the running sums (+ b), then
+logsumexp. A setting is computed that way when its increment of kept weights over the
+previous one pays by the cost model of `scorers.kernels.gather.sparse_pays` (an increment
+below C*D / SPARSE_COST weights: p = 90 alone keeps 10%, each step of the default grid adds
+20%); otherwise as a dense product with the masked head (W * M).T (float64 BLAS). The choice
+depends only on the mask sizes (deterministic); the two ways differ in the order of the
+float64 sums only.
 
 Sharing: the mean is one chunked pass at fit; the thresholds of all p not seen yet come from
 ONE `np.percentile` call over V's entries and are kept per p by the scorer, as are the dense
@@ -39,95 +40,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
-from featstore.errors import FeatstoreError
-
-from ..base import Scorer, logsumexp
-from .react import check_percentile, gather_add, sparse_pays
-
-FIT_SPLIT = "id/train"
-
-
-def train_mean(scorer: Scorer, store: Any, split_name: str = FIT_SPLIT) -> np.ndarray:
-    """Mean feature of a split, accumulated in float64 over chunks."""
-    split = scorer.fit_split(store, split_name)
-    total = None
-    n = 0
-    for _, (x,) in scorer.chunks(split, "features"):
-        s = x.astype(np.float64).sum(axis=0)
-        total = s if total is None else total + s
-        n += x.shape[0]
-    if n == 0 or total is None:
-        raise FeatstoreError(f"scorer {scorer.name!r}: split {split_name!r} has no rows to fit")
-    return total / n
-
-
-@njit(cache=True, nogil=True)
-def _masked_running_sums(xt, indptr, ends, idx, wv, out):
-    """out[e, c, :] = sum over the kept weights of class c in bands 0..e of wv[q] * xt[idx[q]]
-    (entries indptr[c]..indptr[c+1] in band order, band e ending at ends[c, e]), float64."""
-    c_num = indptr.shape[0] - 1
-    e_num = ends.shape[1]
-    acc = np.empty(xt.shape[1])
-    for c in range(c_num):
-        acc[:] = 0.0
-        lo = indptr[c]
-        for e in range(e_num):
-            hi = ends[c, e]
-            gather_add(acc, xt, idx, wv, lo, hi)
-            lo = hi
-            out[e, c, :] = acc
-
-
-@njit(cache=True, nogil=True)
-def _band_csr(contrib, weight, thresholds):
-    """Per class, the weights kept by a chain of settings (thresholds decreasing), in band
-    order (band e = kept from setting e on: the first e with contrib > thresholds[e]) and
-    index order within a band: (indptr (C+1,), ends (C, E) = end of band e of class c,
-    idx (nnz,) column, wv (nnz,) weight as float64)."""
-    c_num, d = contrib.shape
-    e_num = thresholds.shape[0]
-    per_band = np.zeros((c_num, e_num), dtype=np.int64)
-    for c in range(c_num):
-        for j in range(d):
-            v = contrib[c, j]
-            for e in range(e_num):
-                if v > thresholds[e]:
-                    per_band[c, e] += 1
-                    break
-    indptr = np.zeros(c_num + 1, dtype=np.int64)
-    ends = np.empty((c_num, e_num), dtype=np.int64)
-    pos = np.empty(e_num, dtype=np.int64)
-    for c in range(c_num):
-        run = indptr[c]
-        for e in range(e_num):
-            pos[e] = run
-            run += per_band[c, e]
-            ends[c, e] = run
-        indptr[c + 1] = run
-    idx = np.empty(indptr[c_num], dtype=np.int64)
-    wv = np.empty(indptr[c_num], dtype=np.float64)
-    for c in range(c_num):
-        for e in range(e_num):
-            pos[e] = ends[c, e] - per_band[c, e]
-        for j in range(d):
-            v = contrib[c, j]
-            for e in range(e_num):
-                if v > thresholds[e]:
-                    idx[pos[e]] = j
-                    wv[pos[e]] = np.float64(weight[c, j])
-                    pos[e] += 1
-                    break
-    return indptr, ends, idx, wv
-
-
-class _Bands:
-    """Per class, the kept weights of a chain of settings in band order (CSR)."""
-
-    def __init__(self, weight: np.ndarray, contrib: np.ndarray, thresholds: list[float]):
-        self.indptr, self.ends, self.idx, self.wv = _band_csr(
-            contrib, weight, np.asarray(thresholds, dtype=np.float64))
+from ..base import Scorer
+from ..kernels.bands import WeightBands, masked_running_sums
+from ..kernels.classstats import train_mean
+from ..kernels.gather import sparse_pays
+from ..kernels.select import check_percentile
+from ..kernels.softmax import logsumexp
 
 
 class DICE(Scorer):
@@ -150,7 +69,7 @@ class DICE(Scorer):
         self._thresholds: dict[float, float] = {}
         self._kept: dict[float, int] = {}
         self._heads: dict[float, np.ndarray] = {}
-        self._bands: dict[tuple[float, ...], _Bands] = {}
+        self._bands: dict[tuple[float, ...], WeightBands] = {}
         self.thresholds([float(self.params["p"])])
 
     def thresholds(self, ps: list[float]) -> list[float]:
@@ -195,7 +114,7 @@ class DICE(Scorer):
         if chain:
             key = tuple(chain)
             if key not in self._bands:
-                self._bands[key] = _Bands(self.weight, self.contrib, self.thresholds(chain))
+                self._bands[key] = WeightBands(self.weight, self.contrib, self.thresholds(chain))
             bands = self._bands[key]
         c_num = self.bias.shape[0]
         rows_max = max(1, (1 << 22) // max(1, len(chain) * c_num))   # ~32 MB of sums
@@ -214,7 +133,7 @@ class DICE(Scorer):
                     hi = min(lo + rows_max, n)
                     xt = np.ascontiguousarray(x[lo:hi].T)
                     sums = np.empty((len(chain), c_num, hi - lo), dtype=np.float64)
-                    _masked_running_sums(xt, bands.indptr, bands.ends, bands.idx, bands.wv,
+                    masked_running_sums(xt, bands.indptr, bands.ends, bands.idx, bands.wv,
                                          sums)
                     for e, p in enumerate(chain):
                         energy[p][lo:hi] = logsumexp(sums[e].T + self.bias)

@@ -6,8 +6,9 @@ Formula as implemented, for logits l in R^C and temperature T > 0:
 
     score(x) = -E(x; T) = T * logsumexp(l / T) = T * log sum_k exp(l_k / T)
 
-in float64 with max-subtraction (`scorers.base.logsumexp`). Default T = 1 (the paper's choice
-and OpenOOD v1.5 `configs/postprocessors/ebo.yml` `postprocessor_args.temperature: 1`).
+in float64 with max-subtraction (`scorers.kernels.softmax.logsumexp`). Default T = 1 (the
+paper's choice and OpenOOD v1.5 `configs/postprocessors/ebo.yml`
+`postprocessor_args.temperature: 1`).
 Default sweep grid: T in [1, 10, 100, 1000], OpenOOD v1.5 `ebo.yml`
 `postprocessor_sweep.temperature_list`. `score_grid` reads each chunk of logits once and
 evaluates one logsumexp per temperature.
@@ -23,7 +24,8 @@ import numpy as np
 
 from featstore.errors import UsageError
 
-from ..base import Scorer, logsumexp
+from ..base import Scorer
+from ..kernels.softmax import logsumexp
 
 
 def check_temperature(scorer: str, value: Any, param: str = "temperature") -> None:

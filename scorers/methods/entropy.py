@@ -20,11 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from ..base import Scorer, softmax_plogp
+from ..base import Scorer
+from ..kernels.softmax import softmax_plogp
 
 
 def neg_entropy(logits: np.ndarray) -> np.ndarray:
-    """Row-wise sum_k p_k log p_k of p = softmax(l), float64 (`base.softmax_plogp`)."""
+    """Row-wise sum_k p_k log p_k of p = softmax(l), float64
+    (`scorers.kernels.softmax.softmax_plogp`)."""
     return softmax_plogp(logits)[1]
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from featstore.errors import UsageError
 
 from ..base import Scorer
-from .dice import train_mean
+from ..kernels.classstats import train_mean
 
 _TINY = np.finfo(np.float64).tiny
 _SAME_CLASS_RTOL = 1e-12

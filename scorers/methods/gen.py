@@ -31,7 +31,8 @@ import numpy as np
 
 from featstore.errors import UsageError
 
-from ..base import Scorer, softmax
+from ..base import Scorer
+from ..kernels.softmax import softmax
 
 
 def gen_scores(logits: np.ndarray, gammas: list[float], ms: list[int]) -> list[np.ndarray]:

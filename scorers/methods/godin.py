@@ -29,7 +29,7 @@ import numpy as np
 from featstore.extra_keys import GODIN_G, GODIN_H
 
 from ..base import Scorer
-from .msp import max_softmax
+from ..kernels.softmax import max_softmax
 
 VARIANTS = ("h", "g", "softmax")
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..base import Scorer, softmax
+from ..base import Scorer
+from ..kernels.softmax import softmax
 
 
 class GradNorm(Scorer):

@@ -23,8 +23,8 @@ Score as implemented, for logits l in R^C and p = softmax(l):
     score(x) = -min_k KL(p || d_k),  KL(p || d_k) = sum_j p_j log p_j - sum_j p_j log d_kj
 
 computed per chunk with matrix operations: the first term is the negative entropy, with
-log p_j = l_j - logsumexp(l) (`base.softmax_plogp`, one exp pass; so p_j = 0 contributes 0, no
-epsilon needed), the second is
+log p_j = l_j - logsumexp(l) (`scorers.kernels.softmax.softmax_plogp`, one exp pass; so
+p_j = 0 contributes 0, no epsilon needed), the second is
 p @ log(D).T over all templates at once (in row blocks of at most 2^22 entries). log(0) in a
 template is guarded by clipping templates from below at eps = np.finfo(float64).tiny
 (~2.2e-308) before the log: a template entry is exactly 0 only when every row predicted as that
@@ -41,7 +41,9 @@ import numpy as np
 
 from featstore.errors import FeatstoreError
 
-from ..base import Scorer, softmax, softmax_plogp
+from ..base import Scorer
+from ..kernels.classstats import add_class_sums
+from ..kernels.softmax import softmax, softmax_plogp
 
 FIT_SPLIT = "id/val"
 EPS = np.finfo(np.float64).tiny
@@ -67,11 +69,7 @@ class KLMatching(Scorer):
         counts = np.zeros(c, dtype=np.int64)
         for _, (logits,) in self.chunks(split, "logits"):
             probs = softmax(logits)
-            pred = probs.argmax(axis=1)
-            order = np.argsort(pred, kind="stable")
-            classes, starts = np.unique(pred[order], return_index=True)
-            sums[classes] += np.add.reduceat(probs[order], starts, axis=0)
-            counts += np.bincount(pred, minlength=c)
+            add_class_sums(sums, counts, probs, probs.argmax(axis=1))
         used = np.flatnonzero(counts)
         if used.size == 0:
             raise FeatstoreError(

@@ -24,7 +24,8 @@ import numpy as np
 
 from featstore.extra_keys import HEAD2_LOGITS
 
-from ..base import Scorer, softmax
+from ..base import Scorer
+from ..kernels.softmax import softmax
 from .entropy import neg_entropy
 
 VARIANTS = ("l1", "entropy")

@@ -26,8 +26,8 @@ import numpy as np
 from featstore.errors import FeatstoreError
 from featstore.extra_keys import MC_LOGITS
 
-from ..base import Scorer, softmax
-from .msp import max_softmax
+from ..base import Scorer
+from ..kernels.softmax import max_softmax, softmax
 
 VARIANTS = ("entropy", "msp", "logit_mean")
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base import logsumexp
+from ..kernels.softmax import logsumexp
 from ..knn_index import KnnIndex, l2_normalize, subsample_size
 from ..neighbours import FIT_SPLIT, BankScorer, bank_chunks
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels.softmax import max_softmax
 from .energy import TemperatureScorer
-from .msp import max_softmax
 
 
 class ODIN(TemperatureScorer):

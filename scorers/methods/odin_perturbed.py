@@ -30,8 +30,8 @@ from featstore.errors import UsageError
 from featstore.extra_keys import ODIN_GROUP, odin_name, parse_odin_name
 
 from ..base import Scorer
+from ..kernels.softmax import max_softmax
 from .energy import check_temperature
-from .msp import max_softmax
 
 ID_SPLIT = "id/test"
 

@@ -37,7 +37,8 @@ import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
 
-from ..base import Scorer, logsumexp
+from ..base import Scorer
+from ..kernels.softmax import logsumexp
 
 MAPS = "feature_maps"
 _CHUNK_BYTES = 256 << 20

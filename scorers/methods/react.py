@@ -23,10 +23,11 @@ The threshold is exact and memory-bounded: it equals
 interpolation done in float64 from the two exact order statistics), found by a two-pass radix
 select over the float32 bit patterns (pass 1: a 65536-bin histogram of the high 16 bits of
 the order-preserving keys; pass 2: a histogram of the low 16 bits within the bins that hold the
-needed ranks). Memory is one chunk plus the histograms, whatever N*D is; NaN features are an
-error. Fit computes the clip values of `percentile` AND of the default grid in the same two
-passes (a few more bins in pass 2), and keeps pass 1's histogram per split, so a sweep over the
-default grid reads the fit split no further and any other percentile costs one pass.
+needed ranks; `scorers.kernels.select.exact_percentiles`). Memory is one chunk plus the
+histograms, whatever N*D is; NaN features are an error. Fit computes the clip values of
+`percentile` AND of the default grid in the same two passes (a few more bins in pass 2), and
+keeps pass 1's histogram per split, so a sweep over the default grid reads the fit split no
+further and any other percentile costs one pass.
 
 Scoring, per block of rows of the scored split (`map_rows`), for the distinct clip values
 c_0 < c_1 < ... of a grid:
@@ -38,8 +39,9 @@ c_0 < c_1 < ... of a grid:
 with band b of a row = its entries in (c_b, c_{b+1}] (the last band: above the largest c):
 min(h_j, c_t) - c_0 is h_j - c_0 in the bands below t and c_t - c_0 in the others. Only the
 entries above c_0 are touched (e.g. ~15% for the default grid's 85th percentile), row by row
-in float64 with W held as float32 (exact for a float32 head) (`_clip_band_logits`). Where that
-does not pay by the cost model of `sparse_pays` (e.g. a low percentile whose c_0 leaves most
+in float64 with W held as float32 (exact for a float32 head)
+(`scorers.kernels.bands.clip_band_logits`). Where that does not pay by the cost model of
+`scorers.kernels.gather.sparse_pays` (e.g. a low percentile whose c_0 leaves most
 entries above it), the lowest clip values are dense products too and the band sums start from
 a higher anchor (`plan_anchor`, from the block's counts; deterministic); the two ways differ
 only in the order of the float64 sums.
@@ -53,344 +55,26 @@ is computed without a product, as
 
     logits(c) = l - sum_{j: h_j > c} (h_j - c) W[:, j]          (l the stored logits)
 
-in one descending pass over the bands above the lowest such clip value (`_clip_from_logits`,
-float64 sums, W as float32). Its scores carry the float32 rounding of the stored logits (~1e-7
-relative; a test bounds them at 1e-6 against the float64 formula); the same setting gives
-the same scores alone or in any grid (1e-15 apart).
+in one descending pass over the bands above the lowest such clip value
+(`scorers.kernels.bands.clip_from_logits`, float64 sums, W as float32). Its scores carry the
+float32 rounding of the stored logits (~1e-7 relative; a test bounds them at 1e-6 against the
+float64 formula); the same setting gives the same scores alone or in any grid (1e-15 apart).
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from numba import njit
 
-from featstore.errors import FeatstoreError, UsageError
+from featstore.errors import UsageError
 
-from ..base import Scorer, head_logits_usable, logsumexp, stored_logits_are_head
-
-# An entry accumulated row by row (`gather_add`: a row of W.T as float32 streamed from cache
-# into a float64 sum) costs about this many times its share (1 / D) of a dense float64 product
-# of the chunk with W.T (measured ~2.2-3x: ~8-10 G adds/s against ~25 GFMA/s for OpenBLAS
-# dgemm on one core of an AMD EPYC, more under other jobs' cache pressure); used to choose
-# between the sparse and the dense way, a choice that only depends on shapes and counts.
-SPARSE_COST = 3.0
-
-
-def sparse_pays(fraction: float) -> bool:
-    """Is accumulating `fraction` * D entries per row cheaper than one dense product?"""
-    return SPARSE_COST * fraction < 1.0
-
-
-def exact_f32(a: np.ndarray) -> np.ndarray:
-    """`a` as float32 when that is lossless (a float32 head: half the memory traffic of the
-    gathers, and every product with a float32 feature is exact in float64), else float64."""
-    a = np.asarray(a)
-    if a.dtype == np.float32:
-        return np.ascontiguousarray(a)
-    f = a.astype(np.float32)
-    if np.array_equal(f.astype(a.dtype), a):
-        return np.ascontiguousarray(f)
-    return np.ascontiguousarray(a, dtype=np.float64)
-
-
-@njit(cache=True, nogil=True, fastmath={"contract"})
-def gather_add(acc: np.ndarray, wt: np.ndarray, idx: np.ndarray, coef: np.ndarray, lo: int,
-               hi: int) -> None:
-    """acc += sum_{r = lo..hi-1} coef[r] * wt[idx[r]] in float64, four rows of wt per pass over
-    acc (summed as ((t1 + t2) + (t3 + t4)), the rest one by one; products may be fused into
-    the adds (FMA), which changes nothing when coef and wt are float32 values, as their
-    products are exact in float64): the rows of wt stream from cache once per entry while acc
-    stays in L1."""
-    c_num = acc.shape[0]
-    r = lo
-    while r + 4 <= hi:
-        w1, w2, w3, w4 = wt[idx[r]], wt[idx[r + 1]], wt[idx[r + 2]], wt[idx[r + 3]]
-        v1, v2, v3, v4 = coef[r], coef[r + 1], coef[r + 2], coef[r + 3]
-        for c in range(c_num):
-            acc[c] += ((v1 * np.float64(w1[c]) + v2 * np.float64(w2[c]))
-                       + (v3 * np.float64(w3[c]) + v4 * np.float64(w4[c])))
-        r += 4
-    while r < hi:
-        w1, v1 = wt[idx[r]], coef[r]
-        for c in range(c_num):
-            acc[c] += v1 * np.float64(w1[c])
-        r += 1
-
-
-@njit(cache=True, nogil=True)
-def gather_sum(acc: np.ndarray, wt: np.ndarray, idx: np.ndarray, lo: int, hi: int) -> None:
-    """acc += sum_{r = lo..hi-1} wt[idx[r]] in float64, four rows per pass (as `gather_add`)."""
-    c_num = acc.shape[0]
-    r = lo
-    while r + 4 <= hi:
-        w1, w2, w3, w4 = wt[idx[r]], wt[idx[r + 1]], wt[idx[r + 2]], wt[idx[r + 3]]
-        for c in range(c_num):
-            acc[c] += ((np.float64(w1[c]) + np.float64(w2[c]))
-                       + (np.float64(w3[c]) + np.float64(w4[c])))
-        r += 4
-    while r < hi:
-        w1 = wt[idx[r]]
-        for c in range(c_num):
-            acc[c] += np.float64(w1[c])
-        r += 1
-
-
-@njit(cache=True, nogil=True, fastmath={"contract"})
-def gather_add_sum(acc: np.ndarray, acc_sum: np.ndarray, wt: np.ndarray, idx: np.ndarray,
-                   coef: np.ndarray, lo: int, hi: int) -> None:
-    """`gather_add(acc, ...)` and `gather_sum(acc_sum, ...)` in one pass over the rows of wt
-    (same sums, same order)."""
-    c_num = acc.shape[0]
-    r = lo
-    while r + 4 <= hi:
-        w1, w2, w3, w4 = wt[idx[r]], wt[idx[r + 1]], wt[idx[r + 2]], wt[idx[r + 3]]
-        v1, v2, v3, v4 = coef[r], coef[r + 1], coef[r + 2], coef[r + 3]
-        for c in range(c_num):
-            a1, a2, a3, a4 = (np.float64(w1[c]), np.float64(w2[c]), np.float64(w3[c]),
-                              np.float64(w4[c]))
-            acc[c] += (v1 * a1 + v2 * a2) + (v3 * a3 + v4 * a4)
-            acc_sum[c] += (a1 + a2) + (a3 + a4)
-        r += 4
-    while r < hi:
-        w1, v1 = wt[idx[r]], coef[r]
-        for c in range(c_num):
-            a1 = np.float64(w1[c])
-            acc[c] += v1 * a1
-            acc_sum[c] += a1
-        r += 1
-
-
-_HI_BINS = 1 << 16
-
-
-def check_percentile(scorer_name: str, param: str, value: Any) -> float:
-    """A percentile strictly inside (0, 100); UsageError naming the parameter otherwise."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise UsageError(
-            f"scorer {scorer_name!r}: {param} must be a number in (0, 100) (got {value!r})"
-        )
-    if not 0 < value < 100:
-        raise UsageError(
-            f"scorer {scorer_name!r}: {param} must be in (0, 100) (got {value!r})"
-        )
-    return float(value)
-
-
-def _flat_f32(x: Any) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
-
-
-@njit(cache=True, nogil=True)
-def _sort_key(u):
-    """Order-preserving uint32 key of a float32's bits `u` (negative: all bits flipped; else
-    the sign bit set), so that key order is float order (-0.0 just below +0.0); int64."""
-    u = np.int64(u)
-    return (u ^ 0xFFFFFFFF) if u >= 0x80000000 else (u | 0x80000000)
-
-
-@njit(cache=True, nogil=True)
-def _add_high_bins(values, hist):
-    """hist[key >> 16] += 1 for every float32 of `values`; False if one is NaN."""
-    bits = values.view(np.uint32)
-    for i in range(bits.size):
-        if (np.int64(bits[i]) & 0x7FFFFFFF) > 0x7F800000:
-            return False
-        hist[_sort_key(bits[i]) >> 16] += 1
-    return True
-
-
-@njit(cache=True, nogil=True)
-def _add_low_bins(values, slot, hist_lo, width):
-    """For the values whose high 16 key bits have a slot s >= 0: hist_lo[s * width + (key &
-    0xFFFF)] += 1."""
-    bits = values.view(np.uint32)
-    for i in range(bits.size):
-        key = _sort_key(bits[i])
-        s = slot[key >> 16]
-        if s >= 0:
-            hist_lo[s * width + (key & 0xFFFF)] += 1
-
-
-def _key_value(key: int) -> float:
-    u = key ^ 0x80000000 if key & 0x80000000 else (~key) & 0xFFFFFFFF
-    return float(np.array([u], dtype=np.uint32).view(np.float32)[0])
-
-
-def _linear_positions(n: int, p: float) -> tuple[int, int, float]:
-    """numpy's 'linear' method: previous/next ranks and gamma for the p-th percentile of n."""
-    q = float(np.true_divide(p, 100))
-    virtual = (n - 1) * q
-    if virtual >= n - 1:
-        return n - 1, n - 1, 0.0
-    lo = math.floor(virtual)
-    return lo, lo + 1, virtual - lo
-
-
-def _lerp(a: float, b: float, t: float) -> float:
-    """numpy's `_lerp` in float64 (the form switches at t >= 0.5, as numpy does)."""
-    diff = b - a
-    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
-
-
-def high_histogram(chunks: Callable[[], Iterable[np.ndarray]]) -> np.ndarray:
-    """Pass 1 of `exact_percentiles`: the cumulative 65536-bin histogram of the high 16 bits
-    of the sort keys (its last entry is the number of values)."""
-    hist_hi = np.zeros(_HI_BINS, dtype=np.int64)
-    for arr in chunks():
-        if not _add_high_bins(_flat_f32(arr), hist_hi):
-            raise FeatstoreError("features contain NaN; a percentile over them is undefined")
-    return np.cumsum(hist_hi)
-
-
-def exact_percentiles(chunks: Callable[[], Iterable[np.ndarray]],
-                      percentiles: Sequence[float],
-                      cum_hi: np.ndarray | None = None) -> list[float]:
-    """Exact `np.percentile(concat.astype(float64), p)` for every p over the float32 values
-    yielded by `chunks()` (called twice, or once when pass 1's `high_histogram` of the same
-    values is given as `cum_hi`), in memory bounded by one chunk."""
-    if cum_hi is None:
-        cum_hi = high_histogram(chunks)
-    n = int(cum_hi[-1])
-    if n == 0:
-        raise FeatstoreError("no values to take a percentile of (empty split)")
-    positions = [_linear_positions(n, p) for p in percentiles]
-    ranks = sorted({r for lo, hi, _ in positions for r in (lo, hi)})
-    # Which high-16-bit bin holds each needed rank, and how many values lie below that bin.
-    rank_bin = {r: int(np.searchsorted(cum_hi, r, side="right")) for r in ranks}
-    bins = sorted(set(rank_bin.values()))
-    slot = np.full(_HI_BINS, -1, dtype=np.int64)
-    slot[bins] = np.arange(len(bins))
-    hist_lo = np.zeros(len(bins) * _HI_BINS, dtype=np.int64)
-    for arr in chunks():
-        _add_low_bins(_flat_f32(arr), slot, hist_lo, _HI_BINS)
-    hist_lo = hist_lo.reshape(len(bins), _HI_BINS)
-    values: dict[int, float] = {}
-    for r in ranks:
-        b = rank_bin[r]
-        below = int(cum_hi[b - 1]) if b > 0 else 0
-        cum_lo = np.cumsum(hist_lo[bins.index(b)])
-        low = int(np.searchsorted(cum_lo, r - below, side="right"))
-        values[r] = _key_value((b << 16) | low)
-    return [_lerp(values[lo], values[hi], g) for lo, hi, g in positions]
-
-
-@njit(cache=True, nogil=True)
-def _band_scratch(d, t_num, c_num):
-    """Scratch of the band kernels: two (C,) float64 sums, count and start (T + 1,), band and
-    entries (D,) int64, coef (D,) float64 (see `_row_bands`)."""
-    return (np.empty(c_num), np.empty(c_num), np.empty(t_num + 1, dtype=np.int64),
-            np.empty(t_num + 1, dtype=np.int64), np.empty(d, dtype=np.int64),
-            np.empty(d, dtype=np.int64), np.empty(d, dtype=np.float64))
-
-
-@njit(cache=True, nogil=True)
-def _row_bands(row, cs, count, start, band, entries, coef):
-    """One row's entries grouped by band (cs ascending; band b = cs[b] < v <= cs[b + 1], the
-    last band v > cs[-1], b = -1 at or below cs[0]): count[b + 1] entries of band b from
-    entries[start[b + 1]] on (index order within a band), and coef[q] = row[entries[q]] - cs[0]
-    for the entries above cs[0] (q >= start[1]), float64. `band` is scratch."""
-    d = row.shape[0]
-    t_num = cs.shape[0]
-    count[:] = 0
-    for j in range(d):
-        v = row[j]
-        b = -1
-        while b + 1 < t_num and v > cs[b + 1]:
-            b += 1
-        band[j] = b
-        count[b + 1] += 1
-    start[0] = 0
-    for b in range(t_num):
-        start[b + 1] = start[b] + count[b]
-    for j in range(d):                           # place, then shift start back below
-        b = band[j]
-        entries[start[b + 1]] = j
-        start[b + 1] += 1
-    for b in range(t_num + 1):
-        start[b] -= count[b]
-    c0 = cs[0]
-    for q in range(start[1], d):
-        coef[q] = np.float64(row[entries[q]]) - c0
-
-
-@njit(cache=True, nogil=True)
-def _clip_band_logits(x, anchor, wt, cs, out):
-    """Logits at the thresholds cs[1:] from the anchor logits at cs[0] (cs ascending, distinct;
-    anchor = min(x, cs[0]) @ W.T + b), touching only the entries above cs[0]. Band b of a row
-    = its entries with cs[b] < x <= cs[b + 1] (b = T-1: x > cs[T-1]); for t >= 1
-
-        min(x, c_t) @ W.T + b = anchor + sum_{b < t} Y_b + (c_t - c_0) sum_{b >= t} U_b,
-        Y_b = sum_{j in band b} (x_j - c_0) W[:, j],   U_b = sum_{j in band b} W[:, j],
-
-    per row in float64, in one ascending pass over the bands (Y_b for b <= T-2, U_b for b >= 1,
-    both from one pass over a band's rows of W.T where both are needed; the U suffix sums as
-    the total minus the prefix). out[t - 1, i] receives the logits of row i at cs[t]."""
-    n, d = x.shape
-    c_num = wt.shape[1]
-    t_num = cs.shape[0]
-    acc_y, acc_u, count, start, band, entries, coef = _band_scratch(d, t_num, c_num)
-    c0 = cs[0]
-    for i in range(n):
-        _row_bands(x[i], cs, count, start, band, entries, coef)
-        # one ascending pass over the bands: acc_y = sum_{b < t} Y_b and acc_u = sum_{1 <= b < t}
-        # U_b when setting t is written (anchor + acc_y - (c_t - c_0) acc_u); after the last
-        # band acc_u = sum_{b >= 1} U_b is added back times (c_t - c_0)
-        acc_y[:] = 0.0
-        acc_u[:] = 0.0
-        a = anchor[i]
-        for b in range(t_num):
-            lo, hi = start[b + 1], start[b + 1] + count[b + 1]
-            if b == 0:
-                gather_add(acc_y, wt, entries, coef, lo, hi)
-            elif b == t_num - 1:
-                gather_sum(acc_u, wt, entries, lo, hi)
-            else:
-                gather_add_sum(acc_y, acc_u, wt, entries, coef, lo, hi)
-            if b + 1 < t_num:
-                step = cs[b + 1] - c0
-                z = out[b, i]
-                for c in range(c_num):
-                    z[c] = a[c] + acc_y[c] - step * acc_u[c]
-        for t in range(1, t_num):
-            step = cs[t] - c0
-            z = out[t - 1, i]
-            for c in range(c_num):
-                z[c] += step * acc_u[c]
-
-
-@njit(cache=True, nogil=True)
-def _clip_from_logits(x, top, wt, cs, out):
-    """Logits at every threshold of cs (ascending, distinct) from the unclipped logits `top`
-    (= x @ W.T + b, the stored ones), touching only the entries above cs[0]. With band b of a
-    row = its entries with cs[b] < x <= cs[b + 1] (b = T-1: x > cs[T-1]),
-
-        min(x, c_t) @ W.T + b = top - sum_{b >= t} (Y_b - (c_t - c_0) U_b),
-        Y_b = sum_{j in band b} (x_j - c_0) W[:, j],   U_b = sum_{j in band b} W[:, j],
-
-    per row in float64 (W as float32 rows of wt, exact), in one descending pass over the
-    bands (running sums of Y_b and U_b). out[t, i] receives the logits of row i at cs[t]."""
-    n, d = x.shape
-    c_num = wt.shape[1]
-    t_num = cs.shape[0]
-    acc_y, acc_u, count, start, band, entries, coef = _band_scratch(d, t_num, c_num)
-    c0 = cs[0]
-    for i in range(n):
-        _row_bands(x[i], cs, count, start, band, entries, coef)
-        acc_y[:] = 0.0
-        acc_u[:] = 0.0
-        a = top[i]
-        for t in range(t_num - 1, -1, -1):
-            gather_add_sum(acc_y, acc_u, wt, entries, coef, start[t + 1],
-                           start[t + 1] + count[t + 1])
-            step = cs[t] - c0
-            z = out[t, i]
-            for c in range(c_num):
-                z[c] = a[c] - (acc_y[c] - step * acc_u[c])
+from ..base import Scorer, head_logits_usable, stored_logits_are_head
+from ..kernels.bands import clip_band_logits, clip_from_logits, plan_anchor
+from ..kernels.gather import exact_f32, sparse_pays
+from ..kernels.select import check_percentile, exact_percentiles, high_histogram
+from ..kernels.softmax import logsumexp
 
 
 def logits_pay(percentile: float) -> bool:
@@ -400,21 +84,6 @@ def logits_pay(percentile: float) -> bool:
     on the rows scored with it."""
     return sparse_pays(1.0 - float(percentile) / 100.0)
 
-
-def plan_anchor(counts: Sequence[int], size: int) -> int:
-    """Index a of the anchor threshold (ascending thresholds; counts[t] = entries of the block
-    above threshold t, `size` = all entries): thresholds below a and a itself are dense
-    products, the ones above come from `_clip_band_logits`, which touches (counts[a] -
-    counts[-1]) + counts[a + 1] entries; the cheapest a by the cost model of
-    `scorers.methods.ash.sparse_pays` (first of ties)."""
-    t_num = len(counts)
-    best, best_cost = t_num - 1, float(t_num)
-    for a in range(t_num - 1):
-        touched = counts[a] - counts[-1] + counts[a + 1]
-        cost = a + 1 + SPARSE_COST * touched / max(size, 1)
-        if cost < best_cost:
-            best, best_cost = a, cost
-    return best
 
 
 class ReAct(Scorer):
@@ -509,14 +178,14 @@ class ReAct(Scorer):
     def _energies(self, x: np.ndarray, cs: list[float], logits: np.ndarray | None = None,
                   from_logits: set[float] | None = None) -> dict[float, np.ndarray]:
         """Energy of every clip value in `cs` (ascending) for one block of rows: those in
-        `from_logits` from the stored logits (`_clip_from_logits`); the others as dense
+        `from_logits` from the stored logits (`clip_from_logits`); the others as dense
         products up to the anchor chosen by `plan_anchor` (from the block's counts), the rest
-        from `_clip_band_logits` (the block is widened to float64 only for those)."""
+        from `clip_band_logits` (the block is widened to float64 only for those)."""
         energy: dict[float, np.ndarray] = {}
         if logits is not None and from_logits:
             low = [c for c in cs if c in from_logits]
             z = np.empty((len(low), x.shape[0], self.wt.shape[1]), dtype=np.float64)
-            _clip_from_logits(x, np.asarray(logits, dtype=np.float64), self.wt,
+            clip_from_logits(x, np.asarray(logits, dtype=np.float64), self.wt,
                               np.array(low, dtype=np.float64), z)
             for t, c in enumerate(low):
                 energy[c] = logsumexp(z[t])
@@ -541,7 +210,7 @@ class ReAct(Scorer):
             energy[float(rest[0])][lo:hi] = logsumexp(anchor)
             if len(rest) > 1:
                 z = np.empty((len(rest) - 1, hi - lo, c_num), dtype=np.float64)
-                _clip_band_logits(x[lo:hi], anchor, self.wt, rest, z)
+                clip_band_logits(x[lo:hi], anchor, self.wt, rest, z)
                 for t in range(1, len(rest)):
                     energy[float(rest[t])][lo:hi] = logsumexp(z[t - 1])
         return energy

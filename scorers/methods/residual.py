@@ -3,7 +3,7 @@ the ViM paper (Wang, Li, Feng, Zhang, "ViM: Out-Of-Distribution with Virtual-log
 CVPR 2022, section 3 / Table "Residual").
 
 Formula as implemented (float64), with the same fitted state as `vim` (imported from
-`scorers.methods.vim.PrincipalSpace`, one implementation):
+`scorers.kernels.subspace.PrincipalSpace`, one implementation):
 
     u     = -pinv(W) @ b
     S     = (1/N) sum_{x in id/train} (x - u)(x - u)^T = V diag(lambda) V^T, lambda decreasing
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .vim import PrincipalScorer, PrincipalSpace, setting_dims
+from ..kernels.subspace import PrincipalScorer, PrincipalSpace, setting_dims
 
 
 class Residual(PrincipalScorer):

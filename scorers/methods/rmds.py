@@ -15,8 +15,9 @@ OpenOOD computes class_scores[:, k] = -MD_k(x) + MD_0(x) and takes the max over 
 classes, not the predicted class), which is this number; the paper's confidence is likewise
 -min_k RMD_k(x). Both covariances use sklearn EmpiricalCovariance's 1/N convention as OpenOOD
 does; the precisions are symmetric pseudo-inverses (scipy pinvh, as EmpiricalCovariance),
-applied as whitening factors P = L L^T (`mds.whitener`): MD_0(x) = ||(x - m) L_0||^2.
-Computed in chunks in float64 with the matrix identity of `mds`. No hyperparameters.
+applied as whitening factors P = L L^T (`scorers.kernels.classstats.whitener`):
+MD_0(x) = ||(x - m) L_0||^2. Computed in chunks in float64 with the matrix identity of `mds`.
+No hyperparameters.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..base import Scorer
-from .mds import ClassMahalanobis, fit_gaussian_stats
+from ..kernels.classstats import ClassMahalanobis, fit_gaussian_stats
 
 
 class RMDS(Scorer):

@@ -15,7 +15,7 @@ Unlike ASH nothing is pruned: the whole feature is rescaled. Higher is more in-d
 `percentile: 85`) and must keep k >= 1. Default sweep grid: OpenOOD v1.5 `scale.yml`
 `percentile_list: [65, 70, 75, 80, 85, 90, 95]`.
 
-Sharing: one partial sort per row and chunk (`scorers.methods.ash.RowSort`: the k_max largest
+Sharing: one partial sort per row and chunk (`scorers.kernels.topk.RowSort`: the k_max largest
 entries in descending order, k_max the largest kept count of the grid) gives s2 for every
 percentile as a cumulative sum of the sorted values, and z = h @ W.T is computed once per
 block for all of them; each setting is then logsumexp(exp(s1 / s2) * z + b), (n, C) elementwise.
@@ -35,9 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from ..base import Scorer, ValidRange, head_logits_usable, logsumexp, stored_logits_are_head
-from .ash import RowSort, check_keep, keep_count, percentile_range
-from .react import check_percentile
+from ..base import Scorer, ValidRange, head_logits_usable, stored_logits_are_head
+from ..kernels.select import check_percentile
+from ..kernels.softmax import logsumexp
+from ..kernels.topk import RowSort, check_keep, keep_count, percentile_range
 
 
 class Scale(Scorer):

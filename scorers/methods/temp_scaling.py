@@ -32,8 +32,8 @@ from scipy.optimize import minimize_scalar
 
 from featstore.errors import FeatstoreError
 
-from ..base import Scorer, logsumexp
-from .msp import max_softmax
+from ..base import Scorer
+from ..kernels.softmax import logsumexp, max_softmax
 
 FIT_SPLIT = "id/val"
 T_BOUNDS = (0.01, 100.0)

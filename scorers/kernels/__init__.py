@@ -1,0 +1,19 @@
+"""Numerical kernels shared by the scorers: each scorer module states its formula and its
+class, and takes the heavy lifting from here (NumPy / Numba only, no store I/O of their own
+beyond the chunks a scorer hands them, never torch).
+
+- `softmax`:    row-wise softmax, logsumexp, max softmax, softmax with sum p log p
+- `select`:     exact percentiles of a streamed float32 array by a two-pass radix select
+- `gather`:     row gathers of W.T into float64 sums (the sparse-product primitives) and the
+                sparse-versus-dense cost model
+- `bands`:      band sums over clip thresholds (ReAct) and over nested weight masks (DICE)
+- `topk`:       one descending sort per row shared by every kept count (ASH, SCALE), and
+                the running sums over nested kept sets
+- `subspace`:   the principal subspace of the id/train features about the head's origin
+                (ViM, Residual), and the numerical-rank cutoff
+- `classstats`: per-class sums and means, tied and global covariances, whitening factors and
+                class-conditional Mahalanobis distances (MDS, RMDS, KL matching), the mean
+                train feature (DICE, fDBD, NCI)
+
+Nothing is imported here, so importing one kernel module does not load the others.
+"""
