@@ -16,12 +16,15 @@ links (symbolic, HDF5 soft and external, external or virtual dataset storage), c
 shapes against the manifest and the head, and check that the file is the one committed: its
 size and, when its stat (size, mtime, inode) differs from the one recorded at commit in
 `.featstore.stat`, its sha256 (hashed once, then recorded). `verify` hashes every file.
+
+This module holds `Store` (open, create, read the head and the splits, write and commit
+splits); the split reader is `featstore.reader.Split`, the manifest rules and the store's own
+files are `featstore.manifest`, and the file checks are `featstore.verify`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -39,409 +42,47 @@ from .fileio import (
     fsync_dir,
     fsync_file,
     make_real_dir,
-    read_regular,
-    remove_stale,
     require_real_dir,
     require_regular_file,
     sha256_arrays,
     sha256_file,
 )
-from .layout import FEATURE_DTYPES, ROW_AXIS_ATTR, STRING_DTYPE, extra_names, write_split_file
+from .layout import FEATURE_DTYPES, STRING_DTYPE, extra_names, write_split_file
 from .lock import LOCK_FILE, StoreLock
+from .manifest import (
+    FORMAT_VERSION,
+    MANIFEST,
+    MODEL_FILE,
+    OWN_FILES,
+    SPLITS_DIR,
+    STAT_FILE,
+    USAGES,
+    default_usage,
+    is_own_layout,
+    read_manifest,
+    remove_own_files,
+    validate_manifest,
+)
 from .names import parse_split_name
+from .reader import DEFAULT_CHUNK_ROWS, Split
 from .values import check_float16_range, nonfinite_record
+from .verify import (
+    _verified,
+    check_committed,
+    hdf5_link_problem,
+    split_file_problem,
+    split_problems,
+    stat_record,
+)
 from .version import __version__
 
-FORMAT_VERSION = 1
-MANIFEST = "store.json"
-MODEL_FILE = "model.h5"
-SPLITS_DIR = "splits"
-STAT_FILE = ".featstore.stat"
-DEFAULT_CHUNK_ROWS = 8192
-USAGES = ("train", "val", "test")
-# every name a store itself writes at its top level: --overwrite removes these and nothing else
-OWN_FILES = (MANIFEST, MANIFEST + ".tmp", MODEL_FILE, MODEL_FILE + ".tmp", "scores.h5",
-             STAT_FILE, STAT_FILE + ".tmp", LOCK_FILE, SPLITS_DIR)
-_REQUIRED_MANIFEST = {"format_version": int, "model": dict, "splits": dict,
-                      "num_classes": int, "feature_dim": int}
-_COMPLETE_FIELDS = {"num_rows": int, "dims": dict, "dtype": str, "sha256": str, "file": str}
-_verified: dict[tuple[str, int, int, int], str] = {}  # (path, size, mtime_ns, ino) -> sha256
-
-
-def default_usage(name: str) -> str:
-    """`train`/`val`/`test` for id/train, id/val, id/test; `test` for everything else."""
-    parsed = parse_split_name(name)
-    if parsed.role == "id" and parsed.leaf in USAGES:
-        return parsed.leaf
-    return "test"
-
-
-class Split:
-    """One split of a store; arrays are lazy h5py datasets (np.asarray(...) loads them)."""
-
-    def __init__(self, store: Store, entry: Mapping[str, Any]):
-        self._store = store
-        self.entry = dict(entry)
-        self.name: str = entry["name"]
-        self.role: str = entry["role"]
-        self.group: str | None = entry.get("group")
-        self.usage: str = entry.get("usage", "test")
-        self.num_rows: int = int(entry["num_rows"])
-        self.dims: dict[str, int] = dict(entry["dims"])
-        self.dtype: str = entry["dtype"]
-        self._fh: h5py.File | None = None
-        self._datasets: dict[str, h5py.Dataset] = {}  # open datasets of _fh, by HDF5 path
-
-    def __repr__(self) -> str:
-        return f"Split({self.name!r}, rows={self.num_rows}, dims={self.dims}, dtype={self.dtype})"
-
-    @property
-    def path(self) -> Path:
-        return self._store.path / self.entry["file"]
-
-    def _where(self) -> str:
-        return f"store {str(self._store.path)!r}: split {self.name!r}"
-
-    def _broken(self, what: str) -> InputError:
-        return InputError(f"{self._where()}: {what}; check it with `featstore info --verify` "
-                          "and re-extract the split")
-
-    def _file(self) -> h5py.File:
-        if self._fh is None or not self._fh.id.valid:
-            self._datasets = {}
-            self._store.check_committed(self.name)
-            try:
-                fh = h5py.File(self.path, "r")
-            except OSError as exc:
-                raise self._broken(f"unreadable file {str(self.path)!r} ({exc})") from exc
-            try:
-                problem = split_file_problem(fh, self.entry, self._store.manifest)
-            except Exception as exc:  # a file too damaged to inspect
-                problem = f"unreadable structure ({type(exc).__name__}: {exc})"
-            if problem:
-                fh.close()
-                raise self._broken(f"file {str(self.path)!r}: {problem}")
-            self._fh = fh
-        return self._fh
-
-    def nonfinite_record(self) -> dict[str, list]:
-        """{field: [rows holding NaN or inf, first such rows]} (featstore.values), from the
-        record made at commit, or computed by streaming the file once when the manifest has
-        none (a store written before the record existed)."""
-        record = self.entry.get("nonfinite")
-        if not isinstance(record, dict):
-            try:
-                record = nonfinite_record(self._file())
-            except OSError as exc:
-                raise self._broken(f"cannot read it ({exc})") from exc
-            self.entry["nonfinite"] = record
-        return record
-
-    def _dataset(self, key: str) -> h5py.Dataset:
-        """The open dataset at HDF5 path `key` (looked up once per open file: each h5py
-        lookup walks the group, and sweeps ask for the same few datasets hundreds of times)."""
-        fh = self._file()
-        ds = self._datasets.get(key)
-        if ds is None:
-            ds = self._datasets[key] = fh[key]
-        return ds
-
-    @property
-    def features(self) -> h5py.Dataset:
-        """(N, D) float32 or float16 penultimate features."""
-        return self._dataset("features")
-
-    @property
-    def logits(self) -> h5py.Dataset:
-        """(N, C) float32 logits."""
-        return self._dataset("logits")
-
-    @property
-    def labels(self) -> h5py.Dataset:
-        """(N,) int64 class index, -1 where unknown (OOD rows)."""
-        return self._dataset("labels")
-
-    @property
-    def ids(self) -> np.ndarray:
-        """(N,) sample ids (relative paths or dataset indices) as Python strings."""
-        return self._file()["ids"].asstr()[()]
-
-    def extra_names(self) -> list[str]:
-        """Names of the extra arrays stored with this split."""
-        return extra_names(self._file())
-
-    def has_extra(self, name: str) -> bool:
-        """Whether extra `name` exists; a group name (e.g. `odin_logits`) counts when it holds
-        at least one array."""
-        names = self.extra_names()
-        return name in names or any(n.startswith(name + "/") for n in names)
-
-    def extra(self, name: str) -> h5py.Dataset:
-        """An extra array (DESIGN §2), e.g. `mc_logits`; error naming the available ones."""
-        fh = self._file()
-        key = f"extra/{name}"
-        if key not in fh or not isinstance(fh.get(key), h5py.Dataset):
-            avail = ", ".join(self.extra_names()) or "none"
-            raise UsageError(
-                f"split {self.name!r} has no extra {name!r} (available: {avail})"
-            )
-        return fh[key]
-
-    def extra_row_axis(self, name: str) -> int:
-        return int(self.extra(name).attrs.get(ROW_AXIS_ATTR, 0))
-
-    def iter_chunks(
-        self, *fields: str, chunk_rows: int = DEFAULT_CHUNK_ROWS
-    ) -> Iterator[tuple[slice, tuple[np.ndarray, ...]]]:
-        """Yield (row slice, arrays) for the named fields in row chunks; floats as float32.
-
-        Fields: `features`, `logits`, `labels` or `extra:<name>` (sliced along its row axis).
-        Peak memory is one chunk of each field, whatever N is.
-        """
-        fields = fields or ("features",)
-        for start in range(0, self.num_rows, chunk_rows):
-            rows = slice(start, min(start + chunk_rows, self.num_rows))
-            yield rows, tuple(self.read(f, rows) for f in fields)
-
-    def dataset(self, field: str) -> h5py.Dataset:
-        """The HDF5 dataset of a row field: `features`, `logits`, `labels` or `extra:<name>`
-        (an extra whose rows are not its first axis is an error here; use `read`)."""
-        if field in ("features", "logits", "labels"):
-            return self._dataset(field)
-        if field.startswith("extra:"):
-            name = field[len("extra:"):]
-            ds = self.extra(name)
-            if int(ds.attrs.get(ROW_AXIS_ATTR, 0)) != 0:
-                raise UsageError(f"extra {name!r} of split {self.name!r} is not row-major; "
-                                 "read it with Split.read")
-            return ds
-        raise UsageError(
-            f"unknown field {field!r}; expected features, logits, labels or extra:<name>"
-        )
-
-    def read_into(self, ds: h5py.Dataset, start: int, stop: int, out: np.ndarray) -> None:
-        """Read rows start..stop of a row-major dataset into `out` (same dtype, stop - start
-        rows), without allocating."""
-        if stop > start:
-            try:
-                ds.read_direct(out, np.s_[start:stop], np.s_[0:stop - start])
-            except OSError as exc:
-                raise self._broken(f"cannot read rows {start}..{stop} of {ds.name!r} "
-                                   f"({exc})") from exc
-
-    def read(self, field: str, rows: slice | None = None) -> np.ndarray:
-        """Read a field (optionally a row slice); floating arrays come back as float32."""
-        rows = rows if rows is not None else slice(None)
-        if field.startswith("extra:"):
-            name = field[len("extra:"):]
-            ds = self.extra(name)
-            axis = int(ds.attrs.get(ROW_AXIS_ATTR, 0))
-            index = (slice(None),) * axis + (rows,)
-            arr = self._read_ds(ds, index)
-        elif field in ("features", "logits", "labels"):
-            arr = self._read_ds(self._dataset(field), rows)
-        else:
-            raise UsageError(
-                f"unknown field {field!r}; expected features, logits, labels or extra:<name>"
-            )
-        if arr.dtype.kind == "f" and arr.dtype != np.float32:
-            arr = arr.astype(np.float32)
-        return arr
-
-    def _read_ds(self, ds: h5py.Dataset, index: Any) -> np.ndarray:
-        try:
-            return ds[index]
-        except OSError as exc:
-            raise self._broken(f"cannot read {ds.name!r} ({exc})") from exc
-
-    def close(self) -> None:
-        if self._fh is not None and self._fh.id.valid:
-            self._fh.close()
-        self._fh = None
-        self._datasets = {}
-
-
-def hdf5_link_problem(fh: h5py.File) -> str | None:
-    """Why an HDF5 file of a store may not be read, or None: any soft or external link, or a
-    dataset whose data lives outside the file (external storage, a virtual dataset)."""
-    found: list[str] = []
-
-    def visit(name: str, link: Any) -> None:
-        if found:
-            return
-        if isinstance(link, h5py.SoftLink):
-            found.append(f"{name!r} is an HDF5 soft link to {link.path!r}")
-        elif isinstance(link, h5py.ExternalLink):
-            found.append(f"{name!r} is an HDF5 external link to {link.filename!r}")
-        elif not isinstance(link, h5py.HardLink):
-            found.append(f"{name!r} is an HDF5 link of type {type(link).__name__}")
-        else:
-            obj = fh.get(name)
-            if isinstance(obj, h5py.Dataset) and (obj.external or obj.is_virtual):
-                found.append(f"dataset {name!r} keeps its data outside the file")
-
-    fh.visititems_links(visit)
-    if found:
-        return found[0] + "; featstore never follows links out of a store file"
-    return None
-
-
-def split_file_problem(fh: h5py.File, entry: Mapping[str, Any],
-                       manifest: Mapping[str, Any]) -> str | None:
-    """What is wrong with an open split file against its manifest entry, or None: links
-    (hdf5_link_problem), a missing dataset, a dataset of the wrong rank, kind or shape, row
-    counts that differ, widths that differ from the manifest or the head, labels outside
-    [-1, C-1]."""
-    link = hdf5_link_problem(fh)
-    if link:
-        return link
-    n = int(entry["num_rows"])
-    dims = entry["dims"]
-    num_classes = int(manifest["num_classes"])
-    want = {"features": (2, "f", "floats"), "logits": (2, "f", "floats"),
-            "labels": (1, "iu", "integers"), "ids": (1, "OSU", "strings")}
-    for key, (ndim, kinds, noun) in want.items():
-        ds = fh.get(key)
-        if not isinstance(ds, h5py.Dataset):
-            return f"dataset {key!r} is missing"
-        kind = "O" if h5py.check_string_dtype(ds.dtype) is not None else ds.dtype.kind
-        if ds.ndim != ndim or kind not in kinds or h5py.check_vlen_dtype(ds.dtype) and \
-                key != "ids":
-            return f"dataset {key!r} is {ds.ndim}-D {ds.dtype}, expected {ndim}-D {noun}"
-        if ds.shape[0] != n:
-            return f"dataset {key!r} has {ds.shape[0]} rows, the manifest says {n}"
-    for key in ("features", "logits"):
-        if fh[key].shape[1] != int(dims.get(key, -1)):
-            return (f"dataset {key!r} has width {fh[key].shape[1]}, the manifest says "
-                    f"{dims.get(key)}")
-    if int(dims["features"]) != int(manifest["feature_dim"]) or \
-            int(dims["logits"]) != num_classes:
-        return (f"features x logits are {dims['features']} x {dims['logits']} wide, the head is "
-                f"{num_classes} x {manifest['feature_dim']}")
-    if n:
-        labels = fh["labels"][()]
-        bad = np.flatnonzero((labels < -1) | (labels >= num_classes))
-        if bad.size:
-            return (f"{bad.size} label(s) outside -1..{num_classes - 1} (first: row "
-                    f"{int(bad[0])}, label {int(labels[bad[0]])})")
-    for name in extra_names(fh):
-        ds = fh["extra"][name]
-        axis = int(ds.attrs.get(ROW_AXIS_ATTR, 0))
-        if ds.ndim <= axis or ds.shape[axis] != n:
-            return f"extra {name!r} has shape {ds.shape}, no row axis of length {n}"
-    return None
-
-
-def _validate_manifest(path: Path, manifest: Any) -> dict[str, Any]:
-    """The manifest if every field readers rely on is there with the right type, else an
-    InputError naming the field."""
-    where = f"store {str(path)!r}: {MANIFEST}"
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict) \
-            or not isinstance(manifest.get("model"), dict):
-        raise InputError(f"store {str(path)!r}: {MANIFEST} is not a featstore manifest "
-                         "(no 'model' / 'splits'); rebuild the store")
-    version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
-        raise InputError(f"store {str(path)!r}: format_version {version!r}, this featstore "
-                         f"reads {FORMAT_VERSION}")
-    for key, kind in _REQUIRED_MANIFEST.items():
-        if not isinstance(manifest.get(key), kind) or isinstance(manifest.get(key), bool):
-            raise InputError(f"{where}: field {key!r} is missing or not a {kind.__name__}; "
-                             "rebuild the store")
-    if not isinstance(manifest["model"].get("sha256"), str):
-        raise InputError(f"{where}: field 'model.sha256' is missing; rebuild the store")
-    for name, entry in manifest["splits"].items():
-        try:
-            parsed = parse_split_name(name)
-        except UsageError as exc:
-            raise InputError(f"{where}: {exc}") from None
-        if not isinstance(entry, dict):
-            raise InputError(f"{where}: split {name!r} is not an object")
-        entry.setdefault("name", name)
-        entry.setdefault("role", parsed.role)
-        if entry["name"] != name or entry["role"] != parsed.role:
-            raise InputError(f"{where}: split {name!r} carries name {entry['name']!r} / role "
-                             f"{entry['role']!r}")
-        if not entry.get("complete"):
-            continue
-        for key, kind in _COMPLETE_FIELDS.items():
-            if not isinstance(entry.get(key), kind) or isinstance(entry.get(key), bool):
-                raise InputError(f"{where}: split {name!r}: field {key!r} is missing or not a "
-                                 f"{kind.__name__}; re-extract the split")
-        want = f"{SPLITS_DIR}/{parsed.slug}.h5"
-        if entry["file"] != want:
-            raise InputError(f"{where}: split {name!r} names file {entry['file']!r}; a split's "
-                             f"file must be {want!r} inside the store (featstore never reads "
-                             "files outside a store)")
-        dims = entry["dims"]
-        if not all(isinstance(dims.get(k), int) for k in ("features", "logits")):
-            raise InputError(f"{where}: split {name!r}: field 'dims' needs integer 'features' "
-                             "and 'logits'")
-        if entry["dtype"] not in FEATURE_DTYPES:
-            raise InputError(f"{where}: split {name!r}: dtype {entry['dtype']!r} is not one of "
-                             f"{', '.join(FEATURE_DTYPES)}")
-    return manifest
-
-
-def _read_manifest(path: Path) -> Any:
-    try:
-        raw = read_regular(path / MANIFEST, MANIFEST)
-    except LinkError as exc:
-        raise InputError(f"store {str(path)!r}: {exc.strerror}") from None
-    except OSError as exc:
-        raise InputError(f"store {str(path)!r}: unreadable {MANIFEST}: {exc}") from exc
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InputError(f"store {str(path)!r}: unreadable {MANIFEST}: not UTF-8 text ({exc})"
-                         ) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"store {str(path)!r}: unreadable {MANIFEST}: {exc}") from None
-
-
-def is_own_layout(path: Path) -> bool:
-    """Whether directory `path` holds only names a store writes (OWN_FILES at the top, split
-    files / parts / temporaries under splits/): an unfinished store creation (killed between
-    model.h5 and store.json) or a store, never a directory of someone else's files."""
-    for child in path.iterdir():
-        if child.name not in OWN_FILES:
-            return False
-        if child.name == SPLITS_DIR:
-            if child.is_symlink() or not child.is_dir():
-                return False
-            if any(not _is_split_artifact(c.name) for c in child.iterdir()):
-                return False
-    return True
-
-
-def _is_split_artifact(name: str) -> bool:
-    for suffix in (".h5", ".h5.tmp", ".parts"):
-        if name.endswith(suffix):
-            slug = name[: -len(suffix)]
-            try:
-                parse_split_name(slug.replace("__", "/"))
-            except UsageError:
-                return False
-            return True
-    return False
-
-
-def remove_own_files(path: Path) -> None:
-    """Delete the store's own files under `path` (OWN_FILES; split artifacts in splits/) and
-    nothing else; links are removed as links, never followed. The lock file stays (it is
-    held)."""
-    for name in OWN_FILES:
-        child = path / name
-        if name == LOCK_FILE or not os.path.lexists(child):
-            continue
-        if name == SPLITS_DIR and not child.is_symlink() and child.is_dir():
-            for sub in child.iterdir():
-                if _is_split_artifact(sub.name):
-                    remove_stale(sub)
-            with contextlib.suppress(OSError):
-                child.rmdir()
-            continue
-        remove_stale(child)
+# The store's public names, wherever they live: `featstore.store` stays the one import point
+# (reader: featstore.reader; manifest and own files: featstore.manifest; checks:
+# featstore.verify).
+__all__ = ["DEFAULT_CHUNK_ROWS", "FORMAT_VERSION", "LOCK_FILE", "MANIFEST", "MODEL_FILE",
+           "OWN_FILES", "SPLITS_DIR", "STAT_FILE", "USAGES", "Split", "Store", "_verified",
+           "default_usage", "hdf5_link_problem", "is_own_layout", "remove_own_files",
+           "split_file_problem", "write_split_file"]
 
 
 class Store:
@@ -466,7 +107,7 @@ class Store:
             what = "does not exist" if not path.exists() else f"has no {MANIFEST}"
             raise InputError(f"store {str(path)!r} {what}; create one with `featstore extract` "
                              "or `featstore import`")
-        manifest = _validate_manifest(path, _read_manifest(path))
+        manifest = validate_manifest(path, read_manifest(path))
         try:
             require_regular_file(path / MODEL_FILE, MODEL_FILE)
         except FileNotFoundError:
@@ -696,91 +337,13 @@ class Store:
             problems.append(str(exc.strerror))
         except FeatstoreError as exc:
             problems.append(str(exc))
-        for name, entry in self.manifest["splits"].items():
-            if not entry.get("complete"):
-                continue
-            fpath = self.path / entry["file"]
-            try:
-                require_real_dir(self.path / SPLITS_DIR, "splits directory")
-                require_regular_file(fpath, f"split {name!r} file")
-            except FileNotFoundError:
-                problems.append(f"split {name!r}: file {entry['file']} is missing")
-                continue
-            except LinkError as exc:
-                problems.append(f"split {name!r}: {exc.strerror}")
-                continue
-            digest = sha256_file(fpath)
-            if digest != entry["sha256"]:
-                problems.append(
-                    f"split {name!r}: sha256 {digest[:12]}… does not match manifest "
-                    f"{entry['sha256'][:12]}…"
-                )
-                continue
-            try:
-                with h5py.File(fpath, "r") as fh:
-                    problem = split_file_problem(fh, entry, self.manifest)
-            except Exception as exc:
-                problem = f"unreadable ({exc})"
-            if problem:
-                problems.append(f"split {name!r}: {problem}")
+        problems.extend(split_problems(self.path, self.manifest))
         return problems
 
     def check_committed(self, name: str) -> None:
-        """InputError unless split `name`'s file is the regular file committed for it: inside
-        the store, not a link, the size the manifest records, and (when its stat differs from
-        the one recorded at commit) the sha256 the manifest records."""
-        entry = self.manifest["splits"][name]
-        where = f"store {str(self.path)!r}: split {name!r}"
-        fpath = self.path / entry["file"]
-        try:
-            require_real_dir(self.path / SPLITS_DIR, "splits directory")
-            st = require_regular_file(fpath, "split file")
-        except FileNotFoundError:
-            raise InputError(f"{where}: file {entry['file']} is missing; re-extract the split "
-                             "(rerun `featstore extract`)") from None
-        except LinkError as exc:
-            raise InputError(f"{where}: {exc.strerror}") from None
-        size = entry.get("size_bytes")
-        if isinstance(size, int) and st.st_size != size:
-            raise InputError(f"{where}: file {entry['file']} has {st.st_size} bytes, the "
-                             f"manifest says {size} (truncated or replaced); re-extract the "
-                             "split (rerun `featstore extract`)")
-        key = (str(fpath), st.st_size, st.st_mtime_ns, st.st_ino)
-        if _verified.get(key) == entry["sha256"]:
-            return
-        stats = self._stat_record()
-        rel = entry["file"]
-        if stats.get(rel) == [st.st_size, st.st_mtime_ns, st.st_ino, entry["sha256"]]:
-            _verified[key] = entry["sha256"]
-            return
-        digest = sha256_file(fpath)
-        if digest != entry["sha256"]:
-            raise InputError(f"{where}: file {entry['file']} changed since it was committed "
-                             f"(sha256 {digest[:12]}…, manifest {entry['sha256'][:12]}…); "
-                             "re-extract the split (rerun `featstore extract`)")
-        _verified[key] = digest
-        self._record_stat(rel, fpath, digest)
-
-    def _stat_record(self) -> dict[str, Any]:
-        try:
-            data = json.loads(read_regular(self.path / STAT_FILE, STAT_FILE))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def _record_stat(self, rel: str, fpath: Path, digest: str) -> None:
-        """Remember (size, mtime, inode, sha256) of a file just hashed in `.featstore.stat`
-        so that later opens need not hash it; best effort (a read-only store keeps hashing)."""
-        if not os.access(self.path, os.W_OK):
-            return
-        try:
-            with StoreLock(self.path):
-                record = self._stat_record()
-                st = os.lstat(fpath)
-                record[rel] = [st.st_size, st.st_mtime_ns, st.st_ino, digest]
-                atomic_write_json(self.path / STAT_FILE, record)
-        except (OSError, FeatstoreError):
-            pass
+        """InputError unless split `name`'s file is the one committed for it
+        (`featstore.verify.check_committed`)."""
+        check_committed(self, name)
 
     def close(self) -> None:
         for split in self._splits.values():
@@ -814,7 +377,7 @@ class Store:
         self._require_writable()
         with self.writing():
             try:
-                current = _validate_manifest(self.path, _read_manifest(self.path))
+                current = validate_manifest(self.path, read_manifest(self.path))
             except InputError:
                 current = self.manifest
             change(current)
@@ -871,7 +434,7 @@ class Store:
             entry.update(extra_meta or {})
             self._splits.pop(name, None)
             self.update_manifest(lambda m: m["splits"].__setitem__(name, entry))
-            record = self._stat_record()
+            record = stat_record(self.path)
             record[entry["file"]] = [st.st_size, st.st_mtime_ns, st.st_ino, digest]
             atomic_write_json(self.path / STAT_FILE, record)
         return self.split(name)
