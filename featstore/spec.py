@@ -149,6 +149,46 @@ def _resolve(base: Path, value: str) -> str:
     return str(p if p.is_absolute() else (base / p))
 
 
+def _parse_split(raw: Any, i: int, base: Path, where: str, seen: set[str]) -> SplitSpec:
+    """One [[split]] table (the i-th, from 0): its name (unique: added to `seen`), usage and
+    source (exactly one source kind, its keys checked, paths resolved against `base`)."""
+    label = f"{where}: split #{i + 1}"
+    if not isinstance(raw, dict):
+        raise InputError(f"{label}: expected a [[split]] table")
+    name = raw.get("name")
+    if not isinstance(name, str):
+        raise InputError(f"{label}: missing 'name'")
+    check_keys(raw, SPLIT_KEYS, f"{where}: split {name!r}")
+    try:
+        parse_split_name(name)
+    except UsageError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    if name in seen:
+        raise InputError(f"{where}: split {name!r} is named twice")
+    seen.add(name)
+    usage = raw.get("usage", default_usage(name))
+    if usage not in USAGES:
+        raise InputError(f"{where}: split {name!r}: usage {usage!r} is not one of {USAGES}")
+    source = raw.get("source") or {}
+    if not isinstance(source, dict):
+        raise InputError(f"{where}: split {name!r}: source must be a table, e.g. "
+                         "source = { imagefolder = \"data/train\" }")
+    source = dict(source)
+    kinds = [k for k in SOURCE_KINDS if k in source]
+    if not kinds and any(difflib.get_close_matches(str(k), SOURCE_KINDS, n=1, cutoff=0.6)
+                         for k in source):  # a misspelled kind: name it, did-you-mean
+        check_keys(source, (*SOURCE_KINDS, "root", "kwargs", *SAMPLING_KEYS),
+                   f"{where}: split {name!r}: source")
+    if len(kinds) != 1:
+        raise InputError(f"{where}: split {name!r}: source needs exactly one of "
+                         f"{', '.join(SOURCE_KINDS)}")
+    _source_keys(source, kinds[0], f"{where}: split {name!r}: source")
+    for key in ("imagefolder", "imagelist", "root"):
+        if isinstance(source.get(key), str):
+            source[key] = _resolve(base, source[key])
+    return SplitSpec(name, usage, source)
+
+
 def parse_spec(data: dict[str, Any], base: Path, where: str) -> BenchmarkSpec:
     """Validate a spec dict (as loaded from TOML); `where` names it in errors."""
     check_keys(data, TOP_KEYS, where)
@@ -166,41 +206,7 @@ def parse_spec(data: dict[str, Any], base: Path, where: str) -> BenchmarkSpec:
     splits: list[SplitSpec] = []
     seen: set[str] = set()
     for i, raw in enumerate(raw_splits):
-        label = f"{where}: split #{i + 1}"
-        if not isinstance(raw, dict):
-            raise InputError(f"{label}: expected a [[split]] table")
-        name = raw.get("name")
-        if not isinstance(name, str):
-            raise InputError(f"{label}: missing 'name'")
-        check_keys(raw, SPLIT_KEYS, f"{where}: split {name!r}")
-        try:
-            parse_split_name(name)
-        except UsageError as exc:
-            raise InputError(f"{where}: {exc}") from None
-        if name in seen:
-            raise InputError(f"{where}: split {name!r} is named twice")
-        seen.add(name)
-        usage = raw.get("usage", default_usage(name))
-        if usage not in USAGES:
-            raise InputError(f"{where}: split {name!r}: usage {usage!r} is not one of {USAGES}")
-        source = raw.get("source") or {}
-        if not isinstance(source, dict):
-            raise InputError(f"{where}: split {name!r}: source must be a table, e.g. "
-                             "source = { imagefolder = \"data/train\" }")
-        source = dict(source)
-        kinds = [k for k in SOURCE_KINDS if k in source]
-        if not kinds and any(difflib.get_close_matches(str(k), SOURCE_KINDS, n=1, cutoff=0.6)
-                             for k in source):  # a misspelled kind: name it, did-you-mean
-            check_keys(source, (*SOURCE_KINDS, "root", "kwargs", *SAMPLING_KEYS),
-                       f"{where}: split {name!r}: source")
-        if len(kinds) != 1:
-            raise InputError(f"{where}: split {name!r}: source needs exactly one of "
-                             f"{', '.join(SOURCE_KINDS)}")
-        _source_keys(source, kinds[0], f"{where}: split {name!r}: source")
-        for key in ("imagefolder", "imagelist", "root"):
-            if isinstance(source.get(key), str):
-                source[key] = _resolve(base, source[key])
-        splits.append(SplitSpec(name, usage, source))
+        splits.append(_parse_split(raw, i, base, where, seen))
     classes = data.get("classes")
     if classes is not None and (not isinstance(classes, list)
                                 or not all(isinstance(c, str) for c in classes)):

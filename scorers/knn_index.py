@@ -121,6 +121,75 @@ def _default_pq_m(d: int) -> int:
     return 1
 
 
+def _flat(faiss: Any, metric: str, d: int) -> Any:
+    """An exact flat index (L2 or inner product)."""
+    return faiss.IndexFlatL2(d) if metric == "l2" else faiss.IndexFlatIP(d)
+
+
+def _build_ivf(faiss: Any, bank: np.ndarray, kind: str, metric: str, nlist: int | None,
+               nprobe: int | None, pq_m: int | None, pq_nbits: int | None, seed: int,
+               options: dict[str, Any]) -> Any:
+    """A trained IVF-Flat or IVF-PQ index holding `bank`; the options it chose go into
+    `options` (nlist, nprobe; pq_m, pq_nbits)."""
+    n, d = bank.shape
+    faiss_metric = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
+    nlist = _default_nlist(n) if nlist is None else int(nlist)
+    if not 1 <= nlist <= n:
+        raise UsageError(f"knn index: nlist={nlist} must satisfy 1 <= nlist <= {n} "
+                         "(bank size)")
+    nprobe = max(8, nlist // 16) if nprobe is None else int(nprobe)
+    if nprobe < 1:
+        raise UsageError(f"knn index: nprobe={nprobe} must be >= 1")
+    nprobe = min(nprobe, nlist)
+    quantizer = _flat(faiss, metric, d)
+    if kind == "ivf_flat":
+        index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss_metric)
+    else:
+        pq_m = _default_pq_m(d) if pq_m is None else int(pq_m)
+        if pq_m < 1 or d % pq_m:
+            raise UsageError(f"knn index: pq_m={pq_m} must divide the dimension {d}")
+        max_bits = max(1, min(8, int(math.floor(math.log2(n))) if n > 1 else 1))
+        pq_nbits = max_bits if pq_nbits is None else int(pq_nbits)
+        if not 1 <= pq_nbits <= 16:
+            raise UsageError(f"knn index: pq_nbits={pq_nbits} must satisfy "
+                             "1 <= pq_nbits <= 16")
+        index = faiss.IndexIVFPQ(quantizer, d, nlist, pq_m, pq_nbits, faiss_metric)
+        index.pq.cp.seed = int(seed)
+        options.update(pq_m=pq_m, pq_nbits=pq_nbits)
+    index.cp.seed = int(seed)
+    index.cp.verbose = False
+    index.train(bank)
+    index.add(bank)
+    index.nprobe = nprobe
+    options.update(nlist=nlist, nprobe=nprobe)
+    return index
+
+
+def _build_hnsw(faiss: Any, bank: np.ndarray, metric: str, hnsw_m: int, ef_construction: int,
+                ef_search: int, deterministic: bool, options: dict[str, Any]) -> Any:
+    """An HNSW-Flat index holding `bank`, built on one thread when `deterministic`; its
+    options go into `options`."""
+    if hnsw_m < 2:
+        raise UsageError(f"knn index: hnsw_m={hnsw_m} must be >= 2")
+    if ef_search < 1 or ef_construction < 1:
+        raise UsageError("knn index: ef_search and ef_construction must be >= 1")
+    faiss_metric = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
+    index = faiss.IndexHNSWFlat(bank.shape[1], int(hnsw_m), faiss_metric)
+    index.hnsw.efConstruction = int(ef_construction)
+    index.hnsw.efSearch = int(ef_search)
+    threads = faiss.omp_get_max_threads() if hasattr(faiss, "omp_get_max_threads") else 0
+    if deterministic and threads:
+        faiss.omp_set_num_threads(1)
+    try:
+        index.add(bank)
+    finally:
+        if deterministic and threads:
+            faiss.omp_set_num_threads(threads)
+    options.update(hnsw_m=int(hnsw_m), ef_construction=int(ef_construction),
+                   ef_search=int(ef_search))
+    return index
+
+
 class KnnIndex:
     """A built FAISS index over a bank; `search(queries, k)` returns (distances, ids).
 
@@ -167,62 +236,15 @@ class KnnIndex:
         self.ef_search = int(ef_search)
         self.options: dict[str, Any] = {"seed": int(seed)}
         faiss_metric = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
-
-        def flat() -> Any:
-            return faiss.IndexFlatL2(d) if metric == "l2" else faiss.IndexFlatIP(d)
-
         if kind == "exact":
-            index = flat()
+            index = _flat(faiss, metric, d)
             index.add(bank)
         elif kind in ("ivf_flat", "ivf_pq"):
-            nlist = _default_nlist(n) if nlist is None else int(nlist)
-            if not 1 <= nlist <= n:
-                raise UsageError(f"knn index: nlist={nlist} must satisfy 1 <= nlist <= {n} "
-                                 "(bank size)")
-            nprobe = max(8, nlist // 16) if nprobe is None else int(nprobe)
-            if nprobe < 1:
-                raise UsageError(f"knn index: nprobe={nprobe} must be >= 1")
-            nprobe = min(nprobe, nlist)
-            quantizer = flat()
-            if kind == "ivf_flat":
-                index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss_metric)
-            else:
-                pq_m = _default_pq_m(d) if pq_m is None else int(pq_m)
-                if pq_m < 1 or d % pq_m:
-                    raise UsageError(f"knn index: pq_m={pq_m} must divide the dimension {d}")
-                max_bits = max(1, min(8, int(math.floor(math.log2(n))) if n > 1 else 1))
-                pq_nbits = max_bits if pq_nbits is None else int(pq_nbits)
-                if not 1 <= pq_nbits <= 16:
-                    raise UsageError(f"knn index: pq_nbits={pq_nbits} must satisfy "
-                                     "1 <= pq_nbits <= 16")
-                index = faiss.IndexIVFPQ(quantizer, d, nlist, pq_m, pq_nbits, faiss_metric)
-                index.pq.cp.seed = int(seed)
-                self.options.update(pq_m=pq_m, pq_nbits=pq_nbits)
-            index.cp.seed = int(seed)
-            index.cp.verbose = False
-            index.train(bank)
-            index.add(bank)
-            index.nprobe = nprobe
-            self.options.update(nlist=nlist, nprobe=nprobe)
-        else:  # hnsw
-            if hnsw_m < 2:
-                raise UsageError(f"knn index: hnsw_m={hnsw_m} must be >= 2")
-            if ef_search < 1 or ef_construction < 1:
-                raise UsageError("knn index: ef_search and ef_construction must be >= 1")
-            index = faiss.IndexHNSWFlat(d, int(hnsw_m), faiss_metric)
-            index.hnsw.efConstruction = int(ef_construction)
-            index.hnsw.efSearch = int(ef_search)
-            threads = faiss.omp_get_max_threads() if hasattr(faiss, "omp_get_max_threads") else 0
-            if deterministic and threads:
-                faiss.omp_set_num_threads(1)
-            try:
-                index.add(bank)
-            finally:
-                if deterministic and threads:
-                    faiss.omp_set_num_threads(threads)
-            self.options.update(hnsw_m=int(hnsw_m), ef_construction=int(ef_construction),
-                                ef_search=int(ef_search))
-
+            index = _build_ivf(faiss, bank, kind, metric, nlist, nprobe, pq_m, pq_nbits, seed,
+                               self.options)
+        else:
+            index = _build_hnsw(faiss, bank, metric, hnsw_m, ef_construction, ef_search,
+                                deterministic, self.options)
         self._cpu_index: Any = index
         self._index: Any = index
         self.on_gpu = False
@@ -230,28 +252,37 @@ class KnnIndex:
         self.recall: float | None = None
         self.recall_queries = 0
         if kind != "exact" and recall_queries is not None and len(recall_queries) and recall_k:
-            queries = np.ascontiguousarray(recall_queries, dtype=np.float32)
-            k = min(int(recall_k), n)
-            if kind == "hnsw":
-                index.hnsw.efSearch = max(self.ef_search, k)
-            _, approx = index.search(queries, k)
-            _, exact = faiss.knn(queries, bank, k, metric=faiss_metric)
-            self.recall = recall_at_k(approx, exact)
-            self.recall_queries = len(queries)
-            self.options["recall_k"] = k
+            self._measure_recall(faiss, index, bank, recall_queries, recall_k, faiss_metric)
         want_gpu = (num_gpus() > 0) if use_gpu is None else bool(use_gpu)
         if want_gpu and kind != "hnsw" and num_gpus() > 0:
-            try:
-                self._gpu_res = faiss.StandardGpuResources()
-                gpu_index = faiss.index_cpu_to_gpu(self._gpu_res, 0, index)
-                if hasattr(index, "nprobe") and hasattr(gpu_index, "nprobe"):
-                    gpu_index.nprobe = index.nprobe
-            except Exception:  # noqa: BLE001 - configuration the GPU build refuses: stay on CPU
-                pass
-            else:
-                self._index = gpu_index
-                self._cpu_index = None  # made again from the GPU index only if k > GPU_MAX_K
-                self.on_gpu = True
+            self._move_to_gpu(faiss, index)
+
+    def _measure_recall(self, faiss: Any, index: Any, bank: np.ndarray,
+                        recall_queries: np.ndarray, recall_k: int, faiss_metric: int) -> None:
+        """recall@k of the approximate `index` against FAISS's exact search on the queries."""
+        queries = np.ascontiguousarray(recall_queries, dtype=np.float32)
+        k = min(int(recall_k), self.ntotal)
+        if self.kind == "hnsw":
+            index.hnsw.efSearch = max(self.ef_search, k)
+        _, approx = index.search(queries, k)
+        _, exact = faiss.knn(queries, bank, k, metric=faiss_metric)
+        self.recall = recall_at_k(approx, exact)
+        self.recall_queries = len(queries)
+        self.options["recall_k"] = k
+
+    def _move_to_gpu(self, faiss: Any, index: Any) -> None:
+        """Search on GPU 0 from now on, unless the GPU build refuses the configuration."""
+        try:
+            self._gpu_res = faiss.StandardGpuResources()
+            gpu_index = faiss.index_cpu_to_gpu(self._gpu_res, 0, index)
+            if hasattr(index, "nprobe") and hasattr(gpu_index, "nprobe"):
+                gpu_index.nprobe = index.nprobe
+        except Exception:  # noqa: BLE001 - configuration the GPU build refuses: stay on CPU
+            pass
+        else:
+            self._index = gpu_index
+            self._cpu_index = None  # made again from the GPU index only if k > GPU_MAX_K
+            self.on_gpu = True
 
     def __repr__(self) -> str:
         where = "gpu" if self.on_gpu else "cpu"

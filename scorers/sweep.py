@@ -228,6 +228,51 @@ def _mean(per_split: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     return {m: mean_of([v[m] for v in per_split.values()]) for m in OOD_METRIC_NAMES}
 
 
+def _test_report(plan: _Plan, scorer: Scorer, store: Any, method: str, index: int,
+                 chosen_params: dict[str, Any], fit_s: float, val_s: float,
+                 ci: BootstrapSpec | None, keep_scores: dict[str, np.ndarray] | None
+                 ) -> tuple[list[str], list[dict[str, Any] | None], dict[str, Any] | None,
+                            float]:
+    """Step 2 of `sweep`, run once the choice (`index`) is fixed: every setting's metrics on
+    the test splits, and the chosen setting's test report (ID-side and misclassification
+    metrics, intervals with `ci`; its scores into `keep_scores`). Returns (test OOD splits,
+    per-setting test rows, the report or None without test splits, the seconds taken)."""
+    test_ood = store.splits(role="ood", usage="test")
+    has_test = store.has_split(TEST_ID_SPLIT) and bool(test_ood)
+    test_rows: list[dict[str, Any] | None] = [None] * len(plan.settings)
+    test: dict[str, Any] | None = None
+    t0 = time.perf_counter()
+    kept: dict[str, np.ndarray] = {} if keep_scores is None else keep_scores
+    if has_test:
+        id_scores, test_split_metrics = _split_metrics(plan, scorer, store, TEST_ID_SPLIT,
+                                                       test_ood, kept, index)
+        test_rows = [{"groups": group_means(ps, store), "splits": ps}
+                     for ps in test_split_metrics]
+        id_split = store.split(TEST_ID_SPLIT)
+        # undefined values (every row right, or none labelled) are JSON null, not NaN
+        id_side = {k: None if v != v else v for k, v in id_side_metrics(
+            id_scores[index], np.asarray(id_split.logits), np.asarray(id_split.labels)).items()}
+        mis_table = misclassification_or_none(id_scores[index], np.asarray(id_split.logits),
+                                              np.asarray(id_split.labels))
+    test_s = time.perf_counter() - t0
+    if has_test:
+        test = {"params": _plain(chosen_params), "adjusted": plan.adjusted, "fit_seconds": fit_s,
+                "score_seconds": val_s + test_s, "cached": False,
+                "diagnostics": _plain(scorer.diagnostics),
+                **id_side, "misclassification": mis_table,
+                **test_rows[index]}  # type: ignore[dict-item]
+        # own copies: the intervals go into the chosen test metrics, not into "settings"
+        test["splits"] = {k: dict(v) for k, v in test["splits"].items()}
+        test["groups"] = {k: dict(v) for k, v in test["groups"].items()}
+        if ci is not None:
+            holder = {"id_split": TEST_ID_SPLIT, "methods": {method: test}}
+            add_intervals(holder, {method: kept}, store, ci)
+            test["ci"] = holder["ci"]
+            if "id_acc_ci" in holder:
+                test["id_acc_ci"] = holder["id_acc_ci"]
+    return test_ood, test_rows, test, test_s
+
+
 # --------------------------------------------------------------------------- API
 def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
           select_by: str = "auroc", base_params: Mapping[str, Any] | None = None,
@@ -272,39 +317,9 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
     chosen_params = {**scorer.params, **chosen_setting}
 
     # ---- 2. report: test splits, scored only after the choice is fixed
-    test_ood = store.splits(role="ood", usage="test")
-    has_test = store.has_split(TEST_ID_SPLIT) and bool(test_ood)
-    test_rows: list[dict[str, Any] | None] = [None] * len(plan.settings)
-    test: dict[str, Any] | None = None
-    t0 = time.perf_counter()
-    kept: dict[str, np.ndarray] = {} if keep_scores is None else keep_scores
-    if has_test:
-        id_scores, test_split_metrics = _split_metrics(plan, scorer, store, TEST_ID_SPLIT,
-                                                       test_ood, kept, index)
-        test_rows = [{"groups": group_means(ps, store), "splits": ps}
-                     for ps in test_split_metrics]
-        id_split = store.split(TEST_ID_SPLIT)
-        # undefined values (every row right, or none labelled) are JSON null, not NaN
-        id_side = {k: None if v != v else v for k, v in id_side_metrics(
-            id_scores[index], np.asarray(id_split.logits), np.asarray(id_split.labels)).items()}
-        mis_table = misclassification_or_none(id_scores[index], np.asarray(id_split.logits),
-                                              np.asarray(id_split.labels))
-    test_s = time.perf_counter() - t0
-    if has_test:
-        test = {"params": _plain(chosen_params), "adjusted": plan.adjusted, "fit_seconds": fit_s,
-                "score_seconds": val_s + test_s, "cached": False,
-                "diagnostics": _plain(scorer.diagnostics),
-                **id_side, "misclassification": mis_table,
-                **test_rows[index]}  # type: ignore[dict-item]
-        # own copies: the intervals go into the chosen test metrics, not into "settings"
-        test["splits"] = {k: dict(v) for k, v in test["splits"].items()}
-        test["groups"] = {k: dict(v) for k, v in test["groups"].items()}
-        if ci is not None:
-            holder = {"id_split": TEST_ID_SPLIT, "methods": {method: test}}
-            add_intervals(holder, {method: kept}, store, ci)
-            test["ci"] = holder["ci"]
-            if "id_acc_ci" in holder:
-                test["id_acc_ci"] = holder["id_acc_ci"]
+    test_ood, test_rows, test, test_s = _test_report(
+        plan, scorer, store, method, index, chosen_params, fit_s, val_s, ci, keep_scores)
+    has_test = test is not None
 
     return {
         "store": str(store.path), "model_sha256": store.model_sha256, "method": method,

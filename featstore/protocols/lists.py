@@ -141,6 +141,30 @@ def facets_label(field: str, source: str, keys: dict[str, int | None] | None,
                         if field.isdigit() else ""))
 
 
+def facets_lines(f: Path, part: str, keys: dict[str, int | None] | None,
+                 n_classes: int | None, own_index_sources: tuple[str, ...]
+                 ) -> dict[str, list[str]]:
+    """A FACETS list file (`<0|1> <source> <class_index> <path>` per line) as
+    {split name: ['<path> <label>', ...]}: ID rows (0) into id/<part> with their model class
+    (`facets_label`), OOD rows (1) into ood/facets/<source>[_val] with label -1."""
+    by_name: dict[str, list[str]] = {}
+    for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), start=1):
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        if len(fields) != 4 or fields[0] not in ("0", "1"):
+            raise UsageError(f"{str(f)!r} line {n}: expected '<0|1> <source> "
+                             f"<class_index> <path>', got {line.strip()!r}")
+        if fields[0] == "0":
+            label = facets_label(fields[2], fields[1], keys, n_classes,
+                                 tuple(own_index_sources), f"{str(f)!r} line {n}")
+            by_name.setdefault(f"id/{part}", []).append(f"{fields[3]} {label}")
+        else:
+            leaf = clean(fields[1]) + ("_val" if part == "val" else "")
+            by_name.setdefault(f"ood/facets/{leaf}", []).append(f"{fields[3]} -1")
+    return by_name
+
+
 def plan(directory: str | Path, root: str | Path, id_name: str | None = None,
          root_map: dict[str, str] | None = None, classes: list[str] | None = None,
          own_index_sources: tuple[str, ...] = ()) -> list[PlannedSplit]:
@@ -186,21 +210,7 @@ def plan(directory: str | Path, root: str | Path, id_name: str | None = None,
         first = _first_line(f)
         if len(first) == 4 and first[0] in ("0", "1"):
             part = "val" if "val" in stem.lower() else "test"
-            by_name: dict[str, list[str]] = {}
-            for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), start=1):
-                fields = line.split()
-                if not fields or fields[0].startswith("#"):
-                    continue
-                if len(fields) != 4 or fields[0] not in ("0", "1"):
-                    raise UsageError(f"{str(f)!r} line {n}: expected '<0|1> <source> "
-                                     f"<class_index> <path>', got {line.strip()!r}")
-                if fields[0] == "0":
-                    label = facets_label(fields[2], fields[1], keys, n_classes,
-                                         tuple(own_index_sources), f"{str(f)!r} line {n}")
-                    by_name.setdefault(f"id/{part}", []).append(f"{fields[3]} {label}")
-                else:
-                    leaf = clean(fields[1]) + ("_val" if part == "val" else "")
-                    by_name.setdefault(f"ood/facets/{leaf}", []).append(f"{fields[3]} -1")
+            by_name = facets_lines(f, part, keys, n_classes, own_index_sources)
             for name, lines in by_name.items():
                 add(name, part, rel, None, lines, f"facets:{rel}")
             continue
