@@ -59,6 +59,11 @@ class Split:
     def path(self) -> Path:
         return self._store.path / self.entry["file"]
 
+    @property
+    def model_sha256(self) -> str:
+        """The digest of the model whose outputs this split holds (its store's)."""
+        return self._store.model_sha256
+
     def _where(self) -> str:
         return f"store {str(self._store.path)!r}: split {self.name!r}"
 

@@ -31,6 +31,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from featstore.errors import UsageError
+from featstore.interfaces import StoreLike
 
 from .base import Scorer, ValidRange, expand_grid
 
@@ -45,7 +46,7 @@ def _clamp(value: Any, rng: ValidRange) -> Any:
     return int(used) if isinstance(rng.lo, int) and isinstance(rng.hi, int) else used
 
 
-def _refused(scorer: Scorer, params: Mapping[str, Any], store: Any) -> bool:
+def _refused(scorer: Scorer, params: Mapping[str, Any], store: StoreLike) -> bool:
     try:
         scorer.check_params(dict(params), store)
     except UsageError:
@@ -54,7 +55,7 @@ def _refused(scorer: Scorer, params: Mapping[str, Any], store: Any) -> bool:
 
 
 def adapt_params(scorer: Scorer, params: Mapping[str, Any], fixed: Collection[str],
-                 store: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                 store: StoreLike) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """`params` with every data-invalid value of a parameter NOT in `fixed` clamped into its
     valid range; returns (params, adjustments). UsageError when a range is empty."""
     out = dict(params)
@@ -75,7 +76,7 @@ def adapt_params(scorer: Scorer, params: Mapping[str, Any], fixed: Collection[st
     return out, adjusted
 
 
-def fit_defaults(scorer: Scorer, given: Mapping[str, Any], store: Any
+def fit_defaults(scorer: Scorer, given: Mapping[str, Any], store: StoreLike
                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The parameters to run `scorer` (built with the user's `given` parameters) with on
     `store`: its defaults clamped by the rule above, `given` untouched; plus the adjustments."""
@@ -83,7 +84,7 @@ def fit_defaults(scorer: Scorer, given: Mapping[str, Any], store: Any
 
 
 def adapt_grid(scorer: Scorer, grid: Mapping[str, Sequence[Any]], fixed: Collection[str],
-               store: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+               store: StoreLike) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The settings of a DEFAULT grid, each clamped by the rule (parameters in `fixed` are the
     user's and stay), duplicates after clamping merged in grid order; returns (settings,
     adjustments), one adjustment per changed setting."""

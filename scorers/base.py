@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
+from featstore.interfaces import SplitLike, StoreLike
 from featstore.values import require_finite
 
 from .needs import Needs
@@ -86,7 +87,7 @@ class Scorer:
             )
         self.params: dict[str, Any] = {**self.defaults, **params}
         self.check_params(self.params)
-        self.store: Any = None
+        self.store: StoreLike | None = None
         self.fitted = False
         self.model_sha256: str | None = None
         self.chunk_rows = DEFAULT_CHUNK_ROWS
@@ -104,19 +105,19 @@ class Scorer:
         return f"{type(self).__name__}({args})"
 
     # ------------------------------------------------------------------ hooks
-    def check_params(self, params: Mapping[str, Any], store: Any = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         """Validate a parameter setting; raise UsageError naming the value and the valid range.
 
         Called at construction (store=None) and again with the store at fit and for every
         grid setting (ranges that depend on the data, e.g. K <= bank size)."""
 
-    def valid_ranges(self, params: Mapping[str, Any], store: Any) -> dict[str, ValidRange]:
+    def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
         """The data-dependent ranges of this scorer's parameters for `store`, given the other
         parameters in `params` (e.g. K's range depends on the bank fraction); {} when no
         parameter's validity depends on the data. Integers stay integers."""
         return {}
 
-    def resolve_default(self, param: str, value: Any, store: Any) -> Any:
+    def resolve_default(self, param: str, value: Any, store: StoreLike) -> Any:
         """The value a default stands for on `store` (ViM's dim None -> the paper's rule);
         default: the value itself."""
         return value
@@ -128,24 +129,24 @@ class Scorer:
             raise UsageError(f"scorer {self.name!r}: {param}={params[param]!r} is not one of "
                              f"{', '.join(map(str, choices))}")
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         """Fit state from the store; default: nothing to fit."""
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         raise NotImplementedError(f"{type(self).__name__} must implement _score")
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         """Default: refit and rescore per setting (what a grid search without caching does)."""
         out = []
         for setting in settings:
             scorer = type(self)(**{**self.params, **setting})
             scorer.chunk_rows = self.chunk_rows
-            scorer.fit(self.store)
+            scorer.fit(self.fitted_store)
             out.append(scorer.score(split))
         return out
 
     # ------------------------------------------------------------------ API
-    def fit(self, store: Any, grid: Grid | None = None) -> Scorer:
+    def fit(self, store: StoreLike, grid: Grid | None = None) -> Scorer:
         """Fit on the store's default fit split(s); returns self.
 
         `grid` (optional): the grid `score_grid` will be asked for, so that a fit whose
@@ -165,13 +166,14 @@ class Scorer:
         self.fitted = True
         return self
 
-    def _check_split(self, split: Any, force: bool) -> None:
+    def _check_split(self, split: SplitLike, force: bool) -> None:
         if not self.fitted:
             raise FeatstoreError(f"scorer {self.name!r}: call fit(store) before score(split)")
-        sha = split._store.model_sha256
+        sha = split.model_sha256
         if sha != self.model_sha256 and not force:
+            fitted = str(self.model_sha256)
             raise FeatstoreError(
-                f"scorer {self.name!r} was fitted on a store of model {self.model_sha256[:12]}… "
+                f"scorer {self.name!r} was fitted on a store of model {fitted[:12]}… "
                 f"but split {split.name!r} comes from model {sha[:12]}…; pass force=True to "
                 "score anyway"
             )
@@ -184,13 +186,13 @@ class Scorer:
         if not self.allow_nonfinite:
             require_finite(split, value_fields(self), f"{self.name!r} scores")
 
-    def score(self, split: Any, force: bool = False) -> np.ndarray:
+    def score(self, split: SplitLike, force: bool = False) -> np.ndarray:
         """(N,) float64 scores of a split, higher = more in-distribution."""
         self._check_split(split, force)
         return np.asarray(self._score(split), dtype=np.float64)
 
     def score_grid(
-        self, split: Any, grid: Grid | None = None, force: bool = False
+        self, split: SplitLike, grid: Grid | None = None, force: bool = False
     ) -> list[tuple[dict[str, Any], np.ndarray]]:
         """Every setting of `grid` (default: the scorer's default grid) with its scores.
 
@@ -207,7 +209,15 @@ class Scorer:
                 for s, v in zip(settings, scores, strict=True)]
 
     # ------------------------------------------------------------------ helpers
-    def chunks(self, split: Any, *fields: str) -> Iterator[tuple[slice, tuple[np.ndarray, ...]]]:
+    @property
+    def fitted_store(self) -> StoreLike:
+        """The store `fit` was given (FeatstoreError before any fit)."""
+        if self.store is None:
+            raise FeatstoreError(f"scorer {self.name!r}: call fit(store) before score(split)")
+        return self.store
+
+    def chunks(self, split: SplitLike, *fields: str
+               ) -> Iterator[tuple[slice, tuple[np.ndarray, ...]]]:
         """Row chunks of a split's fields as float32: about `rowmap.FIT_READ_BYTES` of the
         widest field per chunk, at most `self.chunk_rows` rows (bounded memory)."""
         from .rowmap import read_chunk_rows
@@ -215,7 +225,7 @@ class Scorer:
         rows = read_chunk_rows(split, fields, self.chunk_rows)
         return split.iter_chunks(*fields, chunk_rows=rows)
 
-    def map_rows(self, split: Any, fields: Sequence[str], fn: Any,
+    def map_rows(self, split: SplitLike, fields: Sequence[str], fn: Any,
                  outputs: int | None = None) -> Any:
         """(N,) float64 `fn(*blocks)` over row blocks of `fields` (or a list of `outputs`
         such arrays when fn returns that many per block), in parallel and streaming
@@ -224,7 +234,7 @@ class Scorer:
 
         return map_rows(split, fields, fn, chunk_rows=self.chunk_rows, outputs=outputs)
 
-    def fit_split(self, store: Any, name: str) -> Any:
+    def fit_split(self, store: StoreLike, name: str) -> SplitLike:
         return store.split(name)
 
 
@@ -235,7 +245,7 @@ LOGITS_ARE_HEAD_RTOL = 1e-4
 LOGITS_PROBE_ROWS = 256
 
 
-def stored_logits_are_head(store: Any) -> bool:
+def stored_logits_are_head(store: StoreLike) -> bool:
     """Are the store's float32 logits the head's output, x @ W.T + b, to float32 rounding?
     Probed on the first `LOGITS_PROBE_ROWS` rows of the first float32 split (store order)
     that has logits; scorers that may start from the stored logits instead of a product with
@@ -253,7 +263,7 @@ def stored_logits_are_head(store: Any) -> bool:
     return bool(np.max(np.abs(stored - expected)) <= LOGITS_ARE_HEAD_RTOL * scale)
 
 
-def head_logits_usable(split: Any, logits_are_head: bool) -> bool:
+def head_logits_usable(split: SplitLike, logits_are_head: bool) -> bool:
     """May a scorer fitted with `logits_are_head` (= `stored_logits_are_head(store)`) read
     `split`'s logits in place of x @ W.T + b? Only float32 splits with logits."""
     return logits_are_head and split.dtype == "float32" and "logits" in split.dims
@@ -288,7 +298,7 @@ def fit_split_names(scorer: Scorer | type[Scorer]) -> list[str]:
     return Needs.of(scorer).fit_splits
 
 
-def check_needs(scorer: Scorer, store: Any) -> None:
+def check_needs(scorer: Scorer, store: StoreLike) -> None:
     """Raise FeatstoreError naming the first missing need and how to produce it."""
     needs = Needs.of(scorer)
     for need in needs:

@@ -29,6 +29,7 @@ import numpy as np
 
 from featstore.errors import InputError
 from featstore.fileio import is_link
+from featstore.interfaces import SplitLike, StoreLike
 
 SCORES_FILE = "scores.h5"
 
@@ -51,7 +52,7 @@ def params_hash(params: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def cache_off_reason(store: Any) -> str | None:
+def cache_off_reason(store: StoreLike) -> str | None:
     """Why scores of `store` cannot be cached (a read-only store directory or scores.h5), or
     None when they can."""
     path = Path(store.path)
@@ -65,7 +66,7 @@ def cache_off_reason(store: Any) -> str | None:
 class ScoreCache:
     """Read/write cached scores of one store."""
 
-    def __init__(self, store: Any):
+    def __init__(self, store: StoreLike):
         self.store = store
         self.path = Path(store.path) / SCORES_FILE
         if is_link(self.path):
@@ -73,7 +74,7 @@ class ScoreCache:
                              "featstore never follows links in a store: remove it, or pass "
                              "--no-cache")
 
-    def _key(self, method: str, params: Mapping[str, Any], split: Any) -> str:
+    def _key(self, method: str, params: Mapping[str, Any], split: SplitLike) -> str:
         return f"{method}/{params_hash(params)}/{split.name.replace('/', '__')}"
 
     @staticmethod
@@ -89,7 +90,7 @@ class ScoreCache:
             return None
         return node
 
-    def get(self, method: str, params: Mapping[str, Any], split: Any) -> np.ndarray | None:
+    def get(self, method: str, params: Mapping[str, Any], split: SplitLike) -> np.ndarray | None:
         if not self.path.is_file():
             return None
         key = self._key(method, params, split)
@@ -107,7 +108,8 @@ class ScoreCache:
         except (OSError, ValueError, TypeError):
             return None  # an unreadable cache is a miss; it is rebuilt on the next put
 
-    def put(self, method: str, params: Mapping[str, Any], split: Any, scores: np.ndarray) -> None:
+    def put(self, method: str, params: Mapping[str, Any], split: SplitLike,
+            scores: np.ndarray) -> None:
         key = self._key(method, params, split)
         if is_link(self.path):
             raise InputError(f"store {str(self.store.path)!r}: {SCORES_FILE} is a symbolic "

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import InputError, UsageError
+from featstore.interfaces import StoreLike
 
 from .evaluate import evaluate
 from .metrics import METRIC_DIRECTIONS, OOD_METRIC_NAMES
@@ -99,7 +100,7 @@ def p_matrix(methods: Sequence[str], rows: Sequence[Mapping[str, Any]],
     return mat
 
 
-def compare(store: Any, methods: Sequence[str],
+def compare(store: StoreLike, methods: Sequence[str],
             params: Mapping[str, Mapping[str, Any]] | None = None,
             spec: BootstrapSpec | None = None, use_cache: bool = True,
             metrics: Sequence[str] = TESTED_METRICS) -> dict[str, Any]:

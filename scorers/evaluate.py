@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import FeatstoreError
+from featstore.interfaces import StoreLike
 from featstore.values import require_finite
 
 from .adapt import fit_defaults
@@ -30,13 +31,13 @@ from .uncertainty import add_intervals
 ID_SPLIT = "id/test"
 
 
-def supported(store: Any, name: str) -> tuple[bool, str]:
+def supported(store: StoreLike, name: str) -> tuple[bool, str]:
     """Whether the store has what scorer `name` needs (and why not)."""
     why = unsupported_reason(store, name)
     return why is None, why or ""
 
 
-def group_means(per_split: Mapping[str, Mapping[str, float]], store: Any) -> dict[str, dict]:
+def group_means(per_split: Mapping[str, Mapping[str, float]], store: StoreLike) -> dict[str, dict]:
     """Unweighted mean of each metric over each group's splits."""
     groups: dict[str, list[str]] = {}
     for name in per_split:
@@ -52,7 +53,7 @@ def mean_of(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values)
 
 
-def require_finite_inputs(store: Any, name: str, splits: Sequence[str]) -> None:
+def require_finite_inputs(store: StoreLike, name: str, splits: Sequence[str]) -> None:
     """NonFiniteError (featstore.values) if a field scorer `name` reads (features, logits,
     extras) holds NaN or inf in one of its fit splits or in `splits`: a dictionary lookup in
     the manifest's record, so it runs before anything data-dependent (defaults clamped to the
@@ -66,7 +67,7 @@ def require_finite_inputs(store: Any, name: str, splits: Sequence[str]) -> None:
         require_finite(store.split(split_name), fields, f"{name!r} scores")
 
 
-def score_splits(store: Any, name: str, params: Mapping[str, Any], splits: Sequence[str],
+def score_splits(store: StoreLike, name: str, params: Mapping[str, Any], splits: Sequence[str],
                  use_cache: bool = True, diagnostics: dict[str, Any] | None = None,
                  allow_nonfinite: bool = False
                  ) -> tuple[dict[str, np.ndarray], float, float]:
@@ -112,8 +113,9 @@ def score_splits(store: Any, name: str, params: Mapping[str, Any], splits: Seque
     return {s: out[s] for s in splits}, fit_s, score_s
 
 
-def score_with_defaults(store: Any, name: str, given: Mapping[str, Any], splits: Sequence[str],
-                        use_cache: bool = True, diagnostics: dict[str, Any] | None = None,
+def score_with_defaults(store: StoreLike, name: str, given: Mapping[str, Any],
+                        splits: Sequence[str], use_cache: bool = True,
+                        diagnostics: dict[str, Any] | None = None,
                         allow_nonfinite: bool = False
                         ) -> tuple[dict[str, np.ndarray], float, float, dict[str, Any],
                                    list[dict[str, Any]]]:
@@ -143,7 +145,7 @@ def id_side_metrics(id_scores: np.ndarray, logits: np.ndarray, labels: np.ndarra
     return {"misclassification_auroc": mis, **sel}
 
 
-def evaluate(store: Any, methods: Sequence[str] | None = None,
+def evaluate(store: StoreLike, methods: Sequence[str] | None = None,
              params: Mapping[str, Mapping[str, Any]] | None = None,
              use_cache: bool = True, progress: Any = None, strict: bool = False,
              allow_nonfinite: bool = False, ci: BootstrapSpec | None = None,

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from featstore.errors import UsageError
+from featstore.interfaces import SplitLike, StoreLike
 
 from .base import Scorer, ValidRange
 from .knn_index import INDEX_KINDS, KnnIndex, subsample_rows, subsample_size
@@ -25,13 +26,13 @@ RECALL_QUERIES = 256
 RECALL_SPLITS = ("id/val", "id/test", FIT_SPLIT)
 
 
-def recall_split(store: Any) -> str:
+def recall_split(store: StoreLike) -> str:
     """The split whose first rows are the recall queries: id/val when the store has it (rows
     outside the bank), else id/test, else id/train (bank rows: recall is then optimistic)."""
     return next(n for n in RECALL_SPLITS if store.has_split(n))
 
 
-def recall_queries(store: Any, max_rows: int = RECALL_QUERIES) -> np.ndarray:
+def recall_queries(store: StoreLike, max_rows: int = RECALL_QUERIES) -> np.ndarray:
     """The first `max_rows` features of `recall_split(store)`, L2-normalized: the queries on
     which an approximate index's recall@K is measured."""
     from .knn_index import l2_normalize
@@ -45,7 +46,7 @@ def is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def bank_chunks(store: Any, fraction: float, seed: int, chunk_rows: int,
+def bank_chunks(store: StoreLike, fraction: float, seed: int, chunk_rows: int,
                 *fields: str) -> Iterator[tuple[np.ndarray, ...]]:
     """id/train chunks of `fields` restricted to the bank rows: all rows, or the sorted
     `subsample_rows(N, fraction, seed)`; empty chunks are skipped."""
@@ -66,7 +67,7 @@ class BankScorer(Scorer):
     fraction_param: ClassVar[str] = "bank_fraction"
     bank_keys: ClassVar[tuple[str, ...]] = ()
 
-    def check_params(self, params: Mapping[str, Any], store: Any = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         name, fp = self.name, self.fraction_param
         k = params["K"]
         if not is_int(k) or k < 1:
@@ -87,7 +88,7 @@ class BankScorer(Scorer):
                     f"{n} rows of {FIT_SPLIT} x {fp} {frac}); valid: 1 <= K <= {size}"
                 )
 
-    def valid_ranges(self, params: Mapping[str, Any], store: Any) -> dict[str, ValidRange]:
+    def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
         """K's data-dependent range: 1 <= K <= the bank size (id/train rows x the fraction)."""
         if not store.has_split(FIT_SPLIT):
             return {}
@@ -98,10 +99,10 @@ class BankScorer(Scorer):
                                          f"{FIT_SPLIT} x {fp} {params[fp]})")}
 
     # ------------------------------------------------------------------ subclass hooks
-    def _build(self, store: Any, params: Mapping[str, Any]) -> KnnIndex:
+    def _build(self, store: StoreLike, params: Mapping[str, Any]) -> KnnIndex:
         raise NotImplementedError
 
-    def _scores_for_ks(self, index: KnnIndex, split: Any,
+    def _scores_for_ks(self, index: KnnIndex, split: SplitLike,
                        ks: list[int]) -> dict[int, np.ndarray]:
         raise NotImplementedError
 
@@ -114,7 +115,7 @@ class BankScorer(Scorer):
             groups.setdefault(index.search_key(k), []).append(k)
         return list(groups.values())
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         self.index = self._build(store, self.params)
         self.bank_size = self.index.ntotal
         self.diagnostics = {"index": self.params["index"], "bank_size": self.bank_size}
@@ -124,18 +125,18 @@ class BankScorer(Scorer):
                                     recall_queries=self.index.recall_queries,
                                     recall_split=recall_split(store))
 
-    def index_options(self, store: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    def index_options(self, store: StoreLike, params: Mapping[str, Any]) -> dict[str, Any]:
         """Keyword arguments every subclass passes to KnnIndex: the recall queries when the
         index is approximate (recall@K against exact search is measured at build)."""
         if params["index"] == "exact":
             return {}
         return {"recall_queries": recall_queries(store), "recall_k": int(params["K"])}
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         k = int(self.params["K"])
         return self._scores_for_ks(self.index, split, [k])[k]
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         keys = (self.fraction_param, "seed", "index")
         full = [{**self.params, **s} for s in settings]
         groups: dict[tuple, list[int]] = {}
@@ -144,7 +145,7 @@ class BankScorer(Scorer):
         out: list[np.ndarray] = [np.empty(0)] * len(settings)
         own = tuple(self.params[key] for key in keys)
         for key, members in groups.items():
-            index = self.index if key == own else self._build(self.store, full[members[0]])
+            index = self.index if key == own else self._build(self.fitted_store, full[members[0]])
             scores = self._scores_for_ks(index, split, [int(full[i]["K"]) for i in members])
             for i in members:
                 out[i] = scores[int(full[i]["K"])]

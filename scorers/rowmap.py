@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from featstore.interfaces import SplitLike
+
 READ_BYTES = 8 << 20
 FIT_READ_BYTES = 4 << 20
 BLOCK_BYTES = 1 << 20
@@ -55,7 +57,7 @@ def threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _row_bytes(split: Any, field: str) -> int:
+def _row_bytes(split: SplitLike, field: str) -> int:
     if field.startswith("extra:"):  # any row axis: bytes per row of the whole array
         ds = split.extra(field[len("extra:"):])
         return max(1, ds.size * ds.dtype.itemsize // max(1, split.num_rows))
@@ -64,7 +66,7 @@ def _row_bytes(split: Any, field: str) -> int:
     return max(1, per_row * ds.dtype.itemsize)
 
 
-def block_layout(split: Any, fields: Sequence[str], chunk_rows: int | None = None
+def block_layout(split: SplitLike, fields: Sequence[str], chunk_rows: int | None = None
                  ) -> tuple[int, int]:
     """(rows per block, rows per read chunk) for these fields: blocks of about BLOCK_BYTES of
     the widest field, chunks of about READ_BYTES, a whole number of blocks per chunk.
@@ -78,7 +80,7 @@ def block_layout(split: Any, fields: Sequence[str], chunk_rows: int | None = Non
     return block, chunk
 
 
-def read_chunk_rows(split: Any, fields: Sequence[str], chunk_rows: int | None = None) -> int:
+def read_chunk_rows(split: SplitLike, fields: Sequence[str], chunk_rows: int | None = None) -> int:
     """Rows per streamed read of `fields` in the fit passes and neighbour searches: about
     FIT_READ_BYTES of the widest field (their float64 temporaries are several times that),
     at most `chunk_rows`."""
@@ -105,7 +107,7 @@ def blas_controller() -> Any:
 
 
 def map_rows(
-    split: Any,
+    split: SplitLike,
     fields: Sequence[str],
     fn: Callable[..., np.ndarray],
     *,

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from featstore.errors import FeatstoreError
+from featstore.interfaces import StoreLike
 
 from .base import how_to
 from .needs import Needs
@@ -29,7 +30,7 @@ ID_SPLIT = "id/test"
 T = TypeVar("T")
 
 
-def unsupported_reason(store: Any, name: str) -> str | None:
+def unsupported_reason(store: StoreLike, name: str) -> str | None:
     """Why the store lacks what scorer `name` needs (a fit split, an extra), or None."""
     for need in Needs.of(REGISTRY[name]):
         if need.kind == "fit" and not store.has_split(need.arg):
@@ -40,7 +41,7 @@ def unsupported_reason(store: Any, name: str) -> str | None:
     return None
 
 
-def check_supported(store: Any, name: str) -> None:
+def check_supported(store: StoreLike, name: str) -> None:
     """FeatstoreError naming the scorer, the store and the missing need, if any."""
     why = unsupported_reason(store, name)
     if why is not None:
@@ -63,7 +64,7 @@ def run_each(names: Sequence[str], run: Callable[[str], T], *, strict: bool = Fa
     return done, skipped
 
 
-def require_any(done: Mapping[str, Any], skipped: Mapping[str, str], store: Any) -> None:
+def require_any(done: Mapping[str, Any], skipped: Mapping[str, str], store: StoreLike) -> None:
     """FeatstoreError listing every skip reason when no scorer ran."""
     if not done and skipped:
         reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items())

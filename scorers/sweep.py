@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
+from featstore.interfaces import SplitLike, StoreLike
 
 from .adapt import adapt_grid, adapt_params
 from .base import Scorer, check_grid_keys, expand_grid
@@ -77,7 +78,7 @@ def check_select_by(select_by: str) -> str:
     return METRIC_DIRECTIONS[select_by]
 
 
-def val_splits(store: Any) -> list[str]:
+def val_splits(store: StoreLike) -> list[str]:
     """The val OOD splits of a store; FeatstoreError naming what is missing otherwise."""
     missing = []
     if not store.has_split(VAL_ID_SPLIT):
@@ -153,7 +154,7 @@ class _Plan:
     defaults clamped to this store (`scorers.adapt`)."""
 
     def __init__(self, probe: Scorer, grid: Mapping[str, Any] | None,
-                 base: Mapping[str, Any], store: Any):
+                 base: Mapping[str, Any], store: StoreLike):
         name = probe.name
         if grid is None:
             self.source = "default"
@@ -198,7 +199,7 @@ class _Plan:
         self.product = (expand_grid(pruned) if pruned else [{}]) == self.settings
         self.pruned = pruned
 
-    def score(self, scorer: Scorer, split: Any) -> list[np.ndarray]:
+    def score(self, scorer: Scorer, split: SplitLike) -> list[np.ndarray]:
         """Scores of every setting on one split, in settings order."""
         if self.product:
             return [s for _, s in scorer.score_grid(split, self.pruned)]
@@ -206,7 +207,7 @@ class _Plan:
                 for setting in self.settings]
 
 
-def _split_metrics(plan: _Plan, scorer: Scorer, store: Any, id_name: str,
+def _split_metrics(plan: _Plan, scorer: Scorer, store: StoreLike, id_name: str,
                    ood_names: Sequence[str], keep: dict[str, np.ndarray] | None = None,
                    keep_index: int = 0) -> tuple[list[np.ndarray], list[dict]]:
     """Scores of the ID split per setting, and per setting {ood split: metrics}. With `keep`,
@@ -228,7 +229,7 @@ def _mean(per_split: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     return {m: mean_of([v[m] for v in per_split.values()]) for m in OOD_METRIC_NAMES}
 
 
-def _test_report(plan: _Plan, scorer: Scorer, store: Any, method: str, index: int,
+def _test_report(plan: _Plan, scorer: Scorer, store: StoreLike, method: str, index: int,
                  chosen_params: dict[str, Any], fit_s: float, val_s: float,
                  ci: BootstrapSpec | None, keep_scores: dict[str, np.ndarray] | None
                  ) -> tuple[list[str], list[dict[str, Any] | None], dict[str, Any] | None,
@@ -274,7 +275,7 @@ def _test_report(plan: _Plan, scorer: Scorer, store: Any, method: str, index: in
 
 
 # --------------------------------------------------------------------------- API
-def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
+def sweep(store: StoreLike, method: str, grid: Mapping[str, Any] | None = None,
           select_by: str = "auroc", base_params: Mapping[str, Any] | None = None,
           ci: BootstrapSpec | None = None, keep_scores: dict[str, np.ndarray] | None = None
           ) -> dict[str, Any]:
@@ -338,7 +339,7 @@ def sweep(store: Any, method: str, grid: Mapping[str, Any] | None = None,
     }
 
 
-def sweep_all(store: Any, methods: Sequence[str] | None = None,
+def sweep_all(store: StoreLike, methods: Sequence[str] | None = None,
               params: Mapping[str, Mapping[str, Any]] | None = None,
               select_by: str = "auroc",
               progress: Callable[[str], None] | None = None,

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from featstore.interfaces import StoreLike
+
 from .stats.bootstrap import BootstrapSpec, Distributions, bootstrap_evaluation
 
 
@@ -30,7 +32,7 @@ def id_correctness(logits: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, 
     return correct, labelled
 
 
-def split_groups(store: Any, ood_names: list[str]) -> dict[str, list[str]]:
+def split_groups(store: StoreLike, ood_names: list[str]) -> dict[str, list[str]]:
     """``{group: [split, ...]}`` of the OOD splits, as ``scorers.evaluate.group_means``."""
     groups: dict[str, list[str]] = {}
     for name in ood_names:
@@ -49,7 +51,7 @@ def _attach(target: dict[str, Any], intervals: Mapping[str, list[float]]) -> Non
 
 
 def add_intervals(result: dict[str, Any], scores: Mapping[str, Mapping[str, np.ndarray]],
-                  store: Any, spec: BootstrapSpec) -> Distributions:
+                  store: StoreLike, spec: BootstrapSpec) -> Distributions:
     """Write the intervals into ``result`` (in place) and return the distributions.
 
     ``scores[method][split]`` must hold the ID split and every OOD split of each method in

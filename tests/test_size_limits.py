@@ -79,7 +79,7 @@ def _planted(tmp_path: Path, file_lines: int, body_lines: int) -> Path:
     """A package `pkg` with one file of `file_lines` lines holding a method of
     1 + body_lines lines (its def line and body_lines statements)."""
     pkg = tmp_path / "pkg"
-    pkg.mkdir()
+    pkg.mkdir(parents=True)
     method = ["class A:", "    @staticmethod", "    def long():"]
     method += ["        x = 1"] * body_lines
     filler = ["# filler"] * (file_lines - len(method))

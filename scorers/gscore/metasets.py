@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
+from featstore.interfaces import StoreLike
 
 from ..metrics import ood_metrics
 from .parts import pack
@@ -69,7 +70,7 @@ class _StoreData:
     """One store's scores pooled as [id/test rows, OOD split 1 rows, ...] per method."""
 
     index: int
-    store: Any
+    store: StoreLike
     path: str
     sha: str
     ood: list[str]
@@ -83,7 +84,7 @@ class _StoreData:
     train_gauss: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
-def _ood_test_splits(store: Any) -> list[str]:
+def _ood_test_splits(store: StoreLike) -> list[str]:
     return store.splits(role="ood", usage="test")
 
 
@@ -105,7 +106,7 @@ def select_splits(names: Sequence[str], include: Sequence[str] | None = None,
     return kept
 
 
-def _store_data(index: int, store: Any, keep: Sequence[str] | None = None) -> _StoreData:
+def _store_data(index: int, store: StoreLike, keep: Sequence[str] | None = None) -> _StoreData:
     """Pools of one store; `keep`: the OOD split names to use (None = every OOD test split)."""
     for need in (ID_TEST, ID_VAL):
         if not store.has_split(need):

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import UsageError
+from featstore.interfaces import StoreLike
 
 from ..metrics import ood_metrics
 from .engine import GscoreEngine
@@ -295,7 +296,7 @@ def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95"
     )
 
 
-def predict_gscore(model: GscoreModel, store: Any, splits: Sequence[str], *,
+def predict_gscore(model: GscoreModel, store: StoreLike, splits: Sequence[str], *,
                    force: bool = False, use_cache: bool = True,
                    with_truth: bool = False) -> dict[str, Any]:
     """Predicted metric of the unlabelled set made of the named splits' rows (labels ignored).

@@ -9,11 +9,11 @@ class-conditional Mahalanobis distance min_k (x - mu_k)^T P (x - mu_k)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from featstore.errors import FeatstoreError
+from featstore.interfaces import StoreLike
 
 from ..base import Scorer
 from ..rowmap import read_chunk_rows
@@ -22,7 +22,7 @@ from .subspace import eig_cutoff
 FIT_SPLIT = "id/train"
 
 
-def train_mean(scorer: Scorer, store: Any, split_name: str = FIT_SPLIT) -> np.ndarray:
+def train_mean(scorer: Scorer, store: StoreLike, split_name: str = FIT_SPLIT) -> np.ndarray:
     """Mean feature of a split, accumulated in float64 over chunks."""
     split = scorer.fit_split(store, split_name)
     total = None
@@ -81,7 +81,7 @@ class GaussianStats:
     global_cov: Scatter | None
 
 
-def fit_gaussian_stats(store: Any, chunk_rows: int, scorer_name: str,
+def fit_gaussian_stats(store: StoreLike, chunk_rows: int, scorer_name: str,
                        with_global: bool = True) -> GaussianStats:
     """Two streaming passes over id/train (features, labels) in float64. The global
     covariance (one more N x D x D product in pass 2) only when `with_global`. With fewer

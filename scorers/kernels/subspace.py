@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
+from featstore.interfaces import StoreLike
 
 from ..base import Scorer, ValidRange
 
@@ -46,12 +47,12 @@ def default_dim(num_features: int) -> int:
     return num_features // 2
 
 
-def feature_dim(store: Any) -> int:
+def feature_dim(store: StoreLike) -> int:
     """D, the head's input dimension."""
     return int(store.head[0].shape[1])
 
 
-def check_dim(scorer_name: str, dim: Any, store: Any = None) -> None:
+def check_dim(scorer_name: str, dim: Any, store: StoreLike | None = None) -> None:
     """`dim` is None (paper rule) or an integer with 1 <= dim < D."""
     if dim is None:
         if store is not None and default_dim(feature_dim(store)) < 1:
@@ -81,7 +82,7 @@ def check_dim(scorer_name: str, dim: Any, store: Any = None) -> None:
     check_dim_below_rows(scorer_name, dim, store)
 
 
-def check_dim_below_rows(scorer_name: str, dim: int, store: Any) -> None:
+def check_dim_below_rows(scorer_name: str, dim: int, store: StoreLike) -> None:
     """dim < N, the number of id/train rows: S is a sum of N rank-one terms, so its rank is
     at most N, and a principal space of dim >= N directions would hold arbitrary directions
     of S's null space (the residual, and ViM's alpha, would depend on LAPACK's choice of
@@ -97,7 +98,7 @@ def check_dim_below_rows(scorer_name: str, dim: int, store: Any) -> None:
         )
 
 
-def dim_range(store: Any) -> ValidRange:
+def dim_range(store: StoreLike) -> ValidRange:
     """dim's data-dependent range: 1 <= dim < min(D, N) (N = id/train rows; see
     `check_dim_below_rows`); shared by vim and residual."""
     d = feature_dim(store)
@@ -109,13 +110,13 @@ def dim_range(store: Any) -> ValidRange:
 class PrincipalScorer(Scorer):
     """What vim and residual share about `dim`: the paper's default rule and its range."""
 
-    def check_params(self, params: dict[str, Any], store: Any = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         check_dim(self.name, params["dim"], store)
 
-    def valid_ranges(self, params: Mapping[str, Any], store: Any) -> dict[str, ValidRange]:
+    def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
         return {"dim": dim_range(store)}
 
-    def resolve_default(self, param: str, value: Any, store: Any) -> Any:
+    def resolve_default(self, param: str, value: Any, store: StoreLike) -> Any:
         return resolve_dim(value, feature_dim(store)) if param == "dim" else value
 
 
@@ -163,7 +164,7 @@ class PrincipalSpace:
             )
 
     @classmethod
-    def fit(cls, scorer: Scorer, store: Any, alpha_dims: list[int] | None = None
+    def fit(cls, scorer: Scorer, store: StoreLike, alpha_dims: list[int] | None = None
             ) -> PrincipalSpace:
         """One chunked pass over id/train for S (and the mean max-logit when `alpha_dims` is
         given), the eigendecomposition, then one pass for the mean residual norms of
@@ -194,7 +195,7 @@ class PrincipalSpace:
             state.ensure_residuals(scorer, store, alpha_dims)
         return state
 
-    def ensure_residuals(self, scorer: Scorer, store: Any, dims: list[int]) -> None:
+    def ensure_residuals(self, scorer: Scorer, store: StoreLike, dims: list[int]) -> None:
         """mean_{id/train} r(x) for every dim in `dims` not known yet, from ONE chunked pass
         that projects each row onto V[:, min(missing):] (`residual_sq`)."""
         missing = sorted({k for k in dims if k not in self.mean_residual})

@@ -13,12 +13,11 @@ running sum by `scorers.kernels.gather.sparse_pays`.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from numba import njit
 
 from featstore.errors import UsageError
+from featstore.interfaces import StoreLike
 
 from ..base import ValidRange
 from .gather import gather_add, gather_sum, sparse_pays
@@ -30,7 +29,7 @@ def keep_count(num_features: int, percentile: float) -> int:
     return num_features - int(np.round(num_features * percentile / 100.0))
 
 
-def check_keep(scorer_name: str, percentile: float, store: Any) -> None:
+def check_keep(scorer_name: str, percentile: float, store: StoreLike | None) -> None:
     """The percentile must keep at least one of the store's D activations."""
     if store is None:
         return
@@ -43,7 +42,7 @@ def check_keep(scorer_name: str, percentile: float, store: Any) -> None:
         )
 
 
-def percentile_range(store: Any) -> ValidRange:
+def percentile_range(store: StoreLike) -> ValidRange:
     """The percentiles that keep at least one of D activations, as a closed range: (0, 100 (D -
     1) / D]; keep_count(D, 100 (D - 1) / D) = 1 (a slightly larger p may still keep one, but
     this bound is exact for every D)."""

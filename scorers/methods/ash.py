@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import UsageError
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer, ValidRange
 from ..kernels.gather import exact_f32
@@ -82,7 +83,7 @@ class ASH(Scorer):
     paper = ("Djurisic, Bozanic, Ashok, Liu. Extremely Simple Activation Shaping for "
              "Out-of-Distribution Detection. ICLR 2023")
 
-    def check_params(self, params: dict[str, Any], store: Any = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         if params["variant"] not in VARIANTS:
             raise UsageError(
                 f"scorer {self.name!r}: variant must be one of {', '.join(VARIANTS)} "
@@ -91,10 +92,10 @@ class ASH(Scorer):
         check_percentile(self.name, "percentile", params["percentile"])
         check_keep(self.name, params["percentile"], store)
 
-    def valid_ranges(self, params: Mapping[str, Any], store: Any) -> dict[str, ValidRange]:
+    def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
         return {"percentile": percentile_range(store)}
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         weight, bias = store.head
         self.wt = exact_f32(np.asarray(weight).T)        # (D, C), for the sparse sums
         self.bias = np.asarray(bias, dtype=np.float64)
@@ -107,10 +108,10 @@ class ASH(Scorer):
             self._wt64 = np.ascontiguousarray(self.wt, dtype=np.float64)
         return self._wt64
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         d = self.wt.shape[0]
         full = [{**self.params, **s} for s in settings]
         jobs = [(s["variant"], keep_count(d, s["percentile"])) for s in full]

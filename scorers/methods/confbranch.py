@@ -18,6 +18,7 @@ import numpy as np
 
 from featstore.errors import FeatstoreError
 from featstore.extra_keys import CONFIDENCE
+from featstore.interfaces import SplitLike
 
 from ..base import Scorer
 
@@ -32,7 +33,7 @@ class ConfBranch(Scorer):
     paper = ("DeVries & Taylor, Learning Confidence for Out-of-Distribution Detection in Neural "
              "Networks, arXiv:1802.04865, 2018")
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         ds = split.extra(CONFIDENCE)
         if ds.shape != (split.num_rows,):
             raise FeatstoreError(f"scorer {self.name!r}: extra {CONFIDENCE!r} of split "

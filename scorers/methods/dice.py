@@ -37,9 +37,12 @@ masked heads and the band lists of a grid, so a sweep on several splits builds e
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.bands import WeightBands, masked_running_sums
@@ -57,10 +60,10 @@ class DICE(Scorer):
     grid = {"p": [10, 30, 50, 70, 90]}
     paper = "Sun, Li. DICE: Leveraging Sparsification for Out-of-Distribution Detection. ECCV 2022"
 
-    def check_params(self, params: dict[str, Any], store: Any = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         check_percentile(self.name, "p", params["p"])
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         weight, bias = store.head
         self.weight = np.asarray(weight, dtype=np.float64)
         self.bias = np.asarray(bias, dtype=np.float64)
@@ -102,10 +105,10 @@ class DICE(Scorer):
                 prev = self._kept[p]
         return chain
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         ps = [float({**self.params, **s}["p"]) for s in settings]
         chain = self.plan(ps)
         dense = [p for p in dict.fromkeys(ps) if p not in chain]

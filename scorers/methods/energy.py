@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import UsageError
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import logsumexp
@@ -54,13 +55,13 @@ class TemperatureScorer(Scorer):
     def kernel(self, logits: np.ndarray, temperature: float) -> np.ndarray:
         raise NotImplementedError
 
-    def check_params(self, params: Any, store: Any = None) -> None:
+    def check_params(self, params: Any, store: StoreLike | None = None) -> None:
         check_temperature(self.name, params["temperature"])
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         temps = [float({**self.params, **s}["temperature"]) for s in settings]
         return self.map_rows(split, ("logits",),
                              lambda logits: [self.kernel(logits, t) for t in temps],

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from featstore.interfaces import SplitLike
+
 from ..base import Scorer
 from ..kernels.softmax import softmax_plogp
 
@@ -41,5 +43,5 @@ class Entropy(Scorer):
              "& Blundell, Simple and Scalable Predictive Uncertainty Estimation using Deep "
              "Ensembles, NeurIPS 2017")
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self.map_rows(split, ("logits",), neg_entropy)

@@ -27,11 +27,13 @@ predicted class (no per-chunk product with W).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from featstore.errors import UsageError
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.classstats import train_mean
@@ -48,7 +50,7 @@ class FDBD(Scorer):
     paper = ("Liu, Qin. Fast Decision Boundary based Out-of-Distribution Detector. "
              "ICML 2024")
 
-    def check_params(self, params: dict[str, Any], store: Any = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         value = params["distance_as_normalizer"]
         if not isinstance(value, (bool, np.bool_)):
             raise UsageError(
@@ -58,7 +60,7 @@ class FDBD(Scorer):
         if store is not None and store.head[0].shape[0] < 2:
             raise UsageError(f"scorer {self.name!r} needs at least 2 classes")
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         weight, _ = store.head
         w = np.asarray(weight, dtype=np.float64)
         sq_norms = np.einsum("cd,cd->c", w, w)
@@ -70,10 +72,10 @@ class FDBD(Scorer):
         np.fill_diagonal(self.inv_dist, 0.0)
         self.mean = train_mean(self, store)
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         num_classes = self.inv_dist.shape[0]
         flags = [bool({**self.params, **s}["distance_as_normalizer"]) for s in settings]
 

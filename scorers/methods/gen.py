@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import UsageError
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import softmax
@@ -65,7 +66,7 @@ class GEN(Scorer):
     paper = ("Liu, Lochman & Zach, GEN: Pushing the Limits of Softmax-Based "
              "Out-of-Distribution Detection, CVPR 2023")
 
-    def check_params(self, params: Any, store: Any = None) -> None:
+    def check_params(self, params: Any, store: StoreLike | None = None) -> None:
         gamma, m = params["gamma"], params["M"]
         if (isinstance(gamma, bool) or not isinstance(gamma, Real)
                 or not math.isfinite(float(gamma)) or float(gamma) <= 0):
@@ -79,10 +80,10 @@ class GEN(Scorer):
                 "values above the number of classes C use all C classes)"
             )
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         merged = [{**self.params, **s} for s in settings]
         gammas = [float(p["gamma"]) for p in merged]
         ms = [int(p["M"]) for p in merged]

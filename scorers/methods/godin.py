@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from featstore.extra_keys import GODIN_G, GODIN_H
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import max_softmax
@@ -54,10 +55,10 @@ class GODIN(Scorer):
     paper = ("Hsu, Shen, Jin & Kira, Generalized ODIN: Detecting Out-of-distribution Image "
              "without Learning from Out-of-distribution Data, CVPR 2020")
 
-    def check_params(self, params: Any, store: Any = None) -> None:
+    def check_params(self, params: Any, store: StoreLike | None = None) -> None:
         self.check_choice(params, "variant", VARIANTS)
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         variant = self.params["variant"]
         return self.map_rows(split, (f"extra:{GODIN_H}", f"extra:{GODIN_G}"),
                              lambda h, g: godin_scores(h, g, variant))

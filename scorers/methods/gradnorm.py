@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from featstore.interfaces import SplitLike, StoreLike
+
 from ..base import Scorer
 from ..kernels.softmax import softmax
 
@@ -34,12 +36,12 @@ class GradNorm(Scorer):
     paper = ("Huang, Geng, Li. On the Importance of Gradients for Detecting Distributional "
              "Shifts in the Wild. NeurIPS 2021")
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         weight, bias = store.head
         self.weight_t = np.ascontiguousarray(np.asarray(weight, dtype=np.float64).T)
         self.bias = np.asarray(bias, dtype=np.float64)
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         num_classes = self.bias.shape[0]
         def block(x: np.ndarray) -> np.ndarray:
             x64 = x.astype(np.float64)

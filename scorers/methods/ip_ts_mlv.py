@@ -21,9 +21,9 @@ states no values). With eps = 0 the score is `mls` / T of the unperturbed logits
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+
+from featstore.interfaces import SplitLike
 
 from .odin_perturbed import ODINPerturbed
 
@@ -36,7 +36,7 @@ class IPTSMLV(ODINPerturbed):
              "Out-of-Distribution Detection, DSAA 2023 (IP TS MLV; perturbation of Liang, Li & "
              "Srikant, ICLR 2018)")
 
-    def _score_pair(self, split: Any, temperature: float, epsilon: float) -> np.ndarray:
+    def _score_pair(self, split: SplitLike, temperature: float, epsilon: float) -> np.ndarray:
         name = self._require_pair(split, temperature, epsilon)
         out = np.empty(split.num_rows, dtype=np.float64)
         for rows, (logits,) in self.chunks(split, f"extra:{name}"):

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import FeatstoreError
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.classstats import add_class_sums
@@ -62,7 +63,7 @@ class KLMatching(Scorer):
     templates: np.ndarray | None = None
     template_classes: np.ndarray | None = None
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         split = self.fit_split(store, FIT_SPLIT)
         c = int(split.dims["logits"])
         sums = np.zeros((c, c), dtype=np.float64)
@@ -81,7 +82,7 @@ class KLMatching(Scorer):
             np.log(np.maximum(self.templates, EPS)).T
         )
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         log_t = self._log_templates_t
 
         def block(part: np.ndarray) -> np.ndarray:

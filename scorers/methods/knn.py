@@ -41,11 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from featstore.interfaces import SplitLike, StoreLike
+
 from ..knn_index import KnnIndex, l2_normalize, subsample_size
 from ..neighbours import FIT_SPLIT, BankScorer, bank_chunks
 
 
-def load_bank(store: Any, fraction: float, seed: int, chunk_rows: int,
+def load_bank(store: StoreLike, fraction: float, seed: int, chunk_rows: int,
               normalize: bool = True) -> np.ndarray:
     """The (L2-normalized) id/train features of the bank rows as float32, read in chunks into
     one preallocated array (peak memory: the bank plus one chunk)."""
@@ -70,13 +72,13 @@ class KNN(BankScorer):
              "ICML 2022")
     fraction_param = "bank_fraction"
 
-    def _build(self, store: Any, params: Mapping[str, Any]) -> KnnIndex:
+    def _build(self, store: StoreLike, params: Mapping[str, Any]) -> KnnIndex:
         bank = load_bank(store, float(params["bank_fraction"]), int(params["seed"]),
                          self.chunk_rows)
         return KnnIndex(bank, metric="l2", kind=params["index"], seed=int(params["seed"]),
                         query_chunk=self.chunk_rows, **self.index_options(store, params))
 
-    def _scores_for_ks(self, index: KnnIndex, split: Any,
+    def _scores_for_ks(self, index: KnnIndex, split: SplitLike,
                        ks: list[int]) -> dict[int, np.ndarray]:
         """-(Euclidean distance to the k-th neighbour) for every k in ks, one pass over split."""
         groups = self.search_groups(index, ks)

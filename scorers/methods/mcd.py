@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from featstore.extra_keys import HEAD2_LOGITS
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import softmax
@@ -48,10 +49,10 @@ class MCD(Scorer):
     paper = ("Yu & Aizawa, Unsupervised Out-of-Distribution Detection by Maximum Classifier "
              "Discrepancy, ICCV 2019")
 
-    def check_params(self, params: Any, store: Any = None) -> None:
+    def check_params(self, params: Any, store: StoreLike | None = None) -> None:
         self.check_choice(params, "variant", VARIANTS)
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         variant = self.params["variant"]
         return self.map_rows(split, ("logits", f"extra:{HEAD2_LOGITS}"),
                              lambda l1, l2: mcd_scores(l1, l2, variant))

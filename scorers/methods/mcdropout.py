@@ -25,6 +25,7 @@ import numpy as np
 
 from featstore.errors import FeatstoreError
 from featstore.extra_keys import MC_LOGITS
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import max_softmax, softmax
@@ -55,10 +56,10 @@ class MCDropout(Scorer):
     paper = ("Gal & Ghahramani, Dropout as a Bayesian Approximation: Representing Model "
              "Uncertainty in Deep Learning, ICML 2016")
 
-    def check_params(self, params: Any, store: Any = None) -> None:
+    def check_params(self, params: Any, store: StoreLike | None = None) -> None:
         self.check_choice(params, "variant", VARIANTS)
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         ds = split.extra(MC_LOGITS)
         if ds.ndim != 3 or split.extra_row_axis(MC_LOGITS) != 1:
             raise FeatstoreError(f"scorer {self.name!r}: extra {MC_LOGITS!r} of split "

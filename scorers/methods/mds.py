@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from featstore.interfaces import SplitLike, StoreLike
+
 from ..base import Scorer
 from ..kernels.classstats import ClassMahalanobis, fit_gaussian_stats
 
@@ -48,11 +50,11 @@ class MDS(Scorer):
     paper = ("Lee, Lee, Lee, Shin. A simple unified framework for detecting out-of-distribution "
              "samples and adversarial attacks. NeurIPS 2018")
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         stats = fit_gaussian_stats(store, self.chunk_rows, self.name, with_global=False)
         self.class_ids = stats.classes
         self.maha = ClassMahalanobis(stats.means, stats.within_cov.whitener(),
                                      stats.global_mean)
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self.map_rows(split, ("features",), lambda feats: -self.maha.min_sq(feats))

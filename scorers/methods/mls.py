@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from featstore.interfaces import SplitLike
+
 from ..base import Scorer
 
 
@@ -30,5 +32,5 @@ class MaxLogit(Scorer):
     paper = ("Hendrycks, Basart, Mazeika, Zou, Kwon, Mostajabi, Steinhardt & Song, Scaling "
              "Out-of-Distribution Detection for Real-World Settings, ICML 2022")
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self.map_rows(split, ("logits",), lambda logits: logits.max(axis=1))

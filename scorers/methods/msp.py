@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from featstore.interfaces import SplitLike
+
 from ..base import Scorer
 from ..kernels.softmax import max_softmax
 
@@ -31,5 +33,5 @@ class MSP(Scorer):
     paper = ("Hendrycks & Gimpel, A Baseline for Detecting Misclassified and "
              "Out-of-Distribution Examples in Neural Networks, ICLR 2017")
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self.map_rows(split, ("logits",), max_softmax)

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from featstore.errors import UsageError
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.classstats import train_mean
@@ -42,7 +44,7 @@ class NCI(Scorer):
     paper = ("Liu, Qin. Detecting Out-of-distribution through the Lens of Neural Collapse. "
              "arXiv:2311.01479, 2023")
 
-    def check_params(self, params: dict[str, Any], store: Any = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         alpha = params["alpha"]
         if (isinstance(alpha, bool) or not isinstance(alpha, numbers.Real)
                 or not math.isfinite(alpha) or alpha < 0):
@@ -50,15 +52,15 @@ class NCI(Scorer):
                 f"scorer {self.name!r}: alpha must be a finite number >= 0 (got {alpha!r})"
             )
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         weight, _ = store.head
         self.weight = np.asarray(weight, dtype=np.float64)
         self.mean = train_mean(self, store)
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         alphas = [float({**self.params, **s}["alpha"]) for s in settings]
         def block(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
             x64 = x.astype(np.float64)

@@ -36,12 +36,14 @@ from typing import Any
 
 import numpy as np
 
+from featstore.interfaces import SplitLike, StoreLike
+
 from ..kernels.softmax import logsumexp
 from ..knn_index import KnnIndex, l2_normalize, subsample_size
 from ..neighbours import FIT_SPLIT, BankScorer, bank_chunks
 
 
-def load_guide_bank(store: Any, alpha: float, seed: int, chunk_rows: int) -> np.ndarray:
+def load_guide_bank(store: StoreLike, alpha: float, seed: int, chunk_rows: int) -> np.ndarray:
     """The guidance bank: normalized id/train features scaled by their energy, float32."""
     split = store.split(FIT_SPLIT)
     bank = np.empty((subsample_size(split.num_rows, alpha), split.dims["features"]),
@@ -66,13 +68,13 @@ class NNGuide(BankScorer):
              "ICCV 2023")
     fraction_param = "alpha"
 
-    def _build(self, store: Any, params: Mapping[str, Any]) -> KnnIndex:
+    def _build(self, store: StoreLike, params: Mapping[str, Any]) -> KnnIndex:
         bank = load_guide_bank(store, float(params["alpha"]), int(params["seed"]),
                                self.chunk_rows)
         return KnnIndex(bank, metric="ip", kind=params["index"], seed=int(params["seed"]),
                         query_chunk=self.chunk_rows, **self.index_options(store, params))
 
-    def _scores_for_ks(self, index: KnnIndex, split: Any,
+    def _scores_for_ks(self, index: KnnIndex, split: SplitLike,
                        ks: list[int]) -> dict[int, np.ndarray]:
         """G_K(x) * E(x) for every K in ks, in one pass over the split."""
         groups = self.search_groups(index, ks)

@@ -28,6 +28,7 @@ import numpy as np
 
 from featstore.errors import UsageError
 from featstore.extra_keys import ODIN_GROUP, odin_name, parse_odin_name
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import max_softmax
@@ -36,7 +37,7 @@ from .energy import check_temperature
 ID_SPLIT = "id/test"
 
 
-def stored_pairs(split: Any) -> list[tuple[float, float]]:
+def stored_pairs(split: SplitLike) -> list[tuple[float, float]]:
     """(T, eps) pairs stored in a split, in name order."""
     pairs = [parse_odin_name(n) for n in split.extra_names()]
     return [p for p in pairs if p is not None]
@@ -56,7 +57,7 @@ class ODINPerturbed(Scorer):
     paper = ("Liang, Li & Srikant, Enhancing The Reliability of Out-of-distribution Image "
              "Detection in Neural Networks, ICLR 2018 (with input perturbation)")
 
-    def check_params(self, params: Any, store: Any = None) -> None:
+    def check_params(self, params: Any, store: StoreLike | None = None) -> None:
         check_temperature(self.name, params["temperature"])
         eps = params["epsilon"]
         if isinstance(eps, bool) or not isinstance(eps, Real) or not math.isfinite(eps) \
@@ -66,7 +67,7 @@ class ODINPerturbed(Scorer):
         if store is not None and store.has_split(ID_SPLIT):
             self._require_pair(store.split(ID_SPLIT), params["temperature"], eps)
 
-    def _require_pair(self, split: Any, temperature: float, epsilon: float) -> str:
+    def _require_pair(self, split: SplitLike, temperature: float, epsilon: float) -> str:
         name = odin_name(temperature, epsilon)
         if not split.has_extra(name):
             raise UsageError(
@@ -77,21 +78,21 @@ class ODINPerturbed(Scorer):
             )
         return name
 
-    def _score_pair(self, split: Any, temperature: float, epsilon: float) -> np.ndarray:
+    def _score_pair(self, split: SplitLike, temperature: float, epsilon: float) -> np.ndarray:
         name = self._require_pair(split, temperature, epsilon)
         out = np.empty(split.num_rows, dtype=np.float64)
         for rows, (logits,) in self.chunks(split, f"extra:{name}"):
             out[rows] = max_softmax(logits, float(temperature))
         return out
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_pair(split, self.params["temperature"], self.params["epsilon"])
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         return [self._score_pair(split, p["temperature"], p["epsilon"])
                 for p in ({**self.params, **s} for s in settings)]
 
-    def score_grid(self, split: Any, grid: Any = None,
+    def score_grid(self, split: SplitLike, grid: Any = None,
                    force: bool = False) -> list[tuple[dict[str, Any], np.ndarray]]:
         """Every setting of `grid`; without a grid, every (T, eps) pair stored in `split`."""
         if grid is not None:

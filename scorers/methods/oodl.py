@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import UsageError
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..neighbours import is_int
@@ -122,7 +123,7 @@ class OODL(Scorer):
              "distribution inputs in deep neural networks using an early-layer output. "
              "arXiv:1910.10307, 2019 (as benchmarked by FACETS, DSAA 2023)")
 
-    def check_params(self, params: Mapping[str, Any], store: Any = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         nu = params["nu"]
         if (not isinstance(nu, numbers.Real) or isinstance(nu, bool)
                 or not 0.0 < float(nu) <= 1.0):
@@ -138,7 +139,7 @@ class OODL(Scorer):
             )
 
     # ------------------------------------------------------------------ shared work
-    def _prepare(self, store: Any, params: Mapping[str, Any]) -> _Prep:
+    def _prepare(self, store: StoreLike, params: Mapping[str, Any]) -> _Prep:
         from sklearn.kernel_approximation import Nystroem  # lazy: keeps `import scorers` fast
         from sklearn.preprocessing import StandardScaler
 
@@ -173,7 +174,7 @@ class OODL(Scorer):
     def _prep_for(self, params: Mapping[str, Any]) -> _Prep:
         key = tuple(params[k] for k in _PREP_KEYS)
         if key not in self._preps:
-            self._preps[key] = self._prepare(self.store, params)
+            self._preps[key] = self._prepare(self.fitted_store, params)
         return self._preps[key]
 
     def _models_for(self, prep: _Prep, params: list[Mapping[str, Any]]) -> list[Any]:
@@ -228,16 +229,16 @@ class OODL(Scorer):
         return out
 
     # ------------------------------------------------------------------ hooks
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         self._preps: dict[tuple, _Prep] = {}
         self.prep = self._prep_for(self.params)
         self.model = self._models_for(self.prep, [self.params])[0]
         self.num_fit_rows = self.prep.num_rows
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         full = [{**self.params, **s} for s in settings]
         groups: dict[tuple, list[int]] = {}
         for i, p in enumerate(full):

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import logsumexp
@@ -70,7 +72,7 @@ class RankFeat(Scorer):
     paper = ("Song, Sebe, Wang. RankFeat: Rank-1 Feature Removal for Out-of-distribution "
              "Detection. NeurIPS 2022")
 
-    def check_params(self, params: dict[str, Any], store: Any = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         t = params["temperature"]
         if isinstance(t, bool) or not isinstance(t, numbers.Real) or not math.isfinite(t) \
                 or t <= 0:
@@ -78,12 +80,12 @@ class RankFeat(Scorer):
                 f"scorer {self.name!r}: temperature must be a finite number > 0 (got {t!r})"
             )
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         weight, bias = store.head
         self.weight_t = np.ascontiguousarray(np.asarray(weight, dtype=np.float64).T)
         self.bias = np.asarray(bias, dtype=np.float64)
 
-    def _maps_chunk_rows(self, split: Any) -> int:
+    def _maps_chunk_rows(self, split: SplitLike) -> int:
         ds = split.extra(MAPS)
         if ds.ndim != 4 or split.extra_row_axis(MAPS) != 0:
             raise FeatstoreError(
@@ -100,10 +102,10 @@ class RankFeat(Scorer):
         per_row = 8 * 3 * int(np.prod(ds.shape[1:]))
         return max(1, min(self.chunk_rows, _CHUNK_BYTES // max(per_row, 1)))
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         temps = [float({**self.params, **s}["temperature"]) for s in settings]
         out = [np.empty(split.num_rows, dtype=np.float64) for _ in settings]
         rows_per_chunk = self._maps_chunk_rows(split)

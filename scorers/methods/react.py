@@ -63,12 +63,13 @@ float64 formula); the same setting gives the same scores alone or in any grid (1
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from featstore.errors import UsageError
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer, head_logits_usable, stored_logits_are_head
 from ..kernels.bands import clip_band_logits, clip_from_logits, plan_anchor
@@ -95,7 +96,7 @@ class ReAct(Scorer):
     paper = ("Sun, Guo, Li. ReAct: Out-of-distribution Detection With Rectified Activations. "
              "NeurIPS 2021")
 
-    def check_params(self, params: dict[str, Any], store: Any = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         check_percentile(self.name, "percentile", params["percentile"])
         split = params["percentile_split"]
         if not isinstance(split, str):
@@ -109,7 +110,7 @@ class ReAct(Scorer):
                 f"{str(store.path)!r} (available: {avail})"
             )
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         weight, bias = store.head
         self.weight_t = np.ascontiguousarray(np.asarray(weight, dtype=np.float64).T)
         self.wt = exact_f32(np.asarray(weight).T)        # (D, C), for the sparse sums
@@ -135,9 +136,9 @@ class ReAct(Scorer):
                 if p not in missing[split_name]:
                     missing[split_name].append(p)
         for split_name, ps in missing.items():
-            split = self.fit_split(self.store, split_name)
+            split = self.fit_split(self.fitted_store, split_name)
 
-            def chunks(split: Any = split) -> Iterable[np.ndarray]:
+            def chunks(split: SplitLike = split) -> Iterable[np.ndarray]:
                 return (x for _, (x,) in self.chunks(split, "features"))
 
             if split_name not in self._cum_hi:
@@ -147,10 +148,10 @@ class ReAct(Scorer):
                 self._thresholds[(split_name, p)] = value
         return [self._thresholds[k] for k in keys]
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         full = [{**self.params, **s} for s in settings]
         clips = self.thresholds(full)
         cs = sorted(set(clips))

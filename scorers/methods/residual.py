@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from featstore.interfaces import SplitLike, StoreLike
+
 from ..kernels.subspace import PrincipalScorer, PrincipalSpace, setting_dims
 
 
@@ -39,13 +41,13 @@ class Residual(PrincipalScorer):
     paper = ("Wang, Li, Feng, Zhang. ViM: Out-Of-Distribution with Virtual-logit Matching. "
              "CVPR 2022 (Residual baseline)")
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         self.state = PrincipalSpace.fit(self, store)
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         state = self.state
         dims = setting_dims(self, settings, state.basis.shape[0])
         for k in dims:

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from featstore.interfaces import SplitLike, StoreLike
+
 from ..base import Scorer
 from ..kernels.classstats import ClassMahalanobis, fit_gaussian_stats
 
@@ -40,7 +42,7 @@ class RMDS(Scorer):
     paper = ("Ren, Fort, Liu, Roy, Padhy, Lakshminarayanan. A simple fix to Mahalanobis "
              "distance for improving near-OOD detection. arXiv:2106.09022, 2021")
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         stats = fit_gaussian_stats(store, self.chunk_rows, self.name)
         self.class_ids = stats.classes
         self.maha = ClassMahalanobis(stats.means, stats.within_cov.whitener(),
@@ -49,7 +51,7 @@ class RMDS(Scorer):
         assert stats.global_cov is not None
         self.background_whiten = stats.global_cov.whitener()
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         def block(feats: np.ndarray) -> np.ndarray:
             x = feats.astype(np.float64)
             x -= self.center

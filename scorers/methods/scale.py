@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from featstore.interfaces import SplitLike, StoreLike
+
 from ..base import Scorer, ValidRange, head_logits_usable, stored_logits_are_head
 from ..kernels.select import check_percentile
 from ..kernels.softmax import logsumexp
@@ -49,23 +51,23 @@ class Scale(Scorer):
     paper = ("Xu, Chen, Franchi, Ji, Li. Scaling for Training Time and Post-hoc "
              "Out-of-distribution Detection Enhancement. ICLR 2024")
 
-    def check_params(self, params: dict[str, Any], store: Any = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         check_percentile(self.name, "percentile", params["percentile"])
         check_keep(self.name, params["percentile"], store)
 
-    def valid_ranges(self, params: Mapping[str, Any], store: Any) -> dict[str, ValidRange]:
+    def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
         return {"percentile": percentile_range(store)}
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         weight, bias = store.head
         self.weight_t = np.ascontiguousarray(np.asarray(weight, dtype=np.float64).T)
         self.bias = np.asarray(bias, dtype=np.float64)
         self.logits_are_head = stored_logits_are_head(store)
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         d = self.weight_t.shape[0]
         ks = [keep_count(d, {**self.params, **s}["percentile"]) for s in settings]
 

@@ -26,6 +26,7 @@ import numpy as np
 from numba import njit
 
 from featstore.errors import FeatstoreError
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 
@@ -72,7 +73,7 @@ class SHE(Scorer):
     paper = ("Zhang, Fu, Chen, Zhang, Wang, Liu. Out-of-distribution detection based on "
              "in-distribution data patterns memorization with modern Hopfield energy. ICLR 2023")
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         split = store.split(FIT_SPLIT)
         num_classes = int(store.head[0].shape[0])
         dim = split.dims["features"]
@@ -96,7 +97,7 @@ class SHE(Scorer):
         self.patterns = patterns
         self.fallback_classes = np.flatnonzero(~ok)
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         def block(feats: np.ndarray, logits: np.ndarray) -> np.ndarray:
             pred = logits.argmax(axis=1)
             return np.einsum("ij,ij->i", feats.astype(np.float64), self.patterns[pred])

@@ -31,6 +31,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from featstore.errors import FeatstoreError
+from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import logsumexp, max_softmax
@@ -52,7 +53,7 @@ class TemperatureScaling(Scorer):
 
     fitted_temperature: float | None = None
 
-    def _labelled_chunks(self, split: Any):
+    def _labelled_chunks(self, split: SplitLike):
         for _, (logits, labels) in self.chunks(split, "logits", "labels"):
             keep = labels >= 0
             if keep.all():
@@ -60,7 +61,7 @@ class TemperatureScaling(Scorer):
             elif keep.any():
                 yield logits[keep], labels[keep]
 
-    def nll(self, split: Any, temperature: float) -> float:
+    def nll(self, split: SplitLike, temperature: float) -> float:
         """Mean negative log-likelihood of the labelled rows of `split` at temperature T."""
         total, target, n = 0.0, 0.0, 0
         for logits, labels in self._labelled_chunks(split):
@@ -69,7 +70,7 @@ class TemperatureScaling(Scorer):
             n += len(labels)
         return (total - target / temperature) / n
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         split = self.fit_split(store, FIT_SPLIT)
         n = sum(int(np.count_nonzero(labels >= 0))
                 for _, (labels,) in self.chunks(split, "labels"))
@@ -95,6 +96,6 @@ class TemperatureScaling(Scorer):
             )
         self.fitted_temperature = math.exp(log_t)
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         t = self.fitted_temperature
         return self.map_rows(split, ("logits",), lambda logits: max_softmax(logits, t))

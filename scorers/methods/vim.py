@@ -53,6 +53,8 @@ from typing import Any
 
 import numpy as np
 
+from featstore.interfaces import SplitLike, StoreLike
+
 from ..kernels.softmax import logsumexp
 from ..kernels.subspace import PrincipalScorer, PrincipalSpace, feature_dim, setting_dims
 
@@ -65,20 +67,20 @@ class ViM(PrincipalScorer):
     paper = ("Wang, Li, Feng, Zhang. ViM: Out-Of-Distribution with Virtual-logit Matching. "
              "CVPR 2022")
 
-    def _fit(self, store: Any) -> None:
+    def _fit(self, store: StoreLike) -> None:
         d = feature_dim(store)
         dims = {k for k in setting_dims(self, [{}, *self.fit_settings], d) if 1 <= k < d}
         self.state = PrincipalSpace.fit(self, store, alpha_dims=sorted(dims))
 
-    def _score(self, split: Any) -> np.ndarray:
+    def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
-    def _score_grid(self, split: Any, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         state = self.state
         dims = setting_dims(self, settings, state.basis.shape[0])
         for k in dims:
             state.check_spanned(self.name, k, need_residual=True)
-        state.ensure_residuals(self, self.store, dims)
+        state.ensure_residuals(self, self.fitted_store, dims)
         alphas = [state.alpha(self.name, k) for k in dims]
         distinct = sorted(set(dims))
         column = {k: j for j, k in enumerate(distinct)}
