@@ -110,7 +110,7 @@ def _running_logits(x, order, wt, bias, ends, need_p, need_b, set_end, set_acc, 
                     out):
     """Per row i: running sums acc_p = sum x[i, j] * wt[j] and acc_b = sum wt[j] over j =
     order[i, 0], order[i, 1], ... (float64, four entries at a time within a band: see
-    `scorers.react.gather_add`), and at the end of band e (after ends[e] entries) for every
+    `scorers.kernels.gather.gather_add`), and at the end of band e (after ends[e] entries) for every
     setting s with set_end[s] == e: out[s, i] = set_scale[s, i] * acc + bias, acc = acc_p if
     set_acc[s] == 0 else acc_b."""
     n = x.shape[0]
