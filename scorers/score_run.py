@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from featstore.fileio import atomic_save_npz
+from featstore.interfaces import StoreLike
 
 from .evaluate import score_with_defaults
 
@@ -31,7 +32,7 @@ def save_scores(path: str | Path, scores: Mapping[str, np.ndarray]) -> Path:
     return atomic_save_npz(path, {k.replace("/", "__"): v for k, v in scores.items()})
 
 
-def score_store(store: Any, method: str, params: Mapping[str, Any], splits: Sequence[str],
+def score_store(store: StoreLike, method: str, params: Mapping[str, Any], splits: Sequence[str],
                 *, use_cache: bool = True, allow_nonfinite: bool = False,
                 save: str | Path | None = None, label: str | None = None) -> dict[str, Any]:
     """Score `splits` with `method` (`score_with_defaults`) and return the command's result:

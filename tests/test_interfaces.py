@@ -7,6 +7,7 @@ runtime check."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 from pathlib import Path
 
@@ -71,3 +72,32 @@ def test_an_object_missing_a_member_is_not_a_store(tmp_path: Path) -> None:
     assert not isinstance(NoHead(), StoreLike)
     NoHead.head = store.head  # type: ignore[attr-defined]
     assert isinstance(NoHead(), StoreLike)
+
+
+def _any_typed_stores(root: Path) -> list[str]:
+    """'path:line name' for every parameter named store/split (or st) of a function under
+    `root` annotated as plain `Any`."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+                    if (arg.arg in ("store", "split", "st") and isinstance(arg.annotation, ast.Name)
+                            and arg.annotation.id == "Any"):
+                        found.append(f"{path.relative_to(root.parent).as_posix()}:{node.lineno} "
+                                     f"{arg.arg}")
+    return found
+
+
+def test_scorers_take_typed_stores_and_splits(tmp_path: Path) -> None:
+    """No function of scorers/ takes `store: Any` or `split: Any` (use StoreLike / SplitLike);
+    the scan itself finds a planted one."""
+    root = Path(__file__).resolve().parents[1] / "scorers"
+    assert _any_typed_stores(root) == []
+    planted = tmp_path / "pkg"
+    planted.mkdir()
+    (planted / "m.py").write_text("from typing import Any\n\n\ndef f(store: Any, k: Any):\n"
+                                  "    return k\n", encoding="utf-8")
+    assert _any_typed_stores(planted) == ["pkg/m.py:4 store"]
