@@ -12,7 +12,7 @@ hyperparameters (DeVries & Taylor also perturb the input along grad log c; OpenO
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -28,8 +28,8 @@ class ConfBranch(Scorer):
 
     name = "confbranch"
     needs = (f"extra:{CONFIDENCE}",)
-    defaults: dict[str, Any] = {}
-    grid: dict[str, list[Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("DeVries & Taylor, Learning Confidence for Out-of-Distribution Detection in Neural "
              "Networks, arXiv:1802.04865, 2018")
 

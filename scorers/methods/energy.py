@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -72,8 +72,8 @@ class Energy(TemperatureScorer):
     """Negative energy T * logsumexp(l / T) (higher = more ID)."""
 
     name = "energy"
-    defaults: dict[str, Any] = {"temperature": 1.0}
-    grid: dict[str, list[Any]] = {"temperature": [1, 10, 100, 1000]}
+    defaults: ClassVar[dict[str, Any]] = {"temperature": 1.0}
+    grid: ClassVar[dict[str, list[Any]]] = {"temperature": [1, 10, 100, 1000]}
     paper = ("Liu, Wang, Owens & Li, Energy-based Out-of-distribution Detection, "
              "NeurIPS 2020")
 

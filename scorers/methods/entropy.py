@@ -16,7 +16,7 @@ needed. The score lies in [-log C, 0]. No hyperparameters, so no grid.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -37,8 +37,8 @@ class Entropy(Scorer):
 
     name = "entropy"
     needs = ("logits",)
-    defaults: dict[str, Any] = {}
-    grid: dict[str, list[Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Shannon entropy of the predictive distribution; e.g. Lakshminarayanan, Pritzel "
              "& Blundell, Simple and Scalable Predictive Uncertainty Estimation using Deep "
              "Ensembles, NeurIPS 2017")

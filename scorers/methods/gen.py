@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -58,8 +58,8 @@ class GEN(Scorer):
 
     name = "gen"
     needs = ("logits",)
-    defaults: dict[str, Any] = {"gamma": 0.1, "M": 100}
-    grid: dict[str, list[Any]] = {
+    defaults: ClassVar[dict[str, Any]] = {"gamma": 0.1, "M": 100}
+    grid: ClassVar[dict[str, list[Any]]] = {
         "gamma": [0.01, 0.1, 0.5, 1, 2, 5, 10],
         "M": [10, 50, 100, 200, 500, 1000],
     }

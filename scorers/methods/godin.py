@@ -22,7 +22,7 @@ are different scores, not a hyperparameter).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -50,8 +50,8 @@ class GODIN(Scorer):
 
     name = "godin"
     needs = (f"extra:{GODIN_H}", f"extra:{GODIN_G}")
-    defaults: dict[str, Any] = {"variant": "softmax"}
-    grid: dict[str, list[Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {"variant": "softmax"}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Hsu, Shen, Jin & Kira, Generalized ODIN: Detecting Out-of-distribution Image "
              "without Learning from Out-of-distribution Data, CVPR 2020")
 

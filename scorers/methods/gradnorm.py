@@ -18,7 +18,7 @@ hyperparameters (OpenOOD v1.5 `configs/postprocessors/gradnorm.yml` has none).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -31,8 +31,8 @@ from ..kernels.softmax import softmax
 class GradNorm(Scorer):
     name = "gradnorm"
     needs = ("features", "head")
-    defaults: dict[str, Any] = {}
-    grid: dict[str, list[Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Huang, Geng, Li. On the Importance of Gradients for Detecting Distributional "
              "Shifts in the Wild. NeurIPS 2021")
 

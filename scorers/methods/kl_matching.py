@@ -35,7 +35,7 @@ hyperparameters, so no grid (OpenOOD v1.5 `configs/postprocessors/klm.yml` has n
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -55,8 +55,8 @@ class KLMatching(Scorer):
 
     name = "kl_matching"
     needs = ("logits", f"fit:{FIT_SPLIT}")
-    defaults: dict[str, Any] = {}
-    grid: dict[str, list[Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Hendrycks, Basart, Mazeika, Zou, Kwon, Mostajabi, Steinhardt & Song, Scaling "
              "Out-of-Distribution Detection for Real-World Settings, ICML 2022")
 

@@ -18,7 +18,7 @@ score = more in-distribution for both. No sweep grid.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -44,8 +44,8 @@ class MCD(Scorer):
 
     name = "mcd"
     needs = ("logits", f"extra:{HEAD2_LOGITS}")
-    defaults: dict[str, Any] = {"variant": "l1"}
-    grid: dict[str, list[Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {"variant": "l1"}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Yu & Aizawa, Unsupervised Out-of-Distribution Detection by Maximum Classifier "
              "Discrepancy, ICCV 2019")
 

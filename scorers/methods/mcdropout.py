@@ -19,7 +19,7 @@ taken as 0). Higher = more in-distribution for every variant. No sweep grid.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -51,8 +51,8 @@ class MCDropout(Scorer):
 
     name = "mcdropout"
     needs = (f"extra:{MC_LOGITS}",)
-    defaults: dict[str, Any] = {"variant": "entropy"}
-    grid: dict[str, list[Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {"variant": "entropy"}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Gal & Ghahramani, Dropout as a Bayesian Approximation: Representing Model "
              "Uncertainty in Deep Learning, ICML 2016")
 

@@ -30,7 +30,7 @@ O(D r) per row instead of O(D^2). No hyperparameters.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -45,8 +45,8 @@ class MDS(Scorer):
 
     name = "mds"
     needs = ("features", "fit:id/train")
-    defaults: dict[str, Any] = {}
-    grid: dict[str, list[Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Lee, Lee, Lee, Shin. A simple unified framework for detecting out-of-distribution "
              "samples and adversarial attacks. NeurIPS 2018")
 

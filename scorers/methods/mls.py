@@ -13,7 +13,7 @@ Formula as implemented, for logits l in R^C:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -27,8 +27,8 @@ class MaxLogit(Scorer):
 
     name = "mls"
     needs = ("logits",)
-    defaults: dict[str, Any] = {}
-    grid: dict[str, list[Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Hendrycks, Basart, Mazeika, Zou, Kwon, Mostajabi, Steinhardt & Song, Scaling "
              "Out-of-Distribution Detection for Real-World Settings, ICML 2022")
 

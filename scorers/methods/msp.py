@@ -13,7 +13,7 @@ hyperparameters, so no grid (OpenOOD v1.5 `configs/postprocessors/msp.yml` has n
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -28,8 +28,8 @@ class MSP(Scorer):
 
     name = "msp"
     needs = ("logits",)
-    defaults: dict[str, Any] = {}
-    grid: dict[str, list[Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Hendrycks & Gimpel, A Baseline for Detecting Misclassified and "
              "Out-of-Distribution Examples in Neural Networks, ICLR 2017")
 

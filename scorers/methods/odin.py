@@ -22,7 +22,7 @@ perturbed logits per (T, eps), DESIGN §2); it is a separate scorer, `odin_pertu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -34,8 +34,8 @@ class ODIN(TemperatureScorer):
     """Temperature-scaled maximum softmax max_k softmax(l / T)_k (higher = more ID)."""
 
     name = "odin"
-    defaults: dict[str, Any] = {"temperature": 1000.0}
-    grid: dict[str, list[Any]] = {"temperature": [1, 10, 100, 1000]}
+    defaults: ClassVar[dict[str, Any]] = {"temperature": 1000.0}
+    grid: ClassVar[dict[str, list[Any]]] = {"temperature": [1, 10, 100, 1000]}
     paper = ("Liang, Li & Srikant, Enhancing The Reliability of Out-of-distribution Image "
              "Detection in Neural Networks, ICLR 2018 (temperature scaling only; no input "
              "perturbation)")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -52,8 +52,9 @@ class ODINPerturbed(Scorer):
 
     name = "odin_perturbed"
     needs = (f"extra:{ODIN_GROUP}",)
-    defaults: dict[str, Any] = {"temperature": 1000.0, "epsilon": 0.0014}
-    grid: dict[str, list[Any]] = {"temperature": [1, 10, 100, 1000], "epsilon": [0.0014, 0.0028]}
+    defaults: ClassVar[dict[str, Any]] = {"temperature": 1000.0, "epsilon": 0.0014}
+    grid: ClassVar[dict[str, list[Any]]] = {"temperature": [1, 10, 100, 1000],
+                                            "epsilon": [0.0014, 0.0028]}
     paper = ("Liang, Li & Srikant, Enhancing The Reliability of Out-of-distribution Image "
              "Detection in Neural Networks, ICLR 2018 (with input perturbation)")
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -68,7 +68,7 @@ class RankFeat(Scorer):
     name = "rankfeat"
     needs = ("extra:feature_maps", "head")
     defaults = {"temperature": 1.0}
-    grid: dict[str, list[Any]] = {}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Song, Sebe, Wang. RankFeat: Rank-1 Feature Removal for Out-of-distribution "
              "Detection. NeurIPS 2022")
 

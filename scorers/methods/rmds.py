@@ -22,7 +22,7 @@ No hyperparameters.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -37,8 +37,8 @@ class RMDS(Scorer):
 
     name = "rmds"
     needs = ("features", "fit:id/train")
-    defaults: dict[str, Any] = {}
-    grid: dict[str, list[Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Ren, Fort, Liu, Roy, Padhy, Lakshminarayanan. A simple fix to Mahalanobis "
              "distance for improving near-OOD detection. arXiv:2106.09022, 2021")
 

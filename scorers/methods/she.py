@@ -20,7 +20,7 @@ row in float64 (no sorted or gathered copies of the chunk).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numba import njit
@@ -68,8 +68,8 @@ class SHE(Scorer):
 
     name = "she"
     needs = ("features", "logits", "fit:id/train")
-    defaults: dict[str, Any] = {}
-    grid: dict[str, list[Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Zhang, Fu, Chen, Zhang, Wang, Liu. Out-of-distribution detection based on "
              "in-distribution data patterns memorization with modern Hopfield energy. ICLR 2023")
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.optimize import minimize_scalar
@@ -46,8 +46,8 @@ class TemperatureScaling(Scorer):
 
     name = "temp_scaling"
     needs = ("logits", f"fit:{FIT_SPLIT}")
-    defaults: dict[str, Any] = {}
-    grid: dict[str, list[Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Guo, Pleiss, Sun & Weinberger, On Calibration of Modern Neural Networks, "
              "ICML 2017")
 
