@@ -1,5 +1,6 @@
 """Class statistics of the id/train features, in float64 over streamed chunks: the mean
-feature (DICE, fDBD, NCI), per-class sums (`add_class_sums`: MDS, RMDS, KL matching), class
+feature (DICE, fDBD, NCI), per-class sums (`add_class_sums`: MDS, RMDS, KL matching; and
+`add_correct_class_sums` of the correctly classified rows beside all rows: SHE), class
 means with the tied within-class and the global (1/N) covariances (`fit_gaussian_stats`),
 their whitening factors (L with L L^T = pinvh(covariance), `whitener`) and the
 class-conditional Mahalanobis distance min_k (x - mu_k)^T P (x - mu_k)
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from featstore.errors import FeatstoreError
 from featstore.interfaces import StoreLike
@@ -48,6 +50,36 @@ def add_class_sums(sums: np.ndarray, counts: np.ndarray, values: np.ndarray,
     ys = labels[order]
     starts = np.flatnonzero(np.r_[True, ys[1:] != ys[:-1]])
     sums[ys[starts]] += np.add.reduceat(values[order].astype(np.float64), starts, axis=0)
+
+
+@njit(cache=True, nogil=True)
+def add_correct_class_sums(x, logits, labels, correct_sums, correct_counts, all_sums,
+                           all_counts):
+    """Per labelled row i (0 <= label < C): all_sums[label] += x[i] and, when argmax of its
+    logits (first of ties, as numpy) equals the label, correct_sums[label] += x[i]; float64,
+    in row order, one pass, no copies."""
+    n, d = x.shape
+    c_num = correct_sums.shape[0]
+    for i in range(n):
+        y = labels[i]
+        if y < 0 or y >= c_num:
+            continue
+        row = logits[i]
+        pred = 0
+        best = row[0]
+        for c in range(1, row.shape[0]):
+            if row[c] > best:
+                best = row[c]
+                pred = c
+        all_counts[y] += 1
+        acc = all_sums[y]
+        for j in range(d):
+            acc[j] += np.float64(x[i, j])
+        if pred == y:
+            correct_counts[y] += 1
+            acc = correct_sums[y]
+            for j in range(d):
+                acc[j] += np.float64(x[i, j])
 
 
 @dataclass

@@ -14,8 +14,9 @@ Fallbacks OpenOOD does not have (where it would produce NaN): a class with no co
 classified train row uses the mean of all its labelled train rows; a class with no train row
 at all is an error at fit (there is no pattern to compare with). No hyperparameters.
 
-Kernels (Numba): the fit accumulates both class sums in one pass over id/train chunks, row by
-row in float64 (no sorted or gathered copies of the chunk).
+Kernels (Numba, `scorers.kernels.classstats.add_correct_class_sums`): the fit accumulates
+both class sums in one pass over id/train chunks, row by row in float64 (no sorted or gathered
+copies of the chunk).
 """
 
 from __future__ import annotations
@@ -23,44 +24,14 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
-from numba import njit
 
 from featstore.errors import FeatstoreError
 from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
+from ..kernels.classstats import add_correct_class_sums
 
 FIT_SPLIT = "id/train"
-
-
-@njit(cache=True, nogil=True)
-def _accumulate_class_sums(x, logits, labels, correct_sums, correct_counts, all_sums,
-                           all_counts):
-    """Per labelled row i (0 <= label < C): all_sums[label] += x[i] and, when argmax of its
-    logits (first of ties, as numpy) equals the label, correct_sums[label] += x[i]; float64,
-    in row order, one pass, no copies."""
-    n, d = x.shape
-    c_num = correct_sums.shape[0]
-    for i in range(n):
-        y = labels[i]
-        if y < 0 or y >= c_num:
-            continue
-        row = logits[i]
-        pred = 0
-        best = row[0]
-        for c in range(1, row.shape[0]):
-            if row[c] > best:
-                best = row[c]
-                pred = c
-        all_counts[y] += 1
-        acc = all_sums[y]
-        for j in range(d):
-            acc[j] += np.float64(x[i, j])
-        if pred == y:
-            correct_counts[y] += 1
-            acc = correct_sums[y]
-            for j in range(d):
-                acc[j] += np.float64(x[i, j])
 
 
 class SHE(Scorer):
@@ -82,7 +53,7 @@ class SHE(Scorer):
         all_sums = np.zeros((num_classes, dim))
         all_counts = np.zeros(num_classes, dtype=np.int64)
         for _, (feats, logits, labels) in self.chunks(split, "features", "logits", "labels"):
-            _accumulate_class_sums(feats, logits, np.asarray(labels, dtype=np.int64),
+            add_correct_class_sums(feats, logits, np.asarray(labels, dtype=np.int64),
                                    correct_sums, correct_counts, all_sums, all_counts)
         missing = np.flatnonzero(all_counts == 0)
         if missing.size:
