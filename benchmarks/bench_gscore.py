@@ -217,7 +217,7 @@ def em_sets(store: Any) -> tuple[list[np.ndarray], list[str]]:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        write_em_corpus(store, Path(tmp) / "c.npz")
+        write_em_corpus(store, Path(tmp) / "c.npz", use_cache=False)
         data = np.load(Path(tmp) / "c.npz")
         sets, names = [], []
         for key in data.files:
@@ -286,9 +286,11 @@ def em_check_section(stores: list[tuple[str, Any]]) -> None:
     print()
 
 
-def write_em_corpus(store: Any, path: Path) -> None:
+def write_em_corpus(store: Any, path: Path, use_cache: bool = True) -> None:
     """The EM test corpus (tests/test_gscore_em.py): every scorer the store supports (no
-    extras needed) on id/test and every OOD test split, saved as `<scorer>|<split>` arrays."""
+    extras needed) on id/test and every OOD test split, saved as `<scorer>|<split>` arrays
+    (`use_cache=False`: scored afresh, the store's scores.h5 untouched, so another run may
+    use the store meanwhile)."""
     from scorers import REGISTRY
     from scorers.evaluate import score_splits
     from scorers.needs import Needs
@@ -299,7 +301,7 @@ def write_em_corpus(store: Any, path: Path) -> None:
         if Needs.of(REGISTRY[name]).extras:
             continue
         params = {"nnguide": {"alpha": 1.0}}.get(name, {})
-        scores, _, _ = score_splits(store, name, params, ["id/test", *oods])
+        scores, _, _ = score_splits(store, name, params, ["id/test", *oods], use_cache)
         arrays.update({f"{name}|{s}": v.astype(np.float64) for s, v in scores.items()})
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(path, **arrays)
