@@ -416,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     sec = cold["seconds"]
     print(f"Cold (scores computed): {cold['meta_sets']:,} meta-sets, "
           f"{cold['set_evaluations']:,} set x detector evaluations (6 detectors x the paper's "
-          f"5 Table-6 variants x 2 targets + both baselines) in {cold_s:.1f} s wall, "
+          f"5 Table-6 variants x 2 targets"
+          f"{'; baselines skipped' if args.skip_baselines else ' + both baselines'}) in "
+          f"{cold_s:.1f} s wall, "
           f"{cold_cpu:.1f} CPU s (scoring {sec['scoring']:.1f} s, true metrics "
           f"{sec['true_metrics']:.1f} s, modelling + regression "
           f"{sec['modelling_and_regression']:.1f} s).")
