@@ -7,6 +7,10 @@ OOD clusters (one near the ID classes, one far from them).
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -76,6 +80,238 @@ def make_store(tmp_path):
         return Store.open(tmp_path / name)
 
     return _make
+
+
+# --------------------------------------------------------------------------- scorer tests
+# Shared by tests/scorers/test_<scorer>.py (each file holds its scorer's independent reference;
+# tests/scorers/test_contract.py checks the contract for every registered scorer).
+
+#: rows per chunk the scorer tests read with: small and odd, so chunked paths and an uneven
+#: last chunk are exercised
+CHUNK = 97
+#: id/train rows of `structured_arrays` (the bank size of KNN / NNGuide on it)
+N_TRAIN = 600
+#: the structured store's evaluation splits
+EVAL_SPLITS = ("id/test", "ood/near/blend", "ood/far/faint")
+
+
+def fitted(name: str, store: Store, chunk_rows: int = CHUNK, **params: Any) -> Any:
+    """Scorer `name` built with `params`, reading `chunk_rows`-row chunks, fitted on `store`."""
+    from scorers import get_scorer
+
+    scorer = get_scorer(name, **params)
+    scorer.chunk_rows = chunk_rows
+    return scorer.fit(store)
+
+
+def feats(store: Store, split: str) -> np.ndarray:
+    """A split's features as float64."""
+    return np.asarray(store.split(split).features, dtype=np.float64)
+
+
+def logits(store: Store, split: str) -> np.ndarray:
+    """A split's logits as float64."""
+    return np.asarray(store.split(split).logits, dtype=np.float64)
+
+
+def labels(store: Store, split: str) -> np.ndarray:
+    return np.asarray(store.split(split).labels)
+
+
+def head(store: Store) -> tuple[np.ndarray, np.ndarray]:
+    """The store's head (W, b) as float64."""
+    w, b = store.head
+    return np.asarray(w, dtype=np.float64), np.asarray(b, dtype=np.float64)
+
+
+def normalize(x: np.ndarray) -> np.ndarray:
+    """Rows over their L2 norm (+ 1e-10), as KNN-OOD normalizes."""
+    return x / (np.linalg.norm(x, axis=1, keepdims=True) + 1e-10)
+
+
+def energy(z: np.ndarray) -> np.ndarray:
+    """log sum_k exp(z_k) per row (scipy.special.logsumexp): the energy score at T = 1."""
+    from scipy.special import logsumexp
+
+    return logsumexp(z, axis=1)
+
+
+def assert_grid_equals_separate(store: Store, name: str, params: dict, grid: Any = None,
+                                splits: tuple[str, ...] = ("id/test", "ood/far/faint",
+                                                           "ood/far/rank1")) -> None:
+    """score_grid(split, grid) (default grid when None) equals a separate construct/fit/score
+    per setting (the base class's refit path), to rtol 1e-9, on the `splits` the store has."""
+    from scorers.base import expand_grid
+
+    scorer = fitted(name, store, **params)
+    settings = expand_grid(scorer.grid if grid is None else grid) or [{}]
+    alone = [fitted(name, store, **{**params, **setting}) for setting in settings]
+    for split in [s for s in splits if store.has_split(s)]:
+        results = scorer.score_grid(store.split(split), grid)
+        assert [s for s, _ in results] == settings
+        for (setting, scores), single in zip(results, alone, strict=True):
+            np.testing.assert_allclose(scores, single.score(store.split(split)), rtol=1e-9,
+                                       atol=1e-12, err_msg=f"{name} {setting} {split}")
+
+
+def other_head_logits(arrays: dict) -> dict:
+    """The splits of `arrays` with logits 2 (x @ W.T + b): not the head's output."""
+    w, b = arrays["head"]
+    return {n: {**a, "logits": 2.0 * (a["features"] @ w.T + b)}
+            for n, a in arrays["splits"].items()}
+
+
+def _open_built(path: Path, arrays: dict) -> Store:
+    Store.from_arrays(path, head=arrays["head"], splits=arrays["splits"])
+    return Store.open(path)
+
+
+@pytest.fixture(scope="session")
+def shared_store(tmp_path_factory) -> Store:
+    """`structured_arrays(seed=0)` (D=32, C=5) built once per session; tests only read it."""
+    return _open_built(tmp_path_factory.mktemp("shared") / "store", structured_arrays(seed=0))
+
+
+@pytest.fixture(scope="session")
+def wide_store(tmp_path_factory) -> Store:
+    """D=1040 > 1000, so that ViM's default grid (OpenOOD dim_list [256, 1000]) is valid."""
+    arrays = structured_arrays(seed=3, num_classes=6, dim=1040, n_train=1200, n_val=40,
+                               n_test=150, n_ood=80)
+    return _open_built(tmp_path_factory.mktemp("wide") / "store", arrays)
+
+
+def assert_matches_reference(store: Store, name: str, cases: list[dict], reference: Any,
+                             chunk_rows: int) -> None:
+    """For every parameter set in `cases`: scorer `name` fitted on `store` (chunks of
+    `chunk_rows`) scores every split like `reference(params, store, scorer, split)`, float64
+    of shape (N,), to rtol 1e-6 / atol 1e-12."""
+    for params in cases:
+        scorer = fitted(name, store, chunk_rows=chunk_rows, **params)
+        for split in store.splits():
+            got = scorer.score(store.split(split))
+            assert got.dtype == np.float64
+            assert got.shape == (store.split(split).num_rows,)
+            want = reference(params, store, scorer, split)
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12,
+                                       err_msg=f"{name} {params} {split}")
+
+
+def float16_c12_store(make_store: Any) -> Store:
+    """A 12-class float16 store from `make_store` (D=16; the logit scorers' chunked check)."""
+    return make_store("c12", dtype="float16", seed=3, num_classes=12, dim=16, n_train=120,
+                      n_val=150, n_test=130, n_ood=90)
+
+
+def assert_id_above_far_ood_auroc(store: Store, name: str) -> None:
+    """Reference: scikit-learn `roc_auc_score` (ID positive); mean of id/test exceeds
+    ood/far/faint and AUROC > 0.5 with default parameters (higher = more ID)."""
+    from sklearn.metrics import roc_auc_score
+
+    from scorers import get_scorer
+
+    scorer = get_scorer(name).fit(store)
+    id_s = scorer.score(store.split("id/test"))
+    ood_s = scorer.score(store.split("ood/far/faint"))
+    assert id_s.mean() > ood_s.mean()
+    y = np.r_[np.ones(len(id_s)), np.zeros(len(ood_s))]
+    assert roc_auc_score(y, np.r_[id_s, ood_s]) > 0.5
+
+
+def assert_default_grid_equals_separate_runs(store: Store, name: str) -> None:
+    """Reference: a separate construct/fit/score per setting (what the base class's refit
+    path does); the default grid on id/test and ood/near/blend, to 1e-9."""
+    from scorers import get_scorer
+    from scorers.base import expand_grid
+
+    scorer = get_scorer(name).fit(store)
+    grid = type(scorer).grid
+    assert grid, f"{name} should have a default grid"
+    for split in ("id/test", "ood/near/blend"):
+        results = scorer.score_grid(store.split(split))
+        assert [s for s, _ in results] == expand_grid(grid)
+        for setting, got in results:
+            want = fitted(name, store, chunk_rows=scorer.chunk_rows, **setting).score(
+                store.split(split))
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12,
+                                       err_msg=f"{name} {setting} {split}")
+
+
+def assert_custom_grid_equals_separate_runs(make_store: Any, name: str, base: dict,
+                                            grid: dict) -> None:
+    """Reference: a separate construct/fit/score per setting; a custom grid (a partial grid
+    keeps the scorer's other parameters) on a 12-class store in 50-row chunks, to 1e-9."""
+    from scorers.base import expand_grid
+
+    store = make_store("c12", seed=5, num_classes=12, dim=16, n_train=100, n_val=120,
+                       n_test=110, n_ood=80)
+    scorer = fitted(name, store, chunk_rows=50, **base)
+    results = scorer.score_grid(store.split("ood/far/faint"), grid)
+    assert [s for s, _ in results] == expand_grid(grid)
+    for setting, got in results:
+        want = fitted(name, store, chunk_rows=50, **{**base, **setting}).score(
+            store.split("ood/far/faint"))
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=f"{setting}")
+
+
+def assert_chunked_matches_reference(store: Store, name: str, params: dict,
+                                     reference: Any) -> None:
+    """Scorer `name` with `params` in CHUNK-row chunks == `reference(store, split, **params)`
+    (a full-matrix transcription of the paper's formula) on EVAL_SPLITS: float64, shape (N,),
+    rtol 1e-6 / atol 1e-10."""
+    scorer = fitted(name, store, **params)
+    for split in EVAL_SPLITS:
+        got = scorer.score(store.split(split))
+        assert got.dtype == np.float64 and got.shape == (store.split(split).num_rows,)
+        np.testing.assert_allclose(got, reference(store, split, **params), rtol=1e-6,
+                                   atol=1e-10, err_msg=f"{name} {params} {split}")
+
+
+def assert_id_mean_above(store: Store, name: str, ood_split: str = "ood/far/faint",
+                         **params: Any) -> None:
+    """Higher = more ID: the mean id/test score exceeds the mean score of `ood_split`."""
+    scorer = fitted(name, store, **params)
+    assert (scorer.score(store.split("id/test")).mean()
+            > scorer.score(store.split(ood_split)).mean())
+
+
+#: classes and feature dimension of the training-method stores (`extras_store`)
+EXTRAS_C, EXTRAS_D = 4, 6
+
+
+def extras_store(path: Path, rng: np.random.Generator, extras_fn: Any, n_id: int = 40,
+                 n_ood: int = 30) -> Store:
+    """A store whose splits carry the extras `extras_fn(n, in_distribution)` returns (random
+    features from `rng`, random head, C=4, D=6): id/train, id/val, id/test, ood/far/x."""
+
+    def split(n: int, iid: bool) -> dict:
+        out = {"features": rng.normal(size=(n, EXTRAS_D)).astype(np.float32),
+               "extras": extras_fn(n, iid)}
+        if iid:
+            out["labels"] = np.arange(n) % EXTRAS_C
+        return out
+
+    w = rng.normal(size=(EXTRAS_C, EXTRAS_D)).astype(np.float32)
+    b = rng.normal(size=EXTRAS_C).astype(np.float32)
+    splits = {"id/train": split(n_id, True), "id/val": split(n_id, True),
+              "id/test": split(n_id, True), "ood/far/x": split(n_ood, False)}
+    Store.from_arrays(path, head=(w, b), splits=splits)
+    return Store.open(path)
+
+
+def random_logits(rng: np.random.Generator, n: int, scale: float) -> np.ndarray:
+    """(n, EXTRAS_C) float32 Gaussian logits times `scale`."""
+    return (rng.normal(size=(n, EXTRAS_C)) * scale).astype(np.float32)
+
+
+def softmax_row(v: Any) -> list[float]:
+    """softmax of one row, in plain Python floats (math.exp; max-subtracted)."""
+    e = [math.exp(x - max(v)) for x in v]
+    return [x / sum(e) for x in e]
+
+
+def entropy_row(p: Any) -> float:
+    """-sum p log p of one probability row, plain Python (0 log 0 = 0)."""
+    return -sum(x * math.log(x) for x in p if x > 0)
 
 
 #: the test session's demo runs at this share of the demo's evaluation images (`featstore demo

@@ -179,7 +179,7 @@ def whitener(cov: np.ndarray) -> np.ndarray:
     pinvh keeps would be rounding-negative ones beyond that cutoff) and return
     L = V_kept diag(1 / sqrt(s_kept)). scipy's own pinvh goes through a slower eigensolver
     path (14 s against 1.4 s for D = 2048 on the development machine); L L^T equals it to
-    rounding (tests/test_scorers_trainstats.py checks against pinvh)."""
+    rounding (tests/scorers/test_mds.py checks against pinvh)."""
     s, v = np.linalg.eigh(cov)
     return _whitener_from_eig(s, v, cov.shape[0])
 

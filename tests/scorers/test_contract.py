@@ -64,7 +64,7 @@ GRID_RTOL: dict[str, tuple[float, str]] = {
 FLOAT16_TOL = 1e-2
 
 # the default 1% bank of the 600-row id/train is 6 rows; a 60-row bank makes FAISS's search
-# do real (threaded) work in the determinism check (what the former test_scorer_base did)
+# do real (threaded) work in the determinism check (as the per-family test this replaces)
 THREAD_PARAMS = {"nnguide": {"alpha": 0.1, "K": 5}}
 
 ODIN_PAIRS = ((1000.0, 0.0014), (1000.0, 0.0), (10.0, 0.0028))

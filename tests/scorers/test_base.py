@@ -1,14 +1,20 @@
-"""The scorer contract shared by every scorer (scorers/base.py, DESIGN §3): registry errors,
-model-sha256 guard, fit-before-score, grid expansion. References: hand-written expectations."""
+"""The scorer contract's shared machinery (scorers/base.py, scorers/rowmap.py, DESIGN §3):
+registry errors, model-sha256 guard, fit-before-score, grid expansion, row blocks, the
+stored-logits probe, missing extras. References: hand-written expectations; plain NumPy row
+sums for map_rows. The per-scorer contract (every registered scorer) is test_contract.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import other_head_logits, structured_arrays
 
-from featstore.errors import FeatstoreError
+from featstore import Store
+from featstore.errors import FeatstoreError, UsageError
 from scorers import REGISTRY, get_scorer, list_scorers
-from scorers.base import expand_grid
+from scorers.base import expand_grid, stored_logits_are_head
+from scorers.evaluate import evaluate, supported
+from scorers.rowmap import map_rows
 
 
 def test_unknown_scorer_and_parameter_name_the_valid_ones():
@@ -36,14 +42,14 @@ def test_scores_from_another_models_store_need_force(make_store):
     assert forced.shape == (b.split("id/test").num_rows,) and np.isfinite(forced).all()
 
 
-def test_score_before_fit_and_after_a_failed_fit(structured_store):
+def test_score_before_fit_and_after_a_failed_fit(shared_store):
     scorer = get_scorer("knn", K=100000)
     with pytest.raises(FeatstoreError, match="call fit"):
-        scorer.score(structured_store.split("id/test"))
+        scorer.score(shared_store.split("id/test"))
     with pytest.raises(ValueError, match="K=100000"):
-        scorer.fit(structured_store)
+        scorer.fit(shared_store)
     with pytest.raises(FeatstoreError, match="call fit"):
-        scorer.score(structured_store.split("id/test"))
+        scorer.score(shared_store.split("id/test"))
 
 
 def test_expand_grid_is_the_ordered_cartesian_product():
@@ -51,36 +57,10 @@ def test_expand_grid_is_the_ordered_cartesian_product():
         {"a": 1, "b": "x"}, {"a": 1, "b": "y"}, {"a": 2, "b": "x"}, {"a": 2, "b": "y"}]
 
 
-def _scores_with_threads(store, name: str, threads: int, monkeypatch, chunk_rows: int
-                         ) -> dict[str, np.ndarray]:
-    monkeypatch.setenv("FEATSTORE_THREADS", str(threads))
-    # nnguide's default 1% bank of 600 rows is smaller than its default K
-    scorer = get_scorer(name, **({"alpha": 0.1, "K": 5} if name == "nnguide" else {}))
-    scorer.chunk_rows = chunk_rows
-    scorer.fit(store)
-    return {s: scorer.score(store.split(s)) for s in ("id/test", "ood/far/faint")}
-
-
-@pytest.mark.parametrize("name", sorted(n for n, cls in REGISTRY.items()
-                                         if not any(need.startswith("extra:")
-                                                    for need in cls.needs)))
-def test_scores_are_bit_identical_whatever_the_thread_count(make_store, monkeypatch, name):
-    """Determinism (reference: the same scorer run single-threaded): scores computed with 1
-    and with 3 worker threads, in blocks of 16 rows, are equal bit for bit."""
-    store = make_store(dim=48, num_classes=6)
-    one = _scores_with_threads(store, name, 1, monkeypatch, chunk_rows=16)
-    three = _scores_with_threads(store, name, 3, monkeypatch, chunk_rows=16)
-    for split, values in one.items():
-        assert np.array_equal(values, three[split]), (name, split)
-
-
 def test_map_rows_blocks_cover_every_row_once_and_bad_thread_setting(make_store, monkeypatch):
     """scorers.rowmap.map_rows against a plain NumPy reference (row sums of the whole
     features array) for several chunk sizes, a 0-row result for an empty split, and a
     one-line error for a bad $FEATSTORE_THREADS."""
-    from featstore.errors import UsageError
-    from scorers.rowmap import map_rows
-
     store = make_store(dim=20)
     split = store.split("id/test")
     want = np.asarray(split.features, dtype=np.float64).sum(axis=1)
@@ -94,3 +74,27 @@ def test_map_rows_blocks_cover_every_row_once_and_bad_thread_setting(make_store,
     monkeypatch.setenv("FEATSTORE_THREADS", "zero")
     with pytest.raises(UsageError, match="FEATSTORE_THREADS"):
         map_rows(split, ("features",), lambda x: x.sum(axis=1))
+
+
+def test_stored_logits_are_head_probe(tmp_path, make_store):
+    """float32 logits = features @ W.T + b (what `Store.from_arrays` computes in float32, as
+    a network's head does): True; the same logits scaled by 2 (another head's output) or
+    stored as float16: False."""
+    assert stored_logits_are_head(make_store("f32", seed=4)) is True
+    assert stored_logits_are_head(make_store("f16", dtype="float16", seed=4)) is False
+    arrays = structured_arrays(seed=4)
+    Store.from_arrays(tmp_path / "scaled", head=arrays["head"],
+                      splits=other_head_logits(arrays))
+    assert stored_logits_are_head(Store.open(tmp_path / "scaled")) is False
+
+
+def test_missing_extras_are_skipped_by_evaluate_and_named_by_score(shared_store):
+    """A store without the training-time extras: `supported` names the extra, `score`
+    names the command that writes it, `evaluate` skips those scorers."""
+    for name in ("confbranch", "godin", "mcd", "mcdropout", "odin_perturbed", "ip_ts_mlv"):
+        ok, why = supported(shared_store, name)
+        assert not ok and "extra:" in why
+        with pytest.raises(FeatstoreError, match="featstore (extract|train)"):
+            get_scorer(name).fit(shared_store).score(shared_store.split("id/test"))
+    res = evaluate(shared_store, ["msp", "confbranch", "mcd"], use_cache=False)
+    assert list(res["methods"]) == ["msp"] and set(res["skipped"]) == {"confbranch", "mcd"}

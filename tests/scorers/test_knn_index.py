@@ -1,0 +1,98 @@
+"""The FAISS wrapper scorers.knn_index (used by KNN and NNGuide). References: one big query
+chunk for the chunked search; hand-written index lists for recall@K; scikit-learn
+NearestNeighbors' exact ids (L2) and a float64 argsort of inner products (IP) for the recall
+an approximate index reports; a separate construct/fit/score per setting for `score_grid`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import feats, fitted, normalize
+from sklearn.neighbors import NearestNeighbors
+
+from featstore import Store
+from featstore.errors import UsageError
+from scorers import list_scorers
+from scorers.base import expand_grid
+from scorers.knn_index import build_index, recall_at_k
+
+
+def assert_grid_cases(store: Store, name: str, params: dict, grid: dict) -> None:
+    """Reference: a separate construct/fit/score per setting (what the base class does), on
+    id/test and ood/far/faint, to rtol 1e-9 / atol 1e-12."""
+    scorer = fitted(name, store, **params)
+    for split_name in ("id/test", "ood/far/faint"):
+        split = store.split(split_name)
+        results = scorer.score_grid(split, grid)
+        assert [s for s, _ in results] == expand_grid(grid)
+        for setting, scores in results:
+            separate = fitted(name, store, **{**params, **setting}).score(split)
+            np.testing.assert_allclose(scores, separate, rtol=1e-9, atol=1e-12,
+                                       err_msg=f"{name} {setting} on {split_name}")
+
+
+def faiss_bank(scorer) -> np.ndarray:
+    """The bank vectors, read back from an exact index built by the same scorer class."""
+    exact = type(scorer)(**{**scorer.params, "index": "exact"}).fit(scorer.store)
+    return exact.index._cpu_index.reconstruct_n(0, exact.index.ntotal)
+
+
+def assert_reports_recall(store: Store, name: str, kind: str) -> None:
+    """An approximate index reports recall@K at fit (issue 8): the figure equals recall_at_k
+    of the built index's ids against sklearn NearestNeighbors' exact ids (the reference) on
+    the first 256 id/val rows; an exact index reports no recall."""
+    params = {"K": 20, "index": kind} if name == "knn" else {"K": 5, "alpha": 0.5,
+                                                              "index": kind}
+    scorer = fitted(name, store, **params)
+    diag = scorer.diagnostics
+    assert diag["recall_split"] == "id/val" and diag["recall_queries"] == 200
+    assert diag["recall_k"] == params["K"]
+    q = normalize(feats(store, "id/val")).astype(np.float32)
+    _, approx_ids = scorer.index.search(q, params["K"])
+    bank = np.ascontiguousarray(faiss_bank(scorer))
+    if name == "knn":
+        exact_ids = NearestNeighbors(n_neighbors=params["K"]).fit(bank).kneighbors(q)[1]
+    else:  # inner-product search: the K largest q . b
+        exact_ids = np.argsort(-(q.astype(np.float64) @ bank.T.astype(np.float64)),
+                               axis=1, kind="stable")[:, :params["K"]]
+    assert diag["recall_at_k"] == pytest.approx(recall_at_k(approx_ids, exact_ids), abs=0.01)
+    assert 0.0 < diag["recall_at_k"] <= 1.0
+    assert "recall_at_k" not in fitted(name, store, **{**params, "index": "exact"}).diagnostics
+
+
+def test_recall_at_k_helper():
+    exact = np.array([[0, 1, 2], [3, 4, 5]])
+    assert recall_at_k(exact, exact) == 1.0
+    assert recall_at_k(np.array([[2, 1, 9], [-1, -1, -1]]), exact) == pytest.approx(2 / 6)
+    with pytest.raises(ValueError, match="same shape"):
+        recall_at_k(exact[:, :2], exact)
+
+
+@pytest.mark.parametrize("kind", ["exact", "ivf_flat", "hnsw"])
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_index_search_is_chunked_consistently(kind, metric):
+    """Searching in chunks of 7 queries returns what one big chunk returns."""
+    rng = np.random.default_rng(0)
+    bank = rng.normal(size=(500, 16)).astype(np.float32)
+    queries = rng.normal(size=(40, 16)).astype(np.float32)
+    small = build_index(bank, metric=metric, kind=kind, query_chunk=7)
+    big = build_index(bank, metric=metric, kind=kind, query_chunk=1000)
+    ds, is_ = small.search(queries, 10)
+    db, ib = big.search(queries, 10)
+    np.testing.assert_allclose(ds, db, rtol=1e-5, atol=1e-5)
+    assert recall_at_k(is_, ib) >= 0.99
+    order = np.diff(ds, axis=1)
+    assert np.all(order >= -1e-5) if metric == "l2" else np.all(order <= 1e-5)
+
+
+def test_index_refuses_bad_k_and_kind():
+    bank = np.eye(4, dtype=np.float32)
+    with pytest.raises(UsageError, match="kind 'kdtree'"):
+        build_index(bank, kind="kdtree")
+    idx = build_index(bank)
+    with pytest.raises(UsageError, match=r"k=5 must satisfy 1 <= k <= 4"):
+        idx.search(bank, 5)
+
+
+def test_knn_index_is_not_a_scorer():
+    assert "knn_index" not in {e["name"] for e in list_scorers()}

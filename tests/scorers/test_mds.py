@@ -1,0 +1,130 @@
+"""MDS (scorers/methods/mds.py). References: Lee et al. 2018 / OpenOOD's max_k -(x - mu_k)^T
+Sigma^+ (x - mu_k) as explicit per-class loops with scikit-learn EmpiricalCovariance (1/N)
+and np.linalg.pinv (rtol 1e-6); `scipy.linalg.pinvh` (what EmpiricalCovariance uses) for the
+whiteners; sign by the means of id/test and ood/far/faint. Chunks of 97 rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import EVAL_SPLITS, feats, fitted, labels
+from sklearn.covariance import EmpiricalCovariance
+
+from scorers import list_scorers
+
+F64_RTOL = 1e-6
+
+
+def class_means_and_cov(train: np.ndarray, y: np.ndarray):
+    """OpenOOD's MDS setup: per-class means; EmpiricalCovariance of class-centered features."""
+    classes = np.unique(y)
+    means = {}
+    centered = []
+    for c in classes:
+        rows = train[y == c]
+        means[c] = rows.mean(axis=0)
+        centered.append(rows - means[c])
+    cov = EmpiricalCovariance(assume_centered=False).fit(np.concatenate(centered)).covariance_
+    return means, cov
+
+
+def ref_class_maha(train: np.ndarray, y: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """(n, C) squared Mahalanobis distances to each class mean, explicit loops, np.linalg.pinv."""
+    means, cov = class_means_and_cov(train, y)
+    prec = np.linalg.pinv(cov)
+    out = np.empty((test.shape[0], len(means)))
+    for j, c in enumerate(sorted(means)):
+        for i, x in enumerate(test):
+            d = x - means[c]
+            out[i, j] = d @ prec @ d
+    return out
+
+
+def ref_mds(train, y, test) -> np.ndarray:
+    """Lee et al. 2018 (OpenOOD MDS): max_k -(x-mu_k)^T Sigma^+ (x-mu_k)."""
+    return (-ref_class_maha(train, y, test)).max(axis=1)
+
+
+def small_store_parts(make_store):
+    """N = 40 labelled id/train rows in D = 64 (the covariances have rank < N; the fit takes
+    the thin-SVD route, `whitener_from_rows`): the store, its train rows/labels, class means
+    and the precision (sklearn EmpiricalCovariance, scipy pinvh) of the class-centered rows."""
+    st = make_store("small", dim=64, n_train=40)
+    train, y = feats(st, "id/train"), labels(st, "id/train")
+    means, _ = class_means_and_cov(train, y)
+    centered = train - np.stack([means[c] for c in y])
+    prec = EmpiricalCovariance().fit(centered).precision_
+    return st, train, means, prec
+
+
+def class_distances(test: np.ndarray, means: dict, prec: np.ndarray) -> np.ndarray:
+    return np.stack([np.einsum("ij,jk,ik->i", test - means[c], prec, test - means[c])
+                     for c in sorted(means)], axis=1)
+
+
+def test_mds_matches_loops(shared_store):
+    st = shared_store
+    train, y = feats(st, "id/train"), labels(st, "id/train")
+    scorer = fitted("mds", st)
+    for name in EVAL_SPLITS:
+        np.testing.assert_allclose(scorer.score(st.split(name)),
+                                   ref_mds(train, y, feats(st, name)), rtol=F64_RTOL)
+
+
+def test_mds_fewer_train_rows_than_dims(make_store):
+    """Reference: explicit loops with the precision of sklearn EmpiricalCovariance (scipy
+    pinvh, what OpenOOD's MDS uses) of the class-centered train features, to 1e-8."""
+    st, _, means, prec = small_store_parts(make_store)
+    mds = fitted("mds", st)
+    for name in EVAL_SPLITS:
+        md = class_distances(feats(st, name), means, prec)
+        np.testing.assert_allclose(mds.score(st.split(name)), -md.min(axis=1), rtol=1e-8)
+
+
+@pytest.mark.parametrize(("rows", "rank"), [(30, 30), (30, 12)])
+def test_whitener_from_rows_equals_scipy_pinvh(rows: int, rank: int) -> None:
+    """scorers.kernels.classstats.whitener_from_rows(r, n) = L with L L^T =
+    scipy.linalg.pinvh(r.T @ r / n), for n < D rows of full and of lower rank, to 1e-8; L has
+    rank(r) columns."""
+    import scipy.linalg
+
+    from scorers.kernels.classstats import whitener_from_rows
+
+    rng = np.random.default_rng(rows + rank)
+    r = rng.standard_normal((rows, rank)) @ rng.standard_normal((rank, 50))
+    want = scipy.linalg.pinvh(r.T @ r / rows)
+    got = whitener_from_rows(r, rows)
+    assert got.shape == (50, rank)
+    np.testing.assert_allclose(got @ got.T, want, rtol=1e-8, atol=1e-8 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("rank", [40, 25])
+def test_whitener_equals_scipy_pinvh(rank: int) -> None:
+    """scorers.kernels.classstats.whitener(cov) = L with L L^T = scipy.linalg.pinvh(cov) (the
+    reference EmpiricalCovariance uses) on a full-rank and a rank-deficient covariance, to 1e-8."""
+    import scipy.linalg
+
+    from scorers.kernels.classstats import whitener
+
+    rng = np.random.default_rng(rank)
+    x = rng.standard_normal((200, rank)) @ rng.standard_normal((rank, 40))
+    cov = x.T @ x / 200
+    want = scipy.linalg.pinvh(cov)
+    got = whitener(cov)
+    assert got.shape == (40, rank)
+    np.testing.assert_allclose(got @ got.T, want, rtol=1e-8, atol=1e-8 * np.abs(want).max())
+
+
+def test_sign_id_above_far_ood(shared_store):
+    scorer = fitted("mds", shared_store)
+    id_scores = scorer.score(shared_store.split("id/test"))
+    ood_scores = scorer.score(shared_store.split("ood/far/faint"))
+    assert np.all(np.isfinite(id_scores)) and np.all(np.isfinite(ood_scores))
+    assert id_scores.mean() > ood_scores.mean()
+
+
+def test_registry_entry():
+    entry = {e["name"]: e for e in list_scorers()}["mds"]
+    assert entry["grid"] == {}
+    assert "fit:id/train" in entry["needs"] and "features" in entry["needs"]
+    assert entry["paper"]

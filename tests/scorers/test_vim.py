@@ -1,0 +1,162 @@
+"""ViM (scorers/methods/vim.py). References: Wang et al. 2022's formula transcribed here in
+plain full-matrix NumPy (np.linalg.pinv / eigh, `scipy.special.logsumexp`), compared at rtol
+1e-6 with the scorer run in 97-row chunks; a separate construct/fit/score per setting for
+`score_grid` (rtol 1e-9); the float32 store for the float16 one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import (
+    EVAL_SPLITS,
+    assert_chunked_matches_reference,
+    assert_grid_equals_separate,
+    assert_id_mean_above,
+    energy,
+    feats,
+    fitted,
+    head,
+    logits,
+    structured_arrays,
+)
+
+from featstore import Store
+from scorers import get_scorer, list_scorers
+
+
+def vim_dim(d: int, dim: int | None) -> int:
+    """The ViM paper's default principal dimension."""
+    if dim is not None:
+        return dim
+    return 1000 if d >= 2048 else 512 if d >= 768 else d // 2
+
+
+def ref_vim_parts(store: Store, dim: int | None):
+    """Wang et al. 2022: origin -pinv(W) b, null space of the uncentered covariance about it.
+    The structured head's rows sum to zero (rank C-1); its float32 rounding leaves a ~1e-8
+    singular value that pinv must treat as zero (float32 precision of the stored head)."""
+    w, b = head(store)
+    u = -np.linalg.pinv(w, rtol=max(w.shape) * np.finfo(np.float32).eps) @ b
+    xtr = feats(store, "id/train") - u
+    cov = xtr.T @ xtr / len(xtr)
+    evals, evecs = np.linalg.eigh(cov)
+    ns = evecs[:, np.argsort(-evals)[vim_dim(w.shape[1], dim):]]
+    alpha = logits(store, "id/train").max(axis=1).mean() / np.linalg.norm(xtr @ ns, axis=1).mean()
+    return u, ns, alpha
+
+
+def ref_vim(store: Store, split: str, dim: int | None = None) -> np.ndarray:
+    u, ns, alpha = ref_vim_parts(store, dim)
+    r = np.linalg.norm((feats(store, split) - u) @ ns, axis=1)
+    return energy(logits(store, split)) - alpha * r
+
+
+@pytest.mark.parametrize("params", [{}, {"dim": 8}, {"dim": 27}],
+                         ids=["default", "dim=8", "dim=27"])
+def test_matches_reference(shared_store, params):
+    """Chunked scorer == the full-matrix transcription of the paper's formula."""
+    assert_chunked_matches_reference(shared_store, "vim", params, ref_vim)
+
+
+def test_vim_wide_default_dim_matches_reference(wide_store):
+    """D=1040: the paper's rule gives dim=512 (768 <= D < 2048)."""
+    scorer = fitted("vim", wide_store)
+    np.testing.assert_allclose(scorer.score(wide_store.split("id/test")),
+                               ref_vim(wide_store, "id/test", 512), rtol=1e-6, atol=1e-10)
+
+
+def test_sign_id_above_far_ood(shared_store):
+    assert_id_mean_above(shared_store, "vim")
+
+
+def test_vim_default_grid_equals_separate_runs(wide_store):
+    """ViM's default grid (OpenOOD dim_list [256, 1000]) needs D > 1000."""
+    assert get_scorer("vim").grid == {"dim": [256, 1000]}
+    assert_grid_equals_separate(wide_store, "vim", {})
+
+
+@pytest.mark.parametrize("grid", [
+    {"dim": [3, 16, 30]},           # V[:, 3:] (29 columns), not V[:, :30]
+    {"dim": [2, 6, 9]},             # V[:, :9] (9 columns), not V[:, 2:] (30)
+])
+def test_explicit_grid_equals_separate_runs(shared_store, grid):
+    assert_grid_equals_separate(shared_store, "vim", {}, grid)
+
+
+def test_default_grid_and_defaults_are_documented():
+    row = {r["name"]: r for r in list_scorers()}["vim"]
+    assert row["defaults"] == {"dim": None} and row["grid"] == {"dim": [256, 1000]}
+    assert row["paper"]
+
+
+@pytest.mark.parametrize("dim", [32, 40])
+def test_bad_vim_dim_at_fit(shared_store, dim):
+    scorer = get_scorer("vim", dim=dim)
+    with pytest.raises(ValueError, match=rf"dim must satisfy 1 <= dim < D = 32 \(got {dim}\)"):
+        scorer.fit(shared_store)
+
+
+def test_bad_vim_dim_construct_and_grid(shared_store):
+    for bad in (0, -3, 2.5, "16", True):
+        with pytest.raises(ValueError, match="dim"):
+            get_scorer("vim", dim=bad)
+    scorer = fitted("vim", shared_store)
+    with pytest.raises(ValueError, match=r"1 <= dim < D = 32 \(got 256\)"):
+        scorer.score_grid(shared_store.split("id/test"))   # OpenOOD's grid is for D > 1000
+
+
+def test_vim_zero_residual_is_an_error_not_nan(tmp_path):
+    """Train features spanning 3 directions (bias 0, so the origin is 0): dim >= 3 leaves no
+    residual and alpha = mean max-logit / 0 would be inf/NaN."""
+    rng = np.random.default_rng(1)
+    weight = rng.normal(size=(3, 8)).astype(np.float32)
+    bias = np.zeros(3, dtype=np.float32)
+    x = np.zeros((50, 8), dtype=np.float32)
+    x[:, :3] = np.abs(rng.normal(size=(50, 3)))
+    st = Store.from_arrays(tmp_path / "s", head=(weight, bias),
+                           splits={"id/train": {"features": x}, "id/test": {"features": x}})
+    scorer = get_scorer("vim", dim=5).fit(st)
+    with pytest.raises(ValueError, match="dim=5 leaves no residual"):
+        scorer.score(st.split("id/test"))
+    assert np.isfinite(get_scorer("vim", dim=2).fit(st).score(st.split("id/test"))).all()
+
+
+def few_train_rows_store(path) -> Store:
+    """`structured_arrays(seed=0)` with only 12 id/train rows (D = 32)."""
+    arrays = structured_arrays(seed=0)
+    splits = dict(arrays["splits"])
+    splits["id/train"] = {k: v[:12] for k, v in splits["id/train"].items()}
+    return Store.from_arrays(path, head=arrays["head"], splits=splits)
+
+
+def assert_dim_not_below_train_rows_refused(tmp_path, name: str) -> None:
+    """N = 12 id/train rows, D = 32: dim >= 12 is refused from the store's size (S has rank
+    <= 12), at fit and as a dropped default-grid setting of a sweep; dim = 11 fits."""
+    st = few_train_rows_store(tmp_path / "s")
+    with pytest.raises(ValueError, match=rf"scorer '{name}': dim=12 is not below the 12 rows "
+                       r"of 'id/train' .*valid: 1 <= dim < min\(D, N\) = 12"):
+        get_scorer(name, dim=12).fit(st)
+    with pytest.raises(ValueError, match=r"dim=16 is not below the 12 rows"):
+        get_scorer(name).fit(st)  # the paper's default, D // 2 = 16
+    assert np.isfinite(get_scorer(name, dim=11).fit(st).score(st.split("id/test"))).all()
+
+
+def test_dim_not_below_train_rows_is_refused_before_fit(tmp_path):
+    assert_dim_not_below_train_rows_refused(tmp_path, "vim")
+
+
+def test_float16_store_close_to_float32(make_store):
+    """The same data stored as float16 scores within 1e-3 relative of the float32 store.
+    ViM's score is energy - alpha * r, a difference of two terms of similar size (it crosses
+    zero), so it is compared relative to the size of those terms: float16 rounding (2^-11
+    relative per entry) moves r by a few 1e-4 relative, which is what this bounds."""
+    s32 = make_store("f32", dtype="float32", seed=2)
+    s16 = make_store("f16", dtype="float16", seed=2)
+    a = fitted("vim", s32)
+    b = fitted("vim", s16)
+    for split in EVAL_SPLITS:
+        x32 = a.score(s32.split(split))
+        x16 = b.score(s16.split(split))
+        lse = energy(logits(s32, split))
+        terms = np.abs(lse) + np.abs(lse - x32)        # |energy| + alpha * r
+        assert np.all(np.abs(x16 - x32) <= 1e-3 * terms), np.max(np.abs(x16 - x32) / terms)
