@@ -77,6 +77,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import bench_scorers as bs
+from benchmarks import peers
 from benchmarks.machine import cpu_model, load_average, mem_total_gib
 
 DEFAULT_ROWS = "10000,100000,1000000"
@@ -105,9 +106,7 @@ def disk_need_bytes(n: int, dim: int, classes: int) -> int:
     return (2 * n + 3 * eval_rows(n)) * row
 
 
-def vim_dim(dim: int) -> int:
-    """pytorch-ood's ViM principal dimension in bench_scorers._child_peer (used on both sides)."""
-    return 1000 if dim >= 2048 else dim // 2
+vim_dim = peers.vim_dim  # pytorch-ood's ViM principal dimension (used on both sides)
 
 
 def centre_sd(dim: int) -> np.float32:
@@ -282,7 +281,7 @@ def _mem_estimate(impl: str, scorer: str, index: str, n: int, dim: int, classes:
     if impl == "sklearn":
         return FIXED_MB + 2 * bank + 2 * min(m, rows or m) * dim * 4 / mib
     job = peer_inputs_mb(scorer, n, dim, classes)
-    fit_on = bs.PEERS[scorer][2]
+    fit_on = peers.PEERS[scorer].fit_on
     work = bank if fit_on == "train" else m * classes * 4 / mib if fit_on == "val" else 0.0
     return FIXED_MB + job + work
 
@@ -290,7 +289,7 @@ def _mem_estimate(impl: str, scorer: str, index: str, n: int, dim: int, classes:
 def peer_inputs_mb(scorer: str, n: int, dim: int, classes: int) -> float:
     """MiB of float32 inputs the peer's whole job holds (all scored rows, even where only a
     subset was timed, plus its fit split)."""
-    _, kind, fit_on = bs.PEERS[scorer]
+    kind, fit_on = peers.PEERS[scorer].kind, peers.PEERS[scorer].fit_on
     m = eval_rows(n)
     total = 2 * m * {"features": dim, "logits": classes}[kind] * 4
     if fit_on == "train":
@@ -531,11 +530,11 @@ def main(argv: list[str] | None = None) -> int:
                         job("featstore", name, "exact",
                             {"role": "featstore", "scorer": name, "rows": knn_rows,
                              "params": params}, "featstore")
-                    if args.peers and name in bs.PEERS:
+                    if args.peers and name in peers.PEERS:
                         peer_rows = min(m, bs.PEER_ROWS.get(name, m), knn_rows)
                         job("pytorch-ood", name, "exact",
                             {"role": "peer", "scorer": name, "rows": peer_rows},
-                            f"pytorch-ood {bs.PEERS[name][0]}")
+                            f"pytorch-ood {peers.PEERS[name].label}")
                     if name != "knn":
                         continue
                     for index in indexes:
@@ -673,7 +672,7 @@ def _table(dim: int, classes: int, recs: list[dict[str, Any]], names: list[str],
                 inputs = peer_inputs_mb(name, n, dim, classes)
                 peer_cells = _cells(pf, peer, inputs)
                 job = pf["peak"] + inputs if pf else 0.0
-                label = f"ViM(d={vim_dim(dim)})" if name == "vim" else bs.PEERS[name][0]
+                label = peers.label(name, dim)
                 notes += [f"pytorch-ood `{label}`", _subset_note(peer, total_rows, "peer"),
                           _auroc_pair(fs, peer)]
             notes.append(_busy(fs, *(p for p in (peer,) if p)))

@@ -87,6 +87,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import peers
 from benchmarks.machine import cpu_model, mem_total_gib
 
 NUM_CLASSES = 1000
@@ -102,7 +103,6 @@ KNN_ROWS = 2500  # rows of id/test and of the AUROC OOD split queried by exact K
 # per call would make their GEMMs less efficient than on whole splits.
 PEER_ROWS = {"mds": 100, "rmds": 100, "dice": 500, "gradnorm": 250}
 SUBSET_SPLITS = (AUROC_ID, AUROC_OOD)
-DICE_BATCH = 64
 APPROX_INDEX = "ivf_flat"  # the approximate KNN index timed against sklearn's exact search
 
 
@@ -126,31 +126,8 @@ class Sizes:
 FULL = Sizes(train=100_000, val=10_000, test=50_000, ood=10_000)
 QUICK = Sizes(train=10_000, val=1_000, test=5_000, ood=1_000)
 
-# featstore scorer -> (pytorch-ood detector as configured here, input kind, fit data).
-# Hyperparameters match the featstore defaults used on the featstore side.
-PEERS: dict[str, tuple[str, str, str | None]] = {
-    "msp": ("MaxSoftmax()", "logits", None),
-    "mls": ("MaxLogit()", "logits", None),
-    "energy": ("EnergyBased(t=1)", "logits", None),
-    "odin": ("MaxSoftmax(t=1000)", "logits", None),
-    "gen": ("GEN(gamma=0.1, M=100)", "logits", None),
-    "entropy": ("Entropy()", "logits", None),
-    "temp_scaling": ("TemperatureScaling()", "logits", "val"),
-    "kl_matching": ("KLMatching()", "logits", "val"),
-    "vim": ("ViM(d=1000)", "features", "train"),
-    "react": ("ReAct(percentile=0.9)", "features", "train"),
-    "ash": ("ASH('ash-b', 0.9)", "features", None),
-    "scale": ("SCALE(0.85)", "features", None),
-    "dice": ("DICE(p=0.9)", "features", "train"),
-    "gradnorm": ("GradNorm(fc.weight)", "features", None),
-    "fdbd": ("fDBD()", "features", "train"),
-    "nci": ("NCI(alpha=1e-4)", "features", "train"),
-    "knn": ("KNN(k=50)", "features", "train"),
-    "mds": ("Mahalanobis()", "features", "train"),
-    "rmds": ("RMD()", "features", "train"),
-    "she": ("SHE()", "features", "train"),
-    "nnguide": ("NNGuide(k=100), same 1% bank", "features", "train"),
-}
+# featstore scorer -> its pytorch-ood 0.4 peer (label, input kind, fit data): benchmarks/peers.py
+PEERS = peers.PEERS
 
 
 # --------------------------------------------------------------------------- memory
@@ -392,29 +369,26 @@ def _child_peer(spec: dict[str, Any]) -> dict[str, Any]:
     from featstore import Store
 
     name, rows = spec["scorer"], spec.get("rows")
-    label, kind, fit_on = PEERS[name]
+    peer = PEERS[name]
+    label = peer.label
     store = Store.open(spec["store"])
     w_np, b_np = store.head
-    weight, bias = torch.from_numpy(w_np.copy()), torch.from_numpy(b_np.copy())
     head = torch.nn.Linear(DIM, NUM_CLASSES)
     with torch.no_grad():
-        head.weight.copy_(weight)
-        head.bias.copy_(bias)
+        head.weight.copy_(torch.from_numpy(w_np.copy()))
+        head.bias.copy_(torch.from_numpy(b_np.copy()))
     grad_needed = name == "gradnorm"
     head.requires_grad_(grad_needed)
-
-    def head_4d(x: torch.Tensor) -> torch.Tensor:
-        return head(x.flatten(1))
 
     t_load = time.perf_counter()
     inputs: dict[str, torch.Tensor] = {}
     for split in _scored_splits(rows):
-        inputs[split] = torch.from_numpy(_load(store, split, kind, rows))
+        inputs[split] = torch.from_numpy(_load(store, split, peer.kind, rows))
     fit_x = fit_y = None
-    if fit_on == "train":
+    if peer.fit_on == "train":
         fit_x = torch.from_numpy(_load(store, "id/train", "features"))
         fit_y = torch.from_numpy(_load(store, "id/train", "labels"))
-    elif fit_on == "val":
+    elif peer.fit_on == "val":
         fit_x = torch.from_numpy(_load(store, "id/val", "logits"))
         fit_y = torch.from_numpy(_load(store, "id/val", "labels"))
     load_s = time.perf_counter() - t_load
@@ -422,10 +396,11 @@ def _child_peer(spec: dict[str, Any]) -> dict[str, Any]:
     if fit_x is not None:
         input_mb += (fit_x.numel() * fit_x.element_size() + fit_y.numel() * 8) / 2**20
 
+    params: dict[str, Any] = {}
     if name == "nnguide":  # the bank featstore uses: ceil(1% of id/train), default_rng(0)
         from scorers.knn_index import subsample_rows
 
-        bank_rows = torch.from_numpy(subsample_rows(fit_x.shape[0], 0.01, 0))
+        params["bank_rows"] = torch.from_numpy(subsample_rows(fit_x.shape[0], 0.01, 0))
 
     # warm-up: first calls of the kernels used below (thread pools, allocator)
     with torch.no_grad():
@@ -433,87 +408,9 @@ def _child_peer(spec: dict[str, Any]) -> dict[str, Any]:
         head(tiny).softmax(1).topk(2, dim=1)
         tiny.T @ tiny
 
-    det: Any
-    fit = None
-    predict: Any
-    if name == "msp":
-        det = pod.MaxSoftmax(None)
-        predict = det.predict_logits
-    elif name == "mls":
-        det = pod.MaxLogit(None)
-        predict = det.predict_logits
-    elif name == "energy":
-        det = pod.EnergyBased(None, t=1.0)
-        predict = det.predict_logits
-    elif name == "odin":
-        det = pod.MaxSoftmax(None, t=1000.0)
-        predict = det.predict_logits
-    elif name == "gen":
-        det = pod.GEN(None, gamma=0.1, M=100)
-        predict = det.predict_logits
-    elif name == "entropy":
-        det = pod.Entropy(None)
-        predict = det.predict_logits
-    elif name == "temp_scaling":
-        det = pod.TemperatureScaling(None)
-        fit = lambda: det.fit_logits(fit_x, fit_y)  # noqa: E731
-        predict = det.predict_logits
-    elif name == "kl_matching":
-        det = pod.KLMatching(None)
-        fit = lambda: det.fit_logits(fit_x, fit_y)  # noqa: E731
-        predict = det.predict_logits
-    elif name == "vim":
-        det = pod.ViM(None, d=1000 if DIM >= 2048 else DIM // 2, w=weight, b=bias)
-        fit = lambda: det.fit_features(fit_x, fit_y)  # noqa: E731
-        predict = det.predict_features
-    elif name == "react":
-        det = pod.ReAct(backbone=None, head=head, percentile=0.9)
-        fit = lambda: det.fit_feature_maps(fit_x, fit_y)  # noqa: E731
-        predict = det.predict_feature_maps
-    elif name == "ash":
-        det = pod.ASH(backbone=None, head=head_4d, variant="ash-b", percentile=0.9)
-        predict = lambda x: det.predict_feature_maps(x[:, :, None, None])  # noqa: E731
-    elif name == "scale":
-        det = pod.SCALE(backbone=None, head=head_4d, percentile=0.85)
-        predict = lambda x: det.predict_feature_maps(x[:, :, None, None])  # noqa: E731
-    elif name == "dice":
-        det = pod.DICE(None, w=weight, b=bias, p=0.9)
-        fit = lambda: det.fit_features(fit_x, fit_y)  # noqa: E731
-        predict = lambda x: torch.cat([det.predict_features(x[i:i + DICE_BATCH])  # noqa: E731
-                                       for i in range(0, x.shape[0], DICE_BATCH)])
-    elif name == "gradnorm":
-        det = pod.GradNorm(head, param_filter=lambda n: n == "weight")
-        predict = det.predict
-    elif name == "fdbd":
-        det = pod.fDBD(None, head=head)
-        fit = lambda: det.fit_features(fit_x)  # noqa: E731
-        predict = det.predict_features
-    elif name == "nci":
-        det = pod.NCI(None, head=head, alpha=0.0001)
-        fit = lambda: det.fit_features(fit_x)  # noqa: E731
-        predict = det.predict_features
-    elif name == "knn":
-        det = pod.KNN(None, k=50)
-        fit = lambda: det.fit_features(fit_x, fit_y)  # noqa: E731
-        predict = det.predict_features
-    elif name == "mds":
-        det = pod.Mahalanobis(None)
-        fit = lambda: det.fit_features(fit_x, fit_y)  # noqa: E731
-        predict = det.predict_features
-    elif name == "rmds":
-        det = pod.RMD(None)
-        fit = lambda: det.fit_features(fit_x, fit_y)  # noqa: E731
-        predict = det.predict_features
-    elif name == "she":
-        det = pod.SHE(None, head=head)
-        fit = lambda: det.fit_features(fit_x, fit_y)  # noqa: E731
-        predict = det.predict_features
-    elif name == "nnguide":
-        det = pod.NNGuide(None, head=head, k=100)
-        fit = lambda: det.fit_features(fit_x[bank_rows], fit_y[bank_rows])  # noqa: E731
-        predict = det.predict_features
-    else:
-        raise ValueError(f"no pytorch-ood peer for {name!r}")
+    built = peers.build(name, pod, head, params)
+    det, predict = built.det, built.predict
+    fit = None if built.fit is None else (lambda: built.fit(fit_x, fit_y))
 
     base, reset = _mem_baseline()
     clock = Clock()
@@ -726,7 +623,7 @@ def _row(name: str, fs: dict[str, Any], peer: dict[str, Any] | None, peer_label:
 def peer_inputs_mb(name: str, sizes: Sizes) -> float:
     """MiB of float32 inputs the peer's whole job holds in RAM: the scored splits' arrays of
     its input kind (all rows, even when only a subset was timed) plus its fit arrays."""
-    _, kind, fit_on = PEERS[name]
+    kind, fit_on = PEERS[name].kind, PEERS[name].fit_on
     row = {"features": DIM, "logits": NUM_CLASSES}[kind] * 4
     total = sum(sizes.rows(s) for s in SCORE_SPLITS) * row
     if fit_on == "train":
@@ -806,8 +703,8 @@ def main(argv: list[str] | None = None) -> int:
                 if name in PEERS:
                     peer_rows = rows or PEER_ROWS.get(name)
                     peer = runner.run({"role": "peer", "scorer": name, "store": store,
-                                       "rows": peer_rows}, f"pytorch-ood {PEERS[name][0]}")
-                    label = f"pytorch-ood `{PEERS[name][0]}`"
+                                       "rows": peer_rows}, f"pytorch-ood {PEERS[name].label}")
+                    label = f"pytorch-ood `{PEERS[name].label}`"
                     if name == "knn" and "extra" in peer:
                         algo = peer["extra"].get("sklearn_algorithm")
                         label += f" (sklearn NearestNeighbors, algorithm resolved to {algo!r})"

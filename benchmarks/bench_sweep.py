@@ -194,52 +194,30 @@ def side_peer(name: str, store: Store, grid: dict) -> tuple[float, list[np.ndarr
     pattern with pytorch-ood itself), fed float32 tensors of the store's arrays loaded into
     RAM before the clock starts. Returns (CPU seconds, the first scored split's scores per
     setting, negated to higher = more ID), or None without the ``bench`` extra. The detectors
-    and their argument mapping are those of `benchmarks.bench_scorers` (percentiles / 100)."""
+    and their argument mapping are `benchmarks.peers` (one map for every benchmark)."""
     try:
         import torch
         from pytorch_ood import detector as pod
     except ImportError:
         return None
-    from benchmarks.bench_scorers import DICE_BATCH
+    from benchmarks import peers
 
     w_np, b_np = store.head
-    weight, bias = torch.from_numpy(w_np.copy()), torch.from_numpy(b_np.copy())
-    head = torch.nn.Linear(weight.shape[1], weight.shape[0])
+    head = torch.nn.Linear(w_np.shape[1], w_np.shape[0])
     with torch.no_grad():
-        head.weight.copy_(weight)
-        head.bias.copy_(bias)
+        head.weight.copy_(torch.from_numpy(w_np.copy()))
+        head.bias.copy_(torch.from_numpy(b_np.copy()))
     head.requires_grad_(False)
     train_x = torch.from_numpy(np.ascontiguousarray(store.split("id/train").read("features")))
     train_y = torch.from_numpy(np.asarray(store.split("id/train").read("labels")))
     scored = [torch.from_numpy(np.ascontiguousarray(store.split(sp).read("features")))
               for sp in A_SPLITS]
 
-    def head_4d(x: torch.Tensor) -> torch.Tensor:
-        return head(x.flatten(1))
-
     def one(setting: dict[str, Any]) -> list[torch.Tensor]:
-        if name == "knn":
-            det = pod.KNN(None, k=int(setting["K"]))
-            det.fit_features(train_x, train_y)
-            return [det.predict_features(x) for x in scored]
-        if name == "vim":
-            det = pod.ViM(None, d=int(setting["dim"]), w=weight, b=bias)
-            det.fit_features(train_x, train_y)
-            return [det.predict_features(x) for x in scored]
-        if name == "ash":
-            det = pod.ASH(backbone=None, head=head_4d, variant="ash-b",
-                          percentile=setting["percentile"] / 100.0)
-            return [det.predict_feature_maps(x[:, :, None, None]) for x in scored]
-        if name == "react":
-            det = pod.ReAct(backbone=None, head=head, percentile=setting["percentile"] / 100.0)
-            det.fit_feature_maps(train_x, train_y)
-            return [det.predict_feature_maps(x) for x in scored]
-        if name == "dice":
-            det = pod.DICE(None, w=weight, b=bias, p=setting["p"] / 100.0)
-            det.fit_features(train_x, train_y)
-            return [torch.cat([det.predict_features(x[i:i + DICE_BATCH])
-                               for i in range(0, x.shape[0], DICE_BATCH)]) for x in scored]
-        raise ValueError(f"no pytorch-ood sweep side for {name!r}")
+        built = peers.build(name, pod, head, setting)
+        if built.fit is not None:
+            built.fit(train_x, train_y)
+        return [built.predict(x) for x in scored]
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
