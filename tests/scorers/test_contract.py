@@ -54,9 +54,9 @@ NAMES = sorted(REGISTRY)
 # scorer must be bit for bit).
 GRID_RTOL: dict[str, tuple[float, str]] = {
     "react": (1e-10, "the energies of every clip threshold come from one pass of sparse band "
-                     "sums over the sorted activations (scorers/methods/react.py)"),
+                     "sums above the lowest clip value (scorers/kernels/bands.py)"),
     "dice": (1e-10, "the masked heads of a chain of percentiles are cumulative band sums of "
-                    "the contribution matrix (scorers/methods/dice.py), not one mask each"),
+                    "the contribution matrix (scorers/kernels/bands.py), not one mask each"),
 }
 
 # float16 stores: features (and logits, extras) rounded to 2^-11 relative; a score moves by at
