@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 
 from .errors import InputError
+from .layout import ROW_AXIS_ATTR, extra_names
 
 FIRST_ROWS = 5
 FLOAT16_MAX = float(np.finfo(np.float16).max)  # 65504
@@ -37,8 +38,6 @@ def nonfinite_record(fh: h5py.File) -> dict[str, list]:
     """{field: [rows with NaN/inf, first FIRST_ROWS such rows]} for every floating dataset
     of a split file that has any (fields `features`, `logits`, `extra:<name>`); {} when all
     finite."""
-    from .layout import ROW_AXIS_ATTR, extra_names
-
     record: dict[str, list] = {}
     keys = [k for k in ("features", "logits") if k in fh]
     keys += [f"extra/{n}" for n in extra_names(fh)]

@@ -25,6 +25,7 @@ from featstore.interfaces import SplitLike, StoreLike
 from featstore.values import require_finite
 
 from .needs import Needs
+from .rowmap import map_rows, read_chunk_rows
 
 DEFAULT_CHUNK_ROWS = 8192
 
@@ -220,8 +221,6 @@ class Scorer:
                ) -> Iterator[tuple[slice, tuple[np.ndarray, ...]]]:
         """Row chunks of a split's fields as float32: about `rowmap.FIT_READ_BYTES` of the
         widest field per chunk, at most `self.chunk_rows` rows (bounded memory)."""
-        from .rowmap import read_chunk_rows
-
         rows = read_chunk_rows(split, fields, self.chunk_rows)
         return split.iter_chunks(*fields, chunk_rows=rows)
 
@@ -230,8 +229,6 @@ class Scorer:
         """(N,) float64 `fn(*blocks)` over row blocks of `fields` (or a list of `outputs`
         such arrays when fn returns that many per block), in parallel and streaming
         (`scorers.rowmap`); fn must score rows independently and not modify its inputs."""
-        from .rowmap import map_rows
-
         return map_rows(split, fields, fn, chunk_rows=self.chunk_rows, outputs=outputs)
 
     def fit_split(self, store: StoreLike, name: str) -> SplitLike:

@@ -18,6 +18,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from featstore.fileio import atomic_write_bytes
+
+from . import list_scorers
+
 BEGIN = ("<!-- scorers table: generated from scorers.list_scorers() by "
          "`python -m scorers.catalog README.md`; do not edit by hand -->")
 END = "<!-- end of the generated scorers table -->"
@@ -85,8 +89,6 @@ def first_difference(old: str, new: str) -> str | None:
 def update_file(path: Path, infos: Sequence[Mapping[str, Any]], check: bool = False) -> str | None:
     """Rewrite `path`'s generated block from `infos` (atomically); with `check`, write nothing
     and return the first difference (None when the file is up to date)."""
-    from featstore.fileio import atomic_write_bytes
-
     text = path.read_text(encoding="utf-8")
     new = replace_block(text, markdown_table(infos), str(path))
     diff = first_difference(text, new)
@@ -98,8 +100,6 @@ def update_file(path: Path, infos: Sequence[Mapping[str, Any]], check: bool = Fa
 def main(argv: list[str] | None = None) -> int:
     """`python -m scorers.catalog [--check] README.md`: 0 up to date or rewritten; 1 with
     --check when the file differs from the registry."""
-    from . import list_scorers
-
     parser = argparse.ArgumentParser(prog="python -m scorers.catalog", description=__doc__)
     parser.add_argument("path", type=Path)
     parser.add_argument("--check", action="store_true",

@@ -19,7 +19,7 @@ from featstore.errors import UsageError
 from featstore.interfaces import SplitLike, StoreLike
 
 from .base import Scorer, ValidRange
-from .knn_index import INDEX_KINDS, KnnIndex, subsample_rows, subsample_size
+from .knn_index import INDEX_KINDS, KnnIndex, l2_normalize, subsample_rows, subsample_size
 
 FIT_SPLIT = "id/train"
 RECALL_QUERIES = 256
@@ -35,8 +35,6 @@ def recall_split(store: StoreLike) -> str:
 def recall_queries(store: StoreLike, max_rows: int = RECALL_QUERIES) -> np.ndarray:
     """The first `max_rows` features of `recall_split(store)`, L2-normalized: the queries on
     which an approximate index's recall@K is measured."""
-    from .knn_index import l2_normalize
-
     split = store.split(recall_split(store))
     rows = min(max_rows, split.num_rows)
     return l2_normalize(split.read("features", slice(0, rows)))

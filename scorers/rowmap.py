@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from featstore.errors import UsageError
 from featstore.interfaces import SplitLike
 
 READ_BYTES = 8 << 20
@@ -47,8 +48,6 @@ def threads() -> int:
         except ValueError:
             value = 0
         if value < 1:
-            from featstore.errors import UsageError
-
             raise UsageError(f"${THREADS_ENV}={env!r}: expected a positive integer")
         return value
     try:

@@ -31,6 +31,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..datasets import TransformedRows, build_transform, rows_from_source
+from ..spec import load_spec
+
 #: `featstore extract --model` spec of the pretrained demo model
 PRETRAINED_SPEC = "featstore.demo.backbone:lite0_classifier"
 INPUT_SIZE = 64
@@ -137,8 +140,6 @@ def train_pretrained_head(spec_path: Path, out_file: Path, num_classes: int,
     state dict (backbone + head) to `out_file` atomically; returns the training summary."""
     import os
 
-    from ..datasets import TransformedRows, build_transform, rows_from_source
-    from ..spec import load_spec
 
     spec = load_spec(spec_path)
     train = next(s for s in spec.splits if s.name == "id/train")

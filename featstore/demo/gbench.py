@@ -37,9 +37,13 @@ from typing import Any
 
 import torch
 
+from ..datasets import TransformedRows, build_transform, rows_from_source
 from ..errors import InputError, UsageError
 from ..extract import ExtractOptions, Progress, extract
+from ..spec import load_spec
 from ..store import Store
+from ..training.ce import random_shift, train_ce
+from ..training.config import TrainConfig
 from .model import DemoResNet
 from .pipeline import (
     ID_CLASSES,
@@ -152,11 +156,6 @@ def _train_backbone(spec_path: Path, out_file: Path, factory: Callable[[int], De
                     seed: int, epochs: int, log: Callable[[str], None]) -> None:
     """The demo's training recipe (featstore.demo.pipeline.train_demo_model) for another
     architecture and seed."""
-    from ..datasets import TransformedRows, build_transform, rows_from_source
-    from ..spec import load_spec
-    from ..training.ce import random_shift, train_ce
-    from ..training.config import TrainConfig
-
     spec = load_spec(spec_path)
     train = next(s for s in spec.splits if s.name == "id/train")
     rows = rows_from_source(train.source)

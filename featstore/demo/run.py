@@ -19,9 +19,16 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from scorers.evaluate import evaluate
+from scorers.stats import BootstrapSpec
+
 from ..errors import InputError, UsageError
+from ..report import write_report
 from ..store import Store
 from ..summary import store_summary
+from .gbench import BACKBONES, build_gbench
+from .pipeline import check_backbone, check_scale, id_test_accuracy, run_demo
+from .ten_methods import run_ten_methods
 
 ContextFactory = Callable[[], AbstractContextManager[Any]]
 
@@ -39,9 +46,6 @@ def no_steps() -> AbstractContextManager[Callable[[str], None]]:
 def demo_evaluation(store: Store) -> dict[str, Any]:
     """The demo's closing table's data: every scorer the store supports, with 95% intervals
     (1000 stratified-bootstrap resamples, percentile)."""
-    from scorers.evaluate import evaluate
-    from scorers.stats import BootstrapSpec
-
     # the demo's train bank has 650 rows: NNGuide's default 1% bank (6 rows) cannot hold K=100
     return evaluate(store, params={"nnguide": {"alpha": 1.0}}, ci=BootstrapSpec())
 
@@ -57,22 +61,17 @@ def run_demo_command(out: Path, *, methods: str | Sequence[str] | None = None,
     (OUT/report.html + report.md), returned as {"out", "backbone", "scale", "store" (its
     summary), "id_test_accuracy", "evaluation", "report": {"html", "markdown"}}. Either
     result carries "seconds" (wall time of the whole run)."""
-    from .pipeline import check_backbone, check_scale, id_test_accuracy, run_demo
-
     check_backbone(backbone)
     check_scale(scale)
     out = Path(out)
     start = time.perf_counter()
     if methods is not None:
-        from .ten_methods import run_ten_methods
-
         with extraction() as progress:
             result = run_ten_methods(out, methods, log=log, progress=progress)
         result["seconds"] = time.perf_counter() - start
         return result
     with extraction() as progress:
         st = run_demo(out, backbone=backbone, scale=scale, log=log, progress=progress)
-    from ..report import write_report
 
     with steps() as begin:
         begin(f"evaluating every scorer on {st.path}")
@@ -94,8 +93,6 @@ def build_gbench_command(out: Path, *, backbone: str = "pretrained",
     written (`--backbone` one of `gbench.BACKBONES`, `--weights` an existing file), build the
     mini-Gbench store (`gbench.build_gbench`), and return its summary plus "ood_splits"
     (how many) and "seconds"."""
-    from .gbench import BACKBONES, build_gbench
-
     if backbone not in BACKBONES:
         raise UsageError(f"--backbone {backbone!r}: expected one of {', '.join(BACKBONES)}")
     if weights is not None and not Path(weights).is_file():

@@ -35,6 +35,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..experiments.config import Experiment
+from ..experiments.presets import select_rows as select
+from ..experiments.presets import ten_method_rows
+from ..experiments.render import rich_tables
+from ..experiments.runner import run_experiment
 from ..extract import Progress
 from .pipeline import PHOTOS, TEXTURES, demo_spec_text, toml_value
 
@@ -72,9 +77,6 @@ def demo_train_settings(epochs: int = EPOCHS, finetune_epochs: int = FINETUNE_EP
 
 def select_rows(methods: str | Sequence[str]) -> list[Any]:
     """`all` or row names (case-insensitive, comma-separated or a list)."""
-    from ..experiments.presets import select_rows as select
-    from ..experiments.presets import ten_method_rows
-
     return select(methods, ten_method_rows(finetune=True))
 
 
@@ -82,8 +84,6 @@ def ten_methods_experiment(out: Path, methods: str | Sequence[str] = "all", *,
                            epochs: int = EPOCHS, finetune_epochs: int = FINETUNE_EPOCHS,
                            seeds: Sequence[int] = (0,)) -> Any:
     """The preset's Experiment (writes OUT/methods/spec.toml)."""
-    from ..experiments.config import Experiment
-
     rows = select_rows(methods)              # a bad name is an error before anything is written
     base = Path(out) / "methods"
     base.mkdir(parents=True, exist_ok=True)
@@ -104,7 +104,6 @@ def run_ten_methods(out: Path, methods: str | Sequence[str] = "all", *, epochs: 
 
     import torch
 
-    from ..experiments.runner import run_experiment
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     exp = ten_methods_experiment(out, methods, epochs=epochs, finetune_epochs=finetune_epochs)
@@ -134,6 +133,4 @@ def _train_progress(progress: Progress) -> Callable[[str], Any]:
 
 def render_tables(result: dict[str, Any]) -> list[Any]:
     """rich Tables: the benchmark's table (methods as columns) and the skipped runs."""
-    from ..experiments.render import rich_tables
-
     return rich_tables(result)

@@ -44,7 +44,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scorers import check_scorers
+from scorers.sweep import check_select_by
+
 from ..errors import InputError, UsageError
+from ..protocols.osr import parse_ratio
+from ..training.methods import get_method
+from ..training.presets import preset_values
 
 TOP_KEYS = ("name", "arch", "seeds", "device", "data", "train", "tune", "method")
 DATA_KEYS = ("spec", "osr", "aux", "aux_name")
@@ -126,10 +132,6 @@ def _check_keys(table: dict[str, Any], valid: tuple[str, ...], where: str) -> No
 
 
 def _rows(raw: Any, where: str) -> list[MethodRow]:
-    from scorers import check_scorers
-
-    from ..training.methods import get_method
-
     if not isinstance(raw, list) or not raw:
         raise InputError(f"{where}: expected at least one [[method]] table")
     rows, names = [], set()
@@ -164,9 +166,6 @@ def _rows(raw: Any, where: str) -> list[MethodRow]:
 
 def parse_experiment(data: dict[str, Any], base: Path, where: str) -> Experiment:
     """Validate an experiment dict (as loaded from TOML); relative paths resolve to `base`."""
-    from ..protocols.osr import parse_ratio
-    from ..training.presets import preset_values
-
     _check_keys(data, TOP_KEYS, where)
     seeds = data.get("seeds", [0])
     if isinstance(seeds, int):
@@ -210,7 +209,6 @@ def parse_experiment(data: dict[str, Any], base: Path, where: str) -> Experiment
     if rule not in TUNE_RULES:
         raise InputError(f"{where} [tune]: rule {rule!r} (valid: {', '.join(TUNE_RULES)})")
     select_by = tune.get("select_by", "auroc")
-    from scorers.sweep import check_select_by
 
     try:
         check_select_by(select_by)

@@ -16,6 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..demo.ten_methods import AUX_SOURCE
+from ..protocols.osr import parse_ratios
+from ..training.presets import make_config
+from .presets import osr_experiment, select_rows, ten_method_rows
+from .runner import run_experiment
+
 DIGITS_TRAIN: dict[str, Any] = {"epochs": 6, "batch_size": 32, "lr": 0.05, "augment": "crop",
                                 "nesterov": True, "schedule": "cosine"}
 
@@ -24,8 +30,6 @@ def osr_train_settings(digits: bool, preset: str | None = None, epochs: int | No
                        lr: float | None = None, batch_size: int | None = None,
                        augment: str | None = None) -> dict[str, Any]:
     """The training settings of the OSR command (module docstring), checked."""
-    from ..training.presets import make_config
-
     if digits:
         train = dict(DIGITS_TRAIN)
     else:
@@ -49,11 +53,6 @@ def run_osr(data: str, out: Path, *, ratios: str = "7/3,6/4,5/5", seeds: int = 5
     the rows of `methods` with `params[scorer]` merged into each row's parameters) and run it
     (`runner.run_experiment`, resumable); the runner's result plus "seconds". `train`:
     `osr_train_settings(data == "digits")` when not given."""
-    from ..demo.ten_methods import AUX_SOURCE
-    from ..protocols.osr import parse_ratios
-    from .presets import osr_experiment, select_rows, ten_method_rows
-    from .runner import run_experiment
-
     ratio_list = parse_ratios(ratios)
     rows = select_rows(methods, ten_method_rows(finetune=False), allow_scorers=True)
     params = params or {}

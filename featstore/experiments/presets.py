@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from scorers import REGISTRY, unknown_scorer
+
 from ..errors import UsageError
 from .config import Experiment, MethodRow
 
@@ -59,8 +61,6 @@ def select_rows(methods: str | Sequence[str], rows: Sequence[MethodRow],
     """`all`, or names (case-insensitive, comma-separated or a list) of the ten rows, in the
     table's order; with `allow_scorers`, any other name that is a scorer becomes a post-hoc
     row on `ce` (after the table's rows, in the order given)."""
-    from scorers import REGISTRY, unknown_scorer
-
     names = [methods] if isinstance(methods, str) else list(methods)
     names = [n.strip() for item in names for n in item.split(",") if n.strip()]
     if not names or names == ["all"]:

@@ -43,10 +43,26 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from scorers import REGISTRY
+from scorers.evaluate import evaluate
+from scorers.metrics import id_accuracy
+from scorers.skipping import unsupported_reason
+from scorers.stats import BootstrapSpec
+from scorers.sweep import sweep
+
+from ..demo.pipeline import toml_value
 from ..errors import FeatstoreError, UsageError
-from ..fileio import atomic_write_json
+from ..extra_keys import parse_odin_grid
+from ..extract import ExtractOptions, extract
+from ..fileio import atomic_write_json, sha256_file
+from ..protocols.osr import DIGITS_ARCH, DIGITS_TRANSFORM, class_splits, load_data, split_spec_text
+from ..spec import load_spec
+from ..store import Store
+from ..training.presets import make_config
+from ..training.trainer import train
 from .aggregate import aggregate_runs
 from .config import Experiment, MethodRow, digest
+from .render import markdown_report
 
 Log = Callable[[str], None]
 RESULTS_FILE = "results.json"
@@ -66,12 +82,8 @@ def _data_splits(exp: Experiment) -> list[dict[str, Any]]:
 def _spec_text(exp: Experiment, split: dict[str, Any], directory: Path,
                labelled: Any) -> tuple[str, dict[str, Any]]:
     """The split's spec text and a description (OSR: closed / open classes)."""
-    from ..demo.pipeline import toml_value
-
     info: dict[str, Any] = {}
     if exp.spec is not None:
-        from ..spec import load_spec
-
         bench = load_spec(exp.spec)
         lines = [f"# {exp.name}: {exp.spec}"]
         if bench.classes:
@@ -90,15 +102,12 @@ def _spec_text(exp: Experiment, split: dict[str, Any], directory: Path,
                       f"usage = {toml_value(s.usage)}", f"source = {toml_value(s.source)}"]
         text = "\n".join(lines) + "\n"
     else:
-        from ..protocols.osr import DIGITS_TRANSFORM, class_splits
-
         osr = exp.osr or {}
         division = class_splits(len(labelled.classes), split["ratio"], [split["seed"]])[0]
         transform = dict(DIGITS_TRANSFORM) if labelled.kind == "digits" else {}
         if osr.get("image_size"):
             size = int(osr["image_size"])
             transform.update({"resize": size, "crop": size})
-        from ..protocols.osr import split_spec_text
 
         text = split_spec_text(labelled, division, directory, transform, osr.get("fractions"))
         info = {"closed": [labelled.classes[i] for i in division.closed],
@@ -112,8 +121,6 @@ def _spec_text(exp: Experiment, split: dict[str, Any], directory: Path,
 
 # ------------------------------------------------------------------------------- models
 def _arch(exp: Experiment, labelled: Any) -> str:
-    from ..protocols.osr import DIGITS_ARCH
-
     if exp.arch:
         return exp.arch
     if labelled is not None and labelled.kind == "digits":
@@ -144,8 +151,6 @@ def _train_settings(exp: Experiment, method: str, seed: int) -> dict[str, Any]:
 
 
 def _extract_options(exp: Experiment, method: str) -> dict[str, Any]:
-    from ..extra_keys import parse_odin_grid
-
     opts = exp.extract_options(method)
     if isinstance(opts.get("odin_grid"), str):
         opts["odin_grid"] = tuple(parse_odin_grid(opts["odin_grid"]))
@@ -163,12 +168,6 @@ def _complete_digests(store_dir: Path) -> dict[str, Any]:
 def _model(exp: Experiment, arch: str, method: str, run_dir: Path, spec_path: Path,
            seed: int, log: Log, train_progress: Any) -> dict[str, Any]:
     """Train (or reuse) and extract (or resume) one model; returns its record."""
-    from ..extract import ExtractOptions, extract
-    from ..fileio import sha256_file
-    from ..store import Store
-    from ..training.presets import make_config
-    from ..training.trainer import train
-
     folder = run_dir / "models" / method
     folder.mkdir(parents=True, exist_ok=True)
     ckpt, record_path = folder / "model.pt", folder / "train.json"
@@ -221,8 +220,6 @@ def _model(exp: Experiment, arch: str, method: str, run_dir: Path, spec_path: Pa
 
 # ------------------------------------------------------------------------------- scoring
 def _has_grid(row: MethodRow) -> bool:
-    from scorers import REGISTRY
-
     grid = row.grid if row.grid is not None else REGISTRY[row.scorer].grid
     return any(k not in row.params for k in grid)
 
@@ -239,18 +236,12 @@ def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dic
     UsageError / FeatstoreError with the reason when it cannot run."""
     import numpy as np
 
-    from scorers.evaluate import evaluate
-    from scorers.metrics import id_accuracy
-    from scorers.skipping import unsupported_reason
-    from scorers.stats import BootstrapSpec
 
     why = unsupported_reason(store, row.scorer)
     if why is not None:
         raise FeatstoreError(why)
     tuned = tune_rule == "val" and _has_grid(row)
     if tuned:
-        from scorers.sweep import sweep
-
         res = sweep(store, row.scorer, row.grid, select_by, row.params, ci=BootstrapSpec())
         test = res["test"]
         if test is None:
@@ -295,10 +286,6 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
     """Run (or resume) `exp` into `out`; returns and writes `OUT/results.json` (and the
     Markdown report `OUT/results.md`). `on_run(record)` is called after each run is
     finished (computed or read back). See the module docstring."""
-    from ..protocols.osr import load_data
-    from ..store import Store
-    from .render import markdown_report
-
     log = log or (lambda _m: None)
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from scorers.evaluate import evaluate
+
 from ..fileio import atomic_write_output
 
 CELL_METRICS = (("fpr95", "min"), ("detection_error", "min"), ("auroc", "max"))
@@ -25,8 +27,6 @@ def facets_table(stores: Sequence[tuple[str, Any]], methods: Sequence[str],
     """{"methods", "rows": [{"dataset", "kind" ("ood" | "misclassification"), "group",
     "cells": {method: {fpr95, detection_error, auroc} | None}, "best": {metric: [methods]},
     "warnings": {method: text}}], "skipped": {dataset: {method: reason}}}."""
-    from scorers.evaluate import evaluate
-
     rows: list[dict[str, Any]] = []
     skipped: dict[str, dict[str, str]] = {}
     for label, store in stores:

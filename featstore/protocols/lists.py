@@ -42,8 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..demo.pipeline import toml_value
 from ..errors import InputError, UsageError
 from ..fileio import atomic_write_output
+from ..names import parse_split_name
+from ..spec import load_spec
 
 ISOOD_CELL = re.compile(r"^cov_(\d+)_sem_(\d+)$")
 OPENOOD_NAME = re.compile(r"^(train|val|test)_(.+)$")
@@ -241,10 +244,6 @@ def lists_to_spec(directory: str | Path, root: str | Path, out: str | Path,
     """Write the spec (and any derived lists); returns {spec, splits: [{name, usage, rule,
     lists, rows}]}. `classes` (the model's class list) is written into the spec and maps
     FACETS class fields; see `plan`."""
-    from ..demo.pipeline import toml_value
-    from ..names import parse_split_name
-    from ..spec import load_spec
-
     out = Path(out)
     splits = plan(directory, root, id_name, root_map, classes, tuple(own_index_sources))
     derived_dir = out.parent / f"{out.stem}_lists"

@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from ..datasets import imagefolder_rows, parse_image_list
+from ..demo.pipeline import toml_value
 from ..errors import InputError, UsageError
 
 DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.15, "test": 0.25}
@@ -120,14 +122,10 @@ def load_data(data: str, root: str | Path | None = None) -> LabelledData:
         return LabelledData("digits", [str(d) for d in range(10)], describe="digits")
     path = Path(data)
     if path.is_dir():
-        from ..datasets import imagefolder_rows
-
         rows = imagefolder_rows(str(path))
         return LabelledData("files", list(rows.class_names or []), path.resolve(),
                             list(rows.ids), rows.labels.copy(), describe=str(path))
     if path.is_file():
-        from ..datasets import parse_image_list
-
         entries = parse_image_list(str(path))
         base = Path(root) if root is not None else path.parent
         if not base.is_dir():
@@ -179,8 +177,6 @@ def split_spec_text(data: LabelledData, split: ClassSplit, directory: Path,
     """The benchmark spec (TOML) of one division; file data also gets its lists written.
     `fractions` (train / val / test shares per class, default `DEFAULT_FRACTIONS`; their sum
     may be below 1 to use fewer rows) cut every class the same way."""
-    from ..demo.pipeline import toml_value
-
     closed_names = [data.classes[i] for i in split.closed]
     entries: list[tuple[str, str, dict[str, Any]]] = []
     if data.kind == "digits":

@@ -46,6 +46,10 @@ from typing import Any
 
 import numpy as np
 
+from scorers.evaluate import ID_SPLIT, score_splits
+from scorers.knn_index import build_index, l2_normalize
+from scorers.metrics import OOD_METRIC_NAMES, ood_metrics, shift_sensitivity
+
 from ..errors import InputError, UsageError
 from ..fileio import atomic_save_npz
 
@@ -128,8 +132,6 @@ class ShiftGrid:
 
     def sensitivity(self, metric: str) -> dict[str, dict[str, float]]:
         """{semantic|covariate: {correlation, sensitivity}} of the per-level means."""
-        from scorers.metrics import shift_sensitivity
-
         out = {}
         for axis in ("semantic", "covariate"):
             try:
@@ -151,8 +153,6 @@ class ShiftGrid:
 def evaluate_cells(id_scores: np.ndarray, cell_scores: Mapping[tuple[int, int], np.ndarray],
                    levels: int, min_count: int = DEFAULT_MIN_COUNT) -> ShiftGrid:
     """`ood_metrics` of id/test vs every cell with at least `min_count` samples."""
-    from scorers.metrics import OOD_METRIC_NAMES, ood_metrics
-
     counts = np.zeros((levels, levels), dtype=np.int64)
     values = {m: np.full((levels, levels), np.nan) for m in OOD_METRIC_NAMES}
     for (c, s), scores in cell_scores.items():
@@ -232,8 +232,6 @@ def shift_grid(store: Any, method: str, params: Mapping[str, Any] | None = None,
     any, else from per-row degrees (`degrees` or the splits' sem/cov extras), binned into
     `levels` levels or by hand-set `levels_edges` ({"semantic": edges, "covariate": edges},
     see `parse_level_edges`), which then fix the level count."""
-    from scorers.evaluate import ID_SPLIT, score_splits
-
     if not store.has_split(ID_SPLIT):
         raise UsageError(f"store {str(store.path)!r} has no {ID_SPLIT!r} split")
     ood = store.splits(role="ood", usage="test")
@@ -293,8 +291,6 @@ def shift_grid(store: Any, method: str, params: Mapping[str, Any] | None = None,
 def nearest_cosine_distance(bank: np.ndarray, queries: np.ndarray, k: int = 1) -> np.ndarray:
     """Cosine distance (1 - cos) of each query to its k-th nearest bank row (exact FAISS
     inner-product search on L2-normalised rows)."""
-    from scorers.knn_index import build_index, l2_normalize
-
     bank = np.asarray(bank, dtype=np.float32)
     queries = np.asarray(queries, dtype=np.float32)
     if bank.ndim != 2 or queries.ndim != 2 or bank.shape[1] != queries.shape[1]:

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from scorers.metrics import OOD_METRIC_NAMES
+
 from ..errors import InputError, UsageError
 from ..fileio import atomic_save_npy
 from . import shift as sh
@@ -48,8 +50,6 @@ def shift_grids(store: Any, methods: Sequence[str], metric: str = "auroc", *,
     """Every method's shift grid on `store` (`shift.shift_grid`): {"metric", "results":
     [grid_payload, ...]} in `methods` order. `begin(label)` is called before each method.
     A metric outside OOD_METRIC_NAMES or `min_count` < 1 is a UsageError naming the option."""
-    from scorers.metrics import OOD_METRIC_NAMES
-
     if metric not in OOD_METRIC_NAMES:
         raise UsageError(f"--metric {metric!r}: expected one of {', '.join(OOD_METRIC_NAMES)}")
     if min_count < 1:

@@ -55,8 +55,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..datasets import imagefolder_rows, parse_image_list, rows_from_source
+from ..demo.pipeline import toml_value
 from ..errors import InputError, UsageError
 from ..fileio import atomic_write_output
+from ..spec import load_spec
 
 WORDNET_DIRS = ("/usr/share/wordnet",)
 INSTALL_HINT = "apt-get install wordnet-base wordnet-sense-index"
@@ -387,8 +390,6 @@ def candidate_images(source: str | Path, classes: Sequence[str],
                      root: str | Path | None = None) -> dict[str, list[str]]:
     """{class: [absolute image paths]} from an ImageFolder (sub-directory = class) or an image
     list whose labels index `classes`."""
-    from ..datasets import imagefolder_rows, parse_image_list
-
     path = Path(source)
     out: dict[str, list[str]] = {c: [] for c in classes}
     if path.is_dir():
@@ -438,10 +439,6 @@ def write_assignment(out_dir: Path, tag: str, assignment: Mapping[str, str],
 
 def _write_spec(path: Path, tag: str, lists: dict[str, tuple[Path, int]],
                 base_spec: str | Path) -> Path:
-    from ..datasets import rows_from_source
-    from ..demo.pipeline import toml_value
-    from ..spec import load_spec
-
     base = load_spec(base_spec)
     low = tag.lower().replace(".", "_")
     splits = [(s.name, s.usage, dict(s.source)) for s in base.splits]

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from scorers.stats import BootstrapSpec
+
 from .collect import ReportData, collect
 from .render import figures, gscore_tables, leaderboard_tables, render_html, render_markdown
 
@@ -22,8 +24,6 @@ def write_report(source: str | Path, out: str | Path, *, methods: list[str] | No
     `ci`: a scorers.stats.BootstrapSpec for the intervals and paired tests (default: 95%, 1000
     resamples, percentile, seed 0), or None for none."""
     if ci is _DEFAULT_CI:
-        from scorers.stats import BootstrapSpec
-
         ci = BootstrapSpec()
     out = Path(out)
     data = collect(Path(source), methods, tune, include, params, use_cache, ci)

@@ -12,6 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from scorers.compare import pairwise_tests, rank_results
+from scorers.evaluate import ID_SPLIT, evaluate, score_splits
+from scorers.sweep import sweep, sweep_all
+from scorers.uncertainty import add_intervals
+
 from ..errors import InputError
 from ..store import Store
 from ..version import __version__
@@ -75,9 +80,6 @@ def weights_line(model: dict[str, Any]) -> str:
 def _statistics(data: ReportData, store: Store | None, ci: Any) -> None:
     """Intervals and paired tests (from the scores, when a store is at hand and `ci` is set)
     and rankings over the OOD test splits (from the metric values)."""
-    from scorers.compare import pairwise_tests, rank_results
-    from scorers.uncertainty import add_intervals
-
     result = data.result
     if store is not None and ci is not None and data.scores:
         dist = add_intervals(result, data.scores, store, ci)
@@ -106,16 +108,12 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
     `use_cache=False`: scores.h5 is neither read nor written.
     With `ci` (a scorers.stats.BootstrapSpec) every metric carries its interval and the report
     has the paired tests; rankings are computed whenever there are enough scorers and splits."""
-    from scorers.evaluate import ID_SPLIT, evaluate, score_splits
-
     source = Path(source)
     store: Store | None = None
     sweeps: dict[str, dict[str, Any]] = {}
     if (source / "store.json").is_file():
         store = Store.open(source)
         if tune:
-            from scorers.sweep import sweep, sweep_all
-
             result = sweep_all(store, methods, params, strict=methods is not None)
             for name in result["methods"]:
                 sweeps[name] = sweep(store, name, base_params=(params or {}).get(name))

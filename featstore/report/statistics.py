@@ -14,6 +14,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from scorers.compare import p_matrix
+
+from . import plots
 from .collect import ReportData
 
 
@@ -25,8 +28,6 @@ def _p(v: float) -> str:
 
 def p_value_tables(data: ReportData, table_cls: Any) -> list[Any]:
     """One table per group (paired bootstrap, AUROC) and per split (DeLong, AUROC)."""
-    from scorers.compare import p_matrix
-
     tests = data.pairwise
     if not tests or len(tests.get("methods", [])) < 2:
         return []
@@ -80,8 +81,6 @@ def ranking_tables(data: ReportData, table_cls: Any) -> list[Any]:
 
 
 def cd_figures(data: ReportData, figure_cls: Any) -> list[Any]:
-    from . import plots
-
     out = []
     for metric, r in data.rankings.items():
         caption = (f"critical-difference diagram, {metric}: mean ranks over {r['n_blocks']} OOD "

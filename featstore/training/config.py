@@ -12,17 +12,16 @@ once per optimiser step over `total = epochs * batches per epoch` steps, is one 
   PyTorch's defaults (30% warm-up from max_lr / 25, cosine annealing to max_lr / 25e4,
   momentum cycled between 0.85 and 0.95) — the demo network's recipe.
 
-The defaults equal the remote-sensing preset (`featstore.training.presets`).
+The defaults equal the remote-sensing preset (`featstore.training.presets`). This module
+imports without torch (presets and experiment files are parsed without it); the optimiser and
+the schedule are built in `featstore.training.loop` (`make_optimizer`, `make_scheduler`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-import torch
 
 from ..errors import UsageError
 
@@ -75,22 +74,3 @@ class TrainConfig:
 def cosine_factor(step: int, total: int, min_factor: float) -> float:
     """OpenOOD's `cosine_annealing(step, total, 1, min_factor)`: 1 at step 0, min at the end."""
     return min_factor + (1.0 - min_factor) * 0.5 * (1.0 + math.cos(step / total * math.pi))
-
-
-def make_optimizer(params: Iterable[Any], config: TrainConfig) -> torch.optim.SGD:
-    """SGD over `params` (parameters or parameter groups) with the config's settings."""
-    return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum,
-                           weight_decay=config.weight_decay, nesterov=config.nesterov)
-
-
-def make_scheduler(opt: torch.optim.Optimizer, config: TrainConfig,
-                   total_steps: int) -> torch.optim.lr_scheduler.LRScheduler:
-    """The config's learning-rate schedule over `total_steps` optimiser steps (module doc)."""
-    if config.schedule == "onecycle":
-        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config.lr * ONECYCLE_PEAK,
-                                                   total_steps=total_steps)
-    if config.schedule == "cosine":
-        min_factor = COSINE_MIN_LR / config.lr
-        return torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: cosine_factor(s, total_steps, min_factor))
-    return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..errors import FeatstoreError
-from .config import TrainConfig, make_optimizer, make_scheduler
+from .config import COSINE_MIN_LR, ONECYCLE_PEAK, TrainConfig, cosine_factor
 from .methods import TrainContext, TrainMethod
 
 #: (x, generator) -> augmented x, drawing its randomness from the generator
@@ -78,3 +78,22 @@ def _augmented(batches: Iterable[tuple[torch.Tensor, torch.Tensor]], augment: Au
         if augment is not None:
             x = augment(x, gen)
         yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+
+def make_optimizer(params: Iterable[Any], config: TrainConfig) -> torch.optim.SGD:
+    """SGD over `params` (parameters or parameter groups) with the config's settings."""
+    return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum,
+                           weight_decay=config.weight_decay, nesterov=config.nesterov)
+
+
+def make_scheduler(opt: torch.optim.Optimizer, config: TrainConfig,
+                   total_steps: int) -> torch.optim.lr_scheduler.LRScheduler:
+    """The config's learning-rate schedule over `total_steps` optimiser steps (module doc)."""
+    if config.schedule == "onecycle":
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=config.lr * ONECYCLE_PEAK,
+                                                   total_steps=total_steps)
+    if config.schedule == "cosine":
+        min_factor = COSINE_MIN_LR / config.lr
+        return torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: cosine_factor(s, total_steps, min_factor))
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)

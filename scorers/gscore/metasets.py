@@ -16,6 +16,7 @@ import numpy as np
 from featstore.errors import FeatstoreError, UsageError
 from featstore.interfaces import StoreLike
 
+from ..evaluate import score_splits
 from ..metrics import ood_metrics
 from .parts import pack
 from .spec import FPR_AT_TPR, HETERO_MIN, ID_TEST, ID_VAL, TRUTH_COLUMNS
@@ -134,8 +135,6 @@ def _method_key(method: str, params: Mapping[str, Any]) -> str:
 def _load_scores(sd: _StoreData, key: str, method: str, params: Mapping[str, Any],
                  use_cache: bool) -> float:
     """Score id/val, id/test and every OOD test split once; returns the seconds spent."""
-    from ..evaluate import score_splits
-
     if key in sd.scores:
         return 0.0
     t0 = time.perf_counter()

@@ -13,8 +13,12 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import UsageError
+from featstore.fileio import atomic_write_json
 from featstore.interfaces import StoreLike
+from featstore.version import __version__
+from scorers.registry import check_scorers
 
+from ..evaluate import score_splits
 from ..metrics import ood_metrics
 from .engine import GscoreEngine
 from .metasets import (
@@ -80,8 +84,6 @@ class GscoreModel:
 
     # ---------------------------------------------------------------- JSON
     def to_json(self) -> dict[str, Any]:
-        from featstore.version import __version__
-
         return {
             "format": FORMAT, "format_version": FORMAT_VERSION, "featstore_version": __version__,
             "created": self.created,
@@ -96,8 +98,6 @@ class GscoreModel:
         }
 
     def save(self, path: str | Path) -> None:
-        from featstore.fileio import atomic_write_json
-
         atomic_write_json(Path(path), _json_safe(self.to_json()))
 
     @classmethod
@@ -241,8 +241,6 @@ def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95"
     (all, or those `splits` / `exclude` select; ID rows: all of id/test; `sets_per_split`
     seeded subsamples per split). A searched tau ("auto") is tuned on `tau_from`'s meta-train
     sets (default MSP, the paper's supplementary B; None: on `method`'s own)."""
-    from scorers.registry import check_scorers
-
     if not stores:
         raise UsageError("gscore fit: name at least one store")
     check_scorers(m for m in (method, tau_from) if m is not None)
@@ -303,8 +301,6 @@ def predict_gscore(model: GscoreModel, store: StoreLike, splits: Sequence[str], 
 
     With `with_truth`, when the set holds both id/* and ood/* rows, the true metric (roles as
     labels) is reported beside the prediction."""
-    from ..evaluate import score_splits
-
     if store.model_sha256 not in model.model_sha256s and not force:
         raise UsageError(
             f"the gscore model was fitted on stores of model {model.model_sha256[:12]}… but "

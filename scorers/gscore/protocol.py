@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import UsageError
+from scorers.registry import check_scorers
 
 from .baselines import _auto_eval_fd, _confidence_baseline
 from .engine import GscoreEngine
@@ -147,8 +148,6 @@ def _validate(stores: Sequence[Any], methods: Sequence[str],
               models: Sequence[str | ModelSpec], targets: Sequence[str],
               robust_models: Sequence[str | ModelSpec] | None, **kw: Any) -> _Options:
     """Check every option (clear one-line errors) and normalise it."""
-    from scorers.registry import check_scorers
-
     if not stores:
         raise UsageError("gscore evaluate: name at least one store")
     methods = list(dict.fromkeys(methods))
