@@ -98,7 +98,7 @@ def _covariate(images: np.ndarray, source: dict[str, Any], seed: int) -> np.ndar
 
 
 def digits(source: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # lazy: scikit-learn stays off spec parsing
 
     bunch = load_digits()
     classes = [int(c) for c in source.get("classes", range(10))]

@@ -9,14 +9,18 @@ turns it into a one-line error naming the file, or skips it with --skip-bad.
 
 from __future__ import annotations
 
+import copy
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torchvision
 from PIL import Image
 from torch.utils.data import Dataset
+from torchvision import transforms as v1
 from torchvision.transforms import v2
 
 from . import builtin_data
@@ -51,8 +55,6 @@ def build_transform(spec: dict[str, Any]) -> Callable[[Image.Image], torch.Tenso
         raise UsageError(f"[transform] backend {backend!r}: expected one of "
                          f"{', '.join(TRANSFORM_BACKENDS)}")
     if backend == "pil":
-        from torchvision import transforms as v1
-
         return v1.Compose([
             v1.Resize(int(spec["resize"])),
             v1.CenterCrop(int(spec["crop"])),
@@ -192,12 +194,9 @@ def imagelist_rows(list_file: str, root: str | None) -> RowSource:
 
 def torchvision_rows(name: str, root: str, kwargs: dict[str, Any]) -> RowSource:
     """A torchvision dataset class on local disk (download=False, always)."""
-    import torchvision
-
     cls = getattr(torchvision.datasets, name, None)
     if cls is None:
         raise InputError(f"torchvision dataset {name!r} does not exist in torchvision.datasets")
-    import inspect
 
     if "download" in inspect.signature(cls).parameters:
         kwargs = {**kwargs, "download": False}
@@ -294,8 +293,6 @@ def balance_id_ood(bench: Any) -> Any:
     by split in proportion to its rows (largest-remainder rounding), through `max_rows` with
     `sample_seed = bench.balance_seed` (a split's own smaller max_rows and its seed are kept).
     Unchanged when balance is off, counts are already equal, or a side is missing."""
-    import copy
-
     if not getattr(bench, "balance", False):
         return bench
     id_test = [s for s in bench.splits if s.name == "id/test"]

@@ -41,6 +41,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch
+import torch.distributed as dist
 
 from . import errors
 from .errors import FeatstoreError, UsageError
@@ -115,7 +116,6 @@ class Context:
         rank 0 is raised there and, rebuilt with its message, on every other rank."""
         if not self.distributed:
             return fn()
-        import torch.distributed as dist
 
         payload: list[Any] = [None]
         error: BaseException | None = None
@@ -138,7 +138,6 @@ class Context:
         rank its own exception, the others one naming the failed rank and its message)."""
         if not self.distributed:
             return fn()
-        import torch.distributed as dist
 
         result: Any = None
         error: BaseException | None = None
@@ -158,8 +157,6 @@ class Context:
     def close(self) -> None:
         """Leave the process group if this context created it."""
         if self.owns_group:
-            import torch.distributed as dist
-
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
             self.owns_group = False
@@ -201,7 +198,6 @@ def from_env(device: torch.device) -> tuple[Context, torch.device]:
                                  "that many processes per node (--nproc-per-node)")
             device = torch.device("cuda", local)
         torch.cuda.set_device(device)
-    import torch.distributed as dist
 
     if dist.is_initialized():
         ctx = Context(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local,

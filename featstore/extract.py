@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 from torch.utils.data import DataLoader
 
 from . import distributed
@@ -407,8 +408,6 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
 def check_transform(transform: dict[str, Any]) -> None:
     """InputError naming the [transform] if it cannot transform an image (run on a blank one):
     a bad transform must never pass for unreadable images."""
-    from PIL import Image
-
     try:
         side = max(int(transform["crop"]), int(transform["resize"]), 1)
         out = build_transform(transform)(Image.new("RGB", (side, side)))

@@ -14,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
 import json
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -87,8 +89,6 @@ def remove_stale(path: Path) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(mode):
-        import shutil
-
         shutil.rmtree(path)
     else:
         path.unlink()
@@ -166,8 +166,6 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 def atomic_save_npz(path: str | Path, arrays: Mapping[str, Any]) -> Path:
     """`np.savez(path, **arrays)` written atomically (`atomic_write_output`); like NumPy, a
     name without `.npz` gets it appended. Returns the path written."""
-    import io
-
     path = Path(path)
     if path.suffix != ".npz":
         path = path.with_name(path.name + ".npz")
@@ -179,8 +177,6 @@ def atomic_save_npz(path: str | Path, arrays: Mapping[str, Any]) -> Path:
 def atomic_save_npy(path: str | Path, array: Any) -> Path:
     """`np.save(path, array)` written atomically; like NumPy, `.npy` is appended to a name
     without it. Returns the path written."""
-    import io
-
     path = Path(path)
     if path.suffix != ".npy":
         path = path.with_name(path.name + ".npy")
@@ -222,7 +218,7 @@ def free_bytes(path: Path) -> int:
     this user, capped by the process's RLIMIT_FSIZE (largest file it may write)."""
     free = os.statvfs(path).f_bavail * os.statvfs(path).f_frsize
     try:
-        import resource
+        import resource  # POSIX only: absent on Windows
 
         soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
         if soft != resource.RLIM_INFINITY:

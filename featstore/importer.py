@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 
 from .errors import InputError, UsageError
@@ -40,8 +41,6 @@ def _load_flat(path: Path) -> dict[str, Any]:
             with np.load(path, allow_pickle=False) as data:
                 return {k: data[k] for k in data.files}
         if suffix in (".h5", ".hdf5"):
-            import h5py
-
             out: dict[str, Any] = {}
             with h5py.File(path, "r") as fh:
                 def visit(name: str, obj: Any) -> None:
@@ -50,7 +49,7 @@ def _load_flat(path: Path) -> dict[str, Any]:
                 fh.visititems(visit)
             return out
         if suffix in (".pt", ".pth"):
-            import torch
+            import torch  # lazy: importing .npz/.npy/.h5 arrays needs no torch
 
             obj = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(obj, Mapping):

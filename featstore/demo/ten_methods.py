@@ -31,9 +31,13 @@ in OUT/methods: a rerun recomputes nothing that finished.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from ..experiments.config import Experiment
 from ..experiments.presets import select_rows as select
@@ -100,10 +104,6 @@ def run_ten_methods(out: Path, methods: str | Sequence[str] = "all", *, epochs: 
                     progress: Progress | None = None) -> dict[str, Any]:
     """Train, extract, tune and score the selected rows; the runner's results (also written
     to OUT/methods/results.json and results.md)."""
-    import os
-
-    import torch
-
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     exp = ten_methods_experiment(out, methods, epochs=epochs, finetune_epochs=finetune_epochs)
@@ -126,8 +126,6 @@ def _step_bar(progress: Progress | None, label: str) -> Any:
 
 def _train_progress(progress: Progress) -> Callable[[str], Any]:
     """The runner's train_progress(label): a context manager yielding `_step_bar`."""
-    from contextlib import nullcontext
-
     return lambda label: nullcontext(_step_bar(progress, label))
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.table import Table
+
 #: (key, label, better) of the table's metric rows, the paper's Tables 5-10
 METRIC_ROWS = (("auroc", "AUROC", "max"), ("fpr95", "FPR95", "min"),
                ("aupr_in", "AUPR-IN", "max"), ("aupr_out", "AUPR-OUT", "max"))
@@ -88,8 +90,6 @@ def markdown_report(result: dict[str, Any]) -> str:
 
 def rich_tables(result: dict[str, Any]) -> list[Any]:
     """rich Tables for the terminal: one per data split, then the skipped runs."""
-    from rich.table import Table
-
     tables = []
     for split in result["aggregate"]:
         methods, rows = table_rows(result, split)

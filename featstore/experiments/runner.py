@@ -43,6 +43,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from scorers import REGISTRY
 from scorers.evaluate import evaluate
 from scorers.metrics import id_accuracy
@@ -58,8 +60,8 @@ from ..fileio import atomic_write_json, sha256_file
 from ..protocols.osr import DIGITS_ARCH, DIGITS_TRANSFORM, class_splits, load_data, split_spec_text
 from ..spec import load_spec
 from ..store import Store
+from ..training import trainer
 from ..training.presets import make_config
-from ..training.trainer import train
 from .aggregate import aggregate_runs
 from .config import Experiment, MethodRow, digest
 from .render import markdown_report
@@ -193,10 +195,10 @@ def _model(exp: Experiment, arch: str, method: str, run_dir: Path, spec_path: Pa
         ctx = train_progress(f"train {method} seed {seed}") if train_progress else None
         t0 = time.perf_counter()
         if ctx is None:
-            train(method, arch, spec_path, ckpt, config)
+            trainer.train(method, arch, spec_path, ckpt, config)
         else:
             with ctx as progress:
-                train(method, arch, spec_path, ckpt, config, progress=progress)
+                trainer.train(method, arch, spec_path, ckpt, config, progress=progress)
         record = {"key": key, "recipe": recipe, "train_s": time.perf_counter() - t0}
         atomic_write_json(record_path, record)
     store_dir = folder / "store"
@@ -234,8 +236,6 @@ def _intervals(entry: dict[str, Any]) -> dict[str, Any]:
 def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
     """One row's numbers on one store: tuned on val (sweep) or at its parameters (evaluate).
     UsageError / FeatstoreError with the reason when it cannot run."""
-    import numpy as np
-
 
     why = unsupported_reason(store, row.scorer)
     if why is not None:

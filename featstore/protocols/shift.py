@@ -373,6 +373,7 @@ class LaidConfig:
 
 def laid_loss(w: Any, st: Any, ss: Any, cs: Any, margin: float, orth_weight: float) -> Any:
     """The LAID objective of one batch (torch tensors; see the module docstring)."""
+    # lazy: the shift protocol scores stores without torch; only LAID training needs it
     import torch
     import torch.nn.functional as F
 
@@ -392,7 +393,7 @@ def laid_loss(w: Any, st: Any, ss: Any, cs: Any, margin: float, orth_weight: flo
 def fit_laid(standard: np.ndarray, semantic_shift: np.ndarray, covariate_shift: np.ndarray,
              config: LaidConfig | None = None) -> np.ndarray:
     """Learn the (l, l) LAID matrix from text-feature triplets (row-aligned (N, l) arrays)."""
-    import torch
+    import torch  # lazy: see laid_loss
 
     config = config or LaidConfig()
     arrays = [np.asarray(a, dtype=np.float32) for a in (standard, semantic_shift,
@@ -411,7 +412,7 @@ def fit_laid(standard: np.ndarray, semantic_shift: np.ndarray, covariate_shift: 
 
 
 def _fit_laid(arrays: list[np.ndarray], n: int, dim: int, config: LaidConfig) -> np.ndarray:
-    import torch
+    import torch  # lazy: see laid_loss
 
     gen = torch.Generator().manual_seed(config.seed)
     st, ss, cs = (torch.from_numpy(a) for a in arrays)

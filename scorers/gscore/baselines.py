@@ -48,7 +48,7 @@ def _confidence_baseline(x: np.ndarray, msp: np.ndarray, sets: _Sets,
 def frechet_distance(mu1: np.ndarray, cov1: np.ndarray, mu2: np.ndarray,
                      cov2: np.ndarray) -> float:
     """Reference Fréchet distance with scipy.linalg.sqrtm (Deng & Zheng / FID formula)."""
-    from scipy import linalg
+    from scipy import linalg  # lazy: the reference Fréchet distance only
 
     covmean = linalg.sqrtm(np.asarray(cov1) @ np.asarray(cov2))
     covmean = np.real(covmean)

@@ -35,6 +35,7 @@ collapsed, mean log-likelihood per sample, converged, rejected extrapolations], 
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numba import njit
@@ -256,7 +257,6 @@ def gmm_params(x: np.ndarray, n: np.ndarray, max_iter: int = GMM_MAX_ITER,
     workers = min(os.cpu_count() or 1, max(1, x.shape[0] // 64))
     if workers < 2:
         return _em_rows(x, n, *args)
-    from concurrent.futures import ThreadPoolExecutor
 
     bounds = np.linspace(0, x.shape[0], workers + 1).astype(int)
     with ThreadPoolExecutor(workers) as pool:

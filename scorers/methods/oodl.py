@@ -180,7 +180,7 @@ class OODL(Scorer):
     def _models_for(self, prep: _Prep, params: list[Mapping[str, Any]]) -> list[Any]:
         """The fitted model of every setting (same preparation), fitting the missing ones (one
         Gram matrix for all of them when precomputed)."""
-        from sklearn.linear_model import SGDOneClassSVM
+        from sklearn.linear_model import SGDOneClassSVM  # lazy: keeps `import scorers` fast
         from sklearn.svm import OneClassSVM
 
         missing = list(dict.fromkeys(float(p["nu"]) for p in params
