@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from featstore import Store
 from featstore.errors import UsageError
 from featstore.heads import (
+    METHOD_NETS,
     ConfBranchNet,
     DropoutNet,
     GodinNet,
@@ -24,6 +25,7 @@ from featstore.heads import (
     extra_head_names,
     extra_head_outputs,
     find_head,
+    wrap_for_checkpoint,
 )
 from featstore.training.auxdata import AuxSampler, aux_split_names
 from featstore.training.methods import TrainContext, get_method, list_methods
@@ -227,6 +229,26 @@ def _ctx(method, params=None, epochs: int = 1) -> TrainContext:
     return TrainContext(config=cfg, params=m.resolve_params(params or {}),
                         device=torch.device("cpu"), generator=torch.Generator().manual_seed(0),
                         num_classes=3)
+
+
+@pytest.mark.parametrize("name", list_methods())
+def test_checkpoint_rebuilds_the_network_each_method_trains(name):
+    """featstore.heads.METHOD_NETS is the one method -> network map: the network a method
+    trains (`wrap`) and the one `wrap_for_checkpoint` rebuilds from a checkpoint's method and
+    resolved parameters (what extraction loads) have the same type and the same state-dict
+    keys and shapes, and the map names registered methods only."""
+    assert set(METHOD_NETS) <= set(list_methods())
+    params = {"p": 0.3} if name == "mcdropout" else {}
+    ctx = _ctx(name, params)
+    trained = get_method(name).wrap(TinyCNN(), ctx)
+    rebuilt = wrap_for_checkpoint(TinyCNN(), {"method": name, "params": ctx.params,
+                                              "num_classes": 3})
+    assert type(rebuilt) is type(trained)
+    assert ({k: v.shape for k, v in rebuilt.state_dict().items()}
+            == {k: v.shape for k, v in trained.state_dict().items()})
+    if name == "mcdropout":
+        assert rebuilt.head_dropout.p == trained.head_dropout.p == 0.3
+    assert (type(trained) is TinyCNN) == (name not in METHOD_NETS)
 
 
 def _data():
