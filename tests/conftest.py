@@ -217,6 +217,25 @@ def assert_id_above_far_ood_auroc(store: Store, name: str) -> None:
     assert roc_auc_score(y, np.r_[id_s, ood_s]) > 0.5
 
 
+def logit_reference_tests(name: str, cases: list[dict], reference: Any) -> tuple[Any, ...]:
+    """The three tests every logit scorer's file runs (assign them to module-level `test_*`
+    names): `reference` for every parameter set in `cases` on every split of the structured
+    store (default chunks) and of a 12-class float16 store read in 37-row chunks (uneven last
+    chunk), and the sign by scikit-learn `roc_auc_score`."""
+
+    def test_matches_paper_formula_structured_store(shared_store: Store) -> None:
+        assert_matches_reference(shared_store, name, cases, reference, chunk_rows=8192)
+
+    def test_matches_paper_formula_chunked_float16(make_store: Any) -> None:
+        assert_matches_reference(float16_c12_store(make_store), name, cases, reference, 37)
+
+    def test_sign_id_scores_higher(shared_store: Store) -> None:
+        assert_id_above_far_ood_auroc(shared_store, name)
+
+    return (test_matches_paper_formula_structured_store,
+            test_matches_paper_formula_chunked_float16, test_sign_id_scores_higher)
+
+
 def assert_default_grid_equals_separate_runs(store: Store, name: str) -> None:
     """Reference: a separate construct/fit/score per setting (what the base class's refit
     path does); the default grid on id/test and ood/near/blend, to 1e-9."""
@@ -272,6 +291,26 @@ def assert_id_mean_above(store: Store, name: str, ood_split: str = "ood/far/fain
     scorer = fitted(name, store, **params)
     assert (scorer.score(store.split("id/test")).mean()
             > scorer.score(store.split(ood_split)).mean())
+
+
+#: percentiles outside (0, 100), refused by every percentile parameter
+BAD_PERCENTILES = [0, 100, 150, -5]
+
+
+def assert_bad_percentile(name: str, param: str, value: Any) -> None:
+    """Scorer `name` refuses `param=value` outside (0, 100), naming the range and the value."""
+    from scorers import get_scorer
+
+    with pytest.raises(ValueError, match=rf"{param} must be in \(0, 100\) \(got {value}\)"):
+        get_scorer(name, **{param: value})
+
+
+def assert_keeps_no_activation(name: str, store: Store) -> None:
+    """D=32: percentile 99 keeps k = 32 - round(31.68) = 0 activations, refused at fit."""
+    from scorers import get_scorer
+
+    with pytest.raises(ValueError, match=r"percentile 99 keeps no activation of D=32"):
+        get_scorer(name, percentile=99).fit(store)
 
 
 #: classes and feature dimension of the training-method stores (`extras_store`)

@@ -5,9 +5,9 @@ sums for map_rows. The per-scorer contract (every registered scorer) is test_con
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import other_head_logits, structured_arrays
 
 from featstore import Store
 from featstore.errors import FeatstoreError, UsageError
@@ -82,9 +82,9 @@ def test_stored_logits_are_head_probe(tmp_path, make_store):
     stored as float16: False."""
     assert stored_logits_are_head(make_store("f32", seed=4)) is True
     assert stored_logits_are_head(make_store("f16", dtype="float16", seed=4)) is False
-    arrays = structured_arrays(seed=4)
+    arrays = kit.structured_arrays(seed=4)
     Store.from_arrays(tmp_path / "scaled", head=arrays["head"],
-                      splits=other_head_logits(arrays))
+                      splits=kit.other_head_logits(arrays))
     assert stored_logits_are_head(Store.open(tmp_path / "scaled")) is False
 
 

@@ -6,42 +6,35 @@ energy by `scipy.special.logsumexp`, transcribed here in full-matrix NumPy, comp
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    assert_chunked_matches_reference,
-    assert_grid_equals_separate,
-    assert_id_mean_above,
-    energy,
-    feats,
-    head,
-)
 
 from featstore import Store
-from scorers import get_scorer, list_scorers
+from scorers import list_scorers
 
 
 def ref_dice(store: Store, split: str, p: float = 90) -> np.ndarray:
     """Sun & Li 2022: keep the head weights whose contribution mean(h) * W is above the p-th
     percentile of all C*D contributions."""
-    w, b = head(store)
-    contrib = feats(store, "id/train").mean(axis=0)[None, :] * w
+    w, b = kit.head(store)
+    contrib = kit.feats(store, "id/train").mean(axis=0)[None, :] * w
     mask = contrib > np.percentile(contrib, p)
-    return energy(feats(store, split) @ (w * mask).T + b)
+    return kit.energy(kit.feats(store, split) @ (w * mask).T + b)
 
 
 @pytest.mark.parametrize("params", [{}, {"p": 50}], ids=["default", "p=50"])
 def test_matches_reference(shared_store, params):
     """Chunked scorer == the full-matrix transcription of the paper's formula."""
-    assert_chunked_matches_reference(shared_store, "dice", params, ref_dice)
+    kit.assert_chunked_matches_reference(shared_store, "dice", params, ref_dice)
 
 
 def test_sign_id_above_far_ood(shared_store):
-    assert_id_mean_above(shared_store, "dice")
+    kit.assert_id_mean_above(shared_store, "dice")
 
 
 def test_default_grid_equals_separate_runs(shared_store):
-    assert_grid_equals_separate(shared_store, "dice", {})
+    kit.assert_grid_equals_separate(shared_store, "dice", {})
 
 
 def test_default_grid_and_defaults_are_documented():
@@ -50,7 +43,6 @@ def test_default_grid_and_defaults_are_documented():
     assert row["paper"]
 
 
-@pytest.mark.parametrize("value", [0, 100, 150, -5])
+@pytest.mark.parametrize("value", kit.BAD_PERCENTILES)
 def test_bad_percentile(value):
-    with pytest.raises(ValueError, match=rf"p must be in \(0, 100\) \(got {value}\)"):
-        get_scorer("dice", p=value)
+    kit.assert_bad_percentile("dice", "p", value)

@@ -5,16 +5,9 @@ for the sign."""
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    assert_custom_grid_equals_separate_runs,
-    assert_default_grid_equals_separate_runs,
-    assert_id_above_far_ood_auroc,
-    assert_matches_reference,
-    float16_c12_store,
-    logits,
-)
 from scipy.special import logsumexp as sp_logsumexp
 
 from scorers import get_scorer, list_scorers
@@ -28,30 +21,20 @@ def ref_energy(logit_rows: np.ndarray, temperature: float) -> np.ndarray:
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    return ref_energy(logits(store, split), params.get("temperature", 1.0))
+    return ref_energy(kit.logits(store, split), params.get("temperature", 1.0))
 
 
-def test_matches_paper_formula_structured_store(shared_store):
-    """Every parameter set in CASES, every split of the structured store, default chunks."""
-    assert_matches_reference(shared_store, "energy", CASES, reference, chunk_rows=8192)
-
-
-def test_matches_paper_formula_chunked_float16(make_store):
-    """A 12-class float16 store scored in 37-row chunks (uneven last chunk)."""
-    assert_matches_reference(float16_c12_store(make_store), "energy", CASES, reference, 37)
-
-
-def test_sign_id_scores_higher(shared_store):
-    assert_id_above_far_ood_auroc(shared_store, "energy")
+(test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,
+ test_sign_id_scores_higher) = kit.logit_reference_tests("energy", CASES, reference)
 
 
 def test_default_grid_equals_separate_runs(shared_store):
-    assert_default_grid_equals_separate_runs(shared_store, "energy")
+    kit.assert_default_grid_equals_separate_runs(shared_store, "energy")
 
 
 def test_custom_grid_equals_separate_runs(make_store):
-    assert_custom_grid_equals_separate_runs(make_store, "energy", {},
-                                            {"temperature": [0.25, 1.0, 3, 1e4]})
+    kit.assert_custom_grid_equals_separate_runs(make_store, "energy", {},
+                                                {"temperature": [0.25, 1.0, 3, 1e4]})
 
 
 def test_default_grid_matches_openood():

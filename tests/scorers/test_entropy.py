@@ -4,13 +4,8 @@ for the sign."""
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
-from conftest import (
-    assert_id_above_far_ood_auroc,
-    assert_matches_reference,
-    float16_c12_store,
-    logits,
-)
 from scipy.special import softmax as sp_softmax
 from scipy.stats import entropy as sp_entropy
 
@@ -25,21 +20,11 @@ def ref_entropy(logit_rows: np.ndarray) -> np.ndarray:
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    return ref_entropy(logits(store, split))
+    return ref_entropy(kit.logits(store, split))
 
 
-def test_matches_paper_formula_structured_store(shared_store):
-    """Every split of the structured store (C=5), default chunks."""
-    assert_matches_reference(shared_store, "entropy", CASES, reference, chunk_rows=8192)
-
-
-def test_matches_paper_formula_chunked_float16(make_store):
-    """A 12-class float16 store scored in 37-row chunks (uneven last chunk)."""
-    assert_matches_reference(float16_c12_store(make_store), "entropy", CASES, reference, 37)
-
-
-def test_sign_id_scores_higher(shared_store):
-    assert_id_above_far_ood_auroc(shared_store, "entropy")
+(test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,
+ test_sign_id_scores_higher) = kit.logit_reference_tests("entropy", CASES, reference)
 
 
 def test_registry_entry():

@@ -5,16 +5,9 @@ per setting for `score_grid` (rtol 1e-9)."""
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    assert_chunked_matches_reference,
-    assert_grid_equals_separate,
-    assert_id_mean_above,
-    feats,
-    head,
-    logits,
-)
 
 from featstore import Store
 from scorers import get_scorer, list_scorers
@@ -22,9 +15,9 @@ from scorers import get_scorer, list_scorers
 
 def ref_fdbd(store: Store, split: str, distance_as_normalizer: bool = True) -> np.ndarray:
     """Liu & Qin 2024: mean over j != c of |l_c - l_j| / ||w_c - w_j||, over ||h - mu||."""
-    w, _ = head(store)
-    x, lg = feats(store, split), logits(store, split)
-    mu = feats(store, "id/train").mean(axis=0)
+    w, _ = kit.head(store)
+    x, lg = kit.feats(store, split), kit.logits(store, split)
+    mu = kit.feats(store, "id/train").mean(axis=0)
     num_classes = w.shape[0]
     out = np.empty(len(x))
     for i in range(len(x)):
@@ -39,21 +32,21 @@ def ref_fdbd(store: Store, split: str, distance_as_normalizer: bool = True) -> n
 @pytest.mark.parametrize("normalizer", [True, False])
 def test_matches_reference(shared_store, normalizer):
     """Chunked scorer == the per-row loop transcription of the paper's formula."""
-    assert_chunked_matches_reference(shared_store, "fdbd",
-                                     {"distance_as_normalizer": normalizer}, ref_fdbd)
+    kit.assert_chunked_matches_reference(shared_store, "fdbd",
+                                         {"distance_as_normalizer": normalizer}, ref_fdbd)
 
 
 def test_sign_id_above_far_ood(shared_store):
-    assert_id_mean_above(shared_store, "fdbd")
+    kit.assert_id_mean_above(shared_store, "fdbd")
 
 
 def test_default_grid_equals_separate_runs(shared_store):
-    assert_grid_equals_separate(shared_store, "fdbd", {})
+    kit.assert_grid_equals_separate(shared_store, "fdbd", {})
 
 
 def test_explicit_grid_equals_separate_runs(shared_store):
-    assert_grid_equals_separate(shared_store, "fdbd", {},
-                                {"distance_as_normalizer": [False, True]})
+    kit.assert_grid_equals_separate(shared_store, "fdbd", {},
+                                    {"distance_as_normalizer": [False, True]})
 
 
 def test_default_grid_and_defaults_are_documented():

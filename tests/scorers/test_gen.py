@@ -5,16 +5,9 @@ scikit-learn `roc_auc_score` for the sign."""
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    assert_custom_grid_equals_separate_runs,
-    assert_default_grid_equals_separate_runs,
-    assert_id_above_far_ood_auroc,
-    assert_matches_reference,
-    float16_c12_store,
-    logits,
-)
 from scipy.special import softmax as sp_softmax
 
 from scorers import get_scorer, list_scorers
@@ -30,25 +23,15 @@ def ref_gen(logit_rows: np.ndarray, gamma: float, m: int) -> np.ndarray:
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    return ref_gen(logits(store, split), params.get("gamma", 0.1), params.get("M", 100))
+    return ref_gen(kit.logits(store, split), params.get("gamma", 0.1), params.get("M", 100))
 
 
-def test_matches_paper_formula_structured_store(shared_store):
-    """Every parameter set in CASES, every split of the structured store, default chunks."""
-    assert_matches_reference(shared_store, "gen", CASES, reference, chunk_rows=8192)
-
-
-def test_matches_paper_formula_chunked_float16(make_store):
-    """A 12-class float16 store scored in 37-row chunks (uneven last chunk)."""
-    assert_matches_reference(float16_c12_store(make_store), "gen", CASES, reference, 37)
-
-
-def test_sign_id_scores_higher(shared_store):
-    assert_id_above_far_ood_auroc(shared_store, "gen")
+(test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,
+ test_sign_id_scores_higher) = kit.logit_reference_tests("gen", CASES, reference)
 
 
 def test_default_grid_equals_separate_runs(shared_store):
-    assert_default_grid_equals_separate_runs(shared_store, "gen")
+    kit.assert_default_grid_equals_separate_runs(shared_store, "gen")
 
 
 @pytest.mark.parametrize(("base", "grid"), [
@@ -57,7 +40,7 @@ def test_default_grid_equals_separate_runs(shared_store):
     ({}, {"M": [2, 12], "gamma": [0.5, 0.1]}),
 ])
 def test_custom_grid_equals_separate_runs(make_store, base, grid):
-    assert_custom_grid_equals_separate_runs(make_store, "gen", base, grid)
+    kit.assert_custom_grid_equals_separate_runs(make_store, "gen", base, grid)
 
 
 def test_default_grid_matches_openood():
@@ -95,7 +78,7 @@ def test_out_of_range_grid_values(shared_store):
 def test_gen_m_above_classes_uses_all_classes(shared_store):
     """Reference: GEN with M >= C is the sum over all C classes (paper code's [:, -M:])."""
     split = shared_store.split("ood/near/blend")
-    logit_rows = logits(shared_store, "ood/near/blend")
+    logit_rows = kit.logits(shared_store, "ood/near/blend")
     full = get_scorer("gen", M=5).fit(shared_store).score(split)
     for m in (6, 100, 1000):
         got = get_scorer("gen", M=m).fit(shared_store).score(split)

@@ -5,16 +5,9 @@ a separate construct/fit/score per setting for `score_grid` (rtol 1e-9)."""
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    assert_chunked_matches_reference,
-    assert_grid_equals_separate,
-    assert_id_mean_above,
-    feats,
-    fitted,
-    head,
-)
 from scipy.special import softmax as sp_softmax
 
 from featstore import Store
@@ -23,23 +16,23 @@ from scorers import get_scorer, list_scorers
 
 def ref_gradnorm(store: Store, split: str) -> np.ndarray:
     """Huang et al. 2021: ||d KL(u || softmax(h W^T + b)) / dW||_1."""
-    w, b = head(store)
-    x = feats(store, split)
+    w, b = kit.head(store)
+    x = kit.feats(store, split)
     grad = (sp_softmax(x @ w.T + b, axis=1) - 1.0 / len(b))[:, :, None] * x[:, None, :]
     return np.abs(grad).sum(axis=(1, 2))
 
 
 def test_matches_reference(shared_store):
     """Chunked scorer == the full-matrix transcription of the paper's formula."""
-    assert_chunked_matches_reference(shared_store, "gradnorm", {}, ref_gradnorm)
+    kit.assert_chunked_matches_reference(shared_store, "gradnorm", {}, ref_gradnorm)
 
 
 def test_sign_id_above_far_ood(shared_store):
-    assert_id_mean_above(shared_store, "gradnorm")
+    kit.assert_id_mean_above(shared_store, "gradnorm")
 
 
 def test_default_grid_equals_separate_runs(shared_store):
-    assert_grid_equals_separate(shared_store, "gradnorm", {})
+    kit.assert_grid_equals_separate(shared_store, "gradnorm", {})
 
 
 def test_default_grid_and_defaults_are_documented():
@@ -57,14 +50,14 @@ def test_gradnorm_matches_torch_autograd(shared_store):
     """Per sample: nn.Linear with the head, loss sum_c -(1/C) log_softmax, backward, L1 norm
     of weight.grad (the bias gradient is not part of the score, as in the official code)."""
     torch = pytest.importorskip("torch")
-    w, b = head(shared_store)
+    w, b = kit.head(shared_store)
     fc = torch.nn.Linear(w.shape[1], w.shape[0], dtype=torch.float64)
     with torch.no_grad():
         fc.weight.copy_(torch.from_numpy(w))
         fc.bias.copy_(torch.from_numpy(b))
-    scorer = fitted("gradnorm", shared_store)
+    scorer = kit.fitted("gradnorm", shared_store)
     for split in ("id/test", "ood/far/faint"):
-        x = torch.from_numpy(feats(shared_store, split))
+        x = torch.from_numpy(kit.feats(shared_store, split))
         expected = []
         for row in x:
             fc.zero_grad()

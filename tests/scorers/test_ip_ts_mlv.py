@@ -4,9 +4,9 @@ ODIN-perturbed logits as a plain Python max per row; every stored (T, eps) pair 
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import extras_store
 from sklearn.metrics import roc_auc_score
 from test_odin_perturbed import GRID, odin_extras
 
@@ -21,7 +21,7 @@ RNG = np.random.default_rng(7)
 def test_ip_ts_mlv_is_the_max_of_the_perturbed_logits_over_t(tmp_path):
     """Every stored (T, eps) pair in score_grid; a missing pair names the --odin-grid to
     extract; ranks like max l' (AUROC by sklearn equal)."""
-    st = extras_store(tmp_path / "ip", RNG, odin_extras)
+    st = kit.extras_store(tmp_path / "ip", RNG, odin_extras)
     for name in ("id/test", "ood/far/x"):
         sp = st.split(name)
         for t, e in GRID:

@@ -5,14 +5,9 @@ here as OpenOOD's per-row loop (sum where p != 0 of p log(p / q)) with
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    assert_id_above_far_ood_auroc,
-    assert_matches_reference,
-    float16_c12_store,
-    logits,
-)
 from scipy.special import softmax as sp_softmax
 from test_temp_scaling import store_without_id_val
 
@@ -45,23 +40,12 @@ def ref_kl_matching(logit_rows: np.ndarray, templates: list[np.ndarray]) -> np.n
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    _, templates = ref_kl_templates(logits(store, "id/val"))
-    return ref_kl_matching(logits(store, split), templates)
+    _, templates = ref_kl_templates(kit.logits(store, "id/val"))
+    return ref_kl_matching(kit.logits(store, split), templates)
 
 
-def test_matches_paper_formula_structured_store(shared_store):
-    """Every split of the structured store (C=5), default chunks."""
-    assert_matches_reference(shared_store, "kl_matching", CASES, reference, chunk_rows=8192)
-
-
-def test_matches_paper_formula_chunked_float16(make_store):
-    """A 12-class float16 store scored in 37-row chunks (uneven last chunk)."""
-    assert_matches_reference(float16_c12_store(make_store), "kl_matching", CASES, reference,
-                             37)
-
-
-def test_sign_id_scores_higher(shared_store):
-    assert_id_above_far_ood_auroc(shared_store, "kl_matching")
+(test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,
+ test_sign_id_scores_higher) = kit.logit_reference_tests("kl_matching", CASES, reference)
 
 
 def test_registry_entry():
@@ -97,11 +81,11 @@ def test_kl_matching_skips_never_predicted_classes(tmp_path):
     scorer = get_scorer("kl_matching")
     scorer.chunk_rows = 30
     scorer.fit(store)
-    classes, templates = ref_kl_templates(logits(store, "id/val"))
+    classes, templates = ref_kl_templates(kit.logits(store, "id/val"))
     assert list(classes) == [0, 1, 2, 3]
     np.testing.assert_array_equal(scorer.template_classes, classes)
     np.testing.assert_allclose(scorer.templates, np.stack(templates), rtol=1e-12)
     got = scorer.score(store.split("id/test"))
     assert np.isfinite(got).all()
-    np.testing.assert_allclose(got, ref_kl_matching(logits(store, "id/test"), templates),
+    np.testing.assert_allclose(got, ref_kl_matching(kit.logits(store, "id/test"), templates),
                                rtol=1e-6, atol=1e-12)

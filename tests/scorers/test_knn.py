@@ -6,15 +6,9 @@ approximate ones (recall@K, scores); a separate construct/fit/score per setting 
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    EVAL_SPLITS,
-    N_TRAIN,
-    feats,
-    fitted,
-    normalize,
-)
 from sklearn.neighbors import NearestNeighbors
 from test_knn_index import assert_grid_cases, assert_reports_recall
 
@@ -28,28 +22,28 @@ FAISS_RTOL = 1e-5
 def ref_knn(train: np.ndarray, test: np.ndarray, k: int) -> np.ndarray:
     """Sun et al. 2022: -(Euclidean distance of normalized z to its k-th normalized train
     neighbour), sklearn NearestNeighbors (brute force, float64)."""
-    nn = NearestNeighbors(n_neighbors=k, algorithm="brute").fit(normalize(train))
-    dist, _ = nn.kneighbors(normalize(test))
+    nn = NearestNeighbors(n_neighbors=k, algorithm="brute").fit(kit.normalize(train))
+    dist, _ = nn.kneighbors(kit.normalize(test))
     return -dist[:, k - 1]
 
 
 def test_knn_matches_sklearn_neighbors(shared_store):
     st = shared_store
-    train = feats(st, "id/train")
+    train = kit.feats(st, "id/train")
     for k in (1, 50, 200):
-        scorer = fitted("knn", st, K=k)
-        assert scorer.bank_size == N_TRAIN
-        for name in EVAL_SPLITS:
+        scorer = kit.fitted("knn", st, K=k)
+        assert scorer.bank_size == kit.N_TRAIN
+        for name in kit.EVAL_SPLITS:
             got = scorer.score(st.split(name))
             assert got.dtype == np.float64 and got.shape == (st.split(name).num_rows,)
-            np.testing.assert_allclose(got, ref_knn(train, feats(st, name), k),
+            np.testing.assert_allclose(got, ref_knn(train, kit.feats(st, name), k),
                                        rtol=FAISS_RTOL)
 
 
 def test_knn_train_duplicates_give_zero_distance_not_nan(shared_store):
     """Scoring the bank itself: K=1 distances are (clipped) 0, never NaN from a negative
     float32 squared distance."""
-    got = fitted("knn", shared_store, K=1).score(shared_store.split("id/train"))
+    got = kit.fitted("knn", shared_store, K=1).score(shared_store.split("id/train"))
     assert np.all(np.isfinite(got))
     np.testing.assert_allclose(got, 0.0, atol=1e-3)
 
@@ -57,7 +51,7 @@ def test_knn_train_duplicates_give_zero_distance_not_nan(shared_store):
 @pytest.mark.parametrize("params", [{}, {"index": "hnsw"}], ids=["exact", "hnsw"])
 def test_sign_id_above_far_ood(shared_store, params):
     """Higher = more ID: mean id/test score above mean ood/far/faint score."""
-    scorer = fitted("knn", shared_store, **params)
+    scorer = kit.fitted("knn", shared_store, **params)
     id_scores = scorer.score(shared_store.split("id/test"))
     ood_scores = scorer.score(shared_store.split("ood/far/faint"))
     assert np.all(np.isfinite(id_scores)) and np.all(np.isfinite(ood_scores))
@@ -77,7 +71,7 @@ def test_score_grid_equals_separate_runs(shared_store, params, grid):
 def test_default_grid_refuses_k_above_the_bank(shared_store):
     """The default grid includes K=1000 > 600 rows, which is refused naming K and the bank
     size."""
-    knn = fitted("knn", shared_store)
+    knn = kit.fitted("knn", shared_store)
     with pytest.raises(ValueError, match=r"K=1000.*600"):
         knn.score_grid(shared_store.split("id/test"))
 
@@ -90,7 +84,7 @@ def test_k_larger_than_bank_is_refused(shared_store, params, k, bank):
     scorer = get_scorer("knn", K=k, **params)
     with pytest.raises(ValueError, match=rf"K={k}\b.*\b{bank} rows"):
         scorer.fit(shared_store)
-    ok = fitted("knn", shared_store, **{**params, "K": bank})
+    ok = kit.fitted("knn", shared_store, **{**params, "K": bank})
     with pytest.raises(ValueError, match=rf"K={bank + 1}\b.*valid: 1 <= K <= {bank}"):
         ok.score_grid(shared_store.split("id/test"), {"K": [1, bank + 1]})
 
@@ -112,13 +106,13 @@ def test_approximate_index_recall_and_scores(shared_store, kind):
     """recall@50 >= 0.9 against the exact flat index on the fixture's test/OOD queries; the
     approximate K-th distance is never below the exact one and close to it."""
     st = shared_store
-    bank = normalize(feats(st, "id/train")).astype(np.float32)
+    bank = kit.normalize(kit.feats(st, "id/train")).astype(np.float32)
     exact = build_index(bank, kind="exact")
     approx = build_index(bank, kind=kind)
-    exact_scorer = fitted("knn", st, K=50)
-    approx_scorer = fitted("knn", st, K=50, index=kind)
-    for name in EVAL_SPLITS:
-        q = normalize(feats(st, name)).astype(np.float32)
+    exact_scorer = kit.fitted("knn", st, K=50)
+    approx_scorer = kit.fitted("knn", st, K=50, index=kind)
+    for name in kit.EVAL_SPLITS:
+        q = kit.normalize(kit.feats(st, name)).astype(np.float32)
         _, ei = exact.search(q, 50)
         _, ai = approx.search(q, 50)
         assert recall_at_k(ai, ei) >= 0.9, (kind, name)
@@ -130,8 +124,8 @@ def test_approximate_index_recall_and_scores(shared_store, kind):
 
 def test_ivf_pq_builds_and_ranks(shared_store):
     """ivf_pq: builds deterministically with the seed and keeps the sign."""
-    a = fitted("knn", shared_store, K=50, index="ivf_pq")
-    b = fitted("knn", shared_store, K=50, index="ivf_pq")
+    a = kit.fitted("knn", shared_store, K=50, index="ivf_pq")
+    b = kit.fitted("knn", shared_store, K=50, index="ivf_pq")
     split = shared_store.split("id/test")
     np.testing.assert_array_equal(a.score(split), b.score(split))
     assert a.score(split).mean() > a.score(shared_store.split("ood/far/faint")).mean()
@@ -141,17 +135,17 @@ def test_bank_fraction_half_is_deterministic_and_uses_half(shared_store):
     """bank_fraction=0.5: 300 bank rows, same scores twice, equal to brute force on the rows
     drawn by default_rng(seed), different from the full bank."""
     st = shared_store
-    a = fitted("knn", st, K=50, bank_fraction=0.5)
-    b = fitted("knn", st, K=50, bank_fraction=0.5)
+    a = kit.fitted("knn", st, K=50, bank_fraction=0.5)
+    b = kit.fitted("knn", st, K=50, bank_fraction=0.5)
     assert a.bank_size == b.bank_size == 300 and a.index.ntotal == 300
     split = st.split("id/test")
     sa = a.score(split)
     np.testing.assert_array_equal(sa, b.score(split))
-    rows = np.sort(np.random.default_rng(0).choice(N_TRAIN, size=300, replace=False))
-    np.testing.assert_allclose(sa, ref_knn(feats(st, "id/train")[rows], feats(st, "id/test"), 50),
-                               rtol=FAISS_RTOL)
-    assert not np.allclose(sa, fitted("knn", st, K=50).score(split))
-    c = fitted("knn", st, K=50, bank_fraction=0.5, seed=1)
+    rows = np.sort(np.random.default_rng(0).choice(kit.N_TRAIN, size=300, replace=False))
+    want = ref_knn(kit.feats(st, "id/train")[rows], kit.feats(st, "id/test"), 50)
+    np.testing.assert_allclose(sa, want, rtol=FAISS_RTOL)
+    assert not np.allclose(sa, kit.fitted("knn", st, K=50).score(split))
+    c = kit.fitted("knn", st, K=50, bank_fraction=0.5, seed=1)
     assert not np.array_equal(sa, c.score(split))
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import EXTRAS_C, entropy_row, extras_store, softmax_row
 
 from scorers import get_scorer, list_scorers
 from scorers.evaluate import evaluate
@@ -18,13 +18,13 @@ RNG = np.random.default_rng(7)
 
 
 def mc_extras(n, iid, t=5):
-    base = RNG.normal(size=(1, n, EXTRAS_C)) * (3.0 if iid else 0.3)
-    noise = RNG.normal(size=(t, n, EXTRAS_C)) * (0.2 if iid else 2.0)
+    base = RNG.normal(size=(1, n, kit.EXTRAS_C)) * (3.0 if iid else 0.3)
+    noise = RNG.normal(size=(t, n, kit.EXTRAS_C)) * (0.2 if iid else 2.0)
     return {"mc_logits": (base + noise).astype(np.float32)}
 
 
 def test_mcdropout_variants_against_numpy(tmp_path):
-    st = extras_store(tmp_path / "d", RNG, mc_extras)
+    st = kit.extras_store(tmp_path / "d", RNG, mc_extras)
     for split_name in ("id/test", "ood/far/x"):
         sp = st.split(split_name)
         assert sp.extra_row_axis("mc_logits") == 1
@@ -32,12 +32,12 @@ def test_mcdropout_variants_against_numpy(tmp_path):
         t, n, _ = mc.shape
         ent, msp, lmean = [], [], []
         for i in range(n):
-            probs = [softmax_row(mc[k, i]) for k in range(t)]
-            p_mean = [sum(p[c] for p in probs) / t for c in range(EXTRAS_C)]
-            ent.append(-entropy_row(p_mean))
+            probs = [kit.softmax_row(mc[k, i]) for k in range(t)]
+            p_mean = [sum(p[c] for p in probs) / t for c in range(kit.EXTRAS_C)]
+            ent.append(-kit.entropy_row(p_mean))
             msp.append(max(p_mean))
-            lmean.append(max(softmax_row([sum(mc[k, i, c] for k in range(t)) / t
-                                          for c in range(EXTRAS_C)])))
+            lmean.append(max(kit.softmax_row([sum(mc[k, i, c] for k in range(t)) / t
+                                              for c in range(kit.EXTRAS_C)])))
         for variant, expect in (("entropy", ent), ("msp", msp), ("logit_mean", lmean)):
             got = get_scorer("mcdropout", variant=variant).fit(st).score(sp)
             np.testing.assert_allclose(got, expect, rtol=1e-10, atol=1e-12)

@@ -5,9 +5,9 @@ whiteners; sign by the means of id/test and ood/far/faint. Chunks of 97 rows."""
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import EVAL_SPLITS, feats, fitted, labels
 from sklearn.covariance import EmpiricalCovariance
 
 from scorers import list_scorers
@@ -50,7 +50,7 @@ def small_store_parts(make_store):
     the thin-SVD route, `whitener_from_rows`): the store, its train rows/labels, class means
     and the precision (sklearn EmpiricalCovariance, scipy pinvh) of the class-centered rows."""
     st = make_store("small", dim=64, n_train=40)
-    train, y = feats(st, "id/train"), labels(st, "id/train")
+    train, y = kit.feats(st, "id/train"), kit.labels(st, "id/train")
     means, _ = class_means_and_cov(train, y)
     centered = train - np.stack([means[c] for c in y])
     prec = EmpiricalCovariance().fit(centered).precision_
@@ -64,20 +64,20 @@ def class_distances(test: np.ndarray, means: dict, prec: np.ndarray) -> np.ndarr
 
 def test_mds_matches_loops(shared_store):
     st = shared_store
-    train, y = feats(st, "id/train"), labels(st, "id/train")
-    scorer = fitted("mds", st)
-    for name in EVAL_SPLITS:
+    train, y = kit.feats(st, "id/train"), kit.labels(st, "id/train")
+    scorer = kit.fitted("mds", st)
+    for name in kit.EVAL_SPLITS:
         np.testing.assert_allclose(scorer.score(st.split(name)),
-                                   ref_mds(train, y, feats(st, name)), rtol=F64_RTOL)
+                                   ref_mds(train, y, kit.feats(st, name)), rtol=F64_RTOL)
 
 
 def test_mds_fewer_train_rows_than_dims(make_store):
     """Reference: explicit loops with the precision of sklearn EmpiricalCovariance (scipy
     pinvh, what OpenOOD's MDS uses) of the class-centered train features, to 1e-8."""
     st, _, means, prec = small_store_parts(make_store)
-    mds = fitted("mds", st)
-    for name in EVAL_SPLITS:
-        md = class_distances(feats(st, name), means, prec)
+    mds = kit.fitted("mds", st)
+    for name in kit.EVAL_SPLITS:
+        md = class_distances(kit.feats(st, name), means, prec)
         np.testing.assert_allclose(mds.score(st.split(name)), -md.min(axis=1), rtol=1e-8)
 
 
@@ -116,7 +116,7 @@ def test_whitener_equals_scipy_pinvh(rank: int) -> None:
 
 
 def test_sign_id_above_far_ood(shared_store):
-    scorer = fitted("mds", shared_store)
+    scorer = kit.fitted("mds", shared_store)
     id_scores = scorer.score(shared_store.split("id/test"))
     ood_scores = scorer.score(shared_store.split("ood/far/faint"))
     assert np.all(np.isfinite(id_scores)) and np.all(np.isfinite(ood_scores))

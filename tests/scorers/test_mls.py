@@ -3,13 +3,8 @@ max_k l_k, in NumPy on the stored logits; scikit-learn `roc_auc_score` for the s
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
-from conftest import (
-    assert_id_above_far_ood_auroc,
-    assert_matches_reference,
-    float16_c12_store,
-    logits,
-)
 
 from scorers import list_scorers
 
@@ -22,21 +17,11 @@ def ref_mls(logit_rows: np.ndarray) -> np.ndarray:
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    return ref_mls(logits(store, split))
+    return ref_mls(kit.logits(store, split))
 
 
-def test_matches_paper_formula_structured_store(shared_store):
-    """Every split of the structured store (C=5), default chunks."""
-    assert_matches_reference(shared_store, "mls", CASES, reference, chunk_rows=8192)
-
-
-def test_matches_paper_formula_chunked_float16(make_store):
-    """A 12-class float16 store scored in 37-row chunks (uneven last chunk)."""
-    assert_matches_reference(float16_c12_store(make_store), "mls", CASES, reference, 37)
-
-
-def test_sign_id_scores_higher(shared_store):
-    assert_id_above_far_ood_auroc(shared_store, "mls")
+(test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,
+ test_sign_id_scores_higher) = kit.logit_reference_tests("mls", CASES, reference)
 
 
 def test_registry_entry():

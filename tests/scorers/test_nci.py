@@ -4,16 +4,9 @@ alpha ||h||_1 transcribed here in full-matrix NumPy, compared at rtol 1e-6 with 
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    assert_chunked_matches_reference,
-    assert_grid_equals_separate,
-    assert_id_mean_above,
-    feats,
-    head,
-    logits,
-)
 
 from featstore import Store
 from scorers import get_scorer, list_scorers
@@ -21,9 +14,9 @@ from scorers import get_scorer, list_scorers
 
 def ref_nci(store: Store, split: str, alpha: float = 0.0001) -> np.ndarray:
     """OpenOOD v1.5 NCI: w_c . (h - mu_G) / ||h - mu_G|| + alpha ||h||_1."""
-    w, _ = head(store)
-    x, lg = feats(store, split), logits(store, split)
-    centered = x - feats(store, "id/train").mean(axis=0)
+    w, _ = kit.head(store)
+    x, lg = kit.feats(store, split), kit.logits(store, split)
+    centered = x - kit.feats(store, "id/train").mean(axis=0)
     c = lg.argmax(axis=1)
     return (np.sum(w[c] * centered, axis=1) / np.linalg.norm(centered, axis=1)
             + alpha * np.abs(x).sum(axis=1))
@@ -32,15 +25,15 @@ def ref_nci(store: Store, split: str, alpha: float = 0.0001) -> np.ndarray:
 @pytest.mark.parametrize("params", [{}, {"alpha": 0.1}], ids=["default", "alpha=0.1"])
 def test_matches_reference(shared_store, params):
     """Chunked scorer == the full-matrix transcription of OpenOOD's formula."""
-    assert_chunked_matches_reference(shared_store, "nci", params, ref_nci)
+    kit.assert_chunked_matches_reference(shared_store, "nci", params, ref_nci)
 
 
 def test_sign_id_above_far_ood(shared_store):
-    assert_id_mean_above(shared_store, "nci")
+    kit.assert_id_mean_above(shared_store, "nci")
 
 
 def test_default_grid_equals_separate_runs(shared_store):
-    assert_grid_equals_separate(shared_store, "nci", {})
+    kit.assert_grid_equals_separate(shared_store, "nci", {})
 
 
 def test_default_grid_and_defaults_are_documented():

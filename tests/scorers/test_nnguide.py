@@ -5,9 +5,9 @@ construct/fit/score per setting for `score_grid` (rtol 1e-9). Chunks of 97 rows.
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import EVAL_SPLITS, N_TRAIN, feats, fitted, logits, normalize
 from scipy.special import logsumexp as sp_logsumexp
 from test_knn_index import assert_grid_cases, assert_reports_recall
 
@@ -19,8 +19,8 @@ FAISS_RTOL = 1e-5
 
 def ref_nnguide(train, train_logits, test, test_logits, k: int) -> np.ndarray:
     """Park et al. 2023 (OpenOOD NNGuide, whole bank): mean top-k of <z, z_i E_i> times E(x)."""
-    bank = normalize(train) * sp_logsumexp(train_logits, axis=1)[:, None]
-    sims = normalize(test) @ bank.T
+    bank = kit.normalize(train) * sp_logsumexp(train_logits, axis=1)[:, None]
+    sims = kit.normalize(test) @ bank.T
     topk = -np.sort(-sims, axis=1)[:, :k]
     return topk.mean(axis=1) * sp_logsumexp(test_logits, axis=1)
 
@@ -28,31 +28,31 @@ def ref_nnguide(train, train_logits, test, test_logits, k: int) -> np.ndarray:
 def test_nnguide_matches_bruteforce(shared_store):
     """The whole bank (alpha=1), K in 1, 10, 100."""
     st = shared_store
-    train, tl = feats(st, "id/train"), logits(st, "id/train")
+    train, tl = kit.feats(st, "id/train"), kit.logits(st, "id/train")
     for k in (1, 10, 100):
-        scorer = fitted("nnguide", st, K=k, alpha=1.0)
-        for name in EVAL_SPLITS:
-            ref = ref_nnguide(train, tl, feats(st, name), logits(st, name), k)
+        scorer = kit.fitted("nnguide", st, K=k, alpha=1.0)
+        for name in kit.EVAL_SPLITS:
+            ref = ref_nnguide(train, tl, kit.feats(st, name), kit.logits(st, name), k)
             np.testing.assert_allclose(scorer.score(st.split(name)), ref, rtol=FAISS_RTOL)
 
 
 def test_nnguide_alpha_subsample_is_deterministic_and_sized(shared_store):
     """alpha=0.5: ceil(0.5 * 600) = 300 bank rows; equal to the reference on those rows."""
     st = shared_store
-    a = fitted("nnguide", st, K=20, alpha=0.5, seed=3)
-    b = fitted("nnguide", st, K=20, alpha=0.5, seed=3)
+    a = kit.fitted("nnguide", st, K=20, alpha=0.5, seed=3)
+    b = kit.fitted("nnguide", st, K=20, alpha=0.5, seed=3)
     assert a.bank_size == b.bank_size == 300
     split = st.split("id/test")
     np.testing.assert_array_equal(a.score(split), b.score(split))
-    rows = np.sort(np.random.default_rng(3).choice(N_TRAIN, size=300, replace=False))
-    ref = ref_nnguide(feats(st, "id/train")[rows], logits(st, "id/train")[rows],
-                      feats(st, "id/test"), logits(st, "id/test"), 20)
+    rows = np.sort(np.random.default_rng(3).choice(kit.N_TRAIN, size=300, replace=False))
+    ref = ref_nnguide(kit.feats(st, "id/train")[rows], kit.logits(st, "id/train")[rows],
+                      kit.feats(st, "id/test"), kit.logits(st, "id/test"), 20)
     np.testing.assert_allclose(a.score(split), ref, rtol=FAISS_RTOL)
 
 
 @pytest.mark.parametrize("params", [{"alpha": 1.0}, {"alpha": 0.5, "K": 50}])
 def test_sign_id_above_far_ood(shared_store, params):
-    scorer = fitted("nnguide", shared_store, **params)
+    scorer = kit.fitted("nnguide", shared_store, **params)
     id_scores = scorer.score(shared_store.split("id/test"))
     ood_scores = scorer.score(shared_store.split("ood/far/faint"))
     assert np.all(np.isfinite(id_scores)) and np.all(np.isfinite(ood_scores))
@@ -75,7 +75,7 @@ def test_k_larger_than_bank_is_refused(shared_store, params, k, bank):
     scorer = get_scorer("nnguide", K=k, **params)
     with pytest.raises(ValueError, match=rf"K={k}\b.*\b{bank} rows"):
         scorer.fit(shared_store)
-    ok = fitted("nnguide", shared_store, **{**params, "K": bank})
+    ok = kit.fitted("nnguide", shared_store, **{**params, "K": bank})
     with pytest.raises(ValueError, match=rf"K={bank + 1}\b.*valid: 1 <= K <= {bank}"):
         ok.score_grid(shared_store.split("id/test"), {"K": [1, bank + 1]})
 

@@ -5,16 +5,9 @@ setting for `score_grid`; OpenOOD v1.5's odin.yml for the default grid; scikit-l
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    assert_custom_grid_equals_separate_runs,
-    assert_default_grid_equals_separate_runs,
-    assert_id_above_far_ood_auroc,
-    assert_matches_reference,
-    float16_c12_store,
-    logits,
-)
 from scipy.special import softmax as sp_softmax
 
 from scorers import get_scorer, list_scorers
@@ -28,30 +21,20 @@ def ref_odin(logit_rows: np.ndarray, temperature: float) -> np.ndarray:
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    return ref_odin(logits(store, split), params.get("temperature", 1000.0))
+    return ref_odin(kit.logits(store, split), params.get("temperature", 1000.0))
 
 
-def test_matches_paper_formula_structured_store(shared_store):
-    """Every parameter set in CASES, every split of the structured store, default chunks."""
-    assert_matches_reference(shared_store, "odin", CASES, reference, chunk_rows=8192)
-
-
-def test_matches_paper_formula_chunked_float16(make_store):
-    """A 12-class float16 store scored in 37-row chunks (uneven last chunk)."""
-    assert_matches_reference(float16_c12_store(make_store), "odin", CASES, reference, 37)
-
-
-def test_sign_id_scores_higher(shared_store):
-    assert_id_above_far_ood_auroc(shared_store, "odin")
+(test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,
+ test_sign_id_scores_higher) = kit.logit_reference_tests("odin", CASES, reference)
 
 
 def test_default_grid_equals_separate_runs(shared_store):
-    assert_default_grid_equals_separate_runs(shared_store, "odin")
+    kit.assert_default_grid_equals_separate_runs(shared_store, "odin")
 
 
 def test_custom_grid_equals_separate_runs(make_store):
-    assert_custom_grid_equals_separate_runs(make_store, "odin", {"temperature": 5.0},
-                                            {"temperature": [1, 2.5, 1000]})
+    kit.assert_custom_grid_equals_separate_runs(make_store, "odin", {"temperature": 5.0},
+                                                {"temperature": [1, 2.5, 1000]})
 
 
 def test_default_grid_matches_openood():

@@ -5,9 +5,9 @@ scorer on extras equal to the plain logits at eps = 0."""
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import extras_store, random_logits, softmax_row
 
 from featstore import Store
 from featstore.errors import UsageError
@@ -19,16 +19,16 @@ GRID = [(1000.0, 0.0014), (1000.0, 0.0), (10.0, 0.0028)]
 
 
 def odin_extras(n, iid):
-    return {odin_name(t, e): random_logits(RNG, n, 3.0 if iid else 0.5) for t, e in GRID}
+    return {odin_name(t, e): kit.random_logits(RNG, n, 3.0 if iid else 0.5) for t, e in GRID}
 
 
 def test_odin_perturbed_against_numpy_and_grid(tmp_path):
-    st = extras_store(tmp_path / "o", RNG, odin_extras)
+    st = kit.extras_store(tmp_path / "o", RNG, odin_extras)
     sp = st.split("ood/far/x")
     assert sp.has_extra("odin_logits") and not sp.has_extra("odin_log")
     for t, e in GRID:
         lp = np.asarray(sp.extra(odin_name(t, e)), dtype=np.float64)
-        expect = [max(softmax_row([x / t for x in row])) for row in lp]
+        expect = [max(kit.softmax_row([x / t for x in row])) for row in lp]
         got = get_scorer("odin_perturbed", temperature=t, epsilon=e).fit(st).score(sp)
         np.testing.assert_allclose(got, expect, rtol=1e-12, atol=1e-300)
     s = get_scorer("odin_perturbed").fit(st)       # defaults: T = 1000, eps = 0.0014
@@ -52,7 +52,7 @@ def test_odin_perturbed_sign_and_eps0_equals_odin(tmp_path):
 
     confident, flat = np.array([[9.0, 0.0, 0.0, 0.0]]), np.array([[1.0, 0.0, 0.0, 0.0]])
     assert max_softmax(confident, 10.0)[0] > max_softmax(flat, 10.0)[0]
-    st = extras_store(tmp_path / "z", RNG, odin_extras)
+    st = kit.extras_store(tmp_path / "z", RNG, odin_extras)
     sp = st.split("id/test")
     # extras written as the plain logits at eps = 0 give exactly the `odin` scorer
     w, b = st.head

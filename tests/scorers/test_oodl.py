@@ -5,9 +5,9 @@ construct/fit/score per setting for `score_grid` (rtol 1e-9). Chunks of 97 rows.
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import EVAL_SPLITS, N_TRAIN, feats, fitted
 from sklearn.kernel_approximation import Nystroem
 from sklearn.linear_model import SGDOneClassSVM
 from sklearn.preprocessing import StandardScaler
@@ -31,20 +31,20 @@ def ref_oodl(train, test, nu: float) -> np.ndarray:
 def test_oodl_matches_sklearn(shared_store, nu):
     """All train rows (max_train >= N)."""
     st = shared_store
-    train = feats(st, "id/train")
-    scorer = fitted("oodl", st, nu=nu)
-    assert scorer.num_fit_rows == N_TRAIN
-    for name in EVAL_SPLITS:
+    train = kit.feats(st, "id/train")
+    scorer = kit.fitted("oodl", st, nu=nu)
+    assert scorer.num_fit_rows == kit.N_TRAIN
+    for name in kit.EVAL_SPLITS:
         np.testing.assert_allclose(scorer.score(st.split(name)),
-                                   ref_oodl(train, feats(st, name), nu), rtol=F64_RTOL,
+                                   ref_oodl(train, kit.feats(st, name), nu), rtol=F64_RTOL,
                                    atol=1e-9)
 
 
 def test_oodl_nystroem_matches_sklearn(shared_store):
     """Reference: StandardScaler, Nystroem(rbf, gamma = 1/(D Var)), SGDOneClassSVM, same seed."""
     st = shared_store
-    train, test = feats(st, "id/train"), feats(st, "id/test")
-    scorer = fitted("oodl", st, nu=0.1, approx="nystroem", n_components=128, seed=5)
+    train, test = kit.feats(st, "id/train"), kit.feats(st, "id/test")
+    scorer = kit.fitted("oodl", st, nu=0.1, approx="nystroem", n_components=128, seed=5)
     ss = StandardScaler().fit(train)
     xs = ss.transform(train)
     ny = Nystroem(kernel="rbf", gamma=1.0 / (xs.shape[1] * xs.var()), n_components=128,
@@ -59,23 +59,23 @@ def test_oodl_max_train_subsample(shared_store):
     """max_train=250: 250 rows drawn with the seed; deterministic; equal to the reference on
     those rows (scaler still fitted on every train row)."""
     st = shared_store
-    a = fitted("oodl", st, nu=0.1, max_train=250, seed=1)
-    b = fitted("oodl", st, nu=0.1, max_train=250, seed=1)
+    a = kit.fitted("oodl", st, nu=0.1, max_train=250, seed=1)
+    b = kit.fitted("oodl", st, nu=0.1, max_train=250, seed=1)
     assert a.num_fit_rows == 250
     split = st.split("id/test")
     np.testing.assert_array_equal(a.score(split), b.score(split))
-    train = feats(st, "id/train")
-    rows = np.sort(np.random.default_rng(1).choice(N_TRAIN, size=250, replace=False))
+    train = kit.feats(st, "id/train")
+    rows = np.sort(np.random.default_rng(1).choice(kit.N_TRAIN, size=250, replace=False))
     ss = StandardScaler().fit(train)
     clf = OneClassSVM(kernel="rbf", gamma="scale", nu=0.1).fit(ss.transform(train[rows]))
-    ref = clf.decision_function(ss.transform(feats(st, "id/test")))
+    ref = clf.decision_function(ss.transform(kit.feats(st, "id/test")))
     np.testing.assert_allclose(a.score(split), ref, rtol=F64_RTOL, atol=1e-9)
 
 
 @pytest.mark.parametrize("params", [
     {}, {"nu": 0.1, "approx": "nystroem", "n_components": 200}], ids=["exact", "nystroem"])
 def test_sign_id_above_far_ood(shared_store, params):
-    scorer = fitted("oodl", shared_store, **params)
+    scorer = kit.fitted("oodl", shared_store, **params)
     id_scores = scorer.score(shared_store.split("id/test"))
     ood_scores = scorer.score(shared_store.split("ood/far/faint"))
     assert np.all(np.isfinite(id_scores)) and np.all(np.isfinite(ood_scores))
@@ -91,7 +91,7 @@ def test_score_grid_equals_separate_runs(shared_store, params, grid):
 
 
 def test_default_grid_runs(shared_store):
-    oodl = fitted("oodl", shared_store)
+    oodl = kit.fitted("oodl", shared_store)
     out = oodl.score_grid(shared_store.split("id/test"))
     assert [s["nu"] for s, _ in out] == [0.001, 0.01, 0.05, 0.1, 0.2, 0.5]
 

@@ -5,9 +5,9 @@ separate construct/fit/score per setting for `score_grid` (rtol 1e-9)."""
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import assert_grid_equals_separate, fitted, head
 from scipy.special import logsumexp as sp_logsumexp
 
 from featstore import Store
@@ -69,7 +69,7 @@ def maps_store(request, tmp_path_factory) -> Store:
 
 def ref_rankfeat(store: Store, split: str, temperature: float = 1.0) -> np.ndarray:
     """Song et al. 2022: subtract s1 u1 v1^T (numpy SVD) from each map, pool, energy at T."""
-    w, b = head(store)
+    w, b = kit.head(store)
     maps = np.asarray(store.split(split).extra("feature_maps"), dtype=np.float64)
     pooled = np.empty(maps.shape[:2])
     for i, m in enumerate(maps.reshape(len(maps), maps.shape[1], -1)):
@@ -80,7 +80,7 @@ def ref_rankfeat(store: Store, split: str, temperature: float = 1.0) -> np.ndarr
 
 @pytest.mark.parametrize("params", [{}, {"temperature": 2.0}])
 def test_rankfeat_matches_reference(maps_store, params):
-    scorer = fitted("rankfeat", maps_store, **params)
+    scorer = kit.fitted("rankfeat", maps_store, **params)
     for split in ("id/test", "ood/far/rank1"):
         np.testing.assert_allclose(scorer.score(maps_store.split(split)),
                                    ref_rankfeat(maps_store, split, **params), rtol=1e-6,
@@ -90,13 +90,13 @@ def test_rankfeat_matches_reference(maps_store, params):
 def test_sign_rankfeat(maps_store):
     """Data built on RankFeat's premise (OOD maps dominated by one singular direction; the
     structured store has no maps), where removing the rank-1 part must hurt OOD more."""
-    scorer = fitted("rankfeat", maps_store)
+    scorer = kit.fitted("rankfeat", maps_store)
     assert (scorer.score(maps_store.split("id/test")).mean()
             > scorer.score(maps_store.split("ood/far/rank1")).mean())
 
 
 def test_rankfeat_grid_equals_separate_runs(maps_store):
-    assert_grid_equals_separate(maps_store, "rankfeat", {}, {"temperature": [0.5, 1.0, 2.0]})
+    kit.assert_grid_equals_separate(maps_store, "rankfeat", {}, {"temperature": [0.5, 1.0, 2.0]})
 
 
 def test_default_grid_and_defaults_are_documented():

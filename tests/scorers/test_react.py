@@ -6,18 +6,9 @@ for `score_grid` (rtol 1e-9); the float32 store for the float16 one."""
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    EVAL_SPLITS,
-    assert_chunked_matches_reference,
-    assert_grid_equals_separate,
-    assert_id_mean_above,
-    energy,
-    feats,
-    fitted,
-    head,
-)
 
 from featstore import Store
 from featstore.errors import FeatstoreError
@@ -29,8 +20,8 @@ def ref_react(store: Store, split: str, percentile: float = 90,
               percentile_split: str = "id/train") -> np.ndarray:
     """Sun et al. 2021: clip at the p-th percentile of all ID activations, then energy."""
     c = np.percentile(np.asarray(store.split(percentile_split).features).ravel(), percentile)
-    w, b = head(store)
-    return energy(np.minimum(feats(store, split), c) @ w.T + b)
+    w, b = kit.head(store)
+    return kit.energy(np.minimum(kit.feats(store, split), c) @ w.T + b)
 
 
 @pytest.mark.parametrize("params", [
@@ -38,19 +29,19 @@ def ref_react(store: Store, split: str, percentile: float = 90,
     ids=["default", "p=99", "p=50-id/val"])
 def test_matches_reference(shared_store, params):
     """Chunked scorer == the full-matrix transcription of the paper's formula."""
-    assert_chunked_matches_reference(shared_store, "react", params, ref_react)
+    kit.assert_chunked_matches_reference(shared_store, "react", params, ref_react)
 
 
 def test_sign_id_above_far_ood(shared_store):
-    assert_id_mean_above(shared_store, "react")
+    kit.assert_id_mean_above(shared_store, "react")
 
 
 def test_default_grid_equals_separate_runs(shared_store):
-    assert_grid_equals_separate(shared_store, "react", {})
+    kit.assert_grid_equals_separate(shared_store, "react", {})
 
 
 def test_explicit_grid_equals_separate_runs(shared_store):
-    assert_grid_equals_separate(shared_store, "react", {}, {
+    kit.assert_grid_equals_separate(shared_store, "react", {}, {
         "percentile_split": ["id/train", "id/val"], "percentile": [10, 90]})
 
 
@@ -61,11 +52,9 @@ def test_default_grid_and_defaults_are_documented():
     assert row["paper"]
 
 
-@pytest.mark.parametrize("value", [0, 100, 150, -5])
+@pytest.mark.parametrize("value", kit.BAD_PERCENTILES)
 def test_bad_percentile(value):
-    with pytest.raises(ValueError,
-                       match=rf"percentile must be in \(0, 100\) \(got {value}\)"):
-        get_scorer("react", percentile=value)
+    kit.assert_bad_percentile("react", "percentile", value)
 
 
 def test_bad_percentile_split(shared_store):
@@ -77,9 +66,9 @@ def test_float16_store_close_to_float32(make_store):
     """The same data stored as float16 scores within 1e-3 relative of the float32 store."""
     s32 = make_store("f32", dtype="float32", seed=2)
     s16 = make_store("f16", dtype="float16", seed=2)
-    a = fitted("react", s32)
-    b = fitted("react", s16)
-    for split in EVAL_SPLITS:
+    a = kit.fitted("react", s32)
+    b = kit.fitted("react", s16)
+    for split in kit.EVAL_SPLITS:
         np.testing.assert_allclose(b.score(s16.split(split)), a.score(s32.split(split)),
                                    rtol=1e-3)
 

@@ -5,16 +5,15 @@ construct/fit/score per setting for `score_grid` (rtol 1e-9); by-hand norms on a
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    assert_chunked_matches_reference,
-    assert_grid_equals_separate,
-    assert_id_mean_above,
-    feats,
-    fitted,
+from test_vim import (
+    assert_bad_dim_at_fit,
+    assert_bad_dim_construct_and_grid,
+    assert_dim_not_below_train_rows_refused,
+    ref_vim_parts,
 )
-from test_vim import assert_dim_not_below_train_rows_refused, ref_vim_parts
 
 from featstore import Store
 from scorers import get_scorer, list_scorers
@@ -22,31 +21,31 @@ from scorers import get_scorer, list_scorers
 
 def ref_residual(store: Store, split: str, dim: int | None = None) -> np.ndarray:
     u, ns, _ = ref_vim_parts(store, dim)
-    return -np.linalg.norm((feats(store, split) - u) @ ns, axis=1)
+    return -np.linalg.norm((kit.feats(store, split) - u) @ ns, axis=1)
 
 
 @pytest.mark.parametrize("params", [{}, {"dim": 5}], ids=["default", "dim=5"])
 def test_matches_reference(shared_store, params):
     """Chunked scorer == the full-matrix transcription of the paper's formula."""
-    assert_chunked_matches_reference(shared_store, "residual", params, ref_residual)
+    kit.assert_chunked_matches_reference(shared_store, "residual", params, ref_residual)
 
 
 def test_sign_residual(shared_store):
     """Residual fails on ood/far/faint by nature: that cluster is small-magnitude features
     close to the origin u, so every residual norm is small. It must hold on ood/near/blend,
     whose isotropic spread (1.0) exceeds the ID clusters' (0.8) outside the principal space."""
-    assert_id_mean_above(shared_store, "residual", "ood/near/blend")
+    kit.assert_id_mean_above(shared_store, "residual", "ood/near/blend")
 
 
 def test_residual_default_grid_equals_separate_runs(wide_store):
     """Residual's default grid (OpenOOD dim_list [256, 1000]) needs D > 1000."""
     assert get_scorer("residual").grid == {"dim": [256, 1000]}
-    assert_grid_equals_separate(wide_store, "residual", {})
+    kit.assert_grid_equals_separate(wide_store, "residual", {})
 
 
 @pytest.mark.parametrize("grid", [{"dim": [1, 16, 31]}, {"dim": [4, 11]}])
 def test_explicit_grid_equals_separate_runs(shared_store, grid):
-    assert_grid_equals_separate(shared_store, "residual", {}, grid)
+    kit.assert_grid_equals_separate(shared_store, "residual", {}, grid)
 
 
 def test_default_grid_and_defaults_are_documented():
@@ -57,18 +56,11 @@ def test_default_grid_and_defaults_are_documented():
 
 @pytest.mark.parametrize("dim", [32, 40])
 def test_bad_residual_dim_at_fit(shared_store, dim):
-    scorer = get_scorer("residual", dim=dim)
-    with pytest.raises(ValueError, match=rf"dim must satisfy 1 <= dim < D = 32 \(got {dim}\)"):
-        scorer.fit(shared_store)
+    assert_bad_dim_at_fit(shared_store, "residual", dim)
 
 
 def test_bad_residual_dim_construct_and_grid(shared_store):
-    for bad in (0, -3, 2.5, "16", True):
-        with pytest.raises(ValueError, match="dim"):
-            get_scorer("residual", dim=bad)
-    scorer = fitted("residual", shared_store)
-    with pytest.raises(ValueError, match=r"1 <= dim < D = 32 \(got 256\)"):
-        scorer.score_grid(shared_store.split("id/test"))   # OpenOOD's grid is for D > 1000
+    assert_bad_dim_construct_and_grid(shared_store, "residual")
 
 
 def rank3_store(path):

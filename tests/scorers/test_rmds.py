@@ -5,8 +5,8 @@ by the means of id/test and ood/far/faint. Chunks of 97 rows."""
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
-from conftest import EVAL_SPLITS, feats, fitted, labels
 from sklearn.covariance import EmpiricalCovariance
 from test_mds import class_distances, ref_class_maha, small_store_parts
 
@@ -26,11 +26,11 @@ def ref_rmds(train, y, test) -> np.ndarray:
 
 def test_rmds_matches_loops(shared_store):
     st = shared_store
-    train, y = feats(st, "id/train"), labels(st, "id/train")
-    scorer = fitted("rmds", st)
-    for name in EVAL_SPLITS:
+    train, y = kit.feats(st, "id/train"), kit.labels(st, "id/train")
+    scorer = kit.fitted("rmds", st)
+    for name in kit.EVAL_SPLITS:
         np.testing.assert_allclose(scorer.score(st.split(name)),
-                                   ref_rmds(train, y, feats(st, name)), rtol=F64_RTOL)
+                                   ref_rmds(train, y, kit.feats(st, name)), rtol=F64_RTOL)
 
 
 def test_rmds_fewer_train_rows_than_dims(make_store):
@@ -40,9 +40,9 @@ def test_rmds_fewer_train_rows_than_dims(make_store):
     st, train, means, prec = small_store_parts(make_store)
     prec0 = EmpiricalCovariance().fit(train).precision_
     mu0 = train.mean(axis=0)
-    rmds = fitted("rmds", st)
-    for name in EVAL_SPLITS:
-        test = feats(st, name)
+    rmds = kit.fitted("rmds", st)
+    for name in kit.EVAL_SPLITS:
+        test = kit.feats(st, name)
         md = class_distances(test, means, prec)
         md0 = np.einsum("ij,jk,ik->i", test - mu0, prec0, test - mu0)
         np.testing.assert_allclose(rmds.score(st.split(name)), (md0[:, None] - md).max(axis=1),
@@ -50,7 +50,7 @@ def test_rmds_fewer_train_rows_than_dims(make_store):
 
 
 def test_sign_id_above_far_ood(shared_store):
-    scorer = fitted("rmds", shared_store)
+    scorer = kit.fitted("rmds", shared_store)
     id_scores = scorer.score(shared_store.split("id/test"))
     ood_scores = scorer.score(shared_store.split("ood/far/faint"))
     assert np.all(np.isfinite(id_scores)) and np.all(np.isfinite(ood_scores))

@@ -6,47 +6,36 @@ for `score_grid` (rtol 1e-9)."""
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    EVAL_SPLITS,
-    assert_chunked_matches_reference,
-    assert_grid_equals_separate,
-    assert_id_mean_above,
-    energy,
-    feats,
-    fitted,
-    head,
-    other_head_logits,
-    structured_arrays,
-)
 
 from featstore import Store
-from scorers import get_scorer, list_scorers
+from scorers import list_scorers
 
 
 def ref_scale(store: Store, split: str, percentile: float = 85) -> np.ndarray:
     """Xu et al. 2024: h * exp(sum(h) / sum of the top-k activations), then energy."""
-    w, b = head(store)
-    x = feats(store, split)
+    w, b = kit.head(store)
+    x = kit.feats(store, split)
     d = x.shape[1]
     k = d - int(np.round(d * percentile / 100.0))
     s2 = np.array([np.sort(row)[::-1][:k].sum() for row in x])
-    return energy((x * np.exp(x.sum(axis=1) / s2)[:, None]) @ w.T + b)
+    return kit.energy((x * np.exp(x.sum(axis=1) / s2)[:, None]) @ w.T + b)
 
 
 @pytest.mark.parametrize("params", [{}, {"percentile": 65}], ids=["default", "p=65"])
 def test_matches_reference(shared_store, params):
     """Chunked scorer == the full-matrix transcription of the paper's formula."""
-    assert_chunked_matches_reference(shared_store, "scale", params, ref_scale)
+    kit.assert_chunked_matches_reference(shared_store, "scale", params, ref_scale)
 
 
 def test_sign_id_above_far_ood(shared_store):
-    assert_id_mean_above(shared_store, "scale")
+    kit.assert_id_mean_above(shared_store, "scale")
 
 
 def test_default_grid_equals_separate_runs(shared_store):
-    assert_grid_equals_separate(shared_store, "scale", {})
+    kit.assert_grid_equals_separate(shared_store, "scale", {})
 
 
 def test_default_grid_and_defaults_are_documented():
@@ -56,17 +45,13 @@ def test_default_grid_and_defaults_are_documented():
     assert row["paper"]
 
 
-@pytest.mark.parametrize("value", [0, 100, 150, -5])
+@pytest.mark.parametrize("value", kit.BAD_PERCENTILES)
 def test_bad_percentile(value):
-    with pytest.raises(ValueError,
-                       match=rf"percentile must be in \(0, 100\) \(got {value}\)"):
-        get_scorer("scale", percentile=value)
+    kit.assert_bad_percentile("scale", "percentile", value)
 
 
 def test_empty_keep(shared_store):
-    # D=32: k = 32 - round(31.68) = 0 activations kept.
-    with pytest.raises(ValueError, match=r"percentile 99 keeps no activation of D=32"):
-        get_scorer("scale", percentile=99).fit(shared_store)
+    kit.assert_keeps_no_activation("scale", shared_store)
 
 
 @pytest.mark.parametrize("percentile", [65, 85])
@@ -74,14 +59,14 @@ def test_scale_from_features_when_logits_are_not_the_head(tmp_path, percentile):
     """SCALE reads z = l - b off the stored logits only when they are the head's output; with
     logits of another head (scaled by 2) it multiplies the features with W and matches the
     float64 transcription (ref_scale) to 1e-9; with the head's own float32 logits, to 1e-6."""
-    arrays = structured_arrays(seed=6)
+    arrays = kit.structured_arrays(seed=6)
     Store.from_arrays(tmp_path / "own", head=arrays["head"], splits=arrays["splits"])
-    Store.from_arrays(tmp_path / "other", head=arrays["head"], splits=other_head_logits(arrays))
+    Store.from_arrays(tmp_path / "other", head=arrays["head"], splits=kit.other_head_logits(arrays))
     for name, rtol in (("own", 1e-6), ("other", 1e-9)):
         st = Store.open(tmp_path / name)
-        scorer = fitted("scale", st, percentile=percentile)
+        scorer = kit.fitted("scale", st, percentile=percentile)
         assert scorer.logits_are_head is (name == "own")
-        for split in EVAL_SPLITS:
+        for split in kit.EVAL_SPLITS:
             np.testing.assert_allclose(scorer.score(st.split(split)),
                                        ref_scale(st, split, percentile), rtol=rtol, atol=1e-12,
                                        err_msg=f"{name} {split}")

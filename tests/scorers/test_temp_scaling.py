@@ -5,14 +5,9 @@ scipy) at the fitted T for the scores; scikit-learn `roc_auc_score` for the sign
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    assert_id_above_far_ood_auroc,
-    assert_matches_reference,
-    float16_c12_store,
-    logits,
-)
 from scipy.special import logsumexp as sp_logsumexp
 from test_odin import ref_odin
 
@@ -39,22 +34,11 @@ def brute_force_temperature(logit_rows: np.ndarray, y: np.ndarray) -> float:
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    return ref_odin(logits(store, split), scorer.fitted_temperature)
+    return ref_odin(kit.logits(store, split), scorer.fitted_temperature)
 
 
-def test_matches_paper_formula_structured_store(shared_store):
-    """MSP at the fitted temperature, every split of the structured store, default chunks."""
-    assert_matches_reference(shared_store, "temp_scaling", CASES, reference, chunk_rows=8192)
-
-
-def test_matches_paper_formula_chunked_float16(make_store):
-    """A 12-class float16 store scored in 37-row chunks (uneven last chunk)."""
-    assert_matches_reference(float16_c12_store(make_store), "temp_scaling", CASES, reference,
-                             37)
-
-
-def test_sign_id_scores_higher(shared_store):
-    assert_id_above_far_ood_auroc(shared_store, "temp_scaling")
+(test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,
+ test_sign_id_scores_higher) = kit.logit_reference_tests("temp_scaling", CASES, reference)
 
 
 def test_registry_entry():
@@ -72,7 +56,7 @@ def test_temp_scaling_temperature_equals_brute_force(shared_store, make_store):
     for store in (shared_store, c12):
         scorer = get_scorer("temp_scaling").fit(store)
         val = store.split("id/val")
-        want = brute_force_temperature(logits(store, "id/val"), np.asarray(val.labels))
+        want = brute_force_temperature(kit.logits(store, "id/val"), np.asarray(val.labels))
         assert scorer.fitted_temperature == pytest.approx(want, rel=1e-3)
         assert 0.01 < scorer.fitted_temperature < 100
 

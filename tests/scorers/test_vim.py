@@ -5,20 +5,9 @@ plain full-matrix NumPy (np.linalg.pinv / eigh, `scipy.special.logsumexp`), comp
 
 from __future__ import annotations
 
+import conftest as kit
 import numpy as np
 import pytest
-from conftest import (
-    EVAL_SPLITS,
-    assert_chunked_matches_reference,
-    assert_grid_equals_separate,
-    assert_id_mean_above,
-    energy,
-    feats,
-    fitted,
-    head,
-    logits,
-    structured_arrays,
-)
 
 from featstore import Store
 from scorers import get_scorer, list_scorers
@@ -35,44 +24,45 @@ def ref_vim_parts(store: Store, dim: int | None):
     """Wang et al. 2022: origin -pinv(W) b, null space of the uncentered covariance about it.
     The structured head's rows sum to zero (rank C-1); its float32 rounding leaves a ~1e-8
     singular value that pinv must treat as zero (float32 precision of the stored head)."""
-    w, b = head(store)
+    w, b = kit.head(store)
     u = -np.linalg.pinv(w, rtol=max(w.shape) * np.finfo(np.float32).eps) @ b
-    xtr = feats(store, "id/train") - u
+    xtr = kit.feats(store, "id/train") - u
     cov = xtr.T @ xtr / len(xtr)
     evals, evecs = np.linalg.eigh(cov)
     ns = evecs[:, np.argsort(-evals)[vim_dim(w.shape[1], dim):]]
-    alpha = logits(store, "id/train").max(axis=1).mean() / np.linalg.norm(xtr @ ns, axis=1).mean()
+    max_logit = kit.logits(store, "id/train").max(axis=1).mean()
+    alpha = max_logit / np.linalg.norm(xtr @ ns, axis=1).mean()
     return u, ns, alpha
 
 
 def ref_vim(store: Store, split: str, dim: int | None = None) -> np.ndarray:
     u, ns, alpha = ref_vim_parts(store, dim)
-    r = np.linalg.norm((feats(store, split) - u) @ ns, axis=1)
-    return energy(logits(store, split)) - alpha * r
+    r = np.linalg.norm((kit.feats(store, split) - u) @ ns, axis=1)
+    return kit.energy(kit.logits(store, split)) - alpha * r
 
 
 @pytest.mark.parametrize("params", [{}, {"dim": 8}, {"dim": 27}],
                          ids=["default", "dim=8", "dim=27"])
 def test_matches_reference(shared_store, params):
     """Chunked scorer == the full-matrix transcription of the paper's formula."""
-    assert_chunked_matches_reference(shared_store, "vim", params, ref_vim)
+    kit.assert_chunked_matches_reference(shared_store, "vim", params, ref_vim)
 
 
 def test_vim_wide_default_dim_matches_reference(wide_store):
     """D=1040: the paper's rule gives dim=512 (768 <= D < 2048)."""
-    scorer = fitted("vim", wide_store)
+    scorer = kit.fitted("vim", wide_store)
     np.testing.assert_allclose(scorer.score(wide_store.split("id/test")),
                                ref_vim(wide_store, "id/test", 512), rtol=1e-6, atol=1e-10)
 
 
 def test_sign_id_above_far_ood(shared_store):
-    assert_id_mean_above(shared_store, "vim")
+    kit.assert_id_mean_above(shared_store, "vim")
 
 
 def test_vim_default_grid_equals_separate_runs(wide_store):
     """ViM's default grid (OpenOOD dim_list [256, 1000]) needs D > 1000."""
     assert get_scorer("vim").grid == {"dim": [256, 1000]}
-    assert_grid_equals_separate(wide_store, "vim", {})
+    kit.assert_grid_equals_separate(wide_store, "vim", {})
 
 
 @pytest.mark.parametrize("grid", [
@@ -80,7 +70,7 @@ def test_vim_default_grid_equals_separate_runs(wide_store):
     {"dim": [2, 6, 9]},             # V[:, :9] (9 columns), not V[:, 2:] (30)
 ])
 def test_explicit_grid_equals_separate_runs(shared_store, grid):
-    assert_grid_equals_separate(shared_store, "vim", {}, grid)
+    kit.assert_grid_equals_separate(shared_store, "vim", {}, grid)
 
 
 def test_default_grid_and_defaults_are_documented():
@@ -91,18 +81,29 @@ def test_default_grid_and_defaults_are_documented():
 
 @pytest.mark.parametrize("dim", [32, 40])
 def test_bad_vim_dim_at_fit(shared_store, dim):
-    scorer = get_scorer("vim", dim=dim)
+    assert_bad_dim_at_fit(shared_store, "vim", dim)
+
+
+def assert_bad_dim_at_fit(store: Store, name: str, dim: int) -> None:
+    """dim >= D = 32 is refused at fit, naming the range and the value."""
+    scorer = get_scorer(name, dim=dim)
     with pytest.raises(ValueError, match=rf"dim must satisfy 1 <= dim < D = 32 \(got {dim}\)"):
-        scorer.fit(shared_store)
+        scorer.fit(store)
+
+
+def assert_bad_dim_construct_and_grid(store: Store, name: str) -> None:
+    """Non-integer or < 1 dims are refused at construction; the default grid (OpenOOD's
+    [256, 1000], for D > 1000) is refused on D = 32."""
+    for bad in (0, -3, 2.5, "16", True):
+        with pytest.raises(ValueError, match="dim"):
+            get_scorer(name, dim=bad)
+    scorer = kit.fitted(name, store)
+    with pytest.raises(ValueError, match=r"1 <= dim < D = 32 \(got 256\)"):
+        scorer.score_grid(store.split("id/test"))
 
 
 def test_bad_vim_dim_construct_and_grid(shared_store):
-    for bad in (0, -3, 2.5, "16", True):
-        with pytest.raises(ValueError, match="dim"):
-            get_scorer("vim", dim=bad)
-    scorer = fitted("vim", shared_store)
-    with pytest.raises(ValueError, match=r"1 <= dim < D = 32 \(got 256\)"):
-        scorer.score_grid(shared_store.split("id/test"))   # OpenOOD's grid is for D > 1000
+    assert_bad_dim_construct_and_grid(shared_store, "vim")
 
 
 def test_vim_zero_residual_is_an_error_not_nan(tmp_path):
@@ -123,7 +124,7 @@ def test_vim_zero_residual_is_an_error_not_nan(tmp_path):
 
 def few_train_rows_store(path) -> Store:
     """`structured_arrays(seed=0)` with only 12 id/train rows (D = 32)."""
-    arrays = structured_arrays(seed=0)
+    arrays = kit.structured_arrays(seed=0)
     splits = dict(arrays["splits"])
     splits["id/train"] = {k: v[:12] for k, v in splits["id/train"].items()}
     return Store.from_arrays(path, head=arrays["head"], splits=splits)
@@ -152,11 +153,11 @@ def test_float16_store_close_to_float32(make_store):
     relative per entry) moves r by a few 1e-4 relative, which is what this bounds."""
     s32 = make_store("f32", dtype="float32", seed=2)
     s16 = make_store("f16", dtype="float16", seed=2)
-    a = fitted("vim", s32)
-    b = fitted("vim", s16)
-    for split in EVAL_SPLITS:
+    a = kit.fitted("vim", s32)
+    b = kit.fitted("vim", s16)
+    for split in kit.EVAL_SPLITS:
         x32 = a.score(s32.split(split))
         x16 = b.score(s16.split(split))
-        lse = energy(logits(s32, split))
+        lse = kit.energy(kit.logits(s32, split))
         terms = np.abs(lse) + np.abs(lse - x32)        # |energy| + alpha * r
         assert np.all(np.abs(x16 - x32) <= 1e-3 * terms), np.max(np.abs(x16 - x32) / terms)
