@@ -30,11 +30,13 @@ Definitions, as implemented (TPR/FPR/precision/recall at each distinct threshold
 
 Algorithm: each split is copied to float64 and sorted once (``ndarray.sort``: two sorts of
 N/2 values are one merge-sort of the concatenation, at half the cost of an ``argsort`` and
-without an index array). One Numba kernel then merges the two sorted arrays from the top,
-grouping equal values across both, and keeps the cumulative ID/OOD counts at each distinct
-threshold; every metric above is accumulated from those counts in the same single pass (the
-OOD-positive counts at a threshold are the complements of the ID-positive counts above it).
-Extra memory is the two sorted copies (8 bytes per score); sums use Neumaier compensation.
+without an index array). One Numba kernel (``scorers.metric_steps.ood_walk``) then merges the
+two sorted arrays from the top, grouping equal values across both, and keeps the cumulative
+ID/OOD counts at each distinct threshold; every metric above is accumulated from those counts
+in the same single pass (the OOD-positive counts at a threshold are the complements of the
+ID-positive counts above it) by ``metric_steps.ood_step``, the step the bootstrap applies to
+resample multiplicities. Extra memory is the two sorted copies (8 bytes per score); sums use
+Neumaier compensation.
 
 Non-finite scores (NaN, +-inf) are an error that names the split and the count; they are
 never dropped. Empty splits are an error too.
@@ -52,6 +54,8 @@ from collections.abc import Sequence
 
 import numpy as np
 from numba import njit
+
+from .metric_steps import ood_walk
 
 __all__ = [
     "METRIC_DIRECTIONS",
@@ -86,8 +90,6 @@ METRIC_DIRECTIONS: dict[str, str] = {
     "detection_error": "min",
 }
 
-_TPR_LEVEL = 0.95
-
 
 # --------------------------------------------------------------------------- Numba kernels
 
@@ -99,122 +101,6 @@ def _count_nonfinite(x: np.ndarray) -> int:
         if not np.isfinite(x[i]):
             n += 1
     return n
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _nsum(s: float, c: float, x: float) -> tuple[float, float]:
-    """One Neumaier-compensated addition: returns the new (sum, compensation)."""
-    t = s + x
-    if abs(s) >= abs(x):
-        c += (s - t) + x
-    else:
-        c += (x - t) + s
-    return t, c
-
-
-@njit(cache=True, nogil=True)
-def _walk(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """All metrics (as fractions) from ascending-sorted ID scores ``a`` and OOD scores ``b``.
-
-    Walks the distinct values from the highest down, merging ``a`` and ``b`` and grouping ties.
-    With ``tp``/``fp`` the numbers of ID/OOD scores ``>=`` the current value (ID positive), the
-    OOD-positive counts at the same value are ``n_ood - fp_above`` (OOD ``<=`` value) and
-    ``n_id - tp_above``. The OOD-positive curve runs in the opposite order, so its trapezoids
-    and steps are closed one group later, and its end point (recall 0) after the loop.
-
-    Returns ``[auroc, aupr_in, aupr_out, ap_in, ap_out, fpr95, fpr95_ood, detection_error]``.
-    """
-    n_pos = a.shape[0]
-    n_neg = b.shape[0]
-    fpos = float(n_pos)
-    fneg = float(n_neg)
-    i = n_pos - 1
-    j = n_neg - 1
-    tp = 0  # ID scores >= current value
-    fp = 0  # OOD scores >= current value
-    auc_num = 0  # 2 * N_id * N_ood * AUROC, exact
-    # ID-positive curve state; the PR curve starts at (recall 0, precision 1).
-    r_prev = 0.0
-    p_prev = 1.0
-    aupr_in_s = 0.0
-    aupr_in_c = 0.0
-    ap_in_s = 0.0
-    ap_in_c = 0.0
-    fpr95 = 1.0
-    fpr95_found = False
-    det_err = 0.5  # end point (TPR, FPR) = (0, 0); (1, 1) gives 0.5 as well
-    # OOD-positive curve state (the previous point is the next higher tie group).
-    ro_prev = 0.0
-    po_prev = 0.0
-    have_o = False
-    aupr_out_s = 0.0
-    aupr_out_c = 0.0
-    ap_out_s = 0.0
-    ap_out_c = 0.0
-    fpr95_ood = 1.0
-
-    while i >= 0 or j >= 0:
-        if i >= 0 and (j < 0 or a[i] >= b[j]):
-            v = a[i]
-        else:
-            v = b[j]
-        ci = 0
-        while i >= 0 and a[i] == v:
-            ci += 1
-            i -= 1
-        cj = 0
-        while j >= 0 and b[j] == v:
-            cj += 1
-            j -= 1
-
-        # OOD positive (-score >= -v, i.e. score <= v): counts use the groups above v.
-        tpo = n_neg - fp
-        fpo = n_pos - tp
-        ro = tpo / fneg
-        po = tpo / float(tpo + fpo)
-        if have_o:
-            dr = ro_prev - ro
-            aupr_out_s, aupr_out_c = _nsum(aupr_out_s, aupr_out_c, dr * (po_prev + po) / 2.0)
-            ap_out_s, ap_out_c = _nsum(ap_out_s, ap_out_c, dr * po_prev)
-        if ro >= _TPR_LEVEL:  # holds on a prefix of this walk; the last one is the first
-            fpr95_ood = fpo / fpos  # threshold in OOD-positive order
-        ro_prev = ro
-        po_prev = po
-        have_o = True
-
-        # ID positive (score >= v).
-        auc_num += cj * (2 * tp + ci)
-        tp += ci
-        fp += cj
-        r = tp / fpos
-        p = tp / float(tp + fp)
-        fpr = fp / fneg
-        dr = r - r_prev
-        aupr_in_s, aupr_in_c = _nsum(aupr_in_s, aupr_in_c, dr * (p + p_prev) / 2.0)
-        ap_in_s, ap_in_c = _nsum(ap_in_s, ap_in_c, dr * p)
-        if not fpr95_found and r >= _TPR_LEVEL:
-            fpr95 = fpr
-            fpr95_found = True
-        e = 0.5 * (1.0 - r) + 0.5 * fpr
-        if e < det_err:
-            det_err = e
-        r_prev = r
-        p_prev = p
-
-    # OOD-positive end point (recall 0, precision 1) below the lowest group.
-    aupr_out_s, aupr_out_c = _nsum(aupr_out_s, aupr_out_c, ro_prev * (po_prev + 1.0) / 2.0)
-    ap_out_s, ap_out_c = _nsum(ap_out_s, ap_out_c, ro_prev * po_prev)
-
-    out = np.empty(8, dtype=np.float64)
-    out[0] = auc_num / (2.0 * fpos * fneg)
-    out[1] = aupr_in_s + aupr_in_c
-    out[2] = aupr_out_s + aupr_out_c
-    out[3] = ap_in_s + ap_in_c
-    out[4] = ap_out_s + ap_out_c
-    out[5] = fpr95
-    out[6] = fpr95_ood
-    out[7] = det_err
-    return out
 
 
 # --------------------------------------------------------------------------- helpers
@@ -241,7 +127,7 @@ def _sorted_finite(scores: object, name: str) -> np.ndarray:
 
 
 def _walk_percent(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
-    return 100.0 * _walk(pos, neg)
+    return 100.0 * ood_walk(pos, neg)
 
 
 # --------------------------------------------------------------------------- public API

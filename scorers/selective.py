@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .metric_steps import sel_walk
 from .metrics import _labelled, _sorted_finite
-from .stats.bootstrap import Pair
 
 SELECTIVE_METRIC_NAMES = ("aurc", "augrc")
 
@@ -42,5 +42,6 @@ def selective_metrics(scores: np.ndarray, logits: np.ndarray,
     s = s[mask]
     _sorted_finite(s, "selective/id")
     correct = np.argmax(lg[mask], axis=1) == y[mask]
-    vals = Pair(s[correct], s[~correct]).point("sel")
+    vals = 100.0 * sel_walk(np.ascontiguousarray(np.sort(s[correct])[::-1], dtype=np.float64),
+                            np.ascontiguousarray(np.sort(s[~correct])[::-1], dtype=np.float64))
     return {"aurc": float(vals[0]), "augrc": float(vals[1])}

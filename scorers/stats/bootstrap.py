@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from ..metric_steps import merge_groups, ood_walk, sel_walk
 from . import intervals, walk
-from .resample import Stratum, batch_size, blocks
+from .resample import Stratum, batch_size, blocks, lane_totals, lanes_from_counts
 
 #: The OOD metric columns of every distribution, in ``scorers.metrics.OOD_METRIC_NAMES`` order.
 OOD_COLUMNS = ("auroc", "aupr_in", "aupr_out", "ap_in", "ap_out", "fpr95", "fpr95_ood",
@@ -66,53 +67,66 @@ class BootstrapSpec:
 
 
 class Pair:
-    """Positive and negative scores merged and sorted once; resample walks and jackknife."""
+    """Positive and negative scores, each sorted once (decreasing), and their tie groups.
 
-    def __init__(self, pos: np.ndarray, neg: np.ndarray):
+    ``p_order``: the positive side's decreasing order when already known (an ID split shared
+    by several pairs). ``p_index``/``q_index``: the row of each score in its resampling
+    stratum (default: itself), the rows the bootstrap kernels read multiplicities at."""
+
+    def __init__(self, pos: np.ndarray, neg: np.ndarray, p_order: np.ndarray | None = None,
+                 p_index: np.ndarray | None = None, q_index: np.ndarray | None = None):
         self.pos = np.ascontiguousarray(pos, dtype=np.float64)
         self.neg = np.ascontiguousarray(neg, dtype=np.float64)
-        self.is_neg, self.row, self.group_end = walk.merged_order(self.pos, self.neg)
+        self.p_order = _decreasing(self.pos) if p_order is None else p_order
+        self.q_order = _decreasing(self.neg)
+        self.p_end, self.q_end = merge_groups(self.pos[self.p_order], self.neg[self.q_order])
+        self.p_rows = self.p_order if p_index is None else p_index[self.p_order]
+        self.q_rows = self.q_order if q_index is None else q_index[self.q_order]
 
-    def _args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self.is_neg, self.row, self.group_end
+    def _boot(self, kind: int, cp: np.ndarray, cq: np.ndarray) -> np.ndarray:
+        offsets = np.array([0, self.p_end.size]), np.array([0, self.q_order.size])
+        vals = walk.boot(kind, self.p_order, self.p_end, self.q_order, self.q_end, *offsets,
+                         lanes_from_counts(cp), lanes_from_counts(cq))
+        return 100.0 * vals[0, :cp.shape[0]]
 
     def ood(self, cp: np.ndarray, cq: np.ndarray) -> np.ndarray:
         """(B, 8) OOD metrics in percent for multiplicities ``cp`` (B, P) and ``cq`` (B, Q)."""
-        return 100.0 * walk.ood_boot(*self._args(), cp, cq)
+        return self._boot(0, cp, cq)
 
     def auroc(self, cp: np.ndarray, cq: np.ndarray) -> np.ndarray:
         """(B,) AUROC in percent alone (no precision or threshold work)."""
-        return 100.0 * walk.auroc_boot(*self._args(), cp, cq)
+        return self._boot(2, cp, cq)[:, 0]
 
     def sel(self, cp: np.ndarray, cq: np.ndarray) -> np.ndarray:
         """(B, 2) AURC, AUGRC in percent (P = correct, Q = wrong)."""
-        return 100.0 * walk.sel_boot(*self._args(), cp, cq)
+        return self._boot(1, cp, cq)
 
     def point(self, kind: str = "ood") -> np.ndarray:
-        """The metrics of the data itself (compensated sums: equal to ``ood_metrics``)."""
-        ones_p = np.ones((1, self.pos.size), np.int32)
-        ones_q = np.ones((1, self.neg.size), np.int32)
-        kernel = walk.ood_boot if kind == "ood" else walk.sel_boot
-        return 100.0 * kernel(*self._args(), ones_p, ones_q)[0]
+        """The metrics of the data itself (the one-shot walks: equal to ``ood_metrics``)."""
+        if kind == "ood":
+            return 100.0 * ood_walk(np.sort(self.pos), np.sort(self.neg))
+        return 100.0 * sel_walk(self.pos[self.p_order], self.neg[self.q_order])
 
     def jackknife(self, kind: str = "ood") -> list[np.ndarray]:
         """Leave-one-out values (percent) of every P row, then of every Q row.
 
         Rows of one stratum in one tie group give the same value, so each distinct cell is
-        walked once and the value copied to its rows."""
-        kernel = walk.ood_jack if kind == "ood" else walk.sel_jack
-        gid = np.cumsum(np.r_[0, self.group_end[:-1]].astype(np.int64))
-        wp = np.ones(self.pos.size)
-        wq = np.ones(self.neg.size)
+        walked once (one SIMD lane each) and the value copied to its rows."""
         out = []
-        for which, n in ((0, self.pos.size), (1, self.neg.size)):
-            sel = self.is_neg == which
-            row_gid = np.empty(n, dtype=np.int64)
-            row_gid[self.row[sel]] = gid[sel]
+        for which, order, ends in ((0, self.p_order, self.p_end), (1, self.q_order,
+                                                                   self.q_end)):
+            row_gid = np.empty(order.size, dtype=np.int64)
+            row_gid[order] = np.repeat(np.arange(ends.size), np.diff(ends, prepend=0))
             _, first, inverse = np.unique(row_gid, return_index=True, return_inverse=True)
-            vals = kernel(*self._args(), wp, wq, which, first.astype(np.int64))
+            vals = walk.jackknife(0 if kind == "ood" else 1, self.p_order, self.p_end,
+                                  self.q_order, self.q_end, self.pos.size, self.neg.size,
+                                  which, first)
             out.append(100.0 * vals[inverse])
         return out
+
+
+def _decreasing(x: np.ndarray) -> np.ndarray:
+    return np.argsort(-x, kind="stable")
 
 
 @dataclass
@@ -151,10 +165,10 @@ def bootstrap_evaluation(spec: BootstrapSpec, id_name: str,
         [lo, hi]}}}}``; ``[lo, hi]`` entries are NaN where undefined.
     """
     ood_names = [s for names in groups.values() for s in names]
-    n_id = len(next(iter(scores.values()))[id_name])
+    first = next(iter(scores.values()))
+    n_id = len(first[id_name])
     id_stratum = Stratum(id_name, n_id, spec.seed)
-    ood_strata = {s: Stratum(s, len(next(iter(scores.values()))[s]), spec.seed)
-                  for s in ood_names}
+    ood_strata = [Stratum(s, len(first[s]), spec.seed) for s in ood_names]
     has_lab = labelled is not None and correct is not None and bool(labelled.any())
     lab_ok = lab_bad = None
     mis_strata: tuple[Stratum, Stratum] | None = None
@@ -164,38 +178,62 @@ def bootstrap_evaluation(spec: BootstrapSpec, id_name: str,
         if lab_ok.size and lab_bad.size:
             mis_strata = (Stratum(f"{id_name}#correct", lab_ok.size, spec.seed),
                           Stratum(f"{id_name}#wrong", lab_bad.size, spec.seed))
-    pairs = {m: {s: Pair(sc[id_name], sc[s]) for s in ood_names} for m, sc in scores.items()}
-    mis_pairs = ({m: Pair(sc[id_name][lab_ok], sc[id_name][lab_bad])
-                  for m, sc in scores.items()} if has_lab else {})
+    pairs = {}
+    for m, sc in scores.items():
+        id_order = _decreasing(np.asarray(sc[id_name], dtype=np.float64))
+        pairs[m] = {s: Pair(sc[id_name], sc[s], p_order=id_order) for s in ood_names}
+    mis_pairs = ({m: Pair(sc[id_name][lab_ok], sc[id_name][lab_bad], p_index=lab_ok,
+                          q_index=lab_bad) for m, sc in scores.items()} if has_lab else {})
     b_n = int(spec.n_boot)
     dist = Distributions(spec, np.full(b_n, np.nan))
     for m in scores:
-        dist.splits[m] = {s: np.empty((b_n, walk.N_OOD)) for s in ood_names}
+        dist.splits[m] = {}
         dist.misc[m] = np.full((b_n, len(MISC_COLUMNS)), np.nan)
+    parts: dict[str, list[np.ndarray]] = {m: [] for m in scores}
     start = 0
-    max_rows = max([n_id, *(st.n for st in ood_strata.values())])
+    max_rows = max([n_id, *(st.n for st in ood_strata)])
     for size in blocks(b_n, batch_size(max_rows)):
         sl = slice(start, start + size)
-        c_id = id_stratum.counts(size)
-        c_ood = {s: st.counts(size) for s, st in ood_strata.items()}
-        c_mis = (mis_strata[0].counts(size), mis_strata[1].counts(size)) if mis_strata else None
+        c_id = id_stratum.lanes(size)
+        c_ood = np.concatenate([st.lanes(size) for st in ood_strata], axis=1)
+        c_mis = (mis_strata[0].lanes(size), mis_strata[1].lanes(size)) if mis_strata else None
         if has_lab:
-            n_lab = c_id[:, labelled].sum(axis=1)
-            dist.id_acc[sl] = 100.0 * c_id[:, lab_ok].sum(axis=1) / n_lab
-            c_ok = np.ascontiguousarray(c_id[:, lab_ok])
-            c_bad = np.ascontiguousarray(c_id[:, lab_bad])
+            dist.id_acc[sl] = (100.0 * lane_totals(c_id, lab_ok)[:size]
+                               / lane_totals(c_id, np.flatnonzero(labelled))[:size])
         for m in scores:
-            for s in ood_names:
-                dist.splits[m][s][sl] = pairs[m][s].ood(c_id, c_ood[s])
+            parts[m].append(_ood_batch(list(pairs[m].values()), c_id, c_ood)[:, :size])
             if has_lab:
-                dist.misc[m][sl, 1:] = mis_pairs[m].sel(c_ok, c_bad)
+                mp = mis_pairs[m]
+                dist.misc[m][sl, 1:] = _one(1, mp.p_rows, mp, mp.q_rows, c_id, c_id)[:size]
                 if c_mis is not None:
-                    dist.misc[m][sl, 0] = mis_pairs[m].auroc(*c_mis)
+                    dist.misc[m][sl, 0] = _one(2, mp.p_order, mp, mp.q_order, *c_mis)[:size, 0]
         start += size
     for m in scores:
+        vals = np.concatenate(parts.pop(m), axis=1)
+        dist.splits[m] = {s: vals[k] for k, s in enumerate(ood_names)}
         dist.groups[m] = {g: np.mean([dist.splits[m][s] for s in names], axis=0)
                           for g, names in groups.items()}
     return dist, _intervals(spec, dist, pairs, mis_pairs, groups, correct, labelled)
+
+
+def _ood_batch(pairs: Sequence[Pair], c_id: np.ndarray, c_ood: np.ndarray) -> np.ndarray:
+    """(pairs, lanes, 8) OOD metrics in percent of pairs sharing the positive (ID) side, their
+    negative strata stacked in ``c_ood``'s rows in order; one kernel call."""
+    q_base = np.cumsum([0] + [p.neg.size for p in pairs])
+    g_off = np.cumsum([0] + [p.p_end.size for p in pairs])
+    q_rows = np.concatenate([p.q_rows + q_base[k] for k, p in enumerate(pairs)])
+    vals = walk.boot(0, pairs[0].p_rows, np.concatenate([p.p_end for p in pairs]), q_rows,
+                     np.concatenate([p.q_end for p in pairs]), g_off, q_base, c_id, c_ood)
+    return 100.0 * vals
+
+
+def _one(kind: int, p_rows: np.ndarray, pair: Pair, q_rows: np.ndarray, cp: np.ndarray,
+         cq: np.ndarray) -> np.ndarray:
+    """(lanes, WIDTH[kind]) metrics in percent of one pair read at stratum rows ``p_rows`` /
+    ``q_rows``."""
+    vals = walk.boot(kind, p_rows, pair.p_end, q_rows, pair.q_end,
+                     np.array([0, pair.p_end.size]), np.array([0, q_rows.size]), cp, cq)
+    return 100.0 * vals[0]
 
 
 def _interval(spec: BootstrapSpec, d: np.ndarray, estimate: np.ndarray,

@@ -1,312 +1,269 @@
-"""Numba kernels: every metric of one resample from multiplicity weights over a fixed order.
+"""Numba kernels: every metric of many resamples at once, from row multiplicities.
 
-The scores of a positive set P and a negative set Q are merged and sorted ONCE (descending,
-``merged_order``); a resample is then a vector of multiplicities (how often each original row
-was drawn), and every metric of that resample is one walk over the fixed order that adds the
-weights of each tie group. A tie group whose weights sum to zero is absent from the resample
-and is skipped, so the thresholds are exactly the distinct values of the resampled data and
-the numbers equal ``scorers.metrics.ood_metrics`` (or the selective-classification metrics of
-``scorers.selective``) evaluated on the resampled rows themselves.
+A resample is a vector of multiplicities (how often each row was drawn). ``LANES`` resamples
+are walked together: the multiplicities of a stratum are laid out ``(chunks, rows, LANES)``
+(``scorers.stats.resample``), so the weights of one row in the resamples of a chunk are
+contiguous. The tie groups of a (positive, negative) pair are found once from the two sides
+sorted once (``scorers.metric_steps.merge_groups``); per group, the kernel sums each lane's
+weights of the group's rows and applies the metric's step (``scorers.metric_steps``: the same
+step the one-shot metrics use, so values equal ``ood_metrics`` on the resampled rows bit for
+bit) to every lane. The lane loop has no data-dependent branches for the OOD and the
+error-free selective groups (a lane whose group weight is zero keeps its state, by a select),
+so it runs as SIMD over the lanes; the walk state lives in one flat array with rows a
+compile-time ``LANES`` apart, which lets the compiler see that the rows do not overlap.
 
-Per group ``g`` (highest value first) with positive weight ``ci`` and negative weight ``cj``,
-``tp``/``fp`` are the cumulative weights at or above ``g``; the formulas are those of
-``scorers.metrics`` (module docstring there): AUROC ``sum_g cj (2 tp_above + ci) / (2 P Q)``,
-trapezoid AUPR-In/Out with the (recall 0, precision 1) end point, step-wise AP-In/Out, FPR95
-(ID positive, first threshold with TPR >= 0.95), FPR95-OOD (OOD positive), detection error
-``min 0.5 (1 - TPR) + 0.5 FPR``. With P = correctly and Q = wrongly classified rows,
-``sel_walk`` adds AURC and AUGRC (definitions in ``scorers.selective``).
+Kinds: 0 = the 8 OOD metrics (``N_OOD`` columns), 1 = AURC and AUGRC (2), 2 = AUROC (1).
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit, prange
 
-TPR_LEVEL = 0.95
-N_OOD = 8   # auroc, aupr_in, aupr_out, ap_in, ap_out, fpr95, fpr95_ood, detection_error
+from ..metric_steps import (
+    N_OOD,
+    N_OOD_STATE,
+    N_SEL_STATE,
+    ood_finish,
+    ood_start,
+    ood_step,
+    sel_finish,
+    sel_start,
+    sel_step,
+)
+
+#: Resamples walked together (SIMD lanes of one kernel call).
+LANES = 64
+#: Output columns per kind.
+WIDTH = (N_OOD, 2, 1)
+_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+# rows of the flat state array after the walk state: group weights and lane totals
+_CI, _CJ, _NP, _NN = 0, 1, 2, 3
 
 
-def merged_order(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The descending merge of ``pos`` and ``neg``: (is_neg uint8, row int64, group_end uint8).
-
-    ``row[k]`` indexes ``pos`` when ``is_neg[k] == 0`` else ``neg``; ``group_end[k]`` is 1 when
-    position ``k + 1`` holds a different value (or ``k`` is last). One stable sort, O(N log N).
-    """
-    values = np.concatenate([np.asarray(pos, np.float64), np.asarray(neg, np.float64)])
-    order = np.argsort(-values, kind="stable")
-    is_neg = (order >= pos.shape[0]).astype(np.uint8)
-    row = np.where(is_neg == 1, order - pos.shape[0], order).astype(np.int64)
-    v = values[order]
-    group_end = np.ones(v.shape[0], dtype=np.uint8)
-    group_end[:-1] = v[1:] != v[:-1]
-    return is_neg, row, group_end
+@njit(inline="always", **_JIT)
+def _load8(a, w):
+    """Lane ``w`` of an 8-value walk state (rows ``LANES`` apart) as a tuple."""
+    L = LANES
+    return (a[w], a[L + w], a[2 * L + w], a[3 * L + w], a[4 * L + w], a[5 * L + w],
+            a[6 * L + w], a[7 * L + w])
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _nsum(s: float, c: float, x: float) -> tuple[float, float]:
-    t = s + x
-    if abs(s) >= abs(x):
-        c += (s - t) + x
+@njit(inline="always", **_JIT)
+def _load18(a, w):
+    """Lane ``w`` of an 18-value walk state as a tuple."""
+    L = LANES
+    return _load8(a, w) + (a[8 * L + w], a[9 * L + w], a[10 * L + w], a[11 * L + w],
+                           a[12 * L + w], a[13 * L + w], a[14 * L + w], a[15 * L + w],
+                           a[16 * L + w], a[17 * L + w])
+
+
+@njit(inline="always", **_JIT)
+def _store8(a, w, new, old, keep):
+    """Lane ``w`` of the state := ``old`` where ``keep`` (a zero-weight group) else ``new``
+    (written out: an indexed loop over a tuple does not become SIMD)."""
+    L = LANES
+    a[0 * L + w] = old[0] if keep else new[0]
+    a[1 * L + w] = old[1] if keep else new[1]
+    a[2 * L + w] = old[2] if keep else new[2]
+    a[3 * L + w] = old[3] if keep else new[3]
+    a[4 * L + w] = old[4] if keep else new[4]
+    a[5 * L + w] = old[5] if keep else new[5]
+    a[6 * L + w] = old[6] if keep else new[6]
+    a[7 * L + w] = old[7] if keep else new[7]
+
+
+@njit(inline="always", **_JIT)
+def _store18(a, w, new, old, keep):
+    """As ``_store8`` for the 18-value OOD state."""
+    L = LANES
+    _store8(a, w, new[:8], old[:8], keep)
+    a[8 * L + w] = old[8] if keep else new[8]
+    a[9 * L + w] = old[9] if keep else new[9]
+    a[10 * L + w] = old[10] if keep else new[10]
+    a[11 * L + w] = old[11] if keep else new[11]
+    a[12 * L + w] = old[12] if keep else new[12]
+    a[13 * L + w] = old[13] if keep else new[13]
+    a[14 * L + w] = old[14] if keep else new[14]
+    a[15 * L + w] = old[15] if keep else new[15]
+    a[16 * L + w] = old[16] if keep else new[16]
+    a[17 * L + w] = old[17] if keep else new[17]
+
+
+@njit(inline="always", **_JIT)
+def _group_weights(a, at, cp, p_rows, ia, ib, cq, q_rows, ja, jb):
+    """Rows ``at + _CI`` / ``at + _CJ`` of ``a`` := per lane, the weight of the group's
+    positive rows ``p_rows[ia:ib]`` and negative rows ``q_rows[ja:jb]``."""
+    ci = (at + _CI) * LANES
+    cj = (at + _CJ) * LANES
+    if ib - ia == 1 and jb == ja:
+        r = p_rows[ia]
+        for w in range(LANES):
+            a[ci + w] = cp[r, w]
+            a[cj + w] = 0.0
+        return
+    if ib == ia and jb - ja == 1:
+        r = q_rows[ja]
+        for w in range(LANES):
+            a[ci + w] = 0.0
+            a[cj + w] = cq[r, w]
+        return
+    for w in range(LANES):
+        a[ci + w] = 0.0
+        a[cj + w] = 0.0
+    for k in range(ia, ib):
+        r = p_rows[k]
+        for w in range(LANES):
+            a[ci + w] += cp[r, w]
+    for k in range(ja, jb):
+        r = q_rows[k]
+        for w in range(LANES):
+            a[cj + w] += cq[r, w]
+
+
+@njit(**_JIT)
+def _totals(a, at, cp, p_rows, cq, q_rows):
+    """Rows ``at + _NP`` / ``at + _NN`` := per lane, the total positive / negative weight."""
+    for w in range(LANES):
+        a[(at + _NP) * LANES + w] = 0.0
+        a[(at + _NN) * LANES + w] = 0.0
+    for k in range(p_rows.shape[0]):
+        for w in range(LANES):
+            a[(at + _NP) * LANES + w] += cp[p_rows[k], w]
+    for k in range(q_rows.shape[0]):
+        for w in range(LANES):
+            a[(at + _NN) * LANES + w] += cq[q_rows[k], w]
+
+
+@njit(**_JIT)
+def ood_lanes(p_rows, p_end, q_rows, q_end, cp, cq, out):
+    """``out[w, :8]`` = the OOD metrics (fractions) of lane ``w``: positive row ``p_rows[k]``
+    weighted ``cp[p_rows[k], w]``, negative ``q_rows[k]`` by ``cq[q_rows[k], w]``."""
+    S = N_OOD_STATE
+    L = LANES
+    a = np.empty((S + 4) * L)
+    _totals(a, S, cp, p_rows, cq, q_rows)
+    for w in range(L):
+        s0 = ood_start(a[(S + _NP) * L + w], a[(S + _NN) * L + w])
+        _store18(a, w, s0, s0, False)
+    ia = 0
+    ja = 0
+    for g in range(p_end.shape[0]):
+        _group_weights(a, S, cp, p_rows, ia, p_end[g], cq, q_rows, ja, q_end[g])
+        ia = p_end[g]
+        ja = q_end[g]
+        for w in range(L):
+            ci = a[(S + _CI) * L + w]
+            cj = a[(S + _CJ) * L + w]
+            old = _load18(a, w)
+            new = ood_step(old, ci, cj, a[(S + _NP) * L + w], a[(S + _NN) * L + w])
+            _store18(a, w, new, old, ci + cj == 0.0)
+    for w in range(L):
+        ood_finish(_load18(a, w), a[(S + _NP) * L + w], a[(S + _NN) * L + w], out[w])
+
+
+@njit(**_JIT)
+def sel_lanes(p_rows, p_end, q_rows, q_end, cp, cq, out):
+    """``out[w, :2]`` = (AURC, AUGRC) of lane ``w`` (positive = correct, negative = wrong
+    rows). Groups without wrong rows take no logarithm and run as SIMD over the lanes."""
+    S = N_SEL_STATE
+    L = LANES
+    a = np.empty((S + 4) * L)
+    for w in range(L):
+        s0 = sel_start()
+        _store8(a, w, s0, s0, False)
+    ia = 0
+    ja = 0
+    for g in range(p_end.shape[0]):
+        _group_weights(a, S, cp, p_rows, ia, p_end[g], cq, q_rows, ja, q_end[g])
+        has_wrong = q_end[g] > ja
+        ia = p_end[g]
+        ja = q_end[g]
+        if has_wrong:
+            for w in range(L):
+                ci = a[(S + _CI) * L + w]
+                cj = a[(S + _CJ) * L + w]
+                if ci + cj > 0.0:
+                    old = _load8(a, w)
+                    _store8(a, w, sel_step(old, ci, cj), old, False)
+        else:
+            for w in range(L):
+                ci = a[(S + _CI) * L + w]
+                old = _load8(a, w)
+                _store8(a, w, sel_step(old, ci, 0.0), old, ci == 0.0)
+    for w in range(L):
+        sel_finish(_load8(a, w), out[w])
+
+
+@njit(**_JIT)
+def auroc_lanes(p_rows, p_end, q_rows, q_end, cp, cq, out):
+    """``out[w, 0]`` = AUROC (fraction) of lane ``w``: ``sum_g cj (2 tp_above + ci) / (2 P
+    Q)``, exact in floating point (integer-valued terms); NaN when P or Q weighs zero."""
+    L = LANES
+    a = np.zeros(6 * L)
+    _totals(a, 2, cp, p_rows, cq, q_rows)
+    ia = 0
+    ja = 0
+    for g in range(p_end.shape[0]):
+        _group_weights(a, 2, cp, p_rows, ia, p_end[g], cq, q_rows, ja, q_end[g])
+        ia = p_end[g]
+        ja = q_end[g]
+        for w in range(L):
+            ci = a[(2 + _CI) * L + w]
+            a[L + w] += a[(2 + _CJ) * L + w] * (2.0 * a[w] + ci)
+            a[w] += ci
+    for w in range(L):
+        n_pos = a[(2 + _NP) * L + w]
+        n_neg = a[(2 + _NN) * L + w]
+        ok = n_pos > 0.0 and n_neg > 0.0
+        out[w, 0] = a[L + w] / (2.0 * n_pos * n_neg) if ok else np.nan
+
+
+@njit(inline="always", **_JIT)
+def _lanes(kind, p_rows, p_end, q_rows, q_end, cp, cq, out):
+    if kind == 0:
+        ood_lanes(p_rows, p_end, q_rows, q_end, cp, cq, out)
+    elif kind == 1:
+        sel_lanes(p_rows, p_end, q_rows, q_end, cp, cq, out)
     else:
-        c += (x - t) + s
-    return t, c
+        auroc_lanes(p_rows, p_end, q_rows, q_end, cp, cq, out)
 
 
-@njit(cache=True, nogil=True)
-def ood_walk(is_neg, row, group_end, wp, wq, skip_neg, skip_row, out):
-    """The 8 OOD metrics (fractions) into ``out[:8]`` for weights ``wp`` (P rows), ``wq`` (Q).
-
-    The row ``(skip_neg, skip_row)`` gets weight 0 (a jackknife leave-one-out; ``skip_row =
-    -1`` skips nothing). Returns False when P or Q has zero total weight (metrics undefined).
-    """
-    n_pos = 0.0
-    for r in range(wp.shape[0]):
-        n_pos += wp[r]
-    n_neg = 0.0
-    for r in range(wq.shape[0]):
-        n_neg += wq[r]
-    if skip_row >= 0:
-        if skip_neg == 0:
-            n_pos -= wp[skip_row]
-        else:
-            n_neg -= wq[skip_row]
-    if n_pos <= 0.0 or n_neg <= 0.0:
-        for m in range(N_OOD):
-            out[m] = np.nan
-        return False
-    tp = 0.0
-    fp = 0.0
-    auc_num = 0.0
-    r_prev = 0.0
-    p_prev = 1.0
-    aupr_in_s = 0.0
-    aupr_in_c = 0.0
-    ap_in_s = 0.0
-    ap_in_c = 0.0
-    fpr95 = 1.0
-    fpr95_found = False
-    det_err = 0.5
-    ro_prev = 0.0
-    po_prev = 0.0
-    have_o = False
-    aupr_out_s = 0.0
-    aupr_out_c = 0.0
-    ap_out_s = 0.0
-    ap_out_c = 0.0
-    fpr95_ood = 1.0
-    ci = 0.0
-    cj = 0.0
-    for k in range(row.shape[0]):
-        rr = row[k]
-        if is_neg[k] == 0:
-            if not (skip_neg == 0 and rr == skip_row):
-                ci += wp[rr]
-        else:
-            if not (skip_neg == 1 and rr == skip_row):
-                cj += wq[rr]
-        if group_end[k] == 0 or (ci == 0.0 and cj == 0.0):
-            if group_end[k] == 1:
-                ci = 0.0
-                cj = 0.0
-            continue
-        # OOD positive: the counts above this group.
-        tpo = n_neg - fp
-        fpo = n_pos - tp
-        ro = tpo / n_neg
-        po = tpo / (tpo + fpo)
-        if have_o:
-            dr = ro_prev - ro
-            aupr_out_s, aupr_out_c = _nsum(aupr_out_s, aupr_out_c, dr * (po_prev + po) / 2.0)
-            ap_out_s, ap_out_c = _nsum(ap_out_s, ap_out_c, dr * po_prev)
-        if ro >= TPR_LEVEL:
-            fpr95_ood = fpo / n_pos
-        ro_prev = ro
-        po_prev = po
-        have_o = True
-        # ID positive: this group included.
-        auc_num += cj * (2.0 * tp + ci)
-        tp += ci
-        fp += cj
-        r = tp / n_pos
-        p = tp / (tp + fp)
-        fpr = fp / n_neg
-        dr = r - r_prev
-        aupr_in_s, aupr_in_c = _nsum(aupr_in_s, aupr_in_c, dr * (p + p_prev) / 2.0)
-        ap_in_s, ap_in_c = _nsum(ap_in_s, ap_in_c, dr * p)
-        if not fpr95_found and r >= TPR_LEVEL:
-            fpr95 = fpr
-            fpr95_found = True
-        e = 0.5 * (1.0 - r) + 0.5 * fpr
-        if e < det_err:
-            det_err = e
-        r_prev = r
-        p_prev = p
-        ci = 0.0
-        cj = 0.0
-    aupr_out_s, aupr_out_c = _nsum(aupr_out_s, aupr_out_c, ro_prev * (po_prev + 1.0) / 2.0)
-    ap_out_s, ap_out_c = _nsum(ap_out_s, ap_out_c, ro_prev * po_prev)
-    out[0] = auc_num / (2.0 * n_pos * n_neg)
-    out[1] = aupr_in_s + aupr_in_c
-    out[2] = aupr_out_s + aupr_out_c
-    out[3] = ap_in_s + ap_in_c
-    out[4] = ap_out_s + ap_out_c
-    out[5] = fpr95
-    out[6] = fpr95_ood
-    out[7] = det_err
-    return True
+def _boot(kind, p_rows, p_ends, q_rows, q_ends, g_off, q_off, cp3, cq3, out):
+    """Every (pair, chunk): pair ``s`` has groups ``g_off[s]:g_off[s+1]`` and negative rows
+    ``q_rows[q_off[s]:q_off[s+1]]``; ``out[s, c]`` gets chunk ``c``'s lanes."""
+    n_chunks = cp3.shape[0]
+    for t in prange((g_off.shape[0] - 1) * n_chunks):
+        s = t // n_chunks
+        c = t % n_chunks
+        g0, g1 = g_off[s], g_off[s + 1]
+        _lanes(kind, p_rows, p_ends[g0:g1], q_rows[q_off[s]:q_off[s + 1]], q_ends[g0:g1],
+               cp3[c], cq3[c], out[s, c])
 
 
-@njit(cache=True, nogil=True)
-def sel_walk(is_neg, row, group_end, wp, wq, skip_neg, skip_row, out):
-    """AURC and AUGRC (fractions) into ``out[0:2]``; P = correct rows, Q = wrong rows.
-
-    Coverage points are the distinct score values from the top: ``C_k`` rows accepted, ``E_k``
-    of them wrong (weights). AUGRC: trapezoids of ``E/n`` over coverage ``C/n`` from (0, 0)
-    up to (1, E_total/n). AURC: ``(1/n) [E_1 + sum_k (E_k - E_{k-1} + (E_{k-1} C_k - E_k
-    C_{k-1}) ln(C_k / C_{k-1}) / (C_k - C_{k-1}))]``, the exact area of the selective risk
-    ``E(c)/c`` with ``E`` linear in ``c`` between points (fd-shifts / Traub et al. 2024).
-    Over a run of groups without errors the terms are ``E ln(C_k / C_{k-1})``, summed as
-    ``E (ln C_end - ln C_start)``: two logarithms per group that holds errors, none elsewhere.
-    Returns False when the total weight is zero.
-    """
-    n = 0.0
-    for r in range(wp.shape[0]):
-        n += wp[r]
-    for r in range(wq.shape[0]):
-        n += wq[r]
-    if skip_row >= 0:
-        n -= wp[skip_row] if skip_neg == 0 else wq[skip_row]
-    if n <= 0.0:
-        out[0] = np.nan
-        out[1] = np.nan
-        return False
-    c_prev = 0.0
-    e_prev = 0.0
-    aurc_s = 0.0
-    aurc_c = 0.0
-    augrc_s = 0.0
-    augrc_c = 0.0
-    run_e = 0.0         # errors accepted over the current run of error-free groups
-    run_log = 0.0       # ln of the coverage count where that run started
-    ci = 0.0
-    cj = 0.0
-    for k in range(row.shape[0]):
-        rr = row[k]
-        if is_neg[k] == 0:
-            if not (skip_neg == 0 and rr == skip_row):
-                ci += wp[rr]
-        else:
-            if not (skip_neg == 1 and rr == skip_row):
-                cj += wq[rr]
-        if group_end[k] == 0 or (ci == 0.0 and cj == 0.0):
-            if group_end[k] == 1:
-                ci = 0.0
-                cj = 0.0
-            continue
-        c = c_prev + ci + cj
-        e = e_prev + cj
-        augrc_s, augrc_c = _nsum(augrc_s, augrc_c, (c - c_prev) * (e + e_prev) / 2.0)
-        if c_prev == 0.0:
-            aurc_s, aurc_c = _nsum(aurc_s, aurc_c, e)
-            run_e = e
-            run_log = math.log(c)
-        elif cj > 0.0:
-            # close the error-free run: sum of e ln(c_k / c_{k-1}) telescopes
-            log_prev = math.log(c_prev)
-            if run_e > 0.0:
-                aurc_s, aurc_c = _nsum(aurc_s, aurc_c, run_e * (log_prev - run_log))
-            log_c = math.log(c)
-            seg = (e - e_prev) + (e_prev * c - e * c_prev) * (log_c - log_prev) / (c - c_prev)
-            aurc_s, aurc_c = _nsum(aurc_s, aurc_c, seg)
-            run_e = e
-            run_log = log_c
-        c_prev = c
-        e_prev = e
-        ci = 0.0
-        cj = 0.0
-    if run_e > 0.0 and c_prev > 0.0:
-        aurc_s, aurc_c = _nsum(aurc_s, aurc_c, run_e * (math.log(c_prev) - run_log))
-    out[0] = (aurc_s + aurc_c) / n
-    out[1] = (augrc_s + augrc_c) / (n * n)
-    return True
+def _jack(kind, p_rows, p_end, q_rows, q_end, n_p, n_q, which, cells, out):
+    """Leave-one-out: lane ``l`` of chunk ``c`` drops row ``cells[c * LANES + l]`` of the
+    positive (``which == 0``) or negative side; every other row weighs 1."""
+    n_chunks = (cells.shape[0] + LANES - 1) // LANES
+    for c in prange(n_chunks):
+        cp = np.ones((n_p, LANES), np.uint8)
+        cq = np.ones((n_q, LANES), np.uint8)
+        for lane in range(LANES):
+            k = c * LANES + lane
+            if k < cells.shape[0]:
+                if which == 0:
+                    cp[cells[k], lane] = 0
+                else:
+                    cq[cells[k], lane] = 0
+        _lanes(kind, p_rows, p_end, q_rows, q_end, cp, cq, out[c])
 
 
-@njit(cache=True, nogil=True)
-def auroc_walk(is_neg, row, group_end, wp, wq):
-    """AUROC (fraction) alone for weights ``wp``, ``wq``: ``sum_g cj (2 tp_above + ci) /
-    (2 P Q)``; NaN when P or Q has zero total weight."""
-    n_pos = 0.0
-    for r in range(wp.shape[0]):
-        n_pos += wp[r]
-    n_neg = 0.0
-    for r in range(wq.shape[0]):
-        n_neg += wq[r]
-    if n_pos <= 0.0 or n_neg <= 0.0:
-        return np.nan
-    tp = 0.0
-    auc_num = 0.0
-    ci = 0.0
-    cj = 0.0
-    for k in range(row.shape[0]):
-        if is_neg[k] == 0:
-            ci += wp[row[k]]
-        else:
-            cj += wq[row[k]]
-        if group_end[k] == 1:
-            auc_num += cj * (2.0 * tp + ci)
-            tp += ci
-            ci = 0.0
-            cj = 0.0
-    return auc_num / (2.0 * n_pos * n_neg)
+#: Below this many lane-row visits a kernel runs on one thread: waking the thread pool costs
+#: more than it saves on small work (measured: ~14 ms per call under load).
+PARALLEL_MIN_WORK = 4_000_000
 
-
-def _auroc_boot(is_neg, row, group_end, cp, cq):
-    out = np.empty(cp.shape[0])
-    for b in prange(cp.shape[0]):
-        out[b] = auroc_walk(is_neg, row, group_end, cp[b], cq[b])
-    return out
-
-
-def _ood_boot(is_neg, row, group_end, cp, cq):
-    b_n = cp.shape[0]
-    out = np.empty((b_n, N_OOD))
-    for b in prange(b_n):
-        ood_walk(is_neg, row, group_end, cp[b], cq[b], 0, -1, out[b])
-    return out
-
-
-def _sel_boot(is_neg, row, group_end, cp, cq):
-    b_n = cp.shape[0]
-    out = np.empty((b_n, 2))
-    for b in prange(b_n):
-        sel_walk(is_neg, row, group_end, cp[b], cq[b], 0, -1, out[b])
-    return out
-
-
-def _ood_jack(is_neg, row, group_end, wp, wq, which_neg, rows):
-    out = np.empty((rows.shape[0], N_OOD))
-    for i in prange(rows.shape[0]):
-        ood_walk(is_neg, row, group_end, wp, wq, which_neg, rows[i], out[i])
-    return out
-
-
-def _sel_jack(is_neg, row, group_end, wp, wq, which_neg, rows):
-    out = np.empty((rows.shape[0], 2))
-    for i in prange(rows.shape[0]):
-        sel_walk(is_neg, row, group_end, wp, wq, which_neg, rows[i], out[i])
-    return out
-
-
-#: Below this many row visits (rows x resamples) a kernel runs on one thread: waking the
-#: thread pool costs more than it saves on small splits (measured: ~14 ms per call under load).
-PARALLEL_MIN_WORK = 2_000_000
-
-_KERNELS = {name: (njit(cache=True)(fn), njit(cache=True, parallel=True)(fn))
-            for name, fn in (("auroc_boot", _auroc_boot), ("ood_boot", _ood_boot),
-                             ("sel_boot", _sel_boot), ("ood_jack", _ood_jack),
-                             ("sel_jack", _sel_jack))}
+_KERNELS = {name: (njit(**_JIT)(fn), njit(parallel=True, **_JIT)(fn))
+            for name, fn in (("boot", _boot), ("jack", _jack))}
 
 
 def _dispatch(name: str, work: int):
@@ -314,28 +271,30 @@ def _dispatch(name: str, work: int):
     return parallel if work >= PARALLEL_MIN_WORK else serial
 
 
-def auroc_boot(is_neg, row, group_end, cp, cq):
-    """(B,) AUROC of every resample ``b`` (multiplicities ``cp[b]``, ``cq[b]``)."""
-    return _dispatch("auroc_boot", row.shape[0] * cp.shape[0])(is_neg, row, group_end, cp, cq)
+def boot(kind: int, p_rows: np.ndarray, p_ends: np.ndarray, q_rows: np.ndarray,
+         q_ends: np.ndarray, g_off: np.ndarray, q_off: np.ndarray, cp3: np.ndarray,
+         cq3: np.ndarray) -> np.ndarray:
+    """(pairs, chunks * LANES, WIDTH[kind]) metrics (fractions) of every resample lane.
+
+    ``cp3``/``cq3``: (chunks, rows, LANES) multiplicities of the positive / negative stratum;
+    ``p_rows`` (shared by every pair) and ``q_rows`` index their rows in decreasing score;
+    pair ``s``'s tie groups are ``p_ends``/``q_ends[g_off[s]:g_off[s+1]]`` (ends within
+    ``p_rows`` and within the pair's ``q_rows[q_off[s]:q_off[s+1]]``)."""
+    n_pairs = g_off.shape[0] - 1
+    out = np.empty((n_pairs, cp3.shape[0], LANES, WIDTH[kind]))
+    work = (p_rows.shape[0] * n_pairs + q_rows.shape[0]) * cp3.shape[0] * LANES
+    _dispatch("boot", work)(kind, p_rows, p_ends, q_rows, q_ends, g_off, q_off, cp3, cq3, out)
+    return out.reshape(n_pairs, cp3.shape[0] * LANES, WIDTH[kind])
 
 
-def ood_boot(is_neg, row, group_end, cp, cq):
-    """(B, 8) metrics, resample ``b`` weighting P rows by ``cp[b]`` and Q rows by ``cq[b]``."""
-    return _dispatch("ood_boot", row.shape[0] * cp.shape[0])(is_neg, row, group_end, cp, cq)
-
-
-def sel_boot(is_neg, row, group_end, cp, cq):
-    """(B, 2) AURC, AUGRC, resample ``b`` weighting by ``cp[b]`` / ``cq[b]``."""
-    return _dispatch("sel_boot", row.shape[0] * cp.shape[0])(is_neg, row, group_end, cp, cq)
-
-
-def ood_jack(is_neg, row, group_end, wp, wq, which_neg, rows):
-    """(len(rows), 8) leave-one-out metrics, dropping row ``rows[i]`` of P (which_neg 0) / Q."""
-    return _dispatch("ood_jack", row.shape[0] * rows.shape[0])(
-        is_neg, row, group_end, wp, wq, which_neg, rows)
-
-
-def sel_jack(is_neg, row, group_end, wp, wq, which_neg, rows):
-    """(len(rows), 2) leave-one-out AURC, AUGRC."""
-    return _dispatch("sel_jack", row.shape[0] * rows.shape[0])(
-        is_neg, row, group_end, wp, wq, which_neg, rows)
+def jackknife(kind: int, p_rows: np.ndarray, p_end: np.ndarray, q_rows: np.ndarray,
+              q_end: np.ndarray, n_p: int, n_q: int, which: int,
+              cells: np.ndarray) -> np.ndarray:
+    """(len(cells), WIDTH[kind]) metrics with row ``cells[i]`` of the positive (``which`` 0)
+    or negative (1) side left out, every other row weighing 1 (``n_p``/``n_q`` rows)."""
+    n_chunks = (cells.shape[0] + LANES - 1) // LANES
+    out = np.empty((n_chunks, LANES, WIDTH[kind]))
+    work = (p_rows.shape[0] + q_rows.shape[0]) * n_chunks * LANES
+    _dispatch("jack", work)(kind, p_rows, p_end, q_rows, q_end, n_p, n_q, which,
+                            np.ascontiguousarray(cells, dtype=np.int64), out)
+    return out.reshape(n_chunks * LANES, WIDTH[kind])[:cells.shape[0]]
