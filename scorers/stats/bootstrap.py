@@ -222,8 +222,10 @@ def _ood_batch(pairs: Sequence[Pair], c_id: np.ndarray, c_ood: np.ndarray) -> np
     q_base = np.cumsum([0] + [p.neg.size for p in pairs])
     g_off = np.cumsum([0] + [p.p_end.size for p in pairs])
     q_rows = np.concatenate([p.q_rows + q_base[k] for k, p in enumerate(pairs)])
-    vals = walk.boot(0, pairs[0].p_rows, np.concatenate([p.p_end for p in pairs]), q_rows,
-                     np.concatenate([p.q_end for p in pairs]), g_off, q_base, c_id, c_ood)
+    cp, cq = np.take(c_id, pairs[0].p_rows, axis=1), np.take(c_ood, q_rows, axis=1)
+    vals = walk.boot(0, np.arange(cp.shape[1]), np.concatenate([p.p_end for p in pairs]),
+                     np.arange(cq.shape[1]), np.concatenate([p.q_end for p in pairs]), g_off,
+                     q_base, cp, cq)
     return 100.0 * vals
 
 
@@ -231,8 +233,9 @@ def _one(kind: int, p_rows: np.ndarray, pair: Pair, q_rows: np.ndarray, cp: np.n
          cq: np.ndarray) -> np.ndarray:
     """(lanes, WIDTH[kind]) metrics in percent of one pair read at stratum rows ``p_rows`` /
     ``q_rows``."""
-    vals = walk.boot(kind, p_rows, pair.p_end, q_rows, pair.q_end,
-                     np.array([0, pair.p_end.size]), np.array([0, q_rows.size]), cp, cq)
+    vals = walk.boot(kind, np.arange(p_rows.size), pair.p_end, np.arange(q_rows.size),
+                     pair.q_end, np.array([0, pair.p_end.size]), np.array([0, q_rows.size]),
+                     np.take(cp, p_rows, axis=1), np.take(cq, q_rows, axis=1))
     return 100.0 * vals[0]
 
 
