@@ -30,7 +30,8 @@ from scorers.stats import (
     rank_methods,
 )
 from scorers.stats.ranking import block_ranks
-from scorers.stats.resample import Stratum, counts_from_indices
+from scorers.stats.resample import Stratum, add_lanes, counts_from_indices
+from scorers.stats.walk import LANES
 
 
 def _vec(d: dict) -> np.ndarray:
@@ -56,6 +57,43 @@ def test_resample_walk_equals_metrics_on_resampled_rows(tied):
                                    rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(jack_ood[5], _vec(ood_metrics(a, np.delete(b, 5))),
                                rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_resample_walk_is_bit_identical_to_metrics_on_resampled_rows(tied):
+    """The SIMD resample walk and ood_metrics (itself = sklearn, test_metrics) share one step
+    and the same integer-valued weights, so they agree exactly, not just to rounding; with
+    resample counts that are not a multiple of the lane width (70 = 64 + 6)."""
+    rng = np.random.default_rng(11)
+    a, b = rng.normal(1, 1, 150), rng.normal(0, 1, 60)
+    if tied:
+        a, b = np.round(a, 1), np.round(b, 1)
+    i, j = rng.integers(0, 150, (70, 150)), rng.integers(0, 60, (70, 60))
+    dist = Pair(a, b).ood(counts_from_indices(i, 150), counts_from_indices(j, 60))
+    for k in range(70):
+        assert np.array_equal(dist[k], _vec(ood_metrics(a[i[k]], b[j[k]])))
+
+
+def test_lane_layout_equals_counts_and_widens_past_255():
+    """Stratum.lanes draws the resamples Stratum.counts draws (np.bincount of the same
+    stream), laid out (chunks, rows, LANES); a row drawn more than 255 times widens the uint8
+    layout to int32 instead of wrapping, and the walk on it still equals ood_metrics."""
+    counts = Stratum("s", 37, 5).counts(250)
+    lanes = Stratum("s", 37, 5).lanes(250)
+    assert lanes.dtype == np.uint8 and lanes.shape == (-(-250 // LANES), 37, LANES)
+    flat = lanes.transpose(0, 2, 1).reshape(-1, 37)
+    assert np.array_equal(flat[:250], counts) and not flat[250:].any()
+    idx = np.zeros((3, 300), dtype=np.int64)
+    idx[1] = np.arange(300)
+    out = add_lanes(np.zeros((1, 300, LANES), np.uint8), idx, 0)
+    assert out.dtype == np.int32
+    assert (out[0, 0, 0], out[0, 0, 1], out[0, 5, 1], out[0, 0, 2]) == (300, 1, 1, 300)
+    rng = np.random.default_rng(12)
+    a, b = rng.normal(1, 1, 300), rng.normal(0, 1, 20)
+    j = rng.integers(0, 20, (3, 20))
+    dist = Pair(a, b).ood(counts_from_indices(idx, 300), counts_from_indices(j, 20))
+    for k in range(3):
+        assert np.array_equal(dist[k], _vec(ood_metrics(a[idx[k]], b[j[k]])))
 
 
 def _scipy_same_resamples(a, b, seed, n_boot):

@@ -6,18 +6,20 @@ ID rows (so that both classes of that AUROC are always present, as in the strati
 bootstrap of DeLong-style AUROC intervals). Per resample ``b``:
 
 - OOD metrics of split ``s``: the ID resample ``b`` against the resample ``b`` of ``s``
-  (``scorers.stats.walk.ood_walk``); the same ID resample is shared by every OOD split and
+  (``scorers.stats.walk.ood_lanes``); the same ID resample is shared by every OOD split and
   every method, so group means and paired differences are taken on common resamples;
 - group means: the unweighted mean over the group's splits of their resample-``b`` values
   (the resampling stays within each split);
 - ID accuracy, AURC and AUGRC: the ID resample ``b`` (labelled rows);
 - misclassification AUROC: the correct/wrong resample ``b``.
 
-Cost: one merge-sort per method per (ID, OOD) pair, then O(N) per resample in Numba with the
-resamples of a block spread over the cores (a layout with all resamples of a block walked
-together in sorted order was measured slower: it needs a permuted copy of the counts per
-pair and its per-group work does not vectorize). BCa adds the exact jackknife: one leave-one-out
-walk per distinct (tie group, stratum) cell, O(N^2) per pair, fine for thousands of rows.
+Cost: one sort of each side per method (the ID split's shared by its OOD splits) and one
+merge into tie groups per pair; then per batch of resamples, each pair's multiplicities are
+gathered into decreasing-score order (rows of 64 resamples, uint8) and one Numba call per
+method walks every pair and every resample, 64 resamples per SIMD lane loop
+(``scorers.stats.walk``), the two cores sharing the (pair, 64 resamples) tasks. BCa adds the
+exact jackknife: one leave-one-out lane per distinct (tie group, stratum) cell, O(N^2) per
+pair, fine for thousands of rows.
 """
 
 from __future__ import annotations
