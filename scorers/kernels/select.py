@@ -30,11 +30,12 @@ def check_percentile(scorer_name: str, param: str, value: Any) -> float:
         raise UsageError(
             f"scorer {scorer_name!r}: {param} must be a number in (0, 100) (got {value!r})"
         )
-    if not 0 < value < 100:
+    percentile = float(value)
+    if not 0 < percentile < 100:
         raise UsageError(
             f"scorer {scorer_name!r}: {param} must be in (0, 100) (got {value!r})"
         )
-    return float(value)
+    return percentile
 
 
 def _flat_f32(x: Any) -> np.ndarray:
@@ -124,12 +125,12 @@ def exact_percentiles(chunks: Callable[[], Iterable[np.ndarray]],
     hist_lo = np.zeros(len(bins) * _HI_BINS, dtype=np.int64)
     for arr in chunks():
         _add_low_bins(_flat_f32(arr), slot, hist_lo, _HI_BINS)
-    hist_lo = hist_lo.reshape(len(bins), _HI_BINS)
+    hist_by_bin = hist_lo.reshape(len(bins), _HI_BINS)
     values: dict[int, float] = {}
     for r in ranks:
         b = rank_bin[r]
         below = int(cum_hi[b - 1]) if b > 0 else 0
-        cum_lo = np.cumsum(hist_lo[bins.index(b)])
+        cum_lo = np.cumsum(hist_by_bin[bins.index(b)])
         low = int(np.searchsorted(cum_lo, r - below, side="right"))
         values[r] = _key_value((b << 16) | low)
     return [_lerp(values[lo], values[hi], g) for lo, hi, g in positions]

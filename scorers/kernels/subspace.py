@@ -68,6 +68,7 @@ def check_dim(scorer_name: str, dim: Any, store: StoreLike | None = None) -> Non
             f"scorer {scorer_name!r}: dim must be an integer with 1 <= dim < D or None "
             f"(got {dim!r})"
         )
+    dim = int(dim)
     if store is None:
         if dim < 1:
             raise UsageError(
