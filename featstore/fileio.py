@@ -139,8 +139,9 @@ def atomic_write_output(path: str | Path, data: bytes | str) -> Path:
     fresh temporary in the same directory (`.NAME.*.tmp`, unique, so concurrent writers never
     share it), fsync, rename over `path`, fsync the directory. A reader sees the old file or
     the whole new one, never a part; a failed write leaves `path` as it was and no temporary
-    behind. `str` data is written as UTF-8. Unlike a store's files, the directory may be
-    reached through links; a missing directory is FileNotFoundError naming `path`."""
+    behind, and the OSError names `path`. `str` data is written as UTF-8. Unlike a store's
+    files, the directory may be reached through links; a missing directory is
+    FileNotFoundError naming `path`."""
     path = Path(path)
     if not path.parent.is_dir():
         raise FileNotFoundError(errno.ENOENT, "No such file or directory (the folder is "
@@ -148,7 +149,13 @@ def atomic_write_output(path: str | Path, data: bytes | str) -> Path:
     if isinstance(data, str):
         data = data.encode("utf-8")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    _write_and_replace(open_exclusive(tmp), tmp, path, data)
+    try:
+        _write_and_replace(open_exclusive(tmp), tmp, path, data)
+    except OSError as exc:
+        if exc.filename is not None and exc.filename != str(tmp):
+            raise
+        # name the result file, not the temporary or nothing (a failed write or fsync)
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     return path
 
 

@@ -79,8 +79,9 @@ def test_atomic_write_output_failure_leaves_old_file_and_no_temporary(tmp_path, 
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match="No space left") as exc:
         atomic_write_output(path, "a new result that never lands\n")
+    assert exc.value.filename == str(path) and exc.value.errno == 28
     monkeypatch.setattr(os, "fsync", real_fsync)
     assert path.read_text() == "the previous result\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
@@ -115,7 +116,7 @@ def test_eval_out_is_written_atomically(tmp_path, capsys, small_store, monkeypat
     monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(28, "full")))
     code, _, err = run_cli(capsys, "eval", small_store.path, "--method", "msp", "--ci", "0",
                            "--no-cache", "--out", out)
-    assert code == 1 and "full" in err
+    assert code == 1 and "full" in err and str(out) in err
     assert out.read_text() == "previous\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
 
