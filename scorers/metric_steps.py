@@ -187,7 +187,7 @@ def merge_groups(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return p_end[:g], q_end[:g]
 
 
-@njit(**_JIT)
+@njit(cache=True, nogil=True)
 def ood_walk(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The 8 OOD metrics (fractions) of ASCENDING-sorted ID scores ``a`` and OOD scores ``b``,
     weight 1 per row: one merge from the top grouping equal values, one ``ood_step`` each."""
