@@ -63,6 +63,7 @@ from featstore import Store
 from scorers import REGISTRY, get_scorer
 from scorers.base import expand_grid
 from scorers.metrics import METRIC_DIRECTIONS, ood_metrics
+from scorers.needs import Needs
 from scorers.sweep import choose, format_setting, sweep_all
 
 THREADS = 2
@@ -672,9 +673,8 @@ def forward_side(cfg: ConfigB, fs_result: dict) -> tuple[float, dict[str, Any], 
     for name, entry in fs_result["methods"].items():
         settings = kept_settings(entry)
         mem = MemoryStore((w, b), fs_result["model_sha256"])
-        for need in REGISTRY[name].needs:  # setup: one forward pass over the fit split(s)
-            if need.startswith("fit:"):
-                mem.add(forward(mem, need[4:]))
+        for split in Needs.of(REGISTRY[name]).fit_splits:  # setup: one forward pass each
+            mem.add(forward(mem, split))
         scorer = get_scorer(name, **settings[0]).fit(mem)
         if len(settings) == 1:  # nothing to choose: OpenOOD runs no search (APS off)
             chosen[name] = settings[0]

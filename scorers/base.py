@@ -24,7 +24,7 @@ from featstore.errors import FeatstoreError, UsageError
 from featstore.interfaces import SplitLike, StoreLike
 from featstore.values import require_finite
 
-from .needs import Needs
+from .needs import Needs, parse_need
 from .rowmap import map_rows, read_chunk_rows
 
 DEFAULT_CHUNK_ROWS = 8192
@@ -280,7 +280,7 @@ def check_grid_keys(scorer: Scorer | type[Scorer], grid: Mapping[str, Any],
 
 def how_to(need: str) -> str:
     """How to produce a need a store lacks (a `fit:` split or an `extra:` array)."""
-    if need.startswith("fit:"):
+    if parse_need(need).kind == "fit":
         return _HOW_TO.get(need, "extract it")
     return _HOW_TO.get(need, "extract it with the method that writes it")
 
