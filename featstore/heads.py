@@ -165,22 +165,36 @@ class DropoutNet(MethodNet):
         return (self.head_dropout(inputs[0]), *inputs[1:])
 
 
+def _backbone_unchanged(backbone: nn.Module, params: dict[str, Any]) -> nn.Module:
+    """Methods that change the loss or the data only (ce, logitnorm, oe) train the backbone
+    as it is."""
+    return backbone
+
+
 #: training method name -> the network it trains around a backbone, built from the method's
-#: resolved parameters; a method not listed trains the backbone unchanged
+#: resolved parameters. Every training method is listed (tests/test_training_methods.py checks
+#: the names against the training registry), so a checkpoint naming any other method is refused
+#: rather than loaded into a network it was not trained as.
 METHOD_NETS: dict[str, Callable[[nn.Module, dict[str, Any]], nn.Module]] = {
+    "ce": _backbone_unchanged,
     "confbranch": lambda backbone, params: ConfBranchNet(backbone),
     "godin": lambda backbone, params: GodinNet(backbone),
+    "logitnorm": _backbone_unchanged,
     "mcd": lambda backbone, params: MCDNet(backbone),
     "mcdropout": lambda backbone, params: DropoutNet(
         backbone, float(params.get("p", DEFAULT_DROPOUT_P))),
+    "oe": _backbone_unchanged,
 }
 
 
 def method_net(method: str, backbone: nn.Module, params: dict[str, Any]) -> nn.Module:
     """The network training method `method` trains around `backbone` (`METHOD_NETS`);
-    the backbone itself for a method without a wrapper."""
+    UsageError naming the valid methods for any other name."""
     build = METHOD_NETS.get(method)
-    return backbone if build is None else build(backbone, params)
+    if build is None:
+        raise UsageError(f"unknown training method {method!r} "
+                         f"(valid: {', '.join(sorted(METHOD_NETS))})")
+    return build(backbone, params)
 
 
 def extra_head_outputs(module: nn.Module, features: torch.Tensor,

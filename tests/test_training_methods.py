@@ -248,7 +248,14 @@ def test_checkpoint_rebuilds_the_network_each_method_trains(name):
             == {k: v.shape for k, v in trained.state_dict().items()})
     if name == "mcdropout":
         assert rebuilt.head_dropout.p == trained.head_dropout.p == 0.3
-    assert (type(trained) is TinyCNN) == (name not in METHOD_NETS)
+    assert (type(trained) is TinyCNN) == (name in {"ce", "logitnorm", "oe"})
+
+
+def test_checkpoint_of_an_unknown_training_method_is_refused():
+    """A checkpoint naming a method featstore does not know is an error naming the valid
+    methods, never loaded into a network it was not trained as."""
+    with pytest.raises(UsageError, match=r"unknown training method 'swag' \(valid: ce, "):
+        wrap_for_checkpoint(TinyCNN(), {"method": "swag", "params": {}, "num_classes": 3})
 
 
 def _data():
