@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench bench-quick lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -35,6 +35,12 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m benchmarks.run_all $(if $(ONLY),--only $(ONLY))
+
+# Every goal row of issue 19 (logit and GEMM floors, pytorch-ood from its own cache, sweeps,
+# approximate KNN) at reduced N in one run, side by side: about 5-8 min on 2 idle cores.
+bench-quick: $(STAMP)
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m benchmarks.bench_quick
 
 lint: $(STAMP)
 	$(BIN)/ruff check featstore scorers cli tests benchmarks

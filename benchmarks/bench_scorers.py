@@ -380,18 +380,29 @@ def _child_peer(spec: dict[str, Any]) -> dict[str, Any]:
     grad_needed = name == "gradnorm"
     head.requires_grad_(grad_needed)
 
-    t_load = time.perf_counter()
+    cache = spec.get("torch_cache")  # pytorch-ood's own on-disk cache (benchmarks.peer_cache)
+
+    def fetch(split: str, field: str, rows: int | None = None) -> torch.Tensor:
+        if cache:
+            from benchmarks.peer_cache import load
+
+            tensor = load(cache, split, field)
+            return tensor[:rows] if rows else tensor
+        return torch.from_numpy(_load(store, split, field, rows))
+
+    rss_before_load = _status_kb("VmRSS") / 1024
+    t_load, c_load = time.perf_counter(), _cpu_s()
     inputs: dict[str, torch.Tensor] = {}
     for split in _scored_splits(rows):
-        inputs[split] = torch.from_numpy(_load(store, split, peer.kind, rows))
+        inputs[split] = fetch(split, peer.kind, rows)
     fit_x = fit_y = None
     if peer.fit_on == "train":
-        fit_x = torch.from_numpy(_load(store, "id/train", "features"))
-        fit_y = torch.from_numpy(_load(store, "id/train", "labels"))
+        fit_x = fetch("id/train", "features")
+        fit_y = fetch("id/train", "labels")
     elif peer.fit_on == "val":
-        fit_x = torch.from_numpy(_load(store, "id/val", "logits"))
-        fit_y = torch.from_numpy(_load(store, "id/val", "labels"))
-    load_s = time.perf_counter() - t_load
+        fit_x = fetch("id/val", "logits")
+        fit_y = fetch("id/val", "labels")
+    load_s, load_cpu_s = time.perf_counter() - t_load, _cpu_s() - c_load
     input_mb = sum(t.numel() * t.element_size() for t in inputs.values()) / 2**20
     if fit_x is not None:
         input_mb += (fit_x.numel() * fit_x.element_size() + fit_y.numel() * 8) / 2**20
@@ -424,9 +435,12 @@ def _child_peer(spec: dict[str, Any]) -> dict[str, Any]:
     extra = {}
     if name == "knn":
         extra["sklearn_algorithm"] = det.knn._fit_method
-    return {**clock.result(), "peak_mb": peak, "hwm_reset": reset,
+    # the whole job's peak: inputs loaded (from the cache or the store) plus fit and score
+    job_peak = _mem_peak() - rss_before_load
+    return {**clock.result(), "peak_mb": peak, "hwm_reset": reset, "job_peak_mb": job_peak,
             "scored_rows": sum(int(x.shape[0]) for x in inputs.values()),
-            "input_mb": input_mb, "load_s": load_s, "label": label, "extra": extra,
+            "input_mb": input_mb, "load_s": load_s, "load_cpu_s": load_cpu_s,
+            "label": label, "extra": extra,
             "scores": {AUROC_ID: -outs[0], AUROC_OOD: -outs[1]}}
 
 

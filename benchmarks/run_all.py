@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "bench_sweep": [],
     "bench_gscore": [],
     "bench_scaling": ["--peers"],
+    "bench_quick": ["--full"],
 }
 
 
