@@ -77,7 +77,12 @@ CHILD_TIMEOUT_S = 3600
 
 
 def progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def emit(lines: list[str]) -> None:
+    """Print a finished section at once (a later failure keeps it)."""
+    print("\n".join(["", *lines]), flush=True)
 
 
 def cpu_s() -> float:
@@ -105,6 +110,17 @@ def malloc_trim() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except OSError:
         pass
+
+
+# Mahalanobis / RMD peers cost O(C D^2) per scored row whatever N is: at reduced N they score
+# fewer rows (time extrapolated, as bench_scorers does with PEER_ROWS at full size).
+QUICK_PEER_ROWS = {"mds": 20, "rmds": 20}
+
+
+def peer_rows(name: str, full: bool) -> int | None:
+    if not full and name in QUICK_PEER_ROWS:
+        return QUICK_PEER_ROWS[name]
+    return bs.PEER_ROWS.get(name)
 
 
 # --------------------------------------------------------------------------- children
@@ -481,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.peer_cache import warm_page_cache
 
         warm_page_cache([Path(store_path)] + ([tmp / "torch"] if have_peer else []))
-        lines = header(args, argv, sizes, gen, cache_mb)
+        emit(header(args, argv, sizes, gen, cache_mb))
         runs = [{"scorer": n, "store": store_path, "warm_store": warm,
                  "rows": knn_rows if n == "knn" else None} for n in names]
         if "knn" in names:
@@ -492,27 +508,26 @@ def main(argv: list[str] | None = None) -> int:
               if not r.get("params")}
         approx = {r["params"]["index"]: res for r, res in zip(runs, results, strict=True)
                   if r.get("params")}
-        lines += ["", *logit_section(fs), "", *gemm_section(fs)]
+        emit(logit_section(fs))
+        emit(gemm_section(fs))
         summary: list[str] = []
         if have_peer:
             peer_runs = [{"scorer": n, "store": store_path, "torch_cache": str(tmp / "torch"),
-                          "rows": knn_rows if n == "knn" else bs.PEER_ROWS.get(n)}
+                          "rows": knn_rows if n == "knn" else peer_rows(n, args.full)}
                          for n in names if n in PEERS]
             peer_res = run_child(tmp, "peers", peer_runs, repeats)
             peers = {r["scorer"]: res for r, res in zip(peer_runs, peer_res, strict=True)}
             section, summary = peer_section(fs, peers, total_rows)
-            lines += ["", *section]
+            emit(section)
         else:
-            lines += ["", "### 3. pytorch-ood: not run (install the `bench` extra)"]
-        lines += ["", *sweep_section(*sweep_rows(tmp, args.full, repeats, only))]
+            emit(["### 3. pytorch-ood: not run (install the `bench` extra)"])
+        emit(sweep_section(*sweep_rows(tmp, args.full, repeats, only)))
         if "knn" in names and have_peer:
             sk = bs.Runner(tmp).run({"role": "sklearn_knn", "store": store_path,
                                      "rows": knn_rows}, "sklearn NearestNeighbors")
-            lines += ["", *approx_section(approx, sk, total_rows)]
-        lines += ["", f"- load average at the end: "
-                      f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; total wall time "
-                      f"{(time.perf_counter() - t_start) / 60:.1f} min", *summary]
-        print("\n".join(lines))
+            emit(approx_section(approx, sk, total_rows))
+        emit([f"- load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+              f"total wall time {(time.perf_counter() - t_start) / 60:.1f} min", *summary])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
