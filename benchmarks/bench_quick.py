@@ -443,7 +443,7 @@ def header(args: argparse.Namespace, argv: list[str] | None, sizes: bs.Sizes,
         f"{commit.strip() or '?'}",
         "- command: `" + " ".join(["python -m benchmarks.bench_quick",
                                    *(sys.argv[1:] if argv is None else argv)]) + "`",
-        f"- machine: {cpu_model()}, {os.cpu_count()} logical CPUs, {mem_total_gib()} RAM; "
+        f"- machine: {cpu_model()}, {os.cpu_count()} logical CPUs, {mem_total_gib()}; "
         f"{platform.platform()}; load average at start "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         f"- software: Python {platform.python_version()}, NumPy {bs._version('numpy')}, "
