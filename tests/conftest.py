@@ -7,7 +7,11 @@ OOD clusters (one near the ID classes, one far from them).
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -359,13 +363,70 @@ def entropy_row(p: Any) -> float:
 DEMO_TEST_SCALE = 0.5
 
 
-@pytest.fixture(scope="session")
-def demo_dir(tmp_path_factory):
-    """The real demo (the default backbone: frozen ImageNet EfficientNet-Lite0 + a linear head
-    trained on the digits; extracted store) at DEMO_TEST_SCALE, built once per test session.
-    CLI tests that rerun `featstore demo` on it pass `--scale DEMO_TEST_SCALE` (reusing it)."""
-    from featstore.demo.pipeline import run_demo
+@dataclass(frozen=True)
+class CliRun:
+    """One in-process run of the CLI: exit code, stdout, stderr."""
 
+    code: int
+    out: str
+    err: str
+
+
+def run_cli_captured(*args) -> CliRun:
+    """`run_cli` without capsys (session fixtures cannot use it): stdout and stderr of the
+    run are captured with contextlib's redirections (the CLI's rich consoles write to
+    whatever sys.stdout / sys.stderr is at print time)."""
+    from cli.app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return CliRun(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="session")
+def demo_json_run(tmp_path_factory) -> tuple[Path, CliRun]:
+    """The real demo as a user runs it, once per test session: `featstore demo --json --out
+    DIR --scale DEMO_TEST_SCALE` in a fresh directory (the default backbone: frozen ImageNet
+    EfficientNet-Lite0 + a linear head trained on the digits; extraction, the evaluation of
+    every scorer, the HTML report). Every demo test shares this run (its JSON, its store, its
+    report) instead of running the demo again. Returns (DIR, the run)."""
     out = tmp_path_factory.mktemp("demo")
-    run_demo(out, scale=DEMO_TEST_SCALE, log=lambda m: None)
-    return out
+    run = run_cli_captured("demo", "--json", "--out", out, "--scale", DEMO_TEST_SCALE)
+    if run.code != 0:
+        raise RuntimeError(f"featstore demo failed (exit {run.code}): {run.err[-3000:]}")
+    return out, run
+
+
+@pytest.fixture(scope="session")
+def demo_dir(demo_json_run) -> Path:
+    """The directory of the session's demo (`demo_json_run`): spec.toml, model.pt +
+    model.json, store/, report.html + report.md."""
+    return demo_json_run[0]
+
+
+@dataclass(frozen=True)
+class DemoRerun:
+    """The rerun and what DIR held just before it: store.json and model.json (parsed), and
+    the bytes of model.pt."""
+
+    run: CliRun
+    manifest_before: dict
+    record_before: dict
+    weights_before: bytes
+
+
+@pytest.fixture(scope="session")
+def demo_rerun(demo_json_run) -> DemoRerun:
+    """`featstore demo --out DIR --scale DEMO_TEST_SCALE` (human output) rerun in the session
+    demo's directory, once per session; it must reuse the model and every extracted split."""
+    out = demo_json_run[0]
+    before = (json.loads((out / "store" / "store.json").read_text(encoding="utf-8")),
+              json.loads((out / "model.json").read_text(encoding="utf-8")),
+              (out / "model.pt").read_bytes())
+    return DemoRerun(run_cli_captured("demo", "--out", out, "--scale", DEMO_TEST_SCALE),
+                     *before)

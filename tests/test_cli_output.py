@@ -146,13 +146,18 @@ def test_train(capsys, tmp_path):
     assert (tmp_path / "b.pt").is_file()
 
 
-def test_demo_evaluates_and_reports(capsys, demo_dir):
-    """`demo --json` on the real demo (the session's trained model and store, reused): the
-    evaluation in the JSON is the library's (msp AUROC from scorers.metrics), the report
-    files exist. (`--quiet` is checked on the quick commands: a demo run costs ~25 s.)"""
+def test_demo_evaluates_and_reports(demo_json_run):
+    """`demo --json` on the real demo (the session's run, conftest `demo_json_run`, which
+    trained the model and extracted the store): stdout is one JSON document; the evaluation
+    in it is the library's (msp AUROC from scorers.metrics), the report files exist. (`--quiet`
+    is checked on the quick commands: a demo run costs ~25 s.)"""
     import featstore.demo.pipeline as pipeline
 
-    doc = run_json(capsys, "demo", "--out", demo_dir, "--scale", DEMO_TEST_SCALE)
+    demo_dir, run = demo_json_run
+    assert run.code == 0, run.err
+    doc = json.loads(run.out)  # raises on anything but one document
+    assert run.out.strip().startswith("{") and run.out.endswith("\n")
+    assert doc["out"] == str(demo_dir) and doc["scale"] == DEMO_TEST_SCALE
     st = Store.open(demo_dir / "store")
     split = next(n for n in doc["evaluation"]["methods"]["msp"]["splits"] if n.startswith("ood/"))
     msp = doc["evaluation"]["methods"]["msp"]["splits"][split]

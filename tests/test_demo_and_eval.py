@@ -9,7 +9,6 @@ import json
 
 import numpy as np
 import pytest
-from conftest import DEMO_TEST_SCALE
 from conftest import run_cli as run
 
 from featstore import Store
@@ -193,11 +192,19 @@ def test_cli_eval_score_and_bad_inputs(demo_dir, capsys, tmp_path):
         assert fragment in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_cli_demo_reuses_the_model_and_prints_tables(demo_dir, capsys):
-    code, out, err = run(capsys, "demo", "--out", str(demo_dir), "--scale",
-                         str(DEMO_TEST_SCALE))
+def test_cli_demo_reuses_the_model_and_prints_tables(demo_rerun, demo_dir):
+    """`featstore demo` rerun in the session demo's directory (conftest `demo_rerun`): it
+    reuses everything (the model file and its recipe record byte for byte, every extracted
+    split with the same digest: nothing retrained or re-extracted) and prints the summary,
+    the accuracy and the evaluation table."""
+    code, out, err = demo_rerun.run.code, demo_rerun.run.out, demo_rerun.run.err
     assert code == 0, err
-    assert "reusing the trained model" in err
+    assert "reusing the trained model" in err and "training a linear head" not in err
+    assert (demo_dir / "model.pt").read_bytes() == demo_rerun.weights_before
+    assert json.loads((demo_dir / "model.json").read_text()) == demo_rerun.record_before
+    after = json.loads((demo_dir / "store" / "store.json").read_text())
+    assert after["splits"] == demo_rerun.manifest_before["splits"]
+    assert after["model"] == demo_rerun.manifest_before["model"]
     assert "ID test accuracy" in out and "vim" in out and "demo finished" in out
     assert f"report: {demo_dir / 'report.html'}" in out
     assert (demo_dir / "report.html").is_file() and (demo_dir / "report.md").is_file()

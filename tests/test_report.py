@@ -104,9 +104,10 @@ def test_report_from_results_json_and_bad_source(structured_store, tmp_path, cap
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (make test "
                                               "installs it)")
 def test_demo_report_in_headless_chromium(demo_dir, tmp_path):
-    """The page loads without console errors, every image decodes, the leaderboard has one
-    row per evaluated scorer, and a screenshot is not blank."""
-    html_path, _ = write_report(demo_dir / "store", tmp_path / "report.html")
+    """The report `featstore demo` wrote (`write_report(STORE, DIR/report.html)`, the
+    session's demo run): the page loads without console errors, every image decodes, the
+    leaderboard has one row per evaluated scorer, and a screenshot is not blank."""
+    html_path = demo_dir / "report.html"
     url = html_path.resolve().as_uri()
     profile = tmp_path / "profile"
     dom = subprocess.run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={profile}",
