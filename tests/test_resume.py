@@ -1,6 +1,7 @@
 """Crash safety (DESIGN §2): kill -9 a real extraction subprocess mid-split, rerun the same
 command, and the store ends bit-for-bit identical to an uninterrupted run. Reference: the
-sha256 of every split file of an uninterrupted extraction of the same spec."""
+sha256 of every split file of an uninterrupted extraction of the same spec (one, shared by the
+module's tests)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from featstore import Store
 
@@ -45,11 +48,21 @@ def _env() -> dict:
     return env
 
 
-def test_kill9_mid_split_then_resume_is_bit_identical(tmp_path):
+@pytest.fixture(scope="module")
+def clean_store(tmp_path_factory) -> Path:
+    """The reference: one uninterrupted extraction of SPEC (same command and environment as
+    the tests' runs), shared by the tests of this module."""
+    root = tmp_path_factory.mktemp("resume_clean")
+    spec = root / "bench.toml"
+    spec.write_text(SPEC)
+    subprocess.run(_cmd(spec, root / "clean"), env=_env(), check=True, timeout=300)
+    return root / "clean"
+
+
+def test_kill9_mid_split_then_resume_is_bit_identical(tmp_path, clean_store):
     spec = tmp_path / "bench.toml"
     spec.write_text(SPEC)
     env = _env()
-    subprocess.run(_cmd(spec, tmp_path / "clean"), env=env, check=True, timeout=300)
 
     victim = tmp_path / "victim"
     proc = subprocess.Popen(_cmd(spec, victim), env=env)
@@ -71,7 +84,7 @@ def test_kill9_mid_split_then_resume_is_bit_identical(tmp_path):
     subprocess.run(_cmd(spec, victim), env=env, check=True, timeout=300)
     assert (victim / "splits" / "ood__far__small.h5").stat().st_ino == small_inode
     assert not parts.exists()
-    clean = json.loads((tmp_path / "clean" / "store.json").read_text())
+    clean = json.loads((clean_store / "store.json").read_text())
     resumed = json.loads((victim / "store.json").read_text())
     for name in ("ood/far/small", "ood/far/big"):
         assert resumed["splits"][name]["complete"] is True
@@ -79,7 +92,8 @@ def test_kill9_mid_split_then_resume_is_bit_identical(tmp_path):
     assert Store.open(victim).verify() == []
 
 
-def test_file_size_limit_during_a_split_is_a_one_line_error_and_resumable(tmp_path):
+def test_file_size_limit_during_a_split_is_a_one_line_error_and_resumable(tmp_path,
+                                                                         clean_store):
     """A real write failure: the extraction process runs under RLIMIT_FSIZE (writes past the
     limit fail with EFBIG, as on a full disk). The process fails (HDF5 may abort the process
     outright after a failed write, so only a non-zero exit is asserted here; the one-line
@@ -101,7 +115,6 @@ def test_file_size_limit_during_a_split_is_a_one_line_error_and_resumable(tmp_pa
     st = Store.open(tmp_path / "s")
     assert "ood/far/big" not in st.splits()
     subprocess.run(_cmd(spec, tmp_path / "s"), env=env, check=True, timeout=300)
-    subprocess.run(_cmd(spec, tmp_path / "clean"), env=env, check=True, timeout=300)
     a = json.loads((tmp_path / "s" / "store.json").read_text())["splits"]["ood/far/big"]
-    b = json.loads((tmp_path / "clean" / "store.json").read_text())["splits"]["ood/far/big"]
+    b = json.loads((clean_store / "store.json").read_text())["splits"]["ood/far/big"]
     assert a["sha256"] == b["sha256"]
