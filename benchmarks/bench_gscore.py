@@ -272,7 +272,8 @@ def em_check_section(stores: list[tuple[str, Any]]) -> None:
                      str(int((fits[ok, col["converged"]] == 0).sum())),
                      str(int(fits[ok, col["collapsed"]].sum())),
                      f"{np.median(steps):.0f} / {steps.max():.0f}",
-                     f"{d[ok].min():+.2e} ({names[i]})", f"{np.median(d[ok]):+.2e}",
+                     f"{d[ok].min():+.2e} ({names[i].replace('|', chr(92) + '|')})",
+                     f"{np.median(d[ok]):+.2e}",
                      str(int((d[ok] < -1e-6).sum())), f"{ours_s:.1f} / {sk_s:.0f}"])
         if bad_const:
             rows[-1][2] += f" ({bad_const} NOT collapsed)"

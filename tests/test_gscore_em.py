@@ -115,6 +115,31 @@ def test_planted_bad_squarem_step_is_rejected():
     assert out[1] == pytest.approx(out[2])  # both means equal: no separation
 
 
+def test_squarem_basin_jump_falls_back_to_plain_em():
+    """A real set (temp_scaling scores of the pretrained mini-Gbench's id/test + digit 7,
+    tests/data/gscore_em_basin.npy, found by `bench_gscore --em-check`) on which the
+    monotone SQUAREM alone converges to a lower local maximum than plain EM / sklearn from
+    the same start; gmm_params keeps the better fit, >= sklearn's - 1e-6."""
+    from scorers.gscore.em import _em_iterate, _em_start
+
+    x = np.load(CORPUS.parent / "gscore_em_basin.npy")
+    z = (x - x.mean()) / x.std()
+    vf = SIGMA_FLOOR_REL ** 2
+    th_sq, th_plain = np.empty(5), np.empty(5)
+    _em_start(np.sort(z), vf, th_sq)
+    th_plain[:] = th_sq
+    no_plant = np.zeros(5)
+    *_, conv_sq, _, ll_sq = _em_iterate(z, th_sq, 10_000, 1e-10, vf, True, no_plant)
+    *_, conv_pl, _, ll_pl = _em_iterate(z, th_plain, 10_000, 1e-10, vf, False, no_plant)
+    assert conv_sq and conv_pl and ll_sq < ll_pl - 1e-4  # SQUAREM alone: another basin
+    ref = sklearn_loglik(x, tol=1e-10, max_iter=100_000)
+    assert ll_sq - np.log(x.std()) < ref - 1e-4
+    fit = gmm_params(x[None], np.array([x.size]))[0]
+    ours = mixture_loglik(x, fit[0], fit[1], fit[2], fit[4], fit[5])  # scipy
+    assert ours == pytest.approx(fit[COL["loglik"]], abs=1e-9)
+    assert ours >= ref - 1e-6 and fit[COL["converged"]] == 1
+
+
 def test_constant_set_up_to_rounding_is_collapsed():
     """Equal values whose np.std is a rounding-level 1.7e-18, not 0 (seen with a real
     scorer's scores): one Gaussian, not a spurious mixture."""
