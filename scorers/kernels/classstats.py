@@ -19,6 +19,7 @@ from featstore.interfaces import StoreLike
 
 from ..base import Scorer
 from ..rowmap import read_chunk_rows
+from .precision import Operand, matmul
 from .subspace import eig_cutoff
 
 FIT_SPLIT = "id/train"
@@ -118,7 +119,8 @@ def fit_gaussian_stats(store: StoreLike, chunk_rows: int, scorer_name: str,
     """Two streaming passes over id/train (features, labels) in float64. The global
     covariance (one more N x D x D product in pass 2) only when `with_global`. With fewer
     labelled rows than dimensions (N < D) pass 2 keeps the centered rows instead of summing
-    D x D scatter matrices (`Scatter`)."""
+    D x D scatter matrices (`Scatter`). float64 whatever the scorer's `precision`
+    (`kernels.precision` says why)."""
     split = store.split(FIT_SPLIT)
     chunk_rows = read_chunk_rows(split, ("features",), chunk_rows)
     num_classes = int(store.head[0].shape[0])
@@ -200,22 +202,32 @@ def _whitener_from_eig(s: np.ndarray, v: np.ndarray, size: int) -> np.ndarray:
     return v[:, keep] / np.sqrt(s[keep])
 
 
+def whitened(feats: np.ndarray, center: np.ndarray, whiten: Operand) -> np.ndarray:
+    """(x - center) L as float64: the shift in float64, the product by
+    `kernels.precision.matmul` (float32 sgemm when `whiten` is a float32 operand)."""
+    x = feats.astype(np.float64)
+    x -= center
+    return matmul(x, whiten)
+
+
 class ClassMahalanobis:
     """min_k (x - mu_k)^T P (x - mu_k) in chunks, with P = L L^T (`whitener`) and x, mu_k
     shifted by `center`: with z = (x - center) L and z_k = (mu_k - center) L (r columns,
-    r = rank of the covariance), the distance is ||z||^2 - 2 z . z_k + ||z_k||^2."""
+    r = rank of the covariance), the distance is ||z||^2 - 2 z . z_k + ||z_k||^2. The
+    whitening product z follows `precision`; z_k, the class products z . z_k and the
+    squares are float64."""
 
-    def __init__(self, means: np.ndarray, whiten: np.ndarray, center: np.ndarray):
+    def __init__(self, means: np.ndarray, whiten: np.ndarray, center: np.ndarray,
+                 precision: str = "float64"):
         self.center = center
         self.whiten = whiten                                     # (D, r)
+        self.whiten_op = Operand(whiten, precision)
         self.z_mu = (means - center) @ whiten                    # (C', r)
         self.z_mu_sq = np.einsum("kr,kr->k", self.z_mu, self.z_mu)
 
     def whitened(self, feats: np.ndarray) -> np.ndarray:
-        """(x - center) L, float64."""
-        x = feats.astype(np.float64)
-        x -= self.center
-        return x @ self.whiten
+        """(x - center) L, float64 (`whitened`)."""
+        return whitened(feats, self.center, self.whiten_op)
 
     def min_sq(self, feats: np.ndarray) -> np.ndarray:
         z = self.whitened(feats)

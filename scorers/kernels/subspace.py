@@ -25,6 +25,7 @@ from featstore.errors import FeatstoreError, UsageError
 from featstore.interfaces import StoreLike
 
 from ..base import Scorer, ValidRange
+from .precision import Operand, check_precision, matmul
 
 
 def eig_cutoff(eigvals: np.ndarray, size: int) -> float:
@@ -113,6 +114,7 @@ class PrincipalScorer(Scorer):
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         check_dim(self.name, params["dim"], store)
+        check_precision(self.name, params["precision"])
 
     def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
         return {"dim": dim_range(store)}
@@ -139,9 +141,11 @@ class PrincipalSpace:
     the id/train mean max-logit and mean residual norm of each dim asked for."""
 
     def __init__(self, origin: np.ndarray, basis: np.ndarray, eigvals: np.ndarray,
-                 num_rows: int, rms_norm: float):
+                 num_rows: int, rms_norm: float, precision: str = "float64"):
         self.origin = origin            # (D,) u = -pinv(W) b
         self.basis = basis              # (D, D) eigenvectors, columns by decreasing eigenvalue
+        self.precision = precision      # of the products (`kernels.precision`)
+        self.basis_op = Operand(basis, precision)
         self.eigvals = eigvals          # (D,) decreasing
         self.num_rows = num_rows
         self.rms_norm = rms_norm        # sqrt(mean ||x - u||^2) over id/train = sqrt(trace S)
@@ -175,6 +179,7 @@ class PrincipalSpace:
         d = weight.shape[1]
         split = scorer.fit_split(store, FIT_SPLIT)
         fields = ("features", "logits") if alpha_dims is not None else ("features",)
+        precision = scorer.params.get("precision", "float64")  # of the projections
         cov = np.zeros((d, d), dtype=np.float64)
         sum_max_logit = 0.0
         n = 0
@@ -190,7 +195,7 @@ class PrincipalSpace:
         cov /= n
         eigvals, eigvecs = np.linalg.eigh(cov)            # ascending
         state = cls(origin, np.ascontiguousarray(eigvecs[:, ::-1]), eigvals[::-1].copy(), n,
-                    float(np.sqrt(max(np.trace(cov), 0.0))))
+                    float(np.sqrt(max(np.trace(cov), 0.0))), precision)
         if alpha_dims is not None:
             state.mean_max_logit = sum_max_logit / n
             state.ensure_residuals(scorer, store, alpha_dims)
@@ -219,17 +224,21 @@ class PrincipalSpace:
           ||x - u||^2 - ||(x - u) @ V[:, :dims[j]]||^2, the principal energies accumulated
           per segment [dims[j-1], dims[j]) from the first, clipped at 0 (the difference of
           two float64 sums: exact to ~1e-16 * ||x - u||^2, far below a residual that matters,
-          since dim < rank(S))."""
+          since dim < rank(S)); float64 precision only: with float32 products the
+          difference would carry ~1e-7 of ||x - u||^2, so "float32" always takes the
+          residual side.
+        The projection is `kernels.precision.matmul` (float32 sgemm in "float32"); the
+        squares and segment sums are float64."""
         xc = x.astype(np.float64)
         xc -= self.origin
         d = self.basis.shape[0]
-        if dims[-1] < d - dims[0]:
+        if self.precision == "float64" and dims[-1] < d - dims[0]:
             q = xc @ self.basis[:, :dims[-1]]
             q *= q
             seg = np.add.reduceat(q, [0, *dims[:-1]], axis=1)
             total = np.einsum("ij,ij->i", xc, xc)
             return np.maximum(total[:, None] - np.cumsum(seg, axis=1), 0.0)
-        q = xc @ self.basis[:, dims[0]:]
+        q = matmul(xc, self.basis_op.columns(dims[0]))
         q *= q
         seg = np.add.reduceat(q, [k - dims[0] for k in dims], axis=1)
         return np.cumsum(seg[:, ::-1], axis=1)[:, ::-1]

@@ -26,10 +26,15 @@ than dimensions (N < D, a small train set: Sigma has rank < N), pass 2 keeps the
 centered rows instead and L comes from their thin SVD (`whitener_from_rows`): the same
 pseudo-inverse for O(N^2 D) instead of an O(D^3) eigendecomposition, and scoring costs
 O(D r) per row instead of O(D^2). No hyperparameters.
+
+`precision` ("float64" default | "float32"): the whitening product z = (x - m) L in float32
+sgemm, everything after it in float64 (`scorers.kernels.precision`), or all float64; the
+covariance, its eigendecomposition, the means and the class terms are float64 either way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -38,6 +43,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.classstats import ClassMahalanobis, fit_gaussian_stats
+from ..kernels.precision import DEFAULT_PRECISION, check_precision
 
 
 class MDS(Scorer):
@@ -45,16 +51,20 @@ class MDS(Scorer):
 
     name = "mds"
     needs = ("features", "fit:id/train")
-    defaults: ClassVar[dict[str, Any]] = {}
+    defaults: ClassVar[dict[str, Any]] = {"precision": DEFAULT_PRECISION}
     grid: ClassVar[dict[str, list[Any]]] = {}
     paper = ("Lee, Lee, Lee, Shin. A simple unified framework for detecting out-of-distribution "
              "samples and adversarial attacks. NeurIPS 2018")
 
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
+        check_precision(self.name, params["precision"])
+
     def _fit(self, store: StoreLike) -> None:
+        precision = self.params["precision"]
         stats = fit_gaussian_stats(store, self.chunk_rows, self.name, with_global=False)
         self.class_ids = stats.classes
         self.maha = ClassMahalanobis(stats.means, stats.within_cov.whitener(),
-                                     stats.global_mean)
+                                     stats.global_mean, precision)
 
     def _score(self, split: SplitLike) -> np.ndarray:
         return self.map_rows(split, ("features",), lambda feats: -self.maha.min_sq(feats))

@@ -2,7 +2,8 @@
 the ViM paper (Wang, Li, Feng, Zhang, "ViM: Out-Of-Distribution with Virtual-logit Matching",
 CVPR 2022, section 3 / Table "Residual").
 
-Formula as implemented (float64), with the same fitted state as `vim` (imported from
+Formula as implemented (float64 values; the products follow `precision`, "float64" default
+or "float32", exactly as `vim`'s), with the same fitted state as `vim` (imported from
 `scorers.kernels.subspace.PrincipalSpace`, one implementation):
 
     u     = -pinv(W) @ b
@@ -30,13 +31,14 @@ import numpy as np
 
 from featstore.interfaces import SplitLike, StoreLike
 
+from ..kernels.precision import DEFAULT_PRECISION
 from ..kernels.subspace import PrincipalScorer, PrincipalSpace, setting_dims
 
 
 class Residual(PrincipalScorer):
     name = "residual"
     needs = ("features", "head", "fit:id/train")
-    defaults = {"dim": None}
+    defaults = {"dim": None, "precision": DEFAULT_PRECISION}
     grid = {"dim": [256, 1000]}
     paper = ("Wang, Li, Feng, Zhang. ViM: Out-Of-Distribution with Virtual-logit Matching. "
              "CVPR 2022 (Residual baseline)")

@@ -1,8 +1,8 @@
 """ViM: virtual-logit matching (Wang, Li, Feng, Zhang, "ViM: Out-Of-Distribution with
 Virtual-logit Matching", CVPR 2022).
 
-Formula as implemented (all in float64), with h the penultimate feature, l the stored logits
-and (W, b) the head:
+Formula as implemented (float64 values; the projections (x - u) @ NS follow `precision`,
+see below), with h the penultimate feature, l the stored logits and (W, b) the head:
 
     u      = -pinv(W) @ b                                  origin of the feature space (*)
     S      = (1/N) sum_{x in id/train} (x - u)(x - u)^T      uncentered covariance about u
@@ -40,6 +40,12 @@ columns instead of 1792.)
 `residual.py` reuses `PrincipalSpace` (one implementation, `scorers.kernels.subspace`, with
 the dim rule and its checks).
 
+`precision` ("float64" default | "float32"): "float32" projects in float32 sgemm (the alpha
+pass and scoring), always onto the residual side V[:, dim:] (`scorers.kernels.precision`);
+S, its eigendecomposition, pinv(W), the squares and sums stay float64.
+Scores are within 1e-5 relative of the float64 path on the fidelity stores
+(tests/test_precision.py); "float64" is the all-float64 path.
+
 Validity beyond 1 <= dim < D: dim < N (the id/train rows span S, so its rank is at most N),
 checked from the store's size before any fit; and, after the fit, dim < rank(S) (numerical
 rank: eigenvalues above max * D * eps): at dim >= rank the id/train features have no
@@ -55,6 +61,7 @@ import numpy as np
 
 from featstore.interfaces import SplitLike, StoreLike
 
+from ..kernels.precision import DEFAULT_PRECISION
 from ..kernels.softmax import logsumexp
 from ..kernels.subspace import PrincipalScorer, PrincipalSpace, feature_dim, setting_dims
 
@@ -62,7 +69,7 @@ from ..kernels.subspace import PrincipalScorer, PrincipalSpace, feature_dim, set
 class ViM(PrincipalScorer):
     name = "vim"
     needs = ("features", "logits", "head", "fit:id/train")
-    defaults = {"dim": None}
+    defaults = {"dim": None, "precision": DEFAULT_PRECISION}
     grid = {"dim": [256, 1000]}
     paper = ("Wang, Li, Feng, Zhang. ViM: Out-Of-Distribution with Virtual-logit Matching. "
              "CVPR 2022")

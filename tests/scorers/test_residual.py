@@ -50,7 +50,8 @@ def test_explicit_grid_equals_separate_runs(shared_store, grid):
 
 def test_default_grid_and_defaults_are_documented():
     row = {r["name"]: r for r in list_scorers()}["residual"]
-    assert row["defaults"] == {"dim": None} and row["grid"] == {"dim": [256, 1000]}
+    assert row["defaults"] == {"dim": None, "precision": "float64"}
+    assert row["grid"] == {"dim": [256, 1000]}
     assert row["paper"]
 
 
