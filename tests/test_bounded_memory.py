@@ -115,11 +115,10 @@ def big_stores(tmp_path_factory) -> dict[str, Path]:
 def _growths(path: Path, small: Path, phase: str, names: list[str]) -> dict[str, float]:
     """Growth of the resident-set high-water mark (MiB) of each scorer's measured call, all
     in one child interpreter (the mark is reset before each call)."""
-    # a Numba cache of this module only, shared by its two children: the first child's
-    # warm-up compiles, as in a clean clone, whatever ran before; the second's loads the
-    # compiled kernels (either way before the mark is reset, so never measured)
-    env = {**os.environ, "FEATSTORE_THREADS": "2", "OMP_NUM_THREADS": "2",
-           "NUMBA_CACHE_DIR": str(path.parent / "numba")}
+    # the children use the session's Numba cache (the package's __pycache__, filled by every
+    # earlier test that ran these kernels): a kernel not compiled yet is compiled by the
+    # warm-up on the small store, before the mark is reset, so it is never measured either way
+    env = {**os.environ, "FEATSTORE_THREADS": "2", "OMP_NUM_THREADS": "2"}
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(path), str(small), phase, ",".join(names),
          json.dumps(SCORE_PARAMS)],
