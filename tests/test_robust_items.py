@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -188,19 +187,23 @@ def test_rate_column_in_a_pipe_shows_a_rate():
 
     from cli.console import RateColumn
 
-    progress = Progress(console=Console(file=io.StringIO(), force_terminal=False))
+    # rich's clock injected (get_time), so the elapsed time is exact: the test read
+    # task.elapsed on the wall clock after rendering and failed by 2% under load
+    clock = [100.0]
+    progress = Progress(console=Console(file=io.StringIO(), force_terminal=False),
+                        get_time=lambda: clock[0])
     task_id = progress.add_task("id/test", total=64, completed=16, resumed=16)
     progress.start_task(task_id)
-    time.sleep(0.05)
+    clock[0] += 0.05
     progress.update(task_id, completed=64)
     task = progress.tasks[0]
     text = RateColumn().render(task).plain
     assert text.endswith(" img/s") and not text.startswith("–")
     rate = float(text.split()[0].replace(",", ""))
-    assert rate == pytest.approx(48 / task.elapsed, rel=0.01)   # 48 rows of this run
+    assert rate == pytest.approx(48 / 0.05, rel=0.01)   # 48 rows of this run in 0.05 s: 960
     slow = progress.add_task("ood/x", total=1, completed=0, resumed=0)
     progress.start_task(slow)
-    time.sleep(0.2)
+    clock[0] += 0.2
     progress.update(slow, completed=1)
     text = RateColumn().render(progress.tasks[1]).plain   # < 10 img/s: not rounded to "0"
     assert not text.startswith("0 ") and 0 < float(text.split()[0]) < 10
