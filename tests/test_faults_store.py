@@ -436,7 +436,9 @@ def test_store_api_errors_are_featstore_errors():
 def test_lock_is_reentrant_in_one_process_and_released(tmp_path):
     (tmp_path / "d").mkdir()
     with StoreLock(tmp_path / "d"), StoreLock(tmp_path / "d"):
-        pass
+        # the inner acquisition did not block; the lock file names this process as holder
+        holder = json.loads((tmp_path / "d" / ".featstore.lock").read_text())
+        assert holder["pid"] == os.getpid()
     probe = textwrap.dedent("""
         import sys
         from featstore.lock import StoreLock
