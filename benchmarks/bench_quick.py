@@ -141,7 +141,8 @@ def floor_inputs(store: Any, rows: int | None) -> floors.FloorInputs:
         knn_k=int(get_scorer("knn").params["K"]), nnguide_k=int(nng.params["K"]),
         nnguide_bank=subsample_size(train_rows, float(nng.params["alpha"])),
         react_percentile=float(get_scorer("react").params["percentile"]),
-        knn_scored=[store.split(s).path for s in knn_splits], knn_rows=rows)
+        knn_scored=[store.split(s).path for s in knn_splits], knn_rows=rows,
+        kl_log_templates=floors.kl_template_operand(store.split("id/val").path))
 
 
 def fit_and_score(scorer: Any, store: Any, splits: list[Any]) -> list[np.ndarray]:

@@ -5,7 +5,11 @@ on the same store as the scorer (benchmarks.bench_quick puts them side by side).
   per split (``f["logits"][()]``, float32) plus one NumPy float32 pass of the scorer's core
   operation (`LOGIT_CORE`): ``max`` (mls), ``logsumexp`` (energy: max, exp(l - max), sum,
   log) or ``softmax`` (the others: max, exp(l - max), sum; their temperatures and the
-  remaining per-row arithmetic are not counted).
+  remaining per-row arithmetic are not counted). KL matching's core op also holds its one
+  product of the size of the problem, p @ log(D).T over its K templates (an M x C x K GEMM,
+  K = the classes predicted on id/val; 945 at the quick sizes): its floor is the softmax, the
+  division p = e / s and that product as float32 sgemm with the row minimum, on an operand
+  of the templates' shape (`kl_template_operand`, built untimed).
 - GEMM-bound scorers: the store reads (one h5py call per array, float32) plus the scorer's
   dense products as float32 sgemm on those arrays in RAM (`GEMM_FLOORS`; shapes below with
   N = id/train rows, M = scored rows, D = features, C = classes, k = ViM's dim); the D x D
@@ -43,6 +47,7 @@ class FloorInputs:
     react_percentile: float
     knn_scored: list[Path]  # the splits exact KNN queries (all scored splits, or a subset)
     knn_rows: int | None    # the first rows of each of them that KNN queries (None: all)
+    kl_log_templates: np.ndarray | None = None  # (C, K) float32 KL-matching operand
 
 
 def read(path: Path, field: str) -> np.ndarray:
@@ -67,16 +72,44 @@ def _logsumexp(logits: np.ndarray) -> None:
     np.log(_softmax(logits)) + m
 
 
+def _softmax_templates(logits: np.ndarray, log_templates: np.ndarray) -> None:
+    """KL matching's core: p = softmax(l) (max, exp, sum, divide), then min over the K
+    columns of p @ log(D).T (float32 sgemm, M x C x K)."""
+    m = logits.max(axis=1, keepdims=True)
+    e = np.exp(logits - m)
+    e /= e.sum(axis=1, keepdims=True)
+    (e @ log_templates).min(axis=1)
+
+
+KL_CORE = "softmax + M C K sgemm"
 CORE_OPS: dict[str, Callable[[np.ndarray], object]] = {
     "max": _max, "softmax": _softmax, "logsumexp": _logsumexp}
 LOGIT_CORE = {"msp": "softmax", "mls": "max", "energy": "logsumexp", "odin": "softmax",
-              "gen": "softmax", "entropy": "softmax", "kl_matching": "softmax",
+              "gen": "softmax", "entropy": "softmax", "kl_matching": KL_CORE,
               "temp_scaling": "softmax"}
+
+
+def kl_template_operand(val: Path) -> np.ndarray:
+    """A (C, K) float32 operand of KL matching's log-template shape: K = the number of
+    classes argmax-predicted on id/val (one template each); values: logs of normalized
+    positive rows (a product's time does not depend on the values)."""
+    logits = read(val, "logits")
+    k = max(1, int(np.unique(logits.argmax(axis=1)).size))
+    d = np.random.default_rng(0).random((k, logits.shape[1])) + 1e-3
+    return np.ascontiguousarray(np.log(d / d.sum(axis=1, keepdims=True)).T, dtype=np.float32)
 
 
 def logit_floor(name: str, inputs: FloorInputs) -> None:
     """Read each scored split's logits with one h5py call and run the core op on them."""
-    op = CORE_OPS[LOGIT_CORE[name]]
+    core = LOGIT_CORE[name]
+    if core == KL_CORE:
+        operand = inputs.kl_log_templates
+        if operand is None:
+            raise ValueError("kl_matching's floor needs FloorInputs.kl_log_templates")
+        for path in inputs.scored:
+            _softmax_templates(read(path, "logits"), operand)
+        return
+    op = CORE_OPS[core]
     for path in inputs.scored:
         op(read(path, "logits"))
 

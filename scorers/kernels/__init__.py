@@ -14,6 +14,8 @@ beyond the chunks a scorer hands them, never torch).
 - `classstats`: per-class sums and means, tied and global covariances, whitening factors and
                 class-conditional Mahalanobis distances (MDS, RMDS, KL matching), the mean
                 train feature (DICE, fDBD, NCI)
+- `mincross`:   the minimum over templates of a cross-entropy -sum_j p_j log d_kj (KL
+                matching): float32 GEMM pruning, float64 sums for the candidates left
 - `precision`:  the `precision` of the GEMM-bound scorers' scoring products (float32 sgemm
                 with float64 sums, or float64)
 

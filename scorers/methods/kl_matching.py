@@ -24,8 +24,12 @@ Score as implemented, for logits l in R^C and p = softmax(l):
 
 computed per chunk with matrix operations: the first term is the negative entropy, with
 log p_j = l_j - logsumexp(l) (`scorers.kernels.softmax.softmax_plogp`, one exp pass; so
-p_j = 0 contributes 0, no epsilon needed), the second is
-p @ log(D).T over all templates at once (in row blocks of at most 2^22 entries). log(0) in a
+p_j = 0 contributes 0, no epsilon needed); the second enters only through its maximum over k,
+i.e. the minimum cross-entropy min_k -sum_j p_j log d_kj, taken by
+`scorers.kernels.mincross.min_cross_entropy`: one float32 GEMM p @ log(D).T over all templates
+prunes the templates that cannot be the minimum (a proven error bound), and the remaining ones
+are summed again in float64, so the score is the float64 one (not a float32 approximation).
+log(0) in a
 template is guarded by clipping templates from below at eps = np.finfo(float64).tiny
 (~2.2e-308) before the log: a template entry is exactly 0 only when every row predicted as that
 class had that probability underflow, and the clip turns the infinite KL of such a template into
@@ -44,6 +48,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.classstats import add_class_sums
+from ..kernels.mincross import min_cross_entropy
 from ..kernels.softmax import softmax, softmax_plogp
 
 FIT_SPLIT = "id/val"
@@ -78,16 +83,18 @@ class KLMatching(Scorer):
             )
         self.template_classes = used
         self.templates = sums[used] / counts[used, None]
-        self._log_templates_t = np.ascontiguousarray(
-            np.log(np.maximum(self.templates, EPS)).T
-        )
+        log_t = np.log(np.maximum(self.templates, EPS))  # (K, C), every entry <= 0
+        self._log_templates = np.ascontiguousarray(log_t)
+        self._log_templates32_t = np.ascontiguousarray(log_t.T, dtype=np.float32)
+        self._log_amax = float(np.abs(log_t).max())
 
     def _score(self, split: SplitLike) -> np.ndarray:
-        log_t = self._log_templates_t
+        log_t, log_t32_t, amax = (self._log_templates, self._log_templates32_t,
+                                  self._log_amax)
 
         def block(part: np.ndarray) -> np.ndarray:
             probs, plogp = softmax_plogp(part)  # plogp = sum_j p_j log p_j
-            kl = plogp[:, None] - probs @ log_t  # (n, K); p @ log_t: sum_j p_j log d_kj
-            return -kl.min(axis=1)
+            # -min_k KL = -(plogp + min_k -sum_j p_j log d_kj)
+            return -(plogp + min_cross_entropy(probs, log_t, log_t32_t, amax))
 
         return self.map_rows(split, ("logits",), block)
