@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import bench_scorers as bs
-from benchmarks import floors
+from benchmarks import floors, sweep_floors
 from benchmarks.machine import cpu_model, mem_total_gib
 from benchmarks.peers import PEERS
 
@@ -395,29 +395,40 @@ def sweep_rows(tmp: Path, full: bool, repeats: int, only: set[str] | None
     for name in sw.grid_scorers():
         if only is not None and name not in only:
             continue
-        base = sw.A_BASE.get(name, {})
-        settings = sw.valid_settings(name, store, base)
+        base, settings, adjusted = sw.planned(name, store, sw.A_BASE.get(name, {}))
         if not settings:
-            rows.append([name, "0", "no valid setting", "", "", ""])
+            rows.append([name, "0", "no valid setting", adjusted[-1]["reason"], *[""] * 5])
             continue
         grid = {k: list(dict.fromkeys(s[k] for s in settings)) for k in settings[0]}
         defaults = get_scorer(name, **base).params
         one = next((s for s in settings if all(defaults.get(k) == v for k, v in s.items())),
                    settings[0])
         progress(f"  [sweep] {name}: {len(settings)} settings vs {format_setting(one)}")
+
+        def time_one(setting: dict[str, Any], name: str = name, base: dict = base) -> float:
+            t0 = time.process_time()
+            sw.side_refit(name, store, base, {k: [v] for k, v in setting.items()})
+            return time.process_time() - t0
+
         t_grid, t_one = [], []
         with threadpool_limits(1), sw.one_scoring_thread():
             for _ in range(max(repeats, 2)):  # the first pair also warms up (Numba, FAISS)
-                t_one.append(time.process_time())
-                sw.side_refit(name, store, base, {k: [v] for k, v in one.items()})
-                t_one[-1] = time.process_time() - t_one[-1]
+                t_one.append(time_one(one))
                 t_grid.append(time.process_time())
                 sw.side_featstore(name, store, base, grid)
                 t_grid[-1] = time.process_time() - t_grid[-1]
+            floor = sweep_floors.grid_floor(name, store, settings, one, min(t_one),
+                                            lambda s: min(time_one(s) for _ in range(2)))
         ratio = min(t_grid) / min(t_one)
-        rows.append([name, str(len(settings)), f"{min(t_grid):.3f}",
-                     f"{min(t_one):.3f} ({format_setting(one)})",
-                     fmt_ratio(ratio, GOALS["sweep"], at_most=True)])
+        r_floor = None if floor is None else min(t_grid) / floor.cpu_s
+        note = "; ".join(f"{format_setting(a['setting'])} -> {format_setting(a['used'])}"
+                         for a in adjusted if a["used"])
+        rows.append([name, str(len(settings)) + (f" ({note}, clamped)" if note else ""),
+                     f"{min(t_grid):.3f}", f"{min(t_one):.3f} ({format_setting(one)})",
+                     fmt_ratio(ratio, GOALS["sweep"], at_most=True),
+                     "–" if floor is None else f"{floor.cpu_s:.3f} ({floor.what})",
+                     "–" if r_floor is None else f"{r_floor:.2f}x",
+                     sweep_floors.verdict(ratio, r_floor, GOALS["sweep"])])
     store.close()
     note = (f"store: D = {sizes.dim}, C = {sizes.classes}, id/train {sizes.train:,}, scored "
             f"id/val {sizes.val:,} + val OOD {sizes.ood:,}")
@@ -429,8 +440,11 @@ def sweep_section(note: str, body: list[list[str]]) -> list[str]:
             f"CPU s (one BLAS thread, one scoring worker), fastest of the runs; {note}; "
             "grid = construct + fit(store, grid) + score_grid on the two scored splits; one "
             f"setting = construct + fit + score. Goal: ratio <= {GOALS['sweep']:g}x.", "",
+            "Grid floor (`benchmarks.sweep_floors`): the one setting + the work each other "
+            "setting cannot share, measured bare in RAM; verdict 'at the floor' within "
+            f"{sweep_floors.AT_FLOOR:g}x of it.", "",
             *table(["scorer", "settings", "grid CPU s", "one setting CPU s", "ratio",
-                    "goal"], body)]
+                    "goal", "grid floor CPU s", "grid / floor", "verdict"], body)]
 
 
 # --------------------------------------------------------------------------- main
@@ -457,6 +471,20 @@ def header(args: argparse.Namespace, argv: list[str] | None, sizes: bs.Sizes,
     ]
 
 
+def sweep_only(args: argparse.Namespace) -> int:
+    """Section 4 alone (`--sweep-only`), with the load average before and after."""
+    only = {s.strip() for s in args.only.split(",") if s.strip()} or None
+    tmp = Path(tempfile.mkdtemp(prefix="featstore-bench-sweep-", dir="/tmp"))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    try:
+        emit(sweep_section(*sweep_rows(tmp, args.full, args.repeats or 2, only)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    emit([f"- load average at start {load}, at the end "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"])
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="bench_scorers' full sizes")
@@ -465,10 +493,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="runs per side (fastest kept; default 2, 1 with --full)")
     ap.add_argument("--no-peers", action="store_true", help="skip pytorch-ood and sklearn")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sweep-only", action="store_true",
+                    help="only section 4 (sweeps), on its own store")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return _child(args.child)
+    if args.sweep_only:
+        return sweep_only(args)
     t_start = time.perf_counter()
     sizes = bs.FULL if args.full else bs.QUICK
     repeats = args.repeats or (1 if args.full else 2)

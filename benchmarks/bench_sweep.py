@@ -60,11 +60,12 @@ import numpy as np
 
 from benchmarks.machine import cpu_model, load_average, mem_total_gib
 from featstore import Store
+from featstore.errors import UsageError
 from scorers import REGISTRY, get_scorer
 from scorers.base import expand_grid
 from scorers.metrics import METRIC_DIRECTIONS, ood_metrics
 from scorers.needs import Needs
-from scorers.sweep import choose, format_setting, sweep_all
+from scorers.sweep import choose, format_setting, plan_settings, sweep_all
 
 THREADS = 2
 SELECT_BY = "auroc"
@@ -159,16 +160,20 @@ def grid_scorers() -> list[str]:
     return [name for name, cls in REGISTRY.items() if cls.grid]
 
 
+def planned(name: str, store: Store, base: dict[str, Any]
+            ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """What `featstore sweep` scores on `store` (`scorers.sweep.plan_settings`: default grid
+    values the store makes invalid are clamped and noted, e.g. nnguide's K to the bank
+    size): (fixed parameters, settings, adjusted notes); no settings when none is valid."""
+    try:
+        return plan_settings(store, name, None, base)
+    except UsageError as exc:
+        return dict(base), [], [{"setting": None, "used": None, "reason": str(exc)}]
+
+
 def valid_settings(name: str, store: Store, base: dict[str, Any]) -> list[dict[str, Any]]:
-    probe = get_scorer(name, **base)
-    keep = []
-    for s in expand_grid(probe.grid):
-        try:
-            probe.check_params({**probe.params, **s}, store)
-        except ValueError:
-            continue
-        keep.append(s)
-    return keep
+    """The settings `featstore sweep` scores on `store` (`planned`)."""
+    return planned(name, store, base)[1]
 
 
 def side_featstore(name: str, store: Store, base: dict, grid: dict) -> list[list[np.ndarray]]:

@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 from .errors import InputError, UsageError
-from .layout import ROW_AXIS_ATTR, extra_names
+from .layout import ROW_AXIS_ATTR, dataset_paths, extra_names
 from .values import nonfinite_record
 from .verify import split_file_problem
 
@@ -137,20 +137,36 @@ class Split:
 
     def has_extra(self, name: str) -> bool:
         """Whether extra `name` exists; a group name (e.g. `odin_logits`) counts when it holds
-        at least one array."""
-        names = self.extra_names()
-        return name in names or any(n.startswith(name + "/") for n in names)
+        at least one array. One HDF5 path lookup per open file (sweeps ask per setting), not a
+        walk of every extra; a name that is not a plain relative path is matched against
+        `extra_names`."""
+        if any(part in ("", ".", "..") for part in name.split("/")):
+            names = self.extra_names()
+            return name in names or any(n.startswith(name + "/") for n in names)
+        fh = self._file()
+        key = f"extra/{name}"
+        if key in self._datasets:
+            return True
+        obj = fh.get(key)
+        if isinstance(obj, h5py.Dataset):
+            self._datasets[key] = obj
+            return True
+        return isinstance(obj, h5py.Group) and bool(dataset_paths(obj))
 
     def extra(self, name: str) -> h5py.Dataset:
         """An extra array (DESIGN §2), e.g. `mc_logits`; error naming the available ones."""
         fh = self._file()
         key = f"extra/{name}"
-        if key not in fh or not isinstance(fh.get(key), h5py.Dataset):
-            avail = ", ".join(self.extra_names()) or "none"
-            raise UsageError(
-                f"split {self.name!r} has no extra {name!r} (available: {avail})"
-            )
-        return fh[key]
+        ds = self._datasets.get(key)   # open datasets are kept per open file (`_dataset`)
+        if ds is None:
+            obj = fh.get(key)
+            if not isinstance(obj, h5py.Dataset):
+                avail = ", ".join(self.extra_names()) or "none"
+                raise UsageError(
+                    f"split {self.name!r} has no extra {name!r} (available: {avail})"
+                )
+            ds = self._datasets[key] = obj
+        return ds
 
     def extra_row_axis(self, name: str) -> int:
         return int(self.extra(name).attrs.get(ROW_AXIS_ATTR, 0))

@@ -207,6 +207,19 @@ class _Plan:
                 for setting in self.settings]
 
 
+def plan_settings(store: StoreLike, method: str, grid: Mapping[str, Any] | None = None,
+                  base_params: Mapping[str, Any] | None = None
+                  ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """What `sweep(store, method, grid, base_params=...)` will score, without scoring: (the
+    fixed parameters, defaults outside the grid clamped to the store; the settings in grid
+    order; the "adjusted" notes). The one rule for anything that sweeps (the CLI, the
+    benchmarks): a default grid value the store makes invalid is clamped and noted, not
+    dropped in silence. UsageError as `sweep` raises it when no setting is left."""
+    plan = _Plan(get_scorer(method, **dict(base_params or {})), grid, dict(base_params or {}),
+                 store)
+    return dict(plan.base), [dict(s) for s in plan.settings], list(plan.adjusted)
+
+
 def _split_metrics(plan: _Plan, scorer: Scorer, store: StoreLike, id_name: str,
                    ood_names: Sequence[str], keep: dict[str, np.ndarray] | None = None,
                    keep_index: int = 0) -> tuple[list[np.ndarray], list[dict]]:
@@ -395,4 +408,5 @@ def sweep_all(store: StoreLike, methods: Sequence[str] | None = None,
     return result
 
 
-__all__ = ["check_select_by", "choose", "format_setting", "sweep", "sweep_all", "val_splits"]
+__all__ = ["check_select_by", "choose", "format_setting", "plan_settings", "sweep", "sweep_all",
+           "val_splits"]
