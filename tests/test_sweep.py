@@ -24,13 +24,13 @@ from threadpoolctl import threadpool_limits
 
 import scorers.sweep as sweep_mod
 from featstore import Store
-from featstore.errors import FeatstoreError
+from featstore.errors import FeatstoreError, UsageError
 from featstore.extra_keys import odin_name
 from scorers import REGISTRY, get_scorer
 from scorers.base import Scorer, expand_grid
 from scorers.evaluate import evaluate
 from scorers.metrics import METRIC_DIRECTIONS, OOD_METRIC_NAMES
-from scorers.sweep import choose, sweep, sweep_all
+from scorers.sweep import choose, plan_settings, sweep, sweep_all
 
 GRID_SCORERS = [name for name, cls in REGISTRY.items() if cls.grid]
 # explicit valid grids where the default grid cannot be valid on the wide store
@@ -495,6 +495,16 @@ def test_default_grid_clamps_invalid_settings_with_a_note(store):
     assert adj["setting"] == {"K": 1000} and adj["used"] == {"K": 600}
     assert "K=1000" in adj["reason"] and "1 <= K <= 600" in adj["reason"]
     assert result["test"]["adjusted"] == result["adjusted"]
+
+
+def test_plan_settings_is_what_sweep_scores(store):
+    """plan_settings (what the benchmarks and the CLI see before scoring) applies the same
+    clamping rule: the default K=1000 over the 600-row bank becomes K=600, noted."""
+    base, settings, adjusted = plan_settings(store, "knn")
+    assert base == {} and [s["K"] for s in settings] == [50, 100, 200, 500, 600]
+    assert [(a["setting"], a["used"]) for a in adjusted] == [({"K": 1000}, {"K": 600})]
+    with pytest.raises(UsageError, match="parameter 'K' is given both"):
+        plan_settings(store, "knn", {"K": [5]}, {"K": 5})
 
 
 def test_default_grid_clamped_settings_merge(store):

@@ -22,6 +22,24 @@ def odin_extras(n, iid):
     return {odin_name(t, e): kit.random_logits(RNG, n, 3.0 if iid else 0.5) for t, e in GRID}
 
 
+def test_has_extra_lookup_matches_the_listing(tmp_path):
+    """Split.has_extra looks one HDF5 path up; reference: its definition over the listing,
+    `name in names or any(n.startswith(name + "/"))`, for stored names, the group, prefixes
+    that are not names, missing names and names that are not plain paths; before and after
+    the arrays are opened (cached per open file)."""
+    st = kit.extras_store(tmp_path / "h", RNG, odin_extras)
+    sp = st.split("ood/far/x")
+    names = sp.extra_names()
+    asked = [*names, "odin_logits", "odin_log", "odin_logits/1000", "nothing", "nothing/x", "",
+             "/odin_logits", "odin_logits/", "odin_logits//" + names[0].split("/")[1], "."]
+    expect = [n in names or any(m.startswith(n + "/") for m in names) for n in asked]
+    assert sum(expect) == len(names) + 1
+    assert [sp.has_extra(n) for n in asked] == expect
+    for n in names:
+        sp.extra(n)
+    assert [sp.has_extra(n) for n in asked] == expect
+
+
 def test_odin_perturbed_against_numpy_and_grid(tmp_path):
     st = kit.extras_store(tmp_path / "o", RNG, odin_extras)
     sp = st.split("ood/far/x")
