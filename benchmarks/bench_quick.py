@@ -1,7 +1,7 @@
 """Benchmark: every goal row of issue 19 in one run, side by side (`make bench-quick`).
 
 Run ``python -m benchmarks.bench_quick [--full] [--only msp,vim,...] [--repeats R]
-[--no-peers] [--seed 0]``. Prints Markdown; progress goes to stderr. Default: reduced N
+[--no-peers] [--seed 0] [--sweep-only]``. Prints Markdown; progress goes to stderr. Default: reduced N
 (bench_scorers' --quick sizes: D = 2048, C = 1000, id/train 10,000, id/val 1,000, id/test
 5,000, 4 OOD splits x 1,000; about 5-8 minutes on 2 idle cores); ``--full``: bench_scorers'
 full sizes (id/train 100,000 x 2048; `make bench` runs it).
@@ -29,7 +29,10 @@ read once before timing (warm page cache for both sides). Rows:
 4. sweeps (every scorer with a default grid; bench_sweep's synthetic store): construct + fit +
    ``score_grid`` over the whole default grid against construct + fit + score of one setting
    (the scorer's default where it is in the grid, else the grid's first), CPU seconds with one
-   BLAS thread and one scoring worker; goal <= 1.5x.
+   BLAS thread and one scoring worker; goal <= 1.5x. The settings are those `featstore sweep`
+   scores (`scorers.sweep.plan_settings`: defaults the store makes invalid clamped, noted);
+   beside, the grid floor of `benchmarks.sweep_floors` (the one setting + the work no other
+   setting can share, measured bare) and the verdict. ``--sweep-only`` runs this section alone.
 5. approximate KNN (ivf_flat, hnsw) against scikit-learn's brute force NearestNeighbors
    (K = 50, the same queries), with recall@K against exact search (the scorer's
    diagnostics, 256 id/val queries); goal: recall >= 0.95 and >= 10x.
