@@ -1,7 +1,8 @@
 """Benchmark: every goal row of issue 19 in one run, side by side (`make bench-quick`).
 
 Run ``python -m benchmarks.bench_quick [--full] [--only msp,vim,...] [--repeats R]
-[--no-peers] [--seed 0] [--sweep-only]``. Prints Markdown; progress goes to stderr. Default: reduced N
+[--no-peers] [--seed 0] [--sweep-only]``. Prints Markdown; progress goes to stderr. Default:
+reduced N
 (bench_scorers' --quick sizes: D = 2048, C = 1000, id/train 10,000, id/val 1,000, id/test
 5,000, 4 OOD splits x 1,000; about 5-8 minutes on 2 idle cores); ``--full``: bench_scorers'
 full sizes (id/train 100,000 x 2048; `make bench` runs it).
