@@ -76,6 +76,37 @@ def test_map_rows_blocks_cover_every_row_once_and_bad_thread_setting(make_store,
         map_rows(split, ("features",), lambda x: x.sum(axis=1))
 
 
+def test_map_rows_read_buffers_are_reused_without_carrying_values(make_store):
+    """The read-buffer pool of scorers.rowmap (kept between calls): reference = each split's
+    whole array read with h5py through Split.read, row maxima in NumPy. A call after a call
+    on a larger split, calls from two threads at once, and a pool that kept a buffer still
+    give every split its own values; a kept buffer is handed out again (no fresh memory)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from scorers import rowmap
+
+    store = make_store(dim=20)
+    splits = [store.split(n) for n in store.splits()]
+    want = {s.name: s.read("logits").max(axis=1) for s in splits}
+    for split in sorted(splits, key=lambda s: -s.num_rows) * 2:
+        np.testing.assert_array_equal(
+            map_rows(split, ("logits",), lambda lg: lg.max(axis=1)), want[split.name])
+    with ThreadPoolExecutor(2) as pool:
+        runs = [(s.name, pool.submit(map_rows, s, ("logits",), lambda lg: lg.max(axis=1)))
+                for s in splits * 3]
+        for name, job in runs:
+            np.testing.assert_array_equal(job.result(), want[name])
+    buffers = rowmap._ReadBuffers(limit=1 << 20)
+    first = buffers.take((10, 4), np.dtype(np.float32))
+    buffers.give(first)
+    again = buffers.take((5, 2), np.dtype(np.float64))
+    assert np.shares_memory(again, first) and again.shape == (5, 2)
+    other = buffers.take((3,), np.dtype(np.float64))  # the kept one is in use: a new one
+    assert not np.shares_memory(other, first)
+    buffers.give(again)
+    assert not np.shares_memory(buffers.take((100, 100), np.dtype(np.float64)), first)
+
+
 def test_stored_logits_are_head_probe(tmp_path, make_store):
     """float32 logits = features @ W.T + b (what `Store.from_arrays` computes in float32, as
     a network's head does): True; the same logits scaled by 2 (another head's output) or
