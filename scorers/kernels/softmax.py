@@ -1,63 +1,94 @@
 """Row-wise softmax helpers over logits (N, C), all computed in float64 with
-max-subtraction (a float64 copy of the chunk; the stored values are never modified):
+max-subtraction, each in one fused pass per row (`scorers.kernels.rowexp`: a Numba loop with
+a vectorized float64 exp within 1 ulp of np.exp; the stored values are never modified and no
+float64 copy of the chunk is made). With m = max_j l_j / T, z_j = l_j / T - m, e_j = exp(z_j)
+and s = sum_j e_j:
 
-    softmax(l, T)_k   = exp(l_k / T - m) / sum_j exp(l_j / T - m),   m = max_j l_j / T
-    logsumexp(l, T)   = m + log sum_j exp(l_j / T - m)
-    max_softmax(l, T) = exp(max_j l_j / T - logsumexp(l, T))
-    softmax_plogp(l)  = (softmax(l), sum_k p_k log p_k) from one exp pass
+    softmax(l, T)_k   = e_k / s
+    logsumexp(l, T)   = m + log s
+    max_softmax(l, T) = exp(max_j l_j / T - logsumexp(l, T)) = 1 / s   (e = 1 at the max)
+    softmax_plogp(l)  = (softmax(l), sum_k p_k log p_k), sum_k p_k log p_k = (sum_k e_k z_k) / s
+                        - log s   (log p_k = z_k - log s: an underflowed p_k contributes 0)
+    neg_entropy(l)    = sum_k p_k log p_k alone (no probability matrix)
+    gen_entropies(l, gammas, ms) = GEN's -sum over the top M probabilities of (p (1 - p))^gamma
+
+Inputs of any real dtype: float32 and float64 arrays are used as they are (made contiguous),
+other dtypes are widened to float64 first.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import rowexp
 
-def _scaled_copy(logits: np.ndarray, temperature: float) -> np.ndarray:
-    """A float64 copy of logits / T (one pass; division by T = 1 is exact, so skipped)."""
-    z = np.array(logits, dtype=np.float64)  # always a copy: the callers work in place
-    if temperature != 1.0:
-        z /= temperature
-    return z
+
+def _rows(logits: np.ndarray) -> np.ndarray:
+    """A C-contiguous float32 / float64 2-D view of logits (a copy only if needed)."""
+    arr = np.asarray(logits)
+    if arr.dtype not in (np.float32, np.float64):
+        arr = arr.astype(np.float64)
+    if arr.ndim != 2 or arr.shape[1] == 0:
+        raise ValueError(f"logits must be (rows, classes) with classes >= 1, got {arr.shape}")
+    return np.ascontiguousarray(arr)
+
+
+def _max_and_sumexp(logits: np.ndarray, temperature: float) -> tuple[np.ndarray, np.ndarray]:
+    x = _rows(logits)
+    mt = np.empty(x.shape[0])
+    s = np.empty(x.shape[0])
+    rowexp.max_and_sumexp(x, float(temperature), mt, s)
+    return mt, s
 
 
 def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """Row-wise softmax(logits / T), computed in float64 with max-subtraction."""
-    z = _scaled_copy(logits, temperature)
-    z -= z.max(axis=1, keepdims=True)
-    np.exp(z, out=z)
-    z /= z.sum(axis=1, keepdims=True)
-    return z
+    """Row-wise softmax(logits / T) = e_k / s, float64 (N, C)."""
+    x = _rows(logits)
+    p = np.empty(x.shape, dtype=np.float64)
+    rowexp.softmax_rows(x, float(temperature), p, np.empty(0), False)
+    return p
 
 
 def softmax_plogp(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(softmax(l), sum_k p_k log p_k) per row from ONE exp pass, float64: with z = l - max(l),
-    e = exp(z), s = sum(e): p = e / s and log p = z - log s, so sum_k p_k log p_k =
-    (sum_k e_k z_k) / s - log s (a probability that underflows contributes 0)."""
-    z = _scaled_copy(logits, 1.0)
-    z -= z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    s = e.sum(axis=1)
-    plogp = np.einsum("ij,ij->i", e, z) / s - np.log(s)
-    e /= s[:, None]
-    return e, plogp
+    """(softmax(l), sum_k p_k log p_k) per row from ONE exp pass, float64: p = e / s and
+    sum_k p_k log p_k = (sum_k e_k z_k) / s - log s (a probability that underflows
+    contributes 0)."""
+    x = _rows(logits)
+    p = np.empty(x.shape, dtype=np.float64)
+    plogp = np.empty(x.shape[0])
+    rowexp.softmax_rows(x, 1.0, p, plogp, True)
+    return p, plogp
+
+
+def neg_entropy(logits: np.ndarray) -> np.ndarray:
+    """Row-wise sum_k p_k log p_k = (sum_k e_k z_k) / s - log s of p = softmax(l), float64,
+    without forming p."""
+    x = _rows(logits)
+    out = np.empty(x.shape[0])
+    rowexp.neg_entropy_rows(x, out)
+    return out
 
 
 def logsumexp(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """Row-wise log sum_j exp(l_j / T), in float64 with max-subtraction."""
-    z = _scaled_copy(logits, temperature)
-    m = z.max(axis=1)
-    z -= m[:, None]
-    np.exp(z, out=z)
-    return m + np.log(z.sum(axis=1))
+    """Row-wise log sum_j exp(l_j / T) = m + log s, float64."""
+    mt, s = _max_and_sumexp(logits, temperature)
+    return mt + np.log(s)
 
 
 def max_softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """Row-wise max_k softmax(l / T)_k = exp(max(l) / T - logsumexp(l / T)), float64.
+    """Row-wise max_k softmax(l / T)_k = 1 / s (the exponential of the max is exp(0) = 1),
+    float64. Shared by `msp`, `odin`, `odin_perturbed`, `temp_scaling`, `godin` and
+    `mcdropout`."""
+    _, s = _max_and_sumexp(logits, temperature)
+    return 1.0 / s
 
-    For T > 0, max(l / T) == max(l) / T exactly (division is monotone and correctly rounded),
-    and the max of the stored values widened to float64 is the widened max, so no float64 copy
-    of the chunk is made for it. Shared by `msp`, `odin`, `odin_perturbed`, `temp_scaling`,
-    `godin` and `mcdropout`.
-    """
-    lmax = np.asarray(logits).max(axis=1).astype(np.float64) / temperature
-    return np.exp(lmax - logsumexp(logits, temperature))
+
+def gen_entropies(logits: np.ndarray, gammas: np.ndarray, ms: np.ndarray) -> np.ndarray:
+    """(N, len(gammas), len(ms)) float64: -sum over the top ms[q] softmax probabilities p of
+    (p (1 - p))^gammas[g] (`rowexp.gen_rows`); gammas distinct and > 0, ms distinct,
+    decreasing, each in [1, C]."""
+    x = _rows(logits)
+    out = np.empty((x.shape[0], len(gammas), len(ms)))
+    rowexp.gen_rows(x, np.asarray(gammas, dtype=np.float64), np.asarray(ms, dtype=np.int64),
+                    out)
+    return out

@@ -23,13 +23,13 @@ import numpy as np
 from featstore.interfaces import SplitLike
 
 from ..base import Scorer
-from ..kernels.softmax import softmax_plogp
+from ..kernels.softmax import neg_entropy as _neg_entropy
 
 
 def neg_entropy(logits: np.ndarray) -> np.ndarray:
     """Row-wise sum_k p_k log p_k of p = softmax(l), float64
-    (`scorers.kernels.softmax.softmax_plogp`)."""
-    return softmax_plogp(logits)[1]
+    (`scorers.kernels.softmax.neg_entropy`: one fused pass per row, no probability matrix)."""
+    return _neg_entropy(logits)
 
 
 class Entropy(Scorer):

@@ -16,9 +16,13 @@ Defaults gamma = 0.1, M = 100 (the paper's ImageNet setting; OpenOOD v1.5
 `gen.yml` `postprocessor_sweep`: gamma in [0.01, 0.1, 0.5, 1, 2, 5, 10], M in
 [10, 50, 100, 200, 500, 1000] (M values above C collapse onto M = C).
 
-`score_grid` shares the work: per block, one softmax and one selection of the top max(M)
-probabilities of each row (a partition, then a sort of those only); per gamma, one power and one
-cumulative sum over them, from which every M is a column lookup.
+Computed per row in one Numba pass (`scorers.kernels.rowexp.gen_rows`): the softmax
+p_j = e_j / s (e_j = exp(l_j - max l), s = sum e, float64), a selection of the top min(M, C)
+entries, lq = log(p (1 - p)) once per selected entry, and per gamma one exp pass
+(p (1 - p))^gamma = exp(gamma lq) over them, summed in float64.
+`score_grid` shares the work: per row, one exp pass and nested selections of the top M for
+every distinct M of the grid (the largest first, then within it) and the logs; per distinct
+gamma, one exp pass over the top max(M) entries, whose running sums at each M give every M.
 """
 
 from __future__ import annotations
@@ -33,24 +37,19 @@ from featstore.errors import UsageError
 from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
-from ..kernels.softmax import softmax
+from ..kernels.softmax import gen_entropies
 
 
 def gen_scores(logits: np.ndarray, gammas: list[float], ms: list[int]) -> list[np.ndarray]:
-    """-sum of p^g (1-p)^g over the top-min(M, C) softmax probabilities, per (g, M) pair."""
-    probs = softmax(logits)
-    c = probs.shape[1]
-    top = max(min(m, c) for m in ms)
-    if top < c:  # only the `top` largest of each row are summed: select them, then sort
-        probs = -np.partition(-probs, top - 1, axis=1)[:, :top]
-    ranked = np.sort(probs, axis=1)[:, ::-1][:, :top]  # decreasing
-    cums: dict[float, np.ndarray] = {}
-    out = []
-    for g, m in zip(gammas, ms, strict=True):
-        if g not in cums:
-            cums[g] = np.cumsum(ranked**g * (1.0 - ranked) ** g, axis=1)
-        out.append(-cums[g][:, min(m, c) - 1])
-    return out
+    """-sum of p^g (1-p)^g over the top-min(M, C) softmax probabilities, per (g, M) pair:
+    one call of `scorers.kernels.softmax.gen_entropies` over the distinct gammas and the
+    distinct clipped M (decreasing)."""
+    c = int(np.shape(logits)[1])
+    distinct_g = sorted(set(gammas))
+    distinct_m = sorted({min(m, c) for m in ms}, reverse=True)
+    table = gen_entropies(logits, np.array(distinct_g), np.array(distinct_m))
+    return [table[:, distinct_g.index(g), distinct_m.index(min(m, c))]
+            for g, m in zip(gammas, ms, strict=True)]
 
 
 class GEN(Scorer):

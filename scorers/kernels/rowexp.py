@@ -1,0 +1,290 @@
+"""Fused row passes over logits (N, C) in float64, one Numba loop per row: the max, the
+exponentials exp(z_j) with z_j = l_j / T - max_k l_k / T, their sum s, and what a scorer
+derives from them (the logsumexp m + log s, the softmax e_j / s, sum_j p_j log p_j, GEN's
+generalized entropy of the top-M probabilities). `scorers.kernels.softmax` is the public API;
+this module holds the loops.
+
+Why a kernel: NumPy's float64 exp is scalar on AVX2 machines (~6 ns per entry, 3x its
+float32 exp), and the NumPy formulation needs a float64 copy of the chunk plus one pass per
+operation. Here each row is read once, and `exp_nonpos` is a branch-free float64 exp that the
+compiler vectorizes:
+
+    exp(z) = 2^k * P(r),  k = floor(z / ln 2 + 1/2),  r = (z - k ln2_hi) - k ln2_lo,
+    P = the degree-13 Taylor polynomial of exp (Horner, |r| <= ln 2 / 2: truncation < 1e-17),
+    2^k = 2^k1 * 2^k2 with k1 = floor(k / 2), k2 = k - k1 (both normal numbers, so results in
+    the subnormal range are rounded once), z clamped below at -746 (exp underflows to 0).
+
+It is within 1 ulp of the correctly rounded exp for every z <= 0 (checked against np.exp in
+tests/scorers/test_rowexp.py), exact at z = 0 (P(0) = 1), and deterministic: the same inputs
+give the same bits, whatever the block or thread layout (each row is computed alone).
+Sums of a row use four interleaved float64 accumulators in index order (fixed order).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+_LN2_HI = 6.93147180369123816490e-01  # fdlibm's split of ln 2: hi has 32 significant bits
+_LN2_LO = 1.90821492927058770002e-10
+_INV_LN2 = 1.44269504088896338700e00
+_MAGIC = 6755399441055744.0  # 1.5 * 2^52: x + MAGIC holds the integer x in its low bits
+
+
+@njit(fastmath={"contract"})
+def exp_nonpos(z):
+    """exp(z) for z <= 0 in float64 (see the module docstring), 0.0 below -746 and at -inf."""
+    if z < -746.0:  # not max(): NaN must stay NaN
+        z = -746.0
+    k = np.floor(z * _INV_LN2 + 0.5)
+    r = (z - k * _LN2_HI) - k * _LN2_LO
+    p = 1.0 / 6227020800.0
+    p = p * r + 1.0 / 479001600.0
+    p = p * r + 1.0 / 39916800.0
+    p = p * r + 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    p = p * r + 1.0
+    p = p * r + 1.0
+    k1 = np.floor(k * 0.5)
+    b1 = np.float64(k1 + _MAGIC).view(np.int64)
+    b2 = np.float64((k - k1) + _MAGIC).view(np.int64)
+    s1 = np.int64((b1 + 1023) << 52).view(np.float64)
+    s2 = np.int64((b2 + 1023) << 52).view(np.float64)
+    return p * s1 * s2
+
+
+@njit
+def _row_sum(v, n):
+    """sum of v[:n] with four interleaved accumulators (fixed order, so deterministic)."""
+    a0 = 0.0
+    a1 = 0.0
+    a2 = 0.0
+    a3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        a0 += v[j]
+        a1 += v[j + 1]
+        a2 += v[j + 2]
+        a3 += v[j + 3]
+        j += 4
+    while j < n:
+        a0 += v[j]
+        j += 1
+    return (a0 + a1) + (a2 + a3)
+
+
+@njit(fastmath={"contract"})
+def _row_exp(x, i, temperature, z, e):
+    """z[j] = x[i, j] / T - max_k x[i, k] / T and e[j] = exp(z[j]) for row i; returns the
+    max / T (float64)."""
+    c = x.shape[1]
+    m = x[i, 0]
+    for j in range(1, c):
+        if x[i, j] > m:
+            m = x[i, j]
+    mt = np.float64(m) / temperature
+    if temperature == 1.0:
+        for j in range(c):
+            z[j] = np.float64(x[i, j]) - mt
+            e[j] = exp_nonpos(z[j])
+    else:
+        for j in range(c):
+            z[j] = np.float64(x[i, j]) / temperature - mt
+            e[j] = exp_nonpos(z[j])
+    return mt
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def max_and_sumexp(x, temperature, mt_out, s_out):
+    """Per row i: mt_out[i] = max_k x[i, k] / T and s_out[i] = sum_j exp(x[i, j] / T -
+    mt_out[i]) (so logsumexp = mt + log s and the max softmax = 1 / s)."""
+    c = x.shape[1]
+    z = np.empty(c)
+    e = np.empty(c)
+    for i in range(x.shape[0]):
+        mt_out[i] = _row_exp(x, i, temperature, z, e)
+        s_out[i] = _row_sum(e, c)
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def softmax_rows(x, temperature, p_out, plogp_out, want_plogp):
+    """p_out[i, j] = e_j / s (e_j = exp(z_j), z_j = x[i, j] / T - max / T, s = sum e); when
+    `want_plogp`, plogp_out[i] = sum_j p_j log p_j = (sum_j e_j z_j) / s - log s."""
+    c = x.shape[1]
+    z = np.empty(c)
+    e = np.empty(c)
+    for i in range(x.shape[0]):
+        _row_exp(x, i, temperature, z, e)
+        s = _row_sum(e, c)
+        for j in range(c):
+            p_out[i, j] = e[j] / s
+        if want_plogp:
+            for j in range(c):
+                z[j] *= e[j]
+            plogp_out[i] = _row_sum(z, c) / s - math.log(s)
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def neg_entropy_rows(x, out):
+    """out[i] = sum_j p_j log p_j of p = softmax(x[i]) = (sum_j e_j z_j) / s - log s."""
+    c = x.shape[1]
+    z = np.empty(c)
+    e = np.empty(c)
+    for i in range(x.shape[0]):
+        _row_exp(x, i, 1.0, z, e)
+        s = _row_sum(e, c)
+        for j in range(c):
+            z[j] *= e[j]
+        out[i] = _row_sum(z, c) / s - math.log(s)
+
+
+@njit
+def _kth_largest(src, n, kth, a, b):
+    """The value a descending sort of src[:n] puts at position kth (0-based), by quickselect
+    with branch-free partitions (each pass copies the entries above the median-of-three
+    pivot, or below it, into b with a conditional increment, then back into a);
+    deterministic. NaN in src[:n] ends the search with a NaN or arbitrary entry."""
+    for j in range(n):
+        a[j] = src[j]
+    while n > 1:
+        x0, x1, x2 = a[0], a[n // 2], a[n - 1]
+        pivot = max(min(x0, x1), min(max(x0, x1), x2))
+        n_gt = 0
+        n_eq = 0
+        for j in range(n):
+            v = a[j]
+            b[n_gt] = v
+            n_gt += v > pivot
+            n_eq += v == pivot
+        if kth < n_gt:
+            n = n_gt
+        elif kth < n_gt + n_eq:
+            return pivot
+        else:
+            n_lt = 0
+            for j in range(n):
+                v = a[j]
+                b[n_lt] = v
+                n_lt += v < pivot
+            if n_lt + n_gt + n_eq != n:  # NaN
+                return pivot
+            kth -= n_gt + n_eq
+            n = n_lt
+        for j in range(n):
+            a[j] = b[j]
+    return a[0]
+
+
+@njit
+def _keep_largest(key, n, m, a, b):
+    """Permute key[:n] so that key[:m] holds its m largest entries: those above the m-th
+    largest value t (in their order in key), then the entries equal to t, then those below
+    (in order). Branch-free passes through the scratch buffers a and b."""
+    t = _kth_largest(key, n, m - 1, a, b)
+    n_gt = 0
+    n_lt = 0
+    for j in range(n):
+        v = key[j]
+        a[n_gt] = v
+        n_gt += v > t
+        b[n_lt] = v
+        n_lt += v < t
+    for j in range(n_gt):
+        key[j] = a[j]
+    for j in range(n_gt, n - n_lt):
+        key[j] = t
+    for j in range(n_lt):
+        key[n - n_lt + j] = b[j]
+
+
+_SAMPLE = 64
+
+
+@njit
+def _keep_top(z, m, key, sample):
+    """Copy into key[:h] (in index order) h >= m entries of z that include its m largest,
+    and return h: a branch-free pass keeping z_j >= a pivot taken from `_SAMPLE` strided
+    entries (the sample's (rank + 1)-th largest, rank = 1.5 m / C of the sample + 2, by a
+    partial insertion sort into `sample`); all of z when the row is short, m large, or the pivot keeps fewer than m."""
+    c = z.shape[0]
+    if c >= 4 * _SAMPLE and 2 * m < c:
+        stride = c // _SAMPLE
+        rank = min(_SAMPLE - 1, (3 * m * _SAMPLE) // (2 * c) + 2)
+        kept = 0  # sample[:kept]: the largest sampled values so far, descending
+        for a in range(_SAMPLE):
+            v = z[a * stride]
+            if kept <= rank:
+                kept += 1
+            elif v <= sample[rank]:
+                continue
+            b = kept - 1
+            while b > 0 and sample[b - 1] < v:
+                sample[b] = sample[b - 1]
+                b -= 1
+            sample[b] = v
+        pivot = sample[rank]
+        h = 0
+        for j in range(c):
+            key[h] = z[j]
+            h += z[j] >= pivot
+        if h >= m:
+            return h
+    for j in range(c):
+        key[j] = z[j]
+    return c
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def gen_rows(x, gammas, ms, out):
+    """GEN over the rows of x (T = 1): out[i, g, q] = -sum over the top ms[q] probabilities
+    p of row i of (p (1 - p))^gammas[g], for distinct gammas and distinct ms sorted in
+    decreasing order, each <= C.
+
+    Per row: one exp pass (z_j = l_j - max l, e_j = exp(z_j), s = sum e); then nested
+    selections (`_keep_largest`) leave the ms[q] largest z in key[:ms[q]] for every q
+    (key[:ms[0]] = all of z when ms[0] = C), and lq_k = log(p_k (1 - p_k)), p_k = exp(key_k) / s, once per kept
+    entry. Per gamma: one exp pass w_k = exp(gamma lq_k) = (p_k (1 - p_k))^gamma over the
+    kept entries, summed in key order; the sum for ms[q] is the running sum at ms[q]."""
+    n, c = x.shape
+    n_m = ms.shape[0]
+    top = ms[0]
+    z = np.empty(c)
+    e = np.empty(c)
+    key = np.empty(c)
+    lq = np.empty(c)
+    sample = np.empty(_SAMPLE)
+    buf_a = np.empty(c)
+    buf_b = np.empty(c)
+    for i in range(n):
+        _row_exp(x, i, 1.0, z, e)
+        s = _row_sum(e, c)
+        hi = _keep_top(z, top, key, sample) if top < c else c
+        if top == c:
+            for j in range(c):
+                key[j] = z[j]
+        for q in range(n_m):
+            if ms[q] < c:
+                _keep_largest(key, hi, ms[q], buf_a, buf_b)
+                hi = ms[q]
+        for k in range(top):
+            p = exp_nonpos(key[k]) / s
+            lq[k] = np.log(p * (1.0 - p))
+        for g in range(gammas.shape[0]):
+            gamma = gammas[g]
+            for k in range(top):
+                e[k] = exp_nonpos(gamma * lq[k])  # e is free after the row's sum
+            acc = 0.0
+            start = 0
+            for q in range(n_m - 1, -1, -1):
+                acc += _row_sum(e[start:], ms[q] - start)
+                start = ms[q]
+                out[i, g, q] = -acc
