@@ -2,7 +2,10 @@
 class, and takes the heavy lifting from here (NumPy / Numba only, no store I/O of their own
 beyond the chunks a scorer hands them, never torch).
 
-- `softmax`:    row-wise softmax, logsumexp, max softmax, softmax with sum p log p
+- `softmax`:    row-wise softmax, logsumexp, max softmax, softmax with sum p log p, negative
+                entropy, GEN's top-M generalized entropies (the public API of `rowexp`)
+- `rowexp`:     the fused Numba row loops behind `softmax` (a vectorized float64 exp within
+                1 ulp; max, exp, sum, selection of the top M in one pass per row)
 - `select`:     exact percentiles of a streamed float32 array by a two-pass radix select
 - `gather`:     row gathers of W.T into float64 sums (the sparse-product primitives) and the
                 sparse-versus-dense cost model

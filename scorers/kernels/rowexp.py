@@ -214,7 +214,8 @@ def _keep_top(z, m, key, sample):
     """Copy into key[:h] (in index order) h >= m entries of z that include its m largest,
     and return h: a branch-free pass keeping z_j >= a pivot taken from `_SAMPLE` strided
     entries (the sample's (rank + 1)-th largest, rank = 1.5 m / C of the sample + 2, by a
-    partial insertion sort into `sample`); all of z when the row is short, m large, or the pivot keeps fewer than m."""
+    partial insertion sort into `sample`); all of z when the row is short, m large, or the
+    pivot keeps fewer than m."""
     c = z.shape[0]
     if c >= 4 * _SAMPLE and 2 * m < c:
         stride = c // _SAMPLE
@@ -251,9 +252,10 @@ def gen_rows(x, gammas, ms, out):
 
     Per row: one exp pass (z_j = l_j - max l, e_j = exp(z_j), s = sum e); then nested
     selections (`_keep_largest`) leave the ms[q] largest z in key[:ms[q]] for every q
-    (key[:ms[0]] = all of z when ms[0] = C), and lq_k = log(p_k (1 - p_k)), p_k = exp(key_k) / s, once per kept
-    entry. Per gamma: one exp pass w_k = exp(gamma lq_k) = (p_k (1 - p_k))^gamma over the
-    kept entries, summed in key order; the sum for ms[q] is the running sum at ms[q]."""
+    (key[:ms[0]] = all of z when ms[0] = C), and lq_k = log(p_k (1 - p_k)),
+    p_k = exp(key_k) / s, once per kept entry. Per gamma: one exp pass
+    w_k = exp(gamma lq_k) = (p_k (1 - p_k))^gamma over the kept entries, summed in key order;
+    the sum for ms[q] is the running sum at ms[q]."""
     n, c = x.shape
     n_m = ms.shape[0]
     top = ms[0]
@@ -288,3 +290,10 @@ def gen_rows(x, gammas, ms, out):
                 acc += _row_sum(e[start:], ms[q] - start)
                 start = ms[q]
                 out[i, g, q] = -acc
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def exp_array(z, out):
+    """out[j] = exp_nonpos(z[j]) for a 1-D array (the kernel's exp, exposed for its tests)."""
+    for j in range(z.shape[0]):
+        out[j] = exp_nonpos(z[j])
