@@ -16,7 +16,7 @@ import h5py
 import numpy as np
 
 from .errors import InputError, UsageError
-from .layout import ROW_AXIS_ATTR, dataset_paths, extra_names
+from .layout import ROW_AXIS_ATTR, extra_names
 from .values import nonfinite_record
 from .verify import split_file_problem
 
@@ -158,7 +158,9 @@ class Split:
         if isinstance(obj, h5py.Dataset):
             self._datasets[key] = obj
             return True
-        return isinstance(obj, h5py.Group) and bool(dataset_paths(obj))
+        # a group: stop at its first array (h5py's visit ends when the callback returns a value)
+        return isinstance(obj, h5py.Group) and bool(obj.visititems(
+            lambda _name, member: True if isinstance(member, h5py.Dataset) else None))
 
     def extra(self, name: str) -> h5py.Dataset:
         """An extra array (DESIGN §2), e.g. `mc_logits`; error naming the available ones."""
