@@ -10,15 +10,16 @@ bare, so the table can say whether a ratio above the goal is the machine's or th
                  + sum over the other settings of the bare work that setting alone needs
 
 on the scored splits (`bench_sweep.A_SPLITS`), CPU seconds, arrays already in RAM, fastest
-of `REPEATS` runs; the caller holds BLAS at one thread. The bare per-setting work, per scorer
-(`PER_SETTING`; what can be shared, e.g. the float64 copy and the row max of the logits, is
-outside it):
+of `REPEATS` runs; the caller holds BLAS at one thread. A setting's pass over its logits is
+the issue's logit floor core op (`benchmarks.floors.CORE_OPS`: one NumPy float32 pass of max /
+softmax / logsumexp; temperatures and the remaining per-row arithmetic not counted). The bare
+per-setting work, per scorer (`PER_SETTING`):
 
-- energy, odin: one temperature's logsumexp pass over the float64 logits whose row max is
-  known: z = l / T - m / T, exp, row sum, log (float64, as the scorers compute).
+- energy, odin: one temperature's core-op pass (logsumexp, softmax) over the logits.
 - odin_perturbed, ip_ts_mlv: the setting's stored (N, C) extra read with one h5py call, plus
-  its pass (the logsumexp pass above; the row max / T).
-- scale: one percentile's logsumexp(exp(s1 / s2) * z + b) over (N, C) (z = h @ W.T shared).
+  its core-op pass (softmax; max).
+- scale: one percentile's logsumexp pass over its rescaled logits exp(s1 / s2) * z + b
+  (the rescale and the pass; z = h @ W.T is shared).
 - ash, dice, react: one float32 sgemm of the scored rows (N x D) with the head (D x C), the
   operands of a setting (pruned / clipped features, masked head) differ per setting, plus the
   logsumexp pass of its logits. (ASH and DICE share nested kept sets as running sums, so
@@ -39,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.bench_sweep import A_SPLITS
+from benchmarks.floors import CORE_OPS
 from featstore.extra_keys import odin_name
 
 REPEATS = 3
@@ -60,73 +62,56 @@ def _best(fn: Callable[[], Any]) -> float:
     return min(times)
 
 
-def _lse_pass(z64: np.ndarray, m: np.ndarray, temperature: float) -> np.ndarray:
-    """One temperature's pass: log sum exp(l / T - m / T) + m / T, l and m given."""
-    z = z64 / temperature
-    mt = m / temperature
-    z -= mt[:, None]
-    np.exp(z, out=z)
-    return mt + np.log(z.sum(axis=1))
-
-
 class _Arrays:
     """The scored splits' arrays in RAM (read once, outside every timing)."""
 
     def __init__(self, store: Any):
-        self.store = store
         self.splits = [store.split(name) for name in A_SPLITS]
         w, b = store.head
         self.wt32 = np.ascontiguousarray(np.asarray(w, dtype=np.float32).T)
-        self.bias = np.asarray(b, dtype=np.float64)
+        self.bias32 = np.asarray(b, dtype=np.float32)
         self._cache: dict[str, list[np.ndarray]] = {}
 
     def get(self, what: str) -> list[np.ndarray]:
         if what not in self._cache:
-            if what == "logits64":
-                arrs = [np.asarray(s.read("logits"), dtype=np.float64) for s in self.splits]
-            elif what == "max":
-                arrs = [a.max(axis=1) for a in self.get("logits64")]
+            if what == "logits":
+                arrs = [np.asarray(s.read("logits"), dtype=np.float32) for s in self.splits]
             elif what == "features":
                 arrs = [np.asarray(s.read("features"), dtype=np.float32) for s in self.splits]
-            elif what == "z64":   # h @ W.T in float64, SCALE's shared product
-                arrs = [f.astype(np.float64) @ self.wt32.astype(np.float64)
-                        for f in self.get("features")]
+            elif what == "z":   # h @ W.T, SCALE's shared product
+                arrs = [f @ self.wt32 for f in self.get("features")]
             else:
                 raise KeyError(what)
             self._cache[what] = arrs
         return self._cache[what]
 
 
-def _temperature(arr: _Arrays, s: dict[str, Any]) -> Callable[[], Any]:
-    z, m = arr.get("logits64"), arr.get("max")
-    return lambda: [_lse_pass(a, b, float(s["temperature"])) for a, b in zip(z, m, strict=True)]
+def _temperature(core: str) -> Callable[[_Arrays, dict[str, Any]], Callable[[], Any]]:
+    def make(arr: _Arrays, s: dict[str, Any]) -> Callable[[], Any]:
+        logits, op = arr.get("logits"), CORE_OPS[core]
+        return lambda: [op(x) for x in logits]
+    return make
 
 
-def _perturbed(arr: _Arrays, s: dict[str, Any], max_only: bool = False) -> Callable[[], Any]:
-    t = float(s["temperature"])
-    names = [sp.dataset(f"extra:{odin_name(t, s['epsilon'])}") for sp in arr.splits]
-
-    def run() -> None:
-        for ds in names:
-            l64 = np.asarray(ds[()], dtype=np.float64)
-            m = l64.max(axis=1)
-            if max_only:
-                m / t
-            else:
-                _lse_pass(l64, m, t)
-    return run
+def _perturbed(core: str) -> Callable[[_Arrays, dict[str, Any]], Callable[[], Any]]:
+    def make(arr: _Arrays, s: dict[str, Any]) -> Callable[[], Any]:
+        name = odin_name(float(s["temperature"]), s["epsilon"])
+        datasets = [sp.dataset(f"extra:{name}") for sp in arr.splits]
+        op = CORE_OPS[core]
+        return lambda: [op(ds[()]) for ds in datasets]
+    return make
 
 
 def _scale(arr: _Arrays, s: dict[str, Any]) -> Callable[[], Any]:
-    zs = arr.get("z64")
+    zs = arr.get("z")
     rng = np.random.default_rng(0)
-    factors = [np.exp(rng.uniform(0.5, 1.0, len(z))) for z in zs]   # exp(s1 / s2) stand-in
+    factors = [np.exp(rng.uniform(0.5, 1.0, (len(z), 1))).astype(np.float32) for z in zs]
 
     def run() -> None:
         for z, f in zip(zs, factors, strict=True):
-            y = z * f[:, None]
-            y += arr.bias
-            _lse_pass(y, y.max(axis=1), 1.0)
+            y = z * f
+            y += arr.bias32
+            CORE_OPS["logsumexp"](y)
     return run
 
 
@@ -137,20 +122,20 @@ def _gemm(arr: _Arrays, s: dict[str, Any]) -> Callable[[], Any]:
 
     def run() -> None:
         for x in feats:
-            y = (x @ arr.wt32).astype(np.float64)
-            y += arr.bias
-            _lse_pass(y, y.max(axis=1), 1.0)
+            y = x @ arr.wt32
+            y += arr.bias32
+            CORE_OPS["logsumexp"](y)
     return run
 
 
 # scorer -> (what one more setting costs at least, its bare work)
 PER_SETTING: dict[str, tuple[str, Callable[[_Arrays, dict[str, Any]], Callable[[], Any]]]] = {
-    "energy": ("a logsumexp pass per temperature", _temperature),
-    "odin": ("a logsumexp pass per temperature", _temperature),
-    "odin_perturbed": ("a read of the setting's stored logits + a logsumexp pass", _perturbed),
-    "ip_ts_mlv": ("a read of the setting's stored logits + a max pass",
-                  lambda a, s: _perturbed(a, s, max_only=True)),
-    "scale": ("a scaled logsumexp pass per percentile", _scale),
+    "energy": ("a logsumexp pass per temperature", _temperature("logsumexp")),
+    "odin": ("a softmax pass per temperature", _temperature("softmax")),
+    "odin_perturbed": ("a read of the setting's stored logits + a softmax pass",
+                       _perturbed("softmax")),
+    "ip_ts_mlv": ("a read of the setting's stored logits + a max pass", _perturbed("max")),
+    "scale": ("a rescale + logsumexp pass per percentile", _scale),
     "ash": ("an N x D x C sgemm + logsumexp per percentile", _gemm),
     "dice": ("an N x D x C sgemm + logsumexp per p", _gemm),
     "react": ("an N x D x C sgemm + logsumexp per percentile", _gemm),
