@@ -7,7 +7,8 @@ this module holds the loops.
 Why a kernel: NumPy's float64 exp is scalar on AVX2 machines (~6 ns per entry, 3x its
 float32 exp), and the NumPy formulation needs a float64 copy of the chunk plus one pass per
 operation. Here each row is read once, and `exp_nonpos` is a branch-free float64 exp that the
-compiler vectorizes:
+compiler vectorizes (`log_nonneg` likewise for the log GEN needs; every kernel is compiled
+with error_model="numpy", so a division is not a branch that stops vectorization):
 
     exp(z) = 2^k * P(r),  k = floor(z / ln 2 + 1/2),  r = (z - k ln2_hi) - k ln2_lo,
     P = the degree-13 Taylor polynomial of exp (Horner, |r| <= ln 2 / 2: truncation < 1e-17),
@@ -33,7 +34,7 @@ _INV_LN2 = 1.44269504088896338700e00
 _MAGIC = 6755399441055744.0  # 1.5 * 2^52: x + MAGIC holds the integer x in its low bits
 
 
-@njit(fastmath={"contract"})
+@njit(fastmath={"contract"}, error_model="numpy")
 def exp_nonpos(z):
     """exp(z) for z <= 0 in float64 (see the module docstring), 0.0 below -746 and at -inf."""
     if z < -746.0:  # not max(): NaN must stay NaN
@@ -62,7 +63,48 @@ def exp_nonpos(z):
     return p * s1 * s2
 
 
-@njit
+_SQRT2 = 1.4142135623730951
+_TWO54 = 18014398509481984.0
+_TWO52 = 4503599627370496.0
+_MIN_NORMAL = 2.2250738585072014e-308
+
+
+@njit(fastmath={"contract"}, error_model="numpy")
+def log_nonneg(x):
+    """log(x) for finite x >= 0 in float64 (-inf at 0), branch-free so loops vectorize:
+    x = 2^k m with m in [sqrt(1/2), sqrt(2)) from the bits (subnormals scaled by 2^54 first),
+    log m = 2 atanh(f) with f = (m - 1) / (m + 1), |f| <= 0.1716, as the odd series
+    2 (f + f^3 / 3 + ... + f^23 / 23) (truncation < 1e-18 relative), and
+    log x = k ln2_hi + (log m + k ln2_lo). Within a few ulp of np.log (tests)."""
+    sub = np.float64(x < _MIN_NORMAL)
+    xs = x * (1.0 + sub * (_TWO54 - 1.0))
+    bits = np.float64(xs).view(np.int64)
+    # the biased exponent e as a float without an int -> float conversion (none is packed
+    # on AVX2): the double with bits 0x4330000000000000 | e is 2^52 + e
+    k = np.int64(((bits >> 52) & 0x7FF) | 0x4330000000000000).view(np.float64) - (_TWO52 + 1023.0)
+    m = np.int64((bits & 0x000FFFFFFFFFFFFF) | 0x3FF0000000000000).view(np.float64)
+    big = np.float64(m > _SQRT2)
+    m = m * (1.0 - 0.5 * big)
+    k = k + big - 54.0 * sub
+    f = (m - 1.0) / (m + 1.0)
+    f2 = f * f
+    t = 2.0 / 23.0
+    t = t * f2 + 2.0 / 21.0
+    t = t * f2 + 2.0 / 19.0
+    t = t * f2 + 2.0 / 17.0
+    t = t * f2 + 2.0 / 15.0
+    t = t * f2 + 2.0 / 13.0
+    t = t * f2 + 2.0 / 11.0
+    t = t * f2 + 2.0 / 9.0
+    t = t * f2 + 2.0 / 7.0
+    t = t * f2 + 2.0 / 5.0
+    t = t * f2 + 2.0 / 3.0
+    logm = 2.0 * f + f * f2 * t
+    out = k * _LN2_HI + (logm + k * _LN2_LO)
+    return -np.inf if x == 0.0 else out
+
+
+@njit(error_model="numpy")
 def _row_sum(v, n):
     """sum of v[:n] with four interleaved accumulators (fixed order, so deterministic)."""
     a0 = 0.0
@@ -82,7 +124,7 @@ def _row_sum(v, n):
     return (a0 + a1) + (a2 + a3)
 
 
-@njit(fastmath={"contract"})
+@njit(fastmath={"contract"}, error_model="numpy")
 def _row_exp(x, i, temperature, z, e):
     """z[j] = x[i, j] / T - max_k x[i, k] / T and e[j] = exp(z[j]) for row i; returns the
     max / T (float64)."""
@@ -103,7 +145,7 @@ def _row_exp(x, i, temperature, z, e):
     return mt
 
 
-@njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
 def max_and_sumexp(x, temperature, mt_out, s_out):
     """Per row i: mt_out[i] = max_k x[i, k] / T and s_out[i] = sum_j exp(x[i, j] / T -
     mt_out[i]) (so logsumexp = mt + log s and the max softmax = 1 / s)."""
@@ -115,7 +157,7 @@ def max_and_sumexp(x, temperature, mt_out, s_out):
         s_out[i] = _row_sum(e, c)
 
 
-@njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
 def softmax_rows(x, temperature, p_out, plogp_out, want_plogp):
     """p_out[i, j] = e_j / s (e_j = exp(z_j), z_j = x[i, j] / T - max / T, s = sum e); when
     `want_plogp`, plogp_out[i] = sum_j p_j log p_j = (sum_j e_j z_j) / s - log s."""
@@ -133,7 +175,7 @@ def softmax_rows(x, temperature, p_out, plogp_out, want_plogp):
             plogp_out[i] = _row_sum(z, c) / s - math.log(s)
 
 
-@njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
 def neg_entropy_rows(x, out):
     """out[i] = sum_j p_j log p_j of p = softmax(x[i]) = (sum_j e_j z_j) / s - log s."""
     c = x.shape[1]
@@ -147,7 +189,7 @@ def neg_entropy_rows(x, out):
         out[i] = _row_sum(z, c) / s - math.log(s)
 
 
-@njit
+@njit(error_model="numpy")
 def _kth_largest(src, n, kth, a, b):
     """The value a descending sort of src[:n] puts at position kth (0-based), by quickselect
     with branch-free partitions (each pass copies the entries above the median-of-three
@@ -184,7 +226,7 @@ def _kth_largest(src, n, kth, a, b):
     return a[0]
 
 
-@njit
+@njit(error_model="numpy")
 def _keep_largest(key, n, m, a, b):
     """Permute key[:n] so that key[:m] holds its m largest entries: those above the m-th
     largest value t (in their order in key), then the entries equal to t, then those below
@@ -207,9 +249,10 @@ def _keep_largest(key, n, m, a, b):
 
 
 _SAMPLE = 64
+_BRACKET = 4
 
 
-@njit
+@njit(error_model="numpy")
 def _keep_top(z, m, key, sample):
     """Copy into key[:h] (in index order) h >= m entries of z that include its m largest,
     and return h: a branch-free pass keeping z_j >= a pivot taken from `_SAMPLE` strided
@@ -244,16 +287,73 @@ def _keep_top(z, m, key, sample):
     return c
 
 
-@njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(error_model="numpy")
+def _sample_top(z, count, sample):
+    """sample[:count] = the `count` largest of `_SAMPLE` entries of z taken at a fixed
+    stride, in decreasing order (a partial insertion sort)."""
+    stride = z.shape[0] // _SAMPLE
+    kept = 0
+    for a in range(_SAMPLE):
+        v = z[a * stride]
+        if kept < count:
+            kept += 1
+        elif v <= sample[count - 1]:
+            continue
+        b = kept - 1
+        while b > 0 and sample[b - 1] < v:
+            sample[b] = sample[b - 1]
+            b -= 1
+        sample[b] = v
+
+
+@njit(error_model="numpy")
+def _bracket_top(z, m, key, sample, band, a, b):
+    """Try to leave the m largest entries of z in key[:m] with one branch-free pass: two
+    pivots from the strided sample bracket the m-th largest (sample ranks m S / C -+ 6);
+    entries above the upper pivot go to key, entries between the pivots to `band`; if the
+    m-th largest is in the band, a selection there finds it (t) and key[:m] becomes the
+    entries above t (upper ones first, then band ones, in index order) then copies of t.
+    False (key unspecified) when the row is short, m >= C / 2 or the bracket missed."""
+    c = z.shape[0]
+    if c < 4 * _SAMPLE or 2 * m >= c:
+        return False
+    centre = (m * _SAMPLE) // c
+    r_lo = min(_SAMPLE - 1, centre + _BRACKET)
+    _sample_top(z, r_lo + 1, sample)
+    upper = sample[centre - _BRACKET] if centre >= _BRACKET else np.inf
+    lower = sample[r_lo]
+    n_up = 0
+    n_band = 0
+    for j in range(c):
+        v = z[j]
+        key[n_up] = v
+        n_up += v > upper
+        band[n_band] = v
+        n_band += (v <= upper) & (v >= lower)
+    if n_up >= m or n_up + n_band < m:
+        return False
+    t = _kth_largest(band, n_band, m - n_up - 1, a, b)
+    kept = n_up
+    for j in range(n_band):
+        v = band[j]
+        key[kept] = v
+        kept += v > t
+    for j in range(kept, m):
+        key[j] = t
+    return True
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
 def gen_rows(x, gammas, ms, out):
     """GEN over the rows of x (T = 1): out[i, g, q] = -sum over the top ms[q] probabilities
     p of row i of (p (1 - p))^gammas[g], for distinct gammas and distinct ms sorted in
     decreasing order, each <= C.
 
-    Per row: one exp pass (z_j = l_j - max l, e_j = exp(z_j), s = sum e); then nested
-    selections (`_keep_largest`) leave the ms[q] largest z in key[:ms[q]] for every q
-    (key[:ms[0]] = all of z when ms[0] = C), and lq_k = log(p_k (1 - p_k)),
-    p_k = exp(key_k) / s, once per kept entry. Per gamma: one exp pass
+    Per row: one exp pass (z_j = l_j - max l, e_j = exp(z_j), s = sum e); then selections
+    leave the ms[q] largest z in key[:ms[q]] for every q (key[:ms[0]] = all of z when
+    ms[0] = C; else `_bracket_top`, or `_keep_top` + `_keep_largest` when its bracket
+    misses; then `_keep_largest` within the previous prefix), and lq_k = log(p_k (1 - p_k)),
+    p_k = exp(key_k) / s, once per kept entry (`log_nonneg`). Per gamma: one exp pass
     w_k = exp(gamma lq_k) = (p_k (1 - p_k))^gamma over the kept entries, summed in key order;
     the sum for ms[q] is the running sum at ms[q]."""
     n, c = x.shape
@@ -266,20 +366,20 @@ def gen_rows(x, gammas, ms, out):
     sample = np.empty(_SAMPLE)
     buf_a = np.empty(c)
     buf_b = np.empty(c)
+    band = np.empty(c)
     for i in range(n):
         _row_exp(x, i, 1.0, z, e)
         s = _row_sum(e, c)
-        hi = _keep_top(z, top, key, sample) if top < c else c
         if top == c:
             for j in range(c):
                 key[j] = z[j]
-        for q in range(n_m):
-            if ms[q] < c:
-                _keep_largest(key, hi, ms[q], buf_a, buf_b)
-                hi = ms[q]
+        elif not _bracket_top(z, top, key, sample, band, buf_a, buf_b):
+            _keep_largest(key, _keep_top(z, top, key, sample), top, buf_a, buf_b)
+        for q in range(1, n_m):
+            _keep_largest(key, ms[q - 1], ms[q], buf_a, buf_b)
         for k in range(top):
             p = exp_nonpos(key[k]) / s
-            lq[k] = np.log(p * (1.0 - p))
+            lq[k] = log_nonneg(p * (1.0 - p))
         for g in range(gammas.shape[0]):
             gamma = gammas[g]
             for k in range(top):
@@ -292,8 +392,15 @@ def gen_rows(x, gammas, ms, out):
                 out[i, g, q] = -acc
 
 
-@njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
 def exp_array(z, out):
     """out[j] = exp_nonpos(z[j]) for a 1-D array (the kernel's exp, exposed for its tests)."""
     for j in range(z.shape[0]):
         out[j] = exp_nonpos(z[j])
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
+def log_array(x, out):
+    """out[j] = log_nonneg(x[j]) for a 1-D array (exposed for its tests)."""
+    for j in range(x.shape[0]):
+        out[j] = log_nonneg(x[j])

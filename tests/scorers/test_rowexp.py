@@ -38,6 +38,19 @@ def test_exp_within_one_ulp_of_numpy():
     assert np.isnan(nan_out[0])
 
 
+def test_log_within_two_ulp_of_numpy():
+    """Reference: np.log; (0, 1] with subnormals, 0 -> -inf (GEN's log(p (1 - p)))."""
+    x = np.concatenate([np.random.default_rng(2).random(20000),
+                        np.random.default_rng(3).random(2000) * 1e-300,
+                        [5e-324, 1e-310, np.finfo(np.float64).tiny, 0.25, 0.5, 1.0, 0.0]])
+    got = np.empty_like(x)
+    rowexp.log_array(x, got)
+    with np.errstate(divide="ignore"):
+        want = np.log(x)
+    assert got[-1] == -np.inf
+    assert np.all(np.abs(got[:-1] - want[:-1]) <= 2 * np.spacing(np.abs(want[:-1])))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("temperature", [1.0, 0.37, 1000.0])
 def test_row_functions_match_scipy(dtype, temperature):
