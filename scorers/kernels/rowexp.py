@@ -343,6 +343,28 @@ def _bracket_top(z, m, key, sample, band, a, b):
     return True
 
 
+_MAX_HALF_STEPS = 64
+
+
+@njit(error_model="numpy")
+def _power_half_steps(q, n, half_steps, out, work):
+    """out[:n] = q[:n] ** (half_steps / 2) for 0 <= half_steps <= _MAX_HALF_STEPS by
+    products (binary exponentiation, one vectorized pass per bit of the integer part) and one
+    sqrt for a half: GEN's gamma in {0.5, 1, 2, 5, 10} of the default grid costs no exp."""
+    whole = half_steps // 2
+    for k in range(n):
+        out[k] = np.sqrt(q[k]) if half_steps % 2 else 1.0
+        work[k] = q[k]
+    while whole > 0:
+        if whole % 2:
+            for k in range(n):
+                out[k] *= work[k]
+        whole //= 2
+        if whole > 0:
+            for k in range(n):
+                work[k] *= work[k]
+
+
 @njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
 def gen_rows(x, gammas, ms, out):
     """GEN over the rows of x (T = 1): out[i, g, q] = -sum over the top ms[q] probabilities
@@ -353,9 +375,11 @@ def gen_rows(x, gammas, ms, out):
     leave the ms[q] largest z in key[:ms[q]] for every q (key[:ms[0]] = all of z when
     ms[0] = C; else `_bracket_top`, or `_keep_top` + `_keep_largest` when its bracket
     misses; then `_keep_largest` within the previous prefix), and lq_k = log(p_k (1 - p_k)),
-    p_k = exp(key_k) / s, once per kept entry (`log_nonneg`). Per gamma: one exp pass
-    w_k = exp(gamma lq_k) = (p_k (1 - p_k))^gamma over the kept entries, summed in key order;
-    the sum for ms[q] is the running sum at ms[q]."""
+    p_k = exp(key_k) / s, once per kept entry (`log_nonneg`; skipped when every gamma is a
+    multiple of 1/2). Per gamma: one exp pass w_k = exp(gamma lq_k) = (p_k (1 - p_k))^gamma
+    over the kept entries, or, for gamma a multiple of 1/2 up to 32, products and a sqrt of
+    p_k (1 - p_k) (`_power_half_steps`); summed in key order; the sum for ms[q] is the
+    running sum at ms[q]."""
     n, c = x.shape
     n_m = ms.shape[0]
     top = ms[0]
@@ -367,6 +391,14 @@ def gen_rows(x, gammas, ms, out):
     buf_a = np.empty(c)
     buf_b = np.empty(c)
     band = np.empty(c)
+    qv = np.empty(c)
+    half_steps = np.empty(gammas.shape[0], dtype=np.int64)
+    need_log = False
+    for g in range(gammas.shape[0]):
+        twice = gammas[g] * 2.0
+        exact = twice == np.floor(twice) and twice <= _MAX_HALF_STEPS
+        half_steps[g] = np.int64(twice) if exact else -1
+        need_log = need_log or not exact
     for i in range(n):
         _row_exp(x, i, 1.0, z, e)
         s = _row_sum(e, c)
@@ -379,11 +411,17 @@ def gen_rows(x, gammas, ms, out):
             _keep_largest(key, ms[q - 1], ms[q], buf_a, buf_b)
         for k in range(top):
             p = exp_nonpos(key[k]) / s
-            lq[k] = log_nonneg(p * (1.0 - p))
-        for g in range(gammas.shape[0]):
-            gamma = gammas[g]
+            qv[k] = p * (1.0 - p)
+        if need_log:
             for k in range(top):
-                e[k] = exp_nonpos(gamma * lq[k])  # e is free after the row's sum
+                lq[k] = log_nonneg(qv[k])
+        for g in range(gammas.shape[0]):
+            if half_steps[g] >= 0:  # e is free after the row's sum
+                _power_half_steps(qv, top, half_steps[g], e, z)  # z is free too
+            else:
+                gamma = gammas[g]
+                for k in range(top):
+                    e[k] = exp_nonpos(gamma * lq[k])
             acc = 0.0
             start = 0
             for q in range(n_m - 1, -1, -1):

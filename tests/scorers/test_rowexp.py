@@ -94,7 +94,7 @@ def test_gen_entropies_match_sorted_reference(classes):
     underflow, M = C and nested M; 700 classes take the sampled-pivot selection."""
     x = _logits(rows=40, classes=classes, seed=classes)
     x[3, ::2] = 1.5  # many ties at the selection thresholds
-    gammas = np.array([0.01, 0.5, 2.0, 10.0])
+    gammas = np.array([0.01, 0.5, 2.0, 10.0, 2.5])  # 0.5, 2, 10, 2.5: products and sqrt
     ms = np.array([classes, classes // 2, 10, 1])
     got = sm.gen_entropies(x, gammas, ms)
     for g, gamma in enumerate(gammas):
