@@ -5,9 +5,10 @@ Examples in Neural Networks", ICLR 2017.
 
 Formula as implemented, for logits l in R^C:
 
-    score(x) = max_k softmax(l)_k = exp(max_k l_k - logsumexp(l))
+    score(x) = max_k softmax(l)_k = exp(max_k l_k - logsumexp(l)) = 1 / sum_k exp(l_k - max_j l_j)
 
-computed in float64 (max-subtracted logsumexp, `scorers.kernels.softmax.max_softmax`). No
+computed in float64 as the last form, in one fused pass per row
+(`scorers.kernels.softmax.max_softmax`). No
 hyperparameters, so no grid (OpenOOD v1.5 `configs/postprocessors/msp.yml` has none either).
 """
 

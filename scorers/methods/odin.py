@@ -6,12 +6,14 @@ in Neural Networks", ICLR 2018.
 Formula as implemented, for logits l in R^C and temperature T > 0:
 
     score(x) = max_k softmax(l / T)_k = exp(max_k l_k / T - logsumexp(l / T))
+             = 1 / sum_k exp(l_k / T - max_j l_j / T)
 
-in float64. Default T = 1000 (the paper's choice; OpenOOD v1.5
-`configs/postprocessors/odin.yml` `postprocessor_args.temperature: 1000`). Default sweep grid:
+in float64, as the last form (`scorers.kernels.softmax.max_softmax`, one fused pass per row).
+Default T = 1000 (the paper's choice; OpenOOD v1.5 `configs/postprocessors/odin.yml`
+`postprocessor_args.temperature: 1000`). Default sweep grid:
 T in [1, 10, 100, 1000], OpenOOD v1.5 `odin.yml` `postprocessor_sweep.temperature` (OpenOOD
 also sweeps the perturbation magnitude `noise` in [0.0014, 0.0028], which does not apply here).
-`score_grid` reads each chunk of logits once and evaluates one logsumexp per temperature.
+`score_grid` reads each chunk of logits once and evaluates one such pass per temperature.
 
 This scorer works from the stored logits, so it omits ODIN's input perturbation
 x' = x - eps * sign(-grad_x log S_yhat(x; T)). The full method needs a backward pass through the

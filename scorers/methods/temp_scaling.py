@@ -16,6 +16,7 @@ warning. The fitted value is `scorer.fitted_temperature`.
 Score as implemented, for logits l in R^C:
 
     score(x) = max_k softmax(l / T*)_k = exp(max_k l_k / T* - logsumexp(l / T*))
+             = 1 / sum_k exp(l_k / T* - max_j l_j / T*)   (float64, as the last form)
 
 No hyperparameters (T is fitted, not chosen), so no grid; OpenOOD v1.5
 `configs/postprocessors/temp_scaling.yml` has no sweep either (`APS_mode: False`).
