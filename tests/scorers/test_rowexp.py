@@ -94,6 +94,9 @@ def test_gen_entropies_match_sorted_reference(classes):
     underflow, M = C and nested M; 700 classes take the sampled-pivot selection."""
     x = _logits(rows=40, classes=classes, seed=classes)
     x[3, ::2] = 1.5  # many ties at the selection thresholds
+    if classes >= 256:  # rows whose strided sample (every C // 64-th entry) misleads the
+        x[4, :: classes // 64] = 40.0  # bracket at M = 100: too high, and too low; both
+        x[5, :: classes // 64] = -40.0  # fall back to the exact selection
     gammas = np.array([0.01, 0.5, 2.0, 10.0, 2.5])  # 0.5, 2, 10, 2.5: products and sqrt
     ms = np.array([classes, classes // 2, 10, 1])
     got = sm.gen_entropies(x, gammas, ms)
@@ -103,6 +106,11 @@ def test_gen_entropies_match_sorted_reference(classes):
                                        rtol=1e-11, atol=1e-300, err_msg=f"{gamma} {m}")
     single = sm.gen_entropies(x, gammas[1:2], ms[2:3])[:, 0, 0]
     np.testing.assert_allclose(single, got[:, 1, 2], rtol=1e-13)
+    for m in (10, 100):  # largest M < C: the sampled bracket (rows 4, 5 miss it at M = 100)
+        single = sm.gen_entropies(x, gammas[:2], np.array([m]))
+        for g in range(2):
+            np.testing.assert_allclose(single[:, g, 0], _ref_gen(x, gammas[g], m),
+                                       rtol=1e-11, atol=1e-300, err_msg=f"M={m}")
 
 
 def test_bad_shapes_are_refused():
