@@ -88,7 +88,14 @@ def gen_entropies(logits: np.ndarray, gammas: np.ndarray, ms: np.ndarray) -> np.
     (p (1 - p))^gammas[g] (`rowexp.gen_rows`); gammas distinct and > 0, ms distinct,
     decreasing, each in [1, C]."""
     x = _rows(logits)
-    out = np.empty((x.shape[0], len(gammas), len(ms)))
-    rowexp.gen_rows(x, np.asarray(gammas, dtype=np.float64), np.asarray(ms, dtype=np.int64),
-                    out)
+    g = np.asarray(gammas, dtype=np.float64)
+    m = np.asarray(ms, dtype=np.int64)
+    c = x.shape[1]
+    if m.ndim != 1 or not m.size or m[0] > c or m[-1] < 1 or np.any(np.diff(m) >= 0):
+        raise ValueError(f"GEN's M values must be distinct, decreasing and in [1, {c}] "
+                         f"(the number of classes), got {m.tolist()}")
+    if g.ndim != 1 or not np.all(g > 0) or len(set(g.tolist())) != g.size:
+        raise ValueError(f"GEN's gammas must be distinct and > 0, got {g.tolist()}")
+    out = np.empty((x.shape[0], g.size, m.size))
+    rowexp.gen_rows(x, g, m, out)
     return out

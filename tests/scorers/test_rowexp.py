@@ -106,8 +106,8 @@ def test_gen_entropies_match_sorted_reference(classes):
                                        rtol=1e-11, atol=1e-300, err_msg=f"{gamma} {m}")
     single = sm.gen_entropies(x, gammas[1:2], ms[2:3])[:, 0, 0]
     np.testing.assert_allclose(single, got[:, 1, 2], rtol=1e-13)
-    for m in (10, 100):  # largest M < C: the sampled bracket (rows 4, 5 miss it at M = 100)
-        single = sm.gen_entropies(x, gammas[:2], np.array([m]))
+    for m in (10, min(100, classes)):  # largest M < C: the sampled bracket (700 classes;
+        single = sm.gen_entropies(x, gammas[:2], np.array([m]))  # rows 4, 5 miss it at 100)
         for g in range(2):
             np.testing.assert_allclose(single[:, g, 0], _ref_gen(x, gammas[g], m),
                                        rtol=1e-11, atol=1e-300, err_msg=f"M={m}")
@@ -116,3 +116,10 @@ def test_gen_entropies_match_sorted_reference(classes):
 def test_bad_shapes_are_refused():
     with pytest.raises(ValueError, match="classes >= 1"):
         sm.logsumexp(np.zeros((3, 0), np.float32))
+    x = np.zeros((2, 5), np.float32)
+    for ms in ([6], [2, 3], [0], [3, 3], []):  # above C, increasing, below 1, repeated, none
+        with pytest.raises(ValueError, match=r"M values .* in \[1, 5\]"):
+            sm.gen_entropies(x, np.array([0.5]), np.array(ms, dtype=np.int64))
+    for gammas in ([0.0], [0.5, 0.5]):
+        with pytest.raises(ValueError, match="gammas must be distinct and > 0"):
+            sm.gen_entropies(x, np.array(gammas), np.array([2]))
