@@ -108,6 +108,23 @@ def fitted(name: str, store: Store, chunk_rows: int = CHUNK, **params: Any) -> A
     return scorer.fit(store)
 
 
+def assert_grid_close(got: np.ndarray, want: np.ndarray, scorer: Any, msg: str) -> None:
+    """A score_grid == separate-fits check: rtol 1e-9 / atol 1e-12 (bit for bit up to
+    summation order) for float64 scorers; where the scorer's products run in float32 (the
+    vim / residual / mds default, issue 19) |got - want| <= GRID_RTOL * max |want|
+    (`scorers.kernels.precision.GRID_RTOL` = 1e-6, the issue's max-relative measure, ten times
+    below its 1e-5 fidelity bar): a grid's float32 projection panel starts at another column
+    than a single setting's and rounds differently (measured <= 2e-7 of max |want|)."""
+    from scorers.kernels.precision import GRID_RTOL
+
+    if scorer.params.get("precision") != "float32":
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=msg)
+        return
+    assert got.shape == want.shape, msg
+    err = float(np.abs(got - want).max()) if got.size else 0.0
+    assert err <= GRID_RTOL * float(np.abs(want).max()), f"{msg}: max |diff| {err:.3g}"
+
+
 def feats(store: Store, split: str) -> np.ndarray:
     """A split's features as float64."""
     return np.asarray(store.split(split).features, dtype=np.float64)
@@ -144,7 +161,8 @@ def assert_grid_equals_separate(store: Store, name: str, params: dict, grid: Any
                                 splits: tuple[str, ...] = ("id/test", "ood/far/faint",
                                                            "ood/far/rank1")) -> None:
     """score_grid(split, grid) (default grid when None) equals a separate construct/fit/score
-    per setting (the base class's refit path), to rtol 1e-9, on the `splits` the store has."""
+    per setting (the base class's refit path), to rtol 1e-9 (`assert_grid_close`: 1e-6 of
+    max |score| in float32), on the `splits` the store has."""
     from scorers.base import expand_grid
 
     scorer = fitted(name, store, **params)
@@ -154,8 +172,8 @@ def assert_grid_equals_separate(store: Store, name: str, params: dict, grid: Any
         results = scorer.score_grid(store.split(split), grid)
         assert [s for s, _ in results] == settings
         for (setting, scores), single in zip(results, alone, strict=True):
-            np.testing.assert_allclose(scores, single.score(store.split(split)), rtol=1e-9,
-                                       atol=1e-12, err_msg=f"{name} {setting} {split}")
+            assert_grid_close(scores, single.score(store.split(split)), scorer,
+                              f"{name} {setting} {split}")
 
 
 def other_head_logits(arrays: dict) -> dict:
@@ -255,8 +273,7 @@ def assert_default_grid_equals_separate_runs(store: Store, name: str) -> None:
         for setting, got in results:
             want = fitted(name, store, chunk_rows=scorer.chunk_rows, **setting).score(
                 store.split(split))
-            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12,
-                                       err_msg=f"{name} {setting} {split}")
+            assert_grid_close(got, want, scorer, f"{name} {setting} {split}")
 
 
 def assert_custom_grid_equals_separate_runs(make_store: Any, name: str, base: dict,
@@ -273,7 +290,7 @@ def assert_custom_grid_equals_separate_runs(make_store: Any, name: str, base: di
     for setting, got in results:
         want = fitted(name, store, chunk_rows=50, **{**base, **setting}).score(
             store.split("ood/far/faint"))
-        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=f"{setting}")
+        assert_grid_close(got, want, scorer, f"{setting}")
 
 
 def assert_chunked_matches_reference(store: Store, name: str, params: dict,

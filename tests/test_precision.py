@@ -7,7 +7,7 @@ eigh, scipy.linalg.pinvh):
   fidelity stores (conftest's structured store, D = 32, and a wide one, D = 1040);
 - AUROC (scikit-learn) within 0.01 points of the reference's on every OOD split vs id/test;
 - the same inputs give the same scores bit for bit, per precision (on the D = 32 store);
-- "float64" is the default (docs/DESIGN.md section 5 says why);
+- "float32" is the default (docs/DESIGN.md section 5);
 - a bad `precision` is a UsageError naming the parameter and the valid values.
 """
 
@@ -139,10 +139,10 @@ def test_same_inputs_same_scores_bit_for_bit(tmp_path, name, precision):
     assert a.dtype == np.float64 and np.array_equal(a, b)
 
 
-def test_float64_is_the_default():
-    """docs/DESIGN.md section 5: float64 stays the default (grid == separate fits bit for bit)."""
+def test_float32_is_the_default():
+    """docs/DESIGN.md section 5: float32 is the default of vim, residual and mds (issue 19)."""
     for name in NAMES:
-        assert get_scorer(name).params["precision"] == "float64", name
+        assert get_scorer(name).params["precision"] == "float32", name
 
 
 def test_rmds_float64_matches_reference(fidelity_store):

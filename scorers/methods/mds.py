@@ -27,7 +27,7 @@ centered rows instead and L comes from their thin SVD (`whitener_from_rows`): th
 pseudo-inverse for O(N^2 D) instead of an O(D^3) eigendecomposition, and scoring costs
 O(D r) per row instead of O(D^2). No hyperparameters.
 
-`precision` ("float64" default | "float32"): the whitening product z = (x - m) L in float32
+`precision` ("float32" default | "float64"): the whitening product z = (x - m) L in float32
 sgemm, everything after it in float64 (`scorers.kernels.precision`), or all float64; the
 covariance, its eigendecomposition, the means and the class terms are float64 either way.
 """

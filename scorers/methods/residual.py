@@ -2,8 +2,8 @@
 the ViM paper (Wang, Li, Feng, Zhang, "ViM: Out-Of-Distribution with Virtual-logit Matching",
 CVPR 2022, section 3 / Table "Residual").
 
-Formula as implemented (float64 values; the products follow `precision`, "float64" default
-or "float32", exactly as `vim`'s), with the same fitted state as `vim` (imported from
+Formula as implemented (float64 values; the products follow `precision`, "float32" default
+or "float64", exactly as `vim`'s), with the same fitted state as `vim` (imported from
 `scorers.kernels.subspace.PrincipalSpace`, one implementation):
 
     u     = -pinv(W) @ b

@@ -40,7 +40,7 @@ columns instead of 1792.)
 `residual.py` reuses `PrincipalSpace` (one implementation, `scorers.kernels.subspace`, with
 the dim rule and its checks).
 
-`precision` ("float64" default | "float32"): "float32" projects in float32 sgemm (the alpha
+`precision` ("float32" default | "float64"): "float32" projects in float32 sgemm (the alpha
 pass and scoring), always onto the residual side V[:, dim:] (`scorers.kernels.precision`);
 S, its eigendecomposition, pinv(W), the squares and sums stay float64.
 Scores are within 1e-5 relative of the float64 path on the fidelity stores

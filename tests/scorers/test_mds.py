@@ -71,14 +71,20 @@ def test_mds_matches_loops(shared_store):
                                    ref_mds(train, y, kit.feats(st, name)), rtol=F64_RTOL)
 
 
-def test_mds_fewer_train_rows_than_dims(make_store):
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_mds_fewer_train_rows_than_dims(make_store, precision):
     """Reference: explicit loops with the precision of sklearn EmpiricalCovariance (scipy
-    pinvh, what OpenOOD's MDS uses) of the class-centered train features, to 1e-8."""
+    pinvh, what OpenOOD's MDS uses) of the class-centered train features: to 1e-8 in float64;
+    the float32 default (float32 whitening product) to the issue's bar, 1e-5 of max |ref|."""
     st, _, means, prec = small_store_parts(make_store)
-    mds = kit.fitted("mds", st)
+    mds = kit.fitted("mds", st, precision=precision)
     for name in kit.EVAL_SPLITS:
-        md = class_distances(kit.feats(st, name), means, prec)
-        np.testing.assert_allclose(mds.score(st.split(name)), -md.min(axis=1), rtol=1e-8)
+        want = -class_distances(kit.feats(st, name), means, prec).min(axis=1)
+        got = mds.score(st.split(name))
+        if precision == "float64":
+            np.testing.assert_allclose(got, want, rtol=1e-8)
+        else:
+            assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), name
 
 
 @pytest.mark.parametrize(("rows", "rank"), [(30, 30), (30, 12)])

@@ -44,13 +44,14 @@ def test_residual_default_grid_equals_separate_runs(wide_store):
 
 
 @pytest.mark.parametrize("grid", [{"dim": [1, 16, 31]}, {"dim": [4, 11]}])
-def test_explicit_grid_equals_separate_runs(shared_store, grid):
-    kit.assert_grid_equals_separate(shared_store, "residual", {}, grid)
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_explicit_grid_equals_separate_runs(shared_store, grid, precision):
+    kit.assert_grid_equals_separate(shared_store, "residual", {"precision": precision}, grid)
 
 
 def test_default_grid_and_defaults_are_documented():
     row = {r["name"]: r for r in list_scorers()}["residual"]
-    assert row["defaults"] == {"dim": None, "precision": "float64"}
+    assert row["defaults"] == {"dim": None, "precision": "float32"}
     assert row["grid"] == {"dim": [256, 1000]}
     assert row["paper"]
 

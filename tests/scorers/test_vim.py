@@ -44,8 +44,16 @@ def ref_vim(store: Store, split: str, dim: int | None = None) -> np.ndarray:
 @pytest.mark.parametrize("params", [{}, {"dim": 8}, {"dim": 27}],
                          ids=["default", "dim=8", "dim=27"])
 def test_matches_reference(shared_store, params):
-    """Chunked scorer == the full-matrix transcription of the paper's formula."""
-    kit.assert_chunked_matches_reference(shared_store, "vim", params, ref_vim)
+    """Chunked scorer == the full-matrix transcription of the paper's formula, in float64
+    (rtol 1e-6); the float32 default is held to the issue's bar (1e-5 relative, AUROC within
+    0.01) against the same formula in tests/test_precision.py."""
+    kit.assert_chunked_matches_reference(shared_store, "vim", {**params, "precision": "float64"},
+                                         ref_vim_float64)
+
+
+def ref_vim_float64(store: Store, split: str, dim: int | None = None,
+                    precision: str = "float64") -> np.ndarray:
+    return ref_vim(store, split, dim)
 
 
 def test_vim_wide_default_dim_matches_reference(wide_store):
@@ -69,13 +77,16 @@ def test_vim_default_grid_equals_separate_runs(wide_store):
     {"dim": [3, 16, 30]},           # V[:, 3:] (29 columns), not V[:, :30]
     {"dim": [2, 6, 9]},             # V[:, :9] (9 columns), not V[:, 2:] (30)
 ])
-def test_explicit_grid_equals_separate_runs(shared_store, grid):
-    kit.assert_grid_equals_separate(shared_store, "vim", {}, grid)
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_explicit_grid_equals_separate_runs(shared_store, grid, precision):
+    """float64 takes the principal side for [2, 6, 9] (bit for bit up to 1e-9); float32 always
+    the residual side (to `assert_grid_close`)."""
+    kit.assert_grid_equals_separate(shared_store, "vim", {"precision": precision}, grid)
 
 
 def test_default_grid_and_defaults_are_documented():
     row = {r["name"]: r for r in list_scorers()}["vim"]
-    assert row["defaults"] == {"dim": None, "precision": "float64"}
+    assert row["defaults"] == {"dim": None, "precision": "float32"}
     assert row["grid"] == {"dim": [256, 1000]}
     assert row["paper"]
 
