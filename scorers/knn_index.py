@@ -13,6 +13,26 @@
   `ef_construction` (default 200) and `ef_search` (default 256; a search uses
   max(ef_search, k)).
 
+IVF k-means is trained on at most `train_points_per_list * nlist` bank rows (default 64 per
+list; FAISS's own default is 256), drawn by FAISS's seeded subsample: k-means costs
+~2 D x (training rows) x nlist x 10 iterations flops, the largest part of an IVF build at
+N = 100k, and 64 points per centroid keep the centroids (and the recall) close to a full
+training at a quarter of the cost (measured in benchmarks/RESULTS.md, "#19 approximate KNN").
+
+Recall calibration (`recall_target`, with `recall_queries` and `recall_k`; ivf_flat and
+hnsw): the search width (IVF `nprobe`, HNSW `ef_search`) for searches at k is the smallest
+width w, found by doubling from the lowest width (nprobe 1; ef_search k) and then bisecting
+between the last width below the target and the first at or above it, whose recall@k on the
+recall queries against their exact top k (from the index itself: IVF-Flat scanning every
+list, nprobe = nlist; HNSW's flat storage) is >= `recall_target`; the widest setting
+(nprobe = nlist; ef_search = N) ends the doubling. The width is calibrated for `recall_k` at
+build (recorded in `options`: `nprobe` / `ef_search`, `recall_target`; its recall in
+`recall`) and, the first time another k is searched (a K grid), for that k: the index build
+does not depend on k, the width does. The recall is measured on the queries it was
+calibrated on, so it is optimistic by the selection; held-out queries are checked in the
+tests and in benchmarks/bench_ann.py. Every step is a deterministic search, so the choice is
+too. `ivf_pq` ignores the target (see `check_recall_target`).
+
 Determinism: IVF k-means (coarse quantizer and PQ codebooks) is trained with the fixed seed
 `seed` (`ClusteringParameters.seed` of the index and of its PQ). HNSW draws node levels from
 FAISS's fixed-seed generator; its multi-threaded insertion order is not deterministic, so with
@@ -32,7 +52,8 @@ Queries are searched in chunks of `query_chunk` rows, so a search holds at most 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+import numbers
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -43,6 +64,9 @@ INDEX_KINDS = ("exact", "ivf_flat", "ivf_pq", "hnsw")
 METRICS = ("l2", "ip")
 GPU_MAX_K = 2048
 DEFAULT_QUERY_CHUNK = 8192
+DEFAULT_EF_SEARCH = 256
+DEFAULT_TRAIN_POINTS_PER_LIST = 64
+MIN_TRAIN_POINTS_PER_LIST = 39
 
 
 def num_gpus() -> int:
@@ -109,6 +133,59 @@ def recall_at_k(approx_idx: np.ndarray, exact_idx: np.ndarray) -> float:
     return hits / (n * k)
 
 
+def calibrate_width(recall_of: Callable[[int], float], lo: int, hi: int,
+                    target: float) -> tuple[int, float]:
+    """(width, recall_of(width)): the smallest width in [lo, hi] reaching `target`, found by
+    doubling from `lo` and then bisecting between the last width below the target and the
+    first at or above it; (hi, its recall) when even `hi` stays below. Each width is
+    evaluated at most once."""
+    seen: dict[int, float] = {}
+
+    def at(width: int) -> float:
+        if width not in seen:
+            seen[width] = recall_of(width)
+        return seen[width]
+
+    below, width = lo - 1, lo
+    while at(width) < target and width < hi:
+        below, width = width, min(2 * width, hi)
+    if at(width) < target:
+        return width, at(width)
+    while width - below > 1:
+        mid = (below + width) // 2
+        if at(mid) >= target:
+            width = mid
+        else:
+            below = mid
+    return width, at(width)
+
+
+def check_recall_target(recall_target: float | None, kind: str, nprobe: int | None,
+                        ef_search: int | None, recall_queries: np.ndarray | None,
+                        recall_k: int) -> float | None:
+    """`recall_target` as a float in (0, 1], or None: no calibration, also for `exact` (its
+    recall is 1) and `ivf_pq` (its distances are quantized, so the exact neighbours cannot be
+    recomputed from the index, and its recall is bounded by the quantization, not by nprobe).
+    UsageError for a value out of range, a target without recall queries, or a target
+    together with the width it would choose (nprobe / ef_search)."""
+    if recall_target is None:
+        return None
+    if (isinstance(recall_target, bool) or not isinstance(recall_target, numbers.Real)
+            or not 0.0 < float(recall_target) <= 1.0):
+        raise UsageError(f"knn index: recall_target={recall_target!r} must satisfy "
+                         "0 < recall_target <= 1")
+    if kind in ("exact", "ivf_pq"):
+        return None
+    if recall_queries is None or not len(recall_queries) or recall_k < 1:
+        raise UsageError("knn index: recall_target needs recall_queries (>= 1 row) and "
+                         "recall_k >= 1 to calibrate on")
+    width_name, width = ("ef_search", ef_search) if kind == "hnsw" else ("nprobe", nprobe)
+    if width is not None:
+        raise UsageError(f"knn index: {width_name}={width} and recall_target="
+                         f"{recall_target} are exclusive (the target chooses {width_name})")
+    return float(recall_target)
+
+
 def _default_nlist(n: int) -> int:
     return max(1, min(int(4 * math.sqrt(n)), n // 39))
 
@@ -128,9 +205,9 @@ def _flat(faiss: Any, metric: str, d: int) -> Any:
 
 def _build_ivf(faiss: Any, bank: np.ndarray, kind: str, metric: str, nlist: int | None,
                nprobe: int | None, pq_m: int | None, pq_nbits: int | None, seed: int,
-               options: dict[str, Any]) -> Any:
+               train_points_per_list: int, options: dict[str, Any]) -> Any:
     """A trained IVF-Flat or IVF-PQ index holding `bank`; the options it chose go into
-    `options` (nlist, nprobe; pq_m, pq_nbits)."""
+    `options` (nlist, nprobe, train_points_per_list; pq_m, pq_nbits)."""
     n, d = bank.shape
     faiss_metric = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
     nlist = _default_nlist(n) if nlist is None else int(nlist)
@@ -156,12 +233,16 @@ def _build_ivf(faiss: Any, bank: np.ndarray, kind: str, metric: str, nlist: int 
         index = faiss.IndexIVFPQ(quantizer, d, nlist, pq_m, pq_nbits, faiss_metric)
         index.pq.cp.seed = int(seed)
         options.update(pq_m=pq_m, pq_nbits=pq_nbits)
+    if train_points_per_list < MIN_TRAIN_POINTS_PER_LIST:
+        raise UsageError(f"knn index: train_points_per_list={train_points_per_list} must be "
+                         f">= {MIN_TRAIN_POINTS_PER_LIST} (FAISS's minimum per k-means cell)")
     index.cp.seed = int(seed)
     index.cp.verbose = False
+    index.cp.max_points_per_centroid = int(train_points_per_list)
     index.train(bank)
     index.add(bank)
     index.nprobe = nprobe
-    options.update(nlist=nlist, nprobe=nprobe)
+    options.update(nlist=nlist, nprobe=nprobe, train_points_per_list=int(train_points_per_list))
     return index
 
 
@@ -208,13 +289,15 @@ class KnnIndex:
         pq_nbits: int | None = None,
         hnsw_m: int = 32,
         ef_construction: int = 200,
-        ef_search: int = 256,
+        ef_search: int | None = None,
         seed: int = 0,
         use_gpu: bool | None = None,
         deterministic: bool = True,
         query_chunk: int = DEFAULT_QUERY_CHUNK,
         recall_queries: np.ndarray | None = None,
         recall_k: int = 0,
+        recall_target: float | None = None,
+        train_points_per_list: int = DEFAULT_TRAIN_POINTS_PER_LIST,
     ):
         import faiss  # lazy: keeps `import scorers` fast
 
@@ -227,6 +310,9 @@ class KnnIndex:
             raise UsageError(f"knn index: bank must be a non-empty (N, D) array, got {bank.shape}")
         if query_chunk < 1:
             raise UsageError(f"knn index: query_chunk={query_chunk} must be >= 1")
+        target = check_recall_target(recall_target, kind, nprobe, ef_search, recall_queries,
+                                     recall_k)
+        ef_search = DEFAULT_EF_SEARCH if ef_search is None else ef_search
         n, d = bank.shape
         self.metric = metric
         self.kind = kind
@@ -241,7 +327,7 @@ class KnnIndex:
             index.add(bank)
         elif kind in ("ivf_flat", "ivf_pq"):
             index = _build_ivf(faiss, bank, kind, metric, nlist, nprobe, pq_m, pq_nbits, seed,
-                               self.options)
+                               train_points_per_list, self.options)
         else:
             index = _build_hnsw(faiss, bank, metric, hnsw_m, ef_construction, ef_search,
                                 deterministic, self.options)
@@ -251,22 +337,86 @@ class KnnIndex:
         # recall@k of an approximate index against exact search, on caller-given queries
         self.recall: float | None = None
         self.recall_queries = 0
+        self._calibration: tuple[np.ndarray, float] | None = None  # (queries, target)
+        self._widths: dict[int, tuple[int, float]] = {}  # k -> (calibrated width, recall)
         if kind != "exact" and recall_queries is not None and len(recall_queries) and recall_k:
-            self._measure_recall(faiss, index, bank, recall_queries, recall_k, faiss_metric)
+            self._measure_recall(faiss, index, bank, recall_queries, recall_k, faiss_metric,
+                                 target)
         want_gpu = (num_gpus() > 0) if use_gpu is None else bool(use_gpu)
         if want_gpu and kind != "hnsw" and num_gpus() > 0:
             self._move_to_gpu(faiss, index)
 
+    def _width(self, k: int) -> int | None:
+        """The search width used at k: the width calibrated for k when a recall target is
+        set, else the fixed one (IVF nprobe, HNSW max(ef_search, k)); None for exact."""
+        if self.kind == "exact":
+            return None
+        if self._calibration is not None:
+            width = self.width_for(k)[0]
+        else:
+            width = self.ef_search if self.kind == "hnsw" else self.options["nprobe"]
+        return max(width, k) if self.kind == "hnsw" else width
+
+    @staticmethod
+    def _apply_width(index: Any, kind: str, width: int | None) -> None:
+        if kind == "hnsw":
+            index.hnsw.efSearch = int(width)
+        elif width is not None:
+            index.nprobe = int(width)
+
+    def _host_index(self) -> Any:
+        """The CPU index (made once from the GPU index when searching on a GPU)."""
+        if self._cpu_index is None:
+            import faiss  # lazy: keeps `import scorers` fast
+
+            self._cpu_index = faiss.index_gpu_to_cpu(self._index)
+        return self._cpu_index
+
+    def _exact_calibration_ids(self, k: int) -> np.ndarray:
+        """Exact top-k ids of the calibration queries from the index itself: every IVF list
+        (nprobe = nlist, exact distances for IVF-Flat) or HNSW's flat storage."""
+        import faiss  # lazy: keeps `import scorers` fast
+
+        queries = self._calibration[0]
+        index = self._host_index()
+        if self.kind == "hnsw":
+            return faiss.downcast_index(index.storage).search(queries, k)[1]
+        index.nprobe = index.nlist
+        return index.search(queries, k)[1]
+
+    def width_for(self, k: int) -> tuple[int, float]:
+        """(width, recall@k) calibrated to the recall target for searches at k (cached)."""
+        if k not in self._widths:
+            queries, target = self._calibration
+            index = self._host_index()
+            exact = self._exact_calibration_ids(k)
+
+            def recall_of(width: int) -> float:
+                self._apply_width(index, self.kind, max(width, k) if self.kind == "hnsw"
+                                  else width)
+                return recall_at_k(index.search(queries, k)[1], exact)
+
+            lo, hi = (k, max(k, self.ntotal)) if self.kind == "hnsw" else (1, index.nlist)
+            self._widths[k] = calibrate_width(recall_of, lo, hi, target)
+        return self._widths[k]
+
     def _measure_recall(self, faiss: Any, index: Any, bank: np.ndarray,
-                        recall_queries: np.ndarray, recall_k: int, faiss_metric: int) -> None:
-        """recall@k of the approximate `index` against FAISS's exact search on the queries."""
+                        recall_queries: np.ndarray, recall_k: int, faiss_metric: int,
+                        target: float | None) -> None:
+        """recall@k of the approximate `index` against exact search on the queries; with a
+        `target`, the search width is calibrated to it (module docstring)."""
         queries = np.ascontiguousarray(recall_queries, dtype=np.float32)
         k = min(int(recall_k), self.ntotal)
-        if self.kind == "hnsw":
-            index.hnsw.efSearch = max(self.ef_search, k)
-        _, approx = index.search(queries, k)
-        _, exact = faiss.knn(queries, bank, k, metric=faiss_metric)
-        self.recall = recall_at_k(approx, exact)
+        if target is not None:
+            self._calibration = (queries, target)
+            width, self.recall = self.width_for(k)
+            self.options.update({"ef_search" if self.kind == "hnsw" else "nprobe": width,
+                                 "recall_target": target})
+        else:
+            _, exact = faiss.knn(queries, bank, k, metric=faiss_metric)
+            self._apply_width(index, self.kind, self._width(k))
+            self.recall = recall_at_k(index.search(queries, k)[1], exact)
+        self._apply_width(index, self.kind, self._width(k))
         self.recall_queries = len(queries)
         self.options["recall_k"] = k
 
@@ -275,8 +425,6 @@ class KnnIndex:
         try:
             self._gpu_res = faiss.StandardGpuResources()
             gpu_index = faiss.index_cpu_to_gpu(self._gpu_res, 0, index)
-            if hasattr(index, "nprobe") and hasattr(gpu_index, "nprobe"):
-                gpu_index.nprobe = index.nprobe
         except Exception:  # noqa: BLE001 - configuration the GPU build refuses: stay on CPU
             pass
         else:
@@ -292,12 +440,12 @@ class KnnIndex:
     def search_key(self, k: int) -> Hashable:
         """What, besides k, a search at k depends on: searches with the same key return the
         same first-k results whatever larger k they were run at (used to share one search
-        across several k). HNSW's beam width is max(ef_search, k); GPU k-selection is limited
+        across several k). The search width (HNSW's beam max(ef_search, k), IVF's nprobe;
+        calibrated per k with a recall target); GPU k-selection is limited
         to GPU_MAX_K, above which the CPU index answers; FAISS answers k = 1 by a dedicated
         arg-min kernel whose float32 rounding differs from the general one."""
-        ef = max(self.ef_search, k) if self.kind == "hnsw" else None
         device = "gpu" if self.on_gpu and k <= GPU_MAX_K else "cpu"
-        return (ef, device, k == 1)
+        return (self._width(k), device, k == 1)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(distances (n, k) float32, ids (n, k) int64) of the k best bank rows per query.
@@ -309,15 +457,8 @@ class KnnIndex:
         queries = np.asarray(queries, dtype=np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise UsageError(f"knn index: queries must be (n, {self.dim}), got {queries.shape}")
-        index = self._index
-        if self.on_gpu and k > GPU_MAX_K:
-            if self._cpu_index is None:
-                import faiss  # lazy: keeps `import scorers` fast
-
-                self._cpu_index = faiss.index_gpu_to_cpu(self._index)
-            index = self._cpu_index
-        if self.kind == "hnsw":
-            index.hnsw.efSearch = max(self.ef_search, k)
+        index = self._host_index() if self.on_gpu and k > GPU_MAX_K else self._index
+        self._apply_width(index, self.kind, self._width(k))
         n = queries.shape[0]
         dist = np.empty((n, k), dtype=np.float32)
         ids = np.empty((n, k), dtype=np.int64)

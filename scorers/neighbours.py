@@ -3,6 +3,11 @@ nnguide): parameter checks, the seeded bank subsample, and the grid path that ru
 per chunk at the largest K of each bank setting (K values that share a FAISS search width are
 grouped by `KnnIndex.search_key`).
 
+With an approximate `index`, the search width (IVF nprobe, HNSW ef_search) is calibrated at
+fit to the scorer's `recall_target` (default 0.95; null keeps the fixed defaults) on the
+recall queries (`scorers.knn_index`, "Recall calibration"); `diagnostics` records the recall,
+the target and the chosen width (`index_options`).
+
 A subclass names its bank-size parameter (`fraction_param`), builds its index from the store
 (`_build`) and turns one search per chunk into scores for several K (`_scores_for_ks`).
 """
@@ -77,6 +82,11 @@ class BankScorer(Scorer):
         if not is_int(params["seed"]) or params["seed"] < 0:
             raise UsageError(f"scorer {name!r}: seed={params['seed']!r} must be an integer >= 0")
         self.check_choice(params, "index", INDEX_KINDS)
+        target = params.get("recall_target")
+        if target is not None and (isinstance(target, bool) or not isinstance(target, numbers.Real)
+                                   or not 0.0 < float(target) <= 1.0):
+            raise UsageError(f"scorer {name!r}: recall_target={target!r} must satisfy "
+                             "0 < recall_target <= 1 (or null: fixed default search width)")
         if store is not None and store.has_split(FIT_SPLIT):
             n = store.split(FIT_SPLIT).num_rows
             size = subsample_size(n, float(frac))
@@ -121,27 +131,31 @@ class BankScorer(Scorer):
             self.diagnostics.update(recall_at_k=self.index.recall,
                                     recall_k=self.index.options["recall_k"],
                                     recall_queries=self.index.recall_queries,
-                                    recall_split=recall_split(store))
+                                    recall_split=recall_split(store),
+                                    index_options=dict(self.index.options))
 
     def index_options(self, store: StoreLike, params: Mapping[str, Any]) -> dict[str, Any]:
         """Keyword arguments every subclass passes to KnnIndex: the recall queries when the
-        index is approximate (recall@K against exact search is measured at build)."""
+        index is approximate (recall@K against exact search is measured at build) and the
+        `recall_target` the search width is calibrated to (None: the fixed defaults)."""
         if params["index"] == "exact":
             return {}
-        return {"recall_queries": recall_queries(store), "recall_k": int(params["K"])}
+        target = params.get("recall_target")
+        return {"recall_queries": recall_queries(store), "recall_k": int(params["K"]),
+                "recall_target": None if target is None else float(target)}
 
     def _score(self, split: SplitLike) -> np.ndarray:
         k = int(self.params["K"])
         return self._scores_for_ks(self.index, split, [k])[k]
 
     def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
-        keys = (self.fraction_param, "seed", "index")
+        keys = (self.fraction_param, "seed", "index", "recall_target")
         full = [{**self.params, **s} for s in settings]
         groups: dict[tuple, list[int]] = {}
         for i, p in enumerate(full):
-            groups.setdefault(tuple(p[key] for key in keys), []).append(i)
+            groups.setdefault(tuple(p.get(key) for key in keys), []).append(i)
         out: list[np.ndarray] = [np.empty(0)] * len(settings)
-        own = tuple(self.params[key] for key in keys)
+        own = tuple(self.params.get(key) for key in keys)
         for key, members in groups.items():
             index = self.index if key == own else self._build(self.fitted_store, full[members[0]])
             scores = self._scores_for_ks(index, split, [int(full[i]["K"]) for i in members])

@@ -29,6 +29,9 @@ Parameters (defaults with sources):
 - `index` = "exact": "exact" (IndexFlatL2) | "ivf_flat" | "ivf_pq" | "hnsw", with the
   approximate indexes' parameters at their `scorers.knn_index` defaults. With an approximate
   index, fit measures recall@K against exact search on 256 id/val rows (`diagnostics`).
+- `recall_target` = 0.95 (approximate indexes only): the IVF nprobe / HNSW ef_search is
+  calibrated at fit to the smallest width reaching this recall@K on those rows
+  (`scorers.neighbours`); null keeps the fixed default width. Valid: 0 < recall_target <= 1.
 
 `score_grid` over K runs one FAISS search per chunk at the largest K of the grid and takes
 column K-1 for each K (per bank setting; HNSW groups K values that share a beam width).
@@ -66,7 +69,7 @@ class KNN(BankScorer):
 
     name = "knn"
     needs = ("features", "fit:id/train")
-    defaults = {"K": 50, "bank_fraction": 1.0, "seed": 0, "index": "exact"}
+    defaults = {"K": 50, "bank_fraction": 1.0, "seed": 0, "index": "exact", "recall_target": 0.95}
     grid = {"K": [50, 100, 200, 500, 1000]}
     paper = ("Sun, Ming, Zhu, Li. Out-of-distribution detection with deep nearest neighbors. "
              "ICML 2022")

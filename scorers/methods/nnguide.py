@@ -24,6 +24,8 @@ Parameters (defaults with sources):
   1 <= K <= bank size = ceil(alpha * N).
 - `seed` = 0: the bank subsample's seed.
 - `index` = "exact" (IndexFlatIP) | "ivf_flat" | "ivf_pq" | "hnsw" (`scorers.knn_index`).
+- `recall_target` = 0.95: an approximate index's search width is calibrated at fit to this
+  recall@K against exact search (`scorers.neighbours`); null: fixed default width.
 
 `score_grid` over K: one FAISS search per chunk at the largest K of each bank setting; the
 top-K means for every K come from one cumulative sum of the sorted inner products.
@@ -62,7 +64,7 @@ class NNGuide(BankScorer):
 
     name = "nnguide"
     needs = ("features", "logits", "fit:id/train")
-    defaults = {"K": 100, "alpha": 0.01, "seed": 0, "index": "exact"}
+    defaults = {"K": 100, "alpha": 0.01, "seed": 0, "index": "exact", "recall_target": 0.95}
     grid = {"K": [100], "alpha": [0.01]}
     paper = ("Park, Jung, Teoh. Nearest neighbor guidance for out-of-distribution detection. "
              "ICCV 2023")

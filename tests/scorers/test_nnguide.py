@@ -98,4 +98,5 @@ def test_registry_entry():
     assert entry["grid"] == {"K": [100], "alpha": [0.01]}
     assert "fit:id/train" in entry["needs"] and "features" in entry["needs"]
     assert entry["paper"]
-    assert entry["defaults"] == {"K": 100, "alpha": 0.01, "seed": 0, "index": "exact"}
+    assert entry["defaults"] == {"K": 100, "alpha": 0.01, "seed": 0, "index": "exact",
+                                 "recall_target": 0.95}
