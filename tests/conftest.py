@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,31 @@ import numpy as np
 import pytest
 
 from featstore import Store
+
+#: the RAM-backed filesystem the session's temporary directories go to when it has room
+RAM_TEMP_ROOT = Path("/dev/shm")
+#: free bytes RAM_TEMP_ROOT must have (a full session writes well under 1 GiB at once)
+RAM_TEMP_MIN_FREE = 4 << 30
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Put the session's tmp_path / tmp_path_factory directories on a RAM-backed tmpfs when
+    one with room exists (Linux /dev/shm; pytest's own PYTEST_DEBUG_TEMPROOT), unless the run
+    chose a place itself (--basetemp, PYTEST_DEBUG_TEMPROOT). Every store write fsyncs its
+    files and directories (tmp, fsync, rename: DESIGN.md); a file + directory fsync costs
+    ~6 ms on this machine's disk and ~0.06 ms on tmpfs, and the suite writes thousands of
+    files. The tests, their data and their assertions are the same on either filesystem (no
+    test can observe durability across a power cut). tmp_path_retention_policy = "failed"
+    (pyproject.toml) removes a passed test's directory at its teardown, so RAM holds only
+    the running tests' files and the session fixtures'."""
+    if config.option.basetemp or os.environ.get("PYTEST_DEBUG_TEMPROOT"):
+        return
+    try:
+        fs = os.statvfs(RAM_TEMP_ROOT)
+    except OSError:
+        return
+    if os.access(RAM_TEMP_ROOT, os.W_OK) and fs.f_bavail * fs.f_frsize >= RAM_TEMP_MIN_FREE:
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = str(RAM_TEMP_ROOT)
 
 
 def structured_arrays(seed: int = 0, num_classes: int = 5, dim: int = 32, n_train: int = 600,
