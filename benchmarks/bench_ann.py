@@ -394,5 +394,26 @@ def run(args: argparse.Namespace, indexes: list[str]) -> list[str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+QUICK_ARGS = ("--rows", "20000", "--queries", "5000", "--sk-queries", "1000")
+
+
+def quick_section(timeout_s: int = 900) -> list[str]:
+    """The reduced case for `make bench-quick` (section 5b): this module run in a child
+    interpreter with QUICK_ARGS (about 1-2 minutes on 2 cores); its Markdown lines, the title
+    made a subsection."""
+    cmd = [sys.executable, "-m", "benchmarks.bench_ann", *QUICK_ARGS]
+    title = "### 5b. Recall-calibrated IVF at 20k x 2048, clustered data (benchmarks.bench_ann)"
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              cwd=Path(__file__).resolve().parent.parent)
+    except subprocess.TimeoutExpired:
+        return [title, "", f"bench_ann did not finish in {timeout_s} s"]
+    if done.returncode:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return [title, "", f"bench_ann failed (exit {done.returncode}): {tail}"]
+    lines = done.stdout.splitlines()
+    return [title, *lines[1:]] if lines and lines[0].startswith("## ") else [title, *lines]
+
+
 if __name__ == "__main__":
     sys.exit(main())
