@@ -148,7 +148,8 @@ def test_check_grid_messages():
 
     check_grid("knn", {}, {"K": [1, 5]})
     with pytest.raises(UsageError, match=r"^--grid 'Q': scorer 'knn': unknown grid parameter "
-                                         r"'Q' \(valid: K, bank_fraction, index, seed\)$"):
+                                         r"'Q' \(valid: K, bank_fraction, index, "
+                                         r"recall_target, seed\)$"):
         check_grid("knn", {}, {"Q": [1]})
     with pytest.raises(UsageError, match=r"^--grid K=0: "):
         check_grid("knn", {}, {"K": [5, 0]})
