@@ -305,3 +305,18 @@ def test_store_json_records_weights_source(tmp_path):
     assert model["sha256_of"] == "state dict" and model["weights"] is None
     assert model["weights_source"] == "the module:callable itself (no --weights)"
     assert st.model_sha256 == model["sha256"]
+
+
+def test_knn_normalizer_in_blocks_equals_the_whole_array_formula():
+    """l2_normalize works in row blocks of NORMALIZE_BLOCK_ROWS (peak memory: one float64
+    block, not the bank); reference: the whole-array float64 formula it replaced, bit for bit,
+    on a float32 array of 2.5 blocks (a partial last block) with an all-zero row."""
+    from scorers.knn_index import NORMALIZE_BLOCK_ROWS
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(NORMALIZE_BLOCK_ROWS * 5 // 2, 33)).astype(np.float32)
+    x[NORMALIZE_BLOCK_ROWS + 7] = 0.0
+    x64 = x.astype(np.float64)
+    want = (x64 / (np.sqrt(np.einsum("ij,ij->i", x64, x64))[:, None] + 1e-10)).astype(np.float32)
+    got = l2_normalize(x)
+    assert got.dtype == np.float32 and np.array_equal(got, want)
