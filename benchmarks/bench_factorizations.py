@@ -1,0 +1,60 @@
+"""The D x D factorizations of the principal-subspace / Mahalanobis fits, float64 (featstore's
+trust bar) vs float32 (pytorch-ood 0.4's ViM), on this machine's BLAS/LAPACK.
+
+`python -m benchmarks.bench_factorizations` prints CPU s and wall s of: NumPy eigh (LAPACK
+syevd) of a 2048 x 2048 covariance in float64; SciPy eigh with the MRRR driver (evr), full and
+for a subset of eigenvectors (what ViM needs at dim = 1000 and its default grid); eigvalsh;
+torch.linalg.eigh of the same matrix in float32; the thin SVD of a 1000 x 2048 head W in
+float64 and torch.linalg.pinv of it in float32. Each call runs once to warm up, then is timed.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Callable
+
+import numpy as np
+import scipy.linalg
+
+D, ROWS, CLASSES = 2048, 4000, 1000
+
+
+def cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def timed(name: str, fn: Callable[[], object]) -> None:
+    fn()
+    w0, c0 = time.perf_counter(), cpu_s()
+    fn()
+    print(f"| {name} | {cpu_s() - c0:.2f} | {time.perf_counter() - w0:.2f} |", flush=True)
+
+
+def main() -> int:
+    import torch
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((ROWS, D)) * (1.0 / np.arange(1, D + 1)) ** 0.5  # decaying spectrum
+    cov = x.T @ x / ROWS
+    w = rng.standard_normal((CLASSES, D))
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    print(f"covariance {D} x {D} (float64), head W {CLASSES} x {D}; load average {load}")
+    print("| factorization | CPU s | wall s |\n|---|---:|---:|")
+    timed("numpy eigh float64 (syevd)", lambda: np.linalg.eigh(cov))
+    timed("scipy eigh float64, evr, all", lambda: scipy.linalg.eigh(cov, driver="evr"))
+    timed("scipy eigh float64, evr, 1048 vectors",
+          lambda: scipy.linalg.eigh(cov, driver="evr", subset_by_index=[0, 1047]))
+    timed("numpy eigvalsh float64", lambda: np.linalg.eigvalsh(cov))
+    cov32 = torch.from_numpy(cov.astype(np.float32))
+    timed("torch eigh float32", lambda: torch.linalg.eigh(cov32))
+    timed("numpy thin SVD of W float64", lambda: np.linalg.svd(w, full_matrices=False))
+    w32 = torch.from_numpy(w.astype(np.float32))
+    timed("torch pinv of W float32", lambda: torch.linalg.pinv(w32))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
