@@ -1,7 +1,8 @@
 """Where the small GEMM fits' time goes (issue 19, table 2 of bench_quick): the fit / score
-CPU s split of fdbd, nci, she and nnguide on the bench_quick store, and fdbd's score pass
-taken apart into its bare NumPy parts (the reads, the per-row gap + gather of the C x C
-boundary table, the per-row norm of x - mu) and the W W^T of its fit.
+CPU s split of fdbd, nci, she and nnguide on the bench_quick store; fdbd's score pass taken
+apart into its bare NumPy parts (the reads, the per-row gap + gather of the C x C boundary
+table, the per-row norm of x - mu) and the W W^T of its fit; NCI's six per-row float64
+passes vs the one its floor counts; NNGuide's FAISS search vs a bare sgemm + partition.
 
 `python -m benchmarks.profile_small_fits [--dir DIR]` generates the store of
 `benchmarks.bench_scorers` at its QUICK sizes (seed 0) in DIR (default: a new temporary
@@ -69,6 +70,59 @@ def fdbd_parts(store, names: list[str]) -> list[tuple[str, float]]:
             ("W W^T (C^2 D), float32", fastest(lambda: w32 @ w32.T))]
 
 
+def nci_parts(store, names: list[str]) -> list[tuple[str, float]]:
+    """NCI's per-row float64 passes over (M, D) as written in scorers/methods/nci.py: the
+    float64 copy, x - mu, its norm, the gather W[pred], the row dot, the L1 norm."""
+    feats = [store.split(s).read("features") for s in names]
+    preds = [store.split(s).read("logits").argmax(axis=1) for s in names]
+    w = np.asarray(store.head[0], dtype=np.float64)
+    mu = feats[0].mean(axis=0).astype(np.float64)
+
+    def passes() -> None:
+        for x, pred in zip(feats, preds, strict=True):
+            x64 = x.astype(np.float64)
+            centered = x64 - mu
+            np.linalg.norm(centered, axis=1)
+            np.einsum("nd,nd->n", w[pred], centered)
+            np.abs(x64).sum(axis=1)
+
+    def one_pass() -> None:
+        for x in feats:
+            np.einsum("nd,nd->n", x, x)
+
+    return [("the six per-row float64 passes of its formula (M D each)", fastest(passes)),
+            ("one float32 row-dot pass (M D), what its floor counts", fastest(one_pass))]
+
+
+def nnguide_parts(store, names: list[str], bank_rows: int, k: int) -> list[tuple[str, float]]:
+    """NNGuide's score: FAISS IndexFlatIP search of a (bank_rows, D) bank at K vs the bare
+    sgemm + np.partition of the same top-K, on the normalized scored features."""
+    import faiss
+
+    from scorers.knn_index import l2_normalize
+
+    feats = [l2_normalize(store.split(s).read("features")) for s in names]
+    bank = l2_normalize(store.split("id/train").read("features", slice(0, bank_rows)))
+    index = faiss.IndexFlatIP(bank.shape[1])
+    index.add(bank)
+
+    def search() -> None:
+        for q in feats:
+            index.search(q, k)
+
+    def bare() -> None:
+        for q in feats:
+            np.partition(-(q @ bank.T), k - 1, axis=1)[:, :k]
+
+    def normalize() -> None:
+        for s in names:
+            l2_normalize(store.split(s).read("features"))
+
+    return [("read + l2_normalize of the scored features", fastest(normalize)),
+            (f"FAISS IndexFlatIP search, bank {bank_rows} rows, K = {k}", fastest(search)),
+            (f"sgemm with the bank + np.partition at K = {k} (bare)", fastest(bare))]
+
+
 def main(argv: list[str] | None = None) -> int:
     from featstore import Store
     from scorers import get_scorer
@@ -89,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     print("| part | CPU s |\n|---|---:|")
     for label, t in fdbd_parts(store, names):
         print(f"| fdbd: {label} | {t:.3f} |")
+    for label, t in nci_parts(store, names):
+        print(f"| nci: {label} | {t:.3f} |")
+    bank_rows = max(1, int(np.ceil(0.01 * store.split("id/train").num_rows)))
+    for label, t in nnguide_parts(store, names, bank_rows, min(100, bank_rows)):
+        print(f"| nnguide: {label} | {t:.3f} |")
     for name in SCORERS:
         fit = fastest(lambda n=name: get_scorer(n).fit(store))
         fitted = get_scorer(name).fit(store)
