@@ -2,7 +2,10 @@
 
 `build_index(bank, metric, kind, ...)` indexes a float32 bank (N, D):
 
-- `exact` (default): `IndexFlatL2` / `IndexFlatIP`, brute force, the reference result.
+- `exact` (default): `IndexFlatL2` / `IndexFlatIP`, brute force, the reference result. An
+  inner-product search on the CPU at k >= N / 10 (NNGuide's bank at K = 100 of 100 rows)
+  is a float32 sgemm + np.argpartition over the flat index's own vectors instead
+  (`exact_ip_search`): FAISS's per-query k-heaps cost ~2x the sgemm there.
 - `ivf_flat`: `IndexIVFFlat`, an inverted file over `nlist` k-means cells (default
   `min(4 * sqrt(N), N // 39)`, at least 1: FAISS wants >= 39 training points per cell);
   a query visits `nprobe` cells (default `max(8, nlist // 16)`, at most `nlist`).
@@ -63,12 +66,16 @@ import numpy as np
 
 from featstore.errors import UsageError
 
+from .kernels.rowfeat import l2_normalize_rows
+
 INDEX_KINDS = ("exact", "ivf_flat", "ivf_pq", "hnsw")
 METRICS = ("l2", "ip")
 GPU_MAX_K = 2048
 DEFAULT_QUERY_CHUNK = 8192
-NORMALIZE_BLOCK_ROWS = 1024  # rows per float64 block in `l2_normalize`
 DEFAULT_EF_SEARCH = 256
+# exact inner-product search on the CPU at k >= N / 10 uses own sgemm + partition
+OWN_IP_SEARCH_FRACTION = 10
+OWN_IP_BLOCK_ENTRIES = 1 << 24  # products per query block of `exact_ip_search` (64 MiB)
 DEFAULT_TRAIN_POINTS_PER_LIST = 64
 MIN_TRAIN_POINTS_PER_LIST = 39
 RECALL_CONFIDENCE_Z = 1.645  # one-sided 95% lower bound on the calibrated recall
@@ -88,7 +95,8 @@ def num_gpus() -> int:
 
 
 def l2_normalize(x: np.ndarray, eps: float = 1e-10) -> np.ndarray:
-    """Rows divided by (their L2 norm + eps), computed in float64, returned as float32.
+    """Rows divided by (their L2 norm + eps), computed in float64, returned as float32
+    (`scorers.kernels.rowfeat.l2_normalize_rows`).
 
     `eps` keeps an all-zero row at zero (no division by 0). Sources, checked in their code:
     OpenOOD v1.5 (`knn_postprocessor.py` at 3c35632) and KNN-OOD's `run_imagenet.py`
@@ -101,13 +109,9 @@ def l2_normalize(x: np.ndarray, eps: float = 1e-10) -> np.ndarray:
     if x.ndim != 2:
         raise ValueError(f"l2_normalize expects a 2-D array, got shape {x.shape}")
     out = np.empty(x.shape, dtype=np.float32)
-    # in row blocks: the float64 copy is one block (<= NORMALIZE_BLOCK_ROWS rows), not the
-    # whole bank (a 10k x 2048 bank held 160 MB of float64 at once); every row's arithmetic
-    # is the same as on the whole array, so the result is the same bit for bit
-    for start in range(0, x.shape[0], NORMALIZE_BLOCK_ROWS):
-        x64 = x[start:start + NORMALIZE_BLOCK_ROWS].astype(np.float64)
-        norms = np.sqrt(np.einsum("ij,ij->i", x64, x64))
-        out[start:start + x64.shape[0]] = x64 / (norms[:, None] + eps)
+    # one fused Numba pass per row (float64 sum of squares, then the division), no float64
+    # copy of the array; each row is computed alone, so any row block gives the same bits
+    l2_normalize_rows(x, float(eps), out)
     return out
 
 
@@ -476,9 +480,25 @@ class KnnIndex:
         across several k). The search width (HNSW's beam max(ef_search, k), IVF's nprobe;
         calibrated per k with a recall target); GPU k-selection is limited
         to GPU_MAX_K, above which the CPU index answers; FAISS answers k = 1 by a dedicated
-        arg-min kernel whose float32 rounding differs from the general one."""
+        arg-min kernel whose float32 rounding differs from the general one; an exact inner-product
+        search at k >= N / 10 is own sgemm + partition, rounded differently from FAISS's."""
         device = "gpu" if self.on_gpu and k <= GPU_MAX_K else "cpu"
-        return (self._width(k), device, k == 1)
+        return (self._width(k), device, k == 1, self._uses_own_ip_search(k))
+
+    def _uses_own_ip_search(self, k: int) -> bool:
+        """Exact inner-product search on the CPU with k >= N / OWN_IP_SEARCH_FRACTION:
+        sgemm + partition (`exact_ip_search`) beats FAISS's k-heaps there (measured in
+        benchmarks/RESULTS.md, "#19 eighth session")."""
+        return (self.kind == "exact" and self.metric == "ip" and not self.on_gpu
+                and k * OWN_IP_SEARCH_FRACTION >= self.ntotal)
+
+    def _flat_vectors(self) -> np.ndarray:
+        """The (N, D) float32 bank as stored in the CPU flat index (a view, no copy)."""
+        import faiss  # lazy: keeps `import scorers` fast
+
+        index = self._host_index()
+        return faiss.rev_swig_ptr(index.get_xb(), self.ntotal * self.dim).reshape(
+            self.ntotal, self.dim)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(distances (n, k) float32, ids (n, k) int64) of the k best bank rows per query.
@@ -490,9 +510,11 @@ class KnnIndex:
         queries = np.asarray(queries, dtype=np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise UsageError(f"knn index: queries must be (n, {self.dim}), got {queries.shape}")
+        n = queries.shape[0]
+        if self._uses_own_ip_search(k):
+            return exact_ip_search(self._flat_vectors(), queries, k)
         index = self._host_index() if self.on_gpu and k > GPU_MAX_K else self._index
         self._apply_width(index, self.kind, self._width(k))
-        n = queries.shape[0]
         dist = np.empty((n, k), dtype=np.float32)
         ids = np.empty((n, k), dtype=np.int64)
         for start in range(0, n, self.query_chunk):
@@ -501,6 +523,30 @@ class KnnIndex:
             dist[start:stop] = d_chunk
             ids[start:stop] = i_chunk
         return dist, ids
+
+
+def exact_ip_search(bank: np.ndarray, queries: np.ndarray,
+                    k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(inner products (n, k) float32, ids (n, k) int64) of the k largest q . b per query,
+    best first: one float32 sgemm per block of queries (the block's (rows, N) products held
+    at most ~OWN_IP_BLOCK_ENTRIES at once), np.argpartition at k, a stable sort of the k
+    (ties: the lower position in the partition first). The values are FAISS IndexFlatIP's
+    (the same sgemm); the ids of tied values may be ordered differently."""
+    n, total = queries.shape[0], bank.shape[0]
+    dist = np.empty((n, k), dtype=np.float32)
+    ids = np.empty((n, k), dtype=np.int64)
+    rows = max(1, OWN_IP_BLOCK_ENTRIES // total)
+    for lo in range(0, n, rows):
+        sims = queries[lo:lo + rows] @ bank.T
+        if k < total:
+            top = np.argpartition(sims, total - k, axis=1)[:, total - k:]
+        else:
+            top = np.broadcast_to(np.arange(total), sims.shape)
+        vals = np.take_along_axis(sims, top, axis=1)
+        order = np.argsort(-vals, axis=1, kind="stable")
+        dist[lo:lo + rows] = np.take_along_axis(vals, order, axis=1)
+        ids[lo:lo + rows] = np.take_along_axis(top, order, axis=1)
+    return dist, ids
 
 
 def build_index(bank: np.ndarray, metric: str = "l2", kind: str = "exact",

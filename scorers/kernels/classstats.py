@@ -1,6 +1,6 @@
 """Class statistics of the id/train features, in float64 over streamed chunks: the mean
 feature (DICE, fDBD, NCI), per-class sums (`add_class_sums`: MDS, RMDS, KL matching; and
-`add_correct_class_sums` of the correctly classified rows beside all rows: SHE), class
+`add_class_sums_by_correctness`: the correctly and wrongly classified rows apart, SHE), class
 means with the tied within-class and the global (1/N) covariances (`fit_gaussian_stats`),
 their whitening factors (L with L L^T = pinvh(covariance), `whitener`) and the
 class-conditional Mahalanobis distance min_k (x - mu_k)^T P (x - mu_k)
@@ -26,12 +26,14 @@ FIT_SPLIT = "id/train"
 
 
 def train_mean(scorer: Scorer, store: StoreLike, split_name: str = FIT_SPLIT) -> np.ndarray:
-    """Mean feature of a split, accumulated in float64 over chunks."""
+    """Mean feature of a split: float64 column sums per chunk (`add_column_sums`), added
+    chunk after chunk, divided by the row count."""
     split = scorer.fit_split(store, split_name)
     total = None
     n = 0
     for _, (x,) in scorer.chunks(split, "features"):
-        s = x.astype(np.float64).sum(axis=0)
+        s = np.zeros(x.shape[1])
+        add_column_sums(x, s)
         total = s if total is None else total + s
         n += x.shape[0]
     if n == 0 or total is None:
@@ -54,33 +56,35 @@ def add_class_sums(sums: np.ndarray, counts: np.ndarray, values: np.ndarray,
 
 
 @njit(cache=True, nogil=True)
-def add_correct_class_sums(x, logits, labels, correct_sums, correct_counts, all_sums,
-                           all_counts):
-    """Per labelled row i (0 <= label < C): all_sums[label] += x[i] and, when argmax of its
-    logits (first of ties, as numpy) equals the label, correct_sums[label] += x[i]; float64,
-    in row order, one pass, no copies."""
+def add_class_sums_by_correctness(x, pred, labels, correct_sums, correct_counts, wrong_sums,
+                                  wrong_counts):
+    """Per labelled row i (0 <= label < C): correct_sums[label] += x[i] when pred[i] equals
+    the label, else wrong_sums[label] += x[i] (and the matching count); float64, in row
+    order, one pass, no copies. A class's sum over all its rows is correct + wrong; where it
+    has no correct row, that is wrong_sums itself (0 + s is s exactly)."""
     n, d = x.shape
     c_num = correct_sums.shape[0]
     for i in range(n):
         y = labels[i]
         if y < 0 or y >= c_num:
             continue
-        row = logits[i]
-        pred = 0
-        best = row[0]
-        for c in range(1, row.shape[0]):
-            if row[c] > best:
-                best = row[c]
-                pred = c
-        all_counts[y] += 1
-        acc = all_sums[y]
-        for j in range(d):
-            acc[j] += np.float64(x[i, j])
-        if pred == y:
+        if pred[i] == y:
             correct_counts[y] += 1
             acc = correct_sums[y]
-            for j in range(d):
-                acc[j] += np.float64(x[i, j])
+        else:
+            wrong_counts[y] += 1
+            acc = wrong_sums[y]
+        for j in range(d):
+            acc[j] += np.float64(x[i, j])
+
+
+@njit(cache=True, nogil=True)
+def add_column_sums(x, out):
+    """out[j] += sum_i x[i, j] in float64, row after row (the order of numpy's
+    x.astype(float64).sum(axis=0) on a C-contiguous chunk), without the float64 copy."""
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[j] += np.float64(x[i, j])
 
 
 @dataclass

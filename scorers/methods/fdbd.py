@@ -22,7 +22,8 @@ zero normalizer norm is clamped to the smallest positive float64.
 Sharing: both normalizers and the boundary sum are computed once per chunk for the whole grid.
 The C x C table of 1 / ||w_c - w_j|| is computed once at fit from the Gram form
 ||w_c||^2 + ||w_j||^2 - 2 w_c . w_j (float64, clamped at 0); scoring gathers its row per
-predicted class (no per-chunk product with W).
+predicted class (no per-chunk product with W), in one fused pass per row with both
+normalizers (`scorers.kernels.rowfeat.fdbd_rows`).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.classstats import train_mean
+from ..kernels.rowfeat import fdbd_rows
 
-_TINY = np.finfo(np.float64).tiny
 _SAME_CLASS_RTOL = 1e-12
 
 
@@ -76,19 +77,14 @@ class FDBD(Scorer):
         return self._score_grid(split, [{}])[0]
 
     def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
-        num_classes = self.inv_dist.shape[0]
         flags = [bool({**self.params, **s}["distance_as_normalizer"]) for s in settings]
 
         def block(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
-            x64 = x.astype(np.float64)
-            l64 = logits.astype(np.float64)
-            pred = np.argmax(l64, axis=1)
-            gap = np.abs(l64 - l64[np.arange(len(pred)), pred][:, None])
-            boundary = np.einsum("nc,nc->n", gap, self.inv_dist[pred]) / (num_classes - 1)
-            norms = {}
-            for flag in set(flags):
-                ref = x64 - self.mean if flag else x64
-                norms[flag] = np.maximum(np.linalg.norm(ref, axis=1), _TINY)
+            rows = x.shape[0]
+            boundary = np.empty(rows)
+            norms = {True: np.empty(rows), False: np.empty(rows)}
+            fdbd_rows(x, logits, logits.argmax(axis=1), self.inv_dist, self.mean,
+                      True in flags, False in flags, boundary, norms[True], norms[False])
             return [boundary / norms[flag] for flag in flags]
 
         return self.map_rows(split, ("features", "logits"), block, outputs=len(flags))

@@ -14,9 +14,12 @@ Fallbacks OpenOOD does not have (where it would produce NaN): a class with no co
 classified train row uses the mean of all its labelled train rows; a class with no train row
 at all is an error at fit (there is no pattern to compare with). No hyperparameters.
 
-Kernels (Numba, `scorers.kernels.classstats.add_correct_class_sums`): the fit accumulates
-both class sums in one pass over id/train chunks, row by row in float64 (no sorted or gathered
-copies of the chunk).
+Kernels (Numba): the fit accumulates each id/train row into its class's correct or wrong sum
+in one pass over the chunks, row by row in float64, with numpy's argmax of the chunk's logits
+as the prediction (`scorers.kernels.classstats.add_class_sums_by_correctness`; no sorted or
+gathered copy of the chunk); the score is one pass per row
+(`scorers.kernels.rowfeat.pattern_dot_rows`: the float64 dot with the predicted class's
+pattern row, indexed in place).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from featstore.errors import FeatstoreError
 from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
-from ..kernels.classstats import add_correct_class_sums
+from ..kernels.classstats import add_class_sums_by_correctness
+from ..kernels.rowfeat import pattern_dot_rows
 
 FIT_SPLIT = "id/train"
 
@@ -50,12 +54,13 @@ class SHE(Scorer):
         dim = split.dims["features"]
         correct_sums = np.zeros((num_classes, dim))
         correct_counts = np.zeros(num_classes, dtype=np.int64)
-        all_sums = np.zeros((num_classes, dim))
-        all_counts = np.zeros(num_classes, dtype=np.int64)
+        wrong_sums = np.zeros((num_classes, dim))
+        wrong_counts = np.zeros(num_classes, dtype=np.int64)
         for _, (feats, logits, labels) in self.chunks(split, "features", "logits", "labels"):
-            add_correct_class_sums(feats, logits, np.asarray(labels, dtype=np.int64),
-                                   correct_sums, correct_counts, all_sums, all_counts)
-        missing = np.flatnonzero(all_counts == 0)
+            add_class_sums_by_correctness(feats, logits.argmax(axis=1),
+                                          np.asarray(labels, dtype=np.int64), correct_sums,
+                                          correct_counts, wrong_sums, wrong_counts)
+        missing = np.flatnonzero(correct_counts + wrong_counts == 0)
         if missing.size:
             raise FeatstoreError(
                 f"scorer 'she': class {int(missing[0])} has no labelled row in {FIT_SPLIT!r} "
@@ -64,13 +69,15 @@ class SHE(Scorer):
         patterns = np.empty((num_classes, dim))
         ok = correct_counts > 0
         patterns[ok] = correct_sums[ok] / correct_counts[ok, None]
-        patterns[~ok] = all_sums[~ok] / all_counts[~ok, None]
+        # no correct row: every labelled row of the class is in wrong_sums
+        patterns[~ok] = wrong_sums[~ok] / wrong_counts[~ok, None]
         self.patterns = patterns
         self.fallback_classes = np.flatnonzero(~ok)
 
     def _score(self, split: SplitLike) -> np.ndarray:
         def block(feats: np.ndarray, logits: np.ndarray) -> np.ndarray:
-            pred = logits.argmax(axis=1)
-            return np.einsum("ij,ij->i", feats.astype(np.float64), self.patterns[pred])
+            out = np.empty(feats.shape[0])
+            pattern_dot_rows(feats, logits.argmax(axis=1), self.patterns, out)
+            return out
 
         return self.map_rows(split, ("features", "logits"), block)

@@ -14,7 +14,7 @@ from featstore import Store
 from featstore.errors import UsageError
 from scorers import list_scorers
 from scorers.base import expand_grid
-from scorers.knn_index import build_index, recall_at_k
+from scorers.knn_index import OWN_IP_SEARCH_FRACTION, build_index, exact_ip_search, recall_at_k
 
 
 def assert_grid_cases(store: Store, name: str, params: dict, grid: dict) -> None:
@@ -83,6 +83,43 @@ def test_index_search_is_chunked_consistently(kind, metric):
     assert recall_at_k(is_, ib) >= 0.99
     order = np.diff(ds, axis=1)
     assert np.all(order >= -1e-5) if metric == "l2" else np.all(order <= 1e-5)
+
+
+@pytest.mark.parametrize("k", [1, 7, 12, 120])
+def test_exact_ip_search_matches_a_float64_sort_and_faiss(k):
+    """exact_ip_search (sgemm + argpartition, what an exact IP index answers at k >= N / 10)
+    against two references: a float64 argsort of every inner product (the ids, where the
+    top k has no near-tie, and the values to float32 rounding) and FAISS's IndexFlatIP
+    (the values, to float32 rounding); also through KnnIndex.search with a
+    block of 5 queries (OWN_IP_BLOCK_ENTRIES lowered; FAISS answers below k = N / 10)."""
+    import faiss
+
+    import scorers.knn_index as knn_index
+
+    rng = np.random.default_rng(3)
+    bank = rng.normal(size=(120, 24)).astype(np.float32)
+    queries = rng.normal(size=(33, 24)).astype(np.float32)
+    dist, ids = exact_ip_search(bank, queries, k)
+    exact64 = queries.astype(np.float64) @ bank.T.astype(np.float64)
+    want_ids = np.argsort(-exact64, axis=1, kind="stable")[:, :k]
+    assert np.array_equal(ids, want_ids)
+    np.testing.assert_allclose(dist, np.take_along_axis(exact64, want_ids, axis=1),
+                               rtol=1e-5, atol=1e-5)
+    flat = faiss.IndexFlatIP(24)
+    flat.add(bank)
+    # FAISS runs its sgemm in the other operand order: float32 rounding apart (atol: ~1e-6
+    # of the scale, |q . b| <= 20)
+    np.testing.assert_allclose(dist, flat.search(queries, k)[0], rtol=1e-6, atol=1e-5)
+    index = build_index(bank, metric="ip", kind="exact")
+    assert index._uses_own_ip_search(k) == (k * OWN_IP_SEARCH_FRACTION >= 120)
+    old = knn_index.OWN_IP_BLOCK_ENTRIES
+    knn_index.OWN_IP_BLOCK_ENTRIES = 5 * 120
+    try:
+        got_d, got_i = index.search(queries, k)
+    finally:
+        knn_index.OWN_IP_BLOCK_ENTRIES = old
+    assert np.array_equal(got_i, want_ids)  # BLAS may round a 5-row block differently
+    np.testing.assert_allclose(got_d, dist, rtol=1e-6, atol=1e-5)
 
 
 def test_index_refuses_bad_k_and_kind():
