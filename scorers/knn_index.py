@@ -5,7 +5,7 @@
 - `exact` (default): `IndexFlatL2` / `IndexFlatIP`, brute force, the reference result. An
   inner-product search on the CPU at k >= N / 10 (NNGuide's bank at K = 100 of 100 rows)
   is a float32 sgemm + np.argpartition over the flat index's own vectors instead
-  (`exact_ip_search`): FAISS's per-query k-heaps cost ~2x the sgemm there.
+  (`scorers.kernels.iptopk`): FAISS's per-query k-heaps cost ~2x the sgemm there.
 - `ivf_flat`: `IndexIVFFlat`, an inverted file over `nlist` k-means cells (default
   `min(4 * sqrt(N), N // 39)`, at least 1: FAISS wants >= 39 training points per cell);
   a query visits `nprobe` cells (default `max(8, nlist // 16)`, at most `nlist`).
@@ -66,6 +66,7 @@ import numpy as np
 
 from featstore.errors import UsageError
 
+from .kernels.iptopk import exact_ip_search, exact_ip_values
 from .kernels.rowfeat import l2_normalize_rows
 
 INDEX_KINDS = ("exact", "ivf_flat", "ivf_pq", "hnsw")
@@ -75,7 +76,6 @@ DEFAULT_QUERY_CHUNK = 8192
 DEFAULT_EF_SEARCH = 256
 # exact inner-product search on the CPU at k >= N / 10 uses own sgemm + partition
 OWN_IP_SEARCH_FRACTION = 10
-OWN_IP_BLOCK_ENTRIES = 1 << 24  # products per query block of `exact_ip_search` (64 MiB)
 DEFAULT_TRAIN_POINTS_PER_LIST = 64
 MIN_TRAIN_POINTS_PER_LIST = 39
 RECALL_CONFIDENCE_Z = 1.645  # one-sided 95% lower bound on the calibrated recall
@@ -487,7 +487,7 @@ class KnnIndex:
 
     def _uses_own_ip_search(self, k: int) -> bool:
         """Exact inner-product search on the CPU with k >= N / OWN_IP_SEARCH_FRACTION:
-        sgemm + partition (`exact_ip_search`) beats FAISS's k-heaps there (measured in
+        sgemm + partition (`scorers.kernels.iptopk`) beats FAISS's k-heaps there (measured in
         benchmarks/RESULTS.md, "#19 eighth session")."""
         return (self.kind == "exact" and self.metric == "ip" and not self.on_gpu
                 and k * OWN_IP_SEARCH_FRACTION >= self.ntotal)
@@ -500,16 +500,29 @@ class KnnIndex:
         return faiss.rev_swig_ptr(index.get_xb(), self.ntotal * self.dim).reshape(
             self.ntotal, self.dim)
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(distances (n, k) float32, ids (n, k) int64) of the k best bank rows per query.
+    def search_values(self, queries: np.ndarray, k: int) -> np.ndarray:
+        """The distances of `search(queries, k)` alone (n, k) float32, the same bits; on the
+        own inner-product path without the sort of the ids (`exact_ip_values`)."""
+        if self._uses_own_ip_search(int(k)):
+            queries = self._checked(queries, int(k))
+            return exact_ip_values(self._flat_vectors(), queries, int(k))
+        return self.search(queries, k)[0]
 
-        Queries are searched in chunks of `query_chunk` rows."""
-        k = int(k)
+    def _checked(self, queries: np.ndarray, k: int) -> np.ndarray:
+        """queries as float32 (n, D) and k in [1, N], or a UsageError."""
         if not 1 <= k <= self.ntotal:
             raise UsageError(f"knn index: k={k} must satisfy 1 <= k <= {self.ntotal} (bank size)")
         queries = np.asarray(queries, dtype=np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise UsageError(f"knn index: queries must be (n, {self.dim}), got {queries.shape}")
+        return queries
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(distances (n, k) float32, ids (n, k) int64) of the k best bank rows per query.
+
+        Queries are searched in chunks of `query_chunk` rows."""
+        k = int(k)
+        queries = self._checked(queries, k)
         n = queries.shape[0]
         if self._uses_own_ip_search(k):
             return exact_ip_search(self._flat_vectors(), queries, k)
@@ -523,30 +536,6 @@ class KnnIndex:
             dist[start:stop] = d_chunk
             ids[start:stop] = i_chunk
         return dist, ids
-
-
-def exact_ip_search(bank: np.ndarray, queries: np.ndarray,
-                    k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(inner products (n, k) float32, ids (n, k) int64) of the k largest q . b per query,
-    best first: one float32 sgemm per block of queries (the block's (rows, N) products held
-    at most ~OWN_IP_BLOCK_ENTRIES at once), np.argpartition at k, a stable sort of the k
-    (ties: the lower position in the partition first). The values are FAISS IndexFlatIP's
-    (the same sgemm); the ids of tied values may be ordered differently."""
-    n, total = queries.shape[0], bank.shape[0]
-    dist = np.empty((n, k), dtype=np.float32)
-    ids = np.empty((n, k), dtype=np.int64)
-    rows = max(1, OWN_IP_BLOCK_ENTRIES // total)
-    for lo in range(0, n, rows):
-        sims = queries[lo:lo + rows] @ bank.T
-        if k < total:
-            top = np.argpartition(sims, total - k, axis=1)[:, total - k:]
-        else:
-            top = np.broadcast_to(np.arange(total), sims.shape)
-        vals = np.take_along_axis(sims, top, axis=1)
-        order = np.argsort(-vals, axis=1, kind="stable")
-        dist[lo:lo + rows] = np.take_along_axis(vals, order, axis=1)
-        ids[lo:lo + rows] = np.take_along_axis(top, order, axis=1)
-    return dist, ids
 
 
 def build_index(bank: np.ndarray, metric: str = "l2", kind: str = "exact",

@@ -14,8 +14,8 @@ added after the division, a typo); here the epsilon guards the division as in KN
 (identical up to 1e-10). OpenOOD fills the bank with the first training-loader batches until
 they exceed alpha * N rows; here the bank is ceil(alpha * N) rows drawn uniformly without
 replacement with numpy's default_rng(`seed`), which does not depend on row order (a store's
-id/train is often sorted by class). Inner products are FAISS float32 (IndexFlatIP), summed in
-float64.
+id/train is often sorted by class). Inner products are float32 (FAISS IndexFlatIP; at K >= bank
+size / 10 own sgemm + partition, `scorers.knn_index.exact_ip_values`), summed in float64.
 
 Parameters (defaults with sources):
 - `K` = 100 and `alpha` = 0.01: OpenOOD v1.5 `configs/postprocessors/nnguide.yml`
@@ -85,7 +85,7 @@ class NNGuide(BankScorer):
             query = l2_normalize(feats)
             energy = logsumexp(logits)
             for group in groups:
-                sims, _ = index.search(query, max(group))
+                sims = index.search_values(query, max(group))
                 csum = np.cumsum(sims.astype(np.float64), axis=1)
                 for k in group:
                     out[k][rows] = (csum[:, k - 1] / k) * energy

@@ -14,7 +14,8 @@ from featstore import Store
 from featstore.errors import UsageError
 from scorers import list_scorers
 from scorers.base import expand_grid
-from scorers.knn_index import OWN_IP_SEARCH_FRACTION, build_index, exact_ip_search, recall_at_k
+from scorers.kernels.iptopk import exact_ip_search, exact_ip_values
+from scorers.knn_index import OWN_IP_SEARCH_FRACTION, build_index, recall_at_k
 
 
 def assert_grid_cases(store: Store, name: str, params: dict, grid: dict) -> None:
@@ -94,7 +95,7 @@ def test_exact_ip_search_matches_a_float64_sort_and_faiss(k):
     block of 5 queries (OWN_IP_BLOCK_ENTRIES lowered; FAISS answers below k = N / 10)."""
     import faiss
 
-    import scorers.knn_index as knn_index
+    import scorers.kernels.iptopk as iptopk
 
     rng = np.random.default_rng(3)
     bank = rng.normal(size=(120, 24)).astype(np.float32)
@@ -112,14 +113,17 @@ def test_exact_ip_search_matches_a_float64_sort_and_faiss(k):
     np.testing.assert_allclose(dist, flat.search(queries, k)[0], rtol=1e-6, atol=1e-5)
     index = build_index(bank, metric="ip", kind="exact")
     assert index._uses_own_ip_search(k) == (k * OWN_IP_SEARCH_FRACTION >= 120)
-    old = knn_index.OWN_IP_BLOCK_ENTRIES
-    knn_index.OWN_IP_BLOCK_ENTRIES = 5 * 120
+    old = iptopk.OWN_IP_BLOCK_ENTRIES
+    iptopk.OWN_IP_BLOCK_ENTRIES = 5 * 120
     try:
         got_d, got_i = index.search(queries, k)
+        got_v = index.search_values(queries, k)
     finally:
-        knn_index.OWN_IP_BLOCK_ENTRIES = old
+        iptopk.OWN_IP_BLOCK_ENTRIES = old
     assert np.array_equal(got_i, want_ids)  # BLAS may round a 5-row block differently
     np.testing.assert_allclose(got_d, dist, rtol=1e-6, atol=1e-5)
+    assert np.array_equal(got_v, got_d)  # the values alone: the same bits
+    assert np.array_equal(exact_ip_values(bank, queries, k), dist)
 
 
 def test_index_refuses_bad_k_and_kind():
