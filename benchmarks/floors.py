@@ -169,11 +169,13 @@ def floor_mahalanobis(inputs: FloorInputs, relative: bool, gram64: bool = False)
             x @ whiten[1]
 
 
-def floor_fdbd(inputs: FloorInputs) -> None:
-    """fDBD: W W^T (C^2 D) for the boundary table; reads id/train features (their mean) and
-    the scored features and logits."""
+def floor_fdbd(inputs: FloorInputs, gram64: bool = False) -> None:
+    """fDBD: W W^T (C^2 D) for the boundary table (with `gram64` in float64 dgemm: the table
+    ||w_c||^2 + ||w_j||^2 - 2 w_c . w_j cancels for close classes, so the scorer keeps it in
+    float64); reads id/train features (their mean) and the scored features and logits."""
     read(inputs.train, "features")
-    inputs.weight @ inputs.weight.T
+    w = inputs.weight.astype(np.float64) if gram64 else inputs.weight
+    w @ w.T
     _scored(inputs, "features")
     _scored(inputs, "logits")
 
@@ -261,6 +263,7 @@ TRUST_FLOORS: dict[str, Callable[[FloorInputs], None]] = {
     "residual": lambda i: floor_principal(i, alpha=False, gram64=True),
     "mds": lambda i: floor_mahalanobis(i, relative=False, gram64=True),
     "rmds": lambda i: floor_mahalanobis(i, relative=True, gram64=True),
+    "fdbd": lambda i: floor_fdbd(i, gram64=True),
 }
 
 

@@ -94,11 +94,62 @@ def nci_parts(store, names: list[str]) -> list[tuple[str, float]]:
             ("one float32 row-dot pass (M D), what its floor counts", fastest(one_pass))]
 
 
+def she_parts(store, names: list[str]) -> list[tuple[str, float]]:
+    """SHE's fit and score in parts: the reads (id/train features, logits, labels; the scored
+    features and logits), the argmax of id/train's logits, the class sums by correctness
+    (N D float64 adds into the class's row; featstore's Numba kernel, and the bare NumPy
+    float64 form: a stable sort by class + np.add.reduceat), the scored row dots."""
+    from scorers.kernels.classstats import add_class_sums_by_correctness
+    from scorers.kernels.rowfeat import pattern_dot_rows
+
+    train = store.split("id/train")
+    x, logits = train.read("features"), train.read("logits")
+    labels = np.asarray(train.read("labels"), dtype=np.int64)
+    pred = logits.argmax(axis=1)
+    classes, dim = logits.shape[1], x.shape[1]
+    scored = [(store.split(s).read("features"), store.split(s).read("logits").argmax(axis=1))
+              for s in names]
+    patterns = np.random.default_rng(0).random((classes, dim))
+
+    def reads() -> None:
+        for field in ("features", "logits", "labels"):
+            train.read(field)
+        for s in names:
+            store.split(s).read("features")
+            store.split(s).read("logits")
+
+    def kernel_sums() -> None:
+        add_class_sums_by_correctness(x, pred, labels, np.zeros((classes, dim)),
+                                      np.zeros(classes, np.int64), np.zeros((classes, dim)),
+                                      np.zeros(classes, np.int64))
+
+    def numpy_sums() -> None:
+        key = labels * 2 + (pred != labels)  # class and correctness in one sort key
+        order = np.argsort(key, kind="stable")
+        ks = key[order]
+        starts = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]])
+        np.add.reduceat(x[order].astype(np.float64), starts, axis=0)
+
+    def dots() -> None:
+        for feats, p in scored:
+            pattern_dot_rows(feats, p, patterns, np.empty(len(feats)))
+
+    return [("reads: id/train features + logits + labels, scored features + logits",
+             fastest(reads)),
+            ("argmax of id/train's logits (N C)", fastest(lambda: logits.argmax(axis=1))),
+            ("class sums by correctness, featstore's Numba kernel (N D float64)",
+             fastest(kernel_sums)),
+            ("class sums by correctness, bare NumPy (sort + float64 reduceat)",
+             fastest(numpy_sums)),
+            ("scored row dots with the predicted pattern (M D float64, Numba)", fastest(dots))]
+
+
 def nnguide_parts(store, names: list[str], bank_rows: int, k: int) -> list[tuple[str, float]]:
     """NNGuide's score: FAISS IndexFlatIP search of a (bank_rows, D) bank at K vs the bare
     sgemm + np.partition of the same top-K, on the normalized scored features."""
     import faiss
 
+    from scorers.kernels.iptopk import exact_ip_values
     from scorers.knn_index import l2_normalize
 
     feats = [l2_normalize(store.split(s).read("features")) for s in names]
@@ -114,13 +165,19 @@ def nnguide_parts(store, names: list[str], bank_rows: int, k: int) -> list[tuple
         for q in feats:
             np.partition(-(q @ bank.T), k - 1, axis=1)[:, :k]
 
+    def own() -> None:
+        for q in feats:
+            exact_ip_values(bank, q, k)
+
     def normalize() -> None:
         for s in names:
             l2_normalize(store.split(s).read("features"))
 
     return [("read + l2_normalize of the scored features", fastest(normalize)),
             (f"FAISS IndexFlatIP search, bank {bank_rows} rows, K = {k}", fastest(search)),
-            (f"sgemm with the bank + np.partition at K = {k} (bare)", fastest(bare))]
+            (f"sgemm with the bank + np.partition at K = {k} (bare)", fastest(bare)),
+            ("featstore's search at K >= bank / 10: sgemm + partition + sort of the K "
+             "values (exact_ip_values)", fastest(own))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| fdbd: {label} | {t:.3f} |")
     for label, t in nci_parts(store, names):
         print(f"| nci: {label} | {t:.3f} |")
+    for label, t in she_parts(store, names):
+        print(f"| she: {label} | {t:.3f} |")
     bank_rows = max(1, int(np.ceil(0.01 * store.split("id/train").num_rows)))
     for label, t in nnguide_parts(store, names, bank_rows, min(100, bank_rows)):
         print(f"| nnguide: {label} | {t:.3f} |")
