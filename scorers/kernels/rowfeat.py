@@ -1,7 +1,8 @@
 """Fused per-row passes over penultimate features (N, D), one Numba loop per row, float64
 arithmetic on the stored (float32) values: the row-wise L2 normalization of KNN / NNGuide,
 SHE's inner product with the predicted class's pattern, NCI's proximity and L1 norm, fDBD's
-boundary sum and normalizers.
+boundary sum and normalizers (and fDBD's C x C table of inverse boundary distances, built in
+one pass over W W^T at fit).
 
 Why a kernel: the NumPy formulations make a float64 copy of the chunk and then one pass per
 operation over it (NCI: the copy, x - mu, its norm, the gather W[pred], the row dot, |x|;
@@ -180,3 +181,17 @@ def fdbd_rows(x, logits, pred, inv_dist, mean, want_centered, want_plain, bounda
             centered_out[i] = max(np.sqrt(_sumsq4(x, i, mean, True)), _TINY)
         if want_plain:
             plain_out[i] = max(np.sqrt(_sumsq4(x, i, empty, False)), _TINY)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def inverse_boundary_table(gram, sq_norms, same_rtol, out):
+    """fDBD's C x C table, one pass over W W^T (float64):
+    d2 = (||w_c||^2 + ||w_j||^2) - 2 w_c . w_j and out[c, j] = 1 / sqrt(d2) where
+    d2 > same_rtol (||w_c||^2 + ||w_j||^2), else 0 (no boundary between c and j; the
+    diagonal always 0); the same operations, in the same order, as the NumPy form."""
+    classes = gram.shape[0]
+    for c in range(classes):
+        for j in range(classes):
+            total = sq_norms[c] + sq_norms[j]
+            d2 = total - 2.0 * gram[c, j]
+            out[c, j] = 1.0 / np.sqrt(d2) if (d2 > same_rtol * total and c != j) else 0.0

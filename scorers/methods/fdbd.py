@@ -38,7 +38,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.classstats import train_mean
-from ..kernels.rowfeat import fdbd_rows
+from ..kernels.rowfeat import fdbd_rows, inverse_boundary_table
 
 _SAME_CLASS_RTOL = 1e-12
 
@@ -65,12 +65,9 @@ class FDBD(Scorer):
         weight, _ = store.head
         w = np.asarray(weight, dtype=np.float64)
         sq_norms = np.einsum("cd,cd->c", w, w)
-        dist2 = sq_norms[:, None] + sq_norms[None, :] - 2.0 * (w @ w.T)
-        floor = _SAME_CLASS_RTOL * (sq_norms[:, None] + sq_norms[None, :])
         # 1 / ||w_c - w_j|| per class pair, 0 where c and j share no boundary (c == j included)
-        self.inv_dist = np.zeros_like(dist2)
-        np.divide(1.0, np.sqrt(np.maximum(dist2, 0.0)), out=self.inv_dist, where=dist2 > floor)
-        np.fill_diagonal(self.inv_dist, 0.0)
+        self.inv_dist = np.empty((w.shape[0], w.shape[0]))
+        inverse_boundary_table(w @ w.T, sq_norms, _SAME_CLASS_RTOL, self.inv_dist)
         self.mean = train_mean(self, store)
 
     def _score(self, split: SplitLike) -> np.ndarray:

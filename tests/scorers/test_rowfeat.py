@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from scorers.kernels.classstats import add_class_sums_by_correctness, add_column_sums
-from scorers.kernels.rowfeat import fdbd_rows, l2_normalize_rows, nci_rows, pattern_dot_rows
+from scorers.kernels.rowfeat import (
+    fdbd_rows,
+    inverse_boundary_table,
+    l2_normalize_rows,
+    nci_rows,
+    pattern_dot_rows,
+)
 
 TINY = np.finfo(np.float64).tiny
 
@@ -117,3 +123,23 @@ def test_class_sums_by_correctness():
         assert counts[0][c] == right.sum() and counts[1][c] == wrong.sum()
         np.testing.assert_allclose(sums[0][c], x64[right].sum(axis=0), rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(sums[1][c], x64[wrong].sum(axis=0), rtol=1e-12, atol=1e-12)
+
+
+def test_inverse_boundary_table_equals_the_numpy_form_bit_for_bit():
+    """Reference: the NumPy form fDBD's fit had (the same operations in the same order), on a
+    head with a duplicated class row (no boundary: 0) and a near-duplicate one."""
+    rng = np.random.default_rng(4)
+    w = rng.normal(size=(9, 37))
+    w[3] = w[1]
+    w[5] = w[2] * (1 + 1e-9)
+    gram = w @ w.T
+    sq = np.einsum("cd,cd->c", w, w)
+    dist2 = sq[:, None] + sq[None, :] - 2.0 * gram
+    want = np.zeros_like(dist2)
+    np.divide(1.0, np.sqrt(np.maximum(dist2, 0.0)), out=want,
+              where=dist2 > 1e-12 * (sq[:, None] + sq[None, :]))
+    np.fill_diagonal(want, 0.0)
+    got = np.empty_like(gram)
+    inverse_boundary_table(gram, sq, 1e-12, got)
+    assert np.array_equal(got, want)
+    assert got[1, 3] == 0.0 and got[3, 1] == 0.0 and np.all(np.diag(got) == 0.0)
