@@ -13,7 +13,7 @@ read of its inputs.
 Conventions shared with the NumPy code they replace: the predicted class `pred[i]` is passed in,
 computed by numpy's argmax of the logits (first index of the largest; its SIMD pass is 4x a
 scalar loop here); sums of a row use
-four interleaved float64 accumulators in index order (`_dot4`: a fixed order, so a row's
+four interleaved float64 accumulators in index order (`_row_sums`: a fixed order, so a row's
 result is the same bits whatever block, chunk or thread it is computed in, and it agrees with
 NumPy's pairwise sums to ~1e-16 relative).
 """
@@ -27,81 +27,11 @@ _TINY = np.finfo(np.float64).tiny
 
 
 @njit(error_model="numpy")
-def _sumsq4(x, i, shift, use_shift):
-    """sum_j (x[i, j] - shift[j])^2 (or sum_j x[i, j]^2), float64, four accumulators."""
-    d = x.shape[1]
-    a0 = 0.0
-    a1 = 0.0
-    a2 = 0.0
-    a3 = 0.0
-    j = 0
-    while j + 4 <= d:
-        v0 = np.float64(x[i, j])
-        v1 = np.float64(x[i, j + 1])
-        v2 = np.float64(x[i, j + 2])
-        v3 = np.float64(x[i, j + 3])
-        if use_shift:
-            v0 -= shift[j]
-            v1 -= shift[j + 1]
-            v2 -= shift[j + 2]
-            v3 -= shift[j + 3]
-        a0 += v0 * v0
-        a1 += v1 * v1
-        a2 += v2 * v2
-        a3 += v3 * v3
-        j += 4
-    while j < d:
-        v = np.float64(x[i, j])
-        if use_shift:
-            v -= shift[j]
-        a0 += v * v
-        j += 1
-    return (a0 + a1) + (a2 + a3)
-
-
-@njit(error_model="numpy")
-def _dot4(x, i, table, c):
-    """sum_j x[i, j] * table[c, j], float64, four accumulators in index order."""
-    d = x.shape[1]
-    a0 = 0.0
-    a1 = 0.0
-    a2 = 0.0
-    a3 = 0.0
-    j = 0
-    while j + 4 <= d:
-        a0 += np.float64(x[i, j]) * table[c, j]
-        a1 += np.float64(x[i, j + 1]) * table[c, j + 1]
-        a2 += np.float64(x[i, j + 2]) * table[c, j + 2]
-        a3 += np.float64(x[i, j + 3]) * table[c, j + 3]
-        j += 4
-    while j < d:
-        a0 += np.float64(x[i, j]) * table[c, j]
-        j += 1
-    return (a0 + a1) + (a2 + a3)
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def l2_normalize_rows(x, eps, out):
-    """out[i, j] = x[i, j] / (sqrt(sum_k x[i, k]^2) + eps), computed in float64, stored in
-    out's dtype (float32 for the banks and queries)."""
-    empty = np.empty(1)
-    for i in range(x.shape[0]):
-        denom = np.sqrt(_sumsq4(x, i, empty, False)) + eps
-        for j in range(x.shape[1]):
-            out[i, j] = np.float64(x[i, j]) / denom
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def pattern_dot_rows(x, pred, patterns, out):
-    """SHE: out[i] = x[i] . patterns[pred[i]] (float64)."""
-    for i in range(x.shape[0]):
-        out[i] = _dot4(x, i, patterns, pred[i])
-
-
-@njit(error_model="numpy")
-def _nci_row(x, i, wrow, mean):
-    """(||v||^2, wrow . v, ||x_i||_1) with v = x_i - mean: one pass, float64, four interleaved
-    accumulators per sum."""
+def _row_sums(x, i, shift, wrow, use_shift, want_sq, want_dot, want_abs):
+    """One pass over row i with v_j = x[i, j] - shift[j] (x[i, j] without `use_shift`):
+    (sum_j v_j^2, sum_j v_j * wrow[j], sum_j |x[i, j]|) in float64, each with four
+    interleaved accumulators in index order; a sum not wanted is 0 and costs nothing (the
+    flags are loop-invariant: the compiler unswitches them)."""
     d = x.shape[1]
     s0 = s1 = s2 = s3 = 0.0
     w0 = w1 = w2 = w3 = 0.0
@@ -112,31 +42,61 @@ def _nci_row(x, i, wrow, mean):
         u1 = np.float64(x[i, j + 1])
         u2 = np.float64(x[i, j + 2])
         u3 = np.float64(x[i, j + 3])
-        v0 = u0 - mean[j]
-        v1 = u1 - mean[j + 1]
-        v2 = u2 - mean[j + 2]
-        v3 = u3 - mean[j + 3]
-        s0 += v0 * v0
-        s1 += v1 * v1
-        s2 += v2 * v2
-        s3 += v3 * v3
-        w0 += v0 * wrow[j]
-        w1 += v1 * wrow[j + 1]
-        w2 += v2 * wrow[j + 2]
-        w3 += v3 * wrow[j + 3]
-        a0 += abs(u0)
-        a1 += abs(u1)
-        a2 += abs(u2)
-        a3 += abs(u3)
+        v0, v1, v2, v3 = u0, u1, u2, u3
+        if use_shift:
+            v0 -= shift[j]
+            v1 -= shift[j + 1]
+            v2 -= shift[j + 2]
+            v3 -= shift[j + 3]
+        if want_sq:
+            s0 += v0 * v0
+            s1 += v1 * v1
+            s2 += v2 * v2
+            s3 += v3 * v3
+        if want_dot:
+            w0 += v0 * wrow[j]
+            w1 += v1 * wrow[j + 1]
+            w2 += v2 * wrow[j + 2]
+            w3 += v3 * wrow[j + 3]
+        if want_abs:
+            a0 += abs(u0)
+            a1 += abs(u1)
+            a2 += abs(u2)
+            a3 += abs(u3)
         j += 4
     while j < d:
         u0 = np.float64(x[i, j])
-        v0 = u0 - mean[j]
-        s0 += v0 * v0
-        w0 += v0 * wrow[j]
-        a0 += abs(u0)
+        v0 = u0 - shift[j] if use_shift else u0
+        s0 += v0 * v0 if want_sq else 0.0
+        w0 += v0 * wrow[j] if want_dot else 0.0
+        a0 += abs(u0) if want_abs else 0.0
         j += 1
     return (s0 + s1) + (s2 + s3), (w0 + w1) + (w2 + w3), (a0 + a1) + (a2 + a3)
+
+
+@njit(error_model="numpy")
+def _norm(x, i, shift, use_shift):
+    """||x[i] - shift||_2 (||x[i]||_2 without `use_shift`), float64."""
+    return np.sqrt(_row_sums(x, i, shift, shift, use_shift, True, False, False)[0])
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def l2_normalize_rows(x, eps, out):
+    """out[i, j] = x[i, j] / (sqrt(sum_k x[i, k]^2) + eps), computed in float64, stored in
+    out's dtype (float32 for the banks and queries)."""
+    empty = np.empty(1)
+    for i in range(x.shape[0]):
+        denom = _norm(x, i, empty, False) + eps
+        for j in range(x.shape[1]):
+            out[i, j] = np.float64(x[i, j]) / denom
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def pattern_dot_rows(x, pred, patterns, out):
+    """SHE: out[i] = x[i] . patterns[pred[i]] (float64)."""
+    empty = np.empty(1)
+    for i in range(x.shape[0]):
+        out[i] = _row_sums(x, i, empty, patterns[pred[i]], False, False, True, False)[1]
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -144,7 +104,7 @@ def nci_rows(x, pred, weight, mean, proximity_out, l1_out):
     """NCI's two per-row terms, c = pred[i], v = x_i - mean, all in one pass over the row:
     proximity_out[i] = w_c . v / max(||v||_2, tiny) and l1_out[i] = ||x_i||_1 (float64)."""
     for i in range(x.shape[0]):
-        sq, dot, l1 = _nci_row(x, i, weight[pred[i]], mean)
+        sq, dot, l1 = _row_sums(x, i, mean, weight[pred[i]], True, True, True, True)
         proximity_out[i] = dot / max(np.sqrt(sq), _TINY)
         l1_out[i] = l1
 
@@ -178,9 +138,9 @@ def fdbd_rows(x, logits, pred, inv_dist, mean, want_centered, want_plain, bounda
             j += 1
         boundary_out[i] = ((a0 + a1) + (a2 + a3)) / (num_classes - 1)
         if want_centered:
-            centered_out[i] = max(np.sqrt(_sumsq4(x, i, mean, True)), _TINY)
+            centered_out[i] = max(_norm(x, i, mean, True), _TINY)
         if want_plain:
-            plain_out[i] = max(np.sqrt(_sumsq4(x, i, empty, False)), _TINY)
+            plain_out[i] = max(_norm(x, i, empty, False), _TINY)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
