@@ -441,7 +441,8 @@ def sweep_rows(tmp: Path, full: bool, repeats: int, only: set[str] | None
                 sw.side_featstore(name, store, base, grid)
                 t_grid[-1] = time.process_time() - t_grid[-1]
             floor = sweep_floors.grid_floor(name, store, settings, one, min(t_one),
-                                            lambda s: min(time_one(s) for _ in range(2)))
+                                            lambda s: min(time_one(s) for _ in range(2)),
+                                            base)
         ratio = min(t_grid) / min(t_one)
         r_floor = None if floor is None else min(t_grid) / floor.cpu_s
         note = "; ".join(f"{format_setting(a['setting'])} -> {format_setting(a['used'])}"

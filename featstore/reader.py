@@ -58,6 +58,7 @@ class Split:
         self.dtype: str = entry["dtype"]
         self._fh: h5py.File | None = None
         self._datasets: dict[str, h5py.Dataset] = {}  # open datasets of _fh, by HDF5 path
+        self._row_axes: dict[str, int] = {}  # extras' row axis attribute, per open file
 
     def __repr__(self) -> str:
         return f"Split({self.name!r}, rows={self.num_rows}, dims={self.dims}, dtype={self.dtype})"
@@ -81,6 +82,7 @@ class Split:
     def _file(self) -> h5py.File:
         if self._fh is None or not self._fh.id.valid:
             self._datasets = {}
+            self._row_axes = {}
             self._store.check_committed(self.name)
             try:
                 fh = h5py.File(self.path, "r", rdcc_nbytes=CHUNK_CACHE_BYTES)
@@ -178,7 +180,14 @@ class Split:
         return ds
 
     def extra_row_axis(self, name: str) -> int:
-        return int(self.extra(name).attrs.get(ROW_AXIS_ATTR, 0))
+        """The axis of extra `name` that runs over the split's rows (its `row_axis`
+        attribute, 0 when absent); read once per open file (a sweep reads an extra per
+        setting, and an attribute read costs as much as a small array's)."""
+        ds = self.extra(name)
+        axis = self._row_axes.get(name)
+        if axis is None:
+            axis = self._row_axes[name] = int(ds.attrs.get(ROW_AXIS_ATTR, 0))
+        return axis
 
     def iter_chunks(
         self, *fields: str, chunk_rows: int = DEFAULT_CHUNK_ROWS
@@ -201,7 +210,7 @@ class Split:
         if field.startswith("extra:"):
             name = field[len("extra:"):]
             ds = self.extra(name)
-            if int(ds.attrs.get(ROW_AXIS_ATTR, 0)) != 0:
+            if self.extra_row_axis(name) != 0:
                 raise UsageError(f"extra {name!r} of split {self.name!r} is not row-major; "
                                  "read it with Split.read")
             return ds
@@ -225,7 +234,7 @@ class Split:
         if field.startswith("extra:"):
             name = field[len("extra:"):]
             ds = self.extra(name)
-            axis = int(ds.attrs.get(ROW_AXIS_ATTR, 0))
+            axis = self.extra_row_axis(name)
             index = (slice(None),) * axis + (rows,)
             arr = self._read_ds(ds, index)
         elif field in ("features", "logits", "labels"):

@@ -46,8 +46,9 @@ with the kernel rows of a block of query rows computed once against the union of
 vectors of every nu being scored.
 
 Sharing across settings and calls: the scaler, the training subsample, the Nystroem map, the
-fitted models (per nu) and the Gram matrix (while models are fitted) are computed once per
-scorer and cached (keyed by `max_train`, `seed`, `approx`, `n_components`, and nu), so
+fitted models (per nu) and the Gram matrix (while models are fitted: at fit, the models of
+every nu that `fit(store, grid)` announced are fitted on the one Gram matrix) are computed once
+per scorer and cached (keyed by `max_train`, `seed`, `approx`, `n_components`, and nu), so
 `score_grid` on several splits fits each model once, and the single-setting fit's model is
 reused by a sweep; per block of query rows the transform and the kernel rows are shared by
 every nu.
@@ -232,7 +233,12 @@ class OODL(Scorer):
     def _fit(self, store: StoreLike) -> None:
         self._preps: dict[tuple, _Prep] = {}
         self.prep = self._prep_for(self.params)
-        self.model = self._models_for(self.prep, [self.params])[0]
+        # the nu of every setting `fit(store, grid)` announced with this preparation: their
+        # models are fitted now, on the one Gram matrix the default's model needs anyway
+        key = tuple(self.params[k] for k in _PREP_KEYS)
+        announced = [p for p in ({**self.params, **s} for s in self.fit_settings)
+                     if tuple(p[k] for k in _PREP_KEYS) == key]
+        self.model = self._models_for(self.prep, [self.params, *announced])[0]
         self.num_fit_rows = self.prep.num_rows
 
     def _score(self, split: SplitLike) -> np.ndarray:

@@ -90,6 +90,26 @@ def test_score_grid_equals_separate_runs(shared_store, params, grid):
     assert_grid_cases(shared_store, "oodl", params, grid)
 
 
+def test_fit_with_the_grid_fits_every_announced_nu_on_one_gram(shared_store):
+    """fit(store, grid) fits the models of the grid's nu (same preparation) at fit, so
+    score_grid fits none; reference: the scores of a plain fit + score_grid, bit for bit
+    (scores never depend on the announced grid). A setting with another max_train is not
+    fitted at fit (another preparation)."""
+    grid = {"nu": [0.01, 0.1, 0.5]}
+    split = shared_store.split("id/test")
+    told = get_scorer("oodl")
+    told.chunk_rows = kit.CHUNK  # the blocks of kit.fitted: the same BLAS calls
+    told.fit(shared_store, grid)
+    assert sorted(told.prep.models) == [0.001, 0.01, 0.1, 0.5]
+    plain = kit.fitted("oodl", shared_store)
+    assert sorted(plain.prep.models) == [0.001]
+    for (s1, a), (s2, b) in zip(told.score_grid(split, grid), plain.score_grid(split, grid),
+                                strict=True):
+        assert s1 == s2 and np.array_equal(a, b)
+    other = get_scorer("oodl").fit(shared_store, {"nu": [0.1], "max_train": [50]})
+    assert sorted(other.prep.models) == [0.001]
+
+
 def test_default_grid_runs(shared_store):
     oodl = kit.fitted("oodl", shared_store)
     out = oodl.score_grid(shared_store.split("id/test"))
