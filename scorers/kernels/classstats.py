@@ -19,6 +19,8 @@ from featstore.interfaces import StoreLike
 
 from ..base import Scorer
 from ..rowmap import read_chunk_rows
+from .gram import GramSum
+from .minsqdist import PrunedMinSq
 from .precision import Operand, matmul
 from .subspace import eig_cutoff
 
@@ -43,16 +45,25 @@ def train_mean(scorer: Scorer, store: StoreLike, split_name: str = FIT_SPLIT) ->
 
 def add_class_sums(sums: np.ndarray, counts: np.ndarray, values: np.ndarray,
                    labels: np.ndarray) -> None:
-    """sums[k] += sum of the rows of `values` labelled k (in float64), counts[k] += their
-    number, for labels in [0, len(counts)): the chunk is sorted by label (stable), then one
-    np.add.reduceat per class run (O(n D), no one-hot). An empty chunk adds nothing."""
-    if labels.size == 0:
-        return
-    counts += np.bincount(labels, minlength=counts.shape[0])
-    order = np.argsort(labels, kind="stable")
-    ys = labels[order]
-    starts = np.flatnonzero(np.r_[True, ys[1:] != ys[:-1]])
-    sums[ys[starts]] += np.add.reduceat(values[order].astype(np.float64), starts, axis=0)
+    """sums[k] += the rows of `values` labelled k (float64), counts[k] += their number, for
+    labels in [0, len(counts)); rows with another label are skipped. One pass, row after row
+    (`add_labelled_rows`), no sorted or float64 copy of the chunk."""
+    add_labelled_rows(values, np.asarray(labels, dtype=np.int64), sums, counts)
+
+
+@njit(cache=True, nogil=True)
+def add_labelled_rows(x, labels, sums, counts):
+    """Per row i with 0 <= labels[i] < C: sums[labels[i]] += x[i] in float64 and
+    counts[labels[i]] += 1, in row order."""
+    c_num = counts.shape[0]
+    for i in range(x.shape[0]):
+        y = labels[i]
+        if y < 0 or y >= c_num:
+            continue
+        counts[y] += 1
+        acc = sums[y]
+        for j in range(x.shape[1]):
+            acc[j] += np.float64(x[i, j])
 
 
 @njit(cache=True, nogil=True)
@@ -132,11 +143,7 @@ def fit_gaussian_stats(store: StoreLike, chunk_rows: int, scorer_name: str,
     sums = np.zeros((num_classes, dim))
     counts = np.zeros(num_classes, dtype=np.int64)
     for _, (feats, labels) in split.iter_chunks("features", "labels", chunk_rows=chunk_rows):
-        keep = (labels >= 0) & (labels < num_classes)
-        y = labels[keep]
-        if y.size == 0:
-            continue
-        add_class_sums(sums, counts, feats[keep], y)
+        add_class_sums(sums, counts, feats, labels)  # skips labels outside [0, C)
     total = int(counts.sum())
     if total == 0:
         raise FeatstoreError(
@@ -150,29 +157,30 @@ def fit_gaussian_stats(store: StoreLike, chunk_rows: int, scorer_name: str,
     as_rows = total < dim
     within_parts: list[np.ndarray] = []
     global_parts: list[np.ndarray] = []
-    within = None if as_rows else np.zeros((dim, dim))
-    glob = None if as_rows or not with_global else np.zeros((dim, dim))
+    within = None if as_rows else GramSum(dim)
+    glob = None if as_rows or not with_global else GramSum(dim)
     for _, (feats, labels) in split.iter_chunks("features", "labels", chunk_rows=chunk_rows):
         keep = (labels >= 0) & (labels < num_classes)
         x = feats[keep].astype(np.float64)
-        d = x - all_means[labels[keep]]
         g = x - global_mean if with_global else None
+        d = x
+        d -= all_means[labels[keep]]
         if as_rows:
             within_parts.append(d)
             if g is not None:
                 global_parts.append(g)
             continue
         assert within is not None
-        within += d.T @ d
+        within.add(d)
         if glob is not None and g is not None:
-            glob += g.T @ g
+            glob.add(g)
     if as_rows:
         within_s = Scatter(total, rows=np.concatenate(within_parts))
         global_s = Scatter(total, rows=np.concatenate(global_parts)) if with_global else None
     else:
         assert within is not None
-        within_s = Scatter(total, matrix=within / total)
-        global_s = None if glob is None else Scatter(total, matrix=glob / total)
+        within_s = Scatter(total, matrix=within.matrix() / total)
+        global_s = None if glob is None else Scatter(total, matrix=glob.matrix() / total)
     return GaussianStats(classes=present, means=all_means[present], global_mean=global_mean,
                          within_cov=within_s, global_cov=global_s)
 
@@ -217,17 +225,20 @@ def whitened(feats: np.ndarray, center: np.ndarray, whiten: Operand) -> np.ndarr
 class ClassMahalanobis:
     """min_k (x - mu_k)^T P (x - mu_k) in chunks, with P = L L^T (`whitener`) and x, mu_k
     shifted by `center`: with z = (x - center) L and z_k = (mu_k - center) L (r columns,
-    r = rank of the covariance), the distance is ||z||^2 - 2 z . z_k + ||z_k||^2. The
-    whitening product z follows `precision`; z_k, the class products z . z_k and the
-    squares are float64."""
+    r = rank of the covariance), the distance is ||z - z_k||^2. The whitening product z
+    follows `precision`; z_k is float64. The class term: with `pruned_classes` (default),
+    float32 products z . z_k prune the classes under a proven error bound and the remaining
+    distances are summed in float64 (`scorers.kernels.minsqdist`: the float64 minimum, to
+    float64 rounding); without, ||z||^2 - 2 z . z_k + ||z_k||^2 all in float64 BLAS."""
 
     def __init__(self, means: np.ndarray, whiten: np.ndarray, center: np.ndarray,
-                 precision: str = "float64"):
+                 precision: str = "float64", pruned_classes: bool = True):
         self.center = center
         self.whiten = whiten                                     # (D, r)
         self.whiten_op = Operand(whiten, precision)
         self.z_mu = (means - center) @ whiten                    # (C', r)
         self.z_mu_sq = np.einsum("kr,kr->k", self.z_mu, self.z_mu)
+        self.pruned = PrunedMinSq(self.z_mu) if pruned_classes else None
 
     def whitened(self, feats: np.ndarray) -> np.ndarray:
         """(x - center) L, float64 (`whitened`)."""
@@ -235,6 +246,8 @@ class ClassMahalanobis:
 
     def min_sq(self, feats: np.ndarray) -> np.ndarray:
         z = self.whitened(feats)
+        if self.pruned is not None:
+            return self.pruned(z)
         quad = np.einsum("ir,ir->i", z, z)
         md = quad[:, None] - 2.0 * (z @ self.z_mu.T) + self.z_mu_sq[None, :]
         return md.min(axis=1)

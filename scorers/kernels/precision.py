@@ -9,13 +9,15 @@ BLAS (sgemm); the float32 product is returned as float64, and every sum over its
 or rows (squared norms, segment sums, means) is float64 after it.
 
 What stays float64 whatever the precision: the D x D covariances (Gram sums of id/train) and
-their eigendecompositions, pinv(W), the class terms. The covariance was measured in float32
-too (float32 Gram of each chunk, its mean taken out in float64, summed in float64): on the D =
-1040 fidelity store ViM's scores then moved by 2.8e-5 relative (the 1e-5 bar of the issue
-fails; the store's eigengap at dim = 512 is 1e-3 of the eigenvalue there and 2e-7 of the
-largest, so the float32 rounding of the sums rotates the subspace), and 64-row Gram blocks,
-accurate enough (3.5e-6), ran 6x slower than one float64 product (/tmp micro-run, D = 2048,
-8192 rows). So the Gram is one float64 BLAS product per chunk, summed in float64.
+their eigendecompositions, pinv(W), the class terms' values (MDS / RMDS prune the classes
+with float32 products and decide with float64 distances: `scorers.kernels.minsqdist`). The
+covariance was measured in float32 too (float32 Gram of each chunk, its mean taken out in
+float64, summed in float64): on the D = 1040 fidelity store ViM's scores then moved by 2.8e-5
+relative (the 1e-5 bar of the issue fails; the store's eigengap at dim = 512 is 1e-3 of the
+eigenvalue there and 2e-7 of the largest, so the float32 rounding of the sums rotates the
+subspace), and 64-row Gram blocks, accurate enough (3.5e-6), ran 6x slower than one float64
+product (/tmp micro-run, D = 2048, 8192 rows). So the Gram is float64 BLAS (dsyrk) per chunk,
+summed in float64 (`scorers.kernels.gram`).
 
 Determinism: row blocks are fixed by shapes (the scorer's chunks and `map_rows` blocks), so
 each precision gives the same scores bit for bit on the same inputs.

@@ -25,6 +25,7 @@ from featstore.errors import FeatstoreError, UsageError
 from featstore.interfaces import StoreLike
 
 from ..base import Scorer, ValidRange
+from .gram import GramSum
 from .precision import Operand, check_precision, matmul
 
 
@@ -180,19 +181,19 @@ class PrincipalSpace:
         split = scorer.fit_split(store, FIT_SPLIT)
         fields = ("features", "logits") if alpha_dims is not None else ("features",)
         precision = scorer.params.get("precision", "float64")  # of the projections
-        cov = np.zeros((d, d), dtype=np.float64)
+        gram = GramSum(d)
         sum_max_logit = 0.0
         n = 0
         for _, arrays in scorer.chunks(split, *fields):
             xc = arrays[0].astype(np.float64)
             xc -= origin
-            cov += xc.T @ xc
+            gram.add(xc)
             n += xc.shape[0]
             if alpha_dims is not None:
                 sum_max_logit += float(arrays[1].max(axis=1).astype(np.float64).sum())
         if n == 0:
             raise FeatstoreError(f"scorer {scorer.name!r}: split {FIT_SPLIT!r} has no rows to fit")
-        cov /= n
+        cov = gram.matrix() / n
         eigvals, eigvecs = np.linalg.eigh(cov)            # ascending
         state = cls(origin, np.ascontiguousarray(eigvecs[:, ::-1]), eigvals[::-1].copy(), n,
                     float(np.sqrt(max(np.trace(cov), 0.0))), precision)

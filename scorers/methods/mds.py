@@ -28,8 +28,11 @@ pseudo-inverse for O(N^2 D) instead of an O(D^3) eigendecomposition, and scoring
 O(D r) per row instead of O(D^2). No hyperparameters.
 
 `precision` ("float32" default | "float64"): the whitening product z = (x - m) L in float32
-sgemm, everything after it in float64 (`scorers.kernels.precision`), or all float64; the
-covariance, its eigendecomposition, the means and the class terms are float64 either way.
+sgemm, and the class term min_k ||z - z_k||^2 by float32 products z . z_k that prune the
+classes under a proven error bound, the remaining distances summed in float64
+(`scorers.kernels.minsqdist`: the float64 minimum of those z); or all float64 BLAS. The
+covariance (a float64 Gram sum, `scorers.kernels.gram`), its eigendecomposition and the means
+are float64 either way.
 """
 
 from __future__ import annotations
@@ -64,7 +67,8 @@ class MDS(Scorer):
         stats = fit_gaussian_stats(store, self.chunk_rows, self.name, with_global=False)
         self.class_ids = stats.classes
         self.maha = ClassMahalanobis(stats.means, stats.within_cov.whitener(),
-                                     stats.global_mean, precision)
+                                     stats.global_mean, precision,
+                                     pruned_classes=precision == "float32")
 
     def _score(self, split: SplitLike) -> np.ndarray:
         return self.map_rows(split, ("features",), lambda feats: -self.maha.min_sq(feats))

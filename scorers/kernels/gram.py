@@ -1,0 +1,37 @@
+"""Gram sums of streamed row chunks, sum_chunks x^T x (D x D, float64), for the covariances of
+ViM / Residual (`scorers.kernels.subspace`) and MDS / RMDS (`scorers.kernels.classstats`).
+
+`GramSum.add(x)` is one BLAS dsyrk per chunk, C <- x^T x + C, into the upper triangle of a
+single Fortran-order matrix: no per-chunk D x D product matrix and no separate addition of it.
+With the read chunks of `scorers.rowmap` (512 rows of 2048 features) the NumPy form
+`acc += x.T @ x` cost 2.22 CPU s for 10,000 x 2048 rows against 1.17 for dsyrk (one
+product of all rows at once: 1.09; benchmarks/RESULTS.md, "#19 eighth session"). The sum is
+float64 whatever the scorer's `precision` (`scorers.kernels.precision` says why).
+Deterministic: the same chunks give the same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg.blas import dsyrk
+
+
+class GramSum:
+    """Accumulates x^T x over float64 row chunks x (n, D); `matrix()` is the symmetric sum."""
+
+    def __init__(self, dim: int):
+        self.upper = np.zeros((dim, dim), order="F")  # the upper triangle is the sum so far
+
+    def add(self, x: np.ndarray) -> None:
+        """C += x^T x for a float64 chunk (n, D) (C-contiguous: x.T is then the
+        Fortran-order D x n operand dsyrk reads without a copy)."""
+        if x.shape[0] == 0:
+            return
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        self.upper = dsyrk(1.0, x.T, beta=1.0, c=self.upper, trans=0, lower=0,
+                           overwrite_c=1)
+
+    def matrix(self) -> np.ndarray:
+        """The symmetric D x D sum (C order): the upper triangle mirrored."""
+        upper = np.triu(self.upper)
+        return np.ascontiguousarray(upper + np.triu(upper, 1).T)

@@ -1,0 +1,74 @@
+"""The kernels behind MDS / RMDS / ViM / Residual's fits and MDS / RMDS's class term:
+`scorers.kernels.minsqdist` (float32-pruned, float64-exact min_k ||z - c_k||^2),
+`scorers.kernels.gram.GramSum` (dsyrk Gram sums of chunks) and
+`scorers.kernels.classstats.add_class_sums` (labelled row sums). References: a float64
+NumPy brute force over every center (rtol 1e-12), x.T @ x of the whole array in float64
+(rtol 1e-12), per-class masked NumPy sums."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scorers.kernels.classstats import add_class_sums
+from scorers.kernels.gram import GramSum
+from scorers.kernels.minsqdist import PrunedMinSq
+
+
+def brute_min_sq(z: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    return ((z[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2).min(axis=1)
+
+
+def test_pruned_min_equals_the_float64_brute_force():
+    """Centers with near-ties (pairs 1e-7 apart: the float32 products cannot separate them,
+    the float64 pass must), rows near a center, far rows (large ||z||), a zero row; r = 37
+    (not a multiple of 4)."""
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(40, 37)) * 3.0
+    centers[20:] = centers[:20] + 1e-7 * rng.normal(size=(20, 37))
+    z = np.concatenate([centers[rng.integers(0, 40, 100)] + 0.01 * rng.normal(size=(100, 37)),
+                        rng.normal(size=(50, 37)) * 1e3, np.zeros((1, 37))])
+    got = PrunedMinSq(centers)(z)
+    np.testing.assert_allclose(got, brute_min_sq(z, centers), rtol=1e-12, atol=1e-12)
+
+
+def test_pruned_min_with_a_float32_overflow_falls_back_to_float64():
+    """||z|| ~ 1e30: every float32 product overflows (inf), so every center is a candidate
+    and the float64 distances decide; identical centers (ties) give the same minimum."""
+    rng = np.random.default_rng(1)
+    centers = rng.normal(size=(6, 9))
+    centers[3] = centers[1]
+    z = rng.normal(size=(4, 9)) * 1e30
+    np.testing.assert_allclose(PrunedMinSq(centers)(z), brute_min_sq(z, centers), rtol=1e-12)
+
+
+def test_pruned_min_is_the_same_bits_for_any_row_block():
+    rng = np.random.default_rng(2)
+    centers = rng.normal(size=(30, 64))
+    z = rng.normal(size=(200, 64))
+    pruned = PrunedMinSq(centers)
+    whole = pruned(z)
+    assert np.array_equal(np.concatenate([pruned(z[:7]), pruned(z[7:150]), pruned(z[150:])]),
+                          whole)
+
+
+def test_gram_sum_of_chunks_equals_the_whole_product():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(1000, 33))
+    gram = GramSum(33)
+    for lo, hi in ((0, 0), (0, 512), (512, 513), (513, 1000)):  # an empty and a 1-row chunk
+        gram.add(x[lo:hi])
+    got = gram.matrix()
+    np.testing.assert_allclose(got, x.T @ x, rtol=1e-12, atol=1e-9)
+    assert np.array_equal(got, got.T) and got.flags["C_CONTIGUOUS"]
+
+
+def test_add_class_sums_skips_labels_outside_the_classes():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(300, 13)).astype(np.float32)
+    labels = rng.integers(-2, 7, size=300)
+    sums, counts = np.zeros((5, 13)), np.zeros(5, dtype=np.int64)
+    add_class_sums(sums, counts, x, labels)
+    for k in range(5):
+        assert counts[k] == (labels == k).sum()
+        np.testing.assert_allclose(sums[k], x[labels == k].astype(np.float64).sum(axis=0),
+                                   rtol=1e-12, atol=1e-12)
