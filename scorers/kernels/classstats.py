@@ -179,8 +179,8 @@ def fit_gaussian_stats(store: StoreLike, chunk_rows: int, scorer_name: str,
         global_s = Scatter(total, rows=np.concatenate(global_parts)) if with_global else None
     else:
         assert within is not None
-        within_s = Scatter(total, matrix=within.matrix() / total)
-        global_s = None if glob is None else Scatter(total, matrix=glob.matrix() / total)
+        within_s = Scatter(total, matrix=within.matrix(total))
+        global_s = None if glob is None else Scatter(total, matrix=glob.matrix(total))
     return GaussianStats(classes=present, means=all_means[present], global_mean=global_mean,
                          within_cov=within_s, global_cov=global_s)
 

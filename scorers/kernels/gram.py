@@ -17,7 +17,7 @@ from scipy.linalg.blas import dsyrk
 
 
 class GramSum:
-    """Accumulates x^T x over float64 row chunks x (n, D); `matrix()` is the symmetric sum."""
+    """Accumulates x^T x over float64 row chunks x (n, D); `matrix(count)`: sum / count."""
 
     def __init__(self, dim: int):
         self.upper = np.zeros((dim, dim), order="F")  # the upper triangle is the sum so far
@@ -31,7 +31,12 @@ class GramSum:
         self.upper = dsyrk(1.0, x.T, beta=1.0, c=self.upper, trans=0, lower=0,
                            overwrite_c=1)
 
-    def matrix(self) -> np.ndarray:
-        """The symmetric D x D sum (C order): the upper triangle mirrored."""
-        upper = np.triu(self.upper)
-        return np.ascontiguousarray(upper + np.triu(upper, 1).T)
+    def matrix(self, count: float = 1.0) -> np.ndarray:
+        """The symmetric D x D sum divided by `count` (C order), made in place from the
+        accumulator (which it consumes: call it once, after the last `add`): the upper
+        triangle divided and mirrored, one D x D temporary at most."""
+        upper = self.upper
+        upper /= count
+        lower = np.tri(upper.shape[0], k=-1, dtype=bool)
+        np.copyto(upper, upper.T, where=lower)  # numpy buffers the overlapping view
+        return upper.T  # symmetric: the transpose of the Fortran array is C-contiguous

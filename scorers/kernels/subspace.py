@@ -193,7 +193,7 @@ class PrincipalSpace:
                 sum_max_logit += float(arrays[1].max(axis=1).astype(np.float64).sum())
         if n == 0:
             raise FeatstoreError(f"scorer {scorer.name!r}: split {FIT_SPLIT!r} has no rows to fit")
-        cov = gram.matrix() / n
+        cov = gram.matrix(n)
         eigvals, eigvecs = np.linalg.eigh(cov)            # ascending
         state = cls(origin, np.ascontiguousarray(eigvecs[:, ::-1]), eigvals[::-1].copy(), n,
                     float(np.sqrt(max(np.trace(cov), 0.0))), precision)

@@ -57,8 +57,8 @@ def test_gram_sum_of_chunks_equals_the_whole_product():
     gram = GramSum(33)
     for lo, hi in ((0, 0), (0, 512), (512, 513), (513, 1000)):  # an empty and a 1-row chunk
         gram.add(x[lo:hi])
-    got = gram.matrix()
-    np.testing.assert_allclose(got, x.T @ x, rtol=1e-12, atol=1e-9)
+    got = gram.matrix(2.0)
+    np.testing.assert_allclose(got, 0.5 * (x.T @ x), rtol=1e-12, atol=1e-9)
     assert np.array_equal(got, got.T) and got.flags["C_CONTIGUOUS"]
 
 
