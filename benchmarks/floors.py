@@ -151,20 +151,26 @@ def floor_principal(inputs: FloorInputs, alpha: bool, gram64: bool = False) -> N
         _scored(inputs, "logits")
 
 
-def floor_mahalanobis(inputs: FloorInputs, relative: bool, gram64: bool = False) -> None:
+def floor_mahalanobis(inputs: FloorInputs, relative: bool, gram64: bool = False,
+                      whiten64: bool = False) -> None:
     """MDS (relative=False) / RMDS: Gram of id/train (N D^2; RMDS twice: tied and global),
     whitening of the C class means (C D^2) and of every scored row (M D^2; RMDS twice), the
-    class products (M D C)."""
+    class products (M D C). `whiten64`: the scored rows' whitening products in float64 dgemm
+    (RMDS's trust floor: its score is a difference of two distances, and float32 whitening
+    moved it by 2.3e-5, scorers/kernels/precision.py)."""
     train = read(inputs.train, "features")
     read(inputs.train, "labels")
     grams = [_gram(train, gram64) for _ in range(2 if relative else 1)]
     whiten = [_basis(g, g.shape[1]) for g in grams]
+    if whiten64:
+        whiten = [w.astype(np.float64) for w in whiten]
     num_classes = inputs.weight.shape[0]
     means = train[:num_classes]
-    z_mu = means @ whiten[0]
+    z_mu = (means @ whiten[0]).astype(np.float32)
     for x in _scored(inputs, "features"):
+        x = x.astype(np.float64) if whiten64 else x
         z = x @ whiten[0]
-        z @ z_mu.T
+        z.astype(np.float32, copy=False) @ z_mu.T
         if relative:
             x @ whiten[1]
 
@@ -257,12 +263,13 @@ GEMM_FLOORS: dict[str, tuple[Callable[[FloorInputs], None], str]] = {
 # --------------------------------------------------------------------------- factorizations
 # The same floors with the id/train Gram(s) as float64 dgemm: the precision the trust bar of
 # issue 19 (scores within 1e-5 relative of the float64 reference) allows for these fits
-# (docs/DESIGN.md section 5: a float32 covariance moved ViM by 2.8e-5); products after it float32.
+# (docs/DESIGN.md section 5: a float32 covariance moved ViM by 2.8e-5); products after it float32,
+# except RMDS's scored whitening products (float64: float32 moved its scores by 2.3e-5).
 TRUST_FLOORS: dict[str, Callable[[FloorInputs], None]] = {
     "vim": lambda i: floor_principal(i, alpha=True, gram64=True),
     "residual": lambda i: floor_principal(i, alpha=False, gram64=True),
     "mds": lambda i: floor_mahalanobis(i, relative=False, gram64=True),
-    "rmds": lambda i: floor_mahalanobis(i, relative=True, gram64=True),
+    "rmds": lambda i: floor_mahalanobis(i, relative=True, gram64=True, whiten64=True),
     "fdbd": lambda i: floor_fdbd(i, gram64=True),
 }
 
