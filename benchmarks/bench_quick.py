@@ -308,7 +308,8 @@ def gemm_section(fs: dict[str, dict[str, Any]]) -> list[str]:
             "of W) the fit needs besides, CPU s, and the ratio against floor + them. Trust "
             "floor: the same floor with the id/train Gram(s) in float64 dgemm, the precision "
             "the issue's 1e-5 bar allows for the covariances (docs/DESIGN.md section 5; fdbd: "
-            "W W^T in float64, its boundary table cancels for close classes), CPU s, and the "
+            "W W^T in float64, its boundary table cancels for close classes; rmds: its scored "
+            "rows' whitening in float64 too, a float32 one moved it by 2.3e-5), CPU s, and the "
             "ratio against it + the factorizations. "
             f"Goal: ratio <= {GOALS['gemm']:g}x.", "",
             *table(["scorer", "products (float32)", "featstore fit+score", "floor",
