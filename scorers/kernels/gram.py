@@ -13,6 +13,7 @@ Deterministic: the same chunks give the same bits.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 from scipy.linalg.blas import dsyrk
 
 
@@ -34,9 +35,16 @@ class GramSum:
     def matrix(self, count: float = 1.0) -> np.ndarray:
         """The symmetric D x D sum divided by `count` (C order), made in place from the
         accumulator (which it consumes: call it once, after the last `add`): the upper
-        triangle divided and mirrored, one D x D temporary at most."""
+        triangle divided and mirrored (`_mirror_upper`), no D x D temporary."""
         upper = self.upper
         upper /= count
-        lower = np.tri(upper.shape[0], k=-1, dtype=bool)
-        np.copyto(upper, upper.T, where=lower)  # numpy buffers the overlapping view
+        _mirror_upper(upper)
         return upper.T  # symmetric: the transpose of the Fortran array is C-contiguous
+
+
+@njit(cache=True, nogil=True)
+def _mirror_upper(a):
+    """a[i, j] = a[j, i] for i > j, in place."""
+    for j in range(a.shape[1]):
+        for i in range(j + 1, a.shape[0]):
+            a[i, j] = a[j, i]
