@@ -1,7 +1,9 @@
 """The kernels behind MDS / RMDS / ViM / Residual's fits and MDS / RMDS's class term:
 `scorers.kernels.minsqdist` (float32-pruned, float64-exact min_k ||z - c_k||^2),
 `scorers.kernels.gram.GramSum` (dsyrk Gram sums of chunks) and
-`scorers.kernels.classstats.add_class_sums` (labelled row sums). References: a float64
+`scorers.kernels.classstats.add_class_sums` (labelled row sums), and ViM / Residual's origin
+`scorers.kernels.subspace.head_origin`. References: numpy.linalg.pinv with the same cutoff
+(rtol 1e-9) for the origin; a float64
 NumPy brute force over every center (rtol 1e-12), x.T @ x of the whole array in float64
 (rtol 1e-12), per-class masked NumPy sums."""
 
@@ -12,6 +14,7 @@ import numpy as np
 from scorers.kernels.classstats import add_class_sums
 from scorers.kernels.gram import GramSum
 from scorers.kernels.minsqdist import PrunedMinSq
+from scorers.kernels.subspace import head_origin
 
 
 def brute_min_sq(z: np.ndarray, centers: np.ndarray) -> np.ndarray:
@@ -72,3 +75,22 @@ def test_add_class_sums_skips_labels_outside_the_classes():
         assert counts[k] == (labels == k).sum()
         np.testing.assert_allclose(sums[k], x[labels == k].astype(np.float64).sum(axis=0),
                                    rtol=1e-12, atol=1e-12)
+
+
+def test_head_origin_equals_pinv_with_its_cutoff():
+    """u = -pinv(W) b for a wide head (C < D), a tall one (C > D) and a rank-deficient one
+    (a repeated row and a zero row: the dropped singular values), against numpy's SVD pinv
+    with rcond = max(C, D) * eps32 (the cutoff head_origin documents); an all-zero head gives
+    u = 0."""
+    rng = np.random.default_rng(5)
+    eps32 = float(np.finfo(np.float32).eps)
+    wide = rng.normal(size=(7, 19))
+    tall = rng.normal(size=(23, 6))
+    deficient = rng.normal(size=(9, 15))
+    deficient[4] = deficient[1]
+    deficient[7] = 0.0
+    for w in (wide, tall, deficient):
+        b = rng.normal(size=w.shape[0])
+        want = -(np.linalg.pinv(w, rcond=max(w.shape) * eps32) @ b)
+        np.testing.assert_allclose(head_origin(w, b), want, rtol=1e-9, atol=1e-12)
+    assert np.array_equal(head_origin(np.zeros((3, 5)), np.ones(3)), np.zeros(5))
