@@ -304,8 +304,9 @@ def gemm_section(fs: dict[str, dict[str, Any]]) -> list[str]:
     return ["### 2. GEMM-bound fits: fit + score vs store read + float32 sgemm floor", "",
             "CPU s (wall s) of construct + fit + score (id/test + 4 OOD splits; exact KNN: the "
             "queried rows below); floor = the reads + the products listed, float32, in RAM; "
-            "fastest of the runs. Last column: the float64 D x D eigendecompositions (and SVD "
-            "of W) the fit needs besides, CPU s, and the ratio against floor + them. Trust "
+            "fastest of the runs. Last column: the float64 D x D eigendecompositions (and the "
+            "C x C one of W W^T) the fit needs besides, CPU s, and the ratio against floor + "
+            "them. Trust "
             "floor: the same floor with the id/train Gram(s) in float64 dgemm, the precision "
             "the issue's 1e-5 bar allows for the covariances (docs/DESIGN.md section 5; fdbd: "
             "W W^T in float64, its boundary table cancels for close classes; rmds: its scored "

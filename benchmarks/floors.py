@@ -13,9 +13,10 @@ on the same store as the scorer (benchmarks.bench_quick puts them side by side).
 - GEMM-bound scorers: the store reads (one h5py call per array, float32) plus the scorer's
   dense products as float32 sgemm on those arrays in RAM (`GEMM_FLOORS`; shapes below with
   N = id/train rows, M = scored rows, D = features, C = classes, k = ViM's dim); the D x D
-  eigendecompositions / C x D SVDs the fits also need are NOT part of this floor. They are
-  timed separately in float64 (`FACTORIZATIONS`), since decision 2 of the issue keeps them in
-  float64, so that a ratio above the floor can be split into "factorizations" and the rest.
+  eigendecompositions (and the C x C one of W W^T for ViM / Residual's origin) the fits also
+  need are NOT part of this floor. They are timed separately in float64 (`FACTORIZATIONS`),
+  since decision 2 of the issue keeps them in float64, so that a ratio above the floor can be
+  split into "factorizations" and the rest.
   Operands of the products are arrays of the right shapes with ordinary values (a slice of the
   Gram matrix, say): a product's time does not depend on the values.
 
@@ -285,17 +286,20 @@ def _eigh(dim: int, count: int) -> Callable[[FloorInputs], None]:
     return run
 
 
-def _head_svd(inputs: FloorInputs) -> None:
-    np.linalg.svd(inputs.weight.astype(np.float64), full_matrices=False)
+def _head_pinv(inputs: FloorInputs) -> None:
+    """pinv(W)'s factorization as the fit does it (`scorers.kernels.subspace.head_origin`):
+    the float64 eigendecomposition of the C x C Gram W W^T."""
+    w = inputs.weight.astype(np.float64)
+    np.linalg.eigh(w @ w.T)
 
 
 def factorizations(name: str, dim: int) -> Callable[[FloorInputs], None] | None:
-    """The float64 D x D eigendecompositions (and ViM / Residual's SVD of W for the origin)
-    a scorer's fit does besides its products, or None."""
+    """The float64 D x D eigendecompositions (and ViM / Residual's eigendecomposition of
+    W W^T for the origin) a scorer's fit does besides its products, or None."""
     count = {"vim": 1, "residual": 1, "mds": 1, "rmds": 2}.get(name)
     if count is None:
         return None
     eig = _eigh(dim, count)
     if name in ("vim", "residual"):
-        return lambda i: (eig(i), _head_svd(i))
+        return lambda i: (eig(i), _head_pinv(i))
     return eig
