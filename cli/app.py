@@ -17,6 +17,7 @@ from rich.text import Text
 from typer.exceptions import Abort, TyperException
 
 from featstore.errors import FeatstoreError
+from featstore.textsafe import one_line
 
 from . import (
     commands_compare,
@@ -81,7 +82,7 @@ commands_compare.register(app)
 
 
 def _error(message: str) -> None:
-    errors.print(Text.assemble(("error: ", "bold red"), " ".join(message.split("\n"))),
+    errors.print(Text.assemble(("error: ", "bold red"), one_line(" ".join(message.split("\n")))),
                  highlight=False, soft_wrap=True)
 
 

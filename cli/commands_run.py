@@ -47,6 +47,11 @@ def run(
                             if show else None)
     result["seconds"] = time.perf_counter() - start
     emit(result, lambda: print_experiment(result))
+    if result["runs"] and all(r["status"] != "ok" for r in result["runs"]):
+        from featstore.errors import FeatstoreError
+
+        raise FeatstoreError(f"experiment {exp.name!r}: every run was skipped (first: "
+                             f"{result['skipped'][0]['reason']}); see {out_ / 'results.json'}")
 
 
 def register(app: typer.Typer) -> None:

@@ -36,6 +36,7 @@ fit + val + test scoring); all wall-clock seconds on this machine, recorded when
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -56,10 +57,12 @@ from ..demo.pipeline import toml_value
 from ..errors import FeatstoreError, UsageError
 from ..extra_keys import parse_odin_grid
 from ..extract import ExtractOptions, extract
-from ..fileio import atomic_write_json, sha256_file
+from ..fileio import atomic_write_json, atomic_write_output, sha256_file
+from ..lock import StoreLock
 from ..protocols.osr import DIGITS_ARCH, DIGITS_TRANSFORM, class_splits, load_data, split_spec_text
 from ..spec import load_spec
 from ..store import Store
+from ..textsafe import one_line
 from ..training import trainer
 from ..training.presets import make_config
 from .aggregate import aggregate_runs
@@ -87,7 +90,7 @@ def _spec_text(exp: Experiment, split: dict[str, Any], directory: Path,
     info: dict[str, Any] = {}
     if exp.spec is not None:
         bench = load_spec(exp.spec)
-        lines = [f"# {exp.name}: {exp.spec}"]
+        lines = [f"# {one_line(exp.name)}: {one_line(exp.spec)}"]
         if bench.classes:
             lines.append(f"classes = {toml_value(bench.classes)}")
         if getattr(bench, "wnids", None):
@@ -276,10 +279,29 @@ def _error_line(exc: BaseException) -> str:
 
 
 def _slug(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+    """A file name for row `name`: the name itself when it is safe, else its safe characters
+    and a digest of the name, so that two names ("A/B", "A_B") never share a file."""
+    slug = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+    if slug == name and not name.startswith("."):
+        return slug
+    return f"_{slug[1:]}-{digest(name)[:8]}" if slug.startswith(".") else \
+        f"{slug}-{digest(name)[:8]}"
+
+
+def _output_locked(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """Run `fn(exp, out, ...)` holding OUT's lock (`featstore.lock`, flock on
+    OUT/.featstore.lock): a second runner on the same output is refused naming the first."""
+    @functools.wraps(fn)
+    def locked(exp: Experiment, out: str | Path, **kw: Any) -> dict[str, Any]:
+        out = Path(out).resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        with StoreLock(out, command="featstore run", what="output directory"):
+            return fn(exp, out, **kw)
+    return locked
 
 
 # ------------------------------------------------------------------------------- runner
+@_output_locked
 def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
                    train_progress: Callable[[str], Any] | None = None,
                    on_run: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -300,7 +322,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
         text, info = _spec_text(exp, split, run_dir, labelled)
         spec_path = run_dir / "spec.toml"
         if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
-            spec_path.write_text(text, encoding="utf-8")
+            atomic_write_output(spec_path, text)
         log(f"{split['label']} seed {seed}" + (
             f": closed {' '.join(info['closed'])} | open {' '.join(info['open'])}"
             if info else ""))
@@ -336,7 +358,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
     }
     result = json.loads(json.dumps(result, default=float))
     atomic_write_json(out / RESULTS_FILE, result)
-    (out / REPORT_FILE).write_text(markdown_report(result), encoding="utf-8")
+    atomic_write_output(out / REPORT_FILE, markdown_report(result))
     return result
 
 

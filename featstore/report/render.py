@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..textsafe import md_text
 from . import plots
 from .collect import ReportData
 from .statistics import cd_figures, p_value_tables, ranking_tables
@@ -403,14 +404,6 @@ def render_html(data: ReportData, figs: list[Figure], tables: list[Table]) -> st
                      f"{html.escape(f.caption)}</figcaption></figure>")
     parts.append(f"<script>{_CHECK_JS}</script></body></html>")
     return "\n".join(parts)
-
-
-def md_text(value: object) -> str:
-    """Text safe in a Markdown table cell or image caption: HTML escaped (a split or model
-    name holding `<script>` or `<img onerror=...>` shows as text, never as markup), `|`, `[`,
-    `]` and newlines neutralised."""
-    text = html.escape(" ".join(str(value).split("\n")), quote=False)
-    return text.replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
 
 
 def render_markdown(data: ReportData, figs: list[Figure], tables: list[Table],
