@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -144,6 +146,10 @@ class Store:
             raise UsageError(
                 f"head: expected weight (C, D) and bias (C,), got {weight.shape} and {bias.shape}"
             )
+        bad = int(np.count_nonzero(~np.isfinite(weight)) + np.count_nonzero(~np.isfinite(bias)))
+        if bad:
+            raise UsageError(f"head: {bad} values of the weight / bias are NaN or inf; every "
+                             "scorer that reads the head would turn them into NaN scores")
         num_classes = weight.shape[0]
         classes = [str(c) for c in classes] if classes is not None else [
             str(i) for i in range(num_classes)
@@ -211,9 +217,14 @@ class Store:
 
         `splits` maps split names to dicts with `features`, `logits` (optional: computed as
         features @ W.T + b when absent), `labels` (optional: -1), `ids` (optional: row index),
-        `extras` (optional dict) and `usage`/`source` (optional).
+        `extras` (optional dict) and `usage`/`source` (optional). With `overwrite`, an
+        existing store is replaced only after the whole new one was written and validated
+        (`_replace_store`): bad arrays leave the old store as it was.
         """
         path = Path(path)
+        if overwrite and os.path.lexists(path / MANIFEST):
+            return _replace_store(cls, path, dict(head=head, splits=splits, classes=classes,
+                                                 provenance=provenance, dtype=dtype))
         existed = os.path.lexists(path)
         store = cls.create(path, head=head, classes=classes, provenance=provenance,
                            overwrite=overwrite)
@@ -489,6 +500,9 @@ class Store:
                 f"split {name!r}: labels must be (N={n},) integers, got {labels.shape} "
                 f"{labels.dtype}"
             )
+        if labels.size and labels.dtype.kind == "u" and int(labels.max()) > _INT64_MAX:
+            raise UsageError(f"split {name!r}: label {int(labels.max())} does not fit int64 "
+                             f"(labels must lie in [-1, {weight.shape[0] - 1}])")
         labels = labels.astype(np.int64)
         if parsed.role != "ood" and ((labels < -1) | (labels >= weight.shape[0])).any():
             raise UsageError(
@@ -518,3 +532,28 @@ class Store:
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()
                 raise
+
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _replace_store(cls: type[Store], path: Path, arrays: dict[str, Any]) -> Store:
+    """`Store.from_arrays(path, overwrite=True, **arrays)` over an existing store: the new
+    store is first written in full to a sibling staging directory (every array validated, every
+    file fsynced); only then, under the store's lock, are the old store's own files removed and
+    the new ones renamed in (the manifest last). Any error before that point leaves the old
+    store untouched; the staging directory is always removed."""
+    path = Path(os.path.abspath(path))
+    staging = path.parent / f".{path.name}.new-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        cls.from_arrays(staging, **arrays)
+        with StoreLock(path):
+            remove_own_files(path)
+            names = [n for n in OWN_FILES if n not in (MANIFEST, LOCK_FILE)] + [MANIFEST]
+            for name in names:
+                if os.path.lexists(staging / name):
+                    os.replace(staging / name, path / name)
+            fsync_dir(path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return cls.open(path, mode="a")
