@@ -44,6 +44,7 @@ LAYER_MAP: dict[str, str] = {
     "featstore/fileio.py": "store core",
     "featstore/lock.py": "store core",
     "featstore/textsafe.py": "store core",
+    "featstore/interrupts.py": "store core",
     "featstore/values.py": "store core",
     "featstore/summary.py": "store core",
     "featstore/store.py": "store core",

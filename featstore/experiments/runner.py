@@ -58,6 +58,7 @@ from ..errors import FeatstoreError, UsageError
 from ..extra_keys import parse_odin_grid
 from ..extract import ExtractOptions, extract
 from ..fileio import atomic_write_json, atomic_write_output, sha256_file
+from ..interrupts import raise_if_interrupted
 from ..lock import StoreLock
 from ..protocols.osr import DIGITS_ARCH, DIGITS_TRANSFORM, class_splits, load_data, split_spec_text
 from ..spec import load_spec
@@ -336,6 +337,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
                 models[method] = _model(exp, arch, method, run_dir, spec_path, seed, log,
                                         train_progress)
             except FeatstoreError as exc:
+                raise_if_interrupted()
                 failed[method] = f"training/extraction of {method!r} failed: {_error_line(exc)}"
                 log(f"  {failed[method]}")
         for row in exp.rows:
@@ -378,6 +380,7 @@ def _run_row(exp: Experiment, row: MethodRow, base: dict[str, Any],
         with store_cls.open(model["store"]) as store:
             numbers = score_row(store, row, exp.tune_rule, exp.select_by)
     except FeatstoreError as exc:
+        raise_if_interrupted()
         reason = f"{row.scorer}: {_error_line(exc)}"
         log(f"  {row.name}: skipped ({reason})")
         return {**base, "status": "skipped", "reason": reason}
