@@ -94,24 +94,25 @@ def num_gpus() -> int:
         return 0
 
 
-def l2_normalize(x: np.ndarray, eps: float = 1e-10) -> np.ndarray:
-    """Rows divided by (their L2 norm + eps), computed in float64, returned as float32
-    (`scorers.kernels.rowfeat.l2_normalize_rows`).
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Rows divided by their L2 norm (an all-zero row stays zero), computed in float64,
+    returned as float32 (`scorers.kernels.rowfeat.l2_normalize_rows`).
 
-    `eps` keeps an all-zero row at zero (no division by 0). Sources, checked in their code:
-    OpenOOD v1.5 (`knn_postprocessor.py` at 3c35632) and KNN-OOD's `run_imagenet.py`
-    (deeplearning-wisc/knn-ood at 2afb2bb) compute `x / ||x|| + 1e-10`, adding the epsilon
-    AFTER the division (an all-zero row gives NaN there); KNN-OOD's `run_cifar.py` and
-    `run_imagenet_vit.py` compute `x / (||x|| + 1e-10)`, this convention, chosen because it
-    is defined for every row. For a row with ||x|| >> 1e-10 the two differ by ~1e-10 per
-    entry, below float32 resolution of the normalized features."""
+    Sources, checked in their code: OpenOOD v1.5 (`knn_postprocessor.py` at 3c35632) and
+    KNN-OOD's `run_imagenet.py` (deeplearning-wisc/knn-ood at 2afb2bb) compute
+    `x / ||x|| + 1e-10` (an all-zero row gives NaN there); KNN-OOD's `run_cifar.py` and
+    `run_imagenet_vit.py` compute `x / (||x|| + 1e-10)`. Both make the cosine geometry depend
+    on the features' scale (rows of norm ~1e-29 are shrunk towards 0 by the absolute 1e-10),
+    so featstore divides by the norm alone and maps a zero row to zero: for a row with
+    ||x|| >> 1e-10 the three agree to ~1e-10 relative, below float32 resolution of the
+    normalized features."""
     x = np.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"l2_normalize expects a 2-D array, got shape {x.shape}")
     out = np.empty(x.shape, dtype=np.float32)
     # one fused Numba pass per row (float64 sum of squares, then the division), no float64
     # copy of the array; each row is computed alone, so any row block gives the same bits
-    l2_normalize_rows(x, float(eps), out)
+    l2_normalize_rows(x, out)
     return out
 
 
