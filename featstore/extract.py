@@ -75,9 +75,28 @@ class HeadHook:
     """Forward hook on the head Linear: keeps its last input (features) and output (logits)."""
 
     def __init__(self, loaded: LoadedModel):
+        self.loaded = loaded
         self.features: torch.Tensor | None = None
         self.logits: torch.Tensor | None = None
         self.handle = loaded.head.register_forward_hook(self._hook)
+
+    def forward(self, images: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the model on a batch; (features, logits) of its head, one row per image.
+        The user's network raising (any Exception) or giving its head another number of rows
+        than images is a FeatstoreError naming the model, the split and the batch shape."""
+        name = self.loaded.provenance.get("name", "the model")
+        where = f"split {split!r}: model {name!r} on a batch of shape {tuple(images.shape)}"
+        try:
+            self.loaded.module(images)
+        except Exception as exc:  # the user's code: name it instead of "unexpected"
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise FeatstoreError(f"{where} raised {type(exc).__name__}: {msg}") from exc
+        feats, logits = self.take()
+        if feats.shape[0] != images.shape[0] or logits.shape[0] != images.shape[0]:
+            raise FeatstoreError(f"{where}: its head got {feats.shape[0]} rows for "
+                                 f"{images.shape[0]} images; the head must see one row per "
+                                 "image (name the classifier Linear with --feature-layer)")
+        return feats, logits
 
     def _hook(self, module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> None:
         self.features = inputs[0]
@@ -260,8 +279,7 @@ def extract_parts(writer: SplitWriter, job: SplitJob, parts: range, loaded: Load
             extras.before_forward(images)
             writer.part_meta = extras.meta()
             with torch.inference_mode(), torch.autocast(device.type, enabled=opts.amp):
-                loaded.module(images)
-            feats, logits = hook.take()
+                feats, logits = hook.forward(images, split.name)
             extra = extras.compute(hook, images, feats, logits, int(index[0]))
             keep = np.asarray([not e for e in errors])
             batch = {

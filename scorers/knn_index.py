@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from featstore.errors import UsageError
+from featstore.errors import FeatstoreError, UsageError
 
 from .kernels.iptopk import exact_ip_search, exact_ip_values
 from .kernels.rowfeat import l2_normalize_rows
@@ -81,10 +81,26 @@ MIN_TRAIN_POINTS_PER_LIST = 39
 RECALL_CONFIDENCE_Z = 1.645  # one-sided 95% lower bound on the calibrated recall
 
 
+def load_faiss() -> Any:
+    """The faiss module, imported on first use (keeps `import scorers` fast). A FAISS that
+    cannot load (the faiss-gpu wheel dlopens its CUDA libraries at import, which fails under a
+    memory limit such as `ulimit -v`, or a broken install) is a FeatstoreError saying what to
+    do, so a run over many scorers skips the neighbour scorers with that reason and a scorer
+    named with --method exits 1, never `unexpected RuntimeError`."""
+    try:
+        import faiss  # lazy: keeps `import scorers` fast
+    except (ImportError, RuntimeError, OSError) as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FeatstoreError(
+            f"FAISS (nearest-neighbour search) cannot be loaded: {text}; under a memory limit "
+            "(ulimit -v) faiss-gpu's CUDA libraries do not fit: raise the limit, or install "
+            "faiss-cpu in place of faiss-gpu for CPU-only machines") from exc
+    return faiss
+
+
 def num_gpus() -> int:
     """Number of GPUs FAISS can use (0 with a CPU-only build)."""
-    import faiss  # lazy: keeps `import scorers` fast
-
+    faiss = load_faiss()
     getter = getattr(faiss, "get_num_gpus", None)
     if getter is None:
         return 0
@@ -332,7 +348,7 @@ class KnnIndex:
         recall_target: float | None = None,
         train_points_per_list: int = DEFAULT_TRAIN_POINTS_PER_LIST,
     ):
-        import faiss  # lazy: keeps `import scorers` fast
+        faiss = load_faiss()
 
         if metric not in METRICS:
             raise UsageError(f"knn index: metric {metric!r} is not one of {METRICS}")
@@ -400,7 +416,7 @@ class KnnIndex:
     def _host_index(self) -> Any:
         """The CPU index (made once from the GPU index when searching on a GPU)."""
         if self._cpu_index is None:
-            import faiss  # lazy: keeps `import scorers` fast
+            faiss = load_faiss()
 
             self._cpu_index = faiss.index_gpu_to_cpu(self._index)
         return self._cpu_index
@@ -408,7 +424,7 @@ class KnnIndex:
     def _exact_calibration_ids(self, k: int) -> np.ndarray:
         """Exact top-k ids of the calibration queries from the index itself: every IVF list
         (nprobe = nlist, exact distances for IVF-Flat) or HNSW's flat storage."""
-        import faiss  # lazy: keeps `import scorers` fast
+        faiss = load_faiss()
 
         queries = self._calibration[0]
         index = self._host_index()
@@ -495,7 +511,7 @@ class KnnIndex:
 
     def _flat_vectors(self) -> np.ndarray:
         """The (N, D) float32 bank as stored in the CPU flat index (a view, no copy)."""
-        import faiss  # lazy: keeps `import scorers` fast
+        faiss = load_faiss()
 
         index = self._host_index()
         return faiss.rev_swig_ptr(index.get_xb(), self.ntotal * self.dim).reshape(

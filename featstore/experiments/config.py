@@ -52,6 +52,8 @@ from ..protocols.osr import parse_ratio
 from ..training.methods import get_method
 from ..training.presets import preset_values
 
+#: the most seeds an experiment may name (each one trains and extracts every model again)
+MAX_SEEDS = 10_000
 TOP_KEYS = ("name", "arch", "seeds", "device", "data", "train", "tune", "method")
 DATA_KEYS = ("spec", "osr", "aux", "aux_name")
 OSR_KEYS = ("data", "ratios", "root", "image_size", "fractions")
@@ -168,7 +170,10 @@ def parse_experiment(data: dict[str, Any], base: Path, where: str) -> Experiment
     """Validate an experiment dict (as loaded from TOML); relative paths resolve to `base`."""
     _check_keys(data, TOP_KEYS, where)
     seeds = data.get("seeds", [0])
-    if isinstance(seeds, int):
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if not 1 <= seeds <= MAX_SEEDS:  # a count; never a list of 1e11 seeds in memory
+            raise InputError(f"{where}: seeds = {seeds}: a count of seeds must lie in "
+                             f"[1, {MAX_SEEDS}] (or give the list of seeds)")
         seeds = list(range(seeds))
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0
                                                            for s in seeds):

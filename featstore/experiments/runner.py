@@ -54,7 +54,7 @@ from scorers.stats import BootstrapSpec
 from scorers.sweep import sweep
 
 from ..demo.pipeline import toml_value
-from ..errors import FeatstoreError, UsageError
+from ..errors import FeatstoreError, InputError, UsageError
 from ..extra_keys import parse_odin_grid
 from ..extract import ExtractOptions, extract
 from ..fileio import atomic_write_json, atomic_write_output, sha256_file
@@ -131,7 +131,7 @@ def _arch(exp: Experiment, labelled: Any) -> str:
         return exp.arch
     if labelled is not None and labelled.kind == "digits":
         return DIGITS_ARCH
-    raise UsageError(f"experiment {exp.name!r}: name the architecture (arch = \"resnet50\")")
+    raise InputError(f"experiment {exp.name!r}: name the architecture (arch = \"resnet50\")")
 
 
 def _train_settings(exp: Experiment, method: str, seed: int) -> dict[str, Any]:
