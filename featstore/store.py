@@ -492,22 +492,7 @@ class Store:
             raise UsageError(
                 f"split {name!r}: logits must be (N={n}, C={weight.shape[0]}), got {logits.shape}"
             )
-        if labels is None:
-            labels = np.full(n, -1, dtype=np.int64)
-        labels = np.asarray(labels)
-        if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
-            raise UsageError(
-                f"split {name!r}: labels must be (N={n},) integers, got {labels.shape} "
-                f"{labels.dtype}"
-            )
-        if labels.size and labels.dtype.kind == "u" and int(labels.max()) > _INT64_MAX:
-            raise UsageError(f"split {name!r}: label {int(labels.max())} does not fit int64 "
-                             f"(labels must lie in [-1, {weight.shape[0] - 1}])")
-        labels = labels.astype(np.int64)
-        if parsed.role != "ood" and ((labels < -1) | (labels >= weight.shape[0])).any():
-            raise UsageError(
-                f"split {name!r}: labels must lie in [-1, {weight.shape[0] - 1}]"
-            )
+        labels = _checked_labels(name, labels, n, weight.shape[0], parsed.role != "ood")
         ids = np.arange(n).astype(str) if ids is None else np.asarray(ids).astype(str)
         if ids.shape != (n,):
             raise UsageError(f"split {name!r}: ids must be (N={n},), got {ids.shape}")
@@ -535,6 +520,26 @@ class Store:
 
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _checked_labels(name: str, labels: Any, n: int, num_classes: int,
+                    in_range: bool) -> np.ndarray:
+    """(n,) int64 labels (-1 for all when None); UsageError naming the split for a wrong
+    shape or dtype, an unsigned value that would wrap in int64, or (when `in_range`) a label
+    outside [-1, num_classes - 1]."""
+    if labels is None:
+        return np.full(n, -1, dtype=np.int64)
+    labels = np.asarray(labels)
+    if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
+        raise UsageError(f"split {name!r}: labels must be (N={n},) integers, got "
+                         f"{labels.shape} {labels.dtype}")
+    if labels.size and labels.dtype.kind == "u" and int(labels.max()) > _INT64_MAX:
+        raise UsageError(f"split {name!r}: label {int(labels.max())} does not fit int64 "
+                         f"(labels must lie in [-1, {num_classes - 1}])")
+    labels = labels.astype(np.int64)
+    if in_range and ((labels < -1) | (labels >= num_classes)).any():
+        raise UsageError(f"split {name!r}: labels must lie in [-1, {num_classes - 1}]")
+    return labels
 
 
 def _replace_store(cls: type[Store], path: Path, arrays: dict[str, Any]) -> Store:
