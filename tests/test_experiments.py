@@ -276,6 +276,13 @@ def _fpr95_deterr(pos: np.ndarray, neg: np.ndarray) -> tuple[float, float]:
     return 100 * fpr95, 100 * det
 
 
+def _ts_1000(z):
+    """FACETS' TS: max softmax at T = 1000 (log-space NumPy reference, via scipy)."""
+    from scipy.special import log_softmax
+
+    return log_softmax(np.asarray(z, dtype=np.float64) / 1000.0, axis=1).max(1)
+
+
 def test_facets_table_by_hand(tmp_path, capsys):
     """Two datasets (stores) x (OOD group + misclassification row) x methods; every cell's
     FPR95 / detection error / AUROC recomputed by brute force and sklearn; ip_ts_mlv skipped
@@ -301,8 +308,9 @@ def test_facets_table_by_hand(tmp_path, capsys):
 
     a, c = make("a", True), make("c", False)
     code, stdout, err = run(capsys, "protocol", "facets-table", f"T40={a}", f"T45={c}",
-                            "--method", "msp", "--method", "mls", "--method", "ip_ts_mlv",
-                            "--out", str(tmp_path / "f.md"), "--json")
+                            "--method", "msp", "--method", "odin", "--method", "mls",
+                            "--method", "ip_ts_mlv", "--out", str(tmp_path / "f.md"),
+                            "--json")
     assert code == 0, err
     table = json.loads(stdout)
     assert [(r["dataset"], r["kind"]) for r in table["rows"]] == [
@@ -314,8 +322,9 @@ def test_facets_table_by_hand(tmp_path, capsys):
         st = Store.open(a if r["dataset"] == "T40" else c)
         idt = st.split("id/test")
         lg, y = np.asarray(idt.logits, dtype=np.float64), np.asarray(idt.labels)
-        for m in ("msp", "mls"):
-            score = (lambda z: _msp(z)) if m == "msp" else (lambda z: np.asarray(z).max(1))
+        for m in ("msp", "odin", "mls"):
+            score = {"msp": _msp, "odin": _ts_1000,
+                     "mls": lambda z: np.asarray(z).max(1)}[m]
             if r["kind"] == "ood":
                 pos, neg = score(lg), score(np.asarray(st.split("ood/wordnet/t").logits))
             else:
@@ -327,13 +336,19 @@ def test_facets_table_by_hand(tmp_path, capsys):
             cell = r["cells"][m]
             assert cell["fpr95"] == pytest.approx(fpr, abs=1e-9)
             assert cell["detection_error"] == pytest.approx(det, abs=1e-9)
+            # FACETS' Detection Error: 0.5 (1 - 0.95) + 0.5 FPR95, the one the table shows
+            assert cell["detection_error_tpr95"] == pytest.approx(2.5 + fpr / 2, abs=1e-9)
             assert cell["auroc"] == pytest.approx(auc, abs=1e-9)
         assert (r["cells"]["ip_ts_mlv"] is None) == (r["dataset"] == "T45")
         for key, better in (("auroc", max), ("fpr95", min)):
             vals = {m: v[key] for m, v in r["cells"].items() if v}
             assert r["best"][key] == [m for m in vals if vals[m] == better(vals.values())]
+    assert table["labels"] == {"msp": "MSP", "odin": "TS", "mls": "MLV",
+                               "ip_ts_mlv": "IP TS MLV"}
+    assert table["params"]["odin"] == {"temperature": 1000.0}
     md = (tmp_path / "f.md").read_text()
     assert "FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑" in md
+    assert "| dataset | rows | MSP | TS | MLV | IP TS MLV |" in md
     assert "| T40 | misclassification (id/test) |" in md and "ip_ts_mlv: skipped (" in md
     code, stdout, _ = run(capsys, "protocol", "facets-table", f"T40={a}", "--method", "msp")
     assert code == 0 and "misclassification" in stdout and " / " in stdout
