@@ -402,7 +402,8 @@ def test_osr_runs_times_divisions_and_all_skipped_exits_nonzero(tmp_path, capsys
     body = ('arch = "tiny_models:TinyCNN"\nseeds = [0, 1]\nruns = 2\ndevice = "cpu"\n[data]\n'
             'osr = { data = "digits", ratios = ["7/3"], image_size = 8, '
             'fractions = { train = 0.1, val = 0.05, test = 0.05 } }\n'
-            '[train]\nepochs = 1\nbatch_size = 32\n[tune]\nrule = "none"\n')
+            '[train]\npreset = "remote-sensing"\nepochs = 1\nbatch_size = 32\n'
+            '[tune]\nrule = "none"\n')
     exp = tmp_path / "runs.toml"
     exp.write_text(body + '[[method]]\nscorer = "msp"\n')
     code, stdout, err = run(capsys, "run", str(exp), "--out", str(tmp_path / "o"), "--json")
@@ -418,6 +419,9 @@ def test_osr_runs_times_divisions_and_all_skipped_exits_nonzero(tmp_path, capsys
     vals = np.array([r["groups"]["osr"]["auroc"] for r in res["runs"]])
     assert agg["groups"]["osr"]["auroc"]["mean"] == pytest.approx(vals.mean(), abs=1e-12)
     assert agg["groups"]["osr"]["auroc"]["std"] == pytest.approx(vals.std(), abs=1e-12)
+    recipe = json.loads((tmp_path / "o" / "runs" / "r7-3" / "seed1-run1" / "models" / "ce"
+                         / "train.json").read_text())["recipe"]
+    assert recipe["train"]["preset"] == "remote-sensing" and recipe["train"]["seed"] == 1001
     assert "2 training runs x 2 class divisions (4 runs)" in (
         tmp_path / "o" / "results.md").read_text()
     bad = tmp_path / "bad.toml"

@@ -182,7 +182,7 @@ def _model(exp: Experiment, arch: str, method: str, run_dir: Path, spec_path: Pa
     finetune = settings.pop("finetune")
     init = run_dir / "models" / "ce" / "model.pt" if finetune else None
     extract_opts = _extract_options(exp, method)
-    recipe = {"arch": arch, "method": method, "train": settings,
+    recipe = {"arch": arch, "method": method, "train": dict(settings),
               "init": sha256_file(init) if init is not None else None,
               "spec": digest(spec_path.read_text(encoding="utf-8")),
               "extract": {k: list(v) if isinstance(v, tuple) else v
