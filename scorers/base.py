@@ -87,6 +87,9 @@ class Scorer:
                 f"scorer {self.name!r}: unknown parameter {unknown[0]!r} (valid: {valid})"
             )
         self.params: dict[str, Any] = {**self.defaults, **params}
+        # the parameters the caller gave (an instance handed to evaluate/sweep runs with them;
+        # the other defaults may be clamped to the store by scorers.adapt)
+        self.given: dict[str, Any] = dict(params)
         self.check_params(self.params)
         self.store: StoreLike | None = None
         self.fitted = False
