@@ -47,6 +47,7 @@ LAYER_MAP: dict[str, str] = {
     "featstore/summary.py": "store core",
     "featstore/splitarrays.py": "store core",
     "featstore/arraystore.py": "store core",
+    "featstore/detector.py": "workflows",
     "featstore/store.py": "store core",
     "featstore/reader.py": "store core",
     "featstore/manifest.py": "store core",
