@@ -52,7 +52,7 @@ from ..protocols.osr import parse_ratio
 from ..training.methods import get_method
 from ..training.presets import preset_values
 
-TOP_KEYS = ("name", "arch", "seeds", "device", "data", "train", "tune", "method")
+TOP_KEYS = ("name", "arch", "seeds", "device", "data", "train", "tune", "method", "executor")
 DATA_KEYS = ("spec", "osr", "aux", "aux_name")
 OSR_KEYS = ("data", "ratios", "root", "image_size", "fractions")
 TRAIN_KEYS = ("preset", "epochs", "batch_size", "lr", "momentum", "weight_decay", "nesterov",
