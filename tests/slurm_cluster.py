@@ -103,7 +103,23 @@ class SlurmCluster:
         self.stop()
         raise RuntimeError(f"slurm test cluster: {what} did not come up: {logs}")
 
+    def drain(self, timeout: float = 60) -> None:
+        """Wait for the queue to empty (a unit's job outlives its done state by its exit),
+        then cancel what is left, so no job step outlives the daemons."""
+        env = {**os.environ, **self.env}
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            queue = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True,
+                                   text=True)
+            if queue.returncode != 0 or not queue.stdout.strip():
+                return
+            time.sleep(0.5)
+        subprocess.run(["scancel", "--full", "-u", "root"], env=env, capture_output=True)
+        time.sleep(3)
+
     def stop(self) -> None:
+        if self.procs and all(p.poll() is None for p in self.procs):
+            self.drain()
         for p in reversed(self.procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
