@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test bench bench-quick lint clean
+.PHONY: demo test test-blas bench bench-quick lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,6 +31,12 @@ test: $(STAMP)
 	fi
 	$(BIN)/ruff check featstore scorers cli tests benchmarks
 	$(BIN)/python -m pytest -q tests
+
+# The suite under every OpenBLAS kernel family this CPU can run (Prescott, Haswell, Zen,
+# SkylakeX, ... as its flags allow) with 1 and 2 BLAS threads: six runs of the suite on an
+# AVX2 machine; ONLY=tests/scorers runs a subset. Table: benchmarks/out/suite_across_blas.md.
+test-blas: $(STAMP)
+	$(BIN)/python -m benchmarks.suite_across_blas $(if $(ONLY),--only $(ONLY))
 
 # Every benchmark at full size, one after the other (about 4-6 h on 2 cores, most of it
 # bench_scaling; see benchmarks/README.md); `make bench ONLY=bench_metrics,bench_scaling` runs
