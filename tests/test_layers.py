@@ -67,6 +67,7 @@ LAYER_MAP: dict[str, str] = {
     # a network over a spec -> a store
     "featstore/extract.py": "extraction",
     "featstore/extract_extras.py": "extraction",
+    "featstore/extract_images.py": "extraction",
     # training-time methods and the trainer (never needed to load or extract a model)
     "featstore/training/": "training",
     # post-hoc scoring over stores (never torch: see test_scorers_stay_off_torch)
