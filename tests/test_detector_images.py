@@ -5,8 +5,7 @@ References: `featstore score --save` on the store extracted from the same images
 saved detector must reproduce) and the extracted store's own features/logits. Tolerance: the
 detector's forward runs the images in other batch shapes than extraction did, so conv/GEMM
 kernels may round differently: features, logits and scores are compared with rtol 1e-5,
-atol 1e-6 (measured: equal to the last bit on this machine's CPU), and decisions wherever the
-score is further than 1e-5 from the threshold."""
+atol 1e-6, and decisions wherever the score is further than 1e-5 from the threshold."""
 
 from __future__ import annotations
 
