@@ -21,6 +21,7 @@ from featstore.errors import FeatstoreError
 from . import (
     commands_compare,
     commands_gscore,
+    commands_predict,
     commands_protocol,
     commands_report,
     commands_run,
@@ -78,6 +79,7 @@ commands_protocol.register(app)
 commands_report.register(app)
 commands_run.register(app)
 commands_compare.register(app)
+commands_predict.register(app)
 
 
 def _error(message: str) -> None:
