@@ -47,6 +47,13 @@ def run(
                             if show else None)
     result["seconds"] = time.perf_counter() - start
     emit(result, lambda: print_experiment(result))
+    if not any(r["status"] == "ok" for r in result["runs"]):
+        from featstore.errors import FeatstoreError
+
+        first = result["skipped"][0] if result["skipped"] else {"reason": "no runs"}
+        raise FeatstoreError(f"experiment {str(experiment)!r}: every run was skipped "
+                             f"({len(result['runs'])} of {len(result['runs'])}; first: "
+                             f"{first['reason']}); see {result['out']}/results.json")
 
 
 def register(app: typer.Typer) -> None:

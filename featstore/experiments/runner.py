@@ -8,7 +8,9 @@ Per data split (the spec, or one OSR class division per ratio and seed) and seed
    OSR division's lists; plus the auxiliary outlier split
    `ood/<aux_name>/outliers` with usage "train" when [data] aux is given);
 2. each training method the rows need is trained once (`featstore.training.trainer.train`, seed
-   = the run's seed: for OSR the class division and the training vary together) into
+   = the run's seed; for OSR with `runs = R`, run r of division seed s trains with seed
+   s + 1000 r in `runs/<ratio>/seed<s>-run<r>` (r = 0: `seed<s>`, seed s), so the runs of a
+   division share its classes and differ in training only) into
    `models/<method>/model.pt` and extracted once into `models/<method>/store` (with the union
    of its rows' extraction extras); with `finetune = true`, training-time methods start from
    the `ce` model of the same split and seed;
@@ -63,7 +65,7 @@ from ..store import Store
 from ..training import trainer
 from ..training.presets import make_config
 from .aggregate import aggregate_runs
-from .config import Experiment, MethodRow, digest
+from .config import RUN_SEED_STRIDE, Experiment, MethodRow, digest
 from .render import markdown_report
 
 Log = Callable[[str], None]
@@ -73,12 +75,15 @@ REPORT_FILE = "results.md"
 
 # ------------------------------------------------------------------------------- splits
 def _data_splits(exp: Experiment) -> list[dict[str, Any]]:
-    """[{label, tag, seed, osr}] in order: spec -> one per seed; OSR -> ratio x seed."""
+    """[{label, tag, seed, train_seed, run, ratio}] in order: spec -> one per seed; OSR ->
+    ratio x division seed x run (training seed = seed + RUN_SEED_STRIDE * run)."""
     if exp.spec is not None:
-        return [{"label": "spec", "tag": "spec", "seed": s, "ratio": None} for s in exp.seeds]
+        return [{"label": "spec", "tag": "spec", "seed": s, "train_seed": s, "run": 0,
+                 "ratio": None} for s in exp.seeds]
     assert exp.osr is not None
-    return [{"label": f"{c}/{o}", "tag": f"r{c}-{o}", "seed": s, "ratio": (c, o)}
-            for c, o in exp.osr["ratios"] for s in exp.seeds]
+    return [{"label": f"{c}/{o}", "tag": f"r{c}-{o}", "seed": s,
+             "train_seed": s + RUN_SEED_STRIDE * r, "run": r, "ratio": (c, o)}
+            for c, o in exp.osr["ratios"] for s in exp.seeds for r in range(exp.runs)]
 
 
 def _spec_text(exp: Experiment, split: dict[str, Any], directory: Path,
@@ -177,7 +182,7 @@ def _model(exp: Experiment, arch: str, method: str, run_dir: Path, spec_path: Pa
     finetune = settings.pop("finetune")
     init = run_dir / "models" / "ce" / "model.pt" if finetune else None
     extract_opts = _extract_options(exp, method)
-    recipe = {"arch": arch, "method": method, "train": settings,
+    recipe = {"arch": arch, "method": method, "train": dict(settings),
               "init": sha256_file(init) if init is not None else None,
               "spec": digest(spec_path.read_text(encoding="utf-8")),
               "extract": {k: list(v) if isinstance(v, tuple) else v
@@ -294,14 +299,16 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
     arch = _arch(exp, labelled)
     runs: list[dict[str, Any]] = []
     for split in _data_splits(exp):
-        seed = split["seed"]
-        run_dir = out / "runs" / split["tag"] / f"seed{seed}"
+        seed, train_seed = split["seed"], split["train_seed"]
+        run_dir = out / "runs" / split["tag"] / (
+            f"seed{seed}" + (f"-run{split['run']}" if split["run"] else ""))
         run_dir.mkdir(parents=True, exist_ok=True)
         text, info = _spec_text(exp, split, run_dir, labelled)
         spec_path = run_dir / "spec.toml"
         if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
             spec_path.write_text(text, encoding="utf-8")
         log(f"{split['label']} seed {seed}" + (
+            f" run {split['run']} (training seed {train_seed})" if exp.runs > 1 else "") + (
             f": closed {' '.join(info['closed'])} | open {' '.join(info['open'])}"
             if info else ""))
         models: dict[str, dict[str, Any]] = {}
@@ -311,13 +318,14 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
                 failed[method] = f"the ce model it fine-tunes failed: {failed['ce']}"
                 continue
             try:
-                models[method] = _model(exp, arch, method, run_dir, spec_path, seed, log,
-                                        train_progress)
+                models[method] = _model(exp, arch, method, run_dir, spec_path, train_seed,
+                                        log, train_progress)
             except FeatstoreError as exc:
                 failed[method] = f"training/extraction of {method!r} failed: {_error_line(exc)}"
                 log(f"  {failed[method]}")
         for row in exp.rows:
-            base = {"split": split["label"], "seed": seed, "method": row.name,
+            base = {"split": split["label"], "seed": seed, "train_seed": train_seed,
+                    "run": split["run"], "method": row.name,
                     "train": row.train, "scorer": row.scorer, **info}
             if row.train in failed:
                 record = {**base, "status": "skipped", "reason": failed[row.train]}
