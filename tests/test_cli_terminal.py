@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import typer
-from conftest import structured_arrays
 from conftest import run_cli as run
+from conftest import structured_arrays
 
 import cli.console as console
 from featstore import Store
