@@ -66,7 +66,8 @@ from ..spec import load_spec
 from ..training.methods import get_method
 from ..training.presets import TRAIN_PRESETS, preset_values
 
-TOP_KEYS = ("name", "arch", "seeds", "runs", "device", "data", "train", "tune", "method")
+TOP_KEYS = ("name", "arch", "seeds", "runs", "device", "data", "train", "tune", "method",
+            "executor")
 #: run r of OSR division seed s trains with seed s + RUN_SEED_STRIDE * r
 RUN_SEED_STRIDE = 1000
 DATA_KEYS = ("spec", "osr", "aux", "aux_name")
