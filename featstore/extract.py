@@ -13,6 +13,7 @@ call).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -370,6 +371,7 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
         raise UsageError(f"--mc-samples {opts.mc_samples}: must be >= 0")
     bench = spec if isinstance(spec, BenchmarkSpec) else load_spec(spec)
     bench = balance_id_ood(bench)
+    check_has_id(bench, Path(out))
     if opts.num_workers is not None and opts.num_workers < 0:
         raise UsageError(f"--workers {opts.num_workers}: must be >= 0")
     ctx, device = distributed.from_env(resolve_device(opts.device))
@@ -403,6 +405,21 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
             held.release()
         ctx.close()
 
+
+
+def check_has_id(bench: BenchmarkSpec, out: Path) -> None:
+    """UsageError before any work when neither the spec nor the store at `out` has an id/
+    split: a store without ID rows cannot be evaluated, and extracting one is hours lost."""
+    if any(split.role == "id" for split in bench.splits):
+        return
+    if (out / MANIFEST).is_file():
+        with contextlib.suppress(FeatstoreError):
+            if Store.open(out).splits(role="id"):
+                return  # OOD splits added to a store that holds its ID splits
+    where = f"spec {str(bench.path)!r}" if bench.path else "the spec"
+    raise UsageError(f"{where} has no id/ split (splits: "
+                     f"{', '.join(s.name for s in bench.splits) or 'none'}) and --out holds "
+                     "none; add id/train and id/test (lists2spec: name the ID dataset with --id)")
 
 
 def check_transform(transform: dict[str, Any]) -> None:
