@@ -49,7 +49,12 @@ WorkersOpt = Annotated[int | None, typer.Option(help=(
     "DataLoader worker processes (default min(4, cores), and none for a split of at most one "
     "batch); a value given here is used for every split."))]
 FeatureLayerOpt = Annotated[str | None, typer.Option(
-    help="Name of the final nn.Linear to hook (default: the last Linear).")]
+    help="The classifier nn.Linear to hook (default: the Linear whose output the model "
+         "returns); a layer that is not a Linear gives its output as the feature (4-D maps "
+         "average-pooled) with the model's own logits and no head (W, b).")]
+NoHeadOpt = Annotated[bool, typer.Option(
+    help="Store the --feature-layer's features and the model's own logits without a head "
+         "(W, b): two-head, distilled or non-linear heads. Scorers that need W skip.")]
 McSamplesOpt = Annotated[int, typer.Option(
     help="Also store T stochastic passes with dropout on as extra/mc_logits (T, N, C).")]
 OdinGridOpt = Annotated[str | None, typer.Option(
@@ -109,6 +114,7 @@ def extract(
     batch_size: Annotated[int, typer.Option(help="Images per batch.")] = 128,
     workers: WorkersOpt = None,
     feature_layer: FeatureLayerOpt = None,
+    no_head: NoHeadOpt = False,
     amp: Annotated[bool, typer.Option(help="Autocast on CUDA.")] = False,
     skip_bad: Annotated[bool, typer.Option(help="Skip unreadable images, recording them in "
                                                 "the manifest.")] = False,
@@ -138,7 +144,7 @@ def extract(
     start = time.perf_counter()
     with split_progress() as progress:
         st = run_extract(model, spec, out_, weights=weights, feature_layer=feature_layer,
-                         options=opts, progress=progress)
+                         options=opts, progress=progress, no_head=no_head)
     summary = {**store_summary(st), "seconds": time.perf_counter() - start}
 
     def human() -> None:
