@@ -299,6 +299,10 @@ def check_needs(scorer: Scorer, store: StoreLike) -> None:
     """Raise FeatstoreError naming the first missing need and how to produce it."""
     needs = Needs.of(scorer)
     for need in needs:
+        if need.kind == "head" and store.manifest.get("has_head", True) is False:
+            raise FeatstoreError(
+                f"scorer {scorer.name!r} needs the classifier head (W, b); store "
+                f"{str(store.path)!r} has none (features and logits only)")
         if need.kind == "fit" and not store.has_split(need.arg):
             raise FeatstoreError(
                 f"scorer {scorer.name!r} needs split {need.arg!r} in store "
