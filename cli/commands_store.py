@@ -27,6 +27,7 @@ def print_store_summary(summary: dict) -> None:
               f"C={summary['num_classes']}", highlight=False)
     if model.get("transform"):
         out.print(f"[bold]transform[/] {model['transform']}", highlight=False)
+    print_layers(summary.get("layers") or {})
     table = Table(show_edge=False, header_style="bold")
     for col in ("split", "role", "group", "usage", "rows", "D", "C", "dtype", "size", "extras",
                 "complete"):
@@ -40,6 +41,26 @@ def print_store_summary(summary: dict) -> None:
                       ", ".join(s["extras"]) or "",
                       "yes" if s["complete"] else "[red]NO[/]")
     out.print(table)
+    for name, check in (summary.get("id_checks") or {}).items():
+        out.print(f"[bold]{name}[/] ID accuracy {check['accuracy']:.2f}% over {check['rows']:,}"
+                  f" rows (chance {check['chance']:.2f}%)", highlight=False)
+        if check.get("warning"):
+            out.print(f"[bold red]WARNING[/] {name}: {check['warning']}", highlight=False)
+
+
+def print_layers(layers: dict) -> None:
+    """The hooked layers: the feature's layer, and the head (W, b) or its absence."""
+    if layers.get("has_head") and layers.get("head"):
+        text = (f"features = input of {layers['head']!r}; logits = the model's output = "
+                f"{layers['head']!r} (W, b stored)")
+    elif not layers.get("has_head") and layers.get("feature"):
+        text = (f"features = {layers.get('taken', 'output')} of {layers['feature']!r}; logits = "
+                "the model's output; no head (W, b)")
+    elif not layers.get("has_head", True):
+        text = "no head (W, b): features and logits only"
+    else:
+        return
+    out.print(f"[bold]layers[/] {text}", highlight=False)
 
 
 StoreArg = Annotated[Path, typer.Argument(help="Store directory.")]

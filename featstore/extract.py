@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,13 +42,14 @@ from .datasets import (
     rows_from_source,
 )
 from .distributed import Context
-from .errors import FeatstoreError, InputError, UsageError
+from .errors import FeatstoreError, FeatstoreWarning, InputError, UsageError
 from .extract_extras import ExtraOutputs
 from .fileio import make_real_dir
 from .layout import FEATURE_DTYPES
 from .lock import StoreLock
 from .models import LoadedModel, load_model, resolve_device
 from .outputs import LayerHook, head_arrays, resolve_layers
+from .sanity import id_checks, warnings_of
 from .spec import BenchmarkSpec, SplitSpec, load_spec
 from .store import MANIFEST, Store, is_own_layout
 from .writer import SplitWriter, wait_for
@@ -385,7 +387,11 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
             store = Store.open(out)
         for split in bench.splits:
             extract_split(store, split, loaded, transform, opts, device, progress, ctx)
-        return Store.open(out)
+        final = Store.open(out)
+        if ctx.is_main:
+            for line in warnings_of(id_checks(final)):
+                warnings.warn(line, FeatstoreWarning, stacklevel=2)
+        return final
     finally:
         for held in lock:
             held.release()

@@ -478,6 +478,8 @@ def load_model(
         "sha256_of": "weights file" if weights_path is not None else "state dict",
         "head_layer": head_name,
         "feature_layer": feature_name,
+        "feature_taken": "input" if isinstance(module.get_submodule(feature_name), nn.Linear)
+        else "output",
         "torch_version": torch.__version__,
         "torchvision_version": torchvision.__version__,
     }

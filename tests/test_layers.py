@@ -45,6 +45,7 @@ LAYER_MAP: dict[str, str] = {
     "featstore/lock.py": "store core",
     "featstore/values.py": "store core",
     "featstore/summary.py": "store core",
+    "featstore/sanity.py": "store core",
     "featstore/store.py": "store core",
     "featstore/reader.py": "store core",
     "featstore/manifest.py": "store core",
