@@ -187,8 +187,9 @@ def import_(
     """Build a store from features extracted elsewhere.
 
     Keys: head/weight, head/bias, classes (optional), <split>/features, and optionally
-    <split>/logits, <split>/labels, <split>/ids, <split>/usage. Example: featstore import
-    feats.npz --out runs/mine --usage ood/near/ssb_val=val
+    <split>/logits, <split>/labels, <split>/ids, <split>/usage. Without head/weight and
+    head/bias every split needs its logits (scorers that need the head are skipped).
+    Example: featstore import feats.npz --out runs/mine --usage ood/near/ssb_val=val
     """
     setup(json_, quiet)
     from featstore.importer import import_arrays
