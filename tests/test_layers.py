@@ -59,7 +59,7 @@ LAYER_MAP: dict[str, str] = {
     # torch: networks, their heads, image data, torchrun, array import
     "featstore/heads.py": "models and data",
     "featstore/models.py": "models and data",
-"featstore/outputs.py": "models and data",
+    "featstore/outputs.py": "models and data",
     "featstore/datasets.py": "models and data",
     "featstore/distributed.py": "models and data",
     "featstore/importer.py": "models and data",
