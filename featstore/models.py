@@ -469,19 +469,14 @@ def load_model(
                       "(torchvision builds it untrained and featstore never downloads); pass "
                       "--weights FILE for a trained model", FeatstoreWarning, stacklevel=2)
     provenance = {
-        "name": spec,
-        "kind": kind,
-        "architecture": arch,
+        "name": spec, "kind": kind, "architecture": arch,
         "weights": str(weights_path) if weights_path is not None else None,
-        "weights_source": source,
-        "sha256": sha,
+        "weights_source": source, "sha256": sha,
         "sha256_of": "weights file" if weights_path is not None else "state dict",
-        "head_layer": head_name,
-        "feature_layer": feature_name,
+        "head_layer": head_name, "feature_layer": feature_name,
         "feature_taken": "input" if isinstance(module.get_submodule(feature_name), nn.Linear)
         else "output",
-        "torch_version": torch.__version__,
-        "torchvision_version": torchvision.__version__,
+        "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
     }
     if trained is not None:
         provenance["training_method"] = trained["method"]

@@ -75,7 +75,7 @@ def test_headless_bad_inputs(tmp_path):
     with pytest.raises(InputError, match="split 'id/test': no logits; a store without a head"):
         import_arrays(tmp_path / "n.npz", tmp_path / "b")
     assert not (tmp_path / "b" / "store.json").exists()
-    with pytest.raises(UsageError, match=r"logits must be \(N=40, C=4\)"):
+    with pytest.raises(UsageError, match=r"\(N, C=4\), got \(40, 12\) and \(40, 3\)"):
         Store.from_arrays(tmp_path / "c", head=None, splits={
             "id/train": {"features": flat["id/train/features"],
                          "logits": flat["id/train/logits"]},
