@@ -14,6 +14,7 @@ Needs vocabulary: `logits`, `features`, `head`, `fit:<split>` (e.g. `fit:id/trai
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -21,10 +22,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from featstore.arraystore import ArrayStore
-from featstore.errors import FeatstoreError, UsageError
+from featstore.errors import FeatstoreError, FeatstoreWarning, UsageError
 from featstore.interfaces import SplitLike, StoreLike
 from featstore.values import require_finite
 
+from .clamp import adapt_params, describe
 from .needs import Needs, parse_need
 from .paper import Paper
 from .rowmap import map_rows, read_chunk_rows
@@ -93,6 +95,10 @@ class Scorer:
         # the other defaults may be clamped to the store by scorers.adapt)
         self.given: dict[str, Any] = dict(params)
         self.check_params(self.params)
+        # the caller's own parameters: `fit` clamps only the others (scorers.clamp)
+        self.given: dict[str, Any] = dict(params)
+        # the defaults `fit` clamped on its store: [{"setting", "used", "reason"}]
+        self.adjusted: list[dict[str, Any]] = []
         self.store: StoreLike | None = None
         self.fitted = False
         self.model_sha256: str | None = None
@@ -160,6 +166,7 @@ class Scorer:
         every setting in the same pass; settings outside it are still scored, at the price of
         a further pass. Scores never depend on it."""
         check_needs(self, store)
+        self._clamp_defaults(store)
         if not self.allow_nonfinite:
             for name in fit_split_names(self):
                 require_finite(store.split(name), value_fields(self), f"fitting {self.name!r}")
@@ -171,6 +178,19 @@ class Scorer:
         self._fit(store)
         self.fitted = True
         return self
+
+    def _clamp_defaults(self, store: StoreLike) -> None:
+        """The one defaults rule (scorers.adapt) for API callers: every default the store
+        makes invalid is clamped (`self.adjusted`, a FeatstoreWarning each); the caller's own
+        values are never changed. A no-op when every parameter was given (the CLI's paths
+        build their scorers with the already clamped parameters)."""
+        if set(self.given) >= set(self.defaults):
+            return
+        self.params, self.adjusted = adapt_params(self, {**self.defaults, **self.given},
+                                                  set(self.given), store)
+        for adjustment in self.adjusted:
+            warnings.warn(f"scorer {self.name!r}: {describe(adjustment)}", FeatstoreWarning,
+                          stacklevel=3)
 
     def _check_split(self, split: SplitLike, force: bool) -> None:
         if not self.fitted:
@@ -333,6 +353,10 @@ def check_needs(scorer: Scorer, store: StoreLike) -> None:
     """Raise FeatstoreError naming the first missing need and how to produce it."""
     needs = Needs.of(scorer)
     for need in needs:
+        if need.kind == "head" and store.manifest.get("has_head", True) is False:
+            raise FeatstoreError(
+                f"scorer {scorer.name!r} needs the classifier head (W, b); store "
+                f"{str(store.path)!r} has none (features and logits only)")
         if need.kind == "fit" and not store.has_split(need.arg):
             raise FeatstoreError(
                 f"scorer {scorer.name!r} needs split {need.arg!r} in store "
