@@ -18,6 +18,8 @@ from .common import (
     BootSeedOpt,
     CiMethodOpt,
     CiOpt,
+    ThreadsOpt,
+    apply_threads,
     cache_note,
     check_methods,
     check_params,
@@ -152,6 +154,7 @@ def score(
                                                              ".npz.")] = None,
     no_cache: NoCacheOpt = False,
     allow_nonfinite: AllowNonfiniteOpt = False,
+    threads: ThreadsOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -160,6 +163,7 @@ def score(
     Example: featstore score runs/demo/store --method knn --param K=10
     """
     setup(json_, quiet)
+    apply_threads(threads)
     from scorers.score_run import score_store
 
     params = parse_params(param)
@@ -210,6 +214,7 @@ def eval_(
     boot: BootOpt = 1000,
     ci_method: CiMethodOpt = "percentile",
     boot_seed: BootSeedOpt = 0,
+    threads: ThreadsOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -221,6 +226,7 @@ def eval_(
     Example: featstore eval runs/demo/store --method msp --method vim --out results.json
     """
     setup(json_, quiet)
+    apply_threads(threads)
     from scorers.evaluate import evaluate
     from scorers.sweep import check_select_by, sweep_all
 

@@ -19,8 +19,7 @@ average has given it so far), and running the number of runnable threads right n
 
 Why: OpenBLAS threads spin-wait for each other. On a machine whose cores are busy with other
 work a 2-thread factorization waits for a core at every synchronization: a 1024 x 1024 eigh
-took 6.0 s with 2 threads against 0.61 s with 1 (2 cores, load 2-11, benchmarks/RESULTS.md
-"Thread policy"), so a second thread is used only when a core is free for it, and only for
+took 6.0 s with 2 threads against 0.61 s with 1 (2 cores, load 2-11; benchmarks/bench_threads.py), so a second thread is used only when a core is free for it, and only for
 work large enough to repay waking it (`PARALLEL_MIN_FLOPS`; benchmarks/bench_threads.py
 measures where two threads start to pay on an idle machine).
 
@@ -29,8 +28,10 @@ Where it applies: `Scorer.fit` and `Scorer.score` / `score_grid` run under
 row-block pool of `scorers.rowmap` runs `worker_threads()` workers with BLAS at one thread each.
 
 Determinism: the thread count does not change what is computed, but a LAPACK factorization
-may round differently with another thread count; scores are the same bits for the same thread
-count, and agree within 1e-9 relative between 1 and 2 threads (tests/scorers/test_threads.py).
+or a FAISS search may round differently with another thread count; scores are the same bits
+for the same thread count, and agree within 1e-5 of max |score| between 1 and 2 threads
+(measured: ~3e-9 for the float64 factorizations, ~9e-7 for KNN's float32 search;
+tests/scorers/test_threads.py).
 Pin the count (`FEATSTORE_THREADS=1`) to get the same bits whatever the machine's load.
 """
 
@@ -115,15 +116,21 @@ def _own_load() -> float:
     return rate * (1.0 - math.exp(-age / LOAD_WINDOW_S))
 
 
+def cores_free(cores: int, load1: float, own_load: float, running_others: int) -> int:
+    """max(1, min(cores, round(cores - others))), others = max(load1 - own_load,
+    running_others): the cores left to this process (halves round up)."""
+    others = max(load1 - own_load, float(running_others))
+    return max(1, min(cores, int(math.floor(cores - others + 0.5))))
+
+
 def free_cores() -> int:
-    """Cores free for this process's threads (module docstring), >= 1."""
+    """Cores free for this process's threads now (module docstring), >= 1."""
     cores = affinity_cores()
     try:
         load1 = os.getloadavg()[0]
     except OSError:  # no load average: trust the affinity
         return cores
-    others = max(load1 - _own_load(), float(_running_others()))
-    return max(1, min(cores, int(math.floor(cores - others + 0.5))))
+    return cores_free(cores, load1, _own_load(), _running_others())
 
 
 def threads_for(flops: float) -> int:
