@@ -19,9 +19,10 @@ average has given it so far), and running the number of runnable threads right n
 
 Why: OpenBLAS threads spin-wait for each other. On a machine whose cores are busy with other
 work a 2-thread factorization waits for a core at every synchronization: a 1024 x 1024 eigh
-took 6.0 s with 2 threads against 0.61 s with 1 (2 cores, load 2-11; benchmarks/bench_threads.py), so a second thread is used only when a core is free for it, and only for
-work large enough to repay waking it (`PARALLEL_MIN_FLOPS`; benchmarks/bench_threads.py
-measures where two threads start to pay on an idle machine).
+took 6.0 s with 2 threads against 0.61 s with 1 (2 cores, load 2-11), so a second thread is
+used only when a core is free for it, and only for work large enough to repay waking it
+(`PARALLEL_MIN_FLOPS`; benchmarks/bench_threads.py measures where two threads start to pay
+on an idle machine).
 
 Where it applies: `Scorer.fit` and `Scorer.score` / `score_grid` run under
 `blas_threads(work)` with the work estimated from the store (`fit_work`, `score_work`); the
