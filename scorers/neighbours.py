@@ -27,6 +27,7 @@ from featstore.interfaces import SplitLike, StoreLike
 from .base import Scorer, ValidRange
 from .knn_bank import BankStream
 from .knn_index import INDEX_KINDS, KnnIndex, l2_normalize, subsample_rows, subsample_size
+from .rowmap import read_chunk_rows
 
 FIT_SPLIT = "id/train"
 RECALL_QUERIES = 256
@@ -69,12 +70,14 @@ def bank_chunks(store: StoreLike, fraction: float, seed: int, chunk_rows: int,
 def bank_stream(store: StoreLike, fraction: float, seed: int, chunk_rows: int,
                 fields: tuple[str, ...], transform: Callable[..., np.ndarray]) -> BankStream:
     """The bank as a stream of `transform(*chunk_arrays)` float32 chunks of the bank rows of
-    id/train (`bank_chunks`), read afresh per pass: the index it is added to holds the only
-    copy (`scorers.knn_bank`)."""
+    id/train (`bank_chunks`, reads of about `rowmap.FIT_READ_BYTES`, at most `chunk_rows`
+    rows), read afresh per pass: the index it is added to holds the only copy
+    (`scorers.knn_bank`)."""
     split = store.split(FIT_SPLIT)
+    rows = read_chunk_rows(split, fields, chunk_rows)  # ~4 MiB per read, at most chunk_rows
 
     def chunks() -> Iterator[np.ndarray]:
-        for arrays in bank_chunks(store, fraction, seed, chunk_rows, *fields):
+        for arrays in bank_chunks(store, fraction, seed, rows, *fields):
             yield transform(*arrays)
 
     return BankStream(subsample_size(split.num_rows, fraction), split.dims["features"], chunks)
