@@ -44,6 +44,7 @@ from ..kernels.softmax import logsumexp
 from ..knn_bank import BankStream
 from ..knn_index import KnnIndex, l2_normalize
 from ..neighbours import BankScorer, bank_stream
+from ..paper import Paper
 
 
 def guide_rows(feats: np.ndarray, logits: np.ndarray) -> np.ndarray:
@@ -65,8 +66,10 @@ class NNGuide(BankScorer):
     needs = ("features", "logits", "fit:id/train")
     defaults = {"K": 100, "alpha": 0.01, "seed": 0, "index": "exact", "recall_target": 0.95}
     grid = {"K": [100], "alpha": [0.01]}
-    paper = ("Park, Jung, Teoh. Nearest neighbor guidance for out-of-distribution detection. "
-             "ICCV 2023")
+    paper = Paper(title="Nearest neighbor guidance for out-of-distribution detection",
+                  authors=("Park", "Jung", "Teoh"), venue="ICCV", year=2023,
+                  url="https://arxiv.org/abs/2309.14888",
+                  code="https://github.com/roomo7time/nnguide")
     fraction_param = "alpha"
 
     def _build(self, store: StoreLike, params: Mapping[str, Any]) -> KnnIndex:
