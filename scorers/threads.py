@@ -3,10 +3,11 @@ FAISS's OpenBLAS) and OpenMP (FAISS's searches) may use, decided in this one pla
 
 As implemented, for a call of about `flops` floating-point operations:
 
-    threads_for(flops) = n                       if the user set n ($FEATSTORE_THREADS,
+    threads_for(flops) = n                       if the user set n ($FEATSTORE_THREADS=n,
                                                  `--threads N` on the scoring commands)
                        = 1                       if flops < PARALLEL_MIN_FLOPS
-                       = free_cores()            otherwise
+                       = free_cores()            if $FEATSTORE_THREADS=auto
+                       = A                       otherwise
 
     free_cores() = max(1, min(A, round(A - others)))
     others       = max(load1 - own_load, running - 1)
@@ -16,6 +17,12 @@ one-minute load average (`os.getloadavg`), own_load this process's share of it (
 per second since it started, times 1 - exp(-age / 60 s), the weight the kernel's one-minute
 average has given it so far), and running the number of runnable threads right now
 (/proc/loadavg), the caller's own thread excluded.
+
+The default never reads the machine's load: a LAPACK factorization's bits depend on the BLAS
+thread count (numpy eigh of a 1280 x 1280 covariance: eigenvectors 7e-13 apart with 1 and 2
+threads), and the same inputs must give the same scores bit for bit on one machine. Following
+the load is the user's choice (`FEATSTORE_THREADS=auto`): faster on a busy machine, the same
+bits only between runs that got the same count.
 
 Why: OpenBLAS threads spin-wait for each other. On a machine whose cores are busy with other
 work a 2-thread factorization waits for a core at every synchronization: a 1024 x 1024 eigh
@@ -30,10 +37,9 @@ row-block pool of `scorers.rowmap` runs `worker_threads()` workers with BLAS at 
 
 Determinism: the thread count does not change what is computed, but a LAPACK factorization
 or a FAISS search may round differently with another thread count; scores are the same bits
-for the same thread count, and agree within 1e-5 of max |score| between 1 and 2 threads
-(measured: ~3e-9 for the float64 factorizations, ~9e-7 for KNN's float32 search;
-tests/scorers/test_threads.py).
-Pin the count (`FEATSTORE_THREADS=1`) to get the same bits whatever the machine's load.
+for the same thread count (the default's count depends on the CPUs and the problem's size
+only), and agree within 1e-5 of max |score| between 1 and 2 threads (measured: ~3e-9 for the
+float64 factorizations, ~9e-7 for KNN's float32 search; tests/scorers/test_threads.py).
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ from featstore.errors import UsageError
 from featstore.interfaces import SplitLike, StoreLike
 
 THREADS_ENV = "FEATSTORE_THREADS"
+#: $FEATSTORE_THREADS=auto: large calls take the cores the machine's load leaves free
+AUTO = "auto"
 #: below this many flops a BLAS/LAPACK call runs on one thread (an n x n eigh is ~9 n^3
 #: flops: n = 512 is 1.2e9; a (rows x D) Gram is rows * D^2: 4096 x 512 is 1.1e9)
 PARALLEL_MIN_FLOPS = 1e9
@@ -63,14 +71,14 @@ def user_threads() -> int | None:
     """The thread count the user set: $FEATSTORE_THREADS (>= 1), or None. A value that is not
     a positive integer is a UsageError naming the variable."""
     env = os.environ.get(THREADS_ENV)
-    if not env:
+    if not env or env == AUTO:
         return None
     try:
         value = int(env)
     except ValueError:
         value = 0
     if value < 1:
-        raise UsageError(f"${THREADS_ENV}={env!r}: expected a positive integer")
+        raise UsageError(f"${THREADS_ENV}={env!r}: expected a positive integer or {AUTO!r}")
     return value
 
 
@@ -141,7 +149,7 @@ def threads_for(flops: float) -> int:
         return user
     if flops < PARALLEL_MIN_FLOPS:
         return 1
-    return free_cores()
+    return free_cores() if os.environ.get(THREADS_ENV) == AUTO else affinity_cores()
 
 
 _CONTROLLER: Any = None

@@ -64,8 +64,14 @@ def test_user_count_and_size_threshold(monkeypatch):
     monkeypatch.delenv(THREADS_ENV, raising=False)
     assert user_threads() is None
     assert threads_for(PARALLEL_MIN_FLOPS / 2) == 1
-    assert 1 <= threads_for(PARALLEL_MIN_FLOPS * 10) <= affinity_cores()
+    # the default reads no load: the same count whatever the machine is doing (the bits of a
+    # factorization depend on it); FEATSTORE_THREADS=auto follows the free cores
+    assert threads_for(PARALLEL_MIN_FLOPS * 10) == affinity_cores()
     assert 1 <= free_cores() <= affinity_cores()
+    monkeypatch.setenv(THREADS_ENV, "auto")
+    assert user_threads() is None and threads_for(PARALLEL_MIN_FLOPS / 2) == 1
+    monkeypatch.setattr("scorers.threads.free_cores", lambda: 1)
+    assert threads_for(PARALLEL_MIN_FLOPS * 10) == 1
     monkeypatch.setenv(THREADS_ENV, "3")
     assert threads_for(1.0) == 3 and threads_for(1e15) == 3
     for bad in ("0", "-2", "two"):
