@@ -119,9 +119,9 @@ def fit_label(store: Store, method: str, scored: int | None = None) -> str:
 
 
 ThreadsOpt = Annotated[int | None, typer.Option(
-    "--threads", min=1, help="Threads for BLAS, FAISS and the row pool (default: by problem "
-    "size and the cores free; also $FEATSTORE_THREADS). A fixed count gives the same bits "
-    "whatever the load.")]
+    "--threads", min=1, help="Threads for BLAS, FAISS and the row pool (default: 1 for small "
+    "problems, else one per CPU; also $FEATSTORE_THREADS, which takes 'auto' to follow the "
+    "machine's load). A fixed count gives the same bits whatever the load.")]
 
 
 def apply_threads(threads: int | None) -> None:

@@ -1,9 +1,10 @@
 """Features and logits of loose images (paths, folders, image lists) with a loaded model,
 computed exactly as `featstore extract` computes a split's: the same decode
 (`datasets.TransformedRows`: PIL, RGB), the same transform (`datasets.build_transform` of the
-store's recorded [transform]), the same forward under `torch.inference_mode()` with the head
-hook of extraction (`outputs.LayerHook`: the hooked layer gives the feature, the model's own
-forward output the logits, checked against the head; `outputs.resolve_layers` checks the layers first), batch by batch in file order, float32 on the CPU.
+store's recorded [transform]), the same forward under `torch.inference_mode()` with the hook
+of extraction (`outputs.LayerHook`: the hooked layer gives the feature, the model's own forward
+output the logits, checked against the head; `outputs.resolve_layers` checks the layers
+first), batch by batch in file order, float32 on the CPU.
 
 Inputs, in the order given: an image file (by its suffix, `datasets.IMAGE_EXTENSIONS`); a
 folder (its images as `featstore extract` reads an ImageFolder: class sub-folders sorted, then
