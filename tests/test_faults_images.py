@@ -34,8 +34,14 @@ def _folder(root: Path, n: int = 3) -> Path:
 
 
 def _extract(capsys, tmp_path: Path, source: str):
-    (tmp_path / "s.toml").write_text(TRANSFORM + f'\n[[split]]\nname = "ood/far/x"\n'
-                                                 f"source = {source}\n")
+    """Extract an id/test folder (one image per class of the tiny CNN) and `source` as
+    ood/far/x."""
+    for cls in "abc":
+        (tmp_path / "idimgs" / cls).mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (20, 20)).save(tmp_path / "idimgs" / cls / "ok.png")
+    (tmp_path / "s.toml").write_text(
+        TRANSFORM + f'\n[[split]]\nname = "id/test"\nsource = {{ imagefolder = '
+        f'"{tmp_path / "idimgs"}" }}\n[[split]]\nname = "ood/far/x"\nsource = {source}\n')
     return run_cli(capsys, "extract", "--model", "tiny_models:tiny_cnn", "--spec",
                    tmp_path / "s.toml", "--out", tmp_path / "o", "--device", "cpu",
                    "--workers", "0")

@@ -53,6 +53,18 @@ class Crash(nn.Module):
 '''
 
 
+def _id_split(tmp_path: Path) -> str:
+    """An id/test ImageFolder split, one folder per class of the 3-class models (extraction
+    needs an ID split)."""
+    from PIL import Image
+
+    for cls in "abc":
+        (tmp_path / "idimgs" / cls).mkdir(parents=True)
+        Image.new("RGB", (20, 20)).save(tmp_path / "idimgs" / cls / "ok.png")
+    return (f'\n[[split]]\nname = "id/test"\nsource = {{ imagefolder = '
+            f'"{tmp_path / "idimgs"}" }}\n')
+
+
 def _env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent)])
@@ -76,7 +88,7 @@ def bad_models(tmp_path, monkeypatch):
     (tmp_path / "badmods.py").write_text(BAD_MODELS)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.syspath_prepend(str(HERE))
-    (tmp_path / "s.toml").write_text(TRANSFORM + NOISE)
+    (tmp_path / "s.toml").write_text(TRANSFORM + NOISE + _id_split(tmp_path))
     return tmp_path
 
 
@@ -123,7 +135,7 @@ def test_bad_model_files_are_exit_1(bad_models, capsys):
 def test_experiment_without_an_architecture_is_exit_1(tmp_path, capsys):
     """Issue 36 item 21: an experiment file naming no `arch` (for a spec that is not the
     digits) exited 2; the file's content is at fault: 1."""
-    (tmp_path / "bench.toml").write_text(TRANSFORM + NOISE)
+    (tmp_path / "bench.toml").write_text(TRANSFORM + NOISE + _id_split(tmp_path))
     (tmp_path / "e.toml").write_text('name = "e"\n[data]\nspec = "bench.toml"\n'
                                       '[[method]]\nscorer = "msp"\n')
     _one_line(run_cli(capsys, "run", tmp_path / "e.toml", "--out", tmp_path / "o"), 1,
