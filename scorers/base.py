@@ -129,6 +129,19 @@ class Scorer:
         parameter's validity depends on the data. Integers stay integers."""
         return {}
 
+    def degenerate(self, param: str, default: Any, used: Any, params: Mapping[str, Any],
+                   store: StoreLike) -> str:
+        """Why the DEFAULT `param`=`default` clamped to `used` on `store` leaves this scorer
+        degenerate (a K below a sensible minimum, a whole bank), naming what the store lacks;
+        "" when it does not (`scorers.clamp` appends it to the adjustment as DEGENERATE)."""
+        return ""
+
+    def fit_grid(self, grid: Grid, store: StoreLike) -> tuple[dict[str, list[Any]], str]:
+        """This scorer's DEFAULT grid fitted to `store` (before the clamping of
+        `scorers.adapt.adapt_grid`), with the reason of any change ("" when unchanged);
+        default: the grid as it is."""
+        return {k: list(v) for k, v in grid.items()}, ""
+
     def resolve_default(self, param: str, value: Any, store: StoreLike) -> Any:
         """The value a default stands for on `store` (ViM's dim None -> the paper's rule);
         default: the value itself."""
@@ -223,8 +236,19 @@ class Scorer:
         """Every setting of `grid` (default: the scorer's default grid) with its scores.
 
         Settings are the Cartesian product in the grid's key order; parameters not in the grid
-        keep this scorer's values. Each value is validated against the data first."""
+        keep this scorer's values. Each value is validated against the data first. The
+        DEFAULT grid (grid=None) is fitted to the fitted store by `scorers.adapt.adapt_grid`
+        (a FeatstoreWarning per changed setting), as `featstore sweep` fits it."""
         self._check_split(split, force)
+        if grid is None and self.grid and self.store is not None:
+            from .adapt import adapt_grid
+
+            settings, adjusted = adapt_grid(self, self.grid, set(self.given) - set(self.grid),
+                                            self.store)
+            for adjustment in adjusted:
+                warnings.warn(f"scorer {self.name!r}: default grid {describe(adjustment)}",
+                              FeatstoreWarning, stacklevel=2)
+            grid = {k: list(dict.fromkeys(s[k] for s in settings)) for k in self.grid}
         grid = self.grid if grid is None else grid
         check_grid_keys(self, grid)
         settings = expand_grid(grid) if grid else [{}]

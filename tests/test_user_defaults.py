@@ -49,3 +49,57 @@ def test_api_clamps_like_the_cli(small_store, name):
     # the user's own value is never changed
     with pytest.raises(UsageError, match="dim"):
         get_scorer(name, dim=50).fit(small_store)
+
+
+def _tiny_store(path, rows: int, d: int) -> Store:
+    """`rows` id/train rows of D = `d` non-negative features, a 3-class linear head."""
+    rng = np.random.default_rng(1)
+    w = rng.normal(size=(3, d)).astype(np.float32)
+
+    def split(n: int, labelled: bool) -> dict:
+        out = {"features": np.abs(rng.normal(size=(n, d))).astype(np.float32)}
+        if labelled:
+            out["labels"] = rng.integers(0, 3, n)
+        return out
+
+    return Store.from_arrays(path, head=(w, np.zeros(3, np.float32)), splits={
+        "id/train": split(rows, True), "id/test": split(20, True), "ood/far/x": split(20, False)})
+
+
+@pytest.mark.parametrize(("name", "rows", "d", "needle"), [
+    # nnguide: bank = ceil(0.01 * 200) = 2 rows; the default K=100 needs 100 / 0.01 rows
+    ("nnguide", 200, 8, r"K=100 -> K=2 .*DEGENERATE: K=2 < 5 neighbours and K = the whole "
+                        r"2-row bank; the store lacks id/train rows: the default K=100 at "
+                        r"alpha 0.01 needs >= 10000 \(it has 200\)"),
+    # knn: K=50 over a 30-row bank clamps to the whole bank
+    ("knn", 30, 8, r"K=50 -> K=30 .*DEGENERATE: K = the whole 30-row bank; .* needs >= 50 "
+                   r"\(it has 30\)"),
+    # ash on D = 4: percentile 90 keeps 4 - round(3.6) = 0; clamped to 75 keeps one; D = 5
+    # keeps 5 - round(4.5) = 1
+    ("ash", 40, 4, r"percentile=90 -> percentile=75.0 .*DEGENERATE: percentile=75 keeps a "
+                   r"single one of the D = 4 features; .*needs D >= 5"),
+])
+def test_degenerate_clamp_names_what_the_store_lacks(tmp_path, name, rows, d, needle):
+    st = _tiny_store(tmp_path / "st", rows, d)
+    with pytest.warns(FeatstoreWarning, match=needle):
+        get_scorer(name).fit(st)
+    cli = evaluate(st, [name], use_cache=False)["methods"][name]
+    assert "DEGENERATE" in cli["adjusted"][0]["reason"]
+
+
+def test_api_default_grid_is_fitted_to_the_bank(tmp_path):
+    """`score_grid(split)` with the default grid: knn's K [50 .. 1000] scaled by the 200-row
+    bank / 50,000 (by hand: 0.2, 0.4, 0.8, 2, 4 -> 1, 1, 1, 2, 4 -> [1, 2, 4]), as `sweep`;
+    the scores equal the explicit grid's."""
+    st = _tiny_store(tmp_path / "st", 200, 8)
+    scorer = get_scorer("knn").fit(st)
+    split = st.split("ood/far/x")
+    with pytest.warns(FeatstoreWarning, match=r"default grid K=1000 -> K=4 .*bank 200/50000"):
+        got = scorer.score_grid(split)
+    ref = scorer.score_grid(split, {"K": [1, 2, 4]})
+    assert [s for s, _ in got] == [{"K": 1}, {"K": 2}, {"K": 4}]
+    for (_, a), (_, b) in zip(got, ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # the user's explicit grid is never fitted: K beyond the bank is an error
+    with pytest.raises(UsageError, match="K=500"):
+        scorer.score_grid(split, {"K": [500]})
