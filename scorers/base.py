@@ -236,19 +236,9 @@ class Scorer:
         """Every setting of `grid` (default: the scorer's default grid) with its scores.
 
         Settings are the Cartesian product in the grid's key order; parameters not in the grid
-        keep this scorer's values. Each value is validated against the data first. The
-        DEFAULT grid (grid=None) is fitted to the fitted store by `scorers.adapt.adapt_grid`
-        (a FeatstoreWarning per changed setting), as `featstore sweep` fits it."""
+        keep this scorer's values. Each value is validated against the data first (the
+        default grid as it is: `scorers.sweep.sweep` / `plan_settings` fit it to the store)."""
         self._check_split(split, force)
-        if grid is None and self.grid and self.store is not None:
-            from .adapt import adapt_grid
-
-            settings, adjusted = adapt_grid(self, self.grid, set(self.given) - set(self.grid),
-                                            self.store)
-            for adjustment in adjusted:
-                warnings.warn(f"scorer {self.name!r}: default grid {describe(adjustment)}",
-                              FeatstoreWarning, stacklevel=2)
-            grid = {k: list(dict.fromkeys(s[k] for s in settings)) for k in self.grid}
         grid = self.grid if grid is None else grid
         check_grid_keys(self, grid)
         settings = expand_grid(grid) if grid else [{}]

@@ -13,6 +13,7 @@ from featstore import Store
 from featstore.errors import FeatstoreWarning, UsageError
 from scorers import get_scorer
 from scorers.evaluate import evaluate
+from scorers.sweep import plan_settings
 
 
 @pytest.fixture
@@ -88,18 +89,15 @@ def test_degenerate_clamp_names_what_the_store_lacks(tmp_path, name, rows, d, ne
 
 
 def test_api_default_grid_is_fitted_to_the_bank(tmp_path):
-    """`score_grid(split)` with the default grid: knn's K [50 .. 1000] scaled by the 200-row
-    bank / 50,000 (by hand: 0.2, 0.4, 0.8, 2, 4 -> 1, 1, 1, 2, 4 -> [1, 2, 4]), as `sweep`;
-    the scores equal the explicit grid's."""
+    """The API's sweep plan (`scorers.sweep.plan_settings`, what `sweep` and `featstore sweep`
+    score): knn's default K [50 .. 1000] scaled by the 200-row bank / 50,000 (by hand: 0.2,
+    0.4, 0.8, 2, 4 -> 1, 1, 1, 2, 4 -> [1, 2, 4]), every change noted; an explicit grid is
+    never fitted (K beyond the bank is an error)."""
     st = _tiny_store(tmp_path / "st", 200, 8)
-    scorer = get_scorer("knn").fit(st)
-    split = st.split("ood/far/x")
-    with pytest.warns(FeatstoreWarning, match=r"default grid K=1000 -> K=4 .*bank 200/50000"):
-        got = scorer.score_grid(split)
-    ref = scorer.score_grid(split, {"K": [1, 2, 4]})
-    assert [s for s, _ in got] == [{"K": 1}, {"K": 2}, {"K": 4}]
-    for (_, a), (_, b) in zip(got, ref, strict=True):
-        np.testing.assert_array_equal(a, b)
-    # the user's explicit grid is never fitted: K beyond the bank is an error
+    base, settings, adjusted = plan_settings(st, "knn")
+    assert base == {} and settings == [{"K": 1}, {"K": 2}, {"K": 4}]
+    assert [(a["setting"]["K"], a["used"]["K"]) for a in adjusted] == [
+        (50, 1), (100, 1), (200, 1), (500, 2), (1000, 4)]
+    assert "bank 200/50000" in adjusted[0]["reason"]
     with pytest.raises(UsageError, match="K=500"):
-        scorer.score_grid(split, {"K": [500]})
+        plan_settings(st, "knn", {"K": [500]})
