@@ -233,3 +233,27 @@ def _truth(x: np.ndarray, sets: _Sets) -> np.ndarray:
             vals[name] = fpr_at_tpr(x[i, :k], x[i, k:n], level)
         out[i] = [vals[name] for name in TRUTH_COLUMNS]
     return out
+
+
+def split_truth(data: Sequence[_StoreData], key: str, id_rows: Sequence[np.ndarray] | None
+                = None) -> dict[tuple[int, str], np.ndarray]:
+    """Split-level targets: {(store index, OOD split): TRUTH_COLUMNS row} of the scorer `key`'s
+    scores, each store's ID rows `id_rows[i]` (indices into its id/test rows; None: all of
+    id/test) against every row of the OOD split (no subsampling)."""
+    out = {}
+    for i, sd in enumerate(data):
+        scores = sd.scores[key]
+        ids = scores[:sd.n_id] if id_rows is None else scores[np.asarray(id_rows[i])]
+        for name in sd.ood:
+            ood = scores[sd.offset[name]:sd.offset[name] + sd.sizes[name]]
+            vals = ood_metrics(ids, ood)
+            for t, level in FPR_AT_TPR.items():
+                vals[t] = fpr_at_tpr(ids, ood, level)
+            out[(sd.index, name)] = np.array([vals[c] for c in TRUTH_COLUMNS])
+    return out
+
+
+def set_targets(sets: _Sets, table: Mapping[tuple[int, str], np.ndarray]) -> np.ndarray:
+    """(M, len(TRUTH_COLUMNS)): each meta-set's split-level target row from `split_truth`."""
+    return np.stack([table[(int(st), sp)] for st, sp in zip(sets.store, sets.split,
+                                                            strict=True)])
