@@ -18,17 +18,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from featstore.errors import UsageError
 
 from .baselines import _auto_eval_fd, _confidence_baseline
-from .metasets import _draw_sets, _Sets, _truth, check_disjoint, set_targets
-from .protocol import _engine, _id_pools, _Options, _Scores, _Tally
+from .engine import GscoreEngine
+from .metasets import _draw_sets, _id_pools, _Sets, _truth, check_disjoint, set_targets
 from .regression import _corr, _fit_spec, _predict, _rmse, fit_line, search_tau
 from .spec import _AUTO, _METRIC_COL, ModelSpec
+
+if TYPE_CHECKING:
+    from .protocol import _Options, _Scores, _Tally
+
+
+def _engine(opt: _Options, sc: _Scores, sets: _Sets, m: str) -> GscoreEngine:
+    """The Gscore engine of detector m's scores on `sets` (UDE reference: each set's store's
+    id/val Gaussian)."""
+    refs = sc.refs[m]
+    return GscoreEngine(sets.values(sc.pooled[m]), sets.n, refs[sets.store, 0],
+                        refs[sets.store, 1], ude_kernel=opt.ude_kernel)
 
 
 def _folds(names: list[str], k: int, rng: np.random.Generator) -> dict[str, int]:

@@ -257,3 +257,20 @@ def set_targets(sets: _Sets, table: Mapping[tuple[int, str], np.ndarray]) -> np.
     """(M, len(TRUTH_COLUMNS)): each meta-set's split-level target row from `split_truth`."""
     return np.stack([table[(int(st), sp)] for st, sp in zip(sets.store, sets.split,
                                                             strict=True)])
+
+
+def _id_pools(data: Sequence[_StoreData], id_train_fraction: float | None,
+              rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The id/test rows meta-train and meta-test sets draw from: disjoint random parts
+    (`id_train_fraction` of the rows for meta-train) or, with None, all rows for both."""
+    pools_tr, pools_te = [], []
+    for sd in data:
+        perm = rng.permutation(sd.n_id)
+        if id_train_fraction is None:
+            pools_tr.append(np.arange(sd.n_id))
+            pools_te.append(np.arange(sd.n_id))
+            continue
+        k = min(sd.n_id - 1, max(1, round(id_train_fraction * sd.n_id)))
+        pools_tr.append(np.sort(perm[:k]))
+        pools_te.append(np.sort(perm[k:]))
+    return pools_tr, pools_te

@@ -22,9 +22,10 @@ from scorers.registry import check_scorers
 
 from .baselines import _auto_eval_fd, _confidence_baseline, _load_features
 from .config import _config, _describe, _headline_corr
-from .engine import GscoreEngine
+from .crossval import _engine, run_cv_round
 from .metasets import (
     _draw_sets,
+    _id_pools,
     _load_scores,
     _method_key,
     _ood_test_splits,
@@ -261,23 +262,6 @@ def _score_once(stores: Sequence[Any], opt: _Options, use_cache: bool,
                    time.perf_counter() - t0, keys, split_t)
 
 
-def _id_pools(data: Sequence[_StoreData], id_train_fraction: float | None,
-              rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The id/test rows meta-train and meta-test sets draw from: disjoint random parts
-    (`id_train_fraction` of the rows for meta-train) or, with None, all rows for both."""
-    pools_tr, pools_te = [], []
-    for sd in data:
-        perm = rng.permutation(sd.n_id)
-        if id_train_fraction is None:
-            pools_tr.append(np.arange(sd.n_id))
-            pools_te.append(np.arange(sd.n_id))
-            continue
-        k = min(sd.n_id - 1, max(1, round(id_train_fraction * sd.n_id)))
-        pools_tr.append(np.sort(perm[:k]))
-        pools_te.append(np.sort(perm[k:]))
-    return pools_tr, pools_te
-
-
 @dataclass
 class _SettingSets:
     """Meta-train and meta-test sets of one repeat at one meta-set setting, and the taus
@@ -325,12 +309,6 @@ def _draw_setting(opt: _Options, sc: _Scores, tally: _Tally, rep: int, ci: int,
     ss.taus = _shared_taus(opt, sc, ss)
     tally.t_tau += time.perf_counter() - t0
     return ss
-
-
-def _engine(opt: _Options, sc: _Scores, sets: _Sets, m: str) -> GscoreEngine:
-    refs = sc.refs[m]
-    return GscoreEngine(sets.values(sc.pooled[m]), sets.n, refs[sets.store, 0],
-                        refs[sets.store, 1], ude_kernel=opt.ude_kernel)
 
 
 def _shared_taus(opt: _Options, sc: _Scores, ss: _SettingSets) -> dict[tuple[str, str],
@@ -517,19 +495,16 @@ def evaluate_gscore(
     `paper`: the paper's settings where the defaults differ (`spec.PAPER_PRESET`: one
     meta-set per split, GMM with a searched tau, the printed UDE kernel, no clipping,
     correlations on meta-train sets); they override those arguments.
-    `cv`: K-fold cross-validation over the OOD splits, `repeats` rounds of it
-    (scorers/gscore/crossval.py) instead of random partitions. `corr_on`: the sets the
-    headline `pearson` / `spearman` are computed on ("test" or "train"; the other side is
-    kept as `pearson_test` / `pearson_train`).
-    `announce(describe)` gets the configuration's sentences before any work;
-    `progress(message)` is told each phase; `step_progress(done, total)` is called after
-    each unit of work: scoring a (detector, store), loading a store's baseline features,
-    and each (partition or round, meta-set setting, detector) of the protocol."""
+    `cv`: K-fold cross-validation over the OOD splits, `repeats` rounds of it (crossval.py).
+    `corr_on`: the sets of the headline `pearson` / `spearman` ("test" | "train"; both kept
+    as `pearson_test` / `pearson_train`). `announce(describe)`: the configuration, before any
+    work; `progress(message)`: each phase; `step_progress(done, total)`: after each unit of
+    work (scoring a detector on a store, a store's baseline features, a (partition or round,
+    setting, detector))."""
     t_start = time.perf_counter()
     if paper:
-        sets_per_split = PAPER_PRESET["sets_per_split"][0]
-        ude_kernel, clip = PAPER_PRESET["ude_kernel"][0], PAPER_PRESET["clip"][0]
-        corr_on = PAPER_PRESET["corr_on"][0]
+        sets_per_split, ude_kernel, clip, corr_on = (PAPER_PRESET[k][0] for k in (
+            "sets_per_split", "ude_kernel", "clip", "corr_on"))
         models = [_paper_gmm(m) for m in models]
     opt = _validate(stores, methods, models, targets, robust_models, params=params,
                     ratio=ratio, size=size, heterogeneous=heterogeneous,
@@ -541,30 +516,12 @@ def evaluate_gscore(
     opt.paper = paper
     _check_models(stores, allow_other_model)
     say = progress or (lambda _m: None)
-    n_scoring = len(stores) * (len(opt.scored()) + (1 if opt.baselines else 0))
-    total = [n_scoring + opt.repeats * len(opt.settings()) * len(opt.methods)]
-    done = [0]
-
-    def step() -> None:
-        done[0] += 1
-        if step_progress:
-            step_progress(done[0], total[0])
-
-    if step_progress:
-        step_progress(0, total[0])
-    sc = _score_once(stores, opt, use_cache, say, announce or (lambda _d: None), step)
-    total[0] -= opt.repeats * len(opt.settings()) * (len(opt.methods) - len(sc.methods))
+    bar = _Bar(step_progress, len(stores) * (len(opt.scored()) + (1 if opt.baselines else 0))
+               + opt.repeats * len(opt.settings()) * len(opt.methods))
+    sc = _score_once(stores, opt, use_cache, say, announce or (lambda _d: None), bar.step)
+    bar.total -= opt.repeats * len(opt.settings()) * (len(opt.methods) - len(sc.methods))
     tally = _Tally()
-    t_proto = time.perf_counter()
-    if opt.cv:
-        from .crossval import run_cv_round
-    for rep in range(opt.repeats):
-        say(f"{'round' if opt.cv else 'partition'} {rep + 1}/{opt.repeats}")
-        if opt.cv:
-            run_cv_round(opt, sc, tally, rep, step)
-        else:
-            _run_repeat(opt, sc, tally, rep, step)
-    protocol = time.perf_counter() - t_proto
+    protocol = _run_protocol(opt, sc, tally, say, bar.step)
     parts = {"drawing_sets": tally.t_draw, "true_metrics": tally.t_truth,
              "tau_search": tally.t_tau, "modelling_and_regression": tally.t_model,
              "baselines": tally.t_base}
@@ -572,6 +529,33 @@ def evaluate_gscore(
                "other": max(0.0, protocol - sum(parts.values())),
                "total": time.perf_counter() - t_start}
     return _assemble(opt, sc, tally, seconds)
+
+
+class _Bar:
+    """Counts the units of work and reports (done, total) to `report` (if any)."""
+
+    def __init__(self, report: Callable[[int, int], None] | None, total: int):
+        self.report, self.total, self.done = report, total, 0
+        if report:
+            report(0, total)
+
+    def step(self) -> None:
+        self.done += 1
+        if self.report:
+            self.report(self.done, self.total)
+
+
+def _run_protocol(opt: _Options, sc: _Scores, tally: _Tally, say: Callable[[str], None],
+                  step: Callable[[], None]) -> float:
+    """Every random partition or cross-validation round; returns the seconds spent."""
+    t_proto = time.perf_counter()
+    for rep in range(opt.repeats):
+        say(f"{'round' if opt.cv else 'partition'} {rep + 1}/{opt.repeats}")
+        if opt.cv:
+            run_cv_round(opt, sc, tally, rep, step)
+        else:
+            _run_repeat(opt, sc, tally, rep, step)
+    return time.perf_counter() - t_proto
 
 
 def gbench_protocol(stores: Sequence[Any], **options: Any) -> dict[str, Any]:
