@@ -79,6 +79,12 @@ def _print_fit(model_: Any, method: str, target: str, out_: Path) -> None:
               f"(mean {mt['mean_n_id']:.0f} ID + {mt['mean_n_ood']:.0f} OOD); train RMSE "
               f"{mt['train_rmse']:.2f}, Pearson {mt['pearson']:+.3f}, Spearman "
               f"{mt['spearman']:+.3f}", highlight=False)
+    cv = mt.get("cv")
+    if cv:
+        out.print(f"cross-validated over the OOD splits ({cv['folds']} folds, each split held "
+                  f"out once): RMSE {cv['rmse']:.2f}; 95% of |residuals| <= "
+                  f"{cv['abs_residual_q95']:.2f} (the prediction interval's half-width)",
+                  highlight=False)
     fits = mt.get("gmm_fits") or {}
     if fits.get("not_converged") or fits.get("collapsed"):
         err.print(f"warning: {fits['not_converged']} of {fits['sets']} GMM fits did not "
@@ -89,8 +95,12 @@ def _print_fit(model_: Any, method: str, target: str, out_: Path) -> None:
 def _print_predict(res: dict, truth: bool) -> None:
     p = res["parts"]
     out.print(f"{' + '.join(res['splits'])} ({res['n']} rows, {res['scorer']}): predicted "
-              f"{res['target']} [bold]{res['predicted']:.2f}[/]  (Gscore {res['gscore']:.6g}"
-              f", {res['model']})", highlight=False)
+              f"{res['target']} [bold]{res['predicted']:.2f}[/]"
+              + (f" (95% prediction interval {res['interval'][0]:.2f} to "
+                 f"{res['interval'][1]:.2f}, from the fit's cross-validated residuals)"
+                 if res.get("interval") else " (no interval: the model has no cross-validated "
+                                             "residuals; refit it)")
+              + f"  (Gscore {res['gscore']:.6g}, {res['model']})", highlight=False)
     out.print(f"IND part mu {p['mu_ind']:.6g} sd {p['sd_ind']:.4g} (n {p['n_ind']:.0f}); "
               f"OOD part mu {p['mu_ood']:.6g} sd {p['sd_ood']:.4g} (n {p['n_ood']:.0f})",
               highlight=False)

@@ -116,3 +116,30 @@ def test_cli_cv_json_keys_config_first_and_help(tmp_path, capsys):
     assert code == 0, err
     assert "rmse_split" in out and "floor" in out
     assert "= scoring and features" in out
+
+
+def test_fit_cross_validated_rmse_and_predict_interval(tmp_path):
+    """Leave-one-split-out (5 splits, 5 folds) with a variant without tau: reference is
+    numpy.polyfit on the other splits' (Gscore, truth) points of the saved model."""
+    import math
+
+    st = graded_store(tmp_path / "s", n_ood=5, rows=80)
+    model = G.fit_gscore([st], "msp", "fpr95", "gmm-wasserstein", sets_per_split=3)
+    mt = model.meta_train
+    cv = mt["cv"]
+    assert cv["folds"] == 5 and cv["n"] == 15
+    g, t = np.array(mt["points"]["gscore"]), np.array(mt["points"]["true"])
+    split = np.repeat(mt["splits"], 3)  # sets are drawn split by split
+    pred = np.empty_like(t)
+    for name in mt["splits"]:
+        out = split == name
+        a, b = np.polyfit(g[~out], t[~out], 1)
+        pred[out] = np.clip(a * g[out] + b, 0, 100)
+    assert cv["rmse"] == pytest.approx(np.sqrt(np.mean((pred - t) ** 2)), rel=1e-9)
+    resid = np.sort(np.abs(pred - t))
+    q = resid[min(15, math.ceil(0.95 * 16)) - 1]  # the conformal rank, capped at n
+    assert cv["abs_residual_q95"] == pytest.approx(q, rel=1e-9)
+    res = G.predict_gscore(model, st, ["id/test", "ood/g0/s0"])
+    assert res["interval"] == pytest.approx([max(0.0, res["predicted"] - q),
+                                             min(100.0, res["predicted"] + q)])
+    assert res["cv_rmse"] == pytest.approx(cv["rmse"])
