@@ -119,6 +119,7 @@ def _run_gbench_protocol(paths: list[Path], methods: list[str] | None, repeats: 
                          splits: list[str] | None, exclude: list[str] | None,
                          results: Path | None) -> None:
     from scorers.gscore import gbench_protocol
+    from scorers.gscore.spec import GBENCH_METHODS
 
     method_list = check_methods(_items(methods), "--methods") if methods else None
     sts = _open_all(paths)
@@ -126,6 +127,7 @@ def _run_gbench_protocol(paths: list[Path], methods: list[str] | None, repeats: 
         res = gbench_protocol(
             sts, methods=method_list, repeats=repeats, splits=_items(splits) or None,
             exclude=_items(exclude) or None,
+            announce=announce_config(method_list or list(GBENCH_METHODS), ["fpr95", "auroc"]),
             progress=(lambda m: steps(description=m)) if steps else None,
             step_progress=(lambda done, total: steps(done, total)) if steps else None)
     if results is not None:
