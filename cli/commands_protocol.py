@@ -68,9 +68,10 @@ OwnIndexOpt = Annotated[list[str] | None, typer.Option(
     help="FACETS source whose class indices are the model's own (e.g. places365); "
          "repeatable.")]
 FacetsMethodOpt = Annotated[list[str] | None, typer.Option(
-    help="Scorer; repeatable (default: FACETS' msp, temp_scaling, mls, odin_perturbed, "
-         "ip_ts_mlv, oodl).")]
-FACETS_METHODS = ["msp", "temp_scaling", "mls", "odin_perturbed", "ip_ts_mlv", "oodl"]
+    help="Scorer; repeatable (default: FACETS' columns MSP = msp, TS = odin at T = 1000 "
+         "without perturbation, MLV = mls, ODIN = odin_perturbed, IP TS MLV = ip_ts_mlv, "
+         "OODL = oodl).")]
+FACETS_METHODS = ["msp", "odin", "mls", "odin_perturbed", "ip_ts_mlv", "oodl"]
 
 
 @protocol_app.command()
@@ -370,8 +371,10 @@ def facets_table_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """FACETS' results layout (Tables VI-VII): per dataset and OOD group, per method,
-    FPR@95%TPR / detection error / AUROC, and each dataset's misclassification detection on
-    id/test; best values marked; methods a store cannot score listed with the reason.
+    FPR@95%TPR / Detection Error / AUROC, and each dataset's misclassification detection on
+    id/test; best values marked; methods a store cannot score listed with the reason. As the
+    paper: Detection Error = 0.5 (1 - 0.95) + 0.5 FPR@95%TPR (`detection_error_tpr95`), the
+    columns named as its methods (TS = softmax at T = 1000 without perturbation).
 
     Example: featstore protocol facets-table T40=runs/t40 T45=runs/t45 --method msp
     --method ip_ts_mlv --out facets.md
@@ -406,7 +409,7 @@ def _print_facets(table: dict, methods: list[str], out_: Path | None) -> None:
     t.add_column("dataset")
     t.add_column("rows")
     for m in methods:
-        t.add_column(m, justify="right")
+        t.add_column(table["labels"][m], justify="right")
     for r in table["rows"]:
         what = "misclassification" if r["kind"] == "misclassification" else f"OOD {r['group']}"
         t.add_row(r["dataset"], what, *[cell_text(r["cells"][m], r["best"], m,

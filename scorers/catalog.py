@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="only compare; exit 1 when the block differs from the registry")
     args = parser.parse_args(argv)
-    diff = update_file(args.path, list_scorers(), check=args.check)
+    diff = update_file(args.path, list_scorers(builtin_only=True), check=args.check)
     if diff is None:
         print(f"{args.path}: the scorers table matches the registry")
         return 0

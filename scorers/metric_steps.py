@@ -19,7 +19,8 @@ the final state into the metrics (fractions). The formulas are those documented 
 - then ID positive, the group included: AUROC numerator ``cj (2 tp_above + ci)``; recall ``r =
   tp / P``, precision ``p = tp / (tp + fp)``; trapezoid ``(r - r_prev) (p + p_prev) / 2`` from
   (0, 1) and step ``(r - r_prev) p`` (AUPR-In, AP-In); FPR95 = ``fp / Q`` at the first group
-  with ``r >= 0.95``; detection error ``min 0.5 (1 - r) + 0.5 fp / Q`` from 0.5.
+  with ``r >= 0.95``; detection error ``min 0.5 (1 - r) + 0.5 fp / Q`` from 0.5; FACETS'
+  detection error at 95% TPR ``0.5 (1 - 0.95) + 0.5 FPR95`` from the FPR95 in ``ood_finish``.
 
 Sums are Neumaier-compensated. Every value is an integer-valued weight sum or the same
 operation on the same operands whichever caller runs the step, so a resample's metrics equal
@@ -37,7 +38,7 @@ from numba import njit
 TPR_LEVEL = 0.95
 #: Number of values in the OOD walk state and of metrics it returns.
 N_OOD_STATE = 18
-N_OOD = 8
+N_OOD = 9
 N_SEL_STATE = 8
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 
@@ -95,8 +96,9 @@ def ood_step(st, ci: float, cj: float, n_pos: float, n_neg: float):
 
 @njit(inline="always", **_JIT)
 def ood_finish(st, n_pos: float, n_neg: float, out) -> None:
-    """``out[:8]`` = (auroc, aupr_in, aupr_out, ap_in, ap_out, fpr95, fpr95_ood,
-    detection_error) as fractions; NaN when either side has zero total weight."""
+    """``out[:9]`` = (auroc, aupr_in, aupr_out, ap_in, ap_out, fpr95, fpr95_ood,
+    detection_error, detection_error_tpr95) as fractions; NaN when either side has zero
+    total weight."""
     if n_pos <= 0.0 or n_neg <= 0.0:
         for m in range(N_OOD):
             out[m] = np.nan
@@ -113,6 +115,7 @@ def ood_finish(st, n_pos: float, n_neg: float, out) -> None:
     out[5] = fp95 / n_neg
     out[6] = fpo95 / n_pos
     out[7] = det
+    out[8] = 0.5 * (1.0 - TPR_LEVEL) + 0.5 * (fp95 / n_neg)
 
 
 @njit(inline="always", **_JIT)
@@ -189,7 +192,7 @@ def merge_groups(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @njit(cache=True, nogil=True)
 def ood_walk(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The 8 OOD metrics (fractions) of ASCENDING-sorted ID scores ``a`` and OOD scores ``b``,
+    """The 9 OOD metrics (fractions) of ASCENDING-sorted ID scores ``a`` and OOD scores ``b``,
     weight 1 per row: one merge from the top grouping equal values, one ``ood_step`` each."""
     n_pos = float(a.shape[0])
     n_neg = float(b.shape[0])

@@ -10,6 +10,7 @@ is not -1, a row is correct when argmax(logits) == label; correct rows are the p
     fpr95            share of misclassified rows accepted at the highest threshold that keeps
                      >= 95% of the correct rows
     detection_error  min over thresholds of 0.5 (1 - TPR) + 0.5 FPR (end points included)
+    detection_error_tpr95  0.5 (1 - 0.95) + 0.5 fpr95, FACETS' own "Detection Error"
     auroc            P(score_correct > score_wrong) + 0.5 P(tie)  (= misclassification_auroc)
 
 With fewer than `MIN_ERRORS` (20) misclassified rows the numbers rest on too few negatives to
@@ -30,7 +31,8 @@ MIN_ERRORS = 20
 
 def misclassification_metrics(scores: np.ndarray, logits: np.ndarray,
                               labels: np.ndarray) -> dict[str, float | int | str | None]:
-    """{"fpr95", "detection_error", "auroc" (percent), "errors", "correct", "warning"}.
+    """{"fpr95", "detection_error", "detection_error_tpr95", "auroc" (percent), "errors",
+    "correct", "warning"}.
 
     Raises:
         ValueError: shapes disagree, no labelled row, every labelled row right or every one
@@ -46,7 +48,8 @@ def misclassification_metrics(scores: np.ndarray, logits: np.ndarray,
     warning = (f"only {errors} misclassified rows (< {MIN_ERRORS}): misclassification "
                "FPR95 / detection error / AUROC are too coarse to compare"
                if errors < MIN_ERRORS else None)
-    return {"fpr95": m["fpr95"], "detection_error": m["detection_error"], "auroc": m["auroc"],
+    return {"fpr95": m["fpr95"], "detection_error": m["detection_error"],
+            "detection_error_tpr95": m["detection_error_tpr95"], "auroc": m["auroc"],
             "errors": errors, "correct": int(correct.sum()), "warning": warning}
 
 

@@ -137,7 +137,7 @@ def test_needs_of_every_registered_scorer_round_trips():
 
 # --------------------------------------------------------------------------- scorer names
 def test_unknown_scorer_message_with_did_you_mean():
-    valid = ", ".join(REGISTRY)
+    valid = ", ".join(REGISTRY) + ", or module:Class of your own Scorer subclass"
     assert unknown_scorer("vimm") == f"unknown scorer 'vimm' (valid: {valid}); did you mean 'vim'?"
     assert unknown_scorer("zzz", "--method") == f"--method: unknown scorer 'zzz' (valid: {valid})"
     assert check_scorers(["msp", "knn"]) == ["msp", "knn"]

@@ -160,12 +160,12 @@ def user_spec(tmp_path) -> Path:
 
 def test_user_spec_resumes_without_recomputing_finished_runs(tmp_path, user_spec, capsys,
                                                              monkeypatch):
-    """An ImageFolder spec, 2 seeds, 3 rows (KNN tuned on val, ConfBranch trained, RankFeat
-    unscorable: no feature maps). The run is interrupted after its 2nd finished run (as a
-    kill between runs); the rerun trains nothing already trained, scores only the runs that
-    had not finished, reads back the finished ones unchanged, and its results equal an
-    uninterrupted run's. The unscorable runs are listed with the reason in the JSON, the
-    Markdown report and the terminal table."""
+    """An ImageFolder spec, 2 seeds, 3 rows (KNN tuned on val, ConfBranch trained, IPTS
+    unscorable: its (T, eps) pair was not extracted). The run is interrupted after its 2nd
+    finished run (as a kill between runs); the rerun trains nothing already trained, scores
+    only the runs that had not finished, reads back the finished ones unchanged, and its
+    results equal an uninterrupted run's. The unscorable runs are listed with the reason in
+    the JSON, the Markdown report and the terminal table."""
     from featstore.experiments import load_experiment, run_experiment, runner
 
     exp_file = tmp_path / "exp.toml"
@@ -174,7 +174,9 @@ def test_user_spec_resumes_without_recomputing_finished_runs(tmp_path, user_spec
         '[data]\nspec = "bench.toml"\n[train]\nepochs = 1\nbatch_size = 8\n'
         '[[method]]\nname = "KNN"\nscorer = "knn"\ngrid = { K = [1, 3, 5] }\n'
         '[[method]]\nname = "ConfBranch"\ntrain = "confbranch"\nscorer = "confbranch"\n'
-        '[[method]]\nname = "RankFeat"\nscorer = "rankfeat"\n')
+        '[[method]]\nname = "IPTS"\nscorer = "ip_ts_mlv"\n'
+        'params = { temperature = 10.0, epsilon = 0.0014 }\n'
+        'extract = { odin_grid = "1000:0.0014" }\n')
     exp = load_experiment(exp_file)
     calls = {"train": 0, "score": 0}
     real_score = runner.score_row
@@ -206,17 +208,16 @@ def test_user_spec_resumes_without_recomputing_finished_runs(tmp_path, user_spec
     finished = {r["method"]: r for r in done}
     calls.update(train=0, score=0)
     result = run_experiment(exp, tmp_path / "out")
-    # seed 0: nothing retrained, RankFeat tried (unscorable); seed 1: 2 models, 3 tries
+    # seed 0: nothing retrained, IPTS tried (unscorable); seed 1: 2 models, 3 tries
     assert calls == {"train": 2, "score": 1 + 3}
     for name, old in finished.items():
         new = next(r for r in result["runs"] if r["seed"] == 0 and r["method"] == name)
         assert new == old
     skipped = [s for s in result["skipped"]]
-    assert [(s["seed"], s["method"]) for s in skipped] == [(0, "RankFeat"), (1, "RankFeat")]
-    assert all("feature_maps" in s["reason"] for s in skipped)
-    assert result["aggregate"]["spec"]["RankFeat"]["n"] == 0
-    assert "RankFeat: rankfeat: needs 'extra:feature_maps'" in (
-        tmp_path / "out" / "results.md").read_text()
+    assert [(s["seed"], s["method"]) for s in skipped] == [(0, "IPTS"), (1, "IPTS")]
+    assert all("no ODIN-perturbed logits at temperature=10" in s["reason"] for s in skipped)
+    assert result["aggregate"]["spec"]["IPTS"]["n"] == 0
+    assert "IPTS: ip_ts_mlv: " in (tmp_path / "out" / "results.md").read_text()
     # an uninterrupted run of the same file gives the same numbers
     fresh = run_experiment(load_experiment(exp_file), tmp_path / "fresh")
     for a, b in zip(result["runs"], fresh["runs"], strict=True):
@@ -230,7 +231,7 @@ def test_user_spec_resumes_without_recomputing_finished_runs(tmp_path, user_spec
     # the CLI prints the skipped runs with their reasons
     code, stdout, err = run(capsys, "run", str(exp_file), "--out", str(tmp_path / "out"))
     assert code == 0, err
-    assert "skipped runs" in stdout and "needs 'extra:feature_maps'" in stdout
+    assert "skipped runs" in stdout and "no ODIN-perturbed logits" in stdout
 
 
 @pytest.mark.parametrize("body, message", [
@@ -250,6 +251,21 @@ def test_user_spec_resumes_without_recomputing_finished_runs(tmp_path, user_spec
      "repeat a seed"),
     ('[data]\nosr = { data = "digits", ratios = ["7-3"] }\n[[method]]\nscorer = "msp"\n',
      "--ratios: '7-3'"),
+    # fail fast: every scorer setting, extra and outlier split checked before any training
+    ('[data]\nosr = { data = "digits" }\n[[method]]\nscorer = "knn"\nparams = { k = 5 }\n',
+     "[[method]] #1: params: "),
+    ('[data]\nosr = { data = "digits" }\n[[method]]\nscorer = "knn"\ngrid = { k = [1, 5] }\n',
+     "grid: scorer 'knn' has no parameter 'k' (valid: "),
+    ('[data]\nosr = { data = "digits" }\n[[method]]\nscorer = "vim"\ngrid = { dim = [4, -1] }\n',
+     "grid dim = -1: "),
+    ('[data]\nosr = { data = "digits" }\n[[method]]\nscorer = "rankfeat"\n',
+     "scorer 'rankfeat' reads 'feature_maps'; add extract = { feature_maps = ... }"),
+    ('[data]\nosr = { data = "digits" }\n[[method]]\nscorer = "godin"\n',
+     "which only a 'godin' model has; set train = 'godin'"),
+    ('[data]\nosr = { data = "digits" }\n[[method]]\ntrain = "oe"\nscorer = "msp"\n',
+     "row 'oe+msp' trains on auxiliary outliers, but there is none"),
+    ('[data]\nosr = { data = "digits" }\n[train]\npreset = "nope"\n[[method]]\nscorer = "msp"\n',
+     "[train]: preset 'nope' is not a training preset (valid: "),
 ])
 def test_bad_experiment_files_are_one_line_errors(tmp_path, capsys, body, message):
     f = tmp_path / "e.toml"
@@ -274,6 +290,13 @@ def _fpr95_deterr(pos: np.ndarray, neg: np.ndarray) -> tuple[float, float]:
     fpr95 = fpr[np.argmax(tpr >= 0.95)]
     det = min(0.5, *(0.5 * (1 - tpr) + 0.5 * fpr))
     return 100 * fpr95, 100 * det
+
+
+def _ts_1000(z):
+    """FACETS' TS: max softmax at T = 1000 (log-space NumPy reference, via scipy)."""
+    from scipy.special import log_softmax
+
+    return log_softmax(np.asarray(z, dtype=np.float64) / 1000.0, axis=1).max(1)
 
 
 def test_facets_table_by_hand(tmp_path, capsys):
@@ -301,8 +324,9 @@ def test_facets_table_by_hand(tmp_path, capsys):
 
     a, c = make("a", True), make("c", False)
     code, stdout, err = run(capsys, "protocol", "facets-table", f"T40={a}", f"T45={c}",
-                            "--method", "msp", "--method", "mls", "--method", "ip_ts_mlv",
-                            "--out", str(tmp_path / "f.md"), "--json")
+                            "--method", "msp", "--method", "odin", "--method", "mls",
+                            "--method", "ip_ts_mlv", "--out", str(tmp_path / "f.md"),
+                            "--json")
     assert code == 0, err
     table = json.loads(stdout)
     assert [(r["dataset"], r["kind"]) for r in table["rows"]] == [
@@ -314,8 +338,9 @@ def test_facets_table_by_hand(tmp_path, capsys):
         st = Store.open(a if r["dataset"] == "T40" else c)
         idt = st.split("id/test")
         lg, y = np.asarray(idt.logits, dtype=np.float64), np.asarray(idt.labels)
-        for m in ("msp", "mls"):
-            score = (lambda z: _msp(z)) if m == "msp" else (lambda z: np.asarray(z).max(1))
+        for m in ("msp", "odin", "mls"):
+            score = {"msp": _msp, "odin": _ts_1000,
+                     "mls": lambda z: np.asarray(z).max(1)}[m]
             if r["kind"] == "ood":
                 pos, neg = score(lg), score(np.asarray(st.split("ood/wordnet/t").logits))
             else:
@@ -327,13 +352,19 @@ def test_facets_table_by_hand(tmp_path, capsys):
             cell = r["cells"][m]
             assert cell["fpr95"] == pytest.approx(fpr, abs=1e-9)
             assert cell["detection_error"] == pytest.approx(det, abs=1e-9)
+            # FACETS' Detection Error: 0.5 (1 - 0.95) + 0.5 FPR95, the one the table shows
+            assert cell["detection_error_tpr95"] == pytest.approx(2.5 + fpr / 2, abs=1e-9)
             assert cell["auroc"] == pytest.approx(auc, abs=1e-9)
         assert (r["cells"]["ip_ts_mlv"] is None) == (r["dataset"] == "T45")
         for key, better in (("auroc", max), ("fpr95", min)):
             vals = {m: v[key] for m, v in r["cells"].items() if v}
             assert r["best"][key] == [m for m in vals if vals[m] == better(vals.values())]
+    assert table["labels"] == {"msp": "MSP", "odin": "TS", "mls": "MLV",
+                               "ip_ts_mlv": "IP TS MLV"}
+    assert table["params"]["odin"] == {"temperature": 1000.0}
     md = (tmp_path / "f.md").read_text()
     assert "FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑" in md
+    assert "| dataset | rows | MSP | TS | MLV | IP TS MLV |" in md
     assert "| T40 | misclassification (id/test) |" in md and "ip_ts_mlv: skipped (" in md
     code, stdout, _ = run(capsys, "protocol", "facets-table", f"T40={a}", "--method", "msp")
     assert code == 0 and "misclassification" in stdout and " / " in stdout
@@ -360,3 +391,44 @@ def test_run_spec_keeps_the_user_spec(tmp_path, user_spec):
         a.classes, a.class_map, True, 3)
     assert [(s.name, s.usage, s.source) for s in b.splits] == [
         (s.name, s.usage, s.source) for s in a.splits]
+
+
+def test_osr_runs_times_divisions_and_all_skipped_exits_nonzero(tmp_path, capsys):
+    """`runs = 2` x 2 division seeds on the digits (1 epoch, tiny CNN): 4 runs per ratio, run r
+    of division s trains with seed s + 1000 r (two runs of a division share its classes and
+    differ in training), and the aggregate is the mean ± population std (NumPy, ddof 0) over
+    all 4. Then a file whose every row is skipped at scoring exits 1 naming the reason, with
+    results.json written."""
+    body = ('arch = "tiny_models:TinyCNN"\nseeds = [0, 1]\nruns = 2\ndevice = "cpu"\n[data]\n'
+            'osr = { data = "digits", ratios = ["7/3"], image_size = 8, '
+            'fractions = { train = 0.1, val = 0.05, test = 0.05 } }\n'
+            '[train]\npreset = "remote-sensing"\nepochs = 1\nbatch_size = 32\n'
+            '[tune]\nrule = "none"\n')
+    exp = tmp_path / "runs.toml"
+    exp.write_text(body + '[[method]]\nscorer = "msp"\n')
+    code, stdout, err = run(capsys, "run", str(exp), "--out", str(tmp_path / "o"), "--json")
+    assert code == 0, err
+    res = json.loads(stdout)
+    got = [(r["seed"], r["run"], r["train_seed"]) for r in res["runs"]]
+    assert got == [(0, 0, 0), (0, 1, 1000), (1, 0, 1), (1, 1, 1001)]
+    by = {(r["seed"], r["run"]): r for r in res["runs"]}
+    assert by[0, 0]["closed"] == by[0, 1]["closed"] and by[1, 0]["closed"] == by[1, 1]["closed"]
+    assert by[0, 0]["model_sha256"] != by[0, 1]["model_sha256"]
+    agg = res["aggregate"]["7/3"]["msp"]
+    assert agg["n"] == 4 and agg["train_seeds"] == [0, 1000, 1, 1001]
+    vals = np.array([r["groups"]["osr"]["auroc"] for r in res["runs"]])
+    assert agg["groups"]["osr"]["auroc"]["mean"] == pytest.approx(vals.mean(), abs=1e-12)
+    assert agg["groups"]["osr"]["auroc"]["std"] == pytest.approx(vals.std(), abs=1e-12)
+    recipe = json.loads((tmp_path / "o" / "runs" / "r7-3" / "seed1-run1" / "models" / "ce"
+                         / "train.json").read_text())["recipe"]
+    assert recipe["train"]["preset"] == "remote-sensing" and recipe["train"]["seed"] == 1001
+    assert "2 training runs x 2 class divisions (4 runs)" in (
+        tmp_path / "o" / "results.md").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(body.replace("runs = 2\n", "").replace("seeds = [0, 1]", "seeds = [0]")
+                   + '[[method]]\nscorer = "ip_ts_mlv"\n'
+                   'params = { temperature = 10.0, epsilon = 0.0014 }\n'
+                   'extract = { odin_grid = "1000:0.0014" }\n')
+    code, _, err = run(capsys, "run", str(bad), "--out", str(tmp_path / "b"))
+    assert code == 1 and "every run was skipped (1 of 1; first: ip_ts_mlv: " in err, err
+    assert (tmp_path / "b" / "results.json").is_file()

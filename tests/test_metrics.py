@@ -37,7 +37,7 @@ ABS = 1e-9  # percent; for metrics that are exactly 0
 
 
 def sklearn_metrics(id_scores: np.ndarray, ood_scores: np.ndarray) -> dict[str, float]:
-    """The same eight numbers from scikit-learn, in percent (the reference)."""
+    """The same nine numbers from scikit-learn, in percent (the reference)."""
     a = np.asarray(id_scores, dtype=np.float64)
     b = np.asarray(ood_scores, dtype=np.float64)
     s = np.concatenate([a, b])
@@ -55,6 +55,7 @@ def sklearn_metrics(id_scores: np.ndarray, ood_scores: np.ndarray) -> dict[str, 
         "fpr95": fpr[np.argmax(tpr >= 0.95)],
         "fpr95_ood": fpr_o[np.argmax(tpr_o >= 0.95)],
         "detection_error": np.min(0.5 * (1.0 - tpr) + 0.5 * fpr),
+        "detection_error_tpr95": 0.5 * (1.0 - 0.95) + 0.5 * fpr[np.argmax(tpr >= 0.95)],
     }
     return {k: 100.0 * float(v) for k, v in ref.items()}
 
@@ -364,3 +365,34 @@ def test_misclassification_fpr95_and_detection_error_by_hand():
     assert misclassification_or_none(scores[:4], logits[:4], labels[:4]) is None  # no error
     with pytest.raises(ValueError, match="0 of 4 labelled rows are misclassified"):
         misclassification_metrics(scores[:4], logits[:4], labels[:4])
+
+
+# FACETS (Recalcati et al., DSAA 2023), Table VI "FPR@95%TPR / Detection Error" cells of MSP,
+# TS, MLV and ODIN, and Table VII's MSP row, copied from
+# ../shared/papers/facets-realistic-ood-benchmark-dsaa-2023.md (OODL's two cells are the only
+# ones of the paper's 48 that do not follow DE = 0.5 (1 - 0.95) + 0.5 FPR95).
+FACETS_CELLS = [
+    (22.36, 13.68), (86.85, 45.91), (87.22, 46.11), (87.64, 46.32), (88.66, 46.83),
+    (82.64, 43.82), (82.44, 43.72),                                  # MSP, Table VI
+    (4.50, 4.75), (79.69, 42.34), (81.28, 43.14), (85.30, 45.15), (74.19, 39.60),  # TS
+    (79.67, 42.33), (74.02, 39.51),                                  # MLV
+    (10.34, 7.67), (84.43, 44.72), (79.11, 42.05),                   # ODIN
+    (76.33, 40.66),                                                  # MSP, Table VII
+]
+
+
+@pytest.mark.parametrize(("fpr95", "paper_de"), FACETS_CELLS)
+def test_detection_error_tpr95_reproduces_facets_table(fpr95: float, paper_de: float) -> None:
+    """Scores built so that FPR95 is the paper's value exactly (2000 ID rows 1..2000: the 95%
+    TPR threshold is 101; of 10000 OOD rows, round(100 * FPR95) sit above it): the FACETS
+    detection error equals the paper's printed value to its rounding (both columns are
+    rounded to 0.01, so they can differ by 0.015), while the min-over-thresholds
+    `detection_error` is a different, smaller number."""
+    k = round(fpr95 * 100)
+    id_scores = np.arange(1.0, 2001.0)
+    ood_scores = np.concatenate([np.full(k, 150.5), np.full(10000 - k, 0.5)])
+    got = ood_metrics(id_scores, ood_scores)
+    assert got["fpr95"] == pytest.approx(fpr95, abs=1e-9)
+    assert got["detection_error_tpr95"] == pytest.approx(2.5 + fpr95 / 2, abs=1e-9)
+    assert abs(got["detection_error_tpr95"] - paper_de) <= 0.0151
+    assert got["detection_error"] < got["detection_error_tpr95"]

@@ -58,6 +58,7 @@ def aggregate_runs(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 groups += [g for g in r["groups"] if g not in groups]
             entry: dict[str, Any] = {
                 "n": len(ok), "skipped": len(rs) - len(ok), "seeds": [r["seed"] for r in ok],
+                "train_seeds": [r.get("train_seed", r["seed"]) for r in ok],
                 "groups": {g: {m: mean_std([r["groups"][g][m] for r in ok if g in r["groups"]])
                                for m in OOD_METRIC_NAMES} for g in groups},
             }

@@ -3,6 +3,9 @@
     name = "remote-sensing OSR on my data"
     arch = "resnet50"                       # torchvision name or module:callable(num_classes=)
     seeds = [0, 1, 2, 3, 4]                 # training seeds (and OSR class-division seeds)
+    runs = 1                                # OSR: training runs per class division; run r of
+                                            #   division seed s trains with seed s + 1000 r
+                                            #   (the remote-sensing paper: 7 runs x 5 splits)
     device = "auto"                         # auto | cpu | cuda[:N]
 
     [data]                                  # exactly one of spec / osr
@@ -33,6 +36,15 @@
     extract = { mc_samples = 5 }            # extraction extras this row needs
 
 Every (method row, data split, seed) is one run. Unknown keys are errors naming the valid ones.
+
+The whole file is validated before anything trains (`parse_experiment`): every scorer name,
+every fixed parameter and every grid value (each built with the scorer's own checks: an
+unknown or out-of-range parameter names the row and the valid ones), every training method
+and its parameters, the preset, the extraction extras each row's scorer reads (`mc_logits`
+needs `extract.mc_samples`, `odin_logits` `extract.odin_grid`, `feature_maps`
+`extract.feature_maps`, `confidence` / `godin_h` / `godin_g` / `head2_logits` the training
+method confbranch / godin / mcd) and the outlier split OE and MCD train on ([data] aux, or a
+spec split with role ood and usage "train").
 """
 
 from __future__ import annotations
@@ -44,15 +56,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scorers import check_scorers
+from scorers import REGISTRY, check_scorers, get_scorer
+from scorers.needs import Needs
 from scorers.sweep import check_select_by
 
 from ..errors import InputError, UsageError
 from ..protocols.osr import parse_ratio
+from ..spec import load_spec
 from ..training.methods import get_method
-from ..training.presets import preset_values
+from ..training.presets import TRAIN_PRESETS, preset_values
 
-TOP_KEYS = ("name", "arch", "seeds", "device", "data", "train", "tune", "method")
+TOP_KEYS = ("name", "arch", "seeds", "runs", "device", "data", "train", "tune", "method",
+            "executor")
+#: run r of OSR division seed s trains with seed s + RUN_SEED_STRIDE * r
+RUN_SEED_STRIDE = 1000
 DATA_KEYS = ("spec", "osr", "aux", "aux_name")
 OSR_KEYS = ("data", "ratios", "root", "image_size", "fractions")
 TRAIN_KEYS = ("preset", "epochs", "batch_size", "lr", "momentum", "weight_decay", "nesterov",
@@ -62,6 +79,14 @@ TUNE_KEYS = ("rule", "select_by")
 METHOD_KEYS = ("name", "train", "scorer", "params", "grid", "train_params", "extract")
 EXTRACT_KEYS = ("mc_samples", "odin_grid", "feature_maps")
 TUNE_RULES = ("val", "none")
+#: A scorer's extra array -> (what provides it, how the row asks for it).
+EXTRA_SOURCES: dict[str, tuple[str, str]] = {
+    "mc_logits": ("extract", "mc_samples"), "odin_logits": ("extract", "odin_grid"),
+    "feature_maps": ("extract", "feature_maps"), "confidence": ("train", "confbranch"),
+    "godin_h": ("train", "godin"), "godin_g": ("train", "godin"),
+    "head2_logits": ("train", "mcd")}
+#: Training methods that train on auxiliary outliers (a spec split: role ood, usage train).
+OUTLIER_METHODS = ("oe", "mcd")
 
 
 @dataclass(frozen=True)
@@ -94,6 +119,7 @@ class Experiment:
     tune_rule: str = "val"
     select_by: str = "auroc"
     path: str | None = None
+    runs: int = 1
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -131,6 +157,41 @@ def _check_keys(table: dict[str, Any], valid: tuple[str, ...], where: str) -> No
         raise InputError(f"{where}: unknown key {unknown[0]!r} (valid: {', '.join(valid)})")
 
 
+def _check_scorer_settings(scorer: str, params: dict[str, Any], grid: Any, label: str) -> None:
+    """Build the scorer at its fixed parameters and at every grid value (the scorer's own
+    checks), so that a typo'd or out-of-range setting fails before any training."""
+    try:
+        get_scorer(scorer, **params)
+    except (ValueError, UsageError) as exc:
+        raise InputError(f"{label}: params: {exc}") from None
+    if grid is None:
+        return
+    if not isinstance(grid, dict):
+        raise InputError(f"{label}: grid must be a table of lists, e.g. {{ K = [10, 50] }}")
+    valid = sorted(REGISTRY[scorer].defaults)
+    for key, values in grid.items():
+        if key not in valid:
+            raise InputError(f"{label}: grid: scorer {scorer!r} has no parameter {key!r} "
+                             f"(valid: {', '.join(valid) or 'none'})")
+        for value in values if isinstance(values, list) else [values]:
+            try:
+                get_scorer(scorer, **{**params, key: value})
+            except (ValueError, UsageError) as exc:
+                raise InputError(f"{label}: grid {key} = {value!r}: {exc}") from None
+
+
+def _check_extras(scorer: str, train: str, extract: dict[str, Any], label: str) -> None:
+    """Each extra array the scorer reads is produced by the row's extraction or training."""
+    for name in Needs.of(REGISTRY[scorer]).extras:
+        kind, what = EXTRA_SOURCES.get(name, ("", ""))
+        if kind == "extract" and not extract.get(what):
+            raise InputError(f"{label}: scorer {scorer!r} reads {name!r}; add "
+                             f"extract = {{ {what} = ... }} to the row")
+        if kind == "train" and train != what:
+            raise InputError(f"{label}: scorer {scorer!r} reads {name!r}, which only a "
+                             f"{what!r} model has; set train = {what!r}")
+
+
 def _rows(raw: Any, where: str) -> list[MethodRow]:
     if not isinstance(raw, list) or not raw:
         raise InputError(f"{where}: expected at least one [[method]] table")
@@ -155,8 +216,8 @@ def _rows(raw: Any, where: str) -> list[MethodRow]:
         extract = dict(item.get("extract") or {})
         _check_keys(extract, EXTRACT_KEYS, f"{label} extract")
         grid = item.get("grid")
-        if grid is not None and not isinstance(grid, dict):
-            raise InputError(f"{label}: grid must be a table of lists, e.g. {{ K = [10, 50] }}")
+        _check_scorer_settings(scorer, dict(item.get("params") or {}), grid, label)
+        _check_extras(scorer, train, extract, label)
         rows.append(MethodRow(name, train, scorer, dict(item.get("params") or {}),
                               {k: list(v) if isinstance(v, list) else [v]
                                for k, v in grid.items()} if grid is not None else None,
@@ -202,7 +263,11 @@ def parse_experiment(data: dict[str, Any], base: Path, where: str) -> Experiment
                 osr[key] = str(base / value)
     train = dict(data.get("train") or {})
     _check_keys(train, TRAIN_KEYS, f"{where} [train]")
-    preset_values(train.get("preset"))
+    try:
+        preset_values(train.get("preset"))
+    except UsageError:
+        raise InputError(f"{where} [train]: preset {train.get('preset')!r} is not a training "
+                         f"preset (valid: {', '.join(TRAIN_PRESETS)})") from None
     tune = dict(data.get("tune") or {})
     _check_keys(tune, TUNE_KEYS, f"{where} [tune]")
     rule = tune.get("rule", "val")
@@ -218,12 +283,36 @@ def parse_experiment(data: dict[str, Any], base: Path, where: str) -> Experiment
     if aux is not None and not isinstance(aux, dict):
         raise InputError(f"{where} [data]: aux must be a source table, e.g. {{ imagefolder = "
                          "\"outliers/\" }")
+    rows = _rows(data.get("method"), where)
+    _check_outliers(rows, spec, aux, where)
+    runs = data.get("runs", 1)
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise InputError(f"{where}: runs must be an integer >= 1, got {runs!r}")
+    if runs > 1 and osr is None:
+        raise InputError(f"{where}: runs = {runs} applies to OSR class divisions; with a "
+                         "spec, list the training seeds in seeds")
+    if runs > 1 and max(seeds) >= RUN_SEED_STRIDE:
+        raise InputError(f"{where}: with runs > 1 the division seeds must be below "
+                         f"{RUN_SEED_STRIDE} (training seeds are seed + {RUN_SEED_STRIDE} r)")
     return Experiment(name=str(data.get("name") or "experiment"), arch=data.get("arch"),
-                      seeds=[int(s) for s in seeds], rows=_rows(data.get("method"), where),
+                      seeds=[int(s) for s in seeds], rows=rows,
                       spec=spec, osr=osr, aux=dict(aux) if aux else None,
                       aux_name=str(data_t.get("aux_name", "aux")),
                       device=str(data.get("device", "auto")), train=train, tune_rule=rule,
-                      select_by=select_by)
+                      select_by=select_by, runs=int(runs))
+
+
+def _check_outliers(rows: list[MethodRow], spec: str | None, aux: Any, where: str) -> None:
+    """OE / MCD rows need an outlier split: [data] aux, or a spec split (ood, usage train)."""
+    needing = [r.name for r in rows if r.train in OUTLIER_METHODS]
+    if not needing or aux:
+        return
+    if spec is not None and any(s.role == "ood" and s.usage == "train"
+                                for s in load_spec(spec).splits):
+        return
+    raise InputError(f"{where}: row {needing[0]!r} trains on auxiliary outliers, but there is "
+                     "none: add [data] aux = { imagefolder = \"outliers/\" } (or a spec split "
+                     "with role ood and usage = \"train\")")
 
 
 def load_experiment(path: str | Path) -> Experiment:

@@ -55,10 +55,13 @@ def table_rows(result: dict[str, Any], split: str) -> tuple[list[str], list[list
 def title(result: dict[str, Any], split: str) -> str:
     exp = result["experiment"]
     seeds = len(exp["seeds"])
+    runs = int(exp.get("runs", 1))
     where = "the spec" if split == "spec" else f"OSR {split}"
+    over = (f"{runs} training runs x {seeds} class divisions ({runs * seeds} runs)"
+            if runs > 1 else f"{seeds} seed(s)")
     tune = (f"tuned on val by {exp['select_by']}" if exp["tune_rule"] == "val"
             else "default parameters")
-    return (f"{exp['name']} — {where}: mean ± std (population) over {seeds} seed(s), in %, "
+    return (f"{exp['name']} — {where}: mean ± std (population) over {over}, in %, "
             f"{tune}; times in s")
 
 

@@ -1,11 +1,19 @@
 """FACETS' results layout (Recalcati, Garcea, Piano, Lamberti & Morra, DSAA 2023, Tables VI
 and VII): per dataset (a store: e.g. the WordNet T40 / T45 / T50 or tier T1 / T2 assignments
 of `featstore protocol wordnet|tiers`, each extracted into its own store) and OOD group, per
-method, the cell "FPR@95%TPR / detection error / AUROC" (percent; `scorers.metrics`), and the
+method, the cell "FPR@95%TPR / Detection Error / AUROC" (percent; `scorers.metrics`), and the
 misclassification-detection row of each dataset's ID test split (Table VII;
 `scorers.misclassification`, with its warning under 20 errors). The best value of each metric
 per row is marked (lowest FPR and detection error, highest AUROC; ties all marked, as the
 paper). Methods a store cannot score are listed with the reason, never dropped silently.
+
+As the paper computes them: "Detection Error" is `detection_error_tpr95` = 0.5 (1 - 0.95) +
+0.5 FPR@95%TPR (every Table VI/VII cell but OODL's follows it; the min-over-thresholds
+`detection_error` of ODIN is kept in each cell's JSON beside it, not printed). The columns carry
+the paper's method names (`PAPER_NAMES`): MSP = `msp`; TS = `odin` at T = 1000 without input
+perturbation (the paper cites ODIN [21] for TS, and its TS column tracks MLV, as softmax at
+T = 1000 does); MLV = `mls`; ODIN = `odin_perturbed`; IP TS MLV = `ip_ts_mlv`; OODL = `oodl`.
+A method outside the map is labelled with its scorer name.
 """
 
 from __future__ import annotations
@@ -18,19 +26,37 @@ from scorers.evaluate import evaluate
 
 from ..fileio import atomic_write_output
 
-CELL_METRICS = (("fpr95", "min"), ("detection_error", "min"), ("auroc", "max"))
+CELL_METRICS = (("fpr95", "min"), ("detection_error_tpr95", "min"), ("auroc", "max"))
+#: Also kept in each cell's JSON (not printed): ODIN's min-over-thresholds detection error.
+EXTRA_CELL_KEYS = ("detection_error",)
+#: The paper's columns, in its order: scorer name -> Table VI's method name.
+PAPER_NAMES: dict[str, str] = {"msp": "MSP", "odin": "TS", "mls": "MLV",
+                               "odin_perturbed": "ODIN", "ip_ts_mlv": "IP TS MLV",
+                               "oodl": "OODL"}
+#: TS is softmax at ODIN's temperature, T = 1000 (Liang et al. 2018), without perturbation.
+PAPER_PARAMS: dict[str, dict[str, Any]] = {"odin": {"temperature": 1000.0}}
+_KEYS = tuple(k for k, _ in CELL_METRICS) + EXTRA_CELL_KEYS
+
+
+def column_label(method: str) -> str:
+    """The paper's name of a scorer's column (`PAPER_NAMES`), else the scorer name."""
+    return PAPER_NAMES.get(method, method)
 
 
 def facets_table(stores: Sequence[tuple[str, Any]], methods: Sequence[str],
                  params: Mapping[str, Mapping[str, Any]] | None = None,
                  use_cache: bool = True) -> dict[str, Any]:
-    """{"methods", "rows": [{"dataset", "kind" ("ood" | "misclassification"), "group",
-    "cells": {method: {fpr95, detection_error, auroc} | None}, "best": {metric: [methods]},
-    "warnings": {method: text}}], "skipped": {dataset: {method: reason}}}."""
+    """{"methods", "labels": {method: paper name}, "params", "rows": [{"dataset", "kind"
+    ("ood" | "misclassification"), "group", "cells": {method: {fpr95, detection_error_tpr95,
+    auroc, detection_error} | None}, "best": {metric: [methods]}, "warnings": {method:
+    text}}], "skipped": {dataset: {method: reason}}}. `params` override `PAPER_PARAMS`."""
     rows: list[dict[str, Any]] = []
     skipped: dict[str, dict[str, str]] = {}
+    used = {m: {**PAPER_PARAMS.get(m, {}), **dict((params or {}).get(m, {}))}
+            for m in methods}
+    used = {m: p for m, p in used.items() if p}
     for label, store in stores:
-        res = evaluate(store, list(methods), params or {}, use_cache=use_cache)
+        res = evaluate(store, list(methods), used, use_cache=use_cache)
         if res["skipped"]:
             skipped[label] = dict(res["skipped"])
         scored = res["methods"]
@@ -38,21 +64,22 @@ def facets_table(stores: Sequence[tuple[str, Any]], methods: Sequence[str],
         for m in scored.values():
             groups += [g for g in m["groups"] if g not in groups]
         for g in groups:
-            cells = {m: ({k: scored[m]["groups"][g][k] for k, _ in CELL_METRICS}
+            cells = {m: ({k: scored[m]["groups"][g][k] for k in _KEYS}
                          if m in scored else None) for m in methods}
             rows.append({"dataset": label, "kind": "ood", "group": g, "cells": cells,
                          "best": _best(cells), "warnings": {}})
         cells, warnings = {}, {}
         for m in methods:
             mis = scored.get(m, {}).get("misclassification")
-            cells[m] = ({k: mis[k] for k, _ in CELL_METRICS} if mis else None)
+            cells[m] = ({k: mis[k] for k in _KEYS} if mis else None)
             if mis and mis.get("warning"):
                 warnings[m] = mis["warning"]
             elif m in scored and not mis:
                 warnings[m] = "misclassification metrics undefined (no error or no correct row)"
         rows.append({"dataset": label, "kind": "misclassification", "group": "id/test",
                      "cells": cells, "best": _best(cells), "warnings": warnings})
-    return {"methods": list(methods), "rows": rows, "skipped": skipped}
+    return {"methods": list(methods), "labels": {m: column_label(m) for m in methods},
+            "params": used, "rows": rows, "skipped": skipped}
 
 
 def _best(cells: Mapping[str, Mapping[str, float] | None]) -> dict[str, list[str]]:
@@ -81,7 +108,7 @@ def markdown_table(table: dict[str, Any]) -> str:
     """The table as Markdown (best values bold), then warnings and skipped methods."""
     methods = table["methods"]
     lines = ["# FACETS layout: FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑ (in %)", "",
-             "| dataset | rows | " + " | ".join(methods) + " |",
+             "| dataset | rows | " + " | ".join(column_label(m) for m in methods) + " |",
              "|---|---|" + "---|" * len(methods)]
     for r in table["rows"]:
         what = ("misclassification (id/test)" if r["kind"] == "misclassification"

@@ -7,6 +7,9 @@ and s = sum_j e_j:
     softmax(l, T)_k   = e_k / s
     logsumexp(l, T)   = m + log s
     max_softmax(l, T) = exp(max_j l_j / T - logsumexp(l, T)) = 1 / s   (e = 1 at the max)
+    max_softmax_logodds(l, T) = log(p / (1 - p)) of p = max_softmax(l, T), without forming p:
+                        (l_(1) - l_(2)) / T - log sum_{k != argmax} exp((l_k - l_(2)) / T)
+                        (l_(1), l_(2) the largest and second-largest logits)
     softmax_plogp(l)  = (softmax(l), sum_k p_k log p_k), sum_k p_k log p_k = (sum_k e_k z_k) / s
                         - log s   (log p_k = z_k - log s: an underflowed p_k contributes 0)
     neg_entropy(l)    = sum_k p_k log p_k alone (no probability matrix)
@@ -81,6 +84,30 @@ def max_softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     `mcdropout`."""
     _, s = _max_and_sumexp(logits, temperature)
     return 1.0 / s
+
+
+def max_softmax_logodds(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """Row-wise log-odds log(p / (1 - p)) of p = max_k softmax(l / T)_k, float64, computed as
+
+        (l_(1) - l_(2)) / T - log sum_{k != argmax} exp((l_k - l_(2)) / T)
+
+    (1 - p = sum_{k != argmax} softmax_k; the sum holds exp(0) = 1 at l_(2), so it never
+    underflows). A strictly increasing function of p that keeps its order where p itself
+    rounds to 1.0 (T -> 0, huge logits): `temp_scaling`'s score. Ties at
+    the maximum give a finite value <= 0 (p <= 1/2). Needs at least two classes."""
+    x = np.array(_rows(logits), dtype=np.float64)
+    if x.shape[1] < 2:
+        raise ValueError(f"the max-softmax log-odds needs at least 2 classes, got {x.shape[1]}")
+    t = float(temperature)
+    rows = np.arange(x.shape[0])
+    top = np.argmax(x, axis=1)
+    m1 = x[rows, top].copy()
+    x[rows, top] = -np.inf
+    m2 = x.max(axis=1)
+    x -= m2[:, None]
+    x /= t
+    np.exp(x, out=x)
+    return (m1 - m2) / t - np.log(x.sum(axis=1))
 
 
 def gen_entropies(logits: np.ndarray, gammas: np.ndarray, ms: np.ndarray) -> np.ndarray:

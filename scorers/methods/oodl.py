@@ -43,7 +43,9 @@ gamma) computes the kernel itself. Either way
     decision(x) = sum_i dual_coef_i * k(s(x), sv_i) + intercept_   (sklearn's decision_function)
 
 with the kernel rows of a block of query rows computed once against the union of the support
-vectors of every nu being scored.
+vectors of every nu being scored. A grid's decisions therefore come from a GEMM of another shape
+than a separate fit's (the union vs one model's support vectors), which a BLAS library may round
+differently: they equal separate fits' to ~1e-16 relative, not bit for bit on every CPU.
 
 Sharing across settings and calls: the scaler, the training subsample, the Nystroem map, the
 fitted models (per nu) and the Gram matrix (while models are fitted: at fit, the models of

@@ -13,10 +13,16 @@ split is streamed in row chunks on every evaluation (bounded memory). A minimum 
 (e.g. perfectly separated id/val, where NLL keeps falling as T -> 0) is kept and reported with a
 warning. The fitted value is `scorer.fitted_temperature`.
 
-Score as implemented, for logits l in R^C:
+Score as implemented, for logits l in R^C: the log-odds of the calibrated confidence
+p = max_k softmax(l / T*)_k,
 
-    score(x) = max_k softmax(l / T*)_k = exp(max_k l_k / T* - logsumexp(l / T*))
-             = 1 / sum_k exp(l_k / T* - max_j l_j / T*)   (float64, as the last form)
+    score(x) = log(p / (1 - p))
+             = (l_(1) - l_(2)) / T* - log sum_{k != argmax} exp((l_k - l_(2)) / T*)
+
+(float64, as the last form, `scorers.kernels.softmax.max_softmax_logodds`; l_(1), l_(2) the
+largest and second-largest logits). It orders rows exactly as p does, but p itself rounds to
+1.0 once (l_(1) - l_(2)) / T* > 37 (a fitted T* = 0.028 did that to 398 of 400 ID rows and cut
+the AUROC from 98.7 to 81.9): the log-odds never saturates. p = 1 / (1 + exp(-score)).
 
 No hyperparameters (T is fitted, not chosen), so no grid; OpenOOD v1.5
 `configs/postprocessors/temp_scaling.yml` has no sweep either (`APS_mode: False`).
@@ -35,7 +41,7 @@ from featstore.errors import FeatstoreError
 from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
-from ..kernels.softmax import logsumexp, max_softmax
+from ..kernels.softmax import logsumexp, max_softmax_logodds
 
 FIT_SPLIT = "id/val"
 T_BOUNDS = (0.01, 100.0)
@@ -43,7 +49,8 @@ LOG_T_TOL = 1e-8
 
 
 class TemperatureScaling(Scorer):
-    """Max softmax at the NLL-optimal temperature fitted on id/val (higher = more ID)."""
+    """Log-odds of the max softmax at the NLL-optimal temperature fitted on id/val (higher =
+    more ID)."""
 
     name = "temp_scaling"
     needs = ("logits", f"fit:{FIT_SPLIT}")
@@ -99,4 +106,4 @@ class TemperatureScaling(Scorer):
 
     def _score(self, split: SplitLike) -> np.ndarray:
         t = self.fitted_temperature
-        return self.map_rows(split, ("logits",), lambda logits: max_softmax(logits, t))
+        return self.map_rows(split, ("logits",), lambda logits: max_softmax_logodds(logits, t))

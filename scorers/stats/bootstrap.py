@@ -36,7 +36,7 @@ from .resample import Stratum, batch_size, blocks, lane_totals, lanes_from_count
 
 #: The OOD metric columns of every distribution, in ``scorers.metrics.OOD_METRIC_NAMES`` order.
 OOD_COLUMNS = ("auroc", "aupr_in", "aupr_out", "ap_in", "ap_out", "fpr95", "fpr95_ood",
-               "detection_error")
+               "detection_error", "detection_error_tpr95")
 #: The ID-side columns of a method's ``misc`` distribution.
 MISC_COLUMNS = ("misclassification_auroc", "aurc", "augrc")
 
@@ -92,7 +92,7 @@ class Pair:
         return 100.0 * vals[0, :cp.shape[0]]
 
     def ood(self, cp: np.ndarray, cq: np.ndarray) -> np.ndarray:
-        """(B, 8) OOD metrics in percent for multiplicities ``cp`` (B, P) and ``cq`` (B, Q)."""
+        """(B, 9) OOD metrics in percent for multiplicities ``cp`` (B, P) and ``cq`` (B, Q)."""
         return self._boot(0, cp, cq)
 
     def auroc(self, cp: np.ndarray, cq: np.ndarray) -> np.ndarray:
@@ -219,7 +219,7 @@ def bootstrap_evaluation(spec: BootstrapSpec, id_name: str,
 
 
 def _ood_batch(pairs: Sequence[Pair], c_id: np.ndarray, c_ood: np.ndarray) -> np.ndarray:
-    """(pairs, lanes, 8) OOD metrics in percent of pairs sharing the positive (ID) side, their
+    """(pairs, lanes, 9) OOD metrics in percent of pairs sharing the positive (ID) side, their
     negative strata stacked in ``c_ood``'s rows in order; one kernel call."""
     q_base = np.cumsum([0] + [p.neg.size for p in pairs])
     g_off = np.cumsum([0] + [p.p_end.size for p in pairs])

@@ -12,7 +12,7 @@ error-free selective groups (a lane whose group weight is zero keeps its state, 
 so it runs as SIMD over the lanes; the walk state lives in one flat array with rows a
 compile-time ``LANES`` apart, which lets the compiler see that the rows do not overlap.
 
-Kinds: 0 = the 8 OOD metrics (``N_OOD`` columns), 1 = AURC and AUGRC (2), 2 = AUROC (1).
+Kinds: 0 = the 9 OOD metrics (``N_OOD`` columns), 1 = AURC and AUGRC (2), 2 = AUROC (1).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def _totals(a, at, cp, p_rows, cq, q_rows):
 
 @njit(**_JIT)
 def ood_lanes(p_rows, p_end, q_rows, q_end, cp, cq, out):
-    """``out[w, :8]`` = the OOD metrics (fractions) of lane ``w``: positive row ``p_rows[k]``
+    """``out[w, :N_OOD]`` = the OOD metrics (fractions) of lane ``w``: positive row ``p_rows[k]``
     weighted ``cp[p_rows[k], w]``, negative ``q_rows[k]`` by ``cq[q_rows[k], w]``."""
     S = N_OOD_STATE
     L = LANES

@@ -1,15 +1,17 @@
 """Temperature scaling (scorers/methods/temp_scaling.py). References: a brute-force grid
 minimisation of the mean NLL of softmax(l / T) over the labelled id/val rows (Guo et al. 2017)
-written here with `scipy.special.logsumexp`; ODIN's max_k softmax(l / T)_k (`test_odin.ref_odin`,
-scipy) at the fitted T for the scores; scikit-learn `roc_auc_score` for the sign."""
+written here with `scipy.special.logsumexp`; the log-odds log p - log(1 - p) of
+p = max_k softmax(l / T)_k from scipy's log_softmax at the fitted T for the scores; an mpmath
+(80-digit) transcription for the extreme-temperature and huge-logit cases; scikit-learn
+`roc_auc_score` for the sign."""
 
 from __future__ import annotations
 
 import conftest as kit
 import numpy as np
 import pytest
+from scipy.special import log_softmax as sp_log_softmax
 from scipy.special import logsumexp as sp_logsumexp
-from test_odin import ref_odin
 
 from featstore import Store
 from featstore.errors import FeatstoreError
@@ -34,7 +36,9 @@ def brute_force_temperature(logit_rows: np.ndarray, y: np.ndarray) -> float:
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    return ref_odin(kit.logits(store, split), scorer.fitted_temperature)
+    log_p = sp_log_softmax(kit.logits(store, split) / scorer.fitted_temperature,
+                           axis=1).max(axis=1)
+    return log_p - np.log(-np.expm1(log_p))  # log(p / (1 - p)) in log space
 
 
 (test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,
@@ -117,3 +121,55 @@ def test_fit_without_id_val_names_it(tmp_path):
     that needs `fit:id/val`."""
     with pytest.raises(FeatstoreError, match="id/val"):
         get_scorer("temp_scaling").fit(store_without_id_val(tmp_path / "s"))
+
+
+def _mp_logodds(row, temperature: float) -> float:
+    """80-digit mpmath transcription of log(p / (1 - p)), p = max_k softmax(l / T)_k."""
+    import mpmath as mp
+
+    with mp.workdps(80):
+        z = [mp.mpf(float(x)) / mp.mpf(temperature) for x in row]
+        top = max(range(len(z)), key=lambda k: z[k])
+        rest = mp.fsum(mp.exp(z[k] - z[top]) for k in range(len(z)) if k != top)
+        return float(-mp.log(rest))
+
+
+@pytest.mark.filterwarnings("ignore:.*lies on the search bound")
+@pytest.mark.parametrize(("temperature", "scale"), [(0.028, 1.0), (1.0, 1e4), (1e-4, 30.0),
+                                                    (1e6, 1.0)])
+def test_softmax_family_never_saturates(tmp_path, temperature, scale):
+    """An extreme temperature (0.028 fitted, 1e-4, 1e6) or huge logits (x 1e4): p = max softmax
+    rounds to 1.0 for many rows, yet temp_scaling keeps every row's order: the kernel and the
+    scorer equal the mpmath log-odds to 1e-9 relative, stay finite, and the AUROC equals that
+    of the exact scores (scikit-learn)."""
+    from sklearn.metrics import roc_auc_score
+
+    from scorers.kernels.softmax import max_softmax, max_softmax_logodds
+
+    rng = np.random.default_rng(3)
+    c, d = 5, 6
+    w, b = rng.normal(size=(c, d)).astype(np.float32), np.zeros(c, np.float32)
+    lid = (scale * (rng.normal(size=(80, c)) + 4.0 * np.eye(c)[np.arange(80) % c]))
+    lood = scale * rng.normal(size=(80, c))
+    lid, lood = lid.astype(np.float32), lood.astype(np.float32)
+    ref_id = np.array([_mp_logodds(r, temperature) for r in lid.astype(np.float64)])
+    ref_ood = np.array([_mp_logodds(r, temperature) for r in lood.astype(np.float64)])
+    np.testing.assert_allclose(max_softmax_logodds(lid, temperature), ref_id, rtol=1e-9,
+                               atol=1e-9)
+    np.testing.assert_allclose(max_softmax_logodds(lood, temperature), ref_ood, rtol=1e-9,
+                               atol=1e-9)
+    want = roc_auc_score(np.r_[np.ones(80), np.zeros(80)], np.r_[ref_id, ref_ood])
+    prob = np.r_[max_softmax(lid, temperature), max_softmax(lood, temperature)]
+    if temperature < 1 or scale > 1:  # the probability form itself is saturated here
+        assert np.unique(prob).size < prob.size
+    splits = {n: {"features": rng.normal(size=(80, d)).astype(np.float32), "logits": lg,
+                  "labels": np.arange(80) % c if n.startswith("id") else None}
+              for n, lg in (("id/val", lid), ("id/test", lid), ("ood/far/x", lood))}
+    splits = {n: {k: v for k, v in e.items() if v is not None} for n, e in splits.items()}
+    st = Store.from_arrays(tmp_path / "s", head=(w, b), splits=splits)
+    ts = get_scorer("temp_scaling").fit(st)
+    ts.fitted_temperature = temperature  # the extreme fit under test
+    got = np.r_[ts.score(st.split("id/test")), ts.score(st.split("ood/far/x"))]
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, np.r_[ref_id, ref_ood], rtol=1e-9, atol=1e-9)
+    assert roc_auc_score(np.r_[np.ones(80), np.zeros(80)], got) == want
