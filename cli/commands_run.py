@@ -41,6 +41,9 @@ def run(
     executor: Annotated[str | None, typer.Option(
         "--executor", help="Where the units run: local | slurm | ray (default: the run "
         "file's [executor] kind, else local).")] = None,
+    workers: Annotated[int | None, typer.Option(
+        "--workers", help="Local executor: run the units in a pool of N processes (default: "
+        "the run file's [executor] workers, else 1: one after the other).")] = None,
     status: Annotated[Path | None, typer.Option(
         "--status", help="Show each unit of the run in DIR (done, running, failed, "
         "pending) and exit.")] = None,
@@ -71,8 +74,11 @@ def run(
     exp = load_experiment(experiment)
     show = progress_enabled()
     progress = (lambda label: train_progress(True, label)) if show else None
-    runner = make_executor(executor, executor_options(experiment),
-                           f"experiment {str(experiment)!r} [executor]", progress)
+    options = executor_options(experiment)
+    if workers is not None:
+        options["workers"] = workers
+    runner = make_executor(executor, options, f"experiment {str(experiment)!r} [executor]",
+                           progress)
     start = time.perf_counter()
     result = run_experiment(exp, out_, log=log if show else None, train_progress=progress,
                             executor=runner)

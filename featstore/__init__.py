@@ -7,13 +7,14 @@ from .version import __version__
 
 
 def __getattr__(name: str) -> object:
-    """`featstore.Detector` (featstore.detector, a workflow above the scorers) on first use:
-    importing it here would load the scorers with every `import featstore` and import
-    upward from the store core (DESIGN §8)."""
+    """`featstore.Detector` on first use (PEP 562): the one re-export of a higher layer
+    (featstore.detector, a workflow) from the package namespace (DESIGN §8; allowed by name
+    in tests/test_layers.py). Importing it at the top would load the scorers with every
+    `import featstore`."""
     if name == "Detector":
-        import importlib
+        from .detector import Detector  # lazy: the workflow layer, only when asked for
 
-        return importlib.import_module("featstore.detector").Detector
+        return Detector
     raise AttributeError(f"module 'featstore' has no attribute {name!r}")
 
 

@@ -5,6 +5,7 @@ loaded back to score new feature batches with in/out decisions.
     det.save("vim.detector.h5")
     det = Detector.load("vim.detector.h5")
     scores, is_id = det.score_features(features, logits)    # logits optional (from the head)
+    scores, is_id = det.score_images(["a.png", "folder/", "list.txt"])   # the store's model
 
 Fit: the scorer (a name, `module:Class`, a class or an instance) is built with its defaults
 clamped to the store by `scorers.adapt.fit_defaults` (what `featstore score` runs) and fitted
@@ -15,12 +16,27 @@ target_fpr over the store's val OOD splits pooled. A row is in-distribution when
 
 The artifact (HDF5, nothing pickled, loading executes no code): attributes `format`
 (`featstore-detector`), `version`, `scorer` (the registered name), `params` (JSON),
-`threshold`, `rule` (JSON: target and split), `model_sha256`; the head under /head and the
-arrays of every split the scorer fits on (its `fit:` needs) under /fit/<slug>. Load rebuilds
+`threshold`, `rule` (JSON: target and split), `model_sha256`, `model` (JSON, absent when the
+store records no model with a transform, e.g. an ArrayStore: the store's model reference as
+extraction recorded it: `name` (torchvision architecture, `module:callable` or TorchScript
+path), `kind`, `architecture`, `weights` (path), `sha256`, `sha256_of`, `transform`,
+`head_layer`, and the feature `dtype`); the head under /head and the arrays of every split
+the scorer fits on (its `fit:` needs) under /fit/<slug>. Load rebuilds
 the scorer by refitting it on those arrays (`featstore.ArrayStore`: the same arrays give the
 same state, so the same scores). The scorer must be registered when loading (a built-in, an
 entry point, or a class the caller has imported and registered): a module named in the file
 is never imported.
+
+Images (`score_images`): the model is loaded with featstore's loader (`featstore.models.
+load_model`, weights by `torch.load(weights_only=True)`) from the recorded reference; a
+torchvision architecture loads by itself, while a `module:callable` or a TorchScript file is
+code, so it loads only when the caller names it (`model=`, `--model`): the file never makes
+featstore import or run anything. The loaded model must be the one the store was extracted
+with: its architecture, sha256 (of the weights file, or of the state dict) and head (W, b)
+equal the recorded ones, else InputError. Features and logits are computed as extraction computes
+them (`featstore.extract_images`), features cast to the recorded dtype, and scored by
+`score_features` with the model's own logits: the scores `featstore score` gives for the same
+images extracted into a store.
 """
 
 from __future__ import annotations
@@ -28,7 +44,8 @@ from __future__ import annotations
 import io
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +63,9 @@ from scorers.registry import REGISTRY, resolve, unknown_scorer
 
 FORMAT = "featstore-detector"
 FORMAT_VERSION = 1
+MODEL_KEYS = ("name", "kind", "architecture", "weights", "sha256", "sha256_of", "transform",
+              "head_layer")
+IMPORTS_CODE = ("callable", "torchscript")  # model kinds loaded only when the caller names them
 
 
 def tpr_threshold(id_scores: np.ndarray, target_tpr: float) -> float:
@@ -68,6 +88,8 @@ class Detector:
     scorer: Scorer
     threshold: float
     rule: dict[str, Any]
+    model: dict[str, Any] | None = None
+    _loaded: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def fit(cls, store: StoreLike, scorer: Any, *, params: dict[str, Any] | None = None,
@@ -91,13 +113,15 @@ class Detector:
                 raise UsageError("Detector.fit: target_fpr needs OOD splits flagged val")
             pooled = np.concatenate([fitted.score(store.split(s)) for s in ood])
             rule = {"target_fpr": target_fpr, "splits": ood}
-            return cls(fitted, fpr_threshold(pooled, target_fpr), rule)
+            return cls(fitted, fpr_threshold(pooled, target_fpr), rule,
+                       model_record(store, threshold_split))
         tpr = 0.95 if target_tpr is None else target_tpr
         if not 0 < tpr <= 1:
             raise UsageError(f"target_tpr={tpr} must lie in (0, 1]")
         id_scores = fitted.score(store.split(threshold_split))
         return cls(fitted, tpr_threshold(id_scores, tpr),
-                   {"target_tpr": tpr, "splits": [threshold_split]})
+                   {"target_tpr": tpr, "splits": [threshold_split]},
+                   model_record(store, threshold_split))
 
     # ------------------------------------------------------------------ scoring
     def score_features(self, features: Any, logits: Any | None = None,
@@ -106,6 +130,53 @@ class Detector:
         of rows given as arrays or torch tensors; logits from the head when absent."""
         scores = self.scorer.score_arrays(features, logits, extras)
         return scores, scores >= self.threshold
+
+    def score_images(self, images: str | Path | Sequence[str | Path], *,
+                     model: str | None = None, weights: str | Path | None = None,
+                     device: str = "auto", batch_size: int = 128,
+                     num_workers: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, in-distribution decisions) of image files, folders or image lists
+        (`featstore.extract_images.image_paths`, in that order) through the recorded model
+        (module docstring); `model` / `weights` name the model code / weights file to load
+        instead of the recorded ones (checked against the recorded sha256 and head)."""
+        # lazy: torch and torchvision load only for images; score_features runs without them
+        from featstore.extract_images import image_outputs, image_paths
+        from featstore.models import resolve_device
+
+        paths = image_paths(images)
+        dev = resolve_device(device)
+        loaded = self.load_model(model, weights)
+        loaded.module.to(dev)
+        feats, logits = image_outputs(loaded, self.model["transform"], paths, device=dev,
+                                      batch_size=batch_size, num_workers=num_workers)
+        return self.score_features(feats.astype(self.model.get("dtype", "float32")), logits)
+
+    def load_model(self, model: str | None = None, weights: str | Path | None = None) -> Any:
+        """The recorded model as a `featstore.models.LoadedModel` (loaded once per (model,
+        weights), then kept), checked to be the store's (module docstring)."""
+        key = (model, None if weights is None else str(weights))
+        if self._loaded is not None and self._loaded[0] == key:
+            return self._loaded[1]
+        # lazy: torch and torchvision load only for images
+        from featstore.models import load_model
+
+        rec = self.model
+        if rec is None:
+            raise UsageError("this detector was fitted on a store that records no model and "
+                             "transform (arrays); it scores features only (score_features)")
+        if model is None and rec.get("kind") in IMPORTS_CODE:
+            raise UsageError(f"the detector's model is {rec.get('kind')} {rec['name']!r}, which "
+                             "is code: a detector never loads it by itself; name it to load it "
+                             f"(model={rec['name']!r}, --model {rec['name']})")
+        weights = weights if weights is not None else rec.get("weights")
+        if weights is not None and not Path(weights).is_file():
+            raise InputError(f"the detector's weights file {str(weights)!r} is not there; pass "
+                             "the file's new path (weights=, --weights)")
+        layer = None if rec.get("kind") == "torchscript" else rec.get("head_layer")
+        loaded = load_model(model or rec["name"], weights, feature_layer=layer)
+        check_model(loaded, rec, self.scorer.fitted_store.head)
+        self._loaded = (key, loaded)
+        return loaded
 
     # ------------------------------------------------------------------ artifact
     def save(self, path: str | Path) -> Path:
@@ -118,6 +189,8 @@ class Detector:
                     __version__, "scorer": self.scorer.name,
                     "params": json.dumps(self.scorer.params), "threshold": self.threshold,
                     "rule": json.dumps(self.rule), "model_sha256": store.model_sha256}
+            if self.model is not None:
+                meta["model"] = json.dumps(self.model)
             fh.attrs.update(meta)
             weight, bias = store.head
             fh.create_dataset("head/weight", data=weight)
@@ -162,4 +235,61 @@ class Detector:
             store = ArrayStore(head, splits=splits, dtype=dtype,
                                model_sha256=str(fh.attrs["model_sha256"]))
             scorer = REGISTRY[name](**json.loads(fh.attrs["params"])).fit(store)
-            return cls(scorer, float(fh.attrs["threshold"]), json.loads(fh.attrs["rule"]))
+            model = json.loads(fh.attrs["model"]) if "model" in fh.attrs else None
+            return cls(scorer, float(fh.attrs["threshold"]), json.loads(fh.attrs["rule"]),
+                       model)
+
+
+def model_record(store: StoreLike, split: str) -> dict[str, Any] | None:
+    """The store's model reference (module docstring), None when it records no model with a
+    transform (an ArrayStore, or `Store.from_arrays` without that provenance)."""
+    provenance = getattr(store, "provenance", None) or {}
+    if not provenance.get("name") or not provenance.get("transform"):
+        return None
+    record = {k: provenance.get(k) for k in MODEL_KEYS}
+    if record["weights"] is not None:
+        record["weights"] = str(Path(record["weights"]).resolve())
+    record["dtype"] = store.split(split).dtype
+    return record
+
+
+def check_model(loaded: Any, record: dict[str, Any], head: tuple[np.ndarray, np.ndarray]) -> None:
+    """InputError unless `loaded` is the recorded model: same architecture (the torchvision
+    name, the callable's class, the TorchScript's original name), sha256 and head (W, b)."""
+    arch = loaded.provenance.get("architecture")
+    if record.get("architecture") is not None and arch != record["architecture"]:
+        raise InputError(f"model {loaded.provenance['name']!r}: architecture {arch!r}, the "
+                         f"detector's is {record['architecture']!r}; load the model the store "
+                         "was extracted with")
+    got = loaded.provenance["sha256"]
+    if got != record["sha256"]:
+        raise InputError(f"model {loaded.provenance['name']!r}: sha256 {got[:12]}… differs "
+                         f"from the detector's {str(record['sha256'])[:12]}… (of the "
+                         f"{record.get('sha256_of')}); load the model the store was "
+                         "extracted with")
+    weight = loaded.head.weight.detach().cpu().float().numpy()
+    bias = loaded.head.bias.detach().cpu().float().numpy()
+    if weight.shape != head[0].shape or not (np.array_equal(weight, head[0])
+                                             and np.array_equal(bias, head[1])):
+        raise InputError(f"model {loaded.provenance['name']!r}: its head "
+                         f"{loaded.provenance['head_layer']!r} differs from the detector's")
+
+
+def predict(artifact: str | Path, images: str | Path | Sequence[str | Path], *,
+            model: str | None = None, weights: str | Path | None = None, device: str = "auto",
+            batch_size: int = 128, num_workers: int = 0) -> dict[str, Any]:
+    """`featstore predict`: load the detector at `artifact` and score `images`
+    (`Detector.score_images`); {detector, scorer, params, threshold, rule, num_id, num_ood,
+    rows: [{image, score, is_id}]} in input order."""
+    # lazy: torch and torchvision load only for images
+    from featstore.extract_images import image_paths
+
+    det = Detector.load(artifact)
+    paths = image_paths(images)
+    scores, is_id = det.score_images(paths, model=model, weights=weights, device=device,
+                                     batch_size=batch_size, num_workers=num_workers)
+    rows = [{"image": str(p), "score": float(s), "is_id": bool(d)}
+            for p, s, d in zip(paths, scores, is_id, strict=True)]
+    return {"detector": str(artifact), "scorer": det.scorer.name, "params": det.scorer.params,
+            "threshold": det.threshold, "rule": det.rule, "num_id": int(is_id.sum()),
+            "num_ood": int((~is_id).sum()), "rows": rows}

@@ -26,6 +26,7 @@ from featstore.interfaces import SplitLike, StoreLike
 from featstore.values import require_finite
 
 from .needs import Needs, parse_need
+from .paper import Paper
 from .rowmap import map_rows, read_chunk_rows
 
 DEFAULT_CHUNK_ROWS = 8192
@@ -78,7 +79,7 @@ class Scorer:
     needs: ClassVar[tuple[str, ...]] = ()
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper: ClassVar[str] = ""
+    paper: ClassVar[Paper | str] = ""  # scorers.paper.Paper (every built-in) or free text
 
     def __init__(self, **params: Any):
         unknown = sorted(set(params) - set(self.defaults))

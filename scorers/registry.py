@@ -35,6 +35,7 @@ from featstore.errors import FeatstoreError, UsageError
 
 from . import methods
 from .base import Scorer
+from .paper import paper_json
 
 ENTRY_POINT_GROUP = "featstore.scorers"
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
@@ -251,10 +252,12 @@ def get_scorer(name: str | type[Scorer], **params: Any) -> Scorer:
 
 
 def scorer_info(cls: type[Scorer]) -> dict[str, Any]:
-    """The registry's description of one scorer: name, needs, defaults, grid, paper, source."""
+    """The registry's description of one scorer: name, needs, defaults, grid, paper (the
+    one-line citation, `str(cls.paper)`), paper_meta (`Paper.to_json()`: title, authors,
+    venue, year, url, code, note; None for a free-text paper), source."""
     return {"name": cls.name, "needs": list(cls.needs), "defaults": dict(cls.defaults),
-            "grid": {k: list(v) for k, v in cls.grid.items()}, "paper": cls.paper,
-            "source": source_of(cls.name)}
+            "grid": {k: list(v) for k, v in cls.grid.items()}, "paper": str(cls.paper),
+            "paper_meta": paper_json(cls.paper), "source": source_of(cls.name)}
 
 
 def list_scorers(builtin_only: bool = False) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import run_cli as run
@@ -208,3 +209,129 @@ def test_executor_bad_input(experiment, tmp_path, capsys):
     assert code == 1 and "no plan.json" in err
     assert not (tmp_path / "o").exists()
 
+
+
+# ------------------------------------------------- the other workflows on the same executors
+def test_local_pool_equals_sequential(experiment, local_result, tmp_path, capsys):
+    """`featstore run --workers 2`: the units (one per training method) in a pool of 2
+    spawned processes with the driver's torch thread count (1 here, as the reference):
+    results.json = the sequential run's; the units ran outside this process."""
+    out = tmp_path / "pool"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        code, stdout, err = run(capsys, "run", str(experiment), "--out", str(out), "--workers",
+                                "2", "--json")
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, err
+    assert _comparable(json.loads(stdout)) == _comparable(local_result)
+    _check_done(out, "local")
+    assert all(read_state(out, u)["pid"] != os.getpid() for u in UNITS)
+    code, _, err = run(capsys, "run", str(experiment), "--out", str(out), "--workers", "0")
+    assert code == 2 and "workers = 0, expected an integer >= 1" in err
+    code, _, err = run(capsys, "run", str(experiment), "--out", str(out), "--executor", "ray",
+                       "--workers", "2")
+    assert code == 2 and "unknown ray executor key 'workers'" in err
+
+
+def test_protocol_osr_pool_equals_local(worker_env, tmp_path, capsys):
+    """`protocol osr --executor-config` (local, workers = 2: 2 units, the MSP and LogitNorm
+    models of one division, each in a pool process) prints the results of the in-process
+    run (both on 1 torch thread)."""
+    args = ["protocol", "osr", "--data", "digits", "--ratios", "7/3", "--seeds", "1",
+            "--methods", "MSP,LogitNorm", "--arch", "tiny_models:TinyCNN", "--epochs", "1",
+            "--batch-size", "64", "--device", "cpu", "--no-tune", "--json"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        code, stdout, err = run(capsys, *args, "--out", str(tmp_path / "local"))
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, err
+    local = json.loads(stdout)
+    cfg = tmp_path / "pool.toml"
+    cfg.write_text('[executor]\nkind = "local"\nworkers = 2\n')
+    torch.set_num_threads(1)
+    try:
+        code, stdout, err = run(capsys, *args, "--out", str(tmp_path / "pool"),
+                                "--executor-config", str(cfg))
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, err
+    got = json.loads(stdout)
+    assert len(got["runs"]) == 2 and all(r["status"] == "ok" for r in got["runs"])
+    # model_sha256 digests the checkpoint's bytes: its tensors and fields are equal, but the
+    # pickle inside torch.save memoizes by object identity (shared strings), which differs
+    # between a pool process and this one; every number is compared
+    for r in got["runs"] + local["runs"]:
+        r.pop("model_sha256")
+    assert _comparable(got) == _comparable(local)
+    assert status(tmp_path / "pool")["counts"]["done"] == 2
+
+
+def _shift_store(path: Path) -> Path:
+    """A store with id/test and one OOD split whose rows carry (sem, cov) shift degrees."""
+    from featstore import Store
+
+    rng = np.random.default_rng(3)
+    w, b = rng.normal(size=(3, 5)).astype(np.float32), np.zeros(3, dtype=np.float32)
+    sem = np.r_[np.zeros(40), np.ones(40)] + rng.uniform(0, 0.4, 80)
+    cov = np.tile(np.r_[np.zeros(20), np.ones(20)], 2) + rng.uniform(0, 0.4, 80)
+    splits = {"id/train": {"features": rng.normal(size=(50, 5)).astype(np.float32) * 2,
+                           "labels": rng.integers(0, 3, 50)},
+              "id/test": {"features": rng.normal(size=(60, 5)).astype(np.float32) * 2,
+                          "labels": rng.integers(0, 3, 60)},
+              "ood/shift/x": {"features": rng.normal(size=(80, 5)).astype(np.float32),
+                              "extras": {"sem_shift": sem, "cov_shift": cov}}}
+    Store.from_arrays(path, head=(w, b), splits=splits)
+    return path
+
+
+def test_shift_grid_on_ray_equals_local(ray_cluster, tmp_path, capsys):
+    """`protocol shift-grid --executor ray --work DIR`: one Ray task per scorer; the JSON
+    printed is the in-process run's, text for text; `run --status DIR` lists the units."""
+    store = _shift_store(tmp_path / "s")
+    args = ["protocol", "shift-grid", str(store), "--method", "msp", "--method", "mls",
+            "--levels", "2", "--no-cache", "--json"]
+    code, local, err = run(capsys, *args)
+    assert code == 0, err
+    code, got, err = run(capsys, *args, "--executor", "ray", "--work", str(tmp_path / "w"))
+    assert code == 0, err
+    assert got == local and len(json.loads(got)["results"]) == 2
+    st = status(tmp_path / "w")
+    assert st["executor"] == "ray" and [u["id"] for u in st["units"]] == ["shift-msp",
+                                                                          "shift-mls"]
+    assert st["counts"]["done"] == 2
+    code, _, err = run(capsys, *args, "--executor", "slurm")
+    assert code == 2 and "--executor slurm needs --work DIR" in err
+
+
+def test_facets_table_on_ray_equals_local(ray_cluster, tmp_path, capsys):
+    """`protocol facets-table --executor ray`: one Ray task per store; JSON and the Markdown
+    file equal the in-process run's; a rerun reads both units back (same pids)."""
+    from conftest import structured_arrays
+
+    from featstore import Store
+
+    paths = []
+    for seed in (0, 1):
+        arrays = structured_arrays(seed=seed, n_train=60, n_val=20, n_test=40, n_ood=30)
+        Store.from_arrays(tmp_path / f"s{seed}", head=arrays["head"], splits=arrays["splits"])
+        paths.append(f"D{seed}={tmp_path / f's{seed}'}")
+    args = ["protocol", "facets-table", *paths, "--method", "msp", "--method", "mls",
+            "--no-cache", "--json"]
+    code, local, err = run(capsys, *args, "--out", str(tmp_path / "local.md"))
+    assert code == 0, err
+    work = tmp_path / "w"
+    code, got, err = run(capsys, *args, "--out", str(tmp_path / "ray.md"), "--executor", "ray",
+                         "--work", str(work))
+    assert code == 0, err
+    assert json.loads(got) == json.loads(local) | {"report": str(tmp_path / "ray.md")}
+    assert (tmp_path / "ray.md").read_text() == (tmp_path / "local.md").read_text()
+    pids = {u["id"]: u["pid"] for u in status(work)["units"]}
+    assert len(pids) == 2 and os.getpid() not in pids.values()
+    code, again, _ = run(capsys, *args, "--out", str(tmp_path / "ray.md"), "--executor", "ray",
+                         "--work", str(work))
+    assert code == 0 and again == got
+    assert {u["id"]: u["pid"] for u in status(work)["units"]} == pids

@@ -2,7 +2,7 @@
 file's `[executor]` table; the command line's kind wins).
 
     [executor]
-    kind = "slurm"            # local (default) | slurm | ray
+    kind = "slurm"            # local (default; workers = N: a pool of N processes) | slurm | ray
     partition = "gpu"         # slurm: partition, time (minutes), gpus / cpus / mem_gb per
     time = 240                #   unit, array = true (one array job; false: one job per unit,
     gpus = 1                  #   named featstore:<experiment>:<unit>), parallel (array
@@ -12,8 +12,8 @@ file's `[executor]` table; the command line's kind wins).
     #   new local one), gpus, cpus, memory_gb per unit, retries (re-runs after a lost
     #   worker, default 3), poll_s
 
-The unit (`runner.plan_units`) is one data split x seed x training method (local: x every
-training method, today's order); every unit writes into the shared `--out` directory
+The unit (`runner.plan_units`) is one data split x seed x training method (local, one process:
+x every training method, today's order); every unit writes into the shared `--out` directory
 (`unitstate`: its state, its log, its models, stores and run records, each file atomic) and
 the driver aggregates when all are done, reading each unit's records from its state file, so
 `results.json` is the same whatever ran the units. A unit that finished earlier with the same
@@ -22,24 +22,38 @@ to `retries` times; Slurm preemption or time-out: submitit requeues it) redoes o
 files do not hold. A unit that fails for its own reason is reported with its log; the
 others go on, and the run then stops with exit 1 naming every failed unit (rerun to retry
 them: finished units are kept), never a `results.json` of a subset.
+
+Every executor also runs other workflows' units (`run_calls(out, units, call, log, title)`:
+`featstore.experiments.workflows`: OSR, FACETS table, shift grid, Gbench): `call(unit,
+log=...)` is a picklable callable (`Tracked`: a module-level body with the unit's state and
+log in `out`) returning the unit's JSON result; the same read-back, failure and waiting rules.
+The local pool (`workers` > 1) runs units in spawned processes, each with the driver's torch
+thread count, so a unit computes what it computes in the driver (the same bits).
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import multiprocessing
 import subprocess
+import sys
 import time
 import tomllib
+import traceback
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import FeatstoreError, InputError, UsageError
 from . import unitstate
 from .config import Experiment
-from .runner import Log, _slug, run_unit_tracked
+from .runner import Log, _error_line, _slug, run_unit_tracked
 
 KINDS = ("local", "slurm", "ray")
-KEYS = {"local": ("kind",),
+KEYS = {"local": ("kind", "workers"),
         "slurm": ("kind", "partition", "time", "gpus", "cpus", "mem_gb", "array", "parallel",
                   "account", "qos", "setup", "poll_s"),
         "ray": ("kind", "address", "gpus", "cpus", "memory_gb", "retries", "poll_s")}
@@ -74,13 +88,15 @@ def make_executor(kind: str | None, options: dict[str, Any], where: str = "[exec
     if unknown:
         raise UsageError(f"{where}: unknown {kind} executor key {unknown[0]!r} (valid: "
                          f"{', '.join(k for k in KEYS[kind] if k != 'kind')})")
-    for key in ("time", "gpus", "cpus", "parallel", "retries"):
+    for key in ("time", "gpus", "cpus", "parallel", "retries", "workers"):
         value = options.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                   or value < 0):
             raise UsageError(f"{where}: {key} = {value!r}, expected an integer >= 0")
+    if options.get("workers") == 0:
+        raise UsageError(f"{where}: workers = 0, expected an integer >= 1")
     if kind == "local":
-        return LocalExecutor(train_progress)
+        return LocalExecutor(train_progress, workers=options.get("workers") or 1)
     return SlurmExecutor(**options) if kind == "slurm" else RayExecutor(**options)
 
 
@@ -111,18 +127,69 @@ def _why(out: Path, uid: str, fallback: str) -> str:
     return f"{st.get('error') or fallback} (log: {unitstate.log_path(out, uid)})"
 
 
+@dataclass(frozen=True)
+class Tracked:
+    """A unit's call for `run_calls`: `body(unit, log)` (a module-level function returning
+    the unit's JSON result) with the unit's state in `OUT/units/<id>.json` (running, then
+    done with the result as its records, or failed with the error line) and its log in
+    `OUT/logs/<id>.log`."""
+
+    body: Callable[[dict[str, Any], Log], Any]
+    out: str
+
+    def __call__(self, unit: dict[str, Any], log: Log | None = None) -> Any:
+        out, uid, key = Path(self.out), unit["id"], unit["key"]
+        logfile = unitstate.log_path(out, uid)
+        logfile.parent.mkdir(parents=True, exist_ok=True)
+        unitstate.mark_running(out, uid, key)
+        with open(logfile, "a", encoding="utf-8") as fh:
+            def tee(message: str) -> None:
+                fh.write(message + "\n")
+                fh.flush()
+                if log is not None:
+                    log(message)
+            try:
+                result = self.body(unit, tee)
+            except Exception as exc:
+                tee(traceback.format_exc())
+                unitstate.mark_finished(out, uid, key, error=f"{type(exc).__name__}: "
+                                                             f"{_error_line(exc)}")
+                raise
+        result = json.loads(json.dumps(result, default=float))
+        unitstate.mark_finished(out, uid, key, records=result)
+        return result
+
+
+def _invoke(call: Callable[..., Any], unit: dict[str, Any]) -> Any:
+    """A unit's call in a worker (Ray task, pool process)."""
+    return call(unit)
+
+
+def _pool_init(threads: int | None) -> None:
+    """A pool worker computes with the driver's torch thread count (the same bits)."""
+    if threads is not None:
+        import torch  # lazy: only when the driver had torch loaded
+
+        torch.set_num_threads(threads)
+
+
 class LocalExecutor:
-    """Every unit here, one after the other, in order; a failing unit is reported and the
-    others go on."""
+    """Every unit here: one after the other, in order (`workers` = 1), or in a pool of
+    `workers` spawned processes; a failing unit is reported and the others go on."""
 
     name = "local"
-    per_method = False
 
-    def __init__(self, train_progress: Callable[[str], Any] | None = None) -> None:
+    def __init__(self, train_progress: Callable[[str], Any] | None = None,
+                 workers: int = 1) -> None:
         self.train_progress = train_progress
+        self.workers = max(1, int(workers))
+        self.per_method = self.workers > 1
 
     def run(self, exp: Experiment, out: Path, arch: str, units: list[dict[str, Any]],
             log: Log) -> Outcome:
+        if self.workers > 1:
+            return self.run_calls(out, units, functools.partial(
+                run_unit_tracked, exp, out, arch), log, exp.name)
         results: Outcome = {}
         failed: dict[str, str] = {}
         for u in units:
@@ -132,6 +199,36 @@ class LocalExecutor:
             except Exception:
                 failed[u["id"]] = _why(out, u["id"], "failed")
                 log(f"{u['label']}: failed: {failed[u['id']]}")
+        if failed:
+            raise UnitsFailed(_failure_line(failed, len(units)))
+        return results
+
+    def run_calls(self, out: Path, units: list[dict[str, Any]], call: Callable[..., Any],
+                  log: Log, title: str = "") -> dict[str, Any]:
+        """Each unit's `call(unit)`, in order or in the pool; {unit id: its result}."""
+        results, todo = _read_back(out, units, log)
+        failed: dict[str, str] = {}
+        if self.workers == 1 or len(todo) <= 1:
+            for u in todo:
+                try:
+                    results[u["id"]] = call(u, log=log)
+                except Exception:
+                    failed[u["id"]] = _why(out, u["id"], "failed")
+        else:
+            torch = sys.modules.get("torch")
+            threads = torch.get_num_threads() if torch is not None else None
+            with ProcessPoolExecutor(min(self.workers, len(todo)),
+                                     mp_context=multiprocessing.get_context("spawn"),
+                                     initializer=_pool_init, initargs=(threads,)) as pool:
+                futures = {u["id"]: pool.submit(_invoke, call, u) for u in todo}
+                for uid, fut in futures.items():
+                    try:
+                        results[uid] = fut.result()
+                        log(f"{uid}: done")
+                    except Exception as exc:   # the unit's own error, or its process lost
+                        failed[uid] = _why(out, uid, f"{type(exc).__name__}: {exc}")
+        for uid, why in failed.items():
+            log(f"{uid}: failed: {why}")
         if failed:
             raise UnitsFailed(_failure_line(failed, len(units)))
         return results
@@ -155,33 +252,39 @@ class SlurmExecutor:
             "slurm_account": account, "slurm_qos": qos, "slurm_setup": setup}
         self.array, self.poll_s = bool(array), float(poll_s)
 
-    def _submit(self, exp: Experiment, out: Path, arch: str,
+    def _submit(self, out: Path, call: Callable[..., Any], title: str,
                 todo: list[dict[str, Any]]) -> dict[str, Any]:
         import submitit  # lazy: the optional extra featstore[slurm]
 
         from .slurm_unit import UnitJob  # lazy: imports submitit
 
         ex = submitit.AutoExecutor(folder=out / "slurm" / "%j", cluster="slurm")
-        name = f"featstore:{_slug(exp.name)}"
+        name = f"featstore:{_slug(title)}"
         ex.update_parameters(name=name, **{k: v for k, v in self.params.items()
                                            if v is not None})
         if self.array:
             n = len(todo)
-            jobs = ex.map_array(UnitJob(), [exp] * n, [str(out)] * n, [arch] * n, todo)
+            jobs = ex.map_array(UnitJob(), [call] * n, todo)
             return {u["id"]: j for u, j in zip(todo, jobs, strict=True)}
         jobs = {}
         for u in todo:
             ex.update_parameters(name=f"{name}:{u['id']}")
-            jobs[u["id"]] = ex.submit(UnitJob(), exp, str(out), arch, u)
+            jobs[u["id"]] = ex.submit(UnitJob(), call, u)
         return jobs
 
     def run(self, exp: Experiment, out: Path, arch: str, units: list[dict[str, Any]],
             log: Log) -> Outcome:
+        return self.run_calls(out, units, functools.partial(run_unit_tracked, exp, out, arch),
+                              log, exp.name)
+
+    def run_calls(self, out: Path, units: list[dict[str, Any]], call: Callable[..., Any],
+                  log: Log, title: str = "") -> dict[str, Any]:
+        """Each unit's `call(unit)` in its Slurm job; {unit id: its result}."""
         results, todo = _read_back(out, units, log)
         if not todo:
             return results
         try:
-            jobs = self._submit(exp, out, arch, todo)
+            jobs = self._submit(out, call, title, todo)
         except (OSError, RuntimeError) as exc:   # sbatch missing or refusing
             raise FeatstoreError(f"slurm executor: submitting failed: {exc}") from None
         unitstate.write_plan(out, self.name, units, {k: j.job_id for k, j in jobs.items()})
@@ -190,7 +293,7 @@ class SlurmExecutor:
         failed = _wait_slurm(out, jobs, self.poll_s, log)
         for uid in jobs:
             if uid not in failed:
-                results[uid] = unitstate.done_records(out, uid, _key(units, uid)) or []
+                results[uid] = unitstate.done_records(out, uid, _key(units, uid))
         if failed:
             raise UnitsFailed(_failure_line(failed, len(units)))
         return results
@@ -257,6 +360,12 @@ class RayExecutor:
 
     def run(self, exp: Experiment, out: Path, arch: str, units: list[dict[str, Any]],
             log: Log) -> Outcome:
+        return self.run_calls(out, units, functools.partial(run_unit_tracked, exp, out, arch),
+                              log, exp.name)
+
+    def run_calls(self, out: Path, units: list[dict[str, Any]], call: Callable[..., Any],
+                  log: Log, title: str = "") -> dict[str, Any]:
+        """Each unit's `call(unit)` in its Ray task; {unit id: its result}."""
         import ray  # lazy: the optional extra featstore[ray]
 
         results, todo = _read_back(out, units, log)
@@ -267,12 +376,12 @@ class RayExecutor:
             ray.init(address=self.address, log_to_driver=False)
             started = True
         try:
-            task = ray.remote(run_unit_tracked)
+            task = ray.remote(_invoke)
             refs = {}
             for u in todo:
                 refs[task.options(name=f"featstore:{u['id']}", max_retries=self.retries,
                                   retry_exceptions=False, **self.resources)
-                     .remote(exp, out, arch, u)] = u["id"]
+                     .remote(call, u)] = u["id"]
             unitstate.write_plan(out, self.name, units,
                                  {uid: ref.task_id().hex() for ref, uid in refs.items()})
             log(f"submitted {len(refs)} units to Ray")
@@ -282,7 +391,7 @@ class RayExecutor:
                 ray.shutdown()
         for uid in refs.values():
             if uid not in failed:
-                results[uid] = unitstate.done_records(out, uid, _key(units, uid)) or []
+                results[uid] = unitstate.done_records(out, uid, _key(units, uid))
         if failed:
             raise UnitsFailed(_failure_line(failed, len(units)))
         return results

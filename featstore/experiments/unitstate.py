@@ -82,8 +82,8 @@ def write_plan(out: Path, executor: str, units: list[dict[str, Any]],
                jobs: dict[str, str] | None = None) -> None:
     _write(Path(out) / PLAN_FILE, {
         "executor": executor, "written": time.time(),
-        "units": [{"id": u["id"], "label": u["label"], "methods": u["methods"],
-                   "rows": u["rows"], "key": u["key"], "job": (jobs or {}).get(u["id"])}
+        "units": [{"id": u["id"], "label": u["label"], "methods": u.get("methods"),
+                   "rows": u.get("rows"), "key": u["key"], "job": (jobs or {}).get(u["id"])}
                   for u in units]})
 
 
