@@ -5,7 +5,8 @@ valid ones), fitted on a store (`fit(store)` reads only the splits its `needs` n
 scores any split of a store made by the same model: `score(split)` returns an (N,) float64
 array, HIGHER = MORE IN-DISTRIBUTION. `score_grid(split, grid)` returns every setting of a
 hyperparameter grid, sharing the expensive work; the base implementation here refits per
-setting and is what scorers with a shared-work path must equal.
+setting and is what scorers with a shared-work path must equal. Fits and scores run under the
+thread policy of `scorers.threads` (BLAS/OpenMP threads by the work's size and the free cores).
 
 Needs vocabulary: `logits`, `features`, `head`, `fit:<split>` (e.g. `fit:id/train`),
 `extra:<name>`; `scorers.needs` parses them (`Needs.of(scorer)`).
@@ -30,6 +31,7 @@ from .clamp import adapt_params, describe
 from .needs import Needs, parse_need
 from .paper import Paper
 from .rowmap import map_rows, read_chunk_rows
+from .threads import blas_threads, fit_work, score_work
 
 DEFAULT_CHUNK_ROWS = 8192
 
@@ -188,7 +190,8 @@ class Scorer:
         self.fit_settings = expand_grid(grid) if grid else []
         self.store = store
         self.model_sha256 = store.model_sha256
-        self._fit(store)
+        with blas_threads(fit_work(store, fit_split_names(self), value_fields(self))):
+            self._fit(store)
         self.fitted = True
         return self
 
@@ -228,7 +231,8 @@ class Scorer:
     def score(self, split: SplitLike, force: bool = False) -> np.ndarray:
         """(N,) float64 scores of a split, higher = more in-distribution."""
         self._check_split(split, force)
-        return np.asarray(self._score(split), dtype=np.float64)
+        with blas_threads(score_work(split, value_fields(self))):
+            return np.asarray(self._score(split), dtype=np.float64)
 
     def score_grid(
         self, split: SplitLike, grid: Grid | None = None, force: bool = False
@@ -244,7 +248,9 @@ class Scorer:
         settings = expand_grid(grid) if grid else [{}]
         for setting in settings:
             self.check_params({**self.params, **setting}, self.store)
-        scores = self._score_grid(split, settings) if grid else [self.score(split, force)]
+        with blas_threads(score_work(split, value_fields(self))):
+            scores = (self._score_grid(split, settings) if grid
+                      else [self.score(split, force)])
         return [(dict(s), np.asarray(v, dtype=np.float64))
                 for s, v in zip(settings, scores, strict=True)]
 

@@ -251,9 +251,11 @@ def is_gscore_evaluation(extra: Any) -> bool:
 
 
 def _pm(cell: dict | None) -> str:
+    """mean [95% interval] of a `gscore evaluate` summary cell."""
     if not cell or cell.get("mean") is None:
         return "–"
-    return f"{cell['mean']:.2f} ± {cell['std']:.2f}"
+    ci = cell.get("ci")
+    return f"{cell['mean']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
 def _r(cell: dict | None) -> str:
@@ -286,19 +288,25 @@ def gscore_tables(data: ReportData) -> list[Table]:
                       for c in cells] for _, cells in rows_raw]
             best = _best_cells([[0.0, *row] for row in means],
                                {j + 1: min for j in range(len(methods))})
-            out.append(Table(f"Gscore: RMSE (%) of predicted {title} on meta-test sets, mean ± "
-                             f"std over {cfg['repeats']} repeats ({setting})",
+            unit = "rounds" if cfg.get("protocol") == "cv" else "partitions"
+            out.append(Table(f"Gscore: RMSE (%) of predicted {title} on meta-test sets, mean "
+                             f"[95% interval] over {cfg['repeats']} {unit} ({setting})",
                              ["Unsup. eval. method", *methods],
                              [[name, *[_pm(c) for c in cells]] for name, cells in rows_raw],
                              best))
-            corr_rows = []
+            noise_rows = []
             for label, name in res["models"].items():
-                cells = [res["table"].get(m, {}).get(target, {}).get(label, {}) for m in methods]
-                corr_rows.append([name, *[f"{_r(c.get('pearson'))} / {_r(c.get('spearman'))} "
-                                          f"[{_r(c.get('pearson_train'))}]" for c in cells]])
-            out.append(Table(f"Gscore: correlation with {title}, Pearson r / Spearman rho on "
-                             "meta-test sets [meta-train r], mean over repeats",
-                             ["Gscore", *methods], corr_rows, set()))
+                for m in methods:
+                    c = res["table"].get(m, {}).get(target, {}).get(label, {})
+                    noise_rows.append([name, m, *[_pm(c.get(k)) for k in (
+                        "rmse", "rmse_split", "floor", "pearson", "spearman")]])
+            out.append(Table(f"Gscore: error on {title} beside the noise floor (rmse: sampled "
+                             "targets; rmse_split: split-level targets; floor: the oracle "
+                             "split-level predictor), Pearson / Spearman on "
+                             f"{cfg.get('correlation_sets', 'meta-test')} sets, mean [95% "
+                             f"interval] over {cfg['repeats']} {unit}",
+                             ["Gscore", "detector", "rmse", "rmse_split", "floor", "pearson",
+                              "spearman"], noise_rows, set()))
     return out
 
 
@@ -326,6 +334,17 @@ def gscore_scatter_figures(res: dict, k: int) -> list[Figure]:
                               plots.scatter_figure(f"{m}: {label}", p["gscore"], p["true"],
                                                    "Gscore", f"true {target} (%)"),
                               f"gscore_eval_{k}_{m}_{target.replace('@', '_')}"))
+            if p.get("split_true") and p.get("split"):
+                floor = (c.get("floor") or {}).get("mean")
+                caption = (f"{m}: {res['models'].get(label, label)}, predicted vs true {target} "
+                           "per OOD test set (its meta-sets' mean prediction, bar: their "
+                           "range; x: the split-level target); band: ± the oracle floor "
+                           f"{_fmt(floor)}; rmse_split {_pm(c.get('rmse_split'))}")
+                out.append(Figure("Gscore evaluation", caption,
+                                  plots.pred_true_figure(f"{m}: {label}", p["split"],
+                                                         p["split_true"], p["predicted"], floor,
+                                                         f"{target} (%)"),
+                                  f"gscore_pt_{k}_{m}_{target.replace('@', '_')}"))
     return out
 
 
