@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..sanity import report_lines
 from . import plots
 from .collect import ReportData
 from .leaderboard import compact, leaderboard, ranked, rows_line, summary_line
@@ -413,7 +414,10 @@ def render_html(data: ReportData, figs: list[Figure], tables: list[Table],
              f"</title><style>{_CSS}</style></head><body><h1>featstore report</h1>",
              f"<p class=\"summary\" id=\"summary\">"
              f"{html.escape(summary_line(data.result, rank_by))}</p>",
-             f"<p class=\"summary\" id=\"rows\">{html.escape(rows_line(data.rows))}</p>"]
+             f"<p class=\"summary\" id=\"rows\">{html.escape(rows_line(data.rows))}</p>",
+             *(f"<p class=\"{'note' if line.startswith('WARNING') else 'summary'}\" "
+               f"id=\"id-accuracy-{i}\">{html.escape(line)}</p>"
+               for i, line in enumerate(report_lines(data.id_checks)))]
     sections: dict[str, list[str]] = {}
     for i, t in enumerate(tables):
         tid = t.table_id or ("leaderboard" if i == 0 else f"table{i}")
@@ -460,7 +464,9 @@ def md_text(value: object) -> str:
 def render_markdown(data: ReportData, figs: list[Figure], tables: list[Table],
                     image_dir: Path, rank_by: str = "mean") -> str:
     lines = ["# featstore report", "", md_text(summary_line(data.result, rank_by)), "",
-             md_text(rows_line(data.rows)), "", "## Provenance", "", "| | |", "|---|---|"]
+             md_text(rows_line(data.rows)), "",
+             *[f"{md_text(line)}\n" for line in report_lines(data.id_checks)],
+             "## Provenance", "", "| | |", "|---|---|"]
     lines += [f"| {md_text(k)} | {md_text(v)} |" for k, v in data.provenance.items()]
     for t in [*tables, *notes_tables(data)]:
         lines += ["", f"## {md_text(t.title)}", "",
