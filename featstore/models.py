@@ -236,7 +236,16 @@ class ScriptedWithHead(nn.Module):
         return self.fc(self.scripted.penultimate(x))
 
 
-def _load_torchscript(path: Path, feature_layer: str | None) -> ScriptedWithHead:
+def _load_torchscript(path: Path, feature_layer: str | None, no_head: bool
+                      ) -> ScriptedWithHead:
+    """The scripted model behind `ScriptedWithHead`: features = its exported penultimate(x),
+    logits through a copy of its Linear head (`feature_layer` names that Linear). `no_head`
+    is refused: without a Linear head nothing defines its logits but an unhookable forward."""
+    if no_head:
+        raise UsageError(f"--no-head: not supported for the TorchScript model {str(path)!r} "
+                         "(scripted modules cannot be hooked: features come from its exported "
+                         "penultimate(x) and logits from a copy of its Linear head); load the "
+                         "model as a module:callable instead")
     try:
         scripted = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:
@@ -453,7 +462,7 @@ def load_model(
             return build_torchvision(spec, n)
         kind, transform = "torchvision", torchvision_default_transform(spec)
     elif path.is_file():
-        module = _load_torchscript(path, feature_layer)
+        module = _load_torchscript(path, feature_layer, no_head)
         kind, arch = "torchscript", module.scripted_name
         transform = default_transform()
     else:

@@ -131,6 +131,19 @@ class Scorer:
         parameter's validity depends on the data. Integers stay integers."""
         return {}
 
+    def degenerate(self, param: str, default: Any, used: Any, params: Mapping[str, Any],
+                   store: StoreLike) -> str:
+        """Why the DEFAULT `param`=`default` clamped to `used` on `store` leaves this scorer
+        degenerate (a K below a sensible minimum, a whole bank), naming what the store lacks;
+        "" when it does not (`scorers.clamp` appends it to the adjustment as DEGENERATE)."""
+        return ""
+
+    def fit_grid(self, grid: Grid, store: StoreLike) -> tuple[dict[str, list[Any]], str]:
+        """This scorer's DEFAULT grid fitted to `store` (before the clamping of
+        `scorers.adapt.adapt_grid`), with the reason of any change ("" when unchanged);
+        default: the grid as it is."""
+        return {k: list(v) for k, v in grid.items()}, ""
+
     def resolve_default(self, param: str, value: Any, store: StoreLike) -> Any:
         """The value a default stands for on `store` (ViM's dim None -> the paper's rule);
         default: the value itself."""
@@ -227,7 +240,8 @@ class Scorer:
         """Every setting of `grid` (default: the scorer's default grid) with its scores.
 
         Settings are the Cartesian product in the grid's key order; parameters not in the grid
-        keep this scorer's values. Each value is validated against the data first."""
+        keep this scorer's values. Each value is validated against the data first (the
+        default grid as it is: `scorers.sweep.sweep` / `plan_settings` fit it to the store)."""
         self._check_split(split, force)
         grid = self.grid if grid is None else grid
         check_grid_keys(self, grid)

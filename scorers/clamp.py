@@ -1,7 +1,9 @@
 """The clamping step of the one defaults rule (`scorers.adapt` states the rule), apart so that
 `Scorer.fit` applies it to API callers too: a scorer built with `get_scorer(name, **given)`
 and fitted on a store gets its data-invalid DEFAULTS clamped, with a FeatstoreWarning and the
-changes in `scorer.adjusted`, exactly as `featstore eval` / `sweep` clamp them."""
+changes in `scorer.adjusted`, exactly as `featstore eval` / `sweep` clamp them. A clamp that
+leaves the scorer degenerate (`Scorer.degenerate`: a tiny K, a whole bank, a single kept
+activation) says so in its reason, with what the store lacks."""
 
 from __future__ import annotations
 
@@ -51,8 +53,10 @@ def adapt_params(scorer: Scorer, params: Mapping[str, Any], fixed: Collection[st
             continue
         used = _clamp(value, rng)
         out[param] = used
-        adjusted.append({"setting": {param: value}, "used": {param: used},
-                         "reason": f"the default {param}={value} is out of range: {rng.why}"})
+        reason = f"the default {param}={value} is out of range: {rng.why}"
+        if note := scorer.degenerate(param, value, used, out, store):
+            reason += f"; DEGENERATE: {note}"
+        adjusted.append({"setting": {param: value}, "used": {param: used}, "reason": reason})
     return out, adjusted
 
 

@@ -81,3 +81,21 @@ def test_headless_bad_inputs(tmp_path):
                          "logits": flat["id/train/logits"]},
             "id/test": {"features": flat["id/test/features"],
                         "logits": flat["id/test/logits"][:, :3]}})
+
+
+def test_torchscript_no_head_is_a_clear_error(tmp_path):
+    """A TorchScript model cannot be hooked: `--no-head` is refused in one line naming the
+    file and the way out; `--feature-layer` names the scripted Linear used as the head."""
+    import torch
+    from tiny_models import TinyCNN
+
+    from featstore.models import load_model
+
+    path = tmp_path / "tiny.ts"
+    torch.jit.script(TinyCNN().eval()).save(str(path))
+    with pytest.raises(UsageError, match=r"^--no-head: not supported for the TorchScript model "
+                                         r".*tiny\.ts.*module:callable instead$"):
+        load_model(str(path), no_head=True)
+    with pytest.raises(UsageError, match=r"--feature-layer 'nope': not a Linear of the "
+                                         r"TorchScript model \(Linear layers: fc\)"):
+        load_model(str(path), feature_layer="nope")

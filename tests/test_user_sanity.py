@@ -98,3 +98,25 @@ def test_flagged_runs_are_never_best():
     cells = dict(zip(methods, auroc[2:], strict=True))
     assert cells["msp"] == ("90.00 ± 0.00 (!)", False) and cells["knn"] == ("70.00 ± 0.00", True)
     assert "## Flagged methods" in markdown_report(result) and flag in markdown_report(result)
+
+
+def test_report_shows_the_id_accuracy_checks(tmp_path):
+    """The HTML report (and its Markdown twin) carries the ID accuracy line and the
+    permutation warning of `featstore.sanity`; the accuracy is recomputed here with NumPy."""
+    from featstore.report import write_report
+
+    rng = np.random.default_rng(2)
+    base = permuted_store(tmp_path / "base", rng)
+    test = base.split("id/test")
+    splits = {name: {"features": base.split(name).features, "logits": base.split(name).logits,
+                     "labels": base.split(name).labels} for name in ("id/test", "id/train")}
+    splits["ood/far/x"] = {"features": rng.normal(size=(30, 8)).astype(np.float32),
+                           "logits": rng.normal(size=(30, 4)).astype(np.float32)}
+    st = Store.from_arrays(tmp_path / "st", head=None, splits=splits,
+                           classes=["ant", "bee", "cat", "dog"])
+    acc = 100.0 * np.mean(np.asarray(test.logits).argmax(1) == np.asarray(test.labels))
+    html_path, md_path = write_report(st.path, tmp_path / "r.html", methods=["msp"], ci=None)
+    line = f"ID accuracy on id/test: {acc:.2f}% of 80 rows (chance 25.00%)"
+    for text in (html_path.read_text(), md_path.read_text()):
+        assert line in text
+        assert "WARNING: id/test: ID accuracy" in text and "class_map" in text

@@ -20,8 +20,9 @@ Parameters (defaults with sources):
   paper's CIFAR setting; the paper uses K = 1000 with a 1% bank on ImageNet). Default sweep
   grid K in [50, 100, 200, 500, 1000]: that file's postprocessor_sweep K_list in its
   APS_mode: True version (as kept in OpenOOD v1.5 forks, e.g. BierOne/ood_coverage); the
-  later Jingkang50/OpenOOD main sets APS_mode: False with K_list [50]. Valid:
-  1 <= K <= bank size.
+  later Jingkang50/OpenOOD main sets APS_mode: False with K_list [50]. That grid is for
+  CIFAR's 50,000-row banks: on a smaller bank the default grid's K values are scaled by
+  bank / 50,000 (`grid_bank`; `scorers.adapt`). Valid: 1 <= K <= bank size.
 - `bank_fraction` = 1.0: the share of id/train rows kept in the bank, drawn uniformly without
   replacement with numpy's default_rng(`seed`) (KNN-OOD used a random 1% of ImageNet's
   training set, "alpha"). Valid: 0 < bank_fraction <= 1; bank size = ceil(fraction * N).
@@ -75,6 +76,7 @@ class KNN(BankScorer):
                   url="https://arxiv.org/abs/2204.06507",
                   code="https://github.com/deeplearning-wisc/knn-ood")
     fraction_param = "bank_fraction"
+    grid_bank = 50_000  # the grid's source: OpenOOD's CIFAR configs, 50,000 train rows
 
     def _build(self, store: StoreLike, params: Mapping[str, Any]) -> KnnIndex:
         bank = knn_stream(store, float(params["bank_fraction"]), int(params["seed"]),
