@@ -86,12 +86,14 @@ def score_splits(store: StoreLike, name: str, params: Mapping[str, Any], splits:
     if use_cache and cache_off_reason(store) is not None:
         use_cache = False
     cache = ScoreCache(store) if use_cache else None
+    form = scorer.score_form()
+    key = {**scorer.params, "score_form": form} if form else scorer.params
     out: dict[str, np.ndarray] = {}
     todo = []
     for split_name in splits:
         split = store.split(split_name)
         store.check_committed(split_name)
-        hit = cache.get(name, scorer.params, split) if cache else None
+        hit = cache.get(name, key, split) if cache else None
         if hit is not None:
             out[split_name] = hit
         else:
@@ -108,7 +110,7 @@ def score_splits(store: StoreLike, name: str, params: Mapping[str, Any], splits:
             scores = scorer.score(split)
             score_s += time.perf_counter() - t0
             if cache:
-                cache.put(name, scorer.params, split, scores)
+                cache.put(name, key, split, scores)
             out[split.name] = scores
     return {s: out[s] for s in splits}, fit_s, score_s
 
