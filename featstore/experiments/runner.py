@@ -66,6 +66,7 @@ from ..training import trainer
 from ..training.presets import make_config
 from .aggregate import aggregate_runs
 from .config import RUN_SEED_STRIDE, Experiment, MethodRow, digest
+from .existing import existing_models
 from .render import markdown_report
 
 Log = Callable[[str], None]
@@ -295,6 +296,9 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    if exp.stores is not None or exp.model is not None:
+        runs = _existing_runs(exp, out, log, on_run)
+        return _finish(exp, out, exp.model, runs, start)
     labelled = load_data(exp.osr["data"], exp.osr.get("root")) if exp.osr else None
     arch = _arch(exp, labelled)
     runs: list[dict[str, Any]] = []
@@ -334,6 +338,31 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
             runs.append(record)
             if on_run is not None:
                 on_run(record)
+    return _finish(exp, out, arch, runs, start)
+
+
+def _existing_runs(exp: Experiment, out: Path, log: Log,
+                   on_run: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
+    """Every row over the existing stores / models (`existing.py`): no training."""
+    label = "stores" if exp.stores is not None else "spec"
+    runs = []
+    for i, (seed, model) in enumerate(existing_models(exp, out, log)):
+        run_dir = out / "runs" / label / f"{'store' if exp.stores is not None else 'model'}{i}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log(f"{label} seed {seed}: {model['store']}")
+        for row in exp.rows:
+            base = {"split": label, "seed": seed, "train_seed": None, "run": 0,
+                    "method": row.name, "train": "ce", "scorer": row.scorer}
+            record = _run_row(exp, row, base, {"ce": model}, run_dir, Store, log)
+            runs.append(record)
+            if on_run is not None:
+                on_run(record)
+    return runs
+
+
+def _finish(exp: Experiment, out: Path, arch: str | None, runs: list[dict[str, Any]],
+            start: float) -> dict[str, Any]:
+    """Write results.json (every run, the skipped ones, mean ± std) and results.md."""
     result = {
         "experiment": exp.to_json(), "arch": arch, "out": str(out),
         "runs": runs,
