@@ -94,12 +94,17 @@ def osr(
     no_tune: NoTuneOpt = False,
     param: MethodParamOpt = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda[:N]")] = "auto",
+    val_open: Annotated[str, typer.Option(
+        "--val-open", help="heldout: tune on open classes held out of the test (default); "
+                           "paper: on val images of the tested open classes (the paper's, "
+                           "optimistic).")] = "heldout",
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """Open-set recognition (remote-sensing OOD benchmark, Wang et al. 2024): random
     closed/open class divisions per ratio and seed; every requested method trained on the
-    closed classes with the division's seed, extracted, tuned on ood/osr/open_val (AUROC),
+    closed classes with the division's seed, extracted, tuned on ood/osr/open_val (AUROC; by
+    default open classes held out of the test, --val-open paper for the paper's choice),
     evaluated on ood/osr/open; mean ± std over divisions; skipped runs listed with reasons.
     A preset of `featstore run`; a rerun resumes.
 
@@ -117,7 +122,8 @@ def osr(
     show = progress_enabled()
     result = run_osr(data, out_, ratios=ratios, seeds=seeds, methods=methods, params=params,
                      train=train, arch=arch, root=root, image_size=image_size, aux=aux,
-                     tune=not no_tune, device=device, log=log if show else None,
+                     tune=not no_tune, device=device, val_open=val_open,
+                     log=log if show else None,
                      train_progress=(lambda label: train_progress(True, label))
                      if show else None)
     emit(result, lambda: print_experiment(result))

@@ -11,7 +11,9 @@
     [data]                                  # exactly one of spec / osr
     spec = "bench.toml"                     # a benchmark spec (relative: to this file)
     # osr = { data = "images/", ratios = ["7/3", "5/5"], root = "...", image_size = 224,
-    #         fractions = { train = 0.6, val = 0.15, test = 0.25 } }   # per-class shares
+    #         fractions = { train = 0.6, val = 0.15, test = 0.25 },   # per-class shares
+    #         val_open = "heldout" }   # tune on held-out open classes; "paper": on val images
+    #                                  #   of the tested open classes (protocols/osr.py)
     # aux = { builtin = "patches", images = ["camera"], count = 40 }   # OE / MCD outliers,
     #                                        added as ood/aux/<aux_name> with usage = "train"
 
@@ -62,7 +64,7 @@ from scorers.needs import Needs
 from scorers.sweep import check_select_by
 
 from ..errors import InputError, UsageError
-from ..protocols.osr import parse_ratio
+from ..protocols.osr import VAL_OPEN_MODES, parse_ratio
 from ..spec import load_spec
 from ..training.methods import get_method
 from ..training.presets import TRAIN_PRESETS, preset_values
@@ -72,7 +74,7 @@ TOP_KEYS = ("name", "arch", "seeds", "runs", "device", "data", "train", "tune", 
 #: run r of OSR division seed s trains with seed s + RUN_SEED_STRIDE * r
 RUN_SEED_STRIDE = 1000
 DATA_KEYS = ("spec", "osr", "stores", "aux", "aux_name")
-OSR_KEYS = ("data", "ratios", "root", "image_size", "fractions")
+OSR_KEYS = ("data", "ratios", "root", "image_size", "fractions", "val_open")
 TRAIN_KEYS = ("preset", "epochs", "batch_size", "lr", "momentum", "weight_decay", "nesterov",
               "schedule", "augment", "num_workers", "finetune", "finetune_epochs",
               "finetune_lr")
@@ -322,6 +324,9 @@ def _data_source(data_t: dict[str, Any], base: Path,
         if "data" not in osr:
             raise InputError(f"{where} [data] osr: missing 'data' (digits, an ImageFolder or "
                              "an image list)")
+        if osr.setdefault("val_open", "heldout") not in VAL_OPEN_MODES:
+            raise InputError(f"{where} [data] osr: val_open {osr['val_open']!r} (valid: "
+                             f"{', '.join(VAL_OPEN_MODES)})")
         ratios = osr.get("ratios", ["7/3", "6/4", "5/5"])
         osr["ratios"] = [list(parse_ratio(r)) for r in
                          (ratios if isinstance(ratios, list) else str(ratios).split(","))]

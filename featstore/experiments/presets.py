@@ -26,6 +26,7 @@ from typing import Any
 from scorers import REGISTRY, unknown_scorer
 
 from ..errors import UsageError
+from ..protocols.osr import VAL_OPEN_MODES
 from .config import Experiment, MethodRow
 
 MC_SAMPLES = 5
@@ -88,12 +89,17 @@ def osr_experiment(data: str, ratios: Sequence[tuple[int, int]], seeds: int,
                    image_size: int | None = None, fractions: dict[str, float] | None = None,
                    aux: dict[str, Any] | None = None, device: str = "auto",
                    tune_rule: str = "val", select_by: str = "auroc",
-                   name: str = "OSR (Wang et al. 2024 §2.6.1)") -> Experiment:
+                   name: str = "OSR (Wang et al. 2024 §2.6.1)",
+                   val_open: str = "heldout") -> Experiment:
     """The OSR protocol: per ratio and seed a class division (seed = the division's), every
-    row's training method trained with that seed, tuned on `ood/osr/open_val`."""
+    row's training method trained with that seed, tuned on `ood/osr/open_val` (held-out open
+    classes by default; `val_open="paper"`: the tested classes' val images)."""
     if seeds < 1:
         raise UsageError(f"--seeds {seeds}: must be >= 1")
-    osr: dict[str, Any] = {"data": data, "ratios": [list(r) for r in ratios]}
+    if val_open not in VAL_OPEN_MODES:
+        raise UsageError(f"--val-open {val_open!r}: expected one of {', '.join(VAL_OPEN_MODES)}")
+    osr: dict[str, Any] = {"data": data, "ratios": [list(r) for r in ratios],
+                           "val_open": val_open}
     if root is not None:
         osr["root"] = str(Path(root).resolve())
     if image_size:

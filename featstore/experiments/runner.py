@@ -59,7 +59,14 @@ from ..errors import FeatstoreError, UsageError
 from ..extra_keys import parse_odin_grid
 from ..extract import ExtractOptions, extract
 from ..fileio import atomic_write_json, sha256_file
-from ..protocols.osr import DIGITS_ARCH, DIGITS_TRANSFORM, class_splits, load_data, split_spec_text
+from ..protocols.osr import (
+    DIGITS_ARCH,
+    DIGITS_TRANSFORM,
+    class_splits,
+    load_data,
+    open_val_test,
+    split_spec_text,
+)
 from ..spec import load_spec
 from ..store import Store
 from ..training import trainer
@@ -117,9 +124,13 @@ def _spec_text(exp: Experiment, split: dict[str, Any], directory: Path,
             size = int(osr["image_size"])
             transform.update({"resize": size, "crop": size})
 
-        text = split_spec_text(labelled, division, directory, transform, osr.get("fractions"))
+        val_open = osr.get("val_open", "heldout")
+        text = split_spec_text(labelled, division, directory, transform, osr.get("fractions"),
+                               val_open)
+        val_cls, test_cls = open_val_test(division, val_open)
         info = {"closed": [labelled.classes[i] for i in division.closed],
-                "open": [labelled.classes[i] for i in division.open]}
+                "open": [labelled.classes[i] for i in test_cls],
+                "open_val": [labelled.classes[i] for i in val_cls]}
     if exp.aux is not None:
         text += (f"\n# auxiliary outliers for OE / MCD (usage train: never evaluated)\n"
                  f"[[split]]\nname = \"ood/{exp.aux_name}/outliers\"\nusage = \"train\"\n"
@@ -301,6 +312,10 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
         return _finish(exp, out, exp.model, runs, start)
     labelled = load_data(exp.osr["data"], exp.osr.get("root")) if exp.osr else None
     arch = _arch(exp, labelled)
+    if exp.osr is not None:  # every division's open_val / open classes, before any training
+        for c, o in exp.osr["ratios"]:
+            for division in class_splits(len(labelled.classes), (c, o), exp.seeds):
+                open_val_test(division, exp.osr.get("val_open", "heldout"))
     runs: list[dict[str, Any]] = []
     for split in _data_splits(exp):
         seed, train_seed = split["seed"], split["train_seed"]
@@ -314,6 +329,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
         log(f"{split['label']} seed {seed}" + (
             f" run {split['run']} (training seed {train_seed})" if exp.runs > 1 else "") + (
             f": closed {' '.join(info['closed'])} | open {' '.join(info['open'])}"
+            f" | open_val {' '.join(info['open_val'])}"
             if info else ""))
         models: dict[str, dict[str, Any]] = {}
         failed: dict[str, str] = {}
