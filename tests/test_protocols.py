@@ -368,6 +368,54 @@ def test_grid_from_row_degrees_in_split_extras(tmp_path, capsys):
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
+def test_degrees_file_rows_match_by_image_id(tmp_path, capsys):
+    """Degrees computed on a reference store whose OOD rows are in another order than the
+    scored store's: `shift-grid --degrees` matches them by image id, so the grid equals the
+    one from the degrees stored (aligned by hand) as the scored store's own extras; a store
+    image missing from the file, and a file without ids, are errors."""
+    rng = np.random.default_rng(4)
+    w, b = rng.normal(size=(3, 8)).astype(np.float32), np.zeros(3, dtype=np.float32)
+    ids = np.array([f"img{i:03d}.png" for i in range(60)])
+    ood = rng.normal(size=(60, 8)).astype(np.float32)
+    ref_feats = (rng.normal(size=(60, 8)) + 3.0 * (np.arange(60) >= 30)[:, None]).astype(
+        np.float32)
+    idt = {"features": rng.normal(size=(50, 8)).astype(np.float32) * 2,
+           "labels": rng.integers(0, 3, 50)}
+    perm = rng.permutation(60)
+    Store.from_arrays(tmp_path / "ref", head=(w, b), splits={
+        "id/train": {"features": rng.normal(size=(40, 8)).astype(np.float32),
+                     "labels": rng.integers(0, 3, 40)},
+        "id/test": idt, "ood/far/x": {"features": ref_feats[perm], "ids": ids[perm]}})
+    Store.from_arrays(tmp_path / "cls", head=(w, b), splits={
+        "id/test": idt, "ood/far/x": {"features": ood, "ids": ids}})
+    code, _, err = run(capsys, "protocol", "shift-degrees", str(tmp_path / "ref"), "--sem-dims",
+                       "0:4", "--cov-dims", "4:8", "--k", "1", "--out", str(tmp_path / "d.npz"))
+    assert code == 0, err
+    with np.load(tmp_path / "d.npz") as z:
+        deg_ref = z["ood__far__x"]
+        assert list(z["ood__far__x__ids"]) == list(ids[perm])
+    aligned = np.empty_like(deg_ref)
+    aligned[perm] = deg_ref                      # row perm[k] of the scored store = ref row k
+    Store.from_arrays(tmp_path / "own", head=(w, b), splits={
+        "id/test": idt, "ood/far/x": {"features": ood, "ids": ids, "extras": {
+            "sem_shift": aligned[:, 0], "cov_shift": aligned[:, 1]}}})
+    args = ["--method", "msp", "--levels", "2", "--min-count", "1", "--json"]
+    code, by_file, err = run(capsys, "protocol", "shift-grid", str(tmp_path / "cls"),
+                             "--degrees", str(tmp_path / "d.npz"), *args)
+    assert code == 0, err
+    code, by_hand, err = run(capsys, "protocol", "shift-grid", str(tmp_path / "own"), *args)
+    assert code == 0, err
+    assert json.loads(by_file)["results"] == json.loads(by_hand)["results"]
+    np.savez(tmp_path / "old.npz", ood__far__x=deg_ref)
+    code, _, err = run(capsys, "protocol", "shift-grid", str(tmp_path / "cls"), "--degrees",
+                       str(tmp_path / "old.npz"), *args)
+    assert code == 2 and "has no image ids" in err
+    np.savez(tmp_path / "part.npz", ood__far__x=deg_ref[:59], ood__far__x__ids=ids[perm][:59])
+    code, _, err = run(capsys, "protocol", "shift-grid", str(tmp_path / "cls"), "--degrees",
+                       str(tmp_path / "part.npz"), *args)
+    assert code == 2 and "1 of its 60 images have no degree" in err
+
+
 def test_shift_degrees_default_k_is_the_is_ood_release_10():
     """shift_degrees' default is the 10th nearest ID row (brute-force cosine distances)."""
     rng = np.random.default_rng(5)
