@@ -194,10 +194,14 @@ def tiers(
     images_root: ImagesRootOpt = None,
     base_spec: Annotated[Path | None, typer.Option(help="Spec the written specs extend.")] = None,
     out_: OptionalOutDirOpt = None,
+    skip_untiered: Annotated[bool, typer.Option(
+        "--skip-untiered", help="Leave out (and count) images of classes the tier file does "
+                                "not list, instead of stopping.")] = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """FACETS OODness tiers: T1 (tiers 0-1 ID, 2-3 OOD) and T2 (tiers 0-2 ID, 3 OOD).
+    Images of a class without a tier stop the command unless --skip-untiered.
 
     Example: featstore protocol tiers --tiers sun397_tiers.txt --images sun397/ --base-spec
     places.toml --out facets
@@ -206,12 +210,15 @@ def tiers(
     from featstore.protocols.wordnet_run import tier_assignment
 
     result = tier_assignment(tiers_file, images=images, images_root=images_root,
-                             base_spec=base_spec, out=out_)
+                             base_spec=base_spec, out=out_, skip_untiered=skip_untiered)
 
     def human() -> None:
         for tag, a in result["assignments"].items():
             n_id = sum(v == "id" for v in a.values())
             out.print(f"{tag}: {n_id} classes ID, {len(a) - n_id} OOD")
+        if result["untiered"]:
+            out.print(f"left out: {sum(result['untiered'].values())} images of "
+                      f"{len(result['untiered'])} classes without a tier", highlight=False)
 
     emit(result, human)
 
