@@ -73,9 +73,17 @@ def test_class_resolution(wn, tmp_path):
     assert m.how == {"n02084071": "wnid", "tench": "imagenet", "dog.n.01": "synset",
                      "kitchen": "mapping"}
     assert m.unmapped == ["crane", "zzzq"]  # crane is two ImageNet classes: ambiguous
-    auto = wnp.resolve_classes(["galaxy", "zzzq"], auto=True, wn=wn)
+    auto = wnp.resolve_classes(["galaxy", "zzzq", "crane"], auto=True, wn=wn)
     assert [s.name() for s in auto.synsets["galaxy"]] == ["galaxy.n.01"] and auto.unmapped == [
         "zzzq"]
+    # "crane" auto-maps to its first noun sense, crane.n.01 (Hart Crane, the poet): flagged
+    # with every sense, as wn.synsets lists them (the reference)
+    assert auto.synsets["crane"][0].name() == "crane.n.01"
+    assert auto.ambiguous == {c: [x.name() for x in wn.synsets(c, pos="n")]
+                              for c in ("galaxy", "crane")}  # galaxy.n.01, galax.n.01, ...
+    assert len(auto.ambiguous["crane"]) == 5 and auto.ambiguous["crane"][2] == "grus.n.01"
+    single = wnp.resolve_classes(["zebra"], auto=True, wn=wn)
+    assert single.how == {"zebra": "imagenet"} and single.ambiguous == {}
     with pytest.raises(UsageError, match="'nosuch.n.01' .* is not a WordNet synset"):
         wnp.resolve_classes(["x"], {"x": ["nosuch.n.01"]}, wn=wn)
 

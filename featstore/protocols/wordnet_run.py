@@ -33,7 +33,8 @@ def similarity_tsv(scores: Sequence[wnp.CandidateScore]) -> str:
 
 
 def _mapping_summary(mapping: wnp.ClassMapping) -> dict[str, Any]:
-    return {"mapped": len(mapping.synsets), "unmapped": mapping.unmapped, "how": mapping.how}
+    return {"mapped": len(mapping.synsets), "unmapped": mapping.unmapped, "how": mapping.how,
+            "ambiguous": mapping.ambiguous}
 
 
 def wordnet_assignment(id_classes: str, candidates: str, *, mapping: Path | None = None,
