@@ -9,20 +9,23 @@ STAMP   := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,slurm,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/featstore demo --out runs/demo
 
 test: $(STAMP)
-	@# system packages the tests use (WordNet 3.0 for protocols, Chromium for the report test);
+	@# system packages the tests use (WordNet 3.0 for protocols, Chromium for the report test,
+	@# Slurm + munge for the executor test, which starts its own localhost cluster as root);
 	@# CI runs as root; elsewhere install them yourself (the WordNet tests fail with the
-	@# install command; the Chromium test is skipped)
+	@# install command; the Chromium and Slurm tests are skipped)
 	@if [ "$$(id -u)" = 0 ]; then \
 	  missing=""; \
 	  test -d /usr/share/wordnet || missing="$$missing wordnet-base wordnet-sense-index"; \
 	  command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  command -v slurmctld >/dev/null || missing="$$missing slurm-wlm"; \
+	  command -v munged >/dev/null || missing="$$missing munge"; \
 	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -qq $$missing; fi; \
 	fi

@@ -21,6 +21,7 @@ from featstore.errors import FeatstoreError
 from . import (
     commands_compare,
     commands_gscore,
+    commands_predict,
     commands_protocol,
     commands_report,
     commands_run,
@@ -56,8 +57,19 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from featstore.version import __version__
+
+        print(f"featstore {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", help="Print featstore's version and exit.", is_eager=True,
+        callback=_print_version)] = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
     debug: Annotated[bool, typer.Option(
@@ -78,6 +90,7 @@ commands_protocol.register(app)
 commands_report.register(app)
 commands_run.register(app)
 commands_compare.register(app)
+commands_predict.register(app)
 
 
 def _error(message: str) -> None:

@@ -23,6 +23,7 @@ from .common import (
     open_store,
     require_rows,
 )
+from .completion import scorer_names
 from .console import JsonOpt, QuietOpt, emit, out, setup, status
 
 
@@ -75,7 +76,8 @@ def print_rank(result: dict) -> None:
 
 def compare(
     store: Annotated[Path, typer.Argument(help="Store directory.")],
-    method: Annotated[list[str], typer.Option(help="Scorer; give two or more.")],
+    method: Annotated[list[str], typer.Option(help="Scorer; give two or more.",
+                                              autocompletion=scorer_names)],
     param: Annotated[list[str] | None, typer.Option(
         help="method.k=v parameter, e.g. knn.K=10; repeatable.")] = None,
     metric: Annotated[list[str] | None, typer.Option(
@@ -86,7 +88,8 @@ def compare(
     boot_seed: BootSeedOpt = 0,
     ci: CiOpt = 0.95,
     out_: Annotated[Path | None, typer.Option("--out", help="Write the JSON.")] = None,
-    no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache",
+                                           help="Do not read/write scores.h5.")] = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:

@@ -292,8 +292,8 @@ TauFromOpt = Annotated[str, typer.Option(
     help="Detector whose meta-train sets tune a searched tau, reused for every detector (the "
          "paper: msp) | each (this detector's own).")]
 HeterogeneousOpt = Annotated[bool, typer.Option(
-    help="Meta-sets with a random size and IND:OOD ratio each (supplementary C) instead of "
-         "--ratio/--size.")]
+    "--heterogeneous", help="Meta-sets with a random size and IND:OOD ratio each "
+                            "(supplementary C) instead of --ratio/--size.")]
 SplitsOpt = Annotated[list[str] | None, typer.Option(
     "--splits", help="Use only these OOD splits (shell patterns, comma-separated or repeated, "
                      "e.g. 'ood/photo/*').")]
@@ -303,9 +303,9 @@ ExcludeOpt = Annotated[list[str] | None, typer.Option(
 KernelOpt = Annotated[str, typer.Option(help="UDE similarity: gauss (2 sigma^2) | paper (2 "
                                              "sigma, as printed)")]
 AllowOtherOpt = Annotated[bool, typer.Option(
-    help="Use stores made by different models (pooled fit stores, or a cross-backbone "
-         "prediction).")]
-NoCacheOpt = Annotated[bool, typer.Option(help="Do not read/write scores.h5.")]
+    "--allow-other-model", help="Use stores made by different models (pooled fit stores, or "
+                                "a cross-backbone prediction).")]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read/write scores.h5.")]
 MethodsOpt = Annotated[list[str] | None, typer.Option(
     "--methods", "--method", help="Detectors (comma-separated or repeated); default msp.")]
 ModelsOpt = Annotated[list[str] | None, typer.Option(
@@ -326,7 +326,7 @@ IdPoolsOpt = Annotated[str, typer.Option(
 IdTrainFractionOpt = Annotated[float, typer.Option(
     help="With disjoint pools: the share of id/test rows for meta-train sets.")]
 RobustHeterogeneousOpt = Annotated[bool, typer.Option(
-    help="Add a heterogeneous-sets row to the robustness table.")]
+    "--robust-heterogeneous", help="Add a heterogeneous-sets row to the robustness table.")]
 MethodParamOpt = Annotated[list[str] | None, typer.Option(
     help="method.k=v scorer parameter, e.g. odin.temperature=1000.")]
 
@@ -387,7 +387,7 @@ def predict(
     split: Annotated[list[str], typer.Option(help="Split(s) forming the unlabelled set; "
                                                   "repeatable (rows concatenated).")],
     allow_other_model: AllowOtherOpt = False,
-    truth: Annotated[bool, typer.Option(help="Also print the true metric when the set "
+    truth: Annotated[bool, typer.Option("--truth", help="Also print the true metric when the set "
                                              "holds id/ and ood/ splits.")] = False,
     no_cache: NoCacheOpt = False,
     json_: JsonOpt = False,
@@ -440,8 +440,8 @@ def evaluate(
     splits: SplitsOpt = None,
     exclude: ExcludeOpt = None,
     param: MethodParamOpt = None,
-    no_baselines: Annotated[bool, typer.Option(help="Skip the confidence and auto-evaluation "
-                                                    "baselines.")] = False,
+    no_baselines: Annotated[bool, typer.Option(
+        "--no-baselines", help="Skip the confidence and auto-evaluation baselines.")] = False,
     kernel: KernelOpt = "gauss",
     no_cache: NoCacheOpt = False,
     out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,

@@ -17,6 +17,14 @@ from featstore.errors import InputError, UsageError
 from .commands_train import train_progress
 from .common import check_methods, method_params, require_rows
 from .console import JsonOpt, QuietOpt, emit, err, log, out, progress_enabled, setup, status
+from .executor_opts import (
+    ExecutorConfigOpt,
+    ExecutorOpt,
+    WorkersOpt,
+    WorkOpt,
+    make_cli_executor,
+    work_dir,
+)
 
 protocol_app = typer.Typer(help="Evaluation protocols from the literature: OSR splits, WordNet "
                                 "class assignment, shift-level grids, image-list conversion.",
@@ -25,7 +33,7 @@ protocol_app = typer.Typer(help="Evaluation protocols from the literature: OSR s
 OutDirOpt = Annotated[Path, typer.Option("--out", help="Output directory.")]
 OptionalOutDirOpt = Annotated[Path | None, typer.Option("--out", help="Output directory.")]
 MethodParamOpt = Annotated[list[str] | None, typer.Option(help="method.k=v scorer parameter.")]
-NoCacheOpt = Annotated[bool, typer.Option(help="Do not read/write scores.h5.")]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read/write scores.h5.")]
 ImagesRootOpt = Annotated[Path | None, typer.Option(help="Root of an --images list.")]
 OsrDataOpt = Annotated[str, typer.Option(
     help="'digits' (the demo digits, 10 classes), an ImageFolder directory or an image list.")]
@@ -98,6 +106,9 @@ def osr(
         "--val-open", help="heldout: tune on open classes held out of the test (default); "
                            "paper: on val images of the tested open classes (the paper's, "
                            "optimistic).")] = "heldout",
+    executor: ExecutorOpt = None,
+    executor_config: ExecutorConfigOpt = None,
+    workers: WorkersOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -106,7 +117,8 @@ def osr(
     closed classes with the division's seed, extracted, tuned on ood/osr/open_val (AUROC; by
     default open classes held out of the test, --val-open paper for the paper's choice),
     evaluated on ood/osr/open; mean ± std over divisions; skipped runs listed with reasons.
-    A preset of `featstore run`; a rerun resumes.
+    A preset of `featstore run`; a rerun resumes; its units (division x seed x training
+    method) run where --executor says, sharing --out (README "Run on a cluster").
 
     Example: featstore protocol osr --data digits --ratios 7/3,6/4,5/5 --seeds 5 --out runs/osr
     """
@@ -120,10 +132,11 @@ def osr(
     params = method_params(param)
     train = osr_train_settings(data == "digits", preset, epochs, lr, batch_size, augment)
     show = progress_enabled()
+    runner = make_cli_executor(executor, executor_config, workers, "protocol osr")
     result = run_osr(data, out_, ratios=ratios, seeds=seeds, methods=methods, params=params,
                      train=train, arch=arch, root=root, image_size=image_size, aux=aux,
                      tune=not no_tune, device=device, val_open=val_open,
-                     log=log if show else None,
+                     log=log if show else None, executor=runner,
                      train_progress=(lambda label: train_progress(True, label))
                      if show else None)
     emit(result, lambda: print_experiment(result))
@@ -136,7 +149,7 @@ def wordnet(
     candidates: Annotated[str, typer.Option(help="Candidate classes (file or ImageFolder).")],
     mapping: Annotated[Path | None, typer.Option(help="'class synset [synset ...]' lines for "
                                                       "names WordNet cannot resolve.")] = None,
-    auto_map: Annotated[bool, typer.Option(help="Map other names to their first noun "
+    auto_map: Annotated[bool, typer.Option("--auto-map", help="Map other names to their first noun "
                                                 "sense.")] = False,
     threshold: ThresholdOpt = None,
     rule: RuleOpt = "distance",
@@ -245,6 +258,10 @@ def shift_grid_cmd(
                                                       "shift-degrees).")] = None,
     param: MethodParamOpt = None,
     no_cache: NoCacheOpt = False,
+    executor: ExecutorOpt = None,
+    executor_config: ExecutorConfigOpt = None,
+    workers: WorkersOpt = None,
+    work: WorkOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -263,6 +280,19 @@ def shift_grid_cmd(
     params = method_params(param)
     edges = parse_level_edges(levels_edges) if levels_edges is not None else None
     deg = load_degrees(degrees) if degrees is not None else None
+    runner = make_cli_executor(executor, executor_config, workers, "protocol shift-grid")
+    if runner is not None:
+        from featstore.experiments.workflows import shift_grid_units
+
+        with Store.open(store) as st:
+            require_rows(st)
+        with work_dir(runner, work, "protocol shift-grid") as wd:
+            result = shift_grid_units(runner, wd, store, method, metric, params=params,
+                                      levels=levels, binning=binning, min_count=min_count,
+                                      degrees=degrees, use_cache=not no_cache,
+                                      levels_edges=edges, log=log)
+        emit(result, lambda: _print_shift_grid(result, min_count))
+        return
     with Store.open(store) as st, status() as begin:
         require_rows(st)
         result = shift_grids(st, method, metric, params=params, levels=levels, binning=binning,
@@ -385,6 +415,10 @@ def facets_table_cmd(
     param: MethodParamOpt = None,
     out_: Annotated[Path | None, typer.Option("--out", help="Markdown file to write.")] = None,
     no_cache: NoCacheOpt = False,
+    executor: ExecutorOpt = None,
+    executor_config: ExecutorConfigOpt = None,
+    workers: WorkersOpt = None,
+    work: WorkOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -392,7 +426,8 @@ def facets_table_cmd(
     FPR@95%TPR / Detection Error / AUROC, and each dataset's misclassification detection on
     id/test; best values marked; methods a store cannot score listed with the reason. As the
     paper: Detection Error = 0.5 (1 - 0.95) + 0.5 FPR@95%TPR (`detection_error_tpr95`), the
-    columns named as its methods (TS = softmax at T = 1000 without perturbation).
+    columns named as its methods (TS = softmax at T = 1000 without perturbation). With
+    --executor / --workers, one unit per store.
 
     Example: featstore protocol facets-table T40=runs/t40 T45=runs/t45 --method msp
     --method ip_ts_mlv --out facets.md
@@ -403,6 +438,13 @@ def facets_table_cmd(
 
     methods = check_methods(method or FACETS_METHODS)
     params = method_params(param)
+    runner = make_cli_executor(executor, executor_config, workers, "protocol facets-table")
+    if runner is not None:
+        table = _facets_units(runner, stores, methods, params, no_cache, work)
+        if out_ is not None:
+            table["report"] = str(write_markdown_table(out_, table))
+        emit(table, lambda: _print_facets(table, methods, out_))
+        return
     with ExitStack() as stack:
         opened = []
         for item in stores:
@@ -417,6 +459,23 @@ def facets_table_cmd(
     if out_ is not None:
         table["report"] = str(write_markdown_table(out_, table))
     emit(table, lambda: _print_facets(table, methods, out_))
+
+
+def _facets_units(runner, stores: list[str], methods: list[str], params: dict,
+                  no_cache: bool, work: Path | None) -> dict:
+    """facets-table on an executor: the stores checked here, one unit per store."""
+    from featstore import Store
+    from featstore.experiments.workflows import facets_units
+
+    labelled = []
+    for item in stores:
+        label, sep, path = item.partition("=")
+        label, path = (label, path) if sep else (Path(item).name, item)
+        with Store.open(path) as st:
+            require_rows(st)
+        labelled.append((label, path))
+    with work_dir(runner, work, "protocol facets-table") as wd:
+        return facets_units(runner, wd, labelled, methods, params, not no_cache, log)
 
 
 def _print_facets(table: dict, methods: list[str], out_: Path | None) -> None:

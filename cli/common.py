@@ -51,16 +51,16 @@ def check_params(method: str, params: dict[str, Any], what: str = "--param") -> 
 
 def method_params(items: list[str] | None, what: str = "--param") -> dict[str, dict[str, Any]]:
     """`method.k=v` items -> {method: {k: v}}, each method known and each setting valid."""
-    from scorers import REGISTRY, unknown_scorer
+    from scorers import REGISTRY, check_scorers, unknown_scorer
 
     params: dict[str, dict[str, Any]] = {}
     for key, value in parse_params(items, what).items():
-        name, dot, p = key.partition(".")
+        name, dot, p = key.rpartition(".")  # `mymodule:MyScorer.k=v` too
         if not dot or not p or name not in REGISTRY:
             why = unknown_scorer(name) if dot and p else "see `featstore scorers`"
             raise UsageError(f"{what} {key!r}: expected <method>.<param>=<value> with a "
                              f"registered method ({why})")
-        params.setdefault(name, {})[p] = value
+        params.setdefault(check_scorers([name])[0], {})[p] = value
     for name, p in params.items():
         check_params(name, p, what)
     return params

@@ -47,7 +47,7 @@ from .fileio import (
     sha256_arrays,
     sha256_file,
 )
-from .layout import FEATURE_DTYPES, STRING_DTYPE, extra_names, write_split_file
+from .layout import STRING_DTYPE, extra_names, write_split_file
 from .lock import LOCK_FILE, StoreLock
 from .manifest import (
     FORMAT_VERSION,
@@ -65,7 +65,8 @@ from .manifest import (
 )
 from .names import parse_split_name
 from .reader import DEFAULT_CHUNK_ROWS, Split
-from .values import check_float16_range, nonfinite_record
+from .splitarrays import prepare_head, prepare_split
+from .values import nonfinite_record
 from .verify import (
     _verified,
     check_committed,
@@ -138,12 +139,7 @@ class Store:
         An existing store is refused unless `overwrite`, which deletes it first.
         """
         path = Path(path)
-        weight = np.ascontiguousarray(np.asarray(head[0], dtype=np.float32))
-        bias = np.ascontiguousarray(np.asarray(head[1], dtype=np.float32))
-        if weight.ndim != 2 or bias.shape != (weight.shape[0],):
-            raise UsageError(
-                f"head: expected weight (C, D) and bias (C,), got {weight.shape} and {bias.shape}"
-            )
+        weight, bias = prepare_head(head)
         num_classes = weight.shape[0]
         classes = [str(c) for c in classes] if classes is not None else [
             str(i) for i in range(num_classes)
@@ -454,63 +450,18 @@ class Store:
     ) -> Split:
         """Write a whole split from in-memory arrays, validating shapes against the head."""
         self._require_writable()
-        parsed = parse_split_name(name)
-        usage = usage or default_usage(name)
-        if usage not in USAGES:
-            raise UsageError(f"split {name!r}: usage {usage!r} is not one of {USAGES}")
-        if dtype not in FEATURE_DTYPES:
-            raise UsageError(f"dtype {dtype!r} is not one of {FEATURE_DTYPES}")
-        weight, bias = self.head
-        feats = np.asarray(features)
-        if feats.ndim != 2:
-            raise UsageError(f"split {name!r}: features must be (N, D), got shape {feats.shape}")
-        if feats.shape[1] != weight.shape[1]:
-            raise UsageError(
-                f"split {name!r}: features have D={feats.shape[1]} but the head expects "
-                f"D={weight.shape[1]} (head weight {tuple(weight.shape)})"
-            )
-        if not np.issubdtype(feats.dtype, np.floating):
-            raise UsageError(f"split {name!r}: features must be floating, got {feats.dtype}")
-        if dtype == "float16":
-            check_float16_range(name, "features", feats)
-        n = feats.shape[0]
-        if logits is None:
-            logits = feats.astype(np.float32) @ weight.T + bias
-        logits = np.asarray(logits, dtype=np.float32)
-        if logits.shape != (n, weight.shape[0]):
-            raise UsageError(
-                f"split {name!r}: logits must be (N={n}, C={weight.shape[0]}), got {logits.shape}"
-            )
-        if labels is None:
-            labels = np.full(n, -1, dtype=np.int64)
-        labels = np.asarray(labels)
-        if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
-            raise UsageError(
-                f"split {name!r}: labels must be (N={n},) integers, got {labels.shape} "
-                f"{labels.dtype}"
-            )
-        labels = labels.astype(np.int64)
-        if parsed.role != "ood" and ((labels < -1) | (labels >= weight.shape[0])).any():
-            raise UsageError(
-                f"split {name!r}: labels must lie in [-1, {weight.shape[0] - 1}]"
-            )
-        ids = np.arange(n).astype(str) if ids is None else np.asarray(ids).astype(str)
-        if ids.shape != (n,):
-            raise UsageError(f"split {name!r}: ids must be (N={n},), got {ids.shape}")
-        extras_np = {k: np.asarray(v) for k, v in (extras or {}).items()}
-        for key, arr in extras_np.items():
-            if arr.ndim == 0 or n not in arr.shape[:2]:
-                raise UsageError(f"split {name!r}: extra {key!r} shape {arr.shape} has no row axis"
-                                 f" of length N={n}")
-        row_axes = {k: (0 if a.shape[0] == n else 1) for k, a in extras_np.items()}
+        arrays = prepare_split(name, self.head, features=features, logits=logits, labels=labels,
+                               ids=ids, extras=extras, usage=usage, dtype=dtype)
+        feats, logits, labels, ids = arrays.features, arrays.logits, arrays.labels, arrays.ids
+        extras_np, row_axes, usage = arrays.extras, arrays.row_axes, arrays.usage
         with self.writing():
-            need = feats.size * np.dtype(dtype).itemsize + logits.nbytes + labels.nbytes + \
+            need = feats.nbytes + logits.nbytes + labels.nbytes + \
                 sum(len(i) + 16 for i in ids) + sum(a.nbytes for a in extras_np.values())
             check_space(self.path / SPLITS_DIR, int(need), f"split {name!r}")
             self.mark_incomplete(name, source, usage)
             tmp = exclusive_tmp(self.split_file(name))
             try:
-                write_split_file(tmp, features=feats.astype(dtype), logits=logits,
+                write_split_file(tmp, features=feats, logits=logits,
                                  labels=labels, ids=ids, extras=extras_np,
                                  extra_row_axes=row_axes)
                 return self.commit_split(name, tmp, usage=usage, source=source)

@@ -20,11 +20,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from featstore.arraystore import ArrayStore
 from featstore.errors import FeatstoreError, UsageError
 from featstore.interfaces import SplitLike, StoreLike
 from featstore.values import require_finite
 
 from .needs import Needs, parse_need
+from .paper import Paper
 from .rowmap import map_rows, read_chunk_rows
 
 DEFAULT_CHUNK_ROWS = 8192
@@ -77,7 +79,7 @@ class Scorer:
     needs: ClassVar[tuple[str, ...]] = ()
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper: ClassVar[str] = ""
+    paper: ClassVar[Paper | str] = ""  # scorers.paper.Paper (every built-in) or free text
 
     def score_form(self) -> str:
         """"" for a score used as it is; "log_prob" where the score is the log of a
@@ -94,6 +96,9 @@ class Scorer:
                 f"scorer {self.name!r}: unknown parameter {unknown[0]!r} (valid: {valid})"
             )
         self.params: dict[str, Any] = {**self.defaults, **params}
+        # the parameters the caller gave (an instance handed to evaluate/sweep runs with them;
+        # the other defaults may be clamped to the store by scorers.adapt)
+        self.given: dict[str, Any] = dict(params)
         self.check_params(self.params)
         self.store: StoreLike | None = None
         self.fitted = False
@@ -216,6 +221,27 @@ class Scorer:
         return [(dict(s), np.asarray(v, dtype=np.float64))
                 for s, v in zip(settings, scores, strict=True)]
 
+    # ------------------------------------------------------------------ plain arrays
+    def fit_arrays(self, train: Mapping[str, Any] | None = None,
+                   val: Mapping[str, Any] | None = None, *,
+                   head: tuple[Any, Any] | None = None, grid: Grid | None = None) -> Scorer:
+        """`fit` on arrays (NumPy or torch): `train` / `val` are {"features", "logits",
+        "labels", "extras"} dicts for the `id/train` / `id/val` splits a scorer fits on
+        (`featstore.ArrayStore`, same numbers as a store of the same arrays); returns self."""
+        splits = {k: v for k, v in (("id/train", train), ("id/val", val)) if v is not None}
+        return self.fit(ArrayStore(head, splits=splits), grid)
+
+    def score_arrays(self, features: Any, logits: Any | None = None,
+                     extras: Mapping[str, Any] | None = None) -> np.ndarray:
+        """(N,) float64 scores of rows given as arrays (logits computed from the fitted
+        store's head when absent), higher = more in-distribution."""
+        store = self.fitted_store
+        head = store.head if logits is None else _head_or_none(store)
+        rows = ArrayStore(head, splits={"id/arrays": {"features": features, "logits": logits,
+                                                      "extras": extras or {}}},
+                          model_sha256=store.model_sha256)
+        return self.score(rows.split("id/arrays"))
+
     # ------------------------------------------------------------------ helpers
     @property
     def fitted_store(self) -> StoreLike:
@@ -240,6 +266,14 @@ class Scorer:
 
     def fit_split(self, store: StoreLike, name: str) -> SplitLike:
         return store.split(name)
+
+
+def _head_or_none(store: StoreLike) -> tuple[np.ndarray, np.ndarray] | None:
+    """The store's head, or None for a store without one (an ArrayStore with head=None)."""
+    try:
+        return store.head
+    except FeatstoreError:
+        return None
 
 
 # how far stored logits may be from x @ W.T + b (float64), relative to the largest logit

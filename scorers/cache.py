@@ -55,6 +55,8 @@ def params_hash(params: Mapping[str, Any]) -> str:
 def cache_off_reason(store: StoreLike) -> str | None:
     """Why scores of `store` cannot be cached (a read-only store directory or scores.h5), or
     None when they can."""
+    if store.manifest.get("in_memory"):
+        return "an in-memory store (featstore.ArrayStore) has no score cache"
     path = Path(store.path)
     scores = path / SCORES_FILE
     if not os.access(path, os.W_OK | os.X_OK) or (

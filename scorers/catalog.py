@@ -46,10 +46,22 @@ def format_grid(grid: Mapping[str, Sequence[Any]]) -> str:
                      for k, values in grid.items()) or "–"
 
 
-def catalog_rows(infos: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
+def format_paper(info: Mapping[str, Any], markdown: bool = False) -> str:
+    """The citation, then the paper's and the official code's links where known (`paper_meta`):
+    Markdown links in the README, plain URLs on the terminal."""
+    meta = info.get("paper_meta") or {}
+    links = [(label, meta.get(key)) for label, key in (("paper", "url"), ("code", "code"))
+             if meta.get(key)]
+    if markdown:
+        return " · ".join([info["paper"], *(f"[{label}]({url})" for label, url in links)])
+    return "\n".join([info["paper"], *(f"{label}: {url}" for label, url in links)])
+
+
+def catalog_rows(infos: Sequence[Mapping[str, Any]],
+                 markdown: bool = False) -> list[tuple[str, ...]]:
     """One row of text per scorer, in COLUMNS order, from `list_scorers()` entries."""
     return [(info["name"], ", ".join(info["needs"]), format_params(info["defaults"]),
-             format_grid(info["grid"]), info["paper"]) for info in infos]
+             format_grid(info["grid"]), format_paper(info, markdown)) for info in infos]
 
 
 def _cell(text: str) -> str:
@@ -59,7 +71,7 @@ def _cell(text: str) -> str:
 def markdown_table(infos: Sequence[Mapping[str, Any]]) -> str:
     """The Markdown table of `infos` (scorer names in backticks), ending with a newline."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for name, *rest in catalog_rows(infos):
+    for name, *rest in catalog_rows(infos, markdown=True):
         lines.append("| " + " | ".join([f"`{name}`", *(_cell(c) for c in rest)]) + " |")
     return "\n".join(lines) + "\n"
 
@@ -105,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="only compare; exit 1 when the block differs from the registry")
     args = parser.parse_args(argv)
-    diff = update_file(args.path, list_scorers(), check=args.check)
+    diff = update_file(args.path, list_scorers(builtin_only=True), check=args.check)
     if diff is None:
         print(f"{args.path}: the scorers table matches the registry")
         return 0

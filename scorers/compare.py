@@ -29,6 +29,7 @@ from featstore.interfaces import StoreLike
 
 from .evaluate import evaluate
 from .metrics import METRIC_DIRECTIONS, OOD_METRIC_NAMES
+from .registry import resolve_methods
 from .stats.bootstrap import BootstrapSpec, Distributions
 from .stats.delong import delong_test
 from .stats.intervals import percentile_interval
@@ -100,18 +101,19 @@ def p_matrix(methods: Sequence[str], rows: Sequence[Mapping[str, Any]],
     return mat
 
 
-def compare(store: StoreLike, methods: Sequence[str],
+def compare(store: StoreLike, methods: Sequence[Any],
             params: Mapping[str, Mapping[str, Any]] | None = None,
             spec: BootstrapSpec | None = None, use_cache: bool = True,
             metrics: Sequence[str] = TESTED_METRICS) -> dict[str, Any]:
-    """Evaluate ``methods`` (at least two) and test every pair; see the module docstring.
+    """Evaluate ``methods`` (at least two; names, ``module:Class``, Scorer classes or
+    instances, as ``evaluate`` takes them) and test every pair; see the module docstring.
 
     Returns {"store", "id_split", "methods", "ci" (the bootstrap echo), "evaluation" (the
     evaluate result with intervals), "splits": {split: {"delong_auroc": [pair], "bootstrap":
     {metric: [pair]}}}, "groups": {group: {"bootstrap": {metric: [pair]}}}, "skipped"}; a pair
     row is {"a", "b", values, "diff", "diff_ci", "p", "p_holm"} (DeLong: "auroc_a",
     "auroc_b", "z", "p", "p_holm")."""
-    methods = list(dict.fromkeys(methods))
+    methods, params = resolve_methods(methods, params)
     if len(methods) < 2:
         raise UsageError(f"compare needs at least two different methods, got {len(methods)}")
     for m in metrics:

@@ -18,11 +18,11 @@ from featstore.interfaces import StoreLike
 from featstore.values import require_finite
 
 from .adapt import fit_defaults
-from .base import fit_split_names, value_fields
+from .base import Scorer, fit_split_names, value_fields
 from .cache import ScoreCache, cache_off_reason
 from .metrics import OOD_METRIC_NAMES, id_accuracy, misclassification_auroc, ood_metrics
 from .misclassification import misclassification_or_none
-from .registry import REGISTRY, check_scorers, get_scorer
+from .registry import REGISTRY, code_digest, get_scorer, resolve, resolve_methods
 from .selective import selective_metrics
 from .skipping import check_supported, require_any, run_each, unsupported_reason
 from .stats.bootstrap import BootstrapSpec
@@ -78,22 +78,29 @@ def score_splits(store: StoreLike, name: str, params: Mapping[str, Any], splits:
     Before any cache lookup: NaN / inf in the fields the scorer reads, in its fit splits or
     the scored ones, are an error (featstore.values.NonFiniteError) unless `allow_nonfinite`;
     each scored split's file must be the one committed (`Store.check_committed`). A read-only
-    store is scored with the cache off (`cache.cache_off_reason`)."""
+    store is scored with the cache off (`cache.cache_off_reason`). A scorer that is not a
+    built-in is cached under `name~<sha256 of its module's source>` (`registry.code_digest`),
+    so editing it never reads stale scores; without readable source it is not cached."""
+    name = resolve(name)
     scorer = get_scorer(name, **params)
     scorer.allow_nonfinite = allow_nonfinite
     if not allow_nonfinite:
         require_finite_inputs(store, name, splits)
     if use_cache and cache_off_reason(store) is not None:
         use_cache = False
+    digest = code_digest(name)
+    if digest is None:  # a scorer whose source cannot be read: its scores are never cached
+        use_cache = False
+    key = f"{name}~{digest}" if digest else name
     cache = ScoreCache(store) if use_cache else None
-    form = scorer.score_form()
-    key = {**scorer.params, "score_form": form} if form else scorer.params
+    form = scorer.score_form()  # the score's form is part of the key, as its code is
+    cparams = {**scorer.params, "score_form": form} if form else scorer.params
     out: dict[str, np.ndarray] = {}
     todo = []
     for split_name in splits:
         split = store.split(split_name)
         store.check_committed(split_name)
-        hit = cache.get(name, key, split) if cache else None
+        hit = cache.get(key, cparams, split) if cache else None
         if hit is not None:
             out[split_name] = hit
         else:
@@ -110,7 +117,7 @@ def score_splits(store: StoreLike, name: str, params: Mapping[str, Any], splits:
             scores = scorer.score(split)
             score_s += time.perf_counter() - t0
             if cache:
-                cache.put(name, key, split, scores)
+                cache.put(key, cparams, split, scores)
             out[split.name] = scores
     return {s: out[s] for s in splits}, fit_s, score_s
 
@@ -125,6 +132,7 @@ def score_with_defaults(store: StoreLike, name: str, given: Mapping[str, Any],
     untouched, data-invalid defaults clamped): (scores, fit s, score s, params used,
     adjustments). What `featstore score` runs, so that it follows eval's rule. Non-finite
     inputs are checked first (`require_finite_inputs`) unless `allow_nonfinite`."""
+    name = resolve(name)
     if not allow_nonfinite:
         require_finite_inputs(store, name, splits)
     used, adjusted = fit_defaults(get_scorer(name, **given), given, store)
@@ -147,12 +155,14 @@ def id_side_metrics(id_scores: np.ndarray, logits: np.ndarray, labels: np.ndarra
     return {"misclassification_auroc": mis, **sel}
 
 
-def evaluate(store: StoreLike, methods: Sequence[str] | None = None,
+def evaluate(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | None = None,
              params: Mapping[str, Mapping[str, Any]] | None = None,
              use_cache: bool = True, progress: Any = None, strict: bool = False,
              allow_nonfinite: bool = False, ci: BootstrapSpec | None = None,
              keep_scores: dict[str, dict[str, np.ndarray]] | None = None) -> dict[str, Any]:
-    """Metrics of every method on every OOD test split of the store.
+    """Metrics of every method on every OOD test split of the store. A method is a
+    registered name, `module:Class`, a `Scorer` subclass or an instance (run with its given
+    parameters; `scorers.registry.resolve_methods`); results are keyed by scorer name.
 
     With ``ci``, every metric also carries its stratified-bootstrap interval
     (``scorers.uncertainty.add_intervals``: ``"<metric>_ci": [lo, hi]`` beside each value,
@@ -176,9 +186,7 @@ def evaluate(store: StoreLike, methods: Sequence[str] | None = None,
     if not store.has_split(ID_SPLIT):
         raise FeatstoreError(f"store {str(store.path)!r} has no complete {ID_SPLIT!r} split; "
                              "evaluation compares every OOD split against it")
-    methods = list(methods) if methods else list(REGISTRY)
-    check_scorers(methods)
-    params = params or {}
+    methods, params = resolve_methods(methods or list(REGISTRY), params)
     ood = store.splits(role="ood", usage="test")
     if not ood:
         raise FeatstoreError(f"store {str(store.path)!r} has no OOD test split to evaluate")

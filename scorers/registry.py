@@ -1,8 +1,19 @@
-"""The one scorer registry: every `Scorer` subclass with a `name` in `scorers/methods/`.
+"""The one scorer registry: the built-in scorers of `scorers/methods/`, the scorers installed
+packages declare under the entry-point group `featstore.scorers`, and any `Scorer` subclass a
+caller names (an instance, a class, or the text `module:Class`).
 
-Discovery imports each module of the `scorers.methods` package (one module per method, no
-other module lives there, so no exclusion list is needed) and registers each `Scorer`
-subclass defined in it that has a non-empty `name`; a name registered twice is an error.
+Built-ins: discovery imports each module of the `scorers.methods` package (one module per
+method, no other module lives there, so no exclusion list is needed) and registers each
+`Scorer` subclass defined in it that has a non-empty `name`; a name registered twice is an
+error. Entry points (`[project.entry-points."featstore.scorers"]`, `name = "pkg.mod:Class"`)
+are loaded when this module is imported. Everything else is added by `register` when first
+named (`resolve`): `evaluate(store, [MyScorer(), "vim"])`, `--method mymodule:MyScorer`.
+
+Names: a scorer's `name` is its key everywhere (results, the score cache, `--param
+name.k=v`); it must match `NAME_PATTERN`. A name that is already a built-in or an entry
+point's is an error (UsageError); registering a class of the same `module.qualname` again (a
+re-run notebook cell, a reloaded module) replaces the earlier one.
+
 The scorer modules never import this module, so the registry is never read while it is
 being built (the layer test, tests/test_layers.py, fails on such a cycle).
 """
@@ -10,15 +21,24 @@ being built (the layer test, tests/test_layers.py, fails on such a cycle).
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
+import inspect
 import pkgutil
-from collections.abc import Iterable
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from importlib.metadata import entry_points
 from typing import Any
 
 from featstore.errors import FeatstoreError, UsageError
 
 from . import methods
 from .base import Scorer
+from .paper import paper_json
+
+ENTRY_POINT_GROUP = "featstore.scorers"
+NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
 
 def discover() -> dict[str, type[Scorer]]:
@@ -38,40 +58,223 @@ def discover() -> dict[str, type[Scorer]]:
     return dict(sorted(registry.items()))
 
 
-REGISTRY: dict[str, type[Scorer]] = discover()
+class _Registry(dict):
+    """name -> class; a `module:Class` key is resolved (imported and registered) on lookup,
+    so code that indexes the registry with what a user wrote accepts both spellings."""
+
+    def __missing__(self, key: Any) -> type[Scorer]:
+        if isinstance(key, str) and ":" in key:
+            return self[load_spec(key)]
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        if dict.__contains__(self, key):
+            return True
+        if isinstance(key, str) and ":" in key:
+            try:
+                load_spec(key)
+            except FeatstoreError:
+                return False
+            return True
+        return False
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except (KeyError, FeatstoreError):
+            return default
 
 
-def unknown_scorer(name: str, what: str | None = None) -> str:
+BUILTIN: dict[str, type[Scorer]] = discover()
+REGISTRY: dict[str, type[Scorer]] = _Registry(BUILTIN)
+# name -> where a non-built-in scorer came from: "entry point <ep>" or "registered"
+SOURCES: dict[str, str] = {}
+
+
+def qualname(cls: type) -> str:
+    """`module:QualName` of a class (the spelling `--method` takes)."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def source_of(name: str) -> str:
+    """Where scorer `name` comes from: "built-in", "entry point ..." or "registered"."""
+    return "built-in" if name in BUILTIN else SOURCES.get(name, "registered")
+
+
+def register(cls: type[Scorer], *, source: str = "registered") -> type[Scorer]:
+    """Add a `Scorer` subclass to the registry under its `name`; returns it.
+
+    UsageError when `cls` is not a Scorer subclass, its name is empty or not a plain
+    identifier (`NAME_PATTERN`), or the name belongs to a built-in, an entry point's scorer,
+    or another class (a different `module:QualName`)."""
+    if not (isinstance(cls, type) and issubclass(cls, Scorer)) or cls is Scorer:
+        raise UsageError(f"{cls!r} is not a subclass of scorers.base.Scorer")
+    name = cls.name
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise UsageError(f"scorer class {qualname(cls)}: `name` {name!r} must be a non-empty "
+                         "identifier (letters, digits, '_' or '-', starting with a letter)")
+    known = dict.get(REGISTRY, name)
+    if known is not None and known is not cls:
+        owner = source_of(name)
+        if owner != "registered" or qualname(known) != qualname(cls):
+            raise UsageError(f"scorer name {name!r} of {qualname(cls)} is already taken by "
+                             f"{qualname(known)} ({owner}); give your scorer another `name`")
+    dict.__setitem__(REGISTRY, name, cls)
+    if name not in BUILTIN:
+        SOURCES[name] = source
+    return cls
+
+
+def load_spec(spec: str) -> str:
+    """Import `module:Class` (a dotted attribute path after the colon), register the class and
+    return its scorer name; UsageError naming the spec when it cannot be imported or is not a
+    Scorer subclass."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"scorer {spec!r}: expected module:Class")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except ImportError as exc:
+        raise UsageError(f"scorer {spec!r}: cannot import module {module_name!r} ({exc}); is "
+                         "it on PYTHONPATH?") from None
+    except AttributeError:
+        raise UsageError(f"scorer {spec!r}: module {module_name!r} has no attribute "
+                         f"{attr!r}") from None
+    if not (isinstance(obj, type) and issubclass(obj, Scorer)):
+        raise UsageError(f"scorer {spec!r} is {type(obj).__name__}, not a subclass of "
+                         "scorers.base.Scorer")
+    return register(obj).name
+
+
+def load_entry_points() -> None:
+    """Register every scorer of the `featstore.scorers` entry-point group; a clash with a
+    built-in or with another package's scorer is a UsageError naming both."""
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            cls = ep.load()
+        except Exception as exc:  # noqa: BLE001 - any import failure of a plugin, named
+            raise UsageError(f"entry point {ep.name!r} = {ep.value!r} of group "
+                             f"{ENTRY_POINT_GROUP!r} failed to load: {exc}") from None
+        if not (isinstance(cls, type) and issubclass(cls, Scorer)):
+            raise UsageError(f"entry point {ep.name!r} = {ep.value!r} of group "
+                             f"{ENTRY_POINT_GROUP!r} is not a scorers.base.Scorer subclass")
+        known = dict.get(REGISTRY, cls.name)
+        if known is not None and known is not cls:
+            raise UsageError(f"entry point {ep.value!r}: scorer name {cls.name!r} is already "
+                             f"taken by {qualname(known)} ({source_of(cls.name)})")
+        register(cls, source=f"entry point {ep.value}")
+
+
+def resolve(method: str | type[Scorer] | Scorer) -> str:
+    """The registered name of a method given as a name, `module:Class`, a Scorer subclass or
+    an instance (classes are registered on first use); UsageError for an unknown name."""
+    if isinstance(method, Scorer):
+        return register(type(method)).name
+    if isinstance(method, type):
+        return register(method).name
+    if isinstance(method, str) and ":" in method:
+        return load_spec(method)
+    if not isinstance(method, str) or not dict.__contains__(REGISTRY, method):
+        raise UsageError(unknown_scorer(method))
+    return method
+
+
+def resolve_methods(methods: Iterable[str | type[Scorer] | Scorer],
+                    params: Mapping[str, Mapping[str, Any]] | None = None
+                    ) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """(names, params) for methods given in any form `resolve` takes: an instance's own given
+    parameters (`Scorer.given`) join `params[name]` (which wins on a key in both), so
+    `evaluate(store, [MyScorer(k=3)])` runs with k=3. Names keep their order, once each."""
+    names: list[str] = []
+    out = {k: dict(v) for k, v in (params or {}).items()}
+    for method in methods:
+        name = resolve(method)
+        if isinstance(method, Scorer):
+            out[name] = {**method.given, **out.get(name, {})}
+        if name not in names:
+            names.append(name)
+    out = {(resolve(k) if ":" in k else k): v for k, v in out.items()}
+    return names, out
+
+
+def code_digest(name: str) -> str | None:
+    """What the score cache keys a non-built-in scorer's scores by besides its name: the
+    sha256 (16 hex) of the source of the module defining its class, so an edited scorer never
+    reads its old scores; None when the source cannot be read (a class typed into a REPL):
+    such a scorer is scored with the cache off. Built-ins: "" (the package's own code)."""
+    if name in BUILTIN:
+        return ""
+    cls = REGISTRY[name]
+    try:
+        text = inspect.getsource(sys.modules[cls.__module__])
+    except (OSError, TypeError, KeyError):
+        return None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def unknown_scorer(name: Any, what: str | None = None) -> str:
     """The one message for a name that is not a registered scorer: `[what: ]unknown scorer
     'vimm' (valid: ash, confbranch, ...); did you mean 'vim'?` (the hint when one is close)."""
     close = difflib.get_close_matches(str(name), list(REGISTRY), n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     prefix = f"{what}: " if what else ""
-    return f"{prefix}unknown scorer {name!r} (valid: {', '.join(REGISTRY)}){hint}"
+    return (f"{prefix}unknown scorer {name!r} (valid: {', '.join(REGISTRY)}, or "
+            f"module:Class of your own Scorer subclass){hint}")
 
 
-def check_scorers(names: str | Iterable[str], what: str | None = None,
+def check_scorers(names: str | Iterable[Any], what: str | None = None,
                   error: type[FeatstoreError] = UsageError) -> list[str]:
-    """The one scorer-name check: the names as a list, or `error` (UsageError: exit 2;
-    InputError for a name read from a file) with `unknown_scorer`'s message for the first
-    one not registered."""
+    """The one scorer-name check: the registered names of `names` (each a name, `module:Class`,
+    a Scorer subclass or instance; `module:Class` is imported and registered), or `error`
+    (UsageError: exit 2; InputError for a name read from a file) with `unknown_scorer`'s
+    message (or the import's) for the first one that is not a scorer."""
     names = [names] if isinstance(names, str) else list(names)
+    out = []
     for name in names:
-        if name not in REGISTRY:
-            raise error(unknown_scorer(name, what))
-    return names
+        try:
+            out.append(resolve(name))
+        except UsageError as exc:
+            message = str(exc)
+            if isinstance(name, str) and ":" not in name:
+                message = unknown_scorer(name, what)
+            elif what:
+                message = f"{what}: {message}"
+            raise error(message) from None
+    return out
 
 
-def get_scorer(name: str, **params: Any) -> Scorer:
-    """Build a registered scorer; unknown name or parameter -> ValueError naming valid ones."""
-    check_scorers([name])
-    return REGISTRY[name](**params)
+def get_scorer(name: str | type[Scorer], **params: Any) -> Scorer:
+    """Build a registered scorer (a name or `module:Class`); unknown name or parameter ->
+    UsageError (a ValueError) naming the valid ones."""
+    return REGISTRY[check_scorers([name])[0]](**params)
 
 
-def list_scorers() -> list[dict[str, Any]]:
-    """One dict per scorer: name, needs, defaults, grid, paper."""
-    return [
-        {"name": cls.name, "needs": list(cls.needs), "defaults": dict(cls.defaults),
-         "grid": {k: list(v) for k, v in cls.grid.items()}, "paper": cls.paper}
-        for cls in REGISTRY.values()
-    ]
+def scorer_info(cls: type[Scorer]) -> dict[str, Any]:
+    """The registry's description of one scorer: name, needs, defaults, grid, paper (the
+    one-line citation, `str(cls.paper)`), paper_meta (`Paper.to_json()`: title, authors,
+    venue, year, url, code, note; None for a free-text paper), source."""
+    return {"name": cls.name, "needs": list(cls.needs), "defaults": dict(cls.defaults),
+            "grid": {k: list(v) for k, v in cls.grid.items()}, "paper": str(cls.paper),
+            "paper_meta": paper_json(cls.paper), "source": source_of(cls.name)}
+
+
+def list_scorers(builtin_only: bool = False) -> list[dict[str, Any]]:
+    """One dict per scorer (`scorer_info`), sorted by name; `builtin_only`: the package's own
+    (the README table)."""
+    table = BUILTIN if builtin_only else REGISTRY
+    return [scorer_info(table[name]) for name in sorted(table)]
+
+
+
+def unregister(name: str) -> None:
+    """Remove a scorer that is not a built-in (a notebook's, a test's); UsageError for a
+    built-in, KeyError-free for a name not registered."""
+    if name in BUILTIN:
+        raise UsageError(f"scorer {name!r} is a built-in and cannot be unregistered")
+    dict.pop(REGISTRY, name, None)
+    SOURCES.pop(name, None)
+
+
+load_entry_points()

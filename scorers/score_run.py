@@ -18,6 +18,7 @@ from featstore.fileio import atomic_save_npz
 from featstore.interfaces import StoreLike
 
 from .evaluate import score_with_defaults
+from .registry import resolve
 
 
 def score_stats(scores: np.ndarray) -> dict[str, float | int]:
@@ -41,6 +42,7 @@ def score_store(store: StoreLike, method: str, params: Mapping[str, Any], splits
     "diagnostics" (the fitted scorer's, e.g. an index's recall@K), "saved" (the .npz written,
     or None)}."""
     diagnostics: dict[str, Any] = {}
+    method = resolve(method)
     scores, fit_s, score_s, used, adjusted = score_with_defaults(
         store, method, dict(params), list(splits), use_cache, diagnostics, allow_nonfinite)
     if save is not None:

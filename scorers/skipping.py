@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from featstore.errors import FeatstoreError
 from featstore.interfaces import StoreLike
 
-from .base import how_to
+from .base import Scorer, how_to
 from .needs import Needs
 from .registry import REGISTRY
 
@@ -30,9 +30,10 @@ ID_SPLIT = "id/test"
 T = TypeVar("T")
 
 
-def unsupported_reason(store: StoreLike, name: str) -> str | None:
-    """Why the store lacks what scorer `name` needs (a fit split, an extra), or None."""
-    for need in Needs.of(REGISTRY[name]):
+def unsupported_reason(store: StoreLike, name: str | type[Scorer]) -> str | None:
+    """Why the store lacks what scorer `name` (or a Scorer class) needs (a fit split, an
+    extra), or None."""
+    for need in Needs.of(REGISTRY[name] if isinstance(name, str) else name):
         if need.kind == "fit" and not store.has_split(need.arg):
             return f"needs split {need.arg!r}: {how_to(need.text)}"
         if (need.kind == "extra" and store.has_split(ID_SPLIT)

@@ -58,7 +58,7 @@ from .metrics import (
     ood_metrics,
 )
 from .misclassification import misclassification_or_none
-from .registry import REGISTRY, check_scorers, get_scorer
+from .registry import REGISTRY, get_scorer, resolve, resolve_methods
 from .skipping import check_supported, require_any, run_each
 from .stats.bootstrap import BootstrapSpec
 from .uncertainty import add_intervals
@@ -288,11 +288,14 @@ def _test_report(plan: _Plan, scorer: Scorer, store: StoreLike, method: str, ind
 
 
 # --------------------------------------------------------------------------- API
-def sweep(store: StoreLike, method: str, grid: Mapping[str, Any] | None = None,
+def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
+          grid: Mapping[str, Any] | None = None,
           select_by: str = "auroc", base_params: Mapping[str, Any] | None = None,
           ci: BootstrapSpec | None = None, keep_scores: dict[str, np.ndarray] | None = None
           ) -> dict[str, Any]:
-    """Choose `method`'s setting on the val splits, then report its test metrics.
+    """Choose `method`'s setting on the val splits, then report its test metrics. `method`
+    is a registered name, `module:Class`, a Scorer subclass or an instance (whose given
+    parameters are fixed, outside the grid).
 
     With `ci`, the chosen setting's test metrics carry stratified-bootstrap intervals
     (`scorers.uncertainty.add_intervals`; test["ci"] echoes the method). `keep_scores`, if
@@ -310,6 +313,9 @@ def sweep(store: StoreLike, method: str, grid: Mapping[str, Any] | None = None,
     "fit_seconds", "val_seconds", "test_seconds"}; see the module docstring."""
     direction = check_select_by(select_by)
     base = dict(base_params or {})
+    if isinstance(method, Scorer):  # an instance: its given parameters are fixed
+        base = {**method.given, **base}
+    method = resolve(method)
     probe = get_scorer(method, **base)   # an unknown method or parameter: UsageError here
     require_finite_inputs(store, method, [])  # before any data-dependent range: NaN named
     val_ood = val_splits(store)
@@ -352,7 +358,7 @@ def sweep(store: StoreLike, method: str, grid: Mapping[str, Any] | None = None,
     }
 
 
-def sweep_all(store: StoreLike, methods: Sequence[str] | None = None,
+def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | None = None,
               params: Mapping[str, Mapping[str, Any]] | None = None,
               select_by: str = "auroc",
               progress: Callable[[str], None] | None = None,
@@ -369,9 +375,7 @@ def sweep_all(store: StoreLike, methods: Sequence[str] | None = None,
     run on this store is skipped with the reason (`scorers.skipping`), or, with `strict`,
     raises; when none ran, FeatstoreError lists every reason."""
     check_select_by(select_by)
-    methods = list(methods) if methods else list(REGISTRY)
-    check_scorers(methods)
-    params = params or {}
+    methods, params = resolve_methods(methods or list(REGISTRY), params)
     if not store.has_split(TEST_ID_SPLIT):
         raise FeatstoreError(f"store {str(store.path)!r} has no complete {TEST_ID_SPLIT!r} "
                              "split; the tuned evaluation reports test metrics against it")

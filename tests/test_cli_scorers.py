@@ -43,7 +43,11 @@ def test_scorers_json_is_the_registry(capsys):
         assert d["needs"] == list(cls.needs)
         assert d["defaults"] == json.loads(json.dumps(cls.defaults))
         assert d["grid"] == {k: list(v) for k, v in cls.grid.items()}
-        assert d["paper"] == cls.paper and d["paper"]
+        assert d["paper"] == str(cls.paper) and d["paper"]
+        p = cls.paper  # a Paper for built-ins; a scorer of your own may keep a string
+        assert d["paper_meta"] == (None if isinstance(p, str) else {
+            "title": p.title, "authors": list(p.authors), "venue": p.venue, "year": p.year,
+            "url": p.url, "code": p.code, "note": p.note})
     vim = next(d for d in doc if d["name"] == "vim")
     assert vim["needs"] == ["features", "logits", "head", "fit:id/train"]
     assert vim["grid"] == {"dim": [256, 1000]}
@@ -137,7 +141,7 @@ def test_needs_of_every_registered_scorer_round_trips():
 
 # --------------------------------------------------------------------------- scorer names
 def test_unknown_scorer_message_with_did_you_mean():
-    valid = ", ".join(REGISTRY)
+    valid = ", ".join(REGISTRY) + ", or module:Class of your own Scorer subclass"
     assert unknown_scorer("vimm") == f"unknown scorer 'vimm' (valid: {valid}); did you mean 'vim'?"
     assert unknown_scorer("zzz", "--method") == f"--method: unknown scorer 'zzz' (valid: {valid})"
     assert check_scorers(["msp", "knn"]) == ["msp", "knn"]
@@ -166,3 +170,29 @@ def test_cli_unknown_scorer_exit_2_one_line(capsys, structured_store, args):
         assert "did you mean 'knn'?" in lines[0]
     if "enrgy" in lines[0]:
         assert "did you mean 'energy'?" in lines[0]
+
+
+def test_every_builtin_has_structured_paper_metadata():
+    """Each built-in's `paper` is a scorers.paper.Paper with surnames, a venue, a plausible
+    year and https links (or None); its citation, written by hand for two of them, starts
+    with the first author (the contract's docstring check reads it)."""
+    from scorers.paper import Paper
+    from scorers.registry import BUILTIN
+
+    for name, cls in BUILTIN.items():
+        p = cls.paper
+        assert isinstance(p, Paper), name
+        assert p.title and p.venue and p.authors and all(a.strip() == a for a in p.authors)
+        assert 2000 <= p.year <= 2026, name
+        assert all(u is None or u.startswith("https://") for u in (p.url, p.code)), name
+        assert str(p).startswith(p.authors[0] + (", " if len(p.authors) > 2 else
+                                                 " & " if len(p.authors) == 2 else ", "))
+    msp = BUILTIN["msp"].paper
+    assert str(msp) == ("Hendrycks & Gimpel, A Baseline for Detecting Misclassified and "
+                        "Out-of-Distribution Examples in Neural Networks, ICLR 2017")
+    assert str(BUILTIN["odin"].paper).endswith("ICLR 2018 (temperature scaling only; no input "
+                                               "perturbation)")
+    row = next(r for r in markdown_table(list_scorers(builtin_only=True)).splitlines()
+               if r.startswith("| `vim` |"))
+    assert row.endswith("CVPR 2022 · [paper](https://arxiv.org/abs/2203.10807) · "
+                        "[code](https://github.com/haoqiwang/vim) |")

@@ -70,7 +70,7 @@ from ..training.methods import get_method
 from ..training.presets import TRAIN_PRESETS, preset_values
 
 TOP_KEYS = ("name", "arch", "seeds", "runs", "device", "data", "train", "tune", "method",
-            "model", "checkpoint")
+            "executor", "model", "checkpoint")
 #: run r of OSR division seed s trains with seed s + RUN_SEED_STRIDE * r
 RUN_SEED_STRIDE = 1000
 DATA_KEYS = ("spec", "osr", "stores", "aux", "aux_name")

@@ -48,11 +48,13 @@ def run_osr(data: str, out: Path, *, ratios: str = "7/3,6/4,5/5", seeds: int = 5
             root: Path | None = None, image_size: int | None = None, aux: Path | None = None,
             tune: bool = True, device: str = "auto", val_open: str = "heldout",
             log: Callable[[str], None] | None = None,
-            train_progress: Callable[[str], Any] | None = None) -> dict[str, Any]:
+            train_progress: Callable[[str], Any] | None = None,
+            executor: Any = None) -> dict[str, Any]:
     """Build the OSR experiment (`presets.osr_experiment`: class divisions per ratio and seed;
     the rows of `methods` with `params[scorer]` merged into each row's parameters) and run it
     (`runner.run_experiment`, resumable); the runner's result plus "seconds". `train`:
-    `osr_train_settings(data == "digits")` when not given."""
+    `osr_train_settings(data == "digits")` when not given. `executor` runs the units
+    (`executors.make_executor`; None: here, in order)."""
     ratio_list = parse_ratios(ratios)
     rows = select_rows(methods, ten_method_rows(finetune=False), allow_scorers=True)
     params = params or {}
@@ -66,7 +68,8 @@ def run_osr(data: str, out: Path, *, ratios: str = "7/3,6/4,5/5", seeds: int = 5
                          aux=aux_source, device=device, tune_rule="val" if tune else "none",
                          val_open=val_open)
     start = time.perf_counter()
-    result = run_experiment(exp, out, log=log, train_progress=train_progress)
+    result = run_experiment(exp, out, log=log, train_progress=train_progress,
+                            executor=executor)
     result["seconds"] = time.perf_counter() - start
     return result
 

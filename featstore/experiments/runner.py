@@ -40,10 +40,11 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -58,7 +59,7 @@ from ..demo.pipeline import toml_value
 from ..errors import FeatstoreError, UsageError
 from ..extra_keys import parse_odin_grid
 from ..extract import ExtractOptions, extract
-from ..fileio import atomic_write_json, sha256_file
+from ..fileio import atomic_write_json, atomic_write_output, sha256_file
 from ..protocols.osr import (
     DIGITS_ARCH,
     DIGITS_TRANSFORM,
@@ -71,6 +72,7 @@ from ..spec import load_spec
 from ..store import Store
 from ..training import trainer
 from ..training.presets import make_config
+from . import unitstate
 from .aggregate import aggregate_runs
 from .config import RUN_SEED_STRIDE, Experiment, MethodRow, digest
 from .existing import existing_models
@@ -297,64 +299,179 @@ def _slug(name: str) -> str:
 
 
 # ------------------------------------------------------------------------------- runner
+class Executor(Protocol):
+    """Runs units (see `featstore.experiments.executors`): `per_method` splits a data split's
+    training methods into units of their own; `run` returns each unit's run records."""
+
+    name: str
+    per_method: bool
+
+    def run(self, exp: Experiment, out: Path, arch: str, units: list[dict[str, Any]],
+            log: Log) -> dict[str, list[dict[str, Any]]]: ...
+
+
+def plan_units(exp: Experiment, out: Path, arch: str, labelled: Any,
+               per_method: bool) -> list[dict[str, Any]]:
+    """The experiment's units in run order, each a (data split, seed, training methods) piece
+    with its rows; writes each split's spec (`OUT/runs/<split>/seed<s>/spec.toml`). One unit
+    per split and seed, or (`per_method`) one per training method too, except that fine-tuned
+    methods stay in their `ce` model's unit."""
+    units: list[dict[str, Any]] = []
+    ident = {k: v for k, v in exp.to_json().items() if k != "path"}
+    for split in _data_splits(exp):
+        seed = split["seed"]
+        run_part = f"-run{split['run']}" if split["run"] else ""
+        run_dir = out / "runs" / split["tag"] / f"seed{seed}{run_part}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        text, info = _spec_text(exp, split, run_dir, labelled)
+        spec_path = run_dir / "spec.toml"
+        if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
+            atomic_write_output(spec_path, text)
+        methods = exp.train_methods()
+        groups = [[m] for m in methods] if per_method and not exp.train.get("finetune") \
+            else [methods]
+        for group in groups:
+            suffix = f"-{'+'.join(group)}" if per_method else ""
+            unit = {"id": _slug(f"{split['tag']}-seed{seed}{run_part}{suffix}"),
+                    "label": f"{split['label']} seed {seed}{run_part.replace('-', ' ')}"
+                             + (f" {'+'.join(group)}" if per_method else ""),
+                    "split": split, "info": info, "run_dir": str(run_dir), "methods": group,
+                    "rows": [r.name for r in exp.rows if r.train in group]}
+            unit["key"] = digest({"experiment": ident, "arch": arch, "unit": unit})
+            units.append(unit)
+    return units
+
+
+def run_unit(exp: Experiment, arch: str, unit: dict[str, Any], *, log: Log,
+             train_progress: Callable[[str], Any] | None = None,
+             on_run: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Train and extract the unit's models (or reuse / resume them) and score its rows;
+    returns their run records in row order."""
+    split, info, seed = unit["split"], unit["info"], unit["split"]["seed"]
+    train_seed = split["train_seed"]
+    run_dir = Path(unit["run_dir"])
+    spec_path = run_dir / "spec.toml"
+    log(f"{split['label']} seed {seed}" + (
+        f" run {split['run']} (training seed {train_seed})" if exp.runs > 1 else "") + (
+        f": closed {' '.join(info['closed'])} | open {' '.join(info['open'])}"
+        f" | open_val {' '.join(info.get('open_val', []))}"
+        if info else ""))
+    models: dict[str, dict[str, Any]] = {}
+    failed: dict[str, str] = {}
+    for method in unit["methods"]:
+        if method != "ce" and "ce" in failed and exp.train.get("finetune"):
+            failed[method] = f"the ce model it fine-tunes failed: {failed['ce']}"
+            continue
+        try:
+            models[method] = _model(exp, arch, method, run_dir, spec_path, train_seed,
+                                    log, train_progress)
+        except FeatstoreError as exc:
+            failed[method] = f"training/extraction of {method!r} failed: {_error_line(exc)}"
+            log(f"  {failed[method]}")
+    runs: list[dict[str, Any]] = []
+    for row in exp.rows:
+        if row.train not in unit["methods"]:
+            continue
+        base = {"split": split["label"], "seed": seed, "train_seed": train_seed,
+                "run": split["run"], "method": row.name,
+                "train": row.train, "scorer": row.scorer, **info}
+        if row.train in failed:
+            record = {**base, "status": "skipped", "reason": failed[row.train]}
+        else:
+            record = _run_row(exp, row, base, models, run_dir, Store, log)
+        runs.append(record)
+        if on_run is not None:
+            on_run(record)
+    return runs
+
+
+def run_unit_tracked(exp: Experiment, out: Path, arch: str, unit: dict[str, Any], *,
+                     log: Log | None = None, train_progress: Callable[[str], Any] | None = None,
+                     on_run: Callable[[dict[str, Any]], None] | None = None
+                     ) -> list[dict[str, Any]]:
+    """`run_unit` with its state in `OUT/units/<id>.json` (running, then done with its
+    records or failed with the error) and its log in `OUT/logs/<id>.log` (and `log`)."""
+    uid, key = unit["id"], unit["key"]
+    logfile = unitstate.log_path(out, uid)
+    logfile.parent.mkdir(parents=True, exist_ok=True)
+    unitstate.mark_running(out, uid, key)
+    with open(logfile, "a", encoding="utf-8") as fh:
+        def tee(message: str) -> None:
+            fh.write(message + "\n")
+            fh.flush()
+            if log is not None:
+                log(message)
+        try:
+            records = run_unit(exp, arch, unit, log=tee, train_progress=train_progress,
+                               on_run=on_run)
+        except Exception as exc:
+            tee(traceback.format_exc())
+            unitstate.mark_finished(out, uid, key, error=f"{type(exc).__name__}: "
+                                                         f"{_error_line(exc)}")
+            raise
+    records = json.loads(json.dumps(records, default=float))
+    unitstate.mark_finished(out, uid, key, records=records)
+    return records
+
+
 def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
                    train_progress: Callable[[str], Any] | None = None,
-                   on_run: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                   on_run: Callable[[dict[str, Any]], None] | None = None,
+                   executor: Executor | None = None) -> dict[str, Any]:
     """Run (or resume) `exp` into `out`; returns and writes `OUT/results.json` (and the
     Markdown report `OUT/results.md`). `on_run(record)` is called after each run is
-    finished (computed or read back). See the module docstring."""
+    finished (computed or read back; in this process only). `executor` runs the units
+    (`featstore.experiments.executors`); None: here, one after the other, in order (an
+    exception stops the run). The aggregation runs when every unit is done. See the module
+    docstring."""
     log = log or (lambda _m: None)
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     if exp.stores is not None or exp.model is not None:
+        arch: str | None = exp.model  # existing stores / models: scored here, no units
         runs = _existing_runs(exp, out, log, on_run)
-        return _finish(exp, out, exp.model, runs, start)
+    else:
+        arch, runs = _trained_runs(exp, out, log, train_progress, on_run, executor)
+    result = {
+        "experiment": exp.to_json(), "arch": arch, "out": str(out),
+        "runs": runs,
+        "skipped": [{k: r[k] for k in ("split", "seed", "method", "reason")}
+                    for r in runs if r["status"] != "ok"],
+        "aggregate": aggregate_runs(runs),
+        "wall_s": time.perf_counter() - start,
+    }
+    result = json.loads(json.dumps(result, default=float))
+    atomic_write_json(out / RESULTS_FILE, result)
+    (out / REPORT_FILE).write_text(markdown_report(result), encoding="utf-8")
+    return result
+
+
+def _trained_runs(exp: Experiment, out: Path, log: Log,
+                  train_progress: Callable[[str], Any] | None,
+                  on_run: Callable[[dict[str, Any]], None] | None,
+                  executor: Executor | None) -> tuple[str, list[dict[str, Any]]]:
+    """(arch, run records in unit and row order) of an experiment that trains."""
     labelled = load_data(exp.osr["data"], exp.osr.get("root")) if exp.osr else None
     arch = _arch(exp, labelled)
     if exp.osr is not None:  # every division's open_val / open classes, before any training
         for c, o in exp.osr["ratios"]:
             for division in class_splits(len(labelled.classes), (c, o), exp.seeds):
                 open_val_test(division, exp.osr.get("val_open", "heldout"))
-    runs: list[dict[str, Any]] = []
-    for split in _data_splits(exp):
-        seed, train_seed = split["seed"], split["train_seed"]
-        run_dir = out / "runs" / split["tag"] / (
-            f"seed{seed}" + (f"-run{split['run']}" if split["run"] else ""))
-        run_dir.mkdir(parents=True, exist_ok=True)
-        text, info = _spec_text(exp, split, run_dir, labelled)
-        spec_path = run_dir / "spec.toml"
-        if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
-            spec_path.write_text(text, encoding="utf-8")
-        log(f"{split['label']} seed {seed}" + (
-            f" run {split['run']} (training seed {train_seed})" if exp.runs > 1 else "") + (
-            f": closed {' '.join(info['closed'])} | open {' '.join(info['open'])}"
-            f" | open_val {' '.join(info['open_val'])}"
-            if info else ""))
-        models: dict[str, dict[str, Any]] = {}
-        failed: dict[str, str] = {}
-        for method in exp.train_methods():
-            if method != "ce" and "ce" in failed and exp.train.get("finetune"):
-                failed[method] = f"the ce model it fine-tunes failed: {failed['ce']}"
-                continue
-            try:
-                models[method] = _model(exp, arch, method, run_dir, spec_path, train_seed,
-                                        log, train_progress)
-            except FeatstoreError as exc:
-                failed[method] = f"training/extraction of {method!r} failed: {_error_line(exc)}"
-                log(f"  {failed[method]}")
-        for row in exp.rows:
-            base = {"split": split["label"], "seed": seed, "train_seed": train_seed,
-                    "run": split["run"], "method": row.name,
-                    "train": row.train, "scorer": row.scorer, **info}
-            if row.train in failed:
-                record = {**base, "status": "skipped", "reason": failed[row.train]}
-            else:
-                record = _run_row(exp, row, base, models, run_dir, Store, log)
-            runs.append(record)
-            if on_run is not None:
-                on_run(record)
-    return _finish(exp, out, arch, runs, start)
+    units = plan_units(exp, out, arch, labelled, executor is not None and executor.per_method)
+    unitstate.write_plan(out, executor.name if executor is not None else "local", units)
+    if executor is None:
+        by_unit = {u["id"]: run_unit_tracked(exp, out, arch, u, log=log,
+                                             train_progress=train_progress, on_run=on_run)
+                   for u in units}
+    else:
+        by_unit = executor.run(exp, out, arch, units, log)
+    runs = [r for u in units for r in by_unit[u["id"]]]
+    order = {(u["split"]["label"], u["split"]["seed"], u["split"]["run"]): i
+             for i, u in enumerate(units)}
+    rank = {r.name: i for i, r in enumerate(exp.rows)}
+    runs.sort(key=lambda r: (order[(r["split"], r["seed"], r["run"])], rank[r["method"]]))
+    return arch, runs
 
 
 def _existing_runs(exp: Experiment, out: Path, log: Log,
@@ -374,23 +491,6 @@ def _existing_runs(exp: Experiment, out: Path, log: Log,
             if on_run is not None:
                 on_run(record)
     return runs
-
-
-def _finish(exp: Experiment, out: Path, arch: str | None, runs: list[dict[str, Any]],
-            start: float) -> dict[str, Any]:
-    """Write results.json (every run, the skipped ones, mean ± std) and results.md."""
-    result = {
-        "experiment": exp.to_json(), "arch": arch, "out": str(out),
-        "runs": runs,
-        "skipped": [{k: r[k] for k in ("split", "seed", "method", "reason")}
-                    for r in runs if r["status"] != "ok"],
-        "aggregate": aggregate_runs(runs),
-        "wall_s": time.perf_counter() - start,
-    }
-    result = json.loads(json.dumps(result, default=float))
-    atomic_write_json(out / RESULTS_FILE, result)
-    (out / REPORT_FILE).write_text(markdown_report(result), encoding="utf-8")
-    return result
 
 
 def _run_row(exp: Experiment, row: MethodRow, base: dict[str, Any],

@@ -43,43 +43,67 @@ def column_label(method: str) -> str:
     return PAPER_NAMES.get(method, method)
 
 
+def facets_params(methods: Sequence[str],
+                  params: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The parameters each method runs with: `PAPER_PARAMS` overridden by `params` (methods
+    at their defaults left out)."""
+    used = {m: {**PAPER_PARAMS.get(m, {}), **dict((params or {}).get(m, {}))}
+            for m in methods}
+    return {m: p for m, p in used.items() if p}
+
+
 def facets_table(stores: Sequence[tuple[str, Any]], methods: Sequence[str],
                  params: Mapping[str, Mapping[str, Any]] | None = None,
                  use_cache: bool = True) -> dict[str, Any]:
     """{"methods", "labels": {method: paper name}, "params", "rows": [{"dataset", "kind"
     ("ood" | "misclassification"), "group", "cells": {method: {fpr95, detection_error_tpr95,
     auroc, detection_error} | None}, "best": {metric: [methods]}, "warnings": {method:
-    text}}], "skipped": {dataset: {method: reason}}}. `params` override `PAPER_PARAMS`."""
+    text}}], "skipped": {dataset: {method: reason}}}. `params` override `PAPER_PARAMS`.
+    Each store's rows are `facets_dataset`'s (independent: an executor may run them apart,
+    `featstore.experiments.workflows`), put together by `assemble_table`."""
+    used = facets_params(methods, params)
+    return assemble_table(methods, used, [(label, *facets_dataset(label, store, methods, used,
+                                                                  use_cache))
+                                          for label, store in stores])
+
+
+def facets_dataset(label: str, store: Any, methods: Sequence[str],
+                   used: Mapping[str, Mapping[str, Any]], use_cache: bool = True
+                   ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """One store's rows of the table (its OOD groups, then its misclassification row) and
+    the methods it could not score ({method: reason})."""
     rows: list[dict[str, Any]] = []
-    skipped: dict[str, dict[str, str]] = {}
-    used = {m: {**PAPER_PARAMS.get(m, {}), **dict((params or {}).get(m, {}))}
-            for m in methods}
-    used = {m: p for m, p in used.items() if p}
-    for label, store in stores:
-        res = evaluate(store, list(methods), used, use_cache=use_cache)
-        if res["skipped"]:
-            skipped[label] = dict(res["skipped"])
-        scored = res["methods"]
-        groups: list[str] = []
-        for m in scored.values():
-            groups += [g for g in m["groups"] if g not in groups]
-        for g in groups:
-            cells = {m: ({k: scored[m]["groups"][g][k] for k in _KEYS}
-                         if m in scored else None) for m in methods}
-            rows.append({"dataset": label, "kind": "ood", "group": g, "cells": cells,
-                         "best": _best(cells), "warnings": {}})
-        cells, warnings = {}, {}
-        for m in methods:
-            mis = scored.get(m, {}).get("misclassification")
-            cells[m] = ({k: mis[k] for k in _KEYS} if mis else None)
-            if mis and mis.get("warning"):
-                warnings[m] = mis["warning"]
-            elif m in scored and not mis:
-                warnings[m] = "misclassification metrics undefined (no error or no correct row)"
-        rows.append({"dataset": label, "kind": "misclassification", "group": "id/test",
-                     "cells": cells, "best": _best(cells), "warnings": warnings})
+    res = evaluate(store, list(methods), dict(used), use_cache=use_cache)
+    scored = res["methods"]
+    groups: list[str] = []
+    for m in scored.values():
+        groups += [g for g in m["groups"] if g not in groups]
+    for g in groups:
+        cells = {m: ({k: scored[m]["groups"][g][k] for k in _KEYS}
+                     if m in scored else None) for m in methods}
+        rows.append({"dataset": label, "kind": "ood", "group": g, "cells": cells,
+                     "best": _best(cells), "warnings": {}})
+    cells, warnings = {}, {}
+    for m in methods:
+        mis = scored.get(m, {}).get("misclassification")
+        cells[m] = ({k: mis[k] for k in _KEYS} if mis else None)
+        if mis and mis.get("warning"):
+            warnings[m] = mis["warning"]
+        elif m in scored and not mis:
+            warnings[m] = "misclassification metrics undefined (no error or no correct row)"
+    rows.append({"dataset": label, "kind": "misclassification", "group": "id/test",
+                 "cells": cells, "best": _best(cells), "warnings": warnings})
+    return rows, dict(res["skipped"] or {})
+
+
+def assemble_table(methods: Sequence[str], used: Mapping[str, Any],
+                   parts: Sequence[tuple[str, list[dict[str, Any]], Mapping[str, str]]]
+                   ) -> dict[str, Any]:
+    """The table of `facets_table` from each dataset's (label, rows, skipped), in order."""
+    rows = [r for _, part_rows, _ in parts for r in part_rows]
+    skipped = {label: dict(sk) for label, _, sk in parts if sk}
     return {"methods": list(methods), "labels": {m: column_label(m) for m in methods},
-            "params": used, "rows": rows, "skipped": skipped}
+            "params": dict(used), "rows": rows, "skipped": skipped}
 
 
 def _best(cells: Mapping[str, Mapping[str, float] | None]) -> dict[str, list[str]]:

@@ -34,6 +34,7 @@ class ReportData:
     pairwise: dict[str, Any] = field(default_factory=dict)     # scorers.compare.pairwise_tests
     rankings: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> rank_results
     notes: list[str] = field(default_factory=list)             # why a statistic is absent
+    rows: dict[str, int] = field(default_factory=dict)         # evaluated split -> rows
 
 
 def _provenance(store: Store | None, result: dict[str, Any]) -> dict[str, Any]:
@@ -140,6 +141,7 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
     data = ReportData(result=result, provenance=_provenance(store, result), sweeps=sweeps)
     if store is not None:
         names = [result["id_split"] if "id_split" in result else ID_SPLIT, *result["ood_splits"]]
+        data.rows = {n: store.split(n).num_rows for n in names if store.has_split(n)}
         for name, res in result["methods"].items():
             scores, _, _ = score_splits(store, name, res.get("params", {}), names, use_cache)
             data.scores[name] = scores

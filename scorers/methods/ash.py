@@ -71,6 +71,7 @@ from ..kernels.topk import (
     plan_chain,
     running_energies,
 )
+from ..paper import Paper
 
 VARIANTS = ("p", "b", "s")
 
@@ -80,8 +81,9 @@ class ASH(Scorer):
     needs = ("features", "head")
     defaults = {"variant": "b", "percentile": 90}
     grid = {"percentile": [65, 70, 75, 80, 85, 90, 95]}
-    paper = ("Djurisic, Bozanic, Ashok, Liu. Extremely Simple Activation Shaping for "
-             "Out-of-Distribution Detection. ICLR 2023")
+    paper = Paper(title="Extremely Simple Activation Shaping for Out-of-Distribution Detection",
+                  authors=("Djurisic", "Bozanic", "Ashok", "Liu"), venue="ICLR", year=2023,
+                  url="https://arxiv.org/abs/2209.09858", code="https://github.com/andrijazz/ash")
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         if params["variant"] not in VARIANTS:

@@ -21,6 +21,7 @@ from featstore.extra_keys import CONFIDENCE
 from featstore.interfaces import SplitLike
 
 from ..base import Scorer
+from ..paper import Paper
 
 
 class ConfBranch(Scorer):
@@ -30,8 +31,12 @@ class ConfBranch(Scorer):
     needs = (f"extra:{CONFIDENCE}",)
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("DeVries & Taylor, Learning Confidence for Out-of-Distribution Detection in Neural "
-             "Networks, arXiv:1802.04865, 2018")
+    paper = Paper(
+                  title=("Learning Confidence for Out-of-Distribution Detection in "
+                         "Neural Networks"),
+                  authors=("DeVries", "Taylor"), venue="arXiv", year=2018,
+                  url="https://arxiv.org/abs/1802.04865",
+                  code="https://github.com/uoguelph-mlrg/confidence_estimation")
 
     def _score(self, split: SplitLike) -> np.ndarray:
         ds = split.extra(CONFIDENCE)

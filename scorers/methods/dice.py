@@ -50,6 +50,7 @@ from ..kernels.classstats import train_mean
 from ..kernels.gather import sparse_pays
 from ..kernels.select import check_percentile
 from ..kernels.softmax import logsumexp
+from ..paper import Paper
 
 
 class DICE(Scorer):
@@ -58,7 +59,10 @@ class DICE(Scorer):
     needs = ("features", "head", "fit:id/train")
     defaults = {"p": 90}
     grid = {"p": [10, 30, 50, 70, 90]}
-    paper = "Sun, Li. DICE: Leveraging Sparsification for Out-of-Distribution Detection. ECCV 2022"
+    paper = Paper(title="DICE: Leveraging Sparsification for Out-of-Distribution Detection",
+                  authors=("Sun", "Li"), venue="ECCV", year=2022,
+                  url="https://arxiv.org/abs/2111.09805",
+                  code="https://github.com/deeplearning-wisc/dice")
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         check_percentile(self.name, "p", params["p"])

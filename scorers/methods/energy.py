@@ -27,6 +27,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import logsumexp
+from ..paper import Paper
 
 
 def check_temperature(scorer: str, value: Any, param: str = "temperature") -> None:
@@ -74,8 +75,10 @@ class Energy(TemperatureScorer):
     name = "energy"
     defaults: ClassVar[dict[str, Any]] = {"temperature": 1.0}
     grid: ClassVar[dict[str, list[Any]]] = {"temperature": [1, 10, 100, 1000]}
-    paper = ("Liu, Wang, Owens & Li, Energy-based Out-of-distribution Detection, "
-             "NeurIPS 2020")
+    paper = Paper(title="Energy-based Out-of-distribution Detection",
+                  authors=("Liu", "Wang", "Owens", "Li"), venue="NeurIPS", year=2020,
+                  url="https://arxiv.org/abs/2010.03759",
+                  code="https://github.com/wetliu/energy_ood")
 
     def kernel(self, logits: np.ndarray, temperature: float) -> np.ndarray:
         return energy_scores(logits, temperature)

@@ -24,6 +24,7 @@ from featstore.interfaces import SplitLike
 
 from ..base import Scorer
 from ..kernels.softmax import neg_entropy as _neg_entropy
+from ..paper import Paper
 
 
 def neg_entropy(logits: np.ndarray) -> np.ndarray:
@@ -39,9 +40,12 @@ class Entropy(Scorer):
     needs = ("logits",)
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("Shannon entropy of the predictive distribution; e.g. Lakshminarayanan, Pritzel "
-             "& Blundell, Simple and Scalable Predictive Uncertainty Estimation using Deep "
-             "Ensembles, NeurIPS 2017")
+    paper = Paper(
+                  title=("Simple and Scalable Predictive Uncertainty Estimation using "
+                         "Deep Ensembles"),
+                  authors=("Lakshminarayanan", "Pritzel", "Blundell"), venue="NeurIPS", year=2017,
+                  url="https://arxiv.org/abs/1612.01474", code=None,
+                  note="Shannon entropy of the predictive distribution, as used there")
 
     def _score(self, split: SplitLike) -> np.ndarray:
         return self.map_rows(split, ("logits",), neg_entropy)

@@ -39,6 +39,7 @@ from featstore.interfaces import SplitLike, StoreLike
 from ..base import Scorer
 from ..kernels.classstats import train_mean
 from ..kernels.rowfeat import fdbd_rows, inverse_boundary_table
+from ..paper import Paper
 
 _SAME_CLASS_RTOL = 1e-12
 
@@ -48,8 +49,10 @@ class FDBD(Scorer):
     needs = ("features", "logits", "head", "fit:id/train")
     defaults = {"distance_as_normalizer": True}
     grid = {"distance_as_normalizer": [True, False]}
-    paper = ("Liu, Qin. Fast Decision Boundary based Out-of-Distribution Detector. "
-             "ICML 2024")
+    paper = Paper(title="Fast Decision Boundary based Out-of-Distribution Detector",
+                  authors=("Liu", "Qin"), venue="ICML", year=2024,
+                  url="https://arxiv.org/abs/2312.11536",
+                  code="https://github.com/litianliu/fDBD-OOD")
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         value = params["distance_as_normalizer"]

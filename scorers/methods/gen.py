@@ -38,6 +38,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import gen_entropies
+from ..paper import Paper
 
 
 def gen_scores(logits: np.ndarray, gammas: list[float], ms: list[int]) -> list[np.ndarray]:
@@ -62,8 +63,10 @@ class GEN(Scorer):
         "gamma": [0.01, 0.1, 0.5, 1, 2, 5, 10],
         "M": [10, 50, 100, 200, 500, 1000],
     }
-    paper = ("Liu, Lochman & Zach, GEN: Pushing the Limits of Softmax-Based "
-             "Out-of-Distribution Detection, CVPR 2023")
+    paper = Paper(title="GEN: Pushing the Limits of Softmax-Based Out-of-Distribution Detection",
+                  authors=("Liu", "Lochman", "Zach"), venue="CVPR", year=2023,
+                  url="https://openaccess.thecvf.com/content/CVPR2023/html/Liu_GEN_Pushing_the_Limits_of_Softmax-Based_Out-of-Distribution_Detection_CVPR_2023_paper.html",
+                  code="https://github.com/XixiLiu95/GEN")
 
     def check_params(self, params: Any, store: StoreLike | None = None) -> None:
         gamma, m = params["gamma"], params["M"]

@@ -33,6 +33,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import log_max_softmax
+from ..paper import Paper
 
 VARIANTS = ("h", "g", "softmax")
 
@@ -54,8 +55,11 @@ class GODIN(Scorer):
     needs = (f"extra:{GODIN_H}", f"extra:{GODIN_G}")
     defaults: ClassVar[dict[str, Any]] = {"variant": "softmax"}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("Hsu, Shen, Jin & Kira, Generalized ODIN: Detecting Out-of-distribution Image "
-             "without Learning from Out-of-distribution Data, CVPR 2020")
+    paper = Paper(
+                  title=("Generalized ODIN: Detecting Out-of-distribution Image "
+                         "without Learning from Out-of-distribution Data"),
+                  authors=("Hsu", "Shen", "Jin", "Kira"), venue="CVPR", year=2020,
+                  url="https://arxiv.org/abs/2002.11297", code=None)
 
     def score_form(self) -> str:
         return "log_prob" if self.params["variant"] == "softmax" else ""

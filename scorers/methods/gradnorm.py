@@ -26,6 +26,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import softmax
+from ..paper import Paper
 
 
 class GradNorm(Scorer):
@@ -33,8 +34,12 @@ class GradNorm(Scorer):
     needs = ("features", "head")
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("Huang, Geng, Li. On the Importance of Gradients for Detecting Distributional "
-             "Shifts in the Wild. NeurIPS 2021")
+    paper = Paper(
+                  title=("On the Importance of Gradients for Detecting Distributional "
+                         "Shifts in the Wild"),
+                  authors=("Huang", "Geng", "Li"), venue="NeurIPS", year=2021,
+                  url="https://arxiv.org/abs/2110.00218",
+                  code="https://github.com/deeplearning-wisc/gradnorm_ood")
 
     def _fit(self, store: StoreLike) -> None:
         weight, bias = store.head

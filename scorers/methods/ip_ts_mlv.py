@@ -25,6 +25,7 @@ import numpy as np
 
 from featstore.interfaces import SplitLike
 
+from ..paper import Paper
 from .odin_perturbed import ODINPerturbed
 
 
@@ -32,9 +33,10 @@ class IPTSMLV(ODINPerturbed):
     """max_c l'_c / T of the stored ODIN-perturbed logits l' (higher = more ID)."""
 
     name = "ip_ts_mlv"
-    paper = ("Recalcati, Garcea, Piano, Lamberti & Morra, Toward a Realistic Benchmark for "
-             "Out-of-Distribution Detection, DSAA 2023 (IP TS MLV; perturbation of Liang, Li & "
-             "Srikant, ICLR 2018)")
+    paper = Paper(title="Toward a Realistic Benchmark for Out-of-Distribution Detection",
+                  authors=("Recalcati", "Garcea", "Piano", "Lamberti", "Morra"), venue="DSAA",
+                  year=2023, url="https://doi.org/10.1109/DSAA60987.2023.10302486", code=None,
+                  note="IP TS MLV; perturbation of Liang, Li & Srikant, ICLR 2018")
 
     def _score_pair(self, split: SplitLike, temperature: float, epsilon: float) -> np.ndarray:
         name = self._require_pair(split, temperature, epsilon)

@@ -50,6 +50,7 @@ from ..base import Scorer
 from ..kernels.classstats import add_class_sums
 from ..kernels.mincross import min_cross_entropy
 from ..kernels.softmax import softmax, softmax_plogp
+from ..paper import Paper
 
 FIT_SPLIT = "id/val"
 EPS = np.finfo(np.float64).tiny
@@ -62,8 +63,11 @@ class KLMatching(Scorer):
     needs = ("logits", f"fit:{FIT_SPLIT}")
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("Hendrycks, Basart, Mazeika, Zou, Kwon, Mostajabi, Steinhardt & Song, Scaling "
-             "Out-of-Distribution Detection for Real-World Settings, ICML 2022")
+    paper = Paper(title="Scaling Out-of-Distribution Detection for Real-World Settings",
+                  authors=("Hendrycks", "Basart", "Mazeika", "Zou", "Kwon", "Mostajabi",
+                           "Steinhardt", "Song"),
+                  venue="ICML", year=2022, url="https://arxiv.org/abs/1911.11132",
+                  code="https://github.com/hendrycks/anomaly-seg")
 
     templates: np.ndarray | None = None
     template_classes: np.ndarray | None = None

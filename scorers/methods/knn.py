@@ -48,6 +48,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..knn_index import KnnIndex, l2_normalize, subsample_size
 from ..neighbours import FIT_SPLIT, BankScorer, bank_chunks
+from ..paper import Paper
 
 
 def load_bank(store: StoreLike, fraction: float, seed: int, chunk_rows: int,
@@ -71,8 +72,10 @@ class KNN(BankScorer):
     needs = ("features", "fit:id/train")
     defaults = {"K": 50, "bank_fraction": 1.0, "seed": 0, "index": "exact", "recall_target": 0.95}
     grid = {"K": [50, 100, 200, 500, 1000]}
-    paper = ("Sun, Ming, Zhu, Li. Out-of-distribution detection with deep nearest neighbors. "
-             "ICML 2022")
+    paper = Paper(title="Out-of-distribution detection with deep nearest neighbors",
+                  authors=("Sun", "Ming", "Zhu", "Li"), venue="ICML", year=2022,
+                  url="https://arxiv.org/abs/2204.06507",
+                  code="https://github.com/deeplearning-wisc/knn-ood")
     fraction_param = "bank_fraction"
 
     def _build(self, store: StoreLike, params: Mapping[str, Any]) -> KnnIndex:

@@ -27,6 +27,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import softmax
+from ..paper import Paper
 from .entropy import neg_entropy
 
 VARIANTS = ("l1", "entropy")
@@ -46,8 +47,11 @@ class MCD(Scorer):
     needs = ("logits", f"extra:{HEAD2_LOGITS}")
     defaults: ClassVar[dict[str, Any]] = {"variant": "l1"}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("Yu & Aizawa, Unsupervised Out-of-Distribution Detection by Maximum Classifier "
-             "Discrepancy, ICCV 2019")
+    paper = Paper(
+                  title=("Unsupervised Out-of-Distribution Detection by Maximum "
+                         "Classifier Discrepancy"),
+                  authors=("Yu", "Aizawa"), venue="ICCV", year=2019,
+                  url="https://arxiv.org/abs/1908.04951", code=None)
 
     def check_params(self, params: Any, store: StoreLike | None = None) -> None:
         self.check_choice(params, "variant", VARIANTS)

@@ -35,6 +35,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import log_max_softmax, softmax
+from ..paper import Paper
 
 VARIANTS = ("entropy", "msp", "logit_mean")
 
@@ -62,8 +63,11 @@ class MCDropout(Scorer):
     needs = (f"extra:{MC_LOGITS}",)
     defaults: ClassVar[dict[str, Any]] = {"variant": "entropy"}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("Gal & Ghahramani, Dropout as a Bayesian Approximation: Representing Model "
-             "Uncertainty in Deep Learning, ICML 2016")
+    paper = Paper(
+                  title=("Dropout as a Bayesian Approximation: Representing Model "
+                         "Uncertainty in Deep Learning"),
+                  authors=("Gal", "Ghahramani"), venue="ICML", year=2016,
+                  url="https://arxiv.org/abs/1506.02142", code=None)
 
     def score_form(self) -> str:
         return "" if self.params["variant"] == "entropy" else "log_prob"

@@ -47,6 +47,7 @@ from featstore.interfaces import SplitLike, StoreLike
 from ..base import Scorer
 from ..kernels.classstats import ClassMahalanobis, fit_gaussian_stats
 from ..kernels.precision import DEFAULT_PRECISION, check_precision
+from ..paper import Paper
 
 
 class MDS(Scorer):
@@ -56,8 +57,12 @@ class MDS(Scorer):
     needs = ("features", "fit:id/train")
     defaults: ClassVar[dict[str, Any]] = {"precision": DEFAULT_PRECISION}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("Lee, Lee, Lee, Shin. A simple unified framework for detecting out-of-distribution "
-             "samples and adversarial attacks. NeurIPS 2018")
+    paper = Paper(
+                  title=("A simple unified framework for detecting out-of-distribution "
+                         "samples and adversarial attacks"),
+                  authors=("Lee", "Lee", "Lee", "Shin"), venue="NeurIPS", year=2018,
+                  url="https://arxiv.org/abs/1807.03888",
+                  code="https://github.com/pokaxpoka/deep_Mahalanobis_detector")
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         check_precision(self.name, params["precision"])

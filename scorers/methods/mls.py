@@ -20,6 +20,7 @@ import numpy as np
 from featstore.interfaces import SplitLike
 
 from ..base import Scorer
+from ..paper import Paper
 
 
 class MaxLogit(Scorer):
@@ -29,8 +30,11 @@ class MaxLogit(Scorer):
     needs = ("logits",)
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("Hendrycks, Basart, Mazeika, Zou, Kwon, Mostajabi, Steinhardt & Song, Scaling "
-             "Out-of-Distribution Detection for Real-World Settings, ICML 2022")
+    paper = Paper(title="Scaling Out-of-Distribution Detection for Real-World Settings",
+                  authors=("Hendrycks", "Basart", "Mazeika", "Zou", "Kwon", "Mostajabi",
+                           "Steinhardt", "Song"),
+                  venue="ICML", year=2022, url="https://arxiv.org/abs/1911.11132",
+                  code="https://github.com/hendrycks/anomaly-seg")
 
     def _score(self, split: SplitLike) -> np.ndarray:
         return self.map_rows(split, ("logits",), lambda logits: logits.max(axis=1))

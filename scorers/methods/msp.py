@@ -26,6 +26,7 @@ from featstore.interfaces import SplitLike
 
 from ..base import Scorer
 from ..kernels.softmax import log_max_softmax
+from ..paper import Paper
 
 
 class MSP(Scorer):
@@ -35,8 +36,12 @@ class MSP(Scorer):
     needs = ("logits",)
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("Hendrycks & Gimpel, A Baseline for Detecting Misclassified and "
-             "Out-of-Distribution Examples in Neural Networks, ICLR 2017")
+    paper = Paper(
+                  title=("A Baseline for Detecting Misclassified and "
+                         "Out-of-Distribution Examples in Neural Networks"),
+                  authors=("Hendrycks", "Gimpel"), venue="ICLR", year=2017,
+                  url="https://arxiv.org/abs/1610.02136",
+                  code="https://github.com/hendrycks/error-detection")
 
     def score_form(self) -> str:
         return "log_prob"

@@ -34,6 +34,7 @@ from featstore.interfaces import SplitLike, StoreLike
 from ..base import Scorer
 from ..kernels.classstats import train_mean
 from ..kernels.rowfeat import nci_rows
+from ..paper import Paper
 
 
 class NCI(Scorer):
@@ -41,8 +42,9 @@ class NCI(Scorer):
     needs = ("features", "logits", "head", "fit:id/train")
     defaults = {"alpha": 0.0001}
     grid = {"alpha": [0.0001, 0.001, 0.01, 0.1]}
-    paper = ("Liu, Qin. Detecting Out-of-distribution through the Lens of Neural Collapse. "
-             "arXiv:2311.01479, 2023")
+    paper = Paper(title="Detecting Out-of-distribution through the Lens of Neural Collapse",
+                  authors=("Liu", "Qin"), venue="arXiv", year=2023,
+                  url="https://arxiv.org/abs/2311.01479", code=None)
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         alpha = params["alpha"]

@@ -43,6 +43,7 @@ from featstore.interfaces import SplitLike, StoreLike
 from ..kernels.softmax import logsumexp
 from ..knn_index import KnnIndex, l2_normalize, subsample_size
 from ..neighbours import FIT_SPLIT, BankScorer, bank_chunks
+from ..paper import Paper
 
 
 def load_guide_bank(store: StoreLike, alpha: float, seed: int, chunk_rows: int) -> np.ndarray:
@@ -66,8 +67,10 @@ class NNGuide(BankScorer):
     needs = ("features", "logits", "fit:id/train")
     defaults = {"K": 100, "alpha": 0.01, "seed": 0, "index": "exact", "recall_target": 0.95}
     grid = {"K": [100], "alpha": [0.01]}
-    paper = ("Park, Jung, Teoh. Nearest neighbor guidance for out-of-distribution detection. "
-             "ICCV 2023")
+    paper = Paper(title="Nearest neighbor guidance for out-of-distribution detection",
+                  authors=("Park", "Jung", "Teoh"), venue="ICCV", year=2023,
+                  url="https://arxiv.org/abs/2309.14888",
+                  code="https://github.com/roomo7time/nnguide")
     fraction_param = "alpha"
 
     def _build(self, store: StoreLike, params: Mapping[str, Any]) -> KnnIndex:

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..kernels.softmax import log_max_softmax
+from ..paper import Paper
 from .energy import TemperatureScorer
 
 
@@ -43,9 +44,13 @@ class ODIN(TemperatureScorer):
     name = "odin"
     defaults: ClassVar[dict[str, Any]] = {"temperature": 1000.0}
     grid: ClassVar[dict[str, list[Any]]] = {"temperature": [1, 10, 100, 1000]}
-    paper = ("Liang, Li & Srikant, Enhancing The Reliability of Out-of-distribution Image "
-             "Detection in Neural Networks, ICLR 2018 (temperature scaling only; no input "
-             "perturbation)")
+    paper = Paper(
+                  title=("Enhancing The Reliability of Out-of-distribution Image "
+                         "Detection in Neural Networks"),
+                  authors=("Liang", "Li", "Srikant"), venue="ICLR", year=2018,
+                  url="https://arxiv.org/abs/1706.02690",
+                  code="https://github.com/facebookresearch/odin",
+                  note="temperature scaling only; no input perturbation")
 
     def score_form(self) -> str:
         return "log_prob"

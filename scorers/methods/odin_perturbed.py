@@ -35,6 +35,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import log_max_softmax
+from ..paper import Paper
 from .energy import check_temperature
 
 ID_SPLIT = "id/test"
@@ -58,8 +59,12 @@ class ODINPerturbed(Scorer):
     defaults: ClassVar[dict[str, Any]] = {"temperature": 1000.0, "epsilon": 0.0014}
     grid: ClassVar[dict[str, list[Any]]] = {"temperature": [1, 10, 100, 1000],
                                             "epsilon": [0.0014, 0.0028]}
-    paper = ("Liang, Li & Srikant, Enhancing The Reliability of Out-of-distribution Image "
-             "Detection in Neural Networks, ICLR 2018 (with input perturbation)")
+    paper = Paper(
+                  title=("Enhancing The Reliability of Out-of-distribution Image "
+                         "Detection in Neural Networks"),
+                  authors=("Liang", "Li", "Srikant"), venue="ICLR", year=2018,
+                  url="https://arxiv.org/abs/1706.02690",
+                  code="https://github.com/facebookresearch/odin", note="with input perturbation")
 
     def score_form(self) -> str:
         return "log_prob"

@@ -69,6 +69,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..neighbours import is_int
+from ..paper import Paper
 
 FIT_SPLIT = "id/train"
 APPROX = ("none", "nystroem")
@@ -122,9 +123,13 @@ class OODL(Scorer):
     defaults = {"nu": 0.001, "max_train": 10000, "seed": 0, "approx": "none",
                 "n_components": 1000}
     grid = {"nu": [0.001, 0.01, 0.05, 0.1, 0.2, 0.5]}
-    paper = ("Abdelzad, Czarnecki, Salay, Denouden, Vernekar, Phan. Detecting out-of-"
-             "distribution inputs in deep neural networks using an early-layer output. "
-             "arXiv:1910.10307, 2019 (as benchmarked by FACETS, DSAA 2023)")
+    paper = Paper(
+                  title=("Detecting out-of-distribution inputs in deep neural networks "
+                         "using an early-layer output"),
+                  authors=("Abdelzad", "Czarnecki", "Salay", "Denouden", "Vernekar", "Phan"),
+                  venue="arXiv", year=2019, url="https://arxiv.org/abs/1910.10307",
+                  code="https://github.com/vahdat-ab/OODL",
+                  note="as benchmarked by FACETS, DSAA 2023")
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         nu = params["nu"]

@@ -41,6 +41,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import logsumexp
+from ..paper import Paper
 
 MAPS = "feature_maps"
 _CHUNK_BYTES = 256 << 20
@@ -69,8 +70,10 @@ class RankFeat(Scorer):
     needs = ("extra:feature_maps", "head")
     defaults = {"temperature": 1.0}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("Song, Sebe, Wang. RankFeat: Rank-1 Feature Removal for Out-of-distribution "
-             "Detection. NeurIPS 2022")
+    paper = Paper(title="RankFeat: Rank-1 Feature Removal for Out-of-distribution Detection",
+                  authors=("Song", "Sebe", "Wang"), venue="NeurIPS", year=2022,
+                  url="https://arxiv.org/abs/2209.08590",
+                  code="https://github.com/KingJamesSong/RankFeat")
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         t = params["temperature"]

@@ -76,6 +76,7 @@ from ..kernels.bands import clip_band_logits, clip_from_logits, plan_anchor
 from ..kernels.gather import exact_f32, sparse_pays
 from ..kernels.select import check_percentile, exact_percentiles, high_histogram
 from ..kernels.softmax import logsumexp
+from ..paper import Paper
 
 
 def logits_pay(percentile: float) -> bool:
@@ -93,8 +94,10 @@ class ReAct(Scorer):
     needs = ("features", "head", "fit:id/train")
     defaults = {"percentile": 90, "percentile_split": "id/train"}
     grid = {"percentile": [85, 90, 95, 99]}
-    paper = ("Sun, Guo, Li. ReAct: Out-of-distribution Detection With Rectified Activations. "
-             "NeurIPS 2021")
+    paper = Paper(title="ReAct: Out-of-distribution Detection With Rectified Activations",
+                  authors=("Sun", "Guo", "Li"), venue="NeurIPS", year=2021,
+                  url="https://arxiv.org/abs/2111.12797",
+                  code="https://github.com/deeplearning-wisc/react")
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         check_percentile(self.name, "percentile", params["percentile"])

@@ -33,6 +33,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..kernels.precision import DEFAULT_PRECISION
 from ..kernels.subspace import PrincipalScorer, PrincipalSpace, setting_dims
+from ..paper import Paper
 
 
 class Residual(PrincipalScorer):
@@ -40,8 +41,10 @@ class Residual(PrincipalScorer):
     needs = ("features", "head", "fit:id/train")
     defaults = {"dim": None, "precision": DEFAULT_PRECISION}
     grid = {"dim": [256, 1000]}
-    paper = ("Wang, Li, Feng, Zhang. ViM: Out-Of-Distribution with Virtual-logit Matching. "
-             "CVPR 2022 (Residual baseline)")
+    paper = Paper(title="ViM: Out-Of-Distribution with Virtual-logit Matching",
+                  authors=("Wang", "Li", "Feng", "Zhang"), venue="CVPR", year=2022,
+                  url="https://arxiv.org/abs/2203.10807", code="https://github.com/haoqiwang/vim",
+                  note="Residual baseline")
 
     def _fit(self, store: StoreLike) -> None:
         self.state = PrincipalSpace.fit(self, store)

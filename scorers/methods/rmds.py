@@ -35,6 +35,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.classstats import ClassMahalanobis, fit_gaussian_stats
+from ..paper import Paper
 
 
 class RMDS(Scorer):
@@ -44,8 +45,9 @@ class RMDS(Scorer):
     needs = ("features", "fit:id/train")
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("Ren, Fort, Liu, Roy, Padhy, Lakshminarayanan. A simple fix to Mahalanobis "
-             "distance for improving near-OOD detection. arXiv:2106.09022, 2021")
+    paper = Paper(title="A simple fix to Mahalanobis distance for improving near-OOD detection",
+                  authors=("Ren", "Fort", "Liu", "Roy", "Padhy", "Lakshminarayanan"), venue="arXiv",
+                  year=2021, url="https://arxiv.org/abs/2106.09022", code=None)
 
     def _fit(self, store: StoreLike) -> None:
         stats = fit_gaussian_stats(store, self.chunk_rows, self.name)

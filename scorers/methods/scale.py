@@ -41,6 +41,7 @@ from ..base import Scorer, ValidRange, head_logits_usable, stored_logits_are_hea
 from ..kernels.select import check_percentile
 from ..kernels.softmax import logsumexp
 from ..kernels.topk import RowSort, check_keep, keep_count, percentile_range
+from ..paper import Paper
 
 
 class Scale(Scorer):
@@ -48,8 +49,11 @@ class Scale(Scorer):
     needs = ("features", "head")
     defaults = {"percentile": 85}
     grid = {"percentile": [65, 70, 75, 80, 85, 90, 95]}
-    paper = ("Xu, Chen, Franchi, Ji, Li. Scaling for Training Time and Post-hoc "
-             "Out-of-distribution Detection Enhancement. ICLR 2024")
+    paper = Paper(
+                  title=("Scaling for Training Time and Post-hoc Out-of-distribution "
+                         "Detection Enhancement"),
+                  authors=("Xu", "Chen", "Franchi", "Ji", "Li"), venue="ICLR", year=2024,
+                  url="https://arxiv.org/abs/2310.00227", code="https://github.com/kai422/SCALE")
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         check_percentile(self.name, "percentile", params["percentile"])

@@ -34,6 +34,7 @@ from featstore.interfaces import SplitLike, StoreLike
 from ..base import Scorer
 from ..kernels.classstats import add_class_sums_by_correctness
 from ..kernels.rowfeat import pattern_dot_rows
+from ..paper import Paper
 
 FIT_SPLIT = "id/train"
 
@@ -45,8 +46,11 @@ class SHE(Scorer):
     needs = ("features", "logits", "fit:id/train")
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("Zhang, Fu, Chen, Zhang, Wang, Liu. Out-of-distribution detection based on "
-             "in-distribution data patterns memorization with modern Hopfield energy. ICLR 2023")
+    paper = Paper(
+                  title=("Out-of-distribution detection based on in-distribution data "
+                         "patterns memorization with modern Hopfield energy"),
+                  authors=("Zhang", "Fu", "Chen", "Zhang", "Wang", "Liu"), venue="ICLR", year=2023,
+                  url=None, code=None)
 
     def _fit(self, store: StoreLike) -> None:
         split = store.split(FIT_SPLIT)

@@ -42,6 +42,7 @@ from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import logsumexp, max_softmax_logodds
+from ..paper import Paper
 
 FIT_SPLIT = "id/val"
 T_BOUNDS = (0.01, 100.0)
@@ -56,8 +57,10 @@ class TemperatureScaling(Scorer):
     needs = ("logits", f"fit:{FIT_SPLIT}")
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
-    paper = ("Guo, Pleiss, Sun & Weinberger, On Calibration of Modern Neural Networks, "
-             "ICML 2017")
+    paper = Paper(title="On Calibration of Modern Neural Networks",
+                  authors=("Guo", "Pleiss", "Sun", "Weinberger"), venue="ICML", year=2017,
+                  url="https://arxiv.org/abs/1706.04599",
+                  code="https://github.com/gpleiss/temperature_scaling")
 
     fitted_temperature: float | None = None
 

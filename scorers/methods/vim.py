@@ -64,6 +64,7 @@ from featstore.interfaces import SplitLike, StoreLike
 from ..kernels.precision import DEFAULT_PRECISION
 from ..kernels.softmax import logsumexp
 from ..kernels.subspace import PrincipalScorer, PrincipalSpace, feature_dim, setting_dims
+from ..paper import Paper
 
 
 class ViM(PrincipalScorer):
@@ -71,8 +72,9 @@ class ViM(PrincipalScorer):
     needs = ("features", "logits", "head", "fit:id/train")
     defaults = {"dim": None, "precision": DEFAULT_PRECISION}
     grid = {"dim": [256, 1000]}
-    paper = ("Wang, Li, Feng, Zhang. ViM: Out-Of-Distribution with Virtual-logit Matching. "
-             "CVPR 2022")
+    paper = Paper(title="ViM: Out-Of-Distribution with Virtual-logit Matching",
+                  authors=("Wang", "Li", "Feng", "Zhang"), venue="CVPR", year=2022,
+                  url="https://arxiv.org/abs/2203.10807", code="https://github.com/haoqiwang/vim")
 
     def _fit(self, store: StoreLike) -> None:
         d = feature_dim(store)
