@@ -159,3 +159,17 @@ def test_rows_that_train_are_refused_over_existing_stores(tmp_path):
                  'scorer = "confbranch"\n')
     with pytest.raises(InputError, match="row 'CB': train = 'confbranch' needs training"):
         load_experiment(f)
+
+
+def test_ten_method_preset_scores_mcd_by_the_papers_eq14():
+    """The remote-sensing preset's MCD row uses eq. 14 (d = H(p1) - H(p2), the scorer's
+    "entropy" variant), not the scorer's L1 default; reference: the entropies by hand."""
+    from featstore.experiments.presets import ten_method_rows
+    from scorers.methods.mcd import mcd_scores
+
+    row = {r.name: r for r in ten_method_rows()}["MCD"]
+    assert row.params == {"variant": "entropy"} and row.scorer == "mcd"
+    l1, l2 = np.array([[2.0, 0.0, 0.0]]), np.array([[0.0, 0.0, 0.0]])
+    p1 = np.exp(l1) / np.exp(l1).sum()
+    h1, h2 = -(p1 * np.log(p1)).sum(), np.log(3.0)
+    assert mcd_scores(l1, l2, row.params["variant"])[0] == pytest.approx(-(h1 - h2), abs=1e-12)

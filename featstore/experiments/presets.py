@@ -5,7 +5,7 @@ The ten rows, in the paper's four families (score of each method as the benchmar
 
     post hoc        MSP, ViM, KNN        one `ce` model, post-hoc scorers
     train-time      ConfBranch (confidence), LogitNorm (MSP), G-ODIN (eq. 12)
-    outlier         OE (MSP), MCD (L1 discrepancy of the two heads)
+    outlier         OE (MSP), MCD (eq. 14: entropy discrepancy of the two heads)
     model unc.      MC-Dropout (MC-averaged entropy), TempScaling (fitted on id/val)
 
 Tuning (the paper, §2.5: "explored only the five most common values and selected
@@ -15,6 +15,12 @@ paper's dimension rule (`scorers.methods.vim`: D // 2 below D = 768), since its 
 (256, 1000) does not fit small feature spaces; the other rows have no hyperparameter.
 MC-Dropout is extracted with `MC_SAMPLES` stochastic passes. OE and MCD read the auxiliary
 outliers of the experiment's [data] aux.
+
+Paper settings where the scorer's own default differs (each row sets it):
+- MCD: `variant = "entropy"`, d = H(p1) - H(p2), the paper's eq. 14 ("We used d(p1(y|x),
+  p2(y|x)) to measure the divergence between the two softmax class probabilities", §2.4,
+  eq. 14; shared/papers/rs-ood-ten-methods-remote-sensing-2024.txt line 432-439); the `mcd`
+  scorer's default is Yu & Aizawa's / OpenOOD's L1 discrepancy.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ def ten_method_rows(finetune: bool = False) -> list[MethodRow]:
         MethodRow("LogitNorm", "logitnorm", "msp"),
         MethodRow("G-ODIN", "godin", "godin"),
         MethodRow("OE", "oe", "msp", train_params=oe),
-        MethodRow("MCD", "mcd", "mcd", train_params=mcd),
+        MethodRow("MCD", "mcd", "mcd", params={"variant": "entropy"}, train_params=mcd),
         MethodRow("MC-Dropout", "mcdropout", "mcdropout", extract={"mc_samples": MC_SAMPLES}),
         MethodRow("TempScaling", "ce", "temp_scaling"),
     ]
