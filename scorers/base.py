@@ -5,7 +5,8 @@ valid ones), fitted on a store (`fit(store)` reads only the splits its `needs` n
 scores any split of a store made by the same model: `score(split)` returns an (N,) float64
 array, HIGHER = MORE IN-DISTRIBUTION. `score_grid(split, grid)` returns every setting of a
 hyperparameter grid, sharing the expensive work; the base implementation here refits per
-setting and is what scorers with a shared-work path must equal.
+setting and is what scorers with a shared-work path must equal. Fits and scores run under the
+thread policy of `scorers.threads` (BLAS/OpenMP threads by the work's size and the free cores).
 
 Needs vocabulary: `logits`, `features`, `head`, `fit:<split>` (e.g. `fit:id/train`),
 `extra:<name>`; `scorers.needs` parses them (`Needs.of(scorer)`).
@@ -14,6 +15,7 @@ Needs vocabulary: `logits`, `features`, `head`, `fit:<split>` (e.g. `fit:id/trai
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -21,13 +23,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from featstore.arraystore import ArrayStore
-from featstore.errors import FeatstoreError, UsageError
+from featstore.errors import FeatstoreError, FeatstoreWarning, UsageError
 from featstore.interfaces import SplitLike, StoreLike
 from featstore.values import require_finite
 
+from .clamp import adapt_params, describe
 from .needs import Needs, parse_need
 from .paper import Paper
 from .rowmap import map_rows, read_chunk_rows
+from .threads import blas_threads, fit_work, score_work
 
 DEFAULT_CHUNK_ROWS = 8192
 
@@ -100,6 +104,10 @@ class Scorer:
         # the other defaults may be clamped to the store by scorers.adapt)
         self.given: dict[str, Any] = dict(params)
         self.check_params(self.params)
+        # the caller's own parameters: `fit` clamps only the others (scorers.clamp)
+        self.given: dict[str, Any] = dict(params)
+        # the defaults `fit` clamped on its store: [{"setting", "used", "reason"}]
+        self.adjusted: list[dict[str, Any]] = []
         self.store: StoreLike | None = None
         self.fitted = False
         self.model_sha256: str | None = None
@@ -167,6 +175,7 @@ class Scorer:
         every setting in the same pass; settings outside it are still scored, at the price of
         a further pass. Scores never depend on it."""
         check_needs(self, store)
+        self._clamp_defaults(store)
         if not self.allow_nonfinite:
             for name in fit_split_names(self):
                 require_finite(store.split(name), value_fields(self), f"fitting {self.name!r}")
@@ -175,9 +184,23 @@ class Scorer:
         self.fit_settings = expand_grid(grid) if grid else []
         self.store = store
         self.model_sha256 = store.model_sha256
-        self._fit(store)
+        with blas_threads(fit_work(store, fit_split_names(self), value_fields(self))):
+            self._fit(store)
         self.fitted = True
         return self
+
+    def _clamp_defaults(self, store: StoreLike) -> None:
+        """The one defaults rule (scorers.adapt) for API callers: every default the store
+        makes invalid is clamped (`self.adjusted`, a FeatstoreWarning each); the caller's own
+        values are never changed. A no-op when every parameter was given (the CLI's paths
+        build their scorers with the already clamped parameters)."""
+        if set(self.given) >= set(self.defaults):
+            return
+        self.params, self.adjusted = adapt_params(self, {**self.defaults, **self.given},
+                                                  set(self.given), store)
+        for adjustment in self.adjusted:
+            warnings.warn(f"scorer {self.name!r}: {describe(adjustment)}", FeatstoreWarning,
+                          stacklevel=3)
 
     def _check_split(self, split: SplitLike, force: bool) -> None:
         if not self.fitted:
@@ -202,7 +225,8 @@ class Scorer:
     def score(self, split: SplitLike, force: bool = False) -> np.ndarray:
         """(N,) float64 scores of a split, higher = more in-distribution."""
         self._check_split(split, force)
-        return np.asarray(self._score(split), dtype=np.float64)
+        with blas_threads(score_work(split, value_fields(self))):
+            return np.asarray(self._score(split), dtype=np.float64)
 
     def score_grid(
         self, split: SplitLike, grid: Grid | None = None, force: bool = False
@@ -217,7 +241,9 @@ class Scorer:
         settings = expand_grid(grid) if grid else [{}]
         for setting in settings:
             self.check_params({**self.params, **setting}, self.store)
-        scores = self._score_grid(split, settings) if grid else [self.score(split, force)]
+        with blas_threads(score_work(split, value_fields(self))):
+            scores = (self._score_grid(split, settings) if grid
+                      else [self.score(split, force)])
         return [(dict(s), np.asarray(v, dtype=np.float64))
                 for s, v in zip(settings, scores, strict=True)]
 
@@ -340,6 +366,10 @@ def check_needs(scorer: Scorer, store: StoreLike) -> None:
     """Raise FeatstoreError naming the first missing need and how to produce it."""
     needs = Needs.of(scorer)
     for need in needs:
+        if need.kind == "head" and store.manifest.get("has_head", True) is False:
+            raise FeatstoreError(
+                f"scorer {scorer.name!r} needs the classifier head (W, b); store "
+                f"{str(store.path)!r} has none (features and logits only)")
         if need.kind == "fit" and not store.has_split(need.arg):
             raise FeatstoreError(
                 f"scorer {scorer.name!r} needs split {need.arg!r} in store "

@@ -9,13 +9,14 @@ recall queries (`scorers.knn_index`, "Recall calibration"); `diagnostics` record
 the target and the chosen width (`index_options`).
 
 A subclass names its bank-size parameter (`fraction_param`), builds its index from the store
-(`_build`) and turns one search per chunk into scores for several K (`_scores_for_ks`).
+(`_build`, from a `bank_stream`: the index holds the only copy of the bank) and turns one
+search per chunk into scores for several K (`_scores_for_ks`).
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -24,7 +25,9 @@ from featstore.errors import UsageError
 from featstore.interfaces import SplitLike, StoreLike
 
 from .base import Scorer, ValidRange
+from .knn_bank import BankStream
 from .knn_index import INDEX_KINDS, KnnIndex, l2_normalize, subsample_rows, subsample_size
+from .rowmap import read_chunk_rows
 
 FIT_SPLIT = "id/train"
 RECALL_QUERIES = 256
@@ -62,6 +65,22 @@ def bank_chunks(store: StoreLike, fraction: float, seed: int, chunk_rows: int,
             arrays = tuple(a[pick] for a in arrays)
         if arrays[0].shape[0]:
             yield arrays
+
+
+def bank_stream(store: StoreLike, fraction: float, seed: int, chunk_rows: int,
+                fields: tuple[str, ...], transform: Callable[..., np.ndarray]) -> BankStream:
+    """The bank as a stream of `transform(*chunk_arrays)` float32 chunks of the bank rows of
+    id/train (`bank_chunks`, reads of about `rowmap.FIT_READ_BYTES`, at most `chunk_rows`
+    rows), read afresh per pass: the index it is added to holds the only copy
+    (`scorers.knn_bank`)."""
+    split = store.split(FIT_SPLIT)
+    rows = read_chunk_rows(split, fields, chunk_rows)  # ~4 MiB per read, at most chunk_rows
+
+    def chunks() -> Iterator[np.ndarray]:
+        for arrays in bank_chunks(store, fraction, seed, rows, *fields):
+            yield transform(*arrays)
+
+    return BankStream(subsample_size(split.num_rows, fraction), split.dims["features"], chunks)
 
 
 class BankScorer(Scorer):

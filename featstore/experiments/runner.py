@@ -68,6 +68,7 @@ from ..protocols.osr import (
     open_val_test,
     split_spec_text,
 )
+from ..sanity import id_checks, warnings_of
 from ..spec import load_spec
 from ..store import Store
 from ..training import trainer
@@ -259,6 +260,11 @@ def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dic
     why = unsupported_reason(store, row.scorer)
     if why is not None:
         raise FeatstoreError(why)
+    return {**_score_row(store, row, tune_rule, select_by),
+            "id_warnings": warnings_of(id_checks(store))}  # featstore.sanity: flagged runs
+
+
+def _score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
     tuned = tune_rule == "val" and _has_grid(row)
     if tuned:
         res = sweep(store, row.scorer, row.grid, select_by, row.params, ci=BootstrapSpec())

@@ -46,23 +46,21 @@ import numpy as np
 
 from featstore.interfaces import SplitLike, StoreLike
 
-from ..knn_index import KnnIndex, l2_normalize, subsample_size
-from ..neighbours import FIT_SPLIT, BankScorer, bank_chunks
+from ..knn_bank import BankStream
+from ..knn_index import KnnIndex, l2_normalize
+from ..neighbours import BankScorer, bank_stream
 from ..paper import Paper
 
 
-def load_bank(store: StoreLike, fraction: float, seed: int, chunk_rows: int,
-              normalize: bool = True) -> np.ndarray:
-    """The (L2-normalized) id/train features of the bank rows as float32, read in chunks into
-    one preallocated array (peak memory: the bank plus one chunk)."""
-    split = store.split(FIT_SPLIT)
-    bank = np.empty((subsample_size(split.num_rows, fraction), split.dims["features"]),
-                    dtype=np.float32)
-    filled = 0
-    for (feats,) in bank_chunks(store, fraction, seed, chunk_rows, "features"):
-        bank[filled:filled + len(feats)] = l2_normalize(feats) if normalize else feats
-        filled += len(feats)
-    return bank
+def knn_stream(store: StoreLike, fraction: float, seed: int, chunk_rows: int,
+               normalize: bool = True) -> BankStream:
+    """The bank rows' id/train features, L2-normalized chunk by chunk as they are read."""
+    return bank_stream(store, fraction, seed, chunk_rows, ("features",),
+                       l2_normalize if normalize else _as_float32)
+
+
+def _as_float32(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32)
 
 
 class KNN(BankScorer):
@@ -79,8 +77,8 @@ class KNN(BankScorer):
     fraction_param = "bank_fraction"
 
     def _build(self, store: StoreLike, params: Mapping[str, Any]) -> KnnIndex:
-        bank = load_bank(store, float(params["bank_fraction"]), int(params["seed"]),
-                         self.chunk_rows)
+        bank = knn_stream(store, float(params["bank_fraction"]), int(params["seed"]),
+                          self.chunk_rows)
         return KnnIndex(bank, metric="l2", kind=params["index"], seed=int(params["seed"]),
                         query_chunk=self.chunk_rows, **self.index_options(store, params))
 
