@@ -1,0 +1,63 @@
+"""benchmarks/RESULTS.md is an index of one page per topic under benchmarks/results/: every
+page is listed, every topic page states its command, commit and machine, and every relative
+Markdown link in README.md, docs/ and benchmarks/ points at a file that exists. Reference: the
+files on disk."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def topic_pages() -> list[Path]:
+    return sorted(p for p in RESULTS.glob("*.md") if p.name != "HISTORY.md")
+
+
+def broken_links(page: Path) -> list[str]:
+    """Relative link targets of `page` (anchors dropped) that are not files or folders."""
+    out = []
+    for target in LINK.findall(page.read_text(encoding="utf-8")):
+        if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = target.split("#", 1)[0]
+        if path and not (page.parent / path).exists():
+            out.append(target)
+    return out
+
+
+def test_index_lists_every_topic_page_and_history():
+    index = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
+    linked = {Path(t).name for t in LINK.findall(index)}
+    assert "HISTORY.md" in linked
+    missing = [p.name for p in topic_pages() if p.name not in linked]
+    assert not missing, f"benchmarks/RESULTS.md does not link {missing}"
+    assert len(topic_pages()) >= 10
+
+
+def test_every_topic_page_states_command_commit_and_machine():
+    for page in topic_pages():
+        text = page.read_text(encoding="utf-8")
+        assert re.search(r"`(python -m |featstore |make |nice |NUMBA_CACHE_DIR|/usr/bin/time)",
+                         text), f"{page.name}: no command"
+        assert re.search(r"\b[0-9a-f]{7}\b|commit not recorded", text), (
+            f"{page.name}: no commit")
+        assert "machine" in text.lower(), f"{page.name}: no machine"
+        assert text.count("\n| ---") + text.count("\n|---") >= 1, f"{page.name}: no table"
+
+
+def test_relative_links_resolve():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+             *sorted((ROOT / "benchmarks").glob("*.md")), *topic_pages()]
+    bad = {p.relative_to(ROOT).as_posix(): b for p in pages if (b := broken_links(p))}
+    assert not bad, f"broken relative links: {bad}"
+
+
+def test_link_checker_sees_a_broken_link(tmp_path):
+    page = tmp_path / "p.md"
+    (tmp_path / "there.md").write_text("x")
+    page.write_text("[a](there.md) [b](missing.md#x) [c](https://example.org) [d](#top)")
+    assert broken_links(page) == ["missing.md#x"]
