@@ -61,3 +61,31 @@ def test_link_checker_sees_a_broken_link(tmp_path):
     (tmp_path / "there.md").write_text("x")
     page.write_text("[a](there.md) [b](missing.md#x) [c](https://example.org) [d](#top)")
     assert broken_links(page) == ["missing.md#x"]
+
+
+def test_make_bench_reaches_every_benchmark_script():
+    """Every benchmarks/bench_*.py, profile_*.py and suite_*.py is in run_all's list (what
+    `make bench` runs) or excluded with a reason; every listed name is a real script."""
+    from benchmarks.run_all import BENCHMARKS, EXCLUDED
+
+    scripts = {p.stem for pat in ("bench_*.py", "profile_*.py", "suite_*.py")
+               for p in (ROOT / "benchmarks").glob(pat)}
+    missing = sorted(scripts - set(BENCHMARKS) - set(EXCLUDED))
+    assert not missing, f"not in benchmarks/run_all.py BENCHMARKS or EXCLUDED: {missing}"
+    assert not set(BENCHMARKS) & set(EXCLUDED)
+    for name in [*BENCHMARKS, *EXCLUDED]:
+        assert (ROOT / "benchmarks" / f"{name}.py").is_file(), f"{name}.py does not exist"
+    assert all(len(why) > 20 for why in EXCLUDED.values())
+
+
+def test_benchmarks_readme_lists_every_script_with_its_page():
+    """benchmarks/README.md names every module of benchmarks/, and every script row of its
+    table links a topic page that exists."""
+    readme = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    modules = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name != "__init__.py")
+    assert not [m for m in modules if f"`{m}`" not in readme], "modules missing from README"
+    rows = [ln for ln in readme.splitlines() if re.match(r"^\| `\w+\.py` \|", ln)]
+    assert len(rows) >= 15
+    for row in rows:
+        pages = re.findall(r"\]\((results/[\w-]+\.md)\)", row)
+        assert pages and all((ROOT / "benchmarks" / p).is_file() for p in pages), row[:60]
