@@ -38,9 +38,12 @@ BENCHMARKS: dict[str, list[str]] = {
     "bench_sweep": [],
     "bench_ann": [],
     "bench_gscore": [],
+    "bench_gscore_cv": ["--store", f"{OUT}/gbench/store"],
     "bench_gscore_idsize": ["--store", f"{OUT}/gbench/store", "--large-out", f"{OUT}/gbench_bigid"],
     "bench_demo_head": ["--demo", f"{OUT}/demo"],
     "ten_methods_demo": [f"{OUT}/ten_methods", "6", "3"],
+    "bench_threads": ["factor"],
+    "bench_peer_threads": [],
     "bench_scaling": ["--peers"],
     "bench_quick": ["--full"],
 }

@@ -17,6 +17,8 @@ from .common import (
     BootSeedOpt,
     CiMethodOpt,
     CiOpt,
+    ThreadsOpt,
+    apply_threads,
     check_methods,
     ci_spec,
     method_params,
@@ -90,6 +92,7 @@ def compare(
     out_: Annotated[Path | None, typer.Option("--out", help="Write the JSON.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache",
                                            help="Do not read/write scores.h5.")] = False,
+    threads: ThreadsOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -100,6 +103,7 @@ def compare(
     Example: featstore compare runs/demo/store --method msp --method energy --method knn
     """
     setup(json_, quiet)
+    apply_threads(threads)
     from scorers.compare import TESTED_METRICS
     from scorers.compare import compare as run_compare
 

@@ -491,7 +491,8 @@ def lists2spec(
     root: Annotated[Path, typer.Option(help="Image root the list paths are relative to.")],
     out_: Annotated[Path, typer.Option("--out", help="Spec file to write (TOML).")],
     id_name: Annotated[str | None, typer.Option("--id", help="ID dataset name (default: each "
-                                                             "list's parent directory).")] = None,
+                                                             "list's nearest enclosing directory, "
+                                                             "DIRECTORY included).")] = None,
     root_map: RootMapOpt = None,
     classes: ClassesOpt = None,
     own_index_source: OwnIndexOpt = None,

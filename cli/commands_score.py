@@ -18,6 +18,8 @@ from .common import (
     BootSeedOpt,
     CiMethodOpt,
     CiOpt,
+    ThreadsOpt,
+    apply_threads,
     cache_note,
     check_methods,
     check_params,
@@ -111,6 +113,7 @@ def score(
                                                              ".npz.")] = None,
     no_cache: NoCacheOpt = False,
     allow_nonfinite: AllowNonfiniteOpt = False,
+    threads: ThreadsOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -119,6 +122,7 @@ def score(
     Example: featstore score runs/demo/store --method knn --param K=10
     """
     setup(json_, quiet)
+    apply_threads(threads)
     from scorers.score_run import score_store
 
     params = parse_params(param)
@@ -169,6 +173,7 @@ def eval_(
     boot: BootOpt = 1000,
     ci_method: CiMethodOpt = "percentile",
     boot_seed: BootSeedOpt = 0,
+    threads: ThreadsOpt = None,
     wide: WideOpt = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -181,6 +186,7 @@ def eval_(
     Example: featstore eval runs/demo/store --method msp --method vim --out results.json
     """
     setup(json_, quiet)
+    apply_threads(threads)
     from scorers.evaluate import evaluate
     from scorers.sweep import check_select_by, sweep_all
 

@@ -28,6 +28,7 @@ def print_store_summary(summary: dict, wide: bool = False) -> None:
               f"C={summary['num_classes']}", highlight=False)
     if model.get("transform"):
         out.print(f"[bold]transform[/] {model['transform']}", highlight=False)
+    print_layers(summary.get("layers") or {})
     splits = summary["splits"]
     dims = [s["dims"] or {} for s in splits]
     cols = [Column("split", [s["name"] for s in splits], justify="left", priority=0),
@@ -49,6 +50,26 @@ def print_store_summary(summary: dict, wide: bool = False) -> None:
     hidden = print_fitted(out, cols, wide=wide)
     if (note := hidden_note(hidden)) is not None:
         out.print(note, highlight=False)
+    for name, check in (summary.get("id_checks") or {}).items():
+        out.print(f"[bold]{name}[/] ID accuracy {check['accuracy']:.2f}% over {check['rows']:,}"
+                  f" rows (chance {check['chance']:.2f}%)", highlight=False)
+        if check.get("warning"):
+            out.print(f"[bold red]WARNING[/] {name}: {check['warning']}", highlight=False)
+
+
+def print_layers(layers: dict) -> None:
+    """The hooked layers: the feature's layer, and the head (W, b) or its absence."""
+    if layers.get("has_head") and layers.get("head"):
+        text = (f"features = input of {layers['head']!r}; logits = the model's output = "
+                f"{layers['head']!r} (W, b stored)")
+    elif not layers.get("has_head") and layers.get("feature"):
+        text = (f"features = {layers.get('taken', 'output')} of {layers['feature']!r}; logits = "
+                "the model's output; no head (W, b)")
+    elif not layers.get("has_head", True):
+        text = "no head (W, b): features and logits only"
+    else:
+        return
+    out.print(f"[bold]layers[/] {text}", highlight=False)
 
 
 StoreArg = Annotated[Path, typer.Argument(help="Store directory.")]
@@ -58,7 +79,12 @@ WorkersOpt = Annotated[int | None, typer.Option(help=(
     "DataLoader worker processes (default min(4, cores), and none for a split of at most one "
     "batch); a value given here is used for every split."))]
 FeatureLayerOpt = Annotated[str | None, typer.Option(
-    help="Name of the final nn.Linear to hook (default: the last Linear).")]
+    help="The classifier nn.Linear to hook (default: the Linear whose output the model "
+         "returns); a layer that is not a Linear gives its output as the feature (4-D maps "
+         "average-pooled) with the model's own logits and no head (W, b).")]
+NoHeadOpt = Annotated[bool, typer.Option(
+    "--no-head", help="Store the --feature-layer's features and the model's own logits "
+    "without a head (W, b): two-head, distilled or non-linear heads. Scorers that need W skip.")]
 McSamplesOpt = Annotated[int, typer.Option(
     help="Also store T stochastic passes with dropout on as extra/mc_logits (T, N, C).")]
 OdinGridOpt = Annotated[str | None, typer.Option(
@@ -121,6 +147,7 @@ def extract(
     batch_size: Annotated[int, typer.Option(help="Images per batch.")] = 128,
     workers: WorkersOpt = None,
     feature_layer: FeatureLayerOpt = None,
+    no_head: NoHeadOpt = False,
     amp: Annotated[bool, typer.Option("--amp", help="Autocast on CUDA.")] = False,
     skip_bad: Annotated[bool, typer.Option(
         "--skip-bad", help="Skip unreadable images, recording them in the manifest.")] = False,
@@ -150,7 +177,7 @@ def extract(
     start = time.perf_counter()
     with split_progress() as progress:
         st = run_extract(model, spec, out_, weights=weights, feature_layer=feature_layer,
-                         options=opts, progress=progress)
+                         options=opts, progress=progress, no_head=no_head)
     summary = {**store_summary(st), "seconds": time.perf_counter() - start}
 
     def human() -> None:
@@ -173,8 +200,9 @@ def import_(
     """Build a store from features extracted elsewhere.
 
     Keys: head/weight, head/bias, classes (optional), <split>/features, and optionally
-    <split>/logits, <split>/labels, <split>/ids, <split>/usage. Example: featstore import
-    feats.npz --out runs/mine --usage ood/near/ssb_val=val
+    <split>/logits, <split>/labels, <split>/ids, <split>/usage. Without head/weight and
+    head/bias every split needs its logits (scorers that need the head are skipped).
+    Example: featstore import feats.npz --out runs/mine --usage ood/near/ssb_val=val
     """
     setup(json_, quiet)
     from featstore.importer import import_arrays

@@ -17,6 +17,8 @@ from .common import (
     BootSeedOpt,
     CiMethodOpt,
     CiOpt,
+    ThreadsOpt,
+    apply_threads,
     check_params,
     ci_line,
     ci_spec,
@@ -171,6 +173,7 @@ def sweep_cmd(
     boot: BootOpt = 1000,
     ci_method: CiMethodOpt = "percentile",
     boot_seed: BootSeedOpt = 0,
+    threads: ThreadsOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -182,6 +185,7 @@ def sweep_cmd(
     Example: featstore sweep runs/demo/store --method knn --grid K=1,5,10,50 --select-by fpr95
     """
     setup(json_, quiet)
+    apply_threads(threads)
     from scorers.sweep import check_grid, check_select_by, sweep
 
     try:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..sanity import report_lines
 from . import plots
 from .collect import ReportData
 from .leaderboard import compact, leaderboard, ranked, rows_line, summary_line
@@ -250,9 +251,11 @@ def is_gscore_evaluation(extra: Any) -> bool:
 
 
 def _pm(cell: dict | None) -> str:
+    """mean [95% interval] of a `gscore evaluate` summary cell."""
     if not cell or cell.get("mean") is None:
         return "–"
-    return f"{cell['mean']:.2f} ± {cell['std']:.2f}"
+    ci = cell.get("ci")
+    return f"{cell['mean']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
 def _r(cell: dict | None) -> str:
@@ -285,19 +288,25 @@ def gscore_tables(data: ReportData) -> list[Table]:
                       for c in cells] for _, cells in rows_raw]
             best = _best_cells([[0.0, *row] for row in means],
                                {j + 1: min for j in range(len(methods))})
-            out.append(Table(f"Gscore: RMSE (%) of predicted {title} on meta-test sets, mean ± "
-                             f"std over {cfg['repeats']} repeats ({setting})",
+            unit = "rounds" if cfg.get("protocol") == "cv" else "partitions"
+            out.append(Table(f"Gscore: RMSE (%) of predicted {title} on meta-test sets, mean "
+                             f"[95% interval] over {cfg['repeats']} {unit} ({setting})",
                              ["Unsup. eval. method", *methods],
                              [[name, *[_pm(c) for c in cells]] for name, cells in rows_raw],
                              best))
-            corr_rows = []
+            noise_rows = []
             for label, name in res["models"].items():
-                cells = [res["table"].get(m, {}).get(target, {}).get(label, {}) for m in methods]
-                corr_rows.append([name, *[f"{_r(c.get('pearson'))} / {_r(c.get('spearman'))} "
-                                          f"[{_r(c.get('pearson_train'))}]" for c in cells]])
-            out.append(Table(f"Gscore: correlation with {title}, Pearson r / Spearman rho on "
-                             "meta-test sets [meta-train r], mean over repeats",
-                             ["Gscore", *methods], corr_rows, set()))
+                for m in methods:
+                    c = res["table"].get(m, {}).get(target, {}).get(label, {})
+                    noise_rows.append([name, m, *[_pm(c.get(k)) for k in (
+                        "rmse", "rmse_split", "floor", "pearson", "spearman")]])
+            out.append(Table(f"Gscore: error on {title} beside the noise floor (rmse: sampled "
+                             "targets; rmse_split: split-level targets; floor: the oracle "
+                             "split-level predictor), Pearson / Spearman on "
+                             f"{cfg.get('correlation_sets', 'meta-test')} sets, mean [95% "
+                             f"interval] over {cfg['repeats']} {unit}",
+                             ["Gscore", "detector", "rmse", "rmse_split", "floor", "pearson",
+                              "spearman"], noise_rows, set()))
     return out
 
 
@@ -325,6 +334,17 @@ def gscore_scatter_figures(res: dict, k: int) -> list[Figure]:
                               plots.scatter_figure(f"{m}: {label}", p["gscore"], p["true"],
                                                    "Gscore", f"true {target} (%)"),
                               f"gscore_eval_{k}_{m}_{target.replace('@', '_')}"))
+            if p.get("split_true") and p.get("split"):
+                floor = (c.get("floor") or {}).get("mean")
+                caption = (f"{m}: {res['models'].get(label, label)}, predicted vs true {target} "
+                           "per OOD test set (its meta-sets' mean prediction, bar: their "
+                           "range; x: the split-level target); band: ± the oracle floor "
+                           f"{_fmt(floor)}; rmse_split {_pm(c.get('rmse_split'))}")
+                out.append(Figure("Gscore evaluation", caption,
+                                  plots.pred_true_figure(f"{m}: {label}", p["split"],
+                                                         p["split_true"], p["predicted"], floor,
+                                                         f"{target} (%)"),
+                                  f"gscore_pt_{k}_{m}_{target.replace('@', '_')}"))
     return out
 
 
@@ -394,7 +414,10 @@ def render_html(data: ReportData, figs: list[Figure], tables: list[Table],
              f"</title><style>{_CSS}</style></head><body><h1>featstore report</h1>",
              f"<p class=\"summary\" id=\"summary\">"
              f"{html.escape(summary_line(data.result, rank_by))}</p>",
-             f"<p class=\"summary\" id=\"rows\">{html.escape(rows_line(data.rows))}</p>"]
+             f"<p class=\"summary\" id=\"rows\">{html.escape(rows_line(data.rows))}</p>",
+             *(f"<p class=\"{'note' if line.startswith('WARNING') else 'summary'}\" "
+               f"id=\"id-accuracy-{i}\">{html.escape(line)}</p>"
+               for i, line in enumerate(report_lines(data.id_checks)))]
     sections: dict[str, list[str]] = {}
     for i, t in enumerate(tables):
         tid = t.table_id or ("leaderboard" if i == 0 else f"table{i}")
@@ -441,7 +464,9 @@ def md_text(value: object) -> str:
 def render_markdown(data: ReportData, figs: list[Figure], tables: list[Table],
                     image_dir: Path, rank_by: str = "mean") -> str:
     lines = ["# featstore report", "", md_text(summary_line(data.result, rank_by)), "",
-             md_text(rows_line(data.rows)), "", "## Provenance", "", "| | |", "|---|---|"]
+             md_text(rows_line(data.rows)), "",
+             *[f"{md_text(line)}\n" for line in report_lines(data.id_checks)],
+             "## Provenance", "", "| | |", "|---|---|"]
     lines += [f"| {md_text(k)} | {md_text(v)} |" for k, v in data.provenance.items()]
     for t in [*tables, *notes_tables(data)]:
         lines += ["", f"## {md_text(t.title)}", "",
