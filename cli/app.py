@@ -57,8 +57,19 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from featstore.version import __version__
+
+        print(f"featstore {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", help="Print featstore's version and exit.", is_eager=True,
+        callback=_print_version)] = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
     debug: Annotated[bool, typer.Option(

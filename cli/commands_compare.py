@@ -17,12 +17,15 @@ from .common import (
     BootSeedOpt,
     CiMethodOpt,
     CiOpt,
+    ThreadsOpt,
+    apply_threads,
     check_methods,
     ci_spec,
     method_params,
     open_store,
     require_rows,
 )
+from .completion import scorer_names
 from .console import JsonOpt, QuietOpt, emit, out, setup, status
 
 
@@ -75,7 +78,8 @@ def print_rank(result: dict) -> None:
 
 def compare(
     store: Annotated[Path, typer.Argument(help="Store directory.")],
-    method: Annotated[list[str], typer.Option(help="Scorer; give two or more.")],
+    method: Annotated[list[str], typer.Option(help="Scorer; give two or more.",
+                                              autocompletion=scorer_names)],
     param: Annotated[list[str] | None, typer.Option(
         help="method.k=v parameter, e.g. knn.K=10; repeatable.")] = None,
     metric: Annotated[list[str] | None, typer.Option(
@@ -86,7 +90,9 @@ def compare(
     boot_seed: BootSeedOpt = 0,
     ci: CiOpt = 0.95,
     out_: Annotated[Path | None, typer.Option("--out", help="Write the JSON.")] = None,
-    no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache",
+                                           help="Do not read/write scores.h5.")] = False,
+    threads: ThreadsOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -97,6 +103,7 @@ def compare(
     Example: featstore compare runs/demo/store --method msp --method energy --method knn
     """
     setup(json_, quiet)
+    apply_threads(threads)
     from scorers.compare import TESTED_METRICS
     from scorers.compare import compare as run_compare
 

@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from featstore import Store
 from featstore.errors import InputError, UsageError
@@ -28,10 +26,7 @@ from .console import (
     status,
     step_progress,
 )
-
-_TARGET_TITLE = {"auroc": "AUROC", "fpr95": "FPR@TPR95", "fpr@tpr80": "FPR@TPR80",
-                 "fpr@tpr60": "FPR@TPR60", "aupr_in": "AUPR-In",
-                 "aupr_out": "AUPR-Out", "detection_error": "Detection error"}
+from .gscore_output import announce_config, print_gscore_evaluation
 
 
 def _items(values: list[str] | None) -> list[str]:
@@ -70,150 +65,6 @@ def _open_all(paths: list[Path]) -> list[Store]:
     return stores
 
 
-def _pm(cell: dict | None, digits: int = 2) -> str:
-    if not cell or cell.get("mean") is None:
-        return "–"
-    return f"{cell['mean']:.{digits}f}±{cell['std']:.{digits}f}"
-
-
-def _num(cell: dict | None, fmt: str = "+.3f") -> str:
-    if not cell or cell.get("mean") is None:
-        return "–"
-    return format(cell["mean"], fmt)
-
-
-def _print_config(res: dict) -> None:
-    """The first lines: everything that decided the numbers (JSON `config.describe`)."""
-    cfg = res["config"]
-    d = cfg.get("describe") or {}
-    out.print(f"[bold]gscore evaluate[/]  detectors {', '.join(cfg['methods'])}; targets "
-              f"{', '.join(cfg['targets'])}", highlight=False)
-    for key, label in (("ood_splits", "OOD splits"), ("id_pools", "ID pools"),
-                       ("meta_sets", "meta-sets"), ("tau", "tau"), ("repeats", "repeats")):
-        if key in d:
-            out.print(f"  {label}: {escape(d[key])}", highlight=False)
-
-
-def print_gscore_evaluation(res: dict) -> None:
-    """Table-1/6-style RMSE tables, correlations, robustness and cross-store tables."""
-    cfg = res["config"]
-    methods, targets = cfg["methods"], cfg["targets"]
-    _print_config(res)
-    for target in targets:
-        title = _TARGET_TITLE[target]
-        table = Table(title=f"RMSE (%) of predicted {title} on meta-test sets, mean±std over "
-                            f"{cfg['repeats']} repeats (lower is better)",
-                      header_style="bold", show_edge=False)
-        table.add_column("Unsup. eval. method")
-        for m in methods:
-            table.add_column(m, justify="right")
-        rows: list[tuple[str, list[dict | None]]] = []
-        base = res.get("baselines") or {}
-        for key, label in (("confidence", "Confidence score (baseline)"),
-                           ("auto_eval", "Auto evaluation (FD)")):
-            cells = [base.get(m, {}).get(target, {}).get(key, {}).get("rmse") for m in methods]
-            if any(cells):
-                rows.append((label, cells))
-        for label, name in res["models"].items():
-            rows.append((name, [res["table"].get(m, {}).get(target, {}).get(label, {})
-                                .get("rmse") for m in methods]))
-        best = []
-        for j in range(len(methods)):
-            vals = [r[1][j]["mean"] for r in rows if r[1][j] and r[1][j].get("mean") is not None]
-            best.append(min(vals) if vals else None)
-        for label, cells in rows:
-            text = []
-            for j, c in enumerate(cells):
-                s = _pm(c)
-                if c and c.get("mean") is not None and c["mean"] == best[j]:
-                    s = f"[bold green]{s}[/]"
-                text.append(s)
-            table.add_row(label, *text)
-        out.print(table)
-        corr = Table(title=escape(f"Correlation of Gscore with {title}: Pearson r / Spearman "
-                                  "rho on meta-test sets [meta-train r], mean over repeats"),
-                     header_style="bold", show_edge=False)
-        corr.add_column("Gscore")
-        for m in methods:
-            corr.add_column(m, justify="right")
-        for label, name in res["models"].items():
-            cells = []
-            for m in methods:
-                r = res["table"].get(m, {}).get(target, {}).get(label, {})
-                cells.append(escape(f"{_num(r.get('pearson'))} / {_num(r.get('spearman'))} "
-                                    f"[{_num(r.get('pearson_train'))}]"))
-            corr.add_row(name, *cells)
-        out.print(corr)
-    for target in targets:
-        _print_robustness(res, target)
-        _print_cross(res, target)
-    if res.get("baseline_note"):
-        err.print(f"auto-evaluation baseline skipped: {res['baseline_note']}", highlight=False)
-    for name, why in (res.get("skipped") or {}).items():
-        err.print(f"skipped {name}: {why}", highlight=False)
-    for name, fits in (res.get("gmm_fits") or {}).items():
-        if fits.get("not_converged") or fits.get("collapsed"):
-            err.print(f"warning: {name}: {fits['not_converged']} of {fits['sets']} GMM fits did "
-                      f"not converge, {fits['collapsed']} collapsed", highlight=False)
-    sec = res["seconds"]
-    out.print(f"{res['meta_sets']:,} meta-sets ({res['set_evaluations']:,} set x detector "
-              f"evaluations) in {sec['total']:.2f} s: scoring {sec['scoring']:.2f} s, protocol "
-              f"{sec['protocol']:.2f} s (true metrics {sec['true_metrics']:.2f} s, modelling + "
-              f"regression {sec['modelling_and_regression']:.2f} s)", highlight=False)
-
-
-def _print_robustness(res: dict, target: str) -> None:
-    rob = res.get("robustness") or []
-    if not rob:
-        return
-    methods = res["config"]["methods"]
-    labels = list(next(iter(rob))["results"].get(methods[0], {}).get(target, {}))
-    for label in labels:
-        table = Table(title=f"Robustness, {res['models'].get(label, label)} -> "
-                            f"{_TARGET_TITLE[target]}: RMSE (same setting) | RMSE (model fitted "
-                            "at the main setting) | Spearman rho, meta-test sets",
-                      header_style="bold", show_edge=False)
-        table.add_column("IND:OOD")
-        table.add_column("size", justify="right")
-        table.add_column("ID+OOD", justify="right")
-        for m in methods:
-            table.add_column(m, justify="right")
-        for r in rob:
-            cells = []
-            for m in methods:
-                c = r["results"].get(m, {}).get(target, {}).get(label, {})
-                cells.append(f"{_num(c.get('rmse'), '.2f')} | {_num(c.get('rmse_shift'), '.2f')}"
-                             f" | {_num(c.get('spearman'), '+.2f')}")
-            table.add_row(r["ratio"], str(r["size"] or "max"),
-                          f"{r['mean_n_id']:.0f}+{r['mean_n_ood']:.0f}", *cells)
-        out.print(table)
-
-
-def _print_cross(res: dict, target: str) -> None:
-    cross = res.get("cross_store") or {}
-    if not cross:
-        return
-    methods = res["config"]["methods"]
-    table = Table(title=f"Across stores ({_TARGET_TITLE[target]}): model fitted on one store's "
-                        "meta-train sets, tested on another's meta-test sets — RMSE (r)",
-                  header_style="bold", show_edge=False)
-    table.add_column("Gscore")
-    table.add_column("fit -> test")
-    for m in methods:
-        table.add_column(m, justify="right")
-    first = cross.get(methods[0], {}).get(target, {})
-    for label, by_a in first.items():
-        for a, by_b in by_a.items():
-            for b in by_b:
-                cells = []
-                for m in methods:
-                    c = cross.get(m, {}).get(target, {}).get(label, {}).get(a, {}).get(b, {})
-                    cells.append(f"{_num(c.get('rmse'), '.2f')} ({_num(c.get('pearson'))})")
-                table.add_row(res["models"].get(label, label),
-                              f"{Path(a).name} -> {Path(b).name}", *cells)
-    out.print(table)
-
-
 def _print_fit(model_: Any, method: str, target: str, out_: Path) -> None:
     from scorers.gscore import parse_model
 
@@ -228,6 +79,12 @@ def _print_fit(model_: Any, method: str, target: str, out_: Path) -> None:
               f"(mean {mt['mean_n_id']:.0f} ID + {mt['mean_n_ood']:.0f} OOD); train RMSE "
               f"{mt['train_rmse']:.2f}, Pearson {mt['pearson']:+.3f}, Spearman "
               f"{mt['spearman']:+.3f}", highlight=False)
+    cv = mt.get("cv")
+    if cv:
+        out.print(f"cross-validated over the OOD splits ({cv['folds']} folds, each split held "
+                  f"out once): RMSE {cv['rmse']:.2f}; 95% of |residuals| <= "
+                  f"{cv['abs_residual_q95']:.2f} (the prediction interval's half-width)",
+                  highlight=False)
     fits = mt.get("gmm_fits") or {}
     if fits.get("not_converged") or fits.get("collapsed"):
         err.print(f"warning: {fits['not_converged']} of {fits['sets']} GMM fits did not "
@@ -238,8 +95,12 @@ def _print_fit(model_: Any, method: str, target: str, out_: Path) -> None:
 def _print_predict(res: dict, truth: bool) -> None:
     p = res["parts"]
     out.print(f"{' + '.join(res['splits'])} ({res['n']} rows, {res['scorer']}): predicted "
-              f"{res['target']} [bold]{res['predicted']:.2f}[/]  (Gscore {res['gscore']:.6g}"
-              f", {res['model']})", highlight=False)
+              f"{res['target']} [bold]{res['predicted']:.2f}[/]"
+              + (f" (95% prediction interval {res['interval'][0]:.2f} to "
+                 f"{res['interval'][1]:.2f}, from the fit's cross-validated residuals)"
+                 if res.get("interval") else " (no interval: the model has no cross-validated "
+                                             "residuals; refit it)")
+              + f"  (Gscore {res['gscore']:.6g}, {res['model']})", highlight=False)
     out.print(f"IND part mu {p['mu_ind']:.6g} sd {p['sd_ind']:.4g} (n {p['n_ind']:.0f}); "
               f"OOD part mu {p['mu_ood']:.6g} sd {p['sd_ood']:.4g} (n {p['n_ood']:.0f})",
               highlight=False)
@@ -258,6 +119,7 @@ def _run_gbench_protocol(paths: list[Path], methods: list[str] | None, repeats: 
                          splits: list[str] | None, exclude: list[str] | None,
                          results: Path | None) -> None:
     from scorers.gscore import gbench_protocol
+    from scorers.gscore.spec import GBENCH_METHODS
 
     method_list = check_methods(_items(methods), "--methods") if methods else None
     sts = _open_all(paths)
@@ -265,6 +127,7 @@ def _run_gbench_protocol(paths: list[Path], methods: list[str] | None, repeats: 
         res = gbench_protocol(
             sts, methods=method_list, repeats=repeats, splits=_items(splits) or None,
             exclude=_items(exclude) or None,
+            announce=announce_config(method_list or list(GBENCH_METHODS), ["fpr95", "auroc"]),
             progress=(lambda m: steps(description=m)) if steps else None,
             step_progress=(lambda done, total: steps(done, total)) if steps else None)
     if results is not None:
@@ -292,8 +155,8 @@ TauFromOpt = Annotated[str, typer.Option(
     help="Detector whose meta-train sets tune a searched tau, reused for every detector (the "
          "paper: msp) | each (this detector's own).")]
 HeterogeneousOpt = Annotated[bool, typer.Option(
-    help="Meta-sets with a random size and IND:OOD ratio each (supplementary C) instead of "
-         "--ratio/--size.")]
+    "--heterogeneous", help="Meta-sets with a random size and IND:OOD ratio each "
+                            "(supplementary C) instead of --ratio/--size.")]
 SplitsOpt = Annotated[list[str] | None, typer.Option(
     "--splits", help="Use only these OOD splits (shell patterns, comma-separated or repeated, "
                      "e.g. 'ood/photo/*').")]
@@ -303,9 +166,9 @@ ExcludeOpt = Annotated[list[str] | None, typer.Option(
 KernelOpt = Annotated[str, typer.Option(help="UDE similarity: gauss (2 sigma^2) | paper (2 "
                                              "sigma, as printed)")]
 AllowOtherOpt = Annotated[bool, typer.Option(
-    help="Use stores made by different models (pooled fit stores, or a cross-backbone "
-         "prediction).")]
-NoCacheOpt = Annotated[bool, typer.Option(help="Do not read/write scores.h5.")]
+    "--allow-other-model", help="Use stores made by different models (pooled fit stores, or "
+                                "a cross-backbone prediction).")]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read/write scores.h5.")]
 MethodsOpt = Annotated[list[str] | None, typer.Option(
     "--methods", "--method", help="Detectors (comma-separated or repeated); default msp.")]
 ModelsOpt = Annotated[list[str] | None, typer.Option(
@@ -326,7 +189,7 @@ IdPoolsOpt = Annotated[str, typer.Option(
 IdTrainFractionOpt = Annotated[float, typer.Option(
     help="With disjoint pools: the share of id/test rows for meta-train sets.")]
 RobustHeterogeneousOpt = Annotated[bool, typer.Option(
-    help="Add a heterogeneous-sets row to the robustness table.")]
+    "--robust-heterogeneous", help="Add a heterogeneous-sets row to the robustness table.")]
 MethodParamOpt = Annotated[list[str] | None, typer.Option(
     help="method.k=v scorer parameter, e.g. odin.temperature=1000.")]
 
@@ -387,7 +250,7 @@ def predict(
     split: Annotated[list[str], typer.Option(help="Split(s) forming the unlabelled set; "
                                                   "repeatable (rows concatenated).")],
     allow_other_model: AllowOtherOpt = False,
-    truth: Annotated[bool, typer.Option(help="Also print the true metric when the set "
+    truth: Annotated[bool, typer.Option("--truth", help="Also print the true metric when the set "
                                              "holds id/ and ood/ splits.")] = False,
     no_cache: NoCacheOpt = False,
     json_: JsonOpt = False,
@@ -440,8 +303,20 @@ def evaluate(
     splits: SplitsOpt = None,
     exclude: ExcludeOpt = None,
     param: MethodParamOpt = None,
-    no_baselines: Annotated[bool, typer.Option(help="Skip the confidence and auto-evaluation "
-                                                    "baselines.")] = False,
+    baselines: Annotated[bool, typer.Option(
+        "--baselines/--no-baselines", help="The confidence-score and auto-evaluation "
+                                           "(Fréchet distance) baselines on the same sets.")
+    ] = True,
+    cv: Annotated[int | None, typer.Option(
+        help="K-fold cross-validation over the OOD splits instead of random partitions: each "
+             "round tests every split once (K folds).")] = None,
+    rounds: Annotated[int, typer.Option(help="With --cv: rounds of cross-validation (every "
+                                             "split tested this many times).")] = 10,
+    paper: Annotated[bool, typer.Option(
+        help="The paper's settings where the defaults differ: one meta-set per split, GMM "
+             "with a searched tau, the printed UDE kernel (2 sigma), no clipping, "
+             "correlations on meta-train sets (overrides --sets-per-split, --kernel).")
+    ] = False,
     kernel: KernelOpt = "gauss",
     no_cache: NoCacheOpt = False,
     out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
@@ -460,20 +335,24 @@ def evaluate(
 
     params = method_params(param)
     method_list = check_methods(_items(methods) or ["msp"], "--methods")
+    target_list = _items(targets) or ["fpr95", "auroc"]
+    if rounds < 1:
+        raise UsageError(f"--rounds {rounds}: must be >= 1")
     sts = _open_all(stores)
     with step_progress("gscore evaluate") as steps:
         res = evaluate_gscore(
             sts, method_list, _items(models) or list(DEFAULT_MODELS),
-            _items(targets) or ["fpr95", "auroc"], params=params, ratio=ratio,
-            size=_size(size), sets_per_split=sets_per_split, repeats=repeats, seed=seed,
+            target_list, params=params, ratio=ratio, size=_size(size),
+            sets_per_split=sets_per_split, repeats=rounds if cv else repeats, seed=seed,
             train_fraction=train_fraction,
             id_train_fraction=_id_fraction(id_pools, id_train_fraction),
             tau_from=_tau_from(tau_from), heterogeneous=heterogeneous,
             robust_heterogeneous=robust_heterogeneous, splits=_items(splits) or None,
-            exclude=_items(exclude) or None, baselines=not no_baselines,
+            exclude=_items(exclude) or None, baselines=baselines,
             ratios=_items(ratios), sizes=[_size(s) for s in _items(sizes)],
-            robust_models=_items(robust_models) or None, ude_kernel=kernel,
-            use_cache=not no_cache, **_step_callbacks(steps))
+            robust_models=_items(robust_models) or None, ude_kernel=kernel, cv=cv,
+            paper=paper, use_cache=not no_cache,
+            announce=announce_config(method_list, target_list), **_step_callbacks(steps))
     if out_ is not None:
         atomic_write_result_json(out_, res)
     emit(res, lambda: print_gscore_evaluation(res))

@@ -33,7 +33,7 @@ protocol_app = typer.Typer(help="Evaluation protocols from the literature: OSR s
 OutDirOpt = Annotated[Path, typer.Option("--out", help="Output directory.")]
 OptionalOutDirOpt = Annotated[Path | None, typer.Option("--out", help="Output directory.")]
 MethodParamOpt = Annotated[list[str] | None, typer.Option(help="method.k=v scorer parameter.")]
-NoCacheOpt = Annotated[bool, typer.Option(help="Do not read/write scores.h5.")]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read/write scores.h5.")]
 ImagesRootOpt = Annotated[Path | None, typer.Option(help="Root of an --images list.")]
 OsrDataOpt = Annotated[str, typer.Option(
     help="'digits' (the demo digits, 10 classes), an ImageFolder directory or an image list.")]
@@ -144,7 +144,7 @@ def wordnet(
     candidates: Annotated[str, typer.Option(help="Candidate classes (file or ImageFolder).")],
     mapping: Annotated[Path | None, typer.Option(help="'class synset [synset ...]' lines for "
                                                       "names WordNet cannot resolve.")] = None,
-    auto_map: Annotated[bool, typer.Option(help="Map other names to their first noun "
+    auto_map: Annotated[bool, typer.Option("--auto-map", help="Map other names to their first noun "
                                                 "sense.")] = False,
     threshold: ThresholdOpt = None,
     rule: RuleOpt = "distance",
@@ -491,7 +491,8 @@ def lists2spec(
     root: Annotated[Path, typer.Option(help="Image root the list paths are relative to.")],
     out_: Annotated[Path, typer.Option("--out", help="Spec file to write (TOML).")],
     id_name: Annotated[str | None, typer.Option("--id", help="ID dataset name (default: each "
-                                                             "list's parent directory).")] = None,
+                                                             "list's nearest enclosing directory, "
+                                                             "DIRECTORY included).")] = None,
     root_map: RootMapOpt = None,
     classes: ClassesOpt = None,
     own_index_source: OwnIndexOpt = None,

@@ -34,12 +34,16 @@ def report(
              "error.")] = None,
     param: Annotated[list[str] | None, typer.Option(
         help="method.k=v parameter, e.g. knn.K=10; repeatable.")] = None,
-    tune: Annotated[bool, typer.Option(help="Sweep every scorer on val first and "
+    tune: Annotated[bool, typer.Option("--tune", help="Sweep every scorer on val first and "
                                             "plot the sweep curves.")] = False,
     include: Annotated[list[Path] | None, typer.Option(
         help="Extra result JSON to add (gscore evaluate, shift grid); "
              "repeatable.")] = None,
-    no_cache: Annotated[bool, typer.Option(help="Do not read/write scores.h5.")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache",
+                                           help="Do not read/write scores.h5.")] = False,
+    rank_by: Annotated[str, typer.Option(
+        help="Leaderboard order: 'mean' (of the near and far group AUROCs) or an OOD group "
+             "name, e.g. near.")] = "mean",
     ci: CiOpt = 0.95,
     boot: BootOpt = 1000,
     ci_method: CiMethodOpt = "percentile",
@@ -71,7 +75,7 @@ def report(
               f"{', '.join(method) if method else 'every scorer'} for the report")
         html_path, md_path = write_report(source, out_, methods=method, tune=tune,
                                           include=include, params=params,
-                                          use_cache=use_cache, ci=spec)
+                                          use_cache=use_cache, ci=spec, rank_by=rank_by)
     emit({"source": str(source), "html": str(html_path), "markdown": str(md_path)},
          lambda: out.print(f"report: {html_path}  (markdown: {md_path})"))
 

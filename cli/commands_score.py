@@ -18,20 +18,22 @@ from .common import (
     BootSeedOpt,
     CiMethodOpt,
     CiOpt,
+    ThreadsOpt,
+    apply_threads,
     cache_note,
     check_methods,
     check_params,
-    ci_line,
     ci_spec,
     fit_label,
     fit_splits,
-    fmt_ci,
     method_params,
     open_store,
     parse_params,
     require_rows,
 )
+from .completion import scorer_names, split_names
 from .console import JsonOpt, QuietOpt, emit, out, setup, status
+from .eval_tables import print_group_table, print_split_table, skipped_table
 
 __all__ = ["eval_", "parse_params", "print_evaluation", "register", "score"]
 
@@ -49,59 +51,20 @@ def _fmt(v: float) -> str:
     return "–" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.2f}"
 
 
-def print_evaluation(result: dict, per_split: bool = True) -> None:
-    """Group table (AUROC / FPR95 per group, with intervals when the result has them), then
-    the per-split table."""
+def print_evaluation(result: dict, per_split: bool = True, wide: bool = False) -> None:
+    """Group table (one line per scorer: AUROC / FPR95 per group with compact intervals), the
+    per-split table, clamped defaults and the skipped scorers (`cli.eval_tables`)."""
     methods = result["methods"]
     if not methods:
         out.print("no scorer could run on this store")
         print_skipped(result)
         return
-    groups = list(next(iter(methods.values()))["groups"])
-    table = Table(title=f"OOD detection vs {result['id_split']} (test splits; group = "
-                        "unweighted mean)  ·  AUROC↑ / FPR95↓ in %", header_style="bold",
-                  show_edge=False)
-    table.add_column("method")
-    for g in groups:
-        table.add_column(f"{g} AUROC", justify="right")
-        table.add_column(f"{g} FPR95", justify="right")
-    table.add_column("misclf AUROC", justify="right")
-    table.add_column("AURC↓", justify="right")
-    table.add_column("AUGRC↓", justify="right")
-    table.add_column("fit+score s", justify="right")
-    best = {(g, m): (max if m == "auroc" else min)(r["groups"][g][m] for r in methods.values())
-            for g in groups for m in ("auroc", "fpr95")}
-    for name, r in methods.items():
-        cells = [name]
-        for g in groups:
-            for m in ("auroc", "fpr95"):
-                v = r["groups"][g][m]
-                text = fmt_ci(v, r["groups"][g].get(f"{m}_ci"))
-                cells.append(f"[bold green]{text}[/]" if v == best[(g, m)] else text)
-        seconds = r["fit_seconds"] + r["score_seconds"]
-        cells += [fmt_ci(r.get(k), r.get(f"{k}_ci"))
-                  for k in ("misclassification_auroc", "aurc", "augrc")]
-        cells.append("cached" if r.get("cached") else f"{seconds:.2f}")
-        table.add_row(*cells)
-    out.print(table)
-    out.print(f"ID accuracy ({result['id_split']}): "
-              f"{fmt_ci(result['id_acc'], result.get('id_acc_ci'))}%")
-    if (line := ci_line(result)) is not None:
-        out.print(line, highlight=False, markup=False)
+    print_group_table(result, wide)
     for name, r in methods.items():
         if (line := recall_line(r.get("diagnostics", {}))) is not None:
-            out.print(f"{name}: {line}")
+            out.print(f"{name}: {line}", soft_wrap=False)
     if per_split:
-        t2 = Table(title="per split  ·  AUROC / FPR95 / AUPR-IN / AUPR-OUT", header_style="bold",
-                   show_edge=False)
-        t2.add_column("method")
-        for s in result["ood_splits"]:
-            t2.add_column(s, justify="right")
-        for name, r in methods.items():
-            t2.add_row(name, *[" / ".join(fmt_ci(r["splits"][s][m], r["splits"][s].get(f"{m}_ci"))
-                                          for m in ("auroc", "fpr95", "aupr_in", "aupr_out"))
-                               for s in result["ood_splits"]])
-        out.print(t2)
+        print_split_table(result, wide)
     if not result.get("tuned"):
         from .commands_sweep import print_adjusted
 
@@ -112,46 +75,45 @@ def print_evaluation(result: dict, per_split: bool = True) -> None:
 
 def print_skipped(result: dict) -> None:
     """The scorers that could not run on this store, each with its one-line reason."""
-    skipped = result.get("skipped") or {}
-    if not skipped:
-        return
-    table = Table(title=f"skipped: {len(skipped)} scorer{'s' if len(skipped) != 1 else ''} "
-                        "could not run on this store", header_style="bold", show_edge=False)
-    table.add_column("scorer")
-    table.add_column("reason", overflow="fold")
-    for name, why in skipped.items():
-        table.add_row(name, why)
-    out.print(table)
+    if (table := skipped_table(result)) is not None:
+        out.print(table)
 
 
 StoreArg = Annotated[Path, typer.Argument(help="Store directory.")]
-NoCacheOpt = Annotated[bool, typer.Option(help="Do not read/write scores.h5.")]
-AllowNonfiniteOpt = Annotated[bool, typer.Option(help=ALLOW_NONFINITE_HELP)]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Do not read/write scores.h5.")]
+AllowNonfiniteOpt = Annotated[bool, typer.Option("--allow-nonfinite", help=ALLOW_NONFINITE_HELP)]
 EvalMethodOpt = Annotated[list[str] | None, typer.Option(
     help="Scorer; repeatable (default: all). A named scorer that cannot run on the store is an "
-         "error.")]
+         "error.", autocompletion=scorer_names)]
 AllOpt = Annotated[bool, typer.Option("--all", help=(
     "Every registered scorer; one that cannot run on the store is skipped with its reason."))]
 MethodParamOpt = Annotated[list[str] | None, typer.Option(
     help="method.k=v parameter, e.g. knn.K=10; repeatable.")]
 TuneOpt = Annotated[bool, typer.Option(
+    "--tune",
     help="Choose each method's setting over its default grid on the val splits (id/val vs OOD "
          "splits flagged usage = \"val\"); report it on test.")]
+WideOpt = Annotated[bool, typer.Option(
+    "--wide", help="Every column at full width, intervals as [lo, hi], all four metrics per "
+                   "split (default: fit the terminal, one line per scorer).")]
 SelectByOpt = Annotated[str | None, typer.Option(
     help="With --tune: the val metric that chooses (default auroc).")]
 
 
 def score(
     store: StoreArg,
-    method: Annotated[str, typer.Option(help="Scorer name (see `featstore scorers`).")],
+    method: Annotated[str, typer.Option(help="Scorer name (see `featstore scorers`).",
+                                        autocompletion=scorer_names)],
     param: Annotated[list[str] | None, typer.Option(help="k=v scorer parameter; "
                                                          "repeatable.")] = None,
     split: Annotated[list[str] | None, typer.Option(help="Split to score; repeatable "
-                                                         "(default: all).")] = None,
+                                                         "(default: all).",
+                                                    autocompletion=split_names)] = None,
     save: Annotated[Path | None, typer.Option("--save", help="Write the scores to this "
                                                              ".npz.")] = None,
     no_cache: NoCacheOpt = False,
     allow_nonfinite: AllowNonfiniteOpt = False,
+    threads: ThreadsOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -160,6 +122,7 @@ def score(
     Example: featstore score runs/demo/store --method knn --param K=10
     """
     setup(json_, quiet)
+    apply_threads(threads)
     from scorers.score_run import score_store
 
     params = parse_params(param)
@@ -210,6 +173,8 @@ def eval_(
     boot: BootOpt = 1000,
     ci_method: CiMethodOpt = "percentile",
     boot_seed: BootSeedOpt = 0,
+    threads: ThreadsOpt = None,
+    wide: WideOpt = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -221,6 +186,7 @@ def eval_(
     Example: featstore eval runs/demo/store --method msp --method vim --out results.json
     """
     setup(json_, quiet)
+    apply_threads(threads)
     from scorers.evaluate import evaluate
     from scorers.sweep import check_select_by, sweep_all
 
@@ -248,11 +214,11 @@ def eval_(
                                   strict=strict, allow_nonfinite=allow_nonfinite, ci=spec)
     if out_ is not None:
         atomic_write_result_json(out_, result)
-    emit(result, lambda: print_eval(result, per_split, tune))
+    emit(result, lambda: print_eval(result, per_split, tune, wide))
 
 
-def print_eval(result: dict, per_split: bool, tune: bool) -> None:
-    print_evaluation(result, per_split=per_split)
+def print_eval(result: dict, per_split: bool, tune: bool, wide: bool = False) -> None:
+    print_evaluation(result, per_split=per_split, wide=wide)
     if tune:
         from .commands_sweep import print_tuned
 

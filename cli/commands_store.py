@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from featstore.errors import InputError
 from featstore.summary import human_bytes, store_summary, verified_summary
@@ -15,10 +14,12 @@ from featstore.summary import human_bytes, store_summary, verified_summary
 from .commands_score import print_evaluation
 from .common import open_store, parse_params
 from .console import JsonOpt, QuietOpt, emit, log, out, setup, split_progress, status
+from .tables import Column, hidden_note, print_fitted
 
 
-def print_store_summary(summary: dict) -> None:
-    """Store, model and transform lines, then one table row per split."""
+def print_store_summary(summary: dict, wide: bool = False) -> None:
+    """Store, model and transform lines, then one table row per split (the split name never
+    cut; empty columns hidden; a `complete` column only when a split is incomplete)."""
     model = summary["model"]
     out.print(f"[bold]store[/] {summary['path']}  (format v{summary['format_version']}, "
               f"featstore {summary['featstore_version']})")
@@ -27,19 +28,48 @@ def print_store_summary(summary: dict) -> None:
               f"C={summary['num_classes']}", highlight=False)
     if model.get("transform"):
         out.print(f"[bold]transform[/] {model['transform']}", highlight=False)
-    table = Table(show_edge=False, header_style="bold")
-    for col in ("split", "role", "group", "usage", "rows", "D", "C", "dtype", "size", "extras",
-                "complete"):
-        table.add_column(col, justify="right" if col in ("rows", "D", "C", "size") else "left")
-    for s in summary["splits"]:
-        dims = s["dims"] or {}
-        table.add_row(s["name"], s["role"], s["group"] or "", s["usage"] or "",
-                      f"{s['num_rows']:,}" if s["num_rows"] is not None else "",
-                      str(dims.get("features", "")), str(dims.get("logits", "")),
-                      s["dtype"] or "", human_bytes(s["size_bytes"]),
-                      ", ".join(s["extras"]) or "",
-                      "yes" if s["complete"] else "[red]NO[/]")
-    out.print(table)
+    print_layers(summary.get("layers") or {})
+    splits = summary["splits"]
+    dims = [s["dims"] or {} for s in splits]
+    cols = [Column("split", [s["name"] for s in splits], justify="left", priority=0),
+            Column("role", [s["role"] for s in splits], justify="left", priority=2),
+            Column("group", [s["group"] or "" for s in splits], justify="left", priority=2),
+            Column("usage", [s["usage"] or "" for s in splits], justify="left", priority=2),
+            Column("rows", [f"{s['num_rows']:,}" if s["num_rows"] is not None else ""
+                            for s in splits], priority=0),
+            Column("D", [str(d.get("features", "")) for d in dims], priority=1),
+            Column("C", [str(d.get("logits", "")) for d in dims], priority=1),
+            Column("dtype", [s["dtype"] or "" for s in splits], justify="left", priority=3),
+            Column("size", [human_bytes(s["size_bytes"]) for s in splits], priority=3),
+            Column("extras", [", ".join(s["extras"]) for s in splits], justify="left",
+                   priority=4)]
+    if not all(s["complete"] for s in splits):  # the column says something only then
+        cols.append(Column("complete", ["yes" if s["complete"] else "NO" for s in splits],
+                           justify="left", priority=0,
+                           styles=[None if s["complete"] else "red" for s in splits]))
+    hidden = print_fitted(out, cols, wide=wide)
+    if (note := hidden_note(hidden)) is not None:
+        out.print(note, highlight=False)
+    for name, check in (summary.get("id_checks") or {}).items():
+        out.print(f"[bold]{name}[/] ID accuracy {check['accuracy']:.2f}% over {check['rows']:,}"
+                  f" rows (chance {check['chance']:.2f}%)", highlight=False)
+        if check.get("warning"):
+            out.print(f"[bold red]WARNING[/] {name}: {check['warning']}", highlight=False)
+
+
+def print_layers(layers: dict) -> None:
+    """The hooked layers: the feature's layer, and the head (W, b) or its absence."""
+    if layers.get("has_head") and layers.get("head"):
+        text = (f"features = input of {layers['head']!r}; logits = the model's output = "
+                f"{layers['head']!r} (W, b stored)")
+    elif not layers.get("has_head") and layers.get("feature"):
+        text = (f"features = {layers.get('taken', 'output')} of {layers['feature']!r}; logits = "
+                "the model's output; no head (W, b)")
+    elif not layers.get("has_head", True):
+        text = "no head (W, b): features and logits only"
+    else:
+        return
+    out.print(f"[bold]layers[/] {text}", highlight=False)
 
 
 StoreArg = Annotated[Path, typer.Argument(help="Store directory.")]
@@ -49,13 +79,19 @@ WorkersOpt = Annotated[int | None, typer.Option(help=(
     "DataLoader worker processes (default min(4, cores), and none for a split of at most one "
     "batch); a value given here is used for every split."))]
 FeatureLayerOpt = Annotated[str | None, typer.Option(
-    help="Name of the final nn.Linear to hook (default: the last Linear).")]
+    help="The classifier nn.Linear to hook (default: the Linear whose output the model "
+         "returns); a layer that is not a Linear gives its output as the feature (4-D maps "
+         "average-pooled) with the model's own logits and no head (W, b).")]
+NoHeadOpt = Annotated[bool, typer.Option(
+    "--no-head", help="Store the --feature-layer's features and the model's own logits "
+    "without a head (W, b): two-head, distilled or non-linear heads. Scorers that need W skip.")]
 McSamplesOpt = Annotated[int, typer.Option(
     help="Also store T stochastic passes with dropout on as extra/mc_logits (T, N, C).")]
 OdinGridOpt = Annotated[str | None, typer.Option(
     help="Also store ODIN-perturbed logits extra/odin_logits/<T>_<eps> for a grid "
          "'T:eps[,eps...][;T:eps...]', e.g. '1000:0.0014,0.0028'.")]
 FeatureMapsOpt = Annotated[bool, typer.Option(
+    "--feature-maps",
     help="Also store the map pooled into the feature as extra/feature_maps (N, Cmap, H, W), "
          "for rankfeat.")]
 UsageOpt = Annotated[list[str] | None, typer.Option(
@@ -74,7 +110,9 @@ ScaleOpt = Annotated[float, typer.Option(
 
 def info(
     store: StoreArg,
-    verify: Annotated[bool, typer.Option(help="Recompute sha256 of every split file.")] = False,
+    verify: Annotated[bool, typer.Option("--verify",
+                                         help="Recompute sha256 of every split file.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column at full width.")] = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -88,7 +126,7 @@ def info(
     problems = summary.get("verify", {}).get("problems", [])
 
     def human() -> None:
-        print_store_summary(summary)
+        print_store_summary(summary, wide)
         if verify and not problems:
             out.print("[green]verify: every split file matches its sha256[/]")
 
@@ -109,10 +147,11 @@ def extract(
     batch_size: Annotated[int, typer.Option(help="Images per batch.")] = 128,
     workers: WorkersOpt = None,
     feature_layer: FeatureLayerOpt = None,
-    amp: Annotated[bool, typer.Option(help="Autocast on CUDA.")] = False,
-    skip_bad: Annotated[bool, typer.Option(help="Skip unreadable images, recording them in "
-                                                "the manifest.")] = False,
-    overwrite: Annotated[bool, typer.Option(help="Replace a store made by another "
+    no_head: NoHeadOpt = False,
+    amp: Annotated[bool, typer.Option("--amp", help="Autocast on CUDA.")] = False,
+    skip_bad: Annotated[bool, typer.Option(
+        "--skip-bad", help="Skip unreadable images, recording them in the manifest.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a store made by another "
                                                  "model.")] = False,
     mc_samples: McSamplesOpt = 0,
     odin_grid: OdinGridOpt = None,
@@ -138,7 +177,7 @@ def extract(
     start = time.perf_counter()
     with split_progress() as progress:
         st = run_extract(model, spec, out_, weights=weights, feature_layer=feature_layer,
-                         options=opts, progress=progress)
+                         options=opts, progress=progress, no_head=no_head)
     summary = {**store_summary(st), "seconds": time.perf_counter() - start}
 
     def human() -> None:
@@ -152,7 +191,8 @@ def import_(
     arrays: Annotated[Path, typer.Argument(help=".npz, .pt, .h5 or a directory of .npy")],
     out_: OutStoreOpt,
     dtype: DtypeOpt = "float32",
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing store.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite",
+                                            help="Replace an existing store.")] = False,
     usage: UsageOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -160,8 +200,9 @@ def import_(
     """Build a store from features extracted elsewhere.
 
     Keys: head/weight, head/bias, classes (optional), <split>/features, and optionally
-    <split>/logits, <split>/labels, <split>/ids, <split>/usage. Example: featstore import
-    feats.npz --out runs/mine --usage ood/near/ssb_val=val
+    <split>/logits, <split>/labels, <split>/ids, <split>/usage. Without head/weight and
+    head/bias every split needs its logits (scorers that need the head are skipped).
+    Example: featstore import feats.npz --out runs/mine --usage ood/near/ssb_val=val
     """
     setup(json_, quiet)
     from featstore.importer import import_arrays

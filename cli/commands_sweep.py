@@ -17,6 +17,8 @@ from .common import (
     BootSeedOpt,
     CiMethodOpt,
     CiOpt,
+    ThreadsOpt,
+    apply_threads,
     check_params,
     ci_line,
     ci_spec,
@@ -26,6 +28,7 @@ from .common import (
     parse_params,
     require_rows,
 )
+from .completion import scorer_names
 from .console import JsonOpt, QuietOpt, emit, out, setup, status
 
 _TEST_COLS = (("auroc", "AUROC"), ("fpr95", "FPR95"), ("aupr_in", "AUPR-IN"),
@@ -129,7 +132,8 @@ def print_adjusted(method: str, adjusted: list[dict]) -> None:
     from scorers.adapt import describe
 
     for a in adjusted:
-        out.print(f"{method}: adjusted to this store: {describe(a)}", highlight=False)
+        out.print(f"{method}: adjusted to this store: {describe(a)}", highlight=False,
+                  soft_wrap=False)
 
 
 def print_tuned(result: dict) -> None:
@@ -154,7 +158,8 @@ def print_tuned(result: dict) -> None:
 
 def sweep_cmd(
     store: Annotated[Path, typer.Argument(help="Store directory.")],
-    method: Annotated[str, typer.Option(help="Scorer name (see `featstore scorers`).")],
+    method: Annotated[str, typer.Option(help="Scorer name (see `featstore scorers`).",
+                                        autocompletion=scorer_names)],
     grid: Annotated[list[str] | None, typer.Option(
         help="k=v1,v2,... values to sweep (JSON per value); repeatable. Default: the scorer's "
              "default grid, minus settings invalid for this store.")] = None,
@@ -168,6 +173,7 @@ def sweep_cmd(
     boot: BootOpt = 1000,
     ci_method: CiMethodOpt = "percentile",
     boot_seed: BootSeedOpt = 0,
+    threads: ThreadsOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -179,6 +185,7 @@ def sweep_cmd(
     Example: featstore sweep runs/demo/store --method knn --grid K=1,5,10,50 --select-by fpr95
     """
     setup(json_, quiet)
+    apply_threads(threads)
     from scorers.sweep import check_grid, check_select_by, sweep
 
     try:

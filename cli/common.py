@@ -118,6 +118,19 @@ def fit_label(store: Store, method: str, scored: int | None = None) -> str:
     return text
 
 
+ThreadsOpt = Annotated[int | None, typer.Option(
+    "--threads", min=1, help="Threads for BLAS, FAISS and the row pool (default: 1 for small "
+    "problems, else one per CPU; also $FEATSTORE_THREADS, which takes 'auto' to follow the "
+    "machine's load). A fixed count gives the same bits whatever the load.")]
+
+
+def apply_threads(threads: int | None) -> None:
+    """`--threads N`: the thread count of every fit and score (`scorers.threads`)."""
+    from scorers.threads import set_user_threads
+
+    set_user_threads(threads)
+
+
 CiOpt = Annotated[float, typer.Option(
     "--ci", help="Confidence level of the stratified-bootstrap intervals shown beside every "
                  "metric (0 turns them off).")]

@@ -31,12 +31,15 @@ Images (`score_images`): the model is loaded with featstore's loader (`featstore
 load_model`, weights by `torch.load(weights_only=True)`) from the recorded reference; a
 torchvision architecture loads by itself, while a `module:callable` or a TorchScript file is
 code, so it loads only when the caller names it (`model=`, `--model`): the file never makes
-featstore import or run anything. The loaded model must be the one the store was extracted
-with: its architecture, sha256 (of the weights file, or of the state dict) and head (W, b)
-equal the recorded ones, else InputError. Features and logits are computed as extraction computes
-them (`featstore.extract_images`), features cast to the recorded dtype, and scored by
-`score_features` with the model's own logits: the scores `featstore score` gives for the same
-images extracted into a store.
+featstore import or run anything outside featstore. The one exception is featstore's own
+demo models (`featstore.demo.pipeline.MODEL_SPECS`: the pretrained EfficientNet-Lite0
+classifier and the scratch ResNet), code of the installed package itself, which a detector
+fitted on the demo store loads by its recorded name. The loaded model must be the one the
+store was extracted with: its architecture, sha256 (of the weights file, or of the state dict)
+and head (W, b) equal the recorded ones, else InputError. Features and logits are computed as
+extraction computes them (`featstore.extract_images`), features cast to the recorded dtype,
+and scored by `score_features` with the model's own logits: the scores `featstore score` gives
+for the same images extracted into a store.
 """
 
 from __future__ import annotations
@@ -157,14 +160,16 @@ class Detector:
         key = (model, None if weights is None else str(weights))
         if self._loaded is not None and self._loaded[0] == key:
             return self._loaded[1]
-        # lazy: torch and torchvision load only for images
+        # lazy: torch, torchvision and the demo's models load only for images
+        from featstore.demo.pipeline import MODEL_SPECS
         from featstore.models import load_model
 
         rec = self.model
         if rec is None:
             raise UsageError("this detector was fitted on a store that records no model and "
                              "transform (arrays); it scores features only (score_features)")
-        if model is None and rec.get("kind") in IMPORTS_CODE:
+        own = rec.get("kind") == "callable" and rec["name"] in MODEL_SPECS.values()
+        if model is None and rec.get("kind") in IMPORTS_CODE and not own:
             raise UsageError(f"the detector's model is {rec.get('kind')} {rec['name']!r}, which "
                              "is code: a detector never loads it by itself; name it to load it "
                              f"(model={rec['name']!r}, --model {rec['name']})")

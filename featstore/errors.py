@@ -34,6 +34,11 @@ class InputError(UsageError):
     exit_code = 1
 
 
+class NoHeadError(InputError):
+    """The store holds no classifier head (W, b) and the caller needs one (a scorer that
+    needs `head` is skipped with this message in a run over many scorers)."""
+
+
 class FeatstoreWarning(UserWarning):
     """Something the user should know that does not stop the run (e.g. a network extracted
     with random weights); the CLI prints it as one `warning: ...` line on stderr."""

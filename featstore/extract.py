@@ -1,21 +1,25 @@
 """`featstore extract`: one pass of a model over every split of a benchmark spec (DESIGN §6).
 
-For each split the final Linear layer's input (the penultimate feature) and output (the
-logits) are captured by a forward hook, streamed in batches to a `SplitWriter` on a background
+For each split the head Linear's input (the penultimate feature) is captured by a forward
+hook and the model's forward output is the logits, checked on every batch against the head's
+output (or, without a head, the feature layer's output and the model's logits:
+featstore.outputs), streamed in batches to a `SplitWriter` on a background
 thread (writing overlaps the next batch's compute) as part files of `batch_size * part_batches`
 rows, and assembled and committed when every part exists. Splits already complete with the
 same fingerprint are skipped; an interrupted split resumes by extracting its missing parts.
 Under torchrun the parts of every split are sharded across the ranks and rank 0 assembles
 (featstore.distributed); the store is the same bytes as a single process's. The store
 invariant logits == features @ W.T + b holds by construction (both come from the same Linear
-call).
+call, whose output the model returns).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,12 +42,14 @@ from .datasets import (
     rows_from_source,
 )
 from .distributed import Context
-from .errors import FeatstoreError, InputError, UsageError
+from .errors import FeatstoreError, FeatstoreWarning, InputError, UsageError
 from .extract_extras import ExtraOutputs
 from .fileio import make_real_dir
 from .layout import FEATURE_DTYPES
 from .lock import StoreLock
 from .models import LoadedModel, load_model, resolve_device
+from .outputs import LayerHook, head_arrays, resolve_layers
+from .sanity import id_checks, warnings_of
 from .spec import BenchmarkSpec, SplitSpec, load_spec
 from .store import MANIFEST, Store, is_own_layout
 from .writer import SplitWriter, wait_for
@@ -71,39 +77,11 @@ class ExtractOptions:
 Progress = Callable[[str, int, int], None]
 
 
-class HeadHook:
-    """Forward hook on the head Linear: keeps its last input (features) and output (logits)."""
-
-    def __init__(self, loaded: LoadedModel):
-        self.features: torch.Tensor | None = None
-        self.logits: torch.Tensor | None = None
-        self.handle = loaded.head.register_forward_hook(self._hook)
-
-    def _hook(self, module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> None:
-        self.features = inputs[0]
-        self.logits = output
-
-    def take(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.features is None or self.logits is None:
-            raise FeatstoreError("the head layer was not called during the forward pass; name "
-                                 "the classifier Linear with --feature-layer")
-        feats, logits = self.features, self.logits
-        self.features = self.logits = None
-        if feats.ndim != 2:
-            raise FeatstoreError(f"the head layer's input has shape {tuple(feats.shape)}; "
-                                 "expected (batch, D) penultimate features")
-        return feats, logits
-
-    def close(self) -> None:
-        self.handle.remove()
-
-
 def open_or_create_store(out: Path, loaded: LoadedModel, classes: list[str] | None,
                          overwrite: bool) -> Store:
     """Open `out` if it holds this model's store, else create it; refuse another model's.
     The caller holds the store lock (featstore.lock)."""
-    weight = loaded.head.weight.detach().cpu().float().numpy()
-    bias = loaded.head.bias.detach().cpu().float().numpy()
+    head = head_arrays(loaded)
     if os.path.lexists(out / MANIFEST) and not overwrite:
         store = Store.open(out, mode="a")
         if store.model_sha256 != loaded.provenance["sha256"]:
@@ -111,19 +89,25 @@ def open_or_create_store(out: Path, loaded: LoadedModel, classes: list[str] | No
                 f"store {str(out)!r} was made by another model (sha256 {store.model_sha256[:12]}…"
                 f", this one {loaded.provenance['sha256'][:12]}…); pass --overwrite to replace it"
             )
-        w_old, b_old = store.head
-        if w_old.shape != weight.shape or not (np.array_equal(w_old, weight)
-                                               and np.array_equal(b_old, bias)):
-            raise UsageError(f"store {str(out)!r}: head {w_old.shape} differs from the model's "
-                             f"{weight.shape}; pass --overwrite to replace it")
+        if store.has_head != (head is not None):
+            raise UsageError(f"store {str(out)!r} was extracted "
+                             f"{'with' if store.has_head else 'without'} a head (W, b), this "
+                             f"run {'with' if head is not None else 'without'}; pass "
+                             "--overwrite to replace it")
+        if head is not None:
+            (w_old, b_old), (weight, bias) = store.head, head
+            if w_old.shape != weight.shape or not (np.array_equal(w_old, weight)
+                                                   and np.array_equal(b_old, bias)):
+                raise UsageError(f"store {str(out)!r}: head {w_old.shape} differs from the "
+                                 f"model's {weight.shape}; pass --overwrite to replace it")
         return store
     if not is_own_layout(out):
         raise UsageError(f"--out {str(out)!r} exists and is not a featstore store; choose an "
                          "empty or new path (--overwrite replaces only a featstore store)")
     # a featstore store (with --overwrite), an empty directory, or an unfinished creation
     # (killed between model.h5 and store.json): Store.create replaces only the store's files
-    return Store.create(out, head=(weight, bias), classes=classes,
-                        provenance=loaded.provenance, overwrite=True)
+    return Store.create(out, head=head, classes=classes, provenance=loaded.provenance,
+                        overwrite=True, dims=(loaded.num_classes, loaded.feature_dim))
 
 
 def lock_out(out: Path) -> StoreLock:
@@ -172,7 +156,7 @@ def plan_split(split: SplitSpec, loaded: LoadedModel, transform: dict,
     else:
         if split.label_map is not None and split.label_map != list(range(len(split.label_map))):
             rows.labels = np.asarray(split.label_map, dtype=np.int64)[rows.labels]
-        num_classes = loaded.head.out_features
+        num_classes = loaded.num_classes
         bad = (rows.labels < -1) | (rows.labels >= num_classes)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
@@ -236,7 +220,8 @@ def extract_parts(writer: SplitWriter, job: SplitJob, parts: range, loaded: Load
                         num_workers=loader_workers(workers, len(dataset), opts),
                         pin_memory=device.type == "cuda")
     extras = ExtraOutputs(loaded, opts, transform, split.name)
-    hook = HeadHook(loaded)
+    hook = LayerHook(loaded)
+    hook.where = f"split {split.name!r}"
     pool = ThreadPoolExecutor(max_workers=1)
     pending: list[Future] = []
     try:
@@ -260,8 +245,8 @@ def extract_parts(writer: SplitWriter, job: SplitJob, parts: range, loaded: Load
             extras.before_forward(images)
             writer.part_meta = extras.meta()
             with torch.inference_mode(), torch.autocast(device.type, enabled=opts.amp):
-                loaded.module(images)
-            feats, logits = hook.take()
+                output = loaded.module(images)
+            feats, logits = hook.take(output)
             extra = extras.compute(hook, images, feats, logits, int(index[0]))
             keep = np.asarray([not e for e in errors])
             batch = {
@@ -353,8 +338,10 @@ def extract_split(store: Store, split: SplitSpec, loaded: LoadedModel, transform
 def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
             weights: str | Path | None = None, feature_layer: str | None = None,
             options: ExtractOptions | None = None,
-            progress: Progress | None = None) -> Store:
+            progress: Progress | None = None, no_head: bool = False) -> Store:
     """Extract every split of `spec` with `model` into the store at `out`; returns it.
+    `no_head`: store the features of `feature_layer` and the model's own logits, no (W, b)
+    (featstore.outputs).
 
     Under torchrun (WORLD_SIZE set) every rank calls this with the same arguments and the
     splits are sharded across the ranks (featstore.distributed); only rank 0 reports progress.
@@ -370,6 +357,7 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
         raise UsageError(f"--mc-samples {opts.mc_samples}: must be >= 0")
     bench = spec if isinstance(spec, BenchmarkSpec) else load_spec(spec)
     bench = balance_id_ood(bench)
+    check_has_id(bench, Path(out))
     if opts.num_workers is not None and opts.num_workers < 0:
         raise UsageError(f"--workers {opts.num_workers}: must be >= 0")
     ctx, device = distributed.from_env(resolve_device(opts.device))
@@ -377,10 +365,12 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
     try:
         if not ctx.is_main:
             progress = None
-        loaded = ctx.everywhere(lambda: load_model(model, weights, feature_layer=feature_layer))
+        loaded = ctx.everywhere(lambda: load_model(model, weights, feature_layer=feature_layer,
+                                                   no_head=no_head))
         loaded.module.to(device)
         transform = {**loaded.transform, **bench.transform}
         check_transform(transform)
+        resolve_layers(loaded, int(transform["crop"]), device, feature_layer is not None)
         loaded.provenance["transform"] = transform
         classes = ctx.everywhere(lambda: _classes(bench, loaded))
         created: list[Store] = []
@@ -397,12 +387,31 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
             store = Store.open(out)
         for split in bench.splits:
             extract_split(store, split, loaded, transform, opts, device, progress, ctx)
-        return Store.open(out)
+        final = Store.open(out)
+        if ctx.is_main:
+            for line in warnings_of(id_checks(final)):
+                warnings.warn(line, FeatstoreWarning, stacklevel=2)
+        return final
     finally:
         for held in lock:
             held.release()
         ctx.close()
 
+
+
+def check_has_id(bench: BenchmarkSpec, out: Path) -> None:
+    """UsageError before any work when neither the spec nor the store at `out` has an id/
+    split: a store without ID rows cannot be evaluated, and extracting one is hours lost."""
+    if any(split.role == "id" for split in bench.splits):
+        return
+    if (out / MANIFEST).is_file():
+        with contextlib.suppress(FeatstoreError):
+            if Store.open(out).splits(role="id"):
+                return  # OOD splits added to a store that holds its ID splits
+    where = f"spec {str(bench.path)!r}" if bench.path else "the spec"
+    raise UsageError(f"{where} has no id/ split (splits: "
+                     f"{', '.join(s.name for s in bench.splits) or 'none'}) and --out holds "
+                     "none; add id/train and id/test (lists2spec: name the ID dataset with --id)")
 
 
 def check_transform(transform: dict[str, Any]) -> None:
@@ -424,7 +433,7 @@ def _classes(bench: BenchmarkSpec, loaded: LoadedModel) -> list[str] | None:
     """The head's class names for model.h5, and each ID/CSID ImageFolder split's folder ->
     head class map (`SplitSpec.label_map`, featstore.classmap), checked before the store is
     created: a wrong mapping is an error naming the folders, never a silent relabelling."""
-    num_outputs = loaded.head.out_features
+    num_outputs = loaded.num_classes
     where = f"spec {str(bench.path)!r}" if bench.path else "the spec"
     classes = bench.classes
     if classes is not None:

@@ -19,7 +19,7 @@ Per batch, after the ordinary forward pass (whose head hook gives features and l
 
   where std_c is the transform's per-channel std, so eps is a step in [0, 1] pixel units, as
   in the ODIN code (and OpenOOD v1.5 `odin_postprocessor.py`), which divide the signed
-  gradient by the normalisation std. f is the hooked head's output (the stored logits).
+  gradient by the normalisation std. f is the model's output (the stored logits).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class ExtraOutputs:
 
     def __init__(self, loaded: Any, opts: Any, transform: dict[str, Any], split_name: str):
         self.module: nn.Module = loaded.module
-        self.head: nn.Module = loaded.head
+        self.head: nn.Module = loaded.feature_module
         self.split_name = split_name
         self.heads = extra_head_names(self.module)
         self.mc_samples = int(getattr(opts, "mc_samples", 0) or 0)
@@ -156,8 +156,8 @@ class ExtraOutputs:
                 for _ in range(self.mc_samples):
                     with torch.inference_mode(), torch.autocast(images.device.type,
                                                                 enabled=self.amp):
-                        self.module(images)
-                    passes.append(hook.take()[1].float())
+                        output = self.module(images)
+                    passes.append(hook.take(output)[1].float())
             finally:
                 for m in self.dropouts:
                     m.eval()
@@ -170,8 +170,7 @@ class ExtraOutputs:
         for temp in temps:
             x = images.detach().clone().requires_grad_(True)
             with torch.enable_grad():
-                self.module(x)
-                logits = hook.take()[1].float()
+                logits = hook.take(self.module(x))[1].float()
                 objective = torch.log_softmax(logits / temp, dim=1).max(dim=1).values.sum()
                 (grad,) = torch.autograd.grad(objective, x)
             step = torch.sign(grad) / std          # -sign(-grad) / std
@@ -179,8 +178,8 @@ class ExtraOutputs:
                 if t != temp:
                     continue
                 with torch.inference_mode():
-                    self.module(images.detach() + eps * step)
-                out[odin_name(temp, eps)] = hook.take()[1].float()
+                    output = self.module(images.detach() + eps * step)
+                out[odin_name(temp, eps)] = hook.take(output)[1].float()
         return out
 
     def close(self) -> None:

@@ -1,9 +1,10 @@
 """Features and logits of loose images (paths, folders, image lists) with a loaded model,
 computed exactly as `featstore extract` computes a split's: the same decode
 (`datasets.TransformedRows`: PIL, RGB), the same transform (`datasets.build_transform` of the
-store's recorded [transform]), the same forward under `torch.inference_mode()` with the head
-hook of extraction (`extract.HeadHook`: the head Linear's input is the feature, its output the
-logits), batch by batch in file order, float32 on the CPU.
+store's recorded [transform]), the same forward under `torch.inference_mode()` with the hook
+of extraction (`outputs.LayerHook`: the hooked layer gives the feature, the model's own forward
+output the logits, checked against the head; `outputs.resolve_layers` checks the layers
+first), batch by batch in file order, float32 on the CPU.
 
 Inputs, in the order given: an image file (by its suffix, `datasets.IMAGE_EXTENSIONS`); a
 folder (its images as `featstore extract` reads an ImageFolder: class sub-folders sorted, then
@@ -32,8 +33,9 @@ from .datasets import (
     parse_image_list,
 )
 from .errors import InputError, UsageError
-from .extract import HeadHook, check_transform
+from .extract import check_transform
 from .models import LoadedModel
+from .outputs import LayerHook, resolve_layers
 
 
 def image_paths(inputs: str | Path | Sequence[str | Path]) -> list[Path]:
@@ -73,9 +75,11 @@ def image_outputs(loaded: LoadedModel, transform: dict[str, Any], paths: Sequenc
     loader = DataLoader(TransformedRows(rows, build_transform(transform), (3, crop, crop)),
                         batch_size=batch_size, shuffle=False, num_workers=num_workers,
                         pin_memory=device.type == "cuda")
+    resolve_layers(loaded, crop, device, explicit=True)
     feats_out: list[np.ndarray] = []
     logits_out: list[np.ndarray] = []
-    hook = HeadHook(loaded)
+    hook = LayerHook(loaded)
+    hook.where = "predict"
     try:
         for images, _, index, errors in loader:
             bad = [k for k, e in enumerate(errors) if e]
@@ -88,13 +92,13 @@ def image_outputs(loaded: LoadedModel, transform: dict[str, Any], paths: Sequenc
             if device.type == "cuda":
                 images = images.contiguous(memory_format=torch.channels_last)
             with torch.inference_mode(), torch.autocast(device.type, enabled=amp):
-                loaded.module(images)
-            feats, logits = hook.take()
+                output = loaded.module(images)
+            feats, logits = hook.take(output)
             feats_out.append(feats.float().cpu().numpy())
             logits_out.append(logits.float().cpu().numpy())
     finally:
         hook.close()
-    dim, classes = loaded.head.in_features, loaded.head.out_features
+    dim, classes = loaded.feature_dim, loaded.num_classes
     if not feats_out:
         return np.zeros((0, dim), np.float32), np.zeros((0, classes), np.float32)
     return np.concatenate(feats_out), np.concatenate(logits_out)

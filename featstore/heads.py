@@ -70,8 +70,10 @@ def find_head(module: nn.Module, feature_layer: str | None = None) -> tuple[str,
                and not set(n.split(".")) & set(EXTRA_HEADS)]
     if not linears:
         raise UsageError(
-            f"model {type(module).__name__} has no nn.Linear classifier head; featstore hooks "
-            "the final Linear layer (name one with --feature-layer)"
+            f"model {type(module).__name__} has no nn.Linear classifier head (e.g. a 1x1-conv "
+            "classifier); name the layer whose output is the feature with --feature-layer "
+            "(e.g. the pooling before the classifier): featstore then stores its output and the "
+            "model's own logits, with no head (W, b)"
         )
     return linears[-1]
 

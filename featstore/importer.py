@@ -8,6 +8,10 @@ Accepted inputs, all holding the same flat keys:
   — e.g. `id/train/features`, `ood/far/textures/logits`, `ood/near/ssb_val/usage` = "val";
 - a directory of `.npy` files whose names are those keys with `/` written as `__`
   (e.g. `head__weight.npy`, `id__train__features.npy`).
+
+Without `head/weight` and `head/bias` (self-supervised or CLIP-style features, a non-linear
+head) the store has no head: every split must then give its logits, and the scorers that
+need (W, b) are skipped with the reason.
 """
 
 from __future__ import annotations
@@ -65,9 +69,11 @@ def _load_flat(path: Path) -> dict[str, Any]:
 
 def arrays_from_flat(flat: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Group flat keys into Store.from_arrays arguments; errors name the missing key."""
-    for key in ("head/weight", "head/bias"):
-        if key not in flat:
-            raise InputError(f"import {where}: missing {key!r} (keys: {', '.join(sorted(flat))})")
+    given = [key for key in ("head/weight", "head/bias") if key in flat]
+    if len(given) == 1:
+        missing = "head/bias" if given == ["head/weight"] else "head/weight"
+        raise InputError(f"import {where}: {given[0]!r} without {missing!r}; give both, or "
+                         f"neither for a store without a head (keys: {', '.join(sorted(flat))})")
     splits: dict[str, dict[str, Any]] = {}
     for key, value in flat.items():
         if key.startswith("head/") or key == "classes":
@@ -89,7 +95,8 @@ def arrays_from_flat(flat: Mapping[str, Any], where: str) -> dict[str, Any]:
     if not splits:
         raise InputError(f"import {where}: no '<split>/features' arrays found")
     classes = flat.get("classes")
-    return {"head": (np.asarray(flat["head/weight"]), np.asarray(flat["head/bias"])),
+    head = (np.asarray(flat["head/weight"]), np.asarray(flat["head/bias"])) if given else None
+    return {"head": head,
             "splits": splits,
             "classes": [str(c) for c in np.asarray(classes)] if classes is not None else None}
 
@@ -122,8 +129,9 @@ def import_arrays(src: str | Path, out: str | Path, *, dtype: str = "float32",
         if value not in USAGES:
             raise UsageError(f"--usage {split}={value}: usage must be one of {', '.join(USAGES)}")
         args["splits"][split]["usage"] = value
-    provenance = {"name": name or src.name, "kind": "imported", "source_file": str(src),
-                  "sha256_of": "head (W, b)"}
+    provenance = {"name": name or src.name, "kind": "imported", "source_file": str(src)}
+    if args["head"] is not None:
+        provenance["sha256_of"] = "head (W, b)"
     out = Path(out)
     if out.is_dir() and not (out / MANIFEST).exists() and not is_own_layout(out):
         raise UsageError(f"--out {str(out)!r} exists and is not a featstore store; choose an "

@@ -9,6 +9,11 @@ A model spec is one of
 
 The head is the final `nn.Linear` in module order (or the one named by `--feature-layer`):
 its input is the penultimate feature and its (weight, bias) the head stored in model.h5.
+Extraction then checks it against the model's own output and picks the Linear that produces
+it (`featstore.outputs.resolve_layers`). Without a head (`--no-head`, or `--feature-layer`
+naming a layer that is not an nn.Linear) the feature is the named layer's input (a Linear) or
+output (any other module, 4-D outputs average-pooled over H x W), the logits are the model's
+output and no (W, b) is stored.
 """
 
 from __future__ import annotations
@@ -37,13 +42,33 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 @dataclass
 class LoadedModel:
-    """A model ready for extraction, its head layer and its provenance record."""
+    """A model ready for extraction, its head layer and its provenance record.
+
+    `head` is None for a model extracted without a head; `feature_name` names the layer whose
+    input (an nn.Linear) or output (any other module) is the feature; `num_classes` and
+    `feature_dim` are the head's, or the probe's (`featstore.outputs`) without one."""
 
     module: nn.Module
-    head_name: str
-    head: nn.Linear
+    head_name: str | None
+    head: nn.Linear | None
     provenance: dict[str, Any]
     transform: dict[str, Any] = field(default_factory=dict)
+    feature_name: str = ""
+    num_classes: int = 0
+    feature_dim: int = 0
+
+    @property
+    def feature_module(self) -> nn.Module:
+        """The hooked layer: the head, or the named feature layer without one."""
+        return self.head if self.head is not None else \
+            self.module.get_submodule(self.feature_name)
+
+    def set_head(self, name: str, head: nn.Linear) -> None:
+        """Hook `head` (named `name`) as the classifier head."""
+        self.head_name, self.head, self.feature_name = name, head, name
+        self.num_classes, self.feature_dim = int(head.out_features), int(head.in_features)
+        self.provenance["head_layer"] = name
+        self.provenance["feature_layer"] = name
 
 
 def _strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -199,7 +224,16 @@ class ScriptedWithHead(nn.Module):
         return self.fc(self.scripted.penultimate(x))
 
 
-def _load_torchscript(path: Path, feature_layer: str | None) -> ScriptedWithHead:
+def _load_torchscript(path: Path, feature_layer: str | None, no_head: bool
+                      ) -> ScriptedWithHead:
+    """The scripted model behind `ScriptedWithHead`: features = its exported penultimate(x),
+    logits through a copy of its Linear head (`feature_layer` names that Linear). `no_head`
+    is refused: without a Linear head nothing defines its logits but an unhookable forward."""
+    if no_head:
+        raise UsageError(f"--no-head: not supported for the TorchScript model {str(path)!r} "
+                         "(scripted modules cannot be hooked: features come from its exported "
+                         "penultimate(x) and logits from a copy of its Linear head); load the "
+                         "model as a module:callable instead")
     try:
         scripted = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:
@@ -233,7 +267,7 @@ def _construct(build: Callable[[int | None], nn.Module], num_classes: int | None
     def make(n: int | None) -> nn.Module:
         if meta:
             try:
-                with torch.device("meta"), _weight_init_skipped():
+                with torch.device("meta"), _weight_init_skipped(), _own_loading_quiet():
                     return build(n)
             except UsageError:
                 raise
@@ -243,13 +277,34 @@ def _construct(build: Callable[[int | None], nn.Module], num_classes: int | None
 
     module = make(num_classes)
     if state is not None and num_classes is None:  # head size from the weights
-        head_name, head = find_head(module, feature_layer)
+        try:
+            head_name, head = find_head(module, feature_layer)
+        except UsageError:  # no Linear head (extraction without one): nothing to size
+            head_name, head = "", nn.Linear(1, 1)
         inferred = _head_num_classes(state, head_name)
         if inferred is not None and inferred != head.out_features:
             module = make(inferred)
     if trained is not None:
         module = wrap_for_checkpoint(module, trained)
     return module
+
+
+#: torch's warning when a builder loads its own weights into a meta-device module (a no-op:
+#: every tensor is then replaced by --weights, which must cover them all)
+_META_COPY = "copying from a non-meta parameter"
+
+
+@contextlib.contextmanager
+def _own_loading_quiet() -> Iterator[None]:
+    """Drop torch's per-tensor "copying from a non-meta parameter ... no-op" warnings of a
+    `module:callable` that loads its own weights while built on the meta device (hundreds of
+    lines for a ResNet); --weights then replaces every tensor. Other warnings pass on."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        if _META_COPY not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 @contextlib.contextmanager
@@ -340,13 +395,34 @@ def weights_source(kind: str, weights_path: Path | None) -> str:
             "torchscript": "the TorchScript file"}.get(kind, kind)
 
 
+def select_layers(module: nn.Module, feature_layer: str | None, no_head: bool
+                  ) -> tuple[str | None, nn.Linear | None, str]:
+    """(head name, head, feature layer name): the classifier Linear (`find_head`), or no head
+    when `no_head` or `feature_layer` names a module that is not an nn.Linear."""
+    named = dict(module.named_modules())
+    if feature_layer is not None and feature_layer in named and feature_layer \
+            and not isinstance(named[feature_layer], nn.Linear):
+        return None, None, feature_layer
+    if no_head:
+        if feature_layer is None or feature_layer not in named or not feature_layer:
+            shown = [n for n in named if n][-8:]
+            raise UsageError(f"--no-head needs --feature-layer LAYER, a module of "
+                             f"{type(module).__name__} (last modules: {', '.join(shown)}); "
+                             f"got {feature_layer!r}")
+        return None, None, feature_layer
+    name, head = find_head(module, feature_layer)
+    return name, head, name
+
+
 def load_model(
     spec: str,
     weights: str | Path | None = None,
     feature_layer: str | None = None,
     num_classes: int | None = None,
+    no_head: bool = False,
 ) -> LoadedModel:
-    """Build the model named by `spec`, load local weights strictly, find the head."""
+    """Build the model named by `spec`, load local weights strictly, find the head (or, with
+    `no_head` or a non-Linear `feature_layer`, the feature layer only)."""
     weights_path = Path(weights) if weights is not None else None
     if weights is not None and not weights_path.exists():
         upper = str(weights)
@@ -373,7 +449,7 @@ def load_model(
             return build_torchvision(spec, n)
         kind, transform = "torchvision", torchvision_default_transform(spec)
     elif path.is_file():
-        module = _load_torchscript(path, feature_layer)
+        module = _load_torchscript(path, feature_layer, no_head)
         kind, arch = "torchscript", module.scripted_name
         transform = default_transform()
     else:
@@ -393,9 +469,8 @@ def load_model(
             _load_state(module, state, weights_path, arch)
     elif state is not None:
         _load_state(module, state, weights_path, arch)
-    head_name, head = find_head(module, feature_layer)
-    if head.bias is None:
-        raise UsageError(f"head {head_name!r} has no bias; featstore stores (W, b) heads")
+    head_name, head, feature_name = select_layers(
+        module, None if kind == "torchscript" else feature_layer, no_head)
     sha = sha256_file(weights_path) if weights_path is not None else state_dict_sha256(module)
     source = weights_source(kind, weights_path)
     if source == "random initialisation":
@@ -403,18 +478,19 @@ def load_model(
                       "(torchvision builds it untrained and featstore never downloads); pass "
                       "--weights FILE for a trained model", FeatstoreWarning, stacklevel=2)
     provenance = {
-        "name": spec,
-        "kind": kind,
-        "architecture": arch,
+        "name": spec, "kind": kind, "architecture": arch,
         "weights": str(weights_path) if weights_path is not None else None,
-        "weights_source": source,
-        "sha256": sha,
+        "weights_source": source, "sha256": sha,
         "sha256_of": "weights file" if weights_path is not None else "state dict",
-        "head_layer": head_name,
-        "torch_version": torch.__version__,
-        "torchvision_version": torchvision.__version__,
+        "head_layer": head_name, "feature_layer": feature_name,
+        "feature_taken": "input" if isinstance(module.get_submodule(feature_name), nn.Linear)
+        else "output",
+        "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
     }
     if trained is not None:
         provenance["training_method"] = trained["method"]
     module.eval()
-    return LoadedModel(module, head_name, head, provenance, transform)
+    loaded = LoadedModel(module, head_name, head, provenance, transform, feature_name)
+    if head is not None:
+        loaded.set_head(head_name, head)
+    return loaded

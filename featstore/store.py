@@ -33,7 +33,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from .errors import FeatstoreError, InputError, UsageError
+from .errors import FeatstoreError, InputError, NoHeadError, UsageError
 from .fileio import (
     LinkError,
     atomic_write_json,
@@ -127,19 +127,23 @@ class Store:
         cls,
         path: str | os.PathLike,
         *,
-        head: tuple[np.ndarray, np.ndarray],
+        head: tuple[np.ndarray, np.ndarray] | None,
         classes: list[str] | None = None,
         provenance: Mapping[str, Any] | None = None,
         overwrite: bool = False,
+        dims: tuple[int, int] | None = None,
     ) -> Store:
         """Create an empty store for one model: writes model.h5 and the manifest.
 
         `provenance` is the model's record (name, architecture, sha256 of the weights, input
         transform, torch versions); without a `sha256` the digest of the head is used.
+        `head=None` makes a store without a classifier head (a non-linear head, features from
+        elsewhere): `dims` = (C, D) then gives its logit and feature widths, model.h5 holds the
+        class names only and the manifest says `"has_head": false`.
         An existing store is refused unless `overwrite`, which deletes it first.
         """
         path = Path(path)
-        weight, bias = prepare_head(head)
+        weight, bias = _head_arrays(head, dims)
         num_classes = weight.shape[0]
         classes = [str(c) for c in classes] if classes is not None else [
             str(i) for i in range(num_classes)
@@ -169,8 +173,9 @@ class Store:
             make_real_dir(path / SPLITS_DIR, "splits directory")
             tmp = exclusive_tmp(path / MODEL_FILE)
             with h5py.File(tmp, "x") as fh:
-                fh.create_dataset("head/weight", data=weight, track_times=False)
-                fh.create_dataset("head/bias", data=bias, track_times=False)
+                if head is not None:
+                    fh.create_dataset("head/weight", data=weight, track_times=False)
+                    fh.create_dataset("head/bias", data=bias, track_times=False)
                 fh.create_dataset("classes", data=np.asarray(classes, dtype=object),
                                   dtype=STRING_DTYPE, track_times=False)
             fsync_file(tmp)
@@ -178,8 +183,10 @@ class Store:
             os.replace(tmp, path / MODEL_FILE)
             fsync_dir(path)
             model = dict(provenance or {})
+            if head is None and "sha256" not in model:
+                raise UsageError("a store without a head needs provenance with a 'sha256'")
             model.setdefault("sha256", sha256_arrays({"weight": weight, "bias": bias}))
-            manifest = {
+            manifest: dict[str, Any] = {
                 "format_version": FORMAT_VERSION,
                 "featstore_version": __version__,
                 "model": model,
@@ -188,6 +195,8 @@ class Store:
                 "feature_dim": int(weight.shape[1]),
                 "splits": {},
             }
+            if head is None:
+                manifest["has_head"] = False
             atomic_write_json(path / MANIFEST, manifest)
         return cls(path, manifest, writable=True)
 
@@ -196,7 +205,7 @@ class Store:
         cls,
         path: str | os.PathLike,
         *,
-        head: tuple[np.ndarray, np.ndarray],
+        head: tuple[np.ndarray, np.ndarray] | None,
         splits: Mapping[str, Mapping[str, Any]],
         classes: list[str] | None = None,
         provenance: Mapping[str, Any] | None = None,
@@ -208,11 +217,19 @@ class Store:
         `splits` maps split names to dicts with `features`, `logits` (optional: computed as
         features @ W.T + b when absent), `labels` (optional: -1), `ids` (optional: row index),
         `extras` (optional dict) and `usage`/`source` (optional).
+        `head=None`: a store without a classifier head; every split then gives its logits,
+        and without a provenance `sha256` the digest of every split's features and logits
+        identifies the model.
         """
         path = Path(path)
         existed = os.path.lexists(path)
+        dims, provenance = None, dict(provenance or {})
+        if head is None:
+            dims, digest = _headless_dims(splits)
+            provenance.setdefault("sha256", digest)
+            provenance.setdefault("sha256_of", "features and logits")
         store = cls.create(path, head=head, classes=classes, provenance=provenance,
-                           overwrite=overwrite)
+                           overwrite=overwrite, dims=dims)
         try:
             with store.writing():
                 for name, arrays in splits.items():
@@ -237,8 +254,18 @@ class Store:
         return dict(self.manifest["model"])
 
     @property
+    def has_head(self) -> bool:
+        """Whether model.h5 holds a classifier head (W, b) (`"has_head": false` says not)."""
+        return self.manifest.get("has_head", True) is not False
+
+    @property
     def head(self) -> tuple[np.ndarray, np.ndarray]:
-        """(W, b): the classifier head, (C, D) and (C,) float32."""
+        """(W, b): the classifier head, (C, D) and (C,) float32; NoHeadError for a store
+        without one."""
+        if not self.has_head:
+            raise NoHeadError(f"store {str(self.path)!r} has no classifier head (W, b): it holds "
+                              "features and the model's logits only (a non-linear head, or "
+                              "features imported without head/weight)")
         if self._head is None:
             with self._model_file() as fh:
                 weight, bias = fh.get("head/weight"), fh.get("head/bias")
@@ -326,7 +353,8 @@ class Store:
                     self.path / MODEL_FILE):
                 problems.append(f"{MODEL_FILE}: sha256 does not match the manifest")
             self._head = None
-            self.head  # noqa: B018 - reads and checks the head
+            if self.has_head:
+                self.head  # noqa: B018 - reads and checks the head
         except FileNotFoundError:
             problems.append(f"{MODEL_FILE} is missing")
         except LinkError as exc:
@@ -448,12 +476,18 @@ class Store:
         source: Mapping[str, Any] | None = None,
         dtype: str = "float32",
     ) -> Split:
-        """Write a whole split from in-memory arrays, validating shapes against the head."""
+        """Write a whole split from in-memory arrays, validating shapes against the head
+        (the manifest's C and D for a store without one, whose splits must give logits)."""
         self._require_writable()
-        arrays = prepare_split(name, self.head, features=features, logits=logits, labels=labels,
+        head = self.head if self.has_head else None
+        arrays = prepare_split(name, head, features=features, logits=logits, labels=labels,
                                ids=ids, extras=extras, usage=usage, dtype=dtype)
         feats, logits, labels, ids = arrays.features, arrays.logits, arrays.labels, arrays.ids
         extras_np, row_axes, usage = arrays.extras, arrays.row_axes, arrays.usage
+        c, d = int(self.manifest["num_classes"]), int(self.manifest["feature_dim"])
+        if feats.shape[1] != d or logits.shape[1] != c:  # a store without a head: its C, D
+            raise UsageError(f"split {name!r}: features and logits must be (N, D={d}) and "
+                             f"(N, C={c}), got {feats.shape} and {logits.shape}")
         with self.writing():
             need = feats.nbytes + logits.nbytes + labels.nbytes + \
                 sum(len(i) + 16 for i in ids) + sum(a.nbytes for a in extras_np.values())
@@ -469,3 +503,35 @@ class Store:
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()
                 raise
+
+
+def _head_arrays(head: tuple[Any, Any] | None, dims: tuple[int, int] | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(W, b) as float32 arrays; for `head=None`, zero-size placeholders of `dims` = (C, D)
+    (never written: they only carry the widths)."""
+    if head is None:
+        if dims is None or len(dims) != 2 or min(int(dims[0]), int(dims[1])) < 1:
+            raise UsageError(f"a store without a head needs dims (C, D) >= 1, got {dims!r}")
+        return (np.zeros((int(dims[0]), int(dims[1])), np.float32),
+                np.zeros(int(dims[0]), np.float32))
+    return prepare_head(head)
+
+
+def _headless_dims(splits: Mapping[str, Mapping[str, Any]]) -> tuple[tuple[int, int], str]:
+    """(C, D) of headless arrays (the first split's logits and features; every split must
+    give logits) and the sha256 of every split's features and logits."""
+    arrays: dict[str, np.ndarray] = {}
+    for name, fields in splits.items():
+        if fields.get("logits") is None:
+            raise UsageError(f"split {name!r}: no logits; a store without a head (W, b) needs "
+                             "every split's logits")
+        arrays[f"{name}/features"] = np.asarray(fields["features"])
+        arrays[f"{name}/logits"] = np.asarray(fields["logits"])
+    if not arrays:
+        raise UsageError("a store without a head needs at least one split")
+    first = next(iter(splits))
+    feats, logits = arrays[f"{first}/features"], arrays[f"{first}/logits"]
+    if feats.ndim != 2 or logits.ndim != 2:
+        raise UsageError(f"split {first!r}: features and logits must be (N, D) and (N, C), got "
+                         f"{feats.shape} and {logits.shape}")
+    return (int(logits.shape[1]), int(feats.shape[1])), sha256_arrays(arrays)

@@ -1,10 +1,13 @@
 """A store's summary as plain data: what `featstore info`, `extract`, `import`, the demo and
 the mini-Gbench print (one row per split: role, group, usage, completeness, rows, dims,
-dtype, extras, size on disk, skipped images) and put in their JSON."""
+dtype, extras, size on disk, skipped images; the hooked layers; the ID accuracy checks of
+`featstore.sanity` on id/test and id/val) and put in their JSON."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from .sanity import id_checks
 
 
 def human_bytes(n: float) -> str:
@@ -29,14 +32,26 @@ def split_summary(store: Any, name: str, entry: dict[str, Any]) -> dict[str, Any
     }
 
 
+def layers(model: dict[str, Any], has_head: bool) -> dict[str, Any]:
+    """{"feature", "head", "has_head"}: the layer whose input (the head) or output is the
+    feature and the hooked head Linear (None without one, or for imported arrays)."""
+    head = model.get("head_layer")
+    return {"feature": model.get("feature_layer", head), "head": head if has_head else None,
+            "taken": model.get("feature_taken", "input"), "has_head": has_head}
+
+
 def store_summary(store: Any) -> dict[str, Any]:
     """Manifest facts plus sizes on disk: {"path", "format_version", "featstore_version",
-    "model", "num_classes", "feature_dim", "splits": [split_summary, ...] in manifest order}."""
+    "model", "num_classes", "feature_dim", "layers", "id_checks", "splits": [split_summary,
+    ...] in manifest order}."""
     manifest = store.manifest
+    has_head = manifest.get("has_head", True) is not False
     return {"path": str(store.path), "format_version": manifest["format_version"],
             "featstore_version": manifest["featstore_version"],
             "model": manifest["model"], "num_classes": manifest["num_classes"],
             "feature_dim": manifest["feature_dim"],
+            "layers": layers(manifest["model"], has_head),
+            "id_checks": id_checks(store),
             "splits": [split_summary(store, name, entry)
                        for name, entry in manifest["splits"].items()]}
 
@@ -51,4 +66,4 @@ def verified_summary(store: Any, verify: bool = False) -> dict[str, Any]:
     return summary
 
 
-__all__ = ["human_bytes", "split_summary", "store_summary", "verified_summary"]
+__all__ = ["human_bytes", "layers", "split_summary", "store_summary", "verified_summary"]

@@ -16,8 +16,16 @@ dimension D too small for an ASH percentile. The rule:
   with that reason, `scorers.skipping`).
 - A value the USER gave (a fixed parameter, an explicit grid) is never changed: out of range
   is a UsageError naming the value and the range (exit code 2).
-- In a default grid every setting is clamped the same way; settings that become equal are
-  scored once (the first in grid order is kept).
+- A default grid is first FITTED to the store by the scorer (`Scorer.fit_grid`): knn's K
+  values, chosen for OpenOOD's 50,000-row CIFAR banks, are scaled by bank / 50,000 on a
+  smaller bank (rounded, >= 1: the share K / bank the grid was chosen for is kept), so a
+  200-row bank sweeps K in [1, 2, 4], not [50, 100, 200] (K = 200 = the whole bank); each
+  changed setting is listed with the reason. A bank of 50,000 rows or more keeps the grid.
+- In a default grid every setting is then clamped the same way; settings that become equal
+  are scored once (the first in grid order is kept).
+- A clamp that leaves the scorer DEGENERATE (`Scorer.degenerate`: vim/residual dim = N - 1,
+  a bank scorer's K below 5 or equal to the whole bank, ASH/SCALE keeping one activation)
+  says so in the adjustment's reason, naming what the store lacks (the API warns with it).
 
 A value counts as invalid when it lies outside the range AND the scorer's own
 `check_params(params, store)` refuses it (ASH's percentile range is a closed bound that is
@@ -26,54 +34,13 @@ exact at its end but slightly stricter than the rounding rule beyond it).
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from featstore.errors import UsageError
 from featstore.interfaces import StoreLike
 
-from .base import Scorer, ValidRange, expand_grid
-
-
-def _inside(value: Any, rng: ValidRange) -> bool:
-    return isinstance(value, numbers.Real) and rng.lo <= value <= rng.hi
-
-
-def _clamp(value: Any, rng: ValidRange) -> Any:
-    """The nearest bound of `rng` to `value` (an integer when the bounds are integers)."""
-    used = rng.lo if isinstance(value, numbers.Real) and value < rng.lo else rng.hi
-    return int(used) if isinstance(rng.lo, int) and isinstance(rng.hi, int) else used
-
-
-def _refused(scorer: Scorer, params: Mapping[str, Any], store: StoreLike) -> bool:
-    try:
-        scorer.check_params(dict(params), store)
-    except UsageError:
-        return True
-    return False
-
-
-def adapt_params(scorer: Scorer, params: Mapping[str, Any], fixed: Collection[str],
-                 store: StoreLike) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """`params` with every data-invalid value of a parameter NOT in `fixed` clamped into its
-    valid range; returns (params, adjustments). UsageError when a range is empty."""
-    out = dict(params)
-    adjusted: list[dict[str, Any]] = []
-    for param, rng in scorer.valid_ranges(out, store).items():
-        if param in fixed:
-            continue
-        if rng.lo > rng.hi:
-            raise UsageError(f"scorer {scorer.name!r}: no value of {param} is valid on store "
-                             f"{str(store.path)!r}: {rng.why}")
-        value = scorer.resolve_default(param, out[param], store)
-        if _inside(value, rng) or not _refused(scorer, {**out, param: value}, store):
-            continue
-        used = _clamp(value, rng)
-        out[param] = used
-        adjusted.append({"setting": {param: value}, "used": {param: used},
-                         "reason": f"the default {param}={value} is out of range: {rng.why}"})
-    return out, adjusted
+from .base import Scorer, expand_grid
+from .clamp import adapt_params, describe
 
 
 def fit_defaults(scorer: Scorer, given: Mapping[str, Any], store: StoreLike
@@ -85,30 +52,26 @@ def fit_defaults(scorer: Scorer, given: Mapping[str, Any], store: StoreLike
 
 def adapt_grid(scorer: Scorer, grid: Mapping[str, Sequence[Any]], fixed: Collection[str],
                store: StoreLike) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The settings of a DEFAULT grid, each clamped by the rule (parameters in `fixed` are the
-    user's and stay), duplicates after clamping merged in grid order; returns (settings,
-    adjustments), one adjustment per changed setting."""
+    """The settings of a DEFAULT grid fitted to the store (`Scorer.fit_grid`: knn scales its
+    K values to the bank) and each clamped by the rule (parameters in `fixed` are the user's
+    and stay), duplicates merged in grid order; returns (settings, adjustments), one
+    adjustment per changed setting. `fit_grid` keeps each parameter's number of values, so
+    setting i of the fitted grid is the fit of setting i of `grid`."""
     settings: list[dict[str, Any]] = []
     adjusted: list[dict[str, Any]] = []
-    for setting in (expand_grid(grid) if grid else [{}]):
-        params, adj = adapt_params(scorer, {**scorer.params, **setting}, fixed, store)
+    fitted, why = scorer.fit_grid(grid, store)
+    for setting, fit in zip(expand_grid(grid) if grid else [{}],
+                            expand_grid(fitted) if fitted else [{}], strict=True):
+        params, adj = adapt_params(scorer, {**scorer.params, **fit}, fixed, store)
         used = {k: params[k] for k in setting}
         if used != setting:
-            reasons = "; ".join(a["reason"] for a in adj if set(a["used"]) <= set(setting))
-            adjusted.append({"setting": dict(setting), "used": used, "reason": reasons})
+            reasons = [why] if fit != setting else []
+            reasons += [a["reason"] for a in adj if set(a["used"]) <= set(setting)]
+            adjusted.append({"setting": dict(setting), "used": used,
+                             "reason": "; ".join(reasons)})
         if used not in settings:
             settings.append(used)
     return settings, adjusted
-
-
-def describe(adjustment: Mapping[str, Any]) -> str:
-    """`dim=512 -> dim=119 (the default dim=512 is out of range: ...)`, or `... dropped`."""
-    def fmt(s: Mapping[str, Any]) -> str:
-        return ", ".join(f"{k}={v}" for k, v in s.items())
-
-    used = adjustment.get("used")
-    target = f"-> {fmt(used)}" if used is not None else "dropped"
-    return f"{fmt(adjustment['setting'])} {target} ({adjustment['reason']})"
 
 
 __all__ = ["adapt_grid", "adapt_params", "describe", "fit_defaults"]

@@ -5,7 +5,8 @@ valid ones), fitted on a store (`fit(store)` reads only the splits its `needs` n
 scores any split of a store made by the same model: `score(split)` returns an (N,) float64
 array, HIGHER = MORE IN-DISTRIBUTION. `score_grid(split, grid)` returns every setting of a
 hyperparameter grid, sharing the expensive work; the base implementation here refits per
-setting and is what scorers with a shared-work path must equal.
+setting and is what scorers with a shared-work path must equal. Fits and scores run under the
+thread policy of `scorers.threads` (BLAS/OpenMP threads by the work's size and the free cores).
 
 Needs vocabulary: `logits`, `features`, `head`, `fit:<split>` (e.g. `fit:id/train`),
 `extra:<name>`; `scorers.needs` parses them (`Needs.of(scorer)`).
@@ -14,6 +15,7 @@ Needs vocabulary: `logits`, `features`, `head`, `fit:<split>` (e.g. `fit:id/trai
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -21,13 +23,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from featstore.arraystore import ArrayStore
-from featstore.errors import FeatstoreError, UsageError
+from featstore.errors import FeatstoreError, FeatstoreWarning, UsageError
 from featstore.interfaces import SplitLike, StoreLike
 from featstore.values import require_finite
 
+from .clamp import adapt_params, describe
 from .needs import Needs, parse_need
 from .paper import Paper
 from .rowmap import map_rows, read_chunk_rows
+from .threads import blas_threads, fit_work, score_work
 
 DEFAULT_CHUNK_ROWS = 8192
 
@@ -93,6 +97,10 @@ class Scorer:
         # the other defaults may be clamped to the store by scorers.adapt)
         self.given: dict[str, Any] = dict(params)
         self.check_params(self.params)
+        # the caller's own parameters: `fit` clamps only the others (scorers.clamp)
+        self.given: dict[str, Any] = dict(params)
+        # the defaults `fit` clamped on its store: [{"setting", "used", "reason"}]
+        self.adjusted: list[dict[str, Any]] = []
         self.store: StoreLike | None = None
         self.fitted = False
         self.model_sha256: str | None = None
@@ -122,6 +130,19 @@ class Scorer:
         parameters in `params` (e.g. K's range depends on the bank fraction); {} when no
         parameter's validity depends on the data. Integers stay integers."""
         return {}
+
+    def degenerate(self, param: str, default: Any, used: Any, params: Mapping[str, Any],
+                   store: StoreLike) -> str:
+        """Why the DEFAULT `param`=`default` clamped to `used` on `store` leaves this scorer
+        degenerate (a K below a sensible minimum, a whole bank), naming what the store lacks;
+        "" when it does not (`scorers.clamp` appends it to the adjustment as DEGENERATE)."""
+        return ""
+
+    def fit_grid(self, grid: Grid, store: StoreLike) -> tuple[dict[str, list[Any]], str]:
+        """This scorer's DEFAULT grid fitted to `store` (before the clamping of
+        `scorers.adapt.adapt_grid`), with the reason of any change ("" when unchanged);
+        default: the grid as it is."""
+        return {k: list(v) for k, v in grid.items()}, ""
 
     def resolve_default(self, param: str, value: Any, store: StoreLike) -> Any:
         """The value a default stands for on `store` (ViM's dim None -> the paper's rule);
@@ -160,6 +181,7 @@ class Scorer:
         every setting in the same pass; settings outside it are still scored, at the price of
         a further pass. Scores never depend on it."""
         check_needs(self, store)
+        self._clamp_defaults(store)
         if not self.allow_nonfinite:
             for name in fit_split_names(self):
                 require_finite(store.split(name), value_fields(self), f"fitting {self.name!r}")
@@ -168,9 +190,23 @@ class Scorer:
         self.fit_settings = expand_grid(grid) if grid else []
         self.store = store
         self.model_sha256 = store.model_sha256
-        self._fit(store)
+        with blas_threads(fit_work(store, fit_split_names(self), value_fields(self))):
+            self._fit(store)
         self.fitted = True
         return self
+
+    def _clamp_defaults(self, store: StoreLike) -> None:
+        """The one defaults rule (scorers.adapt) for API callers: every default the store
+        makes invalid is clamped (`self.adjusted`, a FeatstoreWarning each); the caller's own
+        values are never changed. A no-op when every parameter was given (the CLI's paths
+        build their scorers with the already clamped parameters)."""
+        if set(self.given) >= set(self.defaults):
+            return
+        self.params, self.adjusted = adapt_params(self, {**self.defaults, **self.given},
+                                                  set(self.given), store)
+        for adjustment in self.adjusted:
+            warnings.warn(f"scorer {self.name!r}: {describe(adjustment)}", FeatstoreWarning,
+                          stacklevel=3)
 
     def _check_split(self, split: SplitLike, force: bool) -> None:
         if not self.fitted:
@@ -195,7 +231,8 @@ class Scorer:
     def score(self, split: SplitLike, force: bool = False) -> np.ndarray:
         """(N,) float64 scores of a split, higher = more in-distribution."""
         self._check_split(split, force)
-        return np.asarray(self._score(split), dtype=np.float64)
+        with blas_threads(score_work(split, value_fields(self))):
+            return np.asarray(self._score(split), dtype=np.float64)
 
     def score_grid(
         self, split: SplitLike, grid: Grid | None = None, force: bool = False
@@ -203,14 +240,17 @@ class Scorer:
         """Every setting of `grid` (default: the scorer's default grid) with its scores.
 
         Settings are the Cartesian product in the grid's key order; parameters not in the grid
-        keep this scorer's values. Each value is validated against the data first."""
+        keep this scorer's values. Each value is validated against the data first (the
+        default grid as it is: `scorers.sweep.sweep` / `plan_settings` fit it to the store)."""
         self._check_split(split, force)
         grid = self.grid if grid is None else grid
         check_grid_keys(self, grid)
         settings = expand_grid(grid) if grid else [{}]
         for setting in settings:
             self.check_params({**self.params, **setting}, self.store)
-        scores = self._score_grid(split, settings) if grid else [self.score(split, force)]
+        with blas_threads(score_work(split, value_fields(self))):
+            scores = (self._score_grid(split, settings) if grid
+                      else [self.score(split, force)])
         return [(dict(s), np.asarray(v, dtype=np.float64))
                 for s, v in zip(settings, scores, strict=True)]
 
@@ -333,6 +373,10 @@ def check_needs(scorer: Scorer, store: StoreLike) -> None:
     """Raise FeatstoreError naming the first missing need and how to produce it."""
     needs = Needs.of(scorer)
     for need in needs:
+        if need.kind == "head" and store.manifest.get("has_head", True) is False:
+            raise FeatstoreError(
+                f"scorer {scorer.name!r} needs the classifier head (W, b); store "
+                f"{str(store.path)!r} has none (features and logits only)")
         if need.kind == "fit" and not store.has_split(need.arg):
             raise FeatstoreError(
                 f"scorer {scorer.name!r} needs split {need.arg!r} in store "

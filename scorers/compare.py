@@ -30,6 +30,7 @@ from featstore.interfaces import StoreLike
 from .evaluate import evaluate
 from .metrics import METRIC_DIRECTIONS, OOD_METRIC_NAMES
 from .registry import resolve_methods
+from .results import ComparisonResult, EvaluationResult
 from .stats.bootstrap import BootstrapSpec, Distributions
 from .stats.delong import delong_test
 from .stats.intervals import percentile_interval
@@ -104,11 +105,12 @@ def p_matrix(methods: Sequence[str], rows: Sequence[Mapping[str, Any]],
 def compare(store: StoreLike, methods: Sequence[Any],
             params: Mapping[str, Mapping[str, Any]] | None = None,
             spec: BootstrapSpec | None = None, use_cache: bool = True,
-            metrics: Sequence[str] = TESTED_METRICS) -> dict[str, Any]:
+            metrics: Sequence[str] = TESTED_METRICS) -> ComparisonResult:
     """Evaluate ``methods`` (at least two; names, ``module:Class``, Scorer classes or
     instances, as ``evaluate`` takes them) and test every pair; see the module docstring.
 
-    Returns {"store", "id_split", "methods", "ci" (the bootstrap echo), "evaluation" (the
+    Returns a `scorers.results.ComparisonResult` (a read-only dict too): {"store",
+    "id_split", "methods", "ci" (the bootstrap echo), "evaluation" (the
     evaluate result with intervals), "splits": {split: {"delong_auroc": [pair], "bootstrap":
     {metric: [pair]}}}, "groups": {group: {"bootstrap": {metric: [pair]}}}, "skipped"}; a pair
     row is {"a", "b", values, "diff", "diff_ci", "p", "p_holm"} (DeLong: "auroc_a",
@@ -121,16 +123,17 @@ def compare(store: StoreLike, methods: Sequence[Any],
             raise UsageError(f"unknown metric {m!r} (valid: {', '.join(OOD_METRIC_NAMES)})")
     spec = spec or BootstrapSpec()
     scores: dict[str, dict[str, np.ndarray]] = {}
-    result = evaluate(store, methods, params, use_cache, keep_scores=scores)
+    # a plain copy: the intervals are written into it (the returned evaluation is frozen)
+    result = dict(evaluate(store, methods, params, use_cache, keep_scores=scores))
     dist = add_intervals(result, scores, store, spec)
     tests = pairwise_tests(result, scores, dist, metrics)
     if len(tests["methods"]) < 2:
         raise UsageError("compare: fewer than two of the methods could run on this store "
                          f"(skipped: {result['skipped']})")
-    return {"store": str(store.path), "id_split": result["id_split"],
-            "methods": tests["methods"], "ci": result["ci"], "evaluation": result,
-            "splits": tests["splits"], "groups": tests["groups"],
-            "skipped": result["skipped"]}
+    return ComparisonResult(
+        store=str(store.path), id_split=result["id_split"], methods=tests["methods"],
+        ci=result["ci"], evaluation=EvaluationResult(**result), splits=tests["splits"],
+        groups=tests["groups"], skipped=result["skipped"])
 
 
 def read_results(paths: Sequence[str | Path]) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from .cache import ScoreCache, cache_off_reason
 from .metrics import OOD_METRIC_NAMES, id_accuracy, misclassification_auroc, ood_metrics
 from .misclassification import misclassification_or_none
 from .registry import REGISTRY, code_digest, get_scorer, resolve, resolve_methods
+from .results import EvaluationResult
 from .selective import selective_metrics
 from .skipping import check_supported, require_any, run_each, unsupported_reason
 from .stats.bootstrap import BootstrapSpec
@@ -157,7 +158,7 @@ def evaluate(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | 
              params: Mapping[str, Mapping[str, Any]] | None = None,
              use_cache: bool = True, progress: Any = None, strict: bool = False,
              allow_nonfinite: bool = False, ci: BootstrapSpec | None = None,
-             keep_scores: dict[str, dict[str, np.ndarray]] | None = None) -> dict[str, Any]:
+             keep_scores: dict[str, dict[str, np.ndarray]] | None = None) -> EvaluationResult:
     """Metrics of every method on every OOD test split of the store. A method is a
     registered name, `module:Class`, a `Scorer` subclass or an instance (run with its given
     parameters; `scorers.registry.resolve_methods`); results are keyed by scorer name.
@@ -168,7 +169,8 @@ def evaluate(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | 
     ``keep_scores``, if given, receives every evaluated method's scores {method: {split:
     scores}} (id/test and the OOD test splits).
 
-    Returns {"store", "model_sha256", "id_split", "id_acc", "ood_splits", "methods":
+    Returns a `scorers.results.EvaluationResult` (a read-only dict too): {"store",
+    "model_sha256", "id_split", "id_acc", "ood_splits", "methods":
     {name: {"params" (as run: `params[name]` over the defaults, a data-invalid default clamped
     by `scorers.adapt`), "adjusted" (those clamps: [{"setting", "used", "reason"}]),
     "fit_seconds", "score_seconds", "diagnostics" (the fit's, e.g. recall@K of an approximate
@@ -227,4 +229,4 @@ def evaluate(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | 
               "ood_splits": ood, "methods": done, "skipped": skipped, "ci": None}
     if ci is not None:
         add_intervals(result, kept, store, ci)
-    return result
+    return EvaluationResult(**result)

@@ -17,7 +17,7 @@
   max(ef_search, k)).
 
 IVF k-means is trained on at most `train_points_per_list * nlist` bank rows (default 64 per
-list; FAISS's own default is 256), drawn by FAISS's seeded subsample: k-means costs
+list; FAISS's own default is 256), drawn with numpy's default_rng(`seed`): k-means costs
 ~2 D x (training rows) x nlist x 10 iterations flops, the largest part of an IVF build at
 N = 100k, and 64 points per centroid keep the centroids (and the recall) close to a full
 training at a quarter of the cost (measured in benchmarks/RESULTS.md, "#19 approximate KNN").
@@ -51,6 +51,10 @@ CPU. A configuration the GPU build refuses (e.g. an unsupported PQ size) stays o
 GPU k-selection is limited to k <= 2048; a larger k searches a CPU copy of the index, made
 (once) on first need.
 
+Memory: the bank is a `scorers.knn_bank.BankStream` (an array is one chunk of it) added
+chunk by chunk into storage sized once, so the index holds the only copy of the bank (an
+IVF index's training sample is freed before its lists are filled).
+
 Queries are searched in chunks of `query_chunk` rows, so a search holds at most one chunk of
 (chunk, k) distances and ids beyond the returned arrays.
 """
@@ -68,6 +72,7 @@ from featstore.errors import UsageError
 
 from .kernels.iptopk import exact_ip_search, exact_ip_values
 from .kernels.rowfeat import l2_normalize_rows
+from .knn_bank import BankStream, exact_knn, fill_flat, fill_ivf, sample_rows
 
 INDEX_KINDS = ("exact", "ivf_flat", "ivf_pq", "hnsw")
 METRICS = ("l2", "ip")
@@ -235,12 +240,14 @@ def _flat(faiss: Any, metric: str, d: int) -> Any:
     return faiss.IndexFlatL2(d) if metric == "l2" else faiss.IndexFlatIP(d)
 
 
-def _build_ivf(faiss: Any, bank: np.ndarray, kind: str, metric: str, nlist: int | None,
+def _build_ivf(faiss: Any, bank: BankStream, kind: str, metric: str, nlist: int | None,
                nprobe: int | None, pq_m: int | None, pq_nbits: int | None, seed: int,
                train_points_per_list: int, options: dict[str, Any]) -> Any:
-    """A trained IVF-Flat or IVF-PQ index holding `bank`; the options it chose go into
-    `options` (nlist, nprobe, train_points_per_list; pq_m, pq_nbits)."""
-    n, d = bank.shape
+    """A trained IVF-Flat or IVF-PQ index holding `bank` (trained on a seeded sample of
+    `train_points_per_list * nlist` rows, filled chunk by chunk: `scorers.knn_bank`); the
+    options it chose go into `options` (nlist, nprobe, train_points_per_list; pq_m,
+    pq_nbits)."""
+    n, d = bank.rows, bank.dim
     faiss_metric = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
     nlist = _default_nlist(n) if nlist is None else int(nlist)
     if not 1 <= nlist <= n:
@@ -271,30 +278,32 @@ def _build_ivf(faiss: Any, bank: np.ndarray, kind: str, metric: str, nlist: int 
     index.cp.seed = int(seed)
     index.cp.verbose = False
     index.cp.max_points_per_centroid = int(train_points_per_list)
-    index.train(bank)
-    index.add(bank)
+    sample = sample_rows(bank, int(train_points_per_list) * nlist, seed)
+    index.train(sample)
+    del sample  # freed before the lists are filled
+    fill_ivf(faiss, index, bank)
     index.nprobe = nprobe
     options.update(nlist=nlist, nprobe=nprobe, train_points_per_list=int(train_points_per_list))
     return index
 
 
-def _build_hnsw(faiss: Any, bank: np.ndarray, metric: str, hnsw_m: int, ef_construction: int,
+def _build_hnsw(faiss: Any, bank: BankStream, metric: str, hnsw_m: int, ef_construction: int,
                 ef_search: int, deterministic: bool, options: dict[str, Any]) -> Any:
-    """An HNSW-Flat index holding `bank`, built on one thread when `deterministic`; its
-    options go into `options`."""
+    """An HNSW-Flat index holding `bank` (added chunk by chunk into its reserved flat
+    storage), built on one thread when `deterministic`; its options go into `options`."""
     if hnsw_m < 2:
         raise UsageError(f"knn index: hnsw_m={hnsw_m} must be >= 2")
     if ef_search < 1 or ef_construction < 1:
         raise UsageError("knn index: ef_search and ef_construction must be >= 1")
     faiss_metric = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
-    index = faiss.IndexHNSWFlat(bank.shape[1], int(hnsw_m), faiss_metric)
+    index = faiss.IndexHNSWFlat(bank.dim, int(hnsw_m), faiss_metric)
     index.hnsw.efConstruction = int(ef_construction)
     index.hnsw.efSearch = int(ef_search)
     threads = faiss.omp_get_max_threads() if hasattr(faiss, "omp_get_max_threads") else 0
     if deterministic and threads:
         faiss.omp_set_num_threads(1)
     try:
-        index.add(bank)
+        fill_flat(index, faiss.downcast_index(index.storage), bank)
     finally:
         if deterministic and threads:
             faiss.omp_set_num_threads(threads)
@@ -311,7 +320,7 @@ class KnnIndex:
 
     def __init__(
         self,
-        bank: np.ndarray,
+        bank: np.ndarray | BankStream,
         *,
         metric: str = "l2",
         kind: str = "exact",
@@ -337,15 +346,21 @@ class KnnIndex:
             raise UsageError(f"knn index: metric {metric!r} is not one of {METRICS}")
         if kind not in INDEX_KINDS:
             raise UsageError(f"knn index: kind {kind!r} is not one of {INDEX_KINDS}")
-        bank = np.ascontiguousarray(bank, dtype=np.float32)
-        if bank.ndim != 2 or bank.shape[0] == 0:
-            raise UsageError(f"knn index: bank must be a non-empty (N, D) array, got {bank.shape}")
+        if not isinstance(bank, BankStream):
+            bank = np.ascontiguousarray(bank, dtype=np.float32)
+            if bank.ndim != 2 or bank.shape[0] == 0:
+                raise UsageError("knn index: bank must be a non-empty (N, D) array, got "
+                                 f"{bank.shape}")
+            bank = BankStream.of(bank)
+        if bank.rows == 0:
+            raise UsageError("knn index: bank must be a non-empty (N, D) array, got "
+                             f"{(0, bank.dim)}")
         if query_chunk < 1:
             raise UsageError(f"knn index: query_chunk={query_chunk} must be >= 1")
         target = check_recall_target(recall_target, kind, nprobe, ef_search, recall_queries,
                                      recall_k)
         ef_search = DEFAULT_EF_SEARCH if ef_search is None else ef_search
-        n, d = bank.shape
+        n, d = bank.rows, bank.dim
         self.metric = metric
         self.kind = kind
         self.ntotal = n
@@ -353,10 +368,9 @@ class KnnIndex:
         self.query_chunk = int(query_chunk)
         self.ef_search = int(ef_search)
         self.options: dict[str, Any] = {"seed": int(seed)}
-        faiss_metric = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
         if kind == "exact":
             index = _flat(faiss, metric, d)
-            index.add(bank)
+            fill_flat(index, index, bank)
         elif kind in ("ivf_flat", "ivf_pq"):
             index = _build_ivf(faiss, bank, kind, metric, nlist, nprobe, pq_m, pq_nbits, seed,
                                train_points_per_list, self.options)
@@ -372,8 +386,7 @@ class KnnIndex:
         self._calibration: tuple[np.ndarray, float] | None = None  # (queries, target)
         self._widths: dict[int, tuple[int, float]] = {}  # k -> (calibrated width, recall)
         if kind != "exact" and recall_queries is not None and len(recall_queries) and recall_k:
-            self._measure_recall(faiss, index, bank, recall_queries, recall_k, faiss_metric,
-                                 target)
+            self._measure_recall(faiss, index, bank, recall_queries, recall_k, target)
         want_gpu = (num_gpus() > 0) if use_gpu is None else bool(use_gpu)
         if want_gpu and kind != "hnsw" and num_gpus() > 0:
             self._move_to_gpu(faiss, index)
@@ -437,8 +450,8 @@ class KnnIndex:
             self._widths[k] = (width, means[width])
         return self._widths[k]
 
-    def _measure_recall(self, faiss: Any, index: Any, bank: np.ndarray,
-                        recall_queries: np.ndarray, recall_k: int, faiss_metric: int,
+    def _measure_recall(self, faiss: Any, index: Any, bank: BankStream,
+                        recall_queries: np.ndarray, recall_k: int,
                         target: float | None) -> None:
         """recall@k of the approximate `index` against exact search on the queries; with a
         `target`, the search width is calibrated to it (module docstring)."""
@@ -450,7 +463,7 @@ class KnnIndex:
             self.options.update({"ef_search" if self.kind == "hnsw" else "nprobe": width,
                                  "recall_target": target})
         else:
-            _, exact = faiss.knn(queries, bank, k, metric=faiss_metric)
+            exact = exact_knn(faiss, queries, bank, k, self.metric)
             self._apply_width(index, self.kind, self._width(k))
             self.recall = recall_at_k(index.search(queries, k)[1], exact)
         self._apply_width(index, self.kind, self._width(k))

@@ -9,13 +9,15 @@ recall queries (`scorers.knn_index`, "Recall calibration"); `diagnostics` record
 the target and the chosen width (`index_options`).
 
 A subclass names its bank-size parameter (`fraction_param`), builds its index from the store
-(`_build`) and turns one search per chunk into scores for several K (`_scores_for_ks`).
+(`_build`, from a `bank_stream`: the index holds the only copy of the bank) and turns one
+search per chunk into scores for several K (`_scores_for_ks`).
 """
 
 from __future__ import annotations
 
+import math
 import numbers
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -24,11 +26,14 @@ from featstore.errors import UsageError
 from featstore.interfaces import SplitLike, StoreLike
 
 from .base import Scorer, ValidRange
+from .knn_bank import BankStream
 from .knn_index import INDEX_KINDS, KnnIndex, l2_normalize, subsample_rows, subsample_size
+from .rowmap import read_chunk_rows
 
 FIT_SPLIT = "id/train"
 RECALL_QUERIES = 256
 RECALL_SPLITS = ("id/val", "id/test", FIT_SPLIT)
+MIN_K = 5  # fewer neighbours than this: a clamped K is reported as degenerate
 
 
 def recall_split(store: StoreLike) -> str:
@@ -64,10 +69,28 @@ def bank_chunks(store: StoreLike, fraction: float, seed: int, chunk_rows: int,
             yield arrays
 
 
+def bank_stream(store: StoreLike, fraction: float, seed: int, chunk_rows: int,
+                fields: tuple[str, ...], transform: Callable[..., np.ndarray]) -> BankStream:
+    """The bank as a stream of `transform(*chunk_arrays)` float32 chunks of the bank rows of
+    id/train (`bank_chunks`, reads of about `rowmap.FIT_READ_BYTES`, at most `chunk_rows`
+    rows), read afresh per pass: the index it is added to holds the only copy
+    (`scorers.knn_bank`)."""
+    split = store.split(FIT_SPLIT)
+    rows = read_chunk_rows(split, fields, chunk_rows)  # ~4 MiB per read, at most chunk_rows
+
+    def chunks() -> Iterator[np.ndarray]:
+        for arrays in bank_chunks(store, fraction, seed, rows, *fields):
+            yield transform(*arrays)
+
+    return BankStream(subsample_size(split.num_rows, fraction), split.dims["features"], chunks)
+
+
 class BankScorer(Scorer):
     """A scorer over a FAISS index of (a subsample of) id/train; see the module docstring."""
 
     fraction_param: ClassVar[str] = "bank_fraction"
+    # the bank size the default K grid was chosen for (None: the grid is not rescaled)
+    grid_bank: ClassVar[int | None] = None
     bank_keys: ClassVar[tuple[str, ...]] = ()
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
@@ -105,6 +128,41 @@ class BankScorer(Scorer):
         size = subsample_size(n, frac)
         return {"K": ValidRange(1, size, f"1 <= K <= {size}, the train bank ({n} rows of "
                                          f"{FIT_SPLIT} x {fp} {params[fp]})")}
+
+    def degenerate(self, param: str, default: Any, used: Any, params: Mapping[str, Any],
+                   store: StoreLike) -> str:
+        """A clamped K below MIN_K neighbours or equal to the whole bank (the K-th neighbour
+        is then no near one); names the id/train rows the default K needs."""
+        if param != "K" or not store.has_split(FIT_SPLIT):
+            return ""
+        fp, frac = self.fraction_param, float(params[self.fraction_param])
+        n = store.split(FIT_SPLIT).num_rows
+        size = subsample_size(n, frac)
+        if used >= MIN_K and used < size:
+            return ""
+        what = [f"K={used} < {MIN_K} neighbours"] if used < MIN_K else []
+        what += [f"K = the whole {size}-row bank"] if used >= size else []
+        need = math.ceil(default / frac - 1e-9)
+        return (f"{' and '.join(what)}; the store lacks {FIT_SPLIT} rows: the default "
+                f"K={default} at {fp} {params[fp]} needs >= {need} (it has {n})")
+
+    def fit_grid(self, grid: Mapping[str, Any], store: StoreLike
+                 ) -> tuple[dict[str, list[Any]], str]:
+        """With `grid_bank` set and a bank smaller than it, every default K scaled by
+        bank / grid_bank (rounded, >= 1): the share K / bank the grid was chosen for is kept."""
+        out = {k: list(v) for k, v in grid.items()}
+        if (self.grid_bank is None or "K" not in out or self.fraction_param in out
+                or not store.has_split(FIT_SPLIT)):
+            return out, ""
+        fp = self.fraction_param
+        n = store.split(FIT_SPLIT).num_rows
+        size = subsample_size(n, float(self.params[fp]))
+        if size >= self.grid_bank:
+            return out, ""
+        out["K"] = [max(1, round(k * size / self.grid_bank)) for k in out["K"]]
+        return out, (f"the default K grid is set for a {self.grid_bank}-row bank; scaled by "
+                     f"this store's bank {size}/{self.grid_bank} ({n} rows of {FIT_SPLIT} x "
+                     f"{fp} {self.params[fp]})")
 
     # ------------------------------------------------------------------ subclass hooks
     def _build(self, store: StoreLike, params: Mapping[str, Any]) -> KnnIndex:

@@ -14,7 +14,8 @@ How it is fast, and why the numbers do not depend on it:
   of a block, e.g. its float64 copy, stay in the L2 cache and in the allocator's free
   lists), and the blocks run on a thread pool of `threads()` workers (NumPy, BLAS and FAISS
   release the GIL). BLAS runs single-threaded inside the pool (threadpoolctl) so the two
-  levels of parallelism do not fight.
+  levels of parallelism do not fight (the thread policy of fits and of work outside the pool
+  is `scorers.threads`).
 - Determinism: block boundaries are a function of the row index, the field widths and the
   caller's `chunk_rows` only, never of the thread count or timing; every block's result is
   written to its own rows. The same store and parameters give the same scores bit for bit.
@@ -27,7 +28,6 @@ How it is fast, and why the numbers do not depend on it:
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,13 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from featstore.errors import UsageError
 from featstore.interfaces import SplitLike
+
+from .threads import THREADS_ENV as THREADS_ENV  # re-exported (benchmarks)
+from .threads import blas_controller, worker_threads
 
 READ_BYTES = 8 << 20
 FIT_READ_BYTES = 4 << 20
 BLOCK_BYTES = 1 << 20
-THREADS_ENV = "FEATSTORE_THREADS"
 POOL_BYTES = 4 * READ_BYTES
 
 
@@ -88,20 +89,9 @@ _READ_BUFFERS = _ReadBuffers(POOL_BYTES)
 
 
 def threads() -> int:
-    """Worker threads: $FEATSTORE_THREADS if set (>= 1), else the CPUs this process may use."""
-    env = os.environ.get(THREADS_ENV)
-    if env:
-        try:
-            value = int(env)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise UsageError(f"${THREADS_ENV}={env!r}: expected a positive integer")
-        return value
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    """Worker threads of the pool: $FEATSTORE_THREADS if set (>= 1), else the CPUs this process
+    may use (`scorers.threads.worker_threads`)."""
+    return worker_threads()
 
 
 def _row_bytes(split: SplitLike, field: str) -> int:
@@ -134,23 +124,6 @@ def read_chunk_rows(split: SplitLike, fields: Sequence[str], chunk_rows: int | N
     widest = max(_row_bytes(split, f) for f in (fields or ("features",)))
     rows = max(1, FIT_READ_BYTES // widest)
     return rows if chunk_rows is None else max(1, min(rows, int(chunk_rows)))
-
-
-_BLAS_CONTROLLER: Any = None
-
-
-def blas_controller() -> Any:
-    """One `threadpoolctl.ThreadpoolController`, made at first use after NumPy's and SciPy's
-    BLAS are loaded: `threadpool_limits` rediscovers the loaded libraries on every call (it
-    reads /proc/self/maps: ~1.5-5 ms with torch loaded, which dominated sweeps over small
-    stores), the controller discovers them once."""
-    global _BLAS_CONTROLLER
-    if _BLAS_CONTROLLER is None:
-        import scipy.linalg  # noqa: F401  (loads SciPy's BLAS before the inspection)
-        from threadpoolctl import ThreadpoolController  # lazy: on first use (above)
-
-        _BLAS_CONTROLLER = ThreadpoolController()
-    return _BLAS_CONTROLLER
 
 
 def map_rows(

@@ -59,6 +59,7 @@ from .metrics import (
 )
 from .misclassification import misclassification_or_none
 from .registry import REGISTRY, get_scorer, resolve, resolve_methods
+from .results import EvaluationResult, SweepResult
 from .skipping import check_supported, require_any, run_each
 from .stats.bootstrap import BootstrapSpec
 from .uncertainty import add_intervals
@@ -292,7 +293,7 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
           grid: Mapping[str, Any] | None = None,
           select_by: str = "auroc", base_params: Mapping[str, Any] | None = None,
           ci: BootstrapSpec | None = None, keep_scores: dict[str, np.ndarray] | None = None
-          ) -> dict[str, Any]:
+          ) -> SweepResult:
     """Choose `method`'s setting on the val splits, then report its test metrics. `method`
     is a registered name, `module:Class`, a Scorer subclass or an instance (whose given
     parameters are fixed, outside the grid).
@@ -301,7 +302,8 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     (`scorers.uncertainty.add_intervals`; test["ci"] echoes the method). `keep_scores`, if
     given, receives the chosen setting's test scores {split: scores}.
 
-    Returns {"store", "model_sha256", "method", "select_by", "direction", "grid",
+    Returns a `scorers.results.SweepResult` (a read-only dict too): {"store",
+    "model_sha256", "method", "select_by", "direction", "grid",
     "grid_source" ("default"|"explicit"), "base_params", "val_splits": {"id", "ood"},
     "test_splits": {"id", "ood"} | None, "chosen": {"index", "setting", "params", "val"},
     "test": {"params", "fit_seconds", "score_seconds", "cached", "diagnostics" (the fitted
@@ -341,7 +343,7 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
         plan, scorer, store, method, index, chosen_params, fit_s, val_s, ci, keep_scores)
     has_test = test is not None
 
-    return {
+    return SweepResult(**{
         "store": str(store.path), "model_sha256": store.model_sha256, "method": method,
         "select_by": select_by, "direction": direction,
         "grid": _plain(plan.grid), "grid_source": plan.source, "base_params": _plain(base),
@@ -355,17 +357,17 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
                      for s, v, t in zip(plan.settings, val_rows, test_rows, strict=True)],
         "adjusted": plan.adjusted,
         "fit_seconds": fit_s, "val_seconds": val_s, "test_seconds": test_s,
-    }
+    })
 
 
 def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | None = None,
               params: Mapping[str, Mapping[str, Any]] | None = None,
               select_by: str = "auroc",
               progress: Callable[[str], None] | None = None,
-              strict: bool = False, ci: BootstrapSpec | None = None) -> dict[str, Any]:
+              strict: bool = False, ci: BootstrapSpec | None = None) -> EvaluationResult:
     """Sweep every method over its default grid on val; the tuned leaderboard on test.
 
-    Returns `scorers.evaluate.evaluate`'s structure ({"store", "model_sha256", "id_split",
+    Returns `scorers.evaluate.evaluate`'s `EvaluationResult` ({"store", "model_sha256", "id_split",
     "id_acc", "ood_splits", "methods": {name: test metrics of the chosen setting}, "skipped"})
     where each method also carries "chosen" (its setting), "fixed" (`params[name]`), "val"
     (the chosen setting's mean val metrics), "grid", "settings_scored" and "adjusted"; plus
@@ -409,7 +411,7 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
     }
     if ci is not None:  # one bootstrap over every method: the same resamples for all
         add_intervals(result, kept, store, ci)
-    return result
+    return EvaluationResult(**result)
 
 
 __all__ = ["check_select_by", "choose", "format_setting", "plan_settings", "sweep", "sweep_all",

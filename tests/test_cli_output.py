@@ -252,7 +252,9 @@ def test_gscore_evaluate_step_progress(store):
     evaluate_gscore([store], ["msp", "energy"], ["kmeans-l2"], ["auroc"], repeats=2,
                     sets_per_split=2, baselines=False, sizes=[10],
                     step_progress=lambda d, t: steps.append((d, t)))
-    assert steps == [(i, 8) for i in range(9)]  # 2 repeats x 2 settings x 2 detectors
+    # the bar covers the real work: scoring 2 detectors on 1 store, then 2 repeats x 2
+    # settings x 2 detectors of the protocol
+    assert steps == [(i, 10) for i in range(11)]
 
 
 def test_protocol_tiers_and_wordnet(capsys, tmp_path):

@@ -175,3 +175,22 @@ def test_wrong_model_weights_or_images(extracted, tmp_path, capsys):
             np.asarray(store.split(s).labels)} for s in ("id/train", "id/val")})
     with pytest.raises(UsageError, match="records no model"):
         featstore.Detector.fit(arrays, "msp").score_images(root / "ood")
+
+
+def test_featstore_demo_model_loads_by_its_recorded_name(extracted, tmp_path):
+    """A detector on a store extracted with featstore's own demo model
+    (`featstore.demo.model:demo_resnet`, code of the installed package) loads it by the
+    recorded name, no `model=` needed, and reproduces the store's scores (reference: the
+    extracted split scored by the same fitted scorer; tolerance as above)."""
+    from featstore.demo.model import DemoResNet
+
+    store, root = extracted
+    torch.manual_seed(1)
+    torch.save(DemoResNet(num_classes=3).state_dict(), tmp_path / "demo.pt")
+    demo = extract("featstore.demo.model:demo_resnet", root / "spec.toml", tmp_path / "store",
+                   weights=tmp_path / "demo.pt", options=OPTS)
+    det = featstore.Detector.load(featstore.Detector.fit(demo, "energy").save(tmp_path / "d.h5"))
+    scores, _ = det.score_images(root / "ood", device="cpu", batch_size=5)
+    split = demo.split("ood/far/photos")
+    want, _ = det.score_features(np.asarray(split.features), np.asarray(split.logits))
+    np.testing.assert_allclose(scores, want, rtol=RTOL, atol=ATOL)

@@ -251,8 +251,11 @@ def test_pretrained_enum_is_refused_and_no_head_is_an_error(tmp_path):
         load_model("resnet18", "IMAGENET1K_V1")
     with pytest.raises(UsageError, match="has no nn.Linear classifier head"):
         load_model("tiny_models:no_head")
-    with pytest.raises(UsageError, match="--feature-layer 'conv' is a Conv2d"):
-        load_model("tiny_models:tiny_cnn", feature_layer="conv")
+    # a layer that is not a Linear: its output is the feature, and no head is stored
+    loaded = load_model("tiny_models:tiny_cnn", feature_layer="conv")
+    assert loaded.head is None and loaded.feature_name == "conv"
+    with pytest.raises(UsageError, match="--no-head needs --feature-layer LAYER"):
+        load_model("tiny_models:tiny_cnn", no_head=True)
 
 
 def test_bad_spec_files(tmp_path):

@@ -250,6 +250,29 @@ def test_frechet_batched_equals_scipy_sqrtm():
                                                          np.cov(f, rowvar=False)), rel=1e-6)
 
 
+def test_frechet_n_by_n_form_equals_scipy_with_low_rank_reference():
+    """Sets smaller than the feature dimension and an id/train Gaussian of rank < D (the
+    mini-Gbench regime: 1280-dim features, 650 id/train rows): the n x n form, given the
+    factor F = centred train rows / sqrt(N - 1), equals the D x D formula with scipy's sqrtm."""
+    from scorers.gscore.baselines import frechet_distances
+
+    rng = np.random.default_rng(1)
+    d = 40
+    train = rng.normal(size=(25, d)) @ rng.normal(size=(d, d)) * 0.3
+    feats = rng.normal(size=(200, d)) @ rng.normal(size=(d, d)) * 0.2 + 0.1
+    mu, cov = train.mean(0), np.cov(train, rowvar=False)
+    factor = (train - mu).T / np.sqrt(train.shape[0] - 1.0)
+    sets = [np.arange(0, 12), np.arange(50, 80), np.arange(100, 200)]
+    idx, n = G.pack(sets)
+    fd = frechet_distances(mu, None, feats, idx.astype(np.int64), n, ref_factor=factor)
+    fd_cov = frechet_distances(mu, cov, feats, idx.astype(np.int64), n)
+    for i, rows in enumerate(sets):
+        f = feats[rows]
+        ref = G.frechet_distance(mu, cov, f.mean(0), np.cov(f, rowvar=False))
+        assert fd[i] == pytest.approx(ref, rel=1e-6)
+        assert fd_cov[i] == pytest.approx(ref, rel=1e-6)
+
+
 def test_confidence_baseline_uses_msp_pseudo_labels():
     sets = G._Sets(idx=np.zeros((2, 4), np.int64), n=np.array([4, 4]), n_id=np.array([2, 2]),
                    store=np.zeros(2, np.int64), split=["a", "a"])

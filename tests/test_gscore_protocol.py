@@ -119,7 +119,7 @@ def test_cli_evaluate_echoes_config_and_escapes_headers(tmp_path, capsys):
     head = "\n".join(lines[:8])
     assert "ID pools: disjoint" in head and "tau: tuned on msp" in head
     assert "--splits ood/g0/*, ood/g1/*" in head
-    assert "[meta-train r]" in out  # not eaten by rich markup
+    assert "[95% interval]" in out  # not eaten by rich markup
     # the defaults in --json: disjoint ID pools and tau tuned on MSP, stated in `config`
     code, out, err = run(capsys, "gscore", "evaluate", st.path, "--json", "--repeats", "1",
                          "--sets-per-split", "2", "--no-baselines", "--models",
@@ -163,11 +163,13 @@ def test_report_include_renders_gscore_evaluate_json(tmp_path, capsys):
     html = html_path.read_text()
     md = md_path.read_text()
     cell = res["table"]["energy"]["fpr95"]["kmeans-l2"]["rmse"]
-    assert f"{cell['mean']:.2f} ± {cell['std']:.2f}" in html
+    assert f"{cell['mean']:.2f} [{cell['ci'][0]:.2f}, {cell['ci'][1]:.2f}]" in html
     assert "Gscore: RMSE (%) of predicted FPR@TPR95 on meta-test sets" in md
     # Markdown escapes brackets in titles (md_text), so they show as text, never as a link
-    assert "Gscore: correlation with AUROC, Pearson r / Spearman rho on meta-test sets " \
-           "\\[meta-train r\\]" in md
+    assert "Gscore: error on AUROC beside the noise floor" in md
+    assert "mean \\[95% interval\\] over 2 partitions" in md
+    n_pt = len(re.findall(r"!\[\w+: Gscore \(\w+ \+ [\w ]+\), predicted vs true", md))
+    assert n_pt == 2 * 2  # detectors x targets: predicted vs true per test set, with the floor
     assert "ID pools: " not in md and "disjoint: each repeat splits id/test" in md
     n_scatter = len(re.findall(r"!\[\w+: Gscore \(\w+ \+ [\w ]+\) vs true", md))
     assert n_scatter == 2 * 2  # detectors x targets

@@ -48,6 +48,7 @@ LAYER_MAP: dict[str, str] = {
     "featstore/lock.py": "store core",
     "featstore/values.py": "store core",
     "featstore/summary.py": "store core",
+    "featstore/sanity.py": "store core",
     "featstore/splitarrays.py": "store core",
     "featstore/arraystore.py": "store core",
     "featstore/detector.py": "workflows",
@@ -64,6 +65,7 @@ LAYER_MAP: dict[str, str] = {
     # torch: networks, their heads, image data, torchrun, array import
     "featstore/heads.py": "models and data",
     "featstore/models.py": "models and data",
+    "featstore/outputs.py": "models and data",
     "featstore/datasets.py": "models and data",
     "featstore/distributed.py": "models and data",
     "featstore/importer.py": "models and data",

@@ -490,25 +490,42 @@ def test_val_mean_is_unweighted_over_val_splits(tmp_path):
 
 
 # --------------------------------------------------------------------------- (4) grids
-def test_default_grid_clamps_invalid_settings_with_a_note(store):
-    """scorers.adapt's rule: the default grid's K=1000 exceeds the 600-row bank, so it is
-    clamped to the bank size and listed (not silently dropped)."""
+def test_default_grid_fitted_to_the_bank_with_a_note(store):
+    """scorers.adapt's rule: knn's default grid K [50, 100, 200, 500, 1000] is set for a
+    50,000-row bank; on this 600-row bank every K is scaled by 600 / 50,000 (by hand:
+    0.6, 1.2, 2.4, 6, 12 rounded = 1, 1, 2, 6, 12), equal settings scored once, every change
+    listed; the scores are an explicit K [1, 2, 6, 12] sweep's."""
     result = sweep(store, "knn")
     assert result["grid_source"] == "default"
-    assert [r["setting"]["K"] for r in result["settings"]] == [50, 100, 200, 500, 600]
-    assert len(result["adjusted"]) == 1
-    adj = result["adjusted"][0]
-    assert adj["setting"] == {"K": 1000} and adj["used"] == {"K": 600}
-    assert "K=1000" in adj["reason"] and "1 <= K <= 600" in adj["reason"]
+    assert [r["setting"]["K"] for r in result["settings"]] == [1, 2, 6, 12]
+    assert [(a["setting"]["K"], a["used"]["K"]) for a in result["adjusted"]] == [
+        (50, 1), (100, 1), (200, 2), (500, 6), (1000, 12)]
+    assert all("scaled by this store's bank 600/50000" in a["reason"]
+               for a in result["adjusted"])
     assert result["test"]["adjusted"] == result["adjusted"]
+    explicit = sweep(store, "knn", {"K": [1, 2, 6, 12]})
+    for got, ref in zip(result["settings"], explicit["settings"], strict=True):
+        assert got["val"]["mean"] == pytest.approx(ref["val"]["mean"], rel=1e-12)
+
+
+def test_default_grid_clamp_names_a_degenerate_bank(store):
+    """nnguide's default grid (K=100, alpha=0.01) over 600 id/train rows: the bank is
+    ceil(0.01 * 600) = 6 rows, so K clamps to 6 = the whole bank: DEGENERATE, naming the
+    rows the default needs (100 / 0.01 = 10,000)."""
+    _, settings, adjusted = plan_settings(store, "nnguide")
+    assert settings == [{"K": 6, "alpha": 0.01}]
+    (adj,) = adjusted
+    assert adj["setting"] == {"K": 100, "alpha": 0.01} and adj["used"]["K"] == 6
+    assert "DEGENERATE: K = the whole 6-row bank" in adj["reason"]
+    assert "needs >= 10000 (it has 600)" in adj["reason"]
 
 
 def test_plan_settings_is_what_sweep_scores(store):
     """plan_settings (what the benchmarks and the CLI see before scoring) applies the same
-    clamping rule: the default K=1000 over the 600-row bank becomes K=600, noted."""
+    rule: the default grid scaled to the 600-row bank, noted."""
     base, settings, adjusted = plan_settings(store, "knn")
-    assert base == {} and [s["K"] for s in settings] == [50, 100, 200, 500, 600]
-    assert [(a["setting"], a["used"]) for a in adjusted] == [({"K": 1000}, {"K": 600})]
+    assert base == {} and [s["K"] for s in settings] == [1, 2, 6, 12]
+    assert [(a["setting"], a["used"]) for a in adjusted][-1] == ({"K": 1000}, {"K": 12})
     with pytest.raises(UsageError, match="parameter 'K' is given both"):
         plan_settings(store, "knn", {"K": [5]}, {"K": 5})
 
@@ -641,8 +658,8 @@ def test_cli_sweep_table(store, capsys):
     assert "▶" in out and "chosen: variant=" in out and "near (mean)" in out
     assert "test near AUROC" in out
     code, out, err = run(capsys, "sweep", str(store.path), "--method", "knn")
-    assert code == 0 and "knn: adjusted to this store: K=1000 -> K=600 (the default K=1000 is " \
-        "out of range: 1 <= K <= 600" in out.replace("\n", " ")
+    assert code == 0 and "knn: adjusted to this store: K=1000 -> K=12 (the default K grid is " \
+        "set for a 50000-row bank; scaled by this store's bank 600/50000" in out.replace("\n", " ")
 
 
 @pytest.mark.parametrize(("args", "code_", "needle"), [

@@ -10,7 +10,9 @@ over the finite values (a metric undefined in a run, e.g. a misclassification AU
 error, is left out and `n` says how many entered). Skipped runs never enter; their count is
 `skipped`. Times: `method_s` is what the method adds (scoring only for rows on the `ce` model,
 which post-hoc methods share; training + extraction + scoring otherwise), `total_s` adds the
-`ce` training a fine-tuned method started from.
+`ce` training a fine-tuned method started from. `flags` lists the distinct sanity warnings
+(`featstore.sanity`: ID accuracy near chance, a class permutation that fits far better) of
+the method's runs; a flagged method is never marked best (`featstore.experiments.render`).
 """
 
 from __future__ import annotations
@@ -64,5 +66,6 @@ def aggregate_runs(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             }
             for key in SCALARS:
                 entry[key] = mean_std([r.get(key) for r in ok])
+            entry["flags"] = list(dict.fromkeys(w for r in ok for w in r.get("id_warnings") or []))
             out[split][method] = entry
     return out

@@ -1,7 +1,9 @@
 """The results of an experiment as tables: one per data split in the remote-sensing paper's
 layout (rows: metric x OOD group, then ID accuracy and times; columns: methods; cells mean ±
 std over the runs, n when runs are missing), and the list of skipped runs with reasons.
-`table_rows` is shared by the terminal (rich, in the CLI) and the Markdown report."""
+`table_rows` is shared by the terminal (rich, in the CLI) and the Markdown report. A method
+whose runs carry sanity flags (`flags`: ID accuracy near chance, a class permutation fitting
+far better) is marked `(!)` in every cell, never bolded as best, and its flags are listed."""
 
 from __future__ import annotations
 
@@ -34,14 +36,17 @@ def table_rows(result: dict[str, Any], split: str) -> tuple[list[str], list[list
     for a in agg.values():
         groups += [g for g in a["groups"] if g not in groups]
     rows: list[list[Any]] = []
+    flagged = [bool(agg[m].get("flags")) for m in methods]
 
     def add(label: str, group: str, stats: list[dict[str, Any] | None], better: str,
             fmt: str = "{:.2f}") -> None:
-        means = [s["mean"] for s in stats if s and s.get("mean") is not None]
+        means = [s["mean"] for s, f in zip(stats, flagged, strict=True)
+                 if s and s.get("mean") is not None and not f]
         best = (max(means) if better == "max" else min(means)) if means else None
-        rows.append([label, group, *[(cell(s or {}, runs, fmt),
-                                      best is not None and s is not None
-                                      and s.get("mean") == best) for s in stats]])
+        rows.append([label, group, *[(cell(s or {}, runs, fmt) + (" (!)" if f else ""),
+                                      best is not None and s is not None and not f
+                                      and s.get("mean") == best)
+                                     for s, f in zip(stats, flagged, strict=True)]])
 
     for key, label, better in METRIC_ROWS:
         for g in groups:
@@ -50,6 +55,12 @@ def table_rows(result: dict[str, Any], split: str) -> tuple[list[str], list[list
         add(label, group, [agg[m][key] for m in methods], better,
             "{:.1f}" if key.endswith("_s") else "{:.2f}")
     return methods, rows
+
+
+def flagged_methods(result: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(data split, method, flag) for every sanity flag of the aggregate."""
+    return [(split, method, flag) for split, agg in result["aggregate"].items()
+            for method, entry in agg.items() for flag in entry.get("flags") or []]
 
 
 def title(result: dict[str, Any], split: str) -> str:
@@ -81,6 +92,10 @@ def markdown_report(result: dict[str, Any]) -> str:
             lines.append(f"| {label} | {group} | " + " | ".join(
                 f"**{t}**" if best else t for t, best in cells) + " |")
         lines.append("")
+    flags = flagged_methods(result)
+    if flags:
+        lines += ["## Flagged methods (!) — not marked best", ""]
+        lines += [f"- {split} {method}: {flag}" for split, method, flag in flags] + [""]
     lines += ["## Skipped runs", ""]
     if result["skipped"]:
         lines += [f"- {s['split']} seed {s['seed']} {s['method']}: {s['reason']}"
@@ -104,6 +119,15 @@ def rich_tables(result: dict[str, Any]) -> list[Any]:
         for label, group, *cells in rows:
             t.add_row(label, group, *[f"[bold green]{c}[/]" if best else c
                                       for c, best in cells])
+        tables.append(t)
+    flags = flagged_methods(result)
+    if flags:
+        t = Table(title="flagged methods (!): never marked best", header_style="bold red",
+                  show_edge=False)
+        for col in ("split", "method", "sanity check"):
+            t.add_column(col)
+        for row in flags:
+            t.add_row(*row)
         tables.append(t)
     skipped = Table(title="skipped runs (not in the means above)", header_style="bold",
                     show_edge=False)

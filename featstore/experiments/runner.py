@@ -61,6 +61,7 @@ from ..extra_keys import parse_odin_grid
 from ..extract import ExtractOptions, extract
 from ..fileio import atomic_write_json, atomic_write_output, sha256_file
 from ..protocols.osr import DIGITS_ARCH, DIGITS_TRANSFORM, class_splits, load_data, split_spec_text
+from ..sanity import id_checks, warnings_of
 from ..spec import load_spec
 from ..store import Store
 from ..training import trainer
@@ -247,6 +248,11 @@ def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dic
     why = unsupported_reason(store, row.scorer)
     if why is not None:
         raise FeatstoreError(why)
+    return {**_score_row(store, row, tune_rule, select_by),
+            "id_warnings": warnings_of(id_checks(store))}  # featstore.sanity: flagged runs
+
+
+def _score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
     tuned = tune_rule == "val" and _has_grid(row)
     if tuned:
         res = sweep(store, row.scorer, row.grid, select_by, row.params, ci=BootstrapSpec())

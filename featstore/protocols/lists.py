@@ -20,14 +20,18 @@ NAME=PATH`). Rules, first match wins:
    labels are never reinterpreted.
 3. OpenOOD `benchmark_imglist` names `<part>_<name>.txt` with part train | val | test:
    - `<name>` equal to the ID dataset (`--id NAME`, else the list's nearest enclosing
-     directory that is not a group directory, as in
-     `benchmark_imglist/cifar10/test_cifar10.txt`) -> `id/<part>`;
+     directory that is not a group directory, DIR itself included, as in
+     `benchmark_imglist/cifar10/test_cifar10.txt` with DIR `benchmark_imglist` or
+     `benchmark_imglist/cifar10`) -> `id/<part>`;
    - otherwise OOD (or CSID): the group is the nearest enclosing directory named `near`,
      `far`, `simi`, `nearood`, `farood`, `osr` or `csid` (`nearood` -> near, `farood` -> far,
      `csid` -> role csid), else OpenOOD v1.5's grouping of its datasets (`OPENOOD_GROUPS`),
      else `other`; test -> `ood/<group>/<name>` (usage test), val -> `ood/<group>/<name>_val`
      (usage val), train -> `ood/<group>/<name>_train` (usage train: outlier-exposure data).
 4. Any other list -> `ood/other/<stem>`.
+
+A plan with no `id/` split is refused (an error naming the datasets the lists hold and
+`--id`): a spec whose every split is OOD would turn the ID set into OOD.
 
 Split-name components are sanitised to [A-Za-z0-9_.+-]. Lists that are used as they are stay
 where they are; derived lists (merged cells, FACETS parts) are written beside the spec in
@@ -220,7 +224,8 @@ def plan(directory: str | Path, root: str | Path, id_name: str | None = None,
         m = OPENOOD_NAME.match(stem)
         if m:
             part, dataset = m.group(1), m.group(2)
-            dirs = [d for d in rel.parts[:-1] if d.lower() not in GROUP_DIRS]
+            dirs = [d for d in (base.resolve().name, *rel.parts[:-1])
+                    if d.lower() not in GROUP_DIRS]
             ident = id_name or (dirs[-1] if dirs else None)
             if ident is not None and dataset.lower() == ident.lower():
                 add(f"id/{part}", part, rel, f.resolve(), None, "openood-id")
@@ -234,6 +239,14 @@ def plan(directory: str | Path, root: str | Path, id_name: str | None = None,
         group = _role_group(rel) or "other"
         name = f"csid/{clean(stem)}" if group == "csid" else f"ood/{group}/{clean(stem)}"
         add(name, "test", rel, f.resolve(), None, "plain")
+    if not any(name.startswith("id/") for name in planned):
+        datasets = sorted({m.group(2) for f in files if (m := OPENOOD_NAME.match(f.stem))})
+        raise UsageError(
+            f"lists2spec: no ID list under {str(base)!r}"
+            + (f" for --id {id_name!r}" if id_name else "")
+            + (f" (OpenOOD datasets found: {', '.join(datasets)})" if datasets else "")
+            + "; name the ID dataset with --id NAME (its lists <train|val|test>_NAME.txt), "
+            "a spec without id/ splits cannot be evaluated")
     return list(planned.values())
 
 

@@ -18,6 +18,7 @@ from scorers.sweep import sweep, sweep_all
 from scorers.uncertainty import add_intervals
 
 from ..errors import InputError
+from ..sanity import id_checks
 from ..store import Store
 from ..version import __version__
 
@@ -34,6 +35,8 @@ class ReportData:
     pairwise: dict[str, Any] = field(default_factory=dict)     # scorers.compare.pairwise_tests
     rankings: dict[str, dict[str, Any]] = field(default_factory=dict)  # metric -> rank_results
     notes: list[str] = field(default_factory=list)             # why a statistic is absent
+    rows: dict[str, int] = field(default_factory=dict)         # evaluated split -> rows
+    id_checks: dict[str, Any] = field(default_factory=dict)    # featstore.sanity.id_checks
 
 
 def _provenance(store: Store | None, result: dict[str, Any]) -> dict[str, Any]:
@@ -140,6 +143,8 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
     data = ReportData(result=result, provenance=_provenance(store, result), sweeps=sweeps)
     if store is not None:
         names = [result["id_split"] if "id_split" in result else ID_SPLIT, *result["ood_splits"]]
+        data.rows = {n: store.split(n).num_rows for n in names if store.has_split(n)}
+        data.id_checks = id_checks(store)
         for name, res in result["methods"].items():
             scores, _, _ = score_splits(store, name, res.get("params", {}), names, use_cache)
             data.scores[name] = scores

@@ -206,6 +206,41 @@ def scatter_figure(title: str, x: Sequence[float], y: Sequence[float], xlabel: s
     return _png(fig)
 
 
+def pred_true_figure(title: str, split: Sequence[str], split_true: Sequence[float],
+                     predicted: Sequence[float], floor: float | None, unit: str,
+                     label_worst: int = 5) -> bytes:
+    """Predicted vs true per OOD test set: x the split-level target, y the mean prediction of
+    the split's meta-sets with a bar over their range; the diagonal, a band of ± `floor` (the
+    oracle split-level predictor's RMSE) around it, and the `label_worst` sets furthest from
+    the diagonal named."""
+    names = list(dict.fromkeys(split))
+    pos = {n: i for i, n in enumerate(names)}
+    groups: list[list[float]] = [[] for _ in names]
+    xs = np.zeros(len(names))
+    for s, t, p in zip(split, split_true, predicted, strict=True):
+        groups[pos[s]].append(float(p))
+        xs[pos[s]] = float(t)
+    mean = np.array([np.mean(g) for g in groups])
+    lo = mean - np.array([np.min(g) for g in groups])
+    hi = np.array([np.max(g) for g in groups]) - mean
+    fig, ax = plt.subplots(figsize=(5.2, 4.4))
+    top = float(max(100.0, xs.max(initial=0), (mean + hi).max(initial=0)))
+    line = np.array([0.0, top])
+    if floor is not None and np.isfinite(floor):
+        ax.fill_between(line, line - floor, line + floor, color="tab:gray", alpha=0.2,
+                        label=f"± floor {floor:.2f}")
+    ax.plot(line, line, c="black", lw=0.8)
+    ax.errorbar(xs, mean, yerr=[lo, hi], fmt="o", ms=3, lw=0.8, capsize=2, label="test sets")
+    for i in np.argsort(-np.abs(mean - xs))[:label_worst]:
+        ax.annotate(names[i].split("/")[-1], (xs[i], mean[i]), fontsize=7,
+                    xytext=(3, 3), textcoords="offset points")
+    ax.set(xlabel=f"true {unit} (split level)", ylabel=f"predicted {unit}", title=title,
+           xlim=(0, top), ylim=(0, top))
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
+    return _png(fig)
+
+
 def cd_figure(title: str, mean_ranks: Mapping[str, float], cd: float,
               cliques: Sequence[Sequence[str]]) -> bytes:
     """Critical-difference diagram (Demšar 2006): methods on a mean-rank axis (1 = best, at

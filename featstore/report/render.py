@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..sanity import report_lines
 from . import plots
 from .collect import ReportData
-from .statistics import cd_figures, p_value_tables, ranking_tables
-
-METRIC_COLUMNS = (("auroc", "AUROC", max), ("fpr95", "FPR95", min),
-                  ("aupr_in", "AUPR-IN", max), ("aupr_out", "AUPR-OUT", max))
+from .leaderboard import compact, leaderboard, ranked, rows_line, summary_line
+from .statistics import cd_figures, p_value_tables, ranking_tables, statistics_notes
 
 
 @dataclass
@@ -44,13 +44,6 @@ def _fmt(v: Any) -> str:
     return f"{v:.2f}" if isinstance(v, float) else str(v)
 
 
-def _fmt_ci(v: Any, iv: Any) -> str:
-    """`72.95 [68.8, 77.0]` when an interval is known, else as `_fmt`."""
-    if iv and isinstance(v, float) and not math.isnan(v):
-        return f"{v:.2f} [{iv[0]:.1f}, {iv[1]:.1f}]"
-    return _fmt(v)
-
-
 def _best_cells(rows: list[list[Any]], columns: dict[int, Any]) -> set[tuple[int, int]]:
     best = set()
     for col, fn in columns.items():
@@ -61,61 +54,43 @@ def _best_cells(rows: list[list[Any]], columns: dict[int, Any]) -> set[tuple[int
     return best
 
 
-def leaderboard_tables(data: ReportData) -> list[Table]:
-    """Group leaderboard (one row per scorer) and per-split table."""
+def leaderboard_tables(data: ReportData, rank_by: str = "mean") -> list[Table]:
+    """The ranked leaderboard (`leaderboard.leaderboard`), the per-split table in the same
+    order, settings and timings, then the statistics that can say something here."""
     res = data.result
-    methods = res["methods"]
-    groups = sorted({g for r in methods.values() for g in r["groups"]})
-    header = ["scorer"]
-    for g in groups:
-        header += [f"{g} {label}" for _, label, _ in METRIC_COLUMNS]
-    header += ["ID acc", "misclf AUROC", "AURC↓", "AUGRC↓", "fit+score s", "setting"]
-    raw: list[list[Any]] = []
-    ivs: list[list[Any]] = []           # the interval of each cell, or None
-    for name, r in methods.items():
-        row: list[Any] = [name]
-        iv: list[Any] = [None]
-        for g in groups:
-            row += [r["groups"].get(g, {}).get(m, float("nan")) for m, _, _ in METRIC_COLUMNS]
-            iv += [r["groups"].get(g, {}).get(f"{m}_ci") for m, _, _ in METRIC_COLUMNS]
-        setting = r.get("chosen", r.get("params", {}))
-        iv += [res.get("id_acc_ci")] + [r.get(f"{k}_ci") for k in (
-            "misclassification_auroc", "aurc", "augrc")] + [None, None]
-        row += [res.get("id_acc", float("nan")), r.get("misclassification_auroc", float("nan")),
-                r.get("aurc", float("nan")), r.get("augrc", float("nan")),
-                "cached" if r.get("cached") else r.get("fit_seconds", 0.0)
-                + r.get("score_seconds", 0.0),
-                ", ".join(f"{k}={v}" for k, v in (setting or {}).items()) or "default"]
-        raw.append(row)
-        ivs.append(iv)
-    cols = {1 + gi * len(METRIC_COLUMNS) + mi: fn for gi in range(len(groups))
-            for mi, (_, _, fn) in enumerate(METRIC_COLUMNS)}
-    cols[len(header) - 5] = max
-    cols[len(header) - 4] = min
-    cols[len(header) - 3] = min
+    order = ranked(res, rank_by)
+    header, rows, best = leaderboard(res, rank_by)
     title = "Leaderboard (tuned on val)" if res.get("tuned") else "Leaderboard"
-    title += f": group means vs {res.get('id_split', 'id/test')}"
+    title += (f": group means vs {res.get('id_split', 'id/test')}, ranked by "
+              f"{header[2].replace('↑', '')}; FPR95 = FPR at 95% TPR, ID positive; %")
     ci = res.get("ci")
     if ci:
-        title += (f" · [lo, hi] = {100 * ci['level']:g}% {ci['method']} intervals (stratified "
-                  f"bootstrap, {ci['resamples']} resamples, seed {ci['seed']})")
-    group_table = Table(title, header,
-                        [[_fmt_ci(v, c) for v, c in zip(row, civ, strict=True)]
-                         for row, civ in zip(raw, ivs, strict=True)], _best_cells(raw, cols))
-    split_header = ["scorer"] + [f"{s} {label}" for s in res["ood_splits"]
-                                 for m, label, _ in METRIC_COLUMNS[:2]]
-    split_raw = [[name] + [r["splits"][s][m] for s in res["ood_splits"]
-                           for m, _, _ in METRIC_COLUMNS[:2]] for name, r in methods.items()]
-    split_cols = {1 + i: (max if i % 2 == 0 else min)
-                  for i in range(2 * len(res["ood_splits"]))}
-    split_ivs = [[None] + [r["splits"][s].get(f"{m}_ci") for s in res["ood_splits"]
-                           for m, _, _ in METRIC_COLUMNS[:2]] for r in methods.values()]
-    split_table = Table("Per split: AUROC / FPR95", split_header,
-                        [[_fmt_ci(v, c) for v, c in zip(row, civ, strict=True)]
-                         for row, civ in zip(split_raw, split_ivs, strict=True)],
-                        _best_cells(split_raw, split_cols))
-    return [group_table, split_table, *ranking_tables(data, Table),
-            *p_value_tables(data, Table)]
+        title += (f"; ±h = half the width of the {100 * ci['level']:g}% {ci['method']} "
+                  f"interval (stratified bootstrap, {ci['resamples']} resamples, seed "
+                  f"{ci['seed']})")
+    group_table = Table(title, header, rows, best, "leaderboard")
+    splits = res["ood_splits"]
+    split_raw = [[res["methods"][m]["splits"][s][k] for s in splits for k in ("auroc", "fpr95")]
+                 for m in order]
+    split_rows = [[m] + [compact(res["methods"][m]["splits"][s][k],
+                                 res["methods"][m]["splits"][s].get(f"{k}_ci"))
+                         for s in splits for k in ("auroc", "fpr95")] for m in order]
+    split_best = {(i, j + 1) for i, j in _best_cells(
+        split_raw, {c: (max if c % 2 == 0 else min) for c in range(2 * len(splits))})}
+    split_table = Table("Per split: AUROC↑ / FPR95↓", ["scorer"] + [
+        f"{s.removeprefix('ood/')} {k}" for s in splits for k in ("AUROC", "FPR95")],
+        split_rows, split_best, "per-split")
+    settings = []
+    for m in order:
+        r = res["methods"][m]
+        setting = r.get("chosen", r.get("params", {}))
+        settings.append([m, ", ".join(f"{k}={v}" for k, v in (setting or {}).items())
+                         or "default", "from the score cache" if r.get("cached")
+                         else f"{r.get('fit_seconds', 0.0) + r.get('score_seconds', 0.0):.2f}"])
+    settings_table = Table("Settings and timings", ["scorer", "setting", "fit+score s"],
+                           settings, set(), "settings")
+    return [group_table, split_table, settings_table, *ranking_tables(data, Table),
+            *p_value_tables(data, Table, order)]
 
 
 def notes_tables(data: ReportData) -> list[Table]:
@@ -276,9 +251,11 @@ def is_gscore_evaluation(extra: Any) -> bool:
 
 
 def _pm(cell: dict | None) -> str:
+    """mean [95% interval] of a `gscore evaluate` summary cell."""
     if not cell or cell.get("mean") is None:
         return "–"
-    return f"{cell['mean']:.2f} ± {cell['std']:.2f}"
+    ci = cell.get("ci")
+    return f"{cell['mean']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
 def _r(cell: dict | None) -> str:
@@ -311,19 +288,25 @@ def gscore_tables(data: ReportData) -> list[Table]:
                       for c in cells] for _, cells in rows_raw]
             best = _best_cells([[0.0, *row] for row in means],
                                {j + 1: min for j in range(len(methods))})
-            out.append(Table(f"Gscore: RMSE (%) of predicted {title} on meta-test sets, mean ± "
-                             f"std over {cfg['repeats']} repeats ({setting})",
+            unit = "rounds" if cfg.get("protocol") == "cv" else "partitions"
+            out.append(Table(f"Gscore: RMSE (%) of predicted {title} on meta-test sets, mean "
+                             f"[95% interval] over {cfg['repeats']} {unit} ({setting})",
                              ["Unsup. eval. method", *methods],
                              [[name, *[_pm(c) for c in cells]] for name, cells in rows_raw],
                              best))
-            corr_rows = []
+            noise_rows = []
             for label, name in res["models"].items():
-                cells = [res["table"].get(m, {}).get(target, {}).get(label, {}) for m in methods]
-                corr_rows.append([name, *[f"{_r(c.get('pearson'))} / {_r(c.get('spearman'))} "
-                                          f"[{_r(c.get('pearson_train'))}]" for c in cells]])
-            out.append(Table(f"Gscore: correlation with {title}, Pearson r / Spearman rho on "
-                             "meta-test sets [meta-train r], mean over repeats",
-                             ["Gscore", *methods], corr_rows, set()))
+                for m in methods:
+                    c = res["table"].get(m, {}).get(target, {}).get(label, {})
+                    noise_rows.append([name, m, *[_pm(c.get(k)) for k in (
+                        "rmse", "rmse_split", "floor", "pearson", "spearman")]])
+            out.append(Table(f"Gscore: error on {title} beside the noise floor (rmse: sampled "
+                             "targets; rmse_split: split-level targets; floor: the oracle "
+                             "split-level predictor), Pearson / Spearman on "
+                             f"{cfg.get('correlation_sets', 'meta-test')} sets, mean [95% "
+                             f"interval] over {cfg['repeats']} {unit}",
+                             ["Gscore", "detector", "rmse", "rmse_split", "floor", "pearson",
+                              "spearman"], noise_rows, set()))
     return out
 
 
@@ -351,27 +334,53 @@ def gscore_scatter_figures(res: dict, k: int) -> list[Figure]:
                               plots.scatter_figure(f"{m}: {label}", p["gscore"], p["true"],
                                                    "Gscore", f"true {target} (%)"),
                               f"gscore_eval_{k}_{m}_{target.replace('@', '_')}"))
+            if p.get("split_true") and p.get("split"):
+                floor = (c.get("floor") or {}).get("mean")
+                caption = (f"{m}: {res['models'].get(label, label)}, predicted vs true {target} "
+                           "per OOD test set (its meta-sets' mean prediction, bar: their "
+                           "range; x: the split-level target); band: ± the oracle floor "
+                           f"{_fmt(floor)}; rmse_split {_pm(c.get('rmse_split'))}")
+                out.append(Figure("Gscore evaluation", caption,
+                                  plots.pred_true_figure(f"{m}: {label}", p["split"],
+                                                         p["split_true"], p["predicted"], floor,
+                                                         f"{target} (%)"),
+                                  f"gscore_pt_{k}_{m}_{target.replace('@', '_')}"))
     return out
 
 
-def _table_html(t: Table, table_id: str) -> str:
+_NUMBER = re.compile(r"^(#?[-+]?\d[\d.,e+-]*(±[\d.]+)?%?|–|)$")
+
+
+def _cell_class(text: str, best: bool) -> str:
+    """'best' for a highlighted cell, 'text' for a cell that is not a number (left-aligned)."""
+    return " ".join(c for c in ("best" if best else "",
+                                "" if _NUMBER.match(text) else "text") if c)
+
+
+def _table_html(t: Table, table_id: str, heading: bool = True) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in t.header)
     body = []
     for i, row in enumerate(t.rows):
         cells = "".join(
-            f"<td class=\"{'best' if (i, j) in t.best else ''}\">{html.escape(c)}</td>"
+            f"<td class=\"{_cell_class(c, (i, j) in t.best)}\">{html.escape(c)}</td>"
             for j, c in enumerate(row))
         body.append(f"<tr>{cells}</tr>")
-    return (f"<h2>{html.escape(t.title)}</h2><table id=\"{table_id}\"><thead><tr>{head}</tr>"
+    title = f"<p class=\"caption\">{html.escape(t.title)}</p>" if heading else ""
+    return (f"{title}<table id=\"{table_id}\"><thead><tr>{head}</tr>"
             f"</thead><tbody>{''.join(body)}</tbody></table>")
 
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}
-table{border-collapse:collapse;font-size:12px;margin-bottom:16px}
-th,td{border:1px solid #ccc;padding:3px 6px;text-align:right}th{background:#f2f2f2}
-td:first-child,th:first-child{text-align:left}td.best{background:#d8f5d0;font-weight:bold}
-figure{display:inline-block;margin:6px}figcaption{font-size:11px;color:#555}
-img{max-width:100%}"""
+table{border-collapse:collapse;font-size:12px;margin-bottom:12px}
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap}
+th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}
+#leaderboard td:nth-child(2),#leaderboard th:nth-child(2){text-align:left}
+td.text{text-align:left}td.best{background:#d8f5d0;font-weight:bold}
+.caption{font-size:12px;color:#444;margin:4px 0}
+details{margin:8px 0}summary{font-size:16px;font-weight:600;cursor:pointer}
+p.summary{font-size:14px;margin:4px 0}p.note{font-size:12px;color:#8a4b00;margin:2px 0}
+figure{display:inline-block;margin:6px}figcaption{font-size:11px;color:#555;max-width:640px}
+img{max-width:100%}.scroll{overflow-x:auto}"""
 
 _CHECK_JS = """window.addEventListener('load', function () {
   var imgs = document.images, ok = 0;
@@ -380,29 +389,68 @@ _CHECK_JS = """window.addEventListener('load', function () {
 });"""
 
 
-def render_html(data: ReportData, figs: list[Figure], tables: list[Table]) -> str:
+def _section(title: str, body: str, open_: bool = False, sid: str = "") -> str:
+    ident = f" id=\"{sid}\"" if sid else ""
+    return (f"<details{ident}{' open' if open_ else ''}><summary>{html.escape(title)}</summary>"
+            f"<div class=\"scroll\">{body}</div></details>")
+
+
+def _kind(t: Table) -> str:
+    """Which section a table goes to, by its id."""
+    tid = t.table_id
+    if tid in ("ranking",) or tid.startswith(("pvalues-", "delong-")):
+        return "Statistics"
+    if tid in ("per-split", "settings"):
+        return {"per-split": "Per split", "settings": "Settings and timings"}[tid]
+    return "Gscore" if t.title.startswith("Gscore") else "Tables"
+
+
+def render_html(data: ReportData, figs: list[Figure], tables: list[Table],
+                rank_by: str = "mean") -> str:
+    """The page: the summary line, row counts and the ranked leaderboard on top; everything
+    else in collapsible sections (statistics with a one-line note where a test cannot reach
+    significance at this size), then the figures, then the provenance."""
     parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>featstore report"
-             f"</title><style>{_CSS}</style></head><body><h1>featstore report</h1>"]
+             f"</title><style>{_CSS}</style></head><body><h1>featstore report</h1>",
+             f"<p class=\"summary\" id=\"summary\">"
+             f"{html.escape(summary_line(data.result, rank_by))}</p>",
+             f"<p class=\"summary\" id=\"rows\">{html.escape(rows_line(data.rows))}</p>",
+             *(f"<p class=\"{'note' if line.startswith('WARNING') else 'summary'}\" "
+               f"id=\"id-accuracy-{i}\">{html.escape(line)}</p>"
+               for i, line in enumerate(report_lines(data.id_checks)))]
+    sections: dict[str, list[str]] = {}
+    for i, t in enumerate(tables):
+        tid = t.table_id or ("leaderboard" if i == 0 else f"table{i}")
+        if tid == "leaderboard":
+            parts.append(f"<div class=\"scroll\">{_table_html(t, tid)}</div>")
+        else:
+            sections.setdefault(_kind(t), []).append(_table_html(t, tid))
+    notes = [*data.notes, *statistics_notes(data)]
+    if notes:
+        sections.setdefault("Statistics", []).insert(0, "".join(
+            f"<p class=\"note\">{html.escape(n)}</p>" for n in notes))
+    for t in notes_tables(data):
+        sections.setdefault("Skipped scorers and adjusted defaults", []).append(
+            _table_html(t, _note_id(t)))
+    for title, body in sections.items():
+        parts.append(_section(title, "".join(body), sid=f"section-{_slug(title)}"))
+    by_section: dict[str, list[str]] = {}
+    for f in figs:
+        b64 = base64.b64encode(f.png).decode("ascii")
+        by_section.setdefault(f.section, []).append(
+            f"<figure><img alt=\"{html.escape(f.caption)}\" src=\"data:image/png;base64,{b64}\">"
+            f"<figcaption>{html.escape(f.caption)}</figcaption></figure>")
+    for title, body in by_section.items():
+        parts.append(_section(title, "".join(body), sid=f"section-{_slug(title)}"))
     prov = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
                    for k, v in data.provenance.items())
-    parts.append(f"<h2>Provenance</h2><table id=\"provenance\">{prov}</table>")
-    for i, t in enumerate(tables):
-        parts.append(_table_html(t, t.table_id or ("leaderboard" if i == 0 else f"table{i}")))
-    for t in notes_tables(data):
-        parts.append(_table_html(t, _note_id(t)))
-    if data.notes:
-        parts.append("<p>" + "; ".join(html.escape(n) for n in data.notes) + "</p>")
-    section = None
-    for f in figs:
-        if f.section != section:
-            section = f.section
-            parts.append(f"<h2>{html.escape(section)}</h2>")
-        b64 = base64.b64encode(f.png).decode("ascii")
-        parts.append(f"<figure><img alt=\"{html.escape(f.caption)}\" "
-                     f"src=\"data:image/png;base64,{b64}\"><figcaption>"
-                     f"{html.escape(f.caption)}</figcaption></figure>")
+    parts.append(_section("Provenance", f"<table id=\"provenance\">{prov}</table>"))
     parts.append(f"<script>{_CHECK_JS}</script></body></html>")
     return "\n".join(parts)
+
+
+def _slug(title: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in title.lower()).strip("-")
 
 
 def md_text(value: object) -> str:
@@ -414,8 +462,11 @@ def md_text(value: object) -> str:
 
 
 def render_markdown(data: ReportData, figs: list[Figure], tables: list[Table],
-                    image_dir: Path) -> str:
-    lines = ["# featstore report", "", "## Provenance", "", "| | |", "|---|---|"]
+                    image_dir: Path, rank_by: str = "mean") -> str:
+    lines = ["# featstore report", "", md_text(summary_line(data.result, rank_by)), "",
+             md_text(rows_line(data.rows)), "",
+             *[f"{md_text(line)}\n" for line in report_lines(data.id_checks)],
+             "## Provenance", "", "| | |", "|---|---|"]
     lines += [f"| {md_text(k)} | {md_text(v)} |" for k, v in data.provenance.items()]
     for t in [*tables, *notes_tables(data)]:
         lines += ["", f"## {md_text(t.title)}", "",
@@ -424,8 +475,8 @@ def render_markdown(data: ReportData, figs: list[Figure], tables: list[Table],
         for i, row in enumerate(t.rows):
             lines.append("| " + " | ".join(f"**{md_text(c)}**" if (i, j) in t.best
                                            else md_text(c) for j, c in enumerate(row)) + " |")
-    if data.notes:
-        lines += ["", "; ".join(data.notes)]
+    if notes := [*data.notes, *statistics_notes(data)]:
+        lines += ["", *[f"- {md_text(n)}" for n in notes]]
     section = None
     image_dir.mkdir(parents=True, exist_ok=True)
     for f in figs:

@@ -7,6 +7,10 @@ through scorers.uncertainty and scorers.compare), as tables and critical-differe
 - rankings: mean rank of every scorer over the OOD test splits by AUROC and by FPR95, the
   Friedman test and Nemenyi's critical difference, drawn as a CD diagram (needs at least two
   OOD test splits and three scorers).
+
+A section is drawn only where it can reach significance at its size (`significance`):
+otherwise `statistics_notes` says why in one line. DeLong matrices show the first
+`TOP_PAIRS` scorers of the leaderboard's order (their p-values Holm-adjusted over every pair).
 """
 
 from __future__ import annotations
@@ -18,6 +22,32 @@ from scorers.compare import p_matrix
 
 from . import plots
 from .collect import ReportData
+from .significance import bootstrap_note, cd_note, friedman_note
+
+#: scorers shown in a DeLong p-value matrix (the leaderboard's first ones)
+TOP_PAIRS = 8
+
+
+def _bootstrap_resamples(data: ReportData) -> int:
+    return int((data.result.get("ci") or {}).get("resamples", 0))
+
+
+def statistics_notes(data: ReportData) -> list[str]:
+    """One line per statistical section that cannot reach significance here, saying why."""
+    notes = []
+    tests = data.pairwise
+    if tests and len(tests.get("methods", [])) >= 2:
+        for g, t in tests["groups"].items():
+            note = bootstrap_note(_bootstrap_resamples(data), len(t["bootstrap"]["auroc"]))
+            if note is not None:
+                notes.append(f"p-values, {g or '(no group)'} mean AUROC (paired bootstrap): "
+                             f"{note}")
+    for metric, r in data.rankings.items():
+        k = len(r["mean_ranks"])
+        for note in (friedman_note(k, r["n_blocks"]), cd_note(k, r["n_blocks"], r["alpha"])):
+            if note is not None:
+                notes.append(f"ranking by {metric}: {note}")
+    return notes
 
 
 def _p(v: float) -> str:
@@ -26,8 +56,10 @@ def _p(v: float) -> str:
     return f"{v:.2g}" if v < 0.001 else f"{v:.3f}"
 
 
-def p_value_tables(data: ReportData, table_cls: Any) -> list[Any]:
-    """One table per group (paired bootstrap, AUROC) and per split (DeLong, AUROC)."""
+def p_value_tables(data: ReportData, table_cls: Any,
+                   order: list[str] | None = None) -> list[Any]:
+    """One table per group (paired bootstrap, AUROC) where a p below 0.05 is attainable, and
+    per split (DeLong, AUROC) over the first TOP_PAIRS scorers of `order`."""
     tests = data.pairwise
     if not tests or len(tests.get("methods", [])) < 2:
         return []
@@ -35,6 +67,8 @@ def p_value_tables(data: ReportData, table_cls: Any) -> list[Any]:
     ci = data.result.get("ci") or {}
     out = []
     for g, t in tests["groups"].items():
+        if bootstrap_note(_bootstrap_resamples(data), len(t["bootstrap"]["auroc"])):
+            continue
         mat = p_matrix(methods, t["bootstrap"]["auroc"])
         rows = [[m] + ["" if i == j else _p(mat[i, j]) for j in range(len(methods))]
                 for i, m in enumerate(methods)]
@@ -47,15 +81,20 @@ def p_value_tables(data: ReportData, table_cls: Any) -> list[Any]:
             f"unadjusted p {ci.get('resamples', 0)} resamples can show is "
             f"{_p(2 / (ci.get('resamples', 0) + 1))})",
             ["scorer", *methods], rows, best, f"pvalues-{g or 'all'}"))
+    top = [m for m in (order or methods) if m in methods][:TOP_PAIRS]
+    idx = [methods.index(m) for m in top]
+    shown = (f"the first {len(top)} of {len(methods)} scorers in the leaderboard's order; "
+             if len(top) < len(methods) else "")
     for s, t in tests["splits"].items():
         mat = p_matrix(methods, t["delong_auroc"])
-        rows = [[m] + ["" if i == j else _p(mat[i, j]) for j in range(len(methods))]
-                for i, m in enumerate(methods)]
-        best = {(i, j + 1) for i in range(len(methods)) for j in range(len(methods))
+        rows = [[m] + ["" if i == j else _p(mat[i, j]) for j in idx]
+                for i, m in zip(idx, top, strict=True)]
+        best = {(r, c + 1) for r, i in enumerate(idx) for c, j in enumerate(idx)
                 if i != j and mat[i, j] < 0.05}
         out.append(table_cls(
-            f"p-values, {s} AUROC: DeLong's test, Holm-adjusted (highlighted: p < 0.05)",
-            ["scorer", *methods], rows, best, f"delong-{s.replace('/', '_')}"))
+            f"p-values, {s} AUROC: DeLong's test, Holm-adjusted over all "
+            f"{len(t['delong_auroc'])} pairs ({shown}highlighted: p < 0.05)",
+            ["scorer", *top], rows, best, f"delong-{s.replace('/', '_')}"))
     return out
 
 
@@ -64,7 +103,8 @@ def ranking_tables(data: ReportData, table_cls: Any) -> list[Any]:
     if not data.rankings:
         return []
     metrics = list(data.rankings)
-    methods = data.rankings[metrics[0]]["methods"]
+    first = data.rankings[metrics[0]]["mean_ranks"]
+    methods = sorted(data.rankings[metrics[0]]["methods"], key=lambda m: (first[m], m))
     rows = [[m] + [f"{data.rankings[k]['mean_ranks'][m]:.2f}" for k in metrics]
             for m in methods]
     best = set()
@@ -81,8 +121,12 @@ def ranking_tables(data: ReportData, table_cls: Any) -> list[Any]:
 
 
 def cd_figures(data: ReportData, figure_cls: Any) -> list[Any]:
+    """A critical-difference diagram per ranking metric, where Nemenyi's CD can separate a
+    pair (`significance.cd_note`)."""
     out = []
     for metric, r in data.rankings.items():
+        if cd_note(len(r["mean_ranks"]), r["n_blocks"], r["alpha"]) is not None:
+            continue
         caption = (f"critical-difference diagram, {metric}: mean ranks over {r['n_blocks']} OOD "
                    f"test splits; bars join scorers within Nemenyi's CD "
                    f"({r['critical_difference']:.2f}, alpha {r['alpha']}); Friedman p "

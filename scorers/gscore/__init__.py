@@ -79,8 +79,9 @@ residual. tau (UDE, and GMM when asked with `tau="auto"`) is chosen on meta-trai
 the grid 0, 0.1, ..., 1.0, then every 0.01 in [tau0 - 0.1, tau0 + 0.1] around the best grid
 value tau0 (clipped to [0, 1]; supplementary B refines inside the best 0.1-interval, this
 window covers both neighbouring intervals), minimising the training MSE; ties go to the
-first value in grid order. CHOICE: tau is searched per (detector, target metric); the paper
-tunes it with MSP and reuses it (pass a fixed tau to do the same).
+first value in grid order. As in the paper (supplementary B) tau is tuned on MSP's
+meta-train sets and reused for every detector (`tau_from="msp"`, the default; `tau_from=None`
+searches it on each detector's own sets), per target metric and variant.
 Predictions are clipped to [0, 100] (CHOICE; a percent metric cannot leave that range, so
 clipping never increases an error; `clip=False` turns it off).
 
@@ -94,25 +95,34 @@ processed at once as a padded (M, L) matrix.
   of their test parts and would leak between meta-train and meta-test). Several stores can be
   pooled; a split is identified by its NAME, so the same data under another backbone is on
   the same side.
-- Each repeat r (seeded by (seed, r)): the OOD split names are permuted; the first
-  round(train_fraction * S) (at least 1, at most S - 1) are meta-train, the rest meta-test —
-  never the same split on both sides (checked, `check_disjoint`). CHOICE: by default the
-  meta-train and meta-test sets draw their ID rows from the same id/test rows
-  (`id_train_fraction=None`). The paper's two IND pools differ (a CIFAR-10 train partition vs
-  the CIFAR-10 test set) but hold thousands of images each; a featstore id/test split often
-  holds a few hundred, and two halves of it differ in their lowest 5% of scores, which sets
-  the FPR95 threshold of EVERY meta-test set at once (mini-Gbench, MSP: FPR95 RMSE 5.7 with
-  the shared pool, 16.8 with disjoint halves at equal Pearson -0.96/-0.98) — a property of
-  the small ID pool, not of Gscore. `id_train_fraction=0.5` gives the disjoint protocol.
+- Random partitions (default): each repeat r (seeded by (seed, r)) permutes the OOD split
+  names; the first round(train_fraction * S) (at least 1, at most S - 1) are meta-train, the
+  rest meta-test — never the same split on both sides (checked, `check_disjoint`).
+  Cross-validation (`cv=K`, `repeats` rounds; crossval.py): each round cuts the permuted
+  splits into K folds and tests every split once, so every set is tested in every round.
+- ID pools: as in the paper (a CIFAR-10 train partition for meta-train sets, the CIFAR-10
+  test set for meta-test sets), meta-train and meta-test sets draw their ID rows from
+  disjoint random parts of id/test, re-drawn each repeat/round (`id_train_fraction=0.5`,
+  the default). With a small id/test (a few hundred rows) every meta-test set shares the
+  same ID rows, so the FPR95 threshold (the ~5% lowest ID scores) moves every meta-test
+  target at once: that noise is measured, not argued, by `floor` below.
+  `id_train_fraction=None` shares one pool between both sides (optimistic: it leaks).
 - Each (store, split) gives `sets_per_split` meta-sets, each a seeded subsample without
   replacement: n_id:n_ood = `ratio`, n_id + n_ood = `size`. `size=None` takes the largest
   set with that ratio the two pools allow. A requested size larger than a pool is scaled
   down with the ratio kept; each side keeps at least one sample. The actual mean sizes are
   reported.
 - True metric of a meta-set: `scorers.metrics.ood_metrics` on its own ID vs OOD rows (percent).
-  RMSE of the (clipped) prediction over the meta-test sets; Pearson and Spearman between
-  Gscore and the true metric over the meta-test (and meta-train) sets; mean ± std over
-  repeats (std with ddof 0).
+  Per partition (random) or round (cv): `rmse` of the (clipped) prediction against these
+  sampled targets; `rmse_split` against the split-level target of the set's OOD split (all
+  id/test rows vs every row of the split: no subsampling noise); `floor`: the RMSE against
+  the sampled targets of the oracle split-level predictor, the split's metric from the
+  meta-train ID rows vs every row of the split (no predictor that knows only the split and
+  the meta-train ID rows does better in expectation; it measures the target noise); Pearson
+  and Spearman between Gscore and the true metric on the meta-test sets (`corr_on="train"`:
+  on the meta-train sets; both kept). Each summarised as {"mean", "ci", "std", "n",
+  "values"}: the mean over partitions/rounds, its 95% Student-t interval (std ddof 1), and
+  every partition's value.
 - Baselines, same sets and partitions. Confidence score (paper's baseline): pseudo-label a
   sample ID where MSP > 0.9 (MSP from the same store's logits, whatever the detector) and
   compute the detector's metric against those pseudo-labels; when every sample falls on one
@@ -120,13 +130,22 @@ processed at once as a padded (M, L) matrix.
   error 50, AUPR-In / AUPR-Out = 100 x the pseudo-ID / pseudo-OOD share). Auto-evaluation
   (Deng & Zheng, CVPR 2021): Fréchet distance between the Gaussian of id/train features and
   the Gaussian of the meta-set's features (np.cov, ddof 1), regressed linearly to the metric.
-  The trace term tr sqrtm(S_1 S_2) is computed as sum sqrt(eig(A S_2 A)) with A = S_1^(1/2)
-  (same eigenvalues, batched with eigvalsh); the tests check it against scipy.linalg.sqrtm.
+  Exact through n x n matrices: with S_1 = F F^T (F = the centred id/train rows /
+  sqrt(N - 1), or from eigh when N > D), tr sqrtm(S_1 S_2) = sum sqrt(eig(Z_c Z_c^T /
+  (n - 1))) with Z_c the set's centred rows times F (every pooled row is projected on F
+  once); no D x D product per set. The tests check it against scipy.linalg.sqrtm.
+- `paper=True` (`--paper`): the paper's settings where the defaults differ, each with its
+  source line in `spec.PAPER_PRESET`: one meta-set per split, GMM with a searched tau, the
+  UDE kernel as printed, no clipping, correlations on meta-train sets.
 - Robustness: the same protocol at other ratios / sizes (meta-train and meta-test at that
   setting, tau re-searched), plus `rmse_shift`: the model fitted at the main setting applied
   to meta-test sets at the other setting (the deployment ratio is unknown in practice).
 - Across stores: a model fitted on one store's meta-train sets is applied to another store's
   meta-test sets (its scores, its own id/val reference for UDE).
+
+`fit_gscore` also cross-validates itself over the OOD splits (5 folds, tau search inside each
+fold): the RMSE and the 95% quantile of the absolute residuals, which `predict_gscore` turns
+into a 95% prediction interval (prediction ± that quantile, clipped like the prediction).
 
 The fitted model (`GscoreModel`) is saved as JSON (never pickle) with the modelling, the
 distance, tau, the coefficients, the target metric, the scorer's name and parameters and the

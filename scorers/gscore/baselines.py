@@ -3,7 +3,9 @@ auto-evaluation (Fréchet distance to the id/train feature Gaussian, Deng & Zhen
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -56,50 +58,84 @@ def frechet_distance(mu1: np.ndarray, cov1: np.ndarray, mu2: np.ndarray,
     return float(diff @ diff + np.trace(cov1) + np.trace(cov2) - 2.0 * np.trace(covmean))
 
 
-def _sqrt_psd(cov: np.ndarray) -> np.ndarray:
-    w, v = np.linalg.eigh(cov)
-    return (v * np.sqrt(np.clip(w, 0.0, None))) @ v.T
+def _psd_factor(cov: np.ndarray) -> np.ndarray:
+    """F (D, r) with F F^T = cov (negative rounding-level eigenvalues clipped to 0), from
+    eigh; only the r columns of positive eigenvalues are kept."""
+    w, v = np.linalg.eigh(np.asarray(cov, dtype=np.float64))
+    keep = w > 0
+    return v[:, keep] * np.sqrt(w[keep])
 
 
-def frechet_distances(ref_mu: np.ndarray, ref_cov: np.ndarray, feats: np.ndarray,
-                      idx: np.ndarray, n: np.ndarray, chunk: int = 128,
-                      ref_sqrt: np.ndarray | None = None) -> np.ndarray:
+def _fd_one(rows: np.ndarray, feats: np.ndarray, proj: np.ndarray, sq: np.ndarray,
+            ref_mu: np.ndarray, tr_ref: float) -> float:
+    """The Fréchet distance of one set (its row indices), n x n form (`frechet_distances`)."""
+    k = rows.size
+    mu = feats[rows].mean(axis=0, dtype=np.float64)
+    denom = max(k - 1.0, 1.0)
+    tr_s = max(float(sq[rows].sum()) - k * float(mu @ mu), 0.0) / denom
+    z = proj[rows]
+    zc = z - z.mean(axis=0)
+    gram = zc @ zc.T if zc.shape[0] <= zc.shape[1] else zc.T @ zc
+    eig = np.linalg.eigvalsh(gram / denom)
+    diff = mu - ref_mu
+    return float(diff @ diff) + tr_ref + tr_s - 2.0 * float(np.sqrt(np.clip(eig, 0.0, None)).sum())
+
+
+def frechet_distances(ref_mu: np.ndarray, ref_cov: np.ndarray | None, feats: np.ndarray,
+                      idx: np.ndarray, n: np.ndarray, ref_factor: np.ndarray | None = None,
+                      proj: np.ndarray | None = None, workers: int | None = None) -> np.ndarray:
     """Fréchet distance between N(ref_mu, ref_cov) and the Gaussian (np.cov, ddof 1) of each
-    set's feature rows feats[idx[i, :n[i]]]; batched (see module docstring). `ref_sqrt`: the
-    precomputed ref_cov^(1/2), if any."""
-    a = _sqrt_psd(np.asarray(ref_cov, dtype=np.float64)) if ref_sqrt is None else ref_sqrt
-    tr_ref = float(np.trace(ref_cov))
-    out = np.empty(idx.shape[0])
-    cols = np.arange(idx.shape[1])
-    for start in range(0, idx.shape[0], chunk):
-        sl = slice(start, min(start + chunk, idx.shape[0]))
-        nn = n[sl].astype(np.float64)
-        f = np.where((cols[None, :] < n[sl, None])[..., None], feats[idx[sl]], 0.0)
-        mu = f.sum(axis=1) / nn[:, None]
-        scatter = f.transpose(0, 2, 1) @ f - nn[:, None, None] * (mu[:, :, None] * mu[:, None, :])
-        cov = scatter / np.maximum(nn - 1.0, 1.0)[:, None, None]
-        inner = a[None] @ cov @ a[None]
-        eig = np.linalg.eigvalsh(inner)
-        tr_sqrt = np.sqrt(np.clip(eig, 0.0, None)).sum(axis=1)
-        diff = mu - ref_mu[None, :]
-        out[sl] = ((diff * diff).sum(axis=1) + tr_ref + np.trace(cov, axis1=1, axis2=2)
-                   - 2.0 * tr_sqrt)
-    return out
+    set's feature rows feats[idx[i, :n[i]]], through n x n matrices (module docstring).
+
+    With ref_cov = F F^T (`ref_factor` F (D, r), else from eigh of ref_cov) and the set's
+    centred rows X_c (n, D): tr sqrtm(ref_cov S) = sum sqrt(eig(Z_c Z_c^T / (n - 1))) with
+    Z_c = X_c F (the nonzero eigenvalues of F^T S F, i.e. of A S A for A = ref_cov^(1/2); the
+    r x r Gram Z_c^T Z_c when r < n); tr S = (sum ||x_i||^2 - n ||mu||^2) / (n - 1);
+    tr ref_cov = ||F||_F^2. `proj`: the precomputed feats @ F. Sets are spread over
+    `workers` threads (default: the CPU count), BLAS single-threaded inside each (small
+    matrices: one thread each is faster than OpenBLAS's threads on every product)."""
+    from ..rowmap import blas_controller
+
+    f_ref = _psd_factor(ref_cov) if ref_factor is None else np.asarray(ref_factor, np.float64)
+    feats = np.asarray(feats)
+    z_all = feats.astype(np.float64) @ f_ref if proj is None else proj
+    sq = np.einsum("ij,ij->i", feats, feats, dtype=np.float64)
+    tr_ref = float((f_ref * f_ref).sum())
+    ref_mu = np.asarray(ref_mu, dtype=np.float64)
+    sets = [np.asarray(idx[i, :n[i]]) for i in range(idx.shape[0])]
+    workers = max(1, min(workers or os.cpu_count() or 1, len(sets)))
+    with blas_controller().limit(limits=1, user_api="blas"):
+        if workers == 1:
+            vals = [_fd_one(r, feats, z_all, sq, ref_mu, tr_ref) for r in sets]
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                vals = list(pool.map(lambda r: _fd_one(r, feats, z_all, sq, ref_mu, tr_ref),
+                                     sets))
+    return np.asarray(vals, dtype=np.float64)
 
 
 def _load_features(sd: _StoreData) -> None:
-    """Pooled features (id/test + OOD splits) and the id/train Gaussian of one store."""
+    """Pooled features (id/test + OOD splits), the id/train Gaussian of one store as its mean
+    and a factor F of its covariance (the centred id/train rows / sqrt(N - 1) when N <= D,
+    else from eigh), and the pooled rows projected on F."""
     if sd.features is not None:
         return
     st = sd.store
     if not st.has_split(ID_TRAIN):
         raise UsageError(f"store {sd.path!r} has no id/train split (auto-evaluation baseline)")
     train = np.asarray(st.split(ID_TRAIN).features, dtype=np.float64)
-    cov = np.cov(train, rowvar=False)
-    sd.train_gauss = (train.mean(axis=0), cov, _sqrt_psd(cov))
+    if train.shape[0] < 2:
+        raise UsageError(f"store {sd.path!r}: id/train needs at least 2 rows for the "
+                         "auto-evaluation baseline's covariance")
+    mu = train.mean(axis=0)
+    if train.shape[0] <= train.shape[1]:
+        factor = (train - mu).T / np.sqrt(train.shape[0] - 1.0)
+    else:
+        factor = _psd_factor(np.cov(train, rowvar=False))
     parts = [np.asarray(st.split(ID_TEST).features)] + [np.asarray(st.split(s).features)
                                                         for s in sd.ood]
     sd.features = np.concatenate(parts).astype(np.float32)
+    sd.train_gauss = (mu, factor, sd.features.astype(np.float64) @ factor)
 
 
 def _auto_eval_fd(stores: Sequence[_StoreData], sets: _Sets, offsets: Sequence[int]) -> np.ndarray:
@@ -112,8 +148,9 @@ def _auto_eval_fd(stores: Sequence[_StoreData], sets: _Sets, offsets: Sequence[i
         assert sd.train_gauss is not None and sd.features is not None
         local = np.where(np.arange(sets.idx.shape[1])[None, :] < sets.n[rows, None],
                          sets.idx[rows] - base, 0)
-        out[rows] = frechet_distances(sd.train_gauss[0], sd.train_gauss[1], sd.features,
-                                      local, sets.n[rows], ref_sqrt=sd.train_gauss[2])
+        out[rows] = frechet_distances(sd.train_gauss[0], None, sd.features, local,
+                                      sets.n[rows], ref_factor=sd.train_gauss[1],
+                                      proj=sd.train_gauss[2])
     return out
 
 

@@ -233,3 +233,44 @@ def _truth(x: np.ndarray, sets: _Sets) -> np.ndarray:
             vals[name] = fpr_at_tpr(x[i, :k], x[i, k:n], level)
         out[i] = [vals[name] for name in TRUTH_COLUMNS]
     return out
+
+
+def split_truth(data: Sequence[_StoreData], key: str, id_rows: Sequence[np.ndarray] | None
+                = None) -> dict[tuple[int, str], np.ndarray]:
+    """Split-level targets: {(store index, OOD split): TRUTH_COLUMNS row} of the scorer `key`'s
+    scores, each store's ID rows `id_rows[i]` (indices into its id/test rows; None: all of
+    id/test) against every row of the OOD split (no subsampling)."""
+    out = {}
+    for i, sd in enumerate(data):
+        scores = sd.scores[key]
+        ids = scores[:sd.n_id] if id_rows is None else scores[np.asarray(id_rows[i])]
+        for name in sd.ood:
+            ood = scores[sd.offset[name]:sd.offset[name] + sd.sizes[name]]
+            vals = ood_metrics(ids, ood)
+            for t, level in FPR_AT_TPR.items():
+                vals[t] = fpr_at_tpr(ids, ood, level)
+            out[(sd.index, name)] = np.array([vals[c] for c in TRUTH_COLUMNS])
+    return out
+
+
+def set_targets(sets: _Sets, table: Mapping[tuple[int, str], np.ndarray]) -> np.ndarray:
+    """(M, len(TRUTH_COLUMNS)): each meta-set's split-level target row from `split_truth`."""
+    return np.stack([table[(int(st), sp)] for st, sp in zip(sets.store, sets.split,
+                                                            strict=True)])
+
+
+def _id_pools(data: Sequence[_StoreData], id_train_fraction: float | None,
+              rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The id/test rows meta-train and meta-test sets draw from: disjoint random parts
+    (`id_train_fraction` of the rows for meta-train) or, with None, all rows for both."""
+    pools_tr, pools_te = [], []
+    for sd in data:
+        perm = rng.permutation(sd.n_id)
+        if id_train_fraction is None:
+            pools_tr.append(np.arange(sd.n_id))
+            pools_te.append(np.arange(sd.n_id))
+            continue
+        k = min(sd.n_id - 1, max(1, round(id_train_fraction * sd.n_id)))
+        pools_tr.append(np.sort(perm[:k]))
+        pools_te.append(np.sort(perm[k:]))
+    return pools_tr, pools_te

@@ -229,6 +229,36 @@ def _tau_from(stores: Sequence[Any], tau_from: str, spec: ModelSpec, target: str
     return _fit_spec(eng, spec, truth[:, _METRIC_COL[target]])["tau"]
 
 
+#: Folds of `fit_gscore`'s cross-validated RMSE (grouped by OOD split; fewer with fewer splits).
+FIT_CV_FOLDS = 5
+
+
+def _fit_cv(eng: GscoreEngine, spec: ModelSpec, truth: np.ndarray, split: list[str],
+            clip: bool, seed: int) -> dict[str, Any] | None:
+    """K-fold cross-validation of the fit over the OOD splits (every split held out once:
+    its sets predicted by a model, tau search included, fitted on the other splits' sets):
+    the RMSE and the 95% quantile of the absolute residuals (the conformal rank
+    ceil(0.95 (n + 1)) of n), which `predict_gscore` turns into a prediction interval. A tau
+    tuned on another detector's sets (`tau_from`) stays fixed in the folds."""
+    names = list(dict.fromkeys(split))
+    k = min(FIT_CV_FOLDS, len(names))
+    if k < 2:
+        return None
+    perm = np.random.default_rng([seed, 7]).permutation(len(names))
+    fold_of = {names[j]: f for f, part in enumerate(np.array_split(perm, k)) for j in part}
+    folds = np.array([fold_of[s] for s in split])
+    pred = np.empty(truth.size)
+    for f in range(k):
+        tr, te = np.flatnonzero(folds != f), np.flatnonzero(folds == f)
+        res = _fit_spec(eng, spec, truth[tr], tr)
+        g = eng.gscore(spec.modelling, spec.distance, res["tau"])[te]
+        pred[te] = _predict(res["theta1"], res["theta0"], g, clip)
+    resid = np.sort(np.abs(pred - truth))
+    rank = min(resid.size, math.ceil(0.95 * (resid.size + 1)))
+    return {"folds": k, "rmse": _rmse(pred, truth), "abs_residual_q95": float(resid[rank - 1]),
+            "n": int(resid.size)}
+
+
 def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95",
                model: str | ModelSpec = "ude-wasserstein", *, params: Mapping[str, Any] | None
                = None, tau: Any = "default", ratio: Any = 1.0, size: int | None = None,
@@ -287,6 +317,7 @@ def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95"
                     "train_mse": res["loss"], "train_rmse": _rmse(pred, truth),
                     "pearson": pearson, "spearman": spearman,
                     "tau_search": [list(t) for t in res["trace"]],
+                    "cv": _fit_cv(eng, fit_spec, truth, sets.split, clip, seed),
                     "gmm_fits": eng.gmm_status(),
                     "points": {"gscore": [float(v) for v in g],
                                "true": [float(v) for v in truth]}},
@@ -297,7 +328,9 @@ def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95"
 def predict_gscore(model: GscoreModel, store: StoreLike, splits: Sequence[str], *,
                    force: bool = False, use_cache: bool = True,
                    with_truth: bool = False) -> dict[str, Any]:
-    """Predicted metric of the unlabelled set made of the named splits' rows (labels ignored).
+    """Predicted metric of the unlabelled set made of the named splits' rows (labels ignored),
+    with a 95% prediction interval: ± the 95% quantile of the fit's cross-validated absolute
+    residuals (`_fit_cv`; None for a model saved without them).
 
     With `with_truth`, when the set holds both id/* and ood/* rows, the true metric (roles as
     labels) is reported beside the prediction."""
@@ -326,10 +359,17 @@ def predict_gscore(model: GscoreModel, store: StoreLike, splits: Sequence[str], 
         ref = (float(val.mean()), float(val.std()))
     g, parts = model.gscore(x, ref)
     pred = float(_predict(model.theta1, model.theta0, np.array([g]), model.clip)[0])
+    cv = model.meta_train.get("cv") or {}
+    q = cv.get("abs_residual_q95")
+    interval = None
+    if q is not None:
+        lo, hi = pred - float(q), pred + float(q)
+        interval = [max(0.0, lo), min(100.0, hi)] if model.clip else [lo, hi]
     out: dict[str, Any] = {
         "store": str(store.path), "splits": splits, "n": int(x.size), "scorer": model.scorer,
         "model": model.spec.label, "tau": model.tau, "target": model.target, "gscore": g,
-        "predicted": pred, "parts": parts,
+        "predicted": pred, "interval": interval, "interval_level": 0.95 if interval else None,
+        "cv_rmse": cv.get("rmse"), "parts": parts,
         "reference": None if ref is None else {"split": ID_VAL, "mu": ref[0], "sd": ref[1]},
         "forced": store.model_sha256 not in model.model_sha256s,
     }

@@ -20,10 +20,12 @@ import numpy as np
 from featstore.errors import UsageError
 from scorers.registry import check_scorers
 
-from .baselines import _auto_eval_fd, _confidence_baseline
-from .engine import GscoreEngine
+from .baselines import _auto_eval_fd, _confidence_baseline, _load_features
+from .config import _config, _describe, _headline_corr
+from .crossval import _engine, run_cv_round
 from .metasets import (
     _draw_sets,
+    _id_pools,
     _load_scores,
     _method_key,
     _ood_test_splits,
@@ -34,6 +36,8 @@ from .metasets import (
     check_disjoint,
     partition_splits,
     select_splits,
+    set_targets,
+    split_truth,
 )
 from .model import _check_models, _json_safe
 from .regression import _corr, _predict, _rmse, fit_line, search_tau
@@ -46,6 +50,7 @@ from .spec import (
     GBENCH_RATIOS,
     GBENCH_SIZES,
     ID_TRAIN_FRACTION,
+    PAPER_PRESET,
     SETS_PER_SPLIT,
     TAU_FROM,
     ModelSpec,
@@ -88,6 +93,9 @@ class _Options:
     params: dict[str, dict[str, Any]]
     include: list[str] | None
     exclude: list[str] | None
+    cv: int | None = None
+    corr_on: str = "test"
+    paper: bool = False
 
     def settings(self) -> list[_Setting]:
         """The main meta-set setting followed by the robustness settings."""
@@ -112,6 +120,12 @@ class _Scores:
     msp: np.ndarray | None
     refs: dict[str, np.ndarray]
     seconds: float
+    keys: dict[str, str] = field(default_factory=dict)
+    split_t: dict[str, dict] = field(default_factory=dict)
+
+    def floor_table(self, m: str, id_rows: Sequence[np.ndarray]) -> dict:
+        """Split-level targets of detector m from the meta-train ID rows (the oracle floor)."""
+        return split_truth(self.data, self.keys[m], id_rows)
 
 
 @dataclass
@@ -127,6 +141,9 @@ class _Tally:
     n_sets: int = 0
     t_model: float = 0.0
     t_truth: float = 0.0
+    t_draw: float = 0.0
+    t_base: float = 0.0
+    t_tau: float = 0.0
     baseline_note: str | None = None
     gmm: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -172,25 +189,44 @@ def _validate(stores: Sequence[Any], methods: Sequence[str],
                 for s in kw["sizes"]]
     if kw["robust_heterogeneous"]:
         configs.append(_Setting("heterogeneous", ratio, None, True))
-    return _Options(methods, specs, rspecs, targets,
+    cv = kw["cv"]
+    if cv is not None:
+        if cv < 2:
+            raise UsageError(f"--cv {cv}: cross-validation needs at least 2 folds")
+        if configs:
+            raise UsageError("--cv: the robustness rows (--ratios, --sizes, "
+                             "--robust-heterogeneous) run with the random partitions only")
+        if len(stores) > 1:
+            raise UsageError("--cv: one store at a time (the cross-store table runs with the "
+                             "random partitions)")
+    if kw["corr_on"] not in ("test", "train"):
+        raise UsageError(f"corr_on {kw['corr_on']!r}: expected test or train")
+    opt = _Options(methods, specs, rspecs, targets,
                     _Setting("main", ratio, kw["size"], bool(kw["heterogeneous"])), configs,
                     kw["sets_per_split"], kw["repeats"], kw["seed"], kw["train_fraction"],
                     idf, tau_from, kw["baselines"], kw["ude_kernel"], kw["clip"],
                     {k: dict(v) for k, v in (kw["params"] or {}).items()},
                     list(kw["splits"]) if kw["splits"] else None,
-                    list(kw["exclude"]) if kw["exclude"] else None)
+                    list(kw["exclude"]) if kw["exclude"] else None, cv, kw["corr_on"])
+    return opt
 
 
 def _score_once(stores: Sequence[Any], opt: _Options, use_cache: bool,
-                say: Callable[[str], None]) -> _Scores:
+                say: Callable[[str], None], announce: Callable[[dict[str, str]], None],
+                step: Callable[[], None]) -> _Scores:
     """Score id/val, id/test and the selected OOD test splits of every store once per scorer;
-    a scorer that cannot run is skipped with its reason (the tau detector must run)."""
+    a scorer that cannot run is skipped with its reason (the tau detector must run).
+    `announce` gets the configuration's sentences before any scoring; `step` is called
+    after each (scorer, store) and after the baselines' features of each store."""
     t0 = time.perf_counter()
     every = list(dict.fromkeys(s for st in stores for s in _ood_test_splits(st)))
     keep = select_splits(every, opt.include, opt.exclude)
     data = [_store_data(i, st, keep) for i, st in enumerate(stores)]
     offsets = np.cumsum([0] + [sd.total for sd in data])[:-1]
     names = list(dict.fromkeys(s for sd in data for s in sd.ood))
+    if opt.cv is not None and opt.cv > len(names):
+        raise UsageError(f"--cv {opt.cv}: more folds than the {len(names)} OOD test splits")
+    announce(_describe(opt, names))
     keys: dict[str, str] = {}
     skipped: dict[str, str] = {}
     for m in opt.scored():
@@ -199,6 +235,7 @@ def _score_once(stores: Sequence[Any], opt: _Options, use_cache: bool,
             for sd in data:
                 say(f"scoring {m} on {sd.path}")
                 _load_scores(sd, key, m, opt.params.get(m, {}), use_cache)
+                step()
             keys[m] = key
         except UsageError as exc:
             if m == opt.tau_from:
@@ -207,32 +244,22 @@ def _score_once(stores: Sequence[Any], opt: _Options, use_cache: bool,
             skipped[m] = str(exc)
     if opt.baselines:
         for sd in data:
+            say(f"baselines: MSP and features of {sd.path}")
             _load_scores(sd, "msp", "msp", {}, use_cache)
+            try:
+                _load_features(sd)
+            except UsageError:
+                pass  # reported by the auto-evaluation baseline (`baseline_note`)
+            step()
     methods = [m for m in opt.methods if m in keys]
     if not methods:
         raise UsageError(f"no scorer could run: {skipped}")
     pooled = {m: np.concatenate([sd.scores[keys[m]] for sd in data]) for m in keys}
     msp = np.concatenate([sd.scores["msp"] for sd in data]) if opt.baselines else None
     refs = {m: np.array([data[i].ref[keys[m]][:2] for i in range(len(data))]) for m in keys}
+    split_t = {m: split_truth(data, keys[m]) for m in keys}
     return _Scores(data, offsets, names, methods, skipped, pooled, msp, refs,
-                   time.perf_counter() - t0)
-
-
-def _id_pools(data: Sequence[_StoreData], id_train_fraction: float | None,
-              rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The id/test rows meta-train and meta-test sets draw from: disjoint random parts
-    (`id_train_fraction` of the rows for meta-train) or, with None, all rows for both."""
-    pools_tr, pools_te = [], []
-    for sd in data:
-        perm = rng.permutation(sd.n_id)
-        if id_train_fraction is None:
-            pools_tr.append(np.arange(sd.n_id))
-            pools_te.append(np.arange(sd.n_id))
-            continue
-        k = min(sd.n_id - 1, max(1, round(id_train_fraction * sd.n_id)))
-        pools_tr.append(np.sort(perm[:k]))
-        pools_te.append(np.sort(perm[k:]))
-    return pools_tr, pools_te
+                   time.perf_counter() - t0, keys, split_t)
 
 
 @dataclass
@@ -245,6 +272,7 @@ class _SettingSets:
     tr: _Sets
     te: _Sets
     fd: tuple[np.ndarray, np.ndarray] | None
+    pool_tr: list[np.ndarray] = field(default_factory=list)
     taus: dict[tuple[str, str], float | None] = field(default_factory=dict)
 
     @property
@@ -257,6 +285,7 @@ def _draw_setting(opt: _Options, sc: _Scores, tally: _Tally, rep: int, ci: int,
                   pools: tuple[list, list]) -> _SettingSets:
     """Draw the meta-train / meta-test sets of one setting (and the Fréchet distances of the
     auto-evaluation baseline at the main setting)."""
+    t0 = time.perf_counter()
     rng = np.random.default_rng([opt.seed, rep, 1, ci])
     draw = {"ratio": setting.ratio, "size": setting.size, "per_split": opt.sets_per_split,
             "rng": rng, "offsets": sc.offsets, "heterogeneous": setting.heterogeneous}
@@ -266,21 +295,20 @@ def _draw_setting(opt: _Options, sc: _Scores, tally: _Tally, rep: int, ci: int,
     tally.n_sets += tr.m + te.m
     tally.sizes_seen.setdefault(ci, []).append(
         (float(te.n_id.mean()), float((te.n - te.n_id).mean())))
+    tally.t_draw += time.perf_counter() - t0
     fd = None
     if setting.kind == "main" and opt.baselines:
+        t0 = time.perf_counter()
         try:
             fd = (_auto_eval_fd(sc.data, tr, sc.offsets), _auto_eval_fd(sc.data, te, sc.offsets))
         except UsageError as exc:
             tally.baseline_note = str(exc)
-    ss = _SettingSets(ci, setting, tr, te, fd)
+        tally.t_base += time.perf_counter() - t0
+    ss = _SettingSets(ci, setting, tr, te, fd, list(pools[0]))
+    t0 = time.perf_counter()
     ss.taus = _shared_taus(opt, sc, ss)
+    tally.t_tau += time.perf_counter() - t0
     return ss
-
-
-def _engine(opt: _Options, sc: _Scores, sets: _Sets, m: str) -> GscoreEngine:
-    refs = sc.refs[m]
-    return GscoreEngine(sets.values(sc.pooled[m]), sets.n, refs[sets.store, 0],
-                        refs[sets.store, 1], ude_kernel=opt.ude_kernel)
 
 
 def _shared_taus(opt: _Options, sc: _Scores, ss: _SettingSets) -> dict[tuple[str, str],
@@ -309,6 +337,8 @@ def _evaluate_method(opt: _Options, sc: _Scores, tally: _Tally, ss: _SettingSets
     t1 = time.perf_counter()
     eng_tr, eng_te = _engine(opt, sc, tr, m), _engine(opt, sc, te, m)
     truth_tr, truth_te = _truth(eng_tr.x, tr), _truth(eng_te.x, te)
+    split_te = set_targets(te, sc.split_t[m])
+    floor_te = set_targets(te, sc.floor_table(m, ss.pool_tr))
     tally.t_truth += time.perf_counter() - t1
     t1 = time.perf_counter()
     for target in opt.targets:
@@ -318,7 +348,8 @@ def _evaluate_method(opt: _Options, sc: _Scores, tally: _Tally, ss: _SettingSets
             key = (target, spec.label)
             use = ModelSpec(spec.modelling, spec.distance, ss.taus[key]) if key in ss.taus \
                 else spec
-            row, fit = _eval_spec(eng_tr, eng_te, use, p_tr, p_te, opt.clip)
+            row, fit = _eval_spec(eng_tr, eng_te, use, p_tr, p_te, opt.clip,
+                                  split_te[:, col], floor_te[:, col])
             if ss.kind == "main":
                 tally.main.setdefault((m, target, spec.label), []).append(row)
                 fitted[(m, target, spec.label)] = fit
@@ -337,7 +368,9 @@ def _evaluate_method(opt: _Options, sc: _Scores, tally: _Tally, ss: _SettingSets
     tally.add_gmm(m, eng_tr.gmm_status())
     tally.add_gmm(m, eng_te.gmm_status())
     if ss.kind == "main" and opt.baselines:
+        t1 = time.perf_counter()
         _baseline_rows(opt, sc, tally, ss, m, eng_te.x, truth_tr, truth_te)
+        tally.t_base += time.perf_counter() - t1
 
 
 def _baseline_rows(opt: _Options, sc: _Scores, tally: _Tally, ss: _SettingSets, m: str,
@@ -374,53 +407,6 @@ def _run_repeat(opt: _Options, sc: _Scores, tally: _Tally, rep: int,
             step()
 
 
-def _setting_text(s: _Setting) -> str:
-    if s.heterogeneous:
-        return "heterogeneous (a random size and IND:OOD ratio per set, supplementary C)"
-    return f"IND:OOD {ratio_label(s.ratio)}, size {s.size or 'max'}"
-
-
-def _config(opt: _Options, sc: _Scores, tally: _Tally) -> dict[str, Any]:
-    """Everything that decided the numbers, with the sentences the human output prints."""
-    main_sizes = np.mean(tally.sizes_seen[0], axis=0)
-    idf = opt.id_train_fraction
-    id_text = ("disjoint: each repeat splits id/test at random, "
-               f"{idf:g} of the rows for meta-train sets, the rest for meta-test sets"
-               if idf is not None else
-               "shared: meta-train and meta-test sets draw ID rows from the same id/test rows "
-               "(optimistic: a small id/test pool leaks between them)")
-    tau_text = (f"tuned on {opt.tau_from}'s meta-train sets (per repeat, setting, target and "
-                "variant; coarse-to-fine grid, supplementary B) and reused for every detector"
-                if opt.tau_from else "searched on each detector's own meta-train sets")
-    n_text = (f"{opt.sets_per_split} seeded subsample{'s' if opt.sets_per_split > 1 else ''} "
-              "per (store, OOD split)" + (" (one meta-set per OOD dataset)"
-                                          if opt.sets_per_split == 1 else ""))
-    return {
-        "methods": sc.methods, "models": [s.label for s in opt.specs], "targets": opt.targets,
-        "ratio": ratio_label(opt.main.ratio), "size": opt.main.size,
-        "heterogeneous": opt.main.heterogeneous, "sets_per_split": opt.sets_per_split,
-        "repeats": opt.repeats, "seed": opt.seed, "train_fraction": opt.train_fraction,
-        "id_pools": "shared" if idf is None else "disjoint", "id_train_fraction": idf,
-        "tau_from": opt.tau_from or "each detector", "ude_kernel": opt.ude_kernel,
-        "clip": opt.clip, "params": opt.params, "splits_include": opt.include,
-        "splits_exclude": opt.exclude, "n_splits": len(sc.names),
-        "mean_n_id": float(main_sizes[0]), "mean_n_ood": float(main_sizes[1]),
-        "describe": {
-            "ood_splits": f"{len(sc.names)} OOD test splits"
-                          + (f" (--splits {', '.join(opt.include)})" if opt.include else "")
-                          + (f" (--exclude {', '.join(opt.exclude)})" if opt.exclude else "")
-                          + f"; each repeat puts {opt.train_fraction:g} of them in meta-train, "
-                            "the rest in meta-test (never both)",
-            "id_pools": id_text,
-            "meta_sets": f"{_setting_text(opt.main)}; {n_text}; mean {main_sizes[0]:.0f} ID + "
-                         f"{main_sizes[1]:.0f} OOD rows per meta-test set",
-            "tau": tau_text,
-            "repeats": f"{opt.repeats} repeats (seed {opt.seed}); predictions "
-                       + ("clipped to [0, 100]" if opt.clip else "not clipped"),
-        },
-    }
-
-
 def _assemble(opt: _Options, sc: _Scores, tally: _Tally,
               seconds: dict[str, float]) -> dict[str, Any]:
     """The JSON-ready result of an evaluation."""
@@ -440,7 +426,7 @@ def _assemble(opt: _Options, sc: _Scores, tally: _Tally,
         "config": _config(opt, sc, tally),
         "splits": sc.names,
         "models": {s.label: s.title for s in opt.specs},
-        "table": _nest(_summarise(tally.main), 3),
+        "table": _nest(_headline_corr(_summarise(tally.main), opt.corr_on), 3),
         "points": _nest(tally.points, 3),
         "baselines": _nest(_summarise(tally.base), 3),
         "baseline_note": tally.baseline_note,
@@ -453,6 +439,15 @@ def _assemble(opt: _Options, sc: _Scores, tally: _Tally,
         "seconds": seconds,
     }
     return _json_safe(result)
+
+
+def _paper_gmm(model: str | ModelSpec) -> ModelSpec:
+    """A GMM variant with its default tau (none) gets the paper's searched tau."""
+    spec = model if isinstance(model, ModelSpec) else parse_model(model)
+    if spec.modelling == "gmm" and spec.tau is None and not (isinstance(model, str)
+                                                             and "@" in model):
+        return ModelSpec("gmm", spec.distance, PAPER_PRESET["gmm_tau"][0])
+    return spec
 
 
 def evaluate_gscore(
@@ -480,10 +475,14 @@ def evaluate_gscore(
     robust_models: Sequence[str | ModelSpec] | None = None,
     ude_kernel: str = "gauss",
     clip: bool = True,
+    cv: int | None = None,
+    corr_on: str = "test",
+    paper: bool = False,
     use_cache: bool = True,
     allow_other_model: bool = True,
     progress: Callable[[str], None] | None = None,
     step_progress: Callable[[int, int], None] | None = None,
+    announce: Callable[[dict[str, str]], None] | None = None,
 ) -> dict[str, Any]:
     """The paper's protocol (package docstring): Table-1/6 RMSE of every (detector, model,
     target), correlations, the baselines, a robustness table over `ratios`, `sizes` and
@@ -493,38 +492,70 @@ def evaluate_gscore(
     `id_train_fraction`: share of id/test rows for meta-train sets, the rest for meta-test
     (None: one shared pool). `tau_from`: the detector tau is tuned on (None: per detector).
     `splits` / `exclude`: shell patterns selecting the OOD splits.
-    `progress(message)` is told each phase; `step_progress(done, total)` is called after
-    each (repeat, meta-set setting, detector) step of the protocol."""
+    `paper`: the paper's settings where the defaults differ (`spec.PAPER_PRESET`: one
+    meta-set per split, GMM with a searched tau, the printed UDE kernel, no clipping,
+    correlations on meta-train sets); they override those arguments.
+    `cv`: K-fold cross-validation over the OOD splits, `repeats` rounds of it (crossval.py).
+    `corr_on`: the sets of the headline `pearson` / `spearman` ("test" | "train"; both kept
+    as `pearson_test` / `pearson_train`). `announce(describe)`: the configuration, before any
+    work; `progress(message)`: each phase; `step_progress(done, total)`: after each unit of
+    work (scoring a detector on a store, a store's baseline features, a (partition or round,
+    setting, detector))."""
     t_start = time.perf_counter()
+    if paper:
+        sets_per_split, ude_kernel, clip, corr_on = (PAPER_PRESET[k][0] for k in (
+            "sets_per_split", "ude_kernel", "clip", "corr_on"))
+        models = [_paper_gmm(m) for m in models]
     opt = _validate(stores, methods, models, targets, robust_models, params=params,
                     ratio=ratio, size=size, heterogeneous=heterogeneous,
                     sets_per_split=sets_per_split, repeats=repeats, seed=seed,
                     train_fraction=train_fraction, id_train_fraction=id_train_fraction,
                     tau_from=tau_from, splits=splits, exclude=exclude, baselines=baselines,
                     ratios=ratios, sizes=sizes, robust_heterogeneous=robust_heterogeneous,
-                    ude_kernel=ude_kernel, clip=clip)
+                    ude_kernel=ude_kernel, clip=clip, cv=cv, corr_on=corr_on)
+    opt.paper = paper
     _check_models(stores, allow_other_model)
     say = progress or (lambda _m: None)
-    sc = _score_once(stores, opt, use_cache, say)
+    bar = _Bar(step_progress, len(stores) * (len(opt.scored()) + (1 if opt.baselines else 0))
+               + opt.repeats * len(opt.settings()) * len(opt.methods))
+    sc = _score_once(stores, opt, use_cache, say, announce or (lambda _d: None), bar.step)
+    bar.total -= opt.repeats * len(opt.settings()) * (len(opt.methods) - len(sc.methods))
     tally = _Tally()
-    t_proto = time.perf_counter()
-    total = opt.repeats * len(opt.settings()) * len(sc.methods)
-    done = [0]
-
-    def step() -> None:
-        done[0] += 1
-        if step_progress:
-            step_progress(done[0], total)
-
-    if step_progress:
-        step_progress(0, total)
-    for rep in range(opt.repeats):
-        say(f"repeat {rep + 1}/{opt.repeats}")
-        _run_repeat(opt, sc, tally, rep, step)
-    seconds = {"scoring": sc.seconds, "protocol": time.perf_counter() - t_proto,
-               "modelling_and_regression": tally.t_model, "true_metrics": tally.t_truth,
+    protocol = _run_protocol(opt, sc, tally, say, bar.step)
+    parts = {"drawing_sets": tally.t_draw, "true_metrics": tally.t_truth,
+             "tau_search": tally.t_tau, "modelling_and_regression": tally.t_model,
+             "baselines": tally.t_base}
+    seconds = {"scoring": sc.seconds, "protocol": protocol, **parts,
+               "other": max(0.0, protocol - sum(parts.values())),
                "total": time.perf_counter() - t_start}
     return _assemble(opt, sc, tally, seconds)
+
+
+class _Bar:
+    """Counts the units of work and reports (done, total) to `report` (if any)."""
+
+    def __init__(self, report: Callable[[int, int], None] | None, total: int):
+        self.report, self.total, self.done = report, total, 0
+        if report:
+            report(0, total)
+
+    def step(self) -> None:
+        self.done += 1
+        if self.report:
+            self.report(self.done, self.total)
+
+
+def _run_protocol(opt: _Options, sc: _Scores, tally: _Tally, say: Callable[[str], None],
+                  step: Callable[[], None]) -> float:
+    """Every random partition or cross-validation round; returns the seconds spent."""
+    t_proto = time.perf_counter()
+    for rep in range(opt.repeats):
+        say(f"{'round' if opt.cv else 'partition'} {rep + 1}/{opt.repeats}")
+        if opt.cv:
+            run_cv_round(opt, sc, tally, rep, step)
+        else:
+            _run_repeat(opt, sc, tally, rep, step)
+    return time.perf_counter() - t_proto
 
 
 def gbench_protocol(stores: Sequence[Any], **options: Any) -> dict[str, Any]:

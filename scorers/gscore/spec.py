@@ -44,6 +44,23 @@ GBENCH_METHODS: tuple[str, ...] = ("msp", "odin", "energy", "mls")
 GBENCH_RATIOS: tuple[str, ...] = ("1:100", "1:10", "1:3", "3:1", "10:1", "100:1")
 GBENCH_SIZES: tuple[int, ...] = (100, 50)
 _AUTO = "auto"
+#: `--paper` / `evaluate_gscore(paper=True)`: every default that differs from the paper, set
+#: to the paper's choice; option -> (value, the paper's line it comes from).
+PAPER_PRESET: dict[str, tuple[Any, str]] = {
+    "sets_per_split": (1, "one meta-set per OOD dataset: 'We randomly choose 150 OOD datasets "
+                          "from Gbench and mix them with the meta-train IND set to construct "
+                          "150 meta-train sets' (section 6.1)"),
+    "gmm_tau": (_AUTO, "GMM with a searched tau: 'Note that GMM is also with a validation "
+                       "process while Kmeans is not' (section 5.2; supplementary B: 0.95 at "
+                       "IND:OOD 1:1)"),
+    "ude_kernel": ("paper", "the UDE kernel as printed, s_p = exp(-(x - mu^val)^2 / "
+                            "(2 sigma^val)) (section 5.1)"),
+    "clip": (False, "the line's prediction unclipped: 'We then predict the detector "
+                    "performance p on D by p = f(Gs)' (section 5.2, Testing)"),
+    "corr_on": ("train", "correlations on meta-train sets: 'plot the OOD detection performance "
+                         "(FPR@TPR95 and AURUC) on the 150 metatrain sets against their "
+                         "Gscores' (section 6.2, Fig. 3)"),
+}
 
 
 # =============================================================================== parsing

@@ -142,7 +142,8 @@ def fit_gaussian_stats(store: StoreLike, chunk_rows: int, scorer_name: str,
     (`kernels.precision` says why)."""
     split = store.split(FIT_SPLIT)
     chunk_rows = read_chunk_rows(split, ("features",), chunk_rows)
-    num_classes = int(store.head[0].shape[0])
+    num_classes = int(split.dims["logits"]) if "logits" in split.dims else \
+        int(store.head[0].shape[0])  # C without reading the head (a store may have none)
     dim = split.dims["features"]
     sums = np.zeros((num_classes, dim))
     counts = np.zeros(num_classes, dtype=np.int64)

@@ -106,8 +106,11 @@ def dim_range(store: StoreLike) -> ValidRange:
     `check_dim_below_rows`); shared by vim and residual."""
     d = feature_dim(store)
     n = store.split(FIT_SPLIT).num_rows if store.has_split(FIT_SPLIT) else d
+    degenerate = (f"; DEGENERATE at dim = N - 1 = {n - 1}: the principal space then holds "
+                  f"every {FIT_SPLIT} row (their residuals ~0, far below any test row's); the "
+                  f"store needs more {FIT_SPLIT} rows than D = {d}") if n <= d else ""
     return ValidRange(1, min(d, n) - 1, f"1 <= dim < min(D, N) = {min(d, n)} (D = {d} "
-                                        f"features, N = {n} rows of {FIT_SPLIT!r})")
+                                        f"features, N = {n} rows of {FIT_SPLIT!r}){degenerate}")
 
 
 class PrincipalScorer(Scorer):

@@ -52,6 +52,17 @@ def percentile_range(store: StoreLike) -> ValidRange:
                       f"one of the D = {d} features")
 
 
+def percentile_degenerate(default: float, used: float, store: StoreLike) -> str:
+    """The DEGENERATE note of a percentile clamped to keep one activation (it always is: the
+    range's top keeps exactly one): the D the default percentile needs to keep one."""
+    d = int(store.head[0].shape[1])
+    if keep_count(d, used) > 1:
+        return ""
+    need = next(n for n in range(d + 1, 10 ** 6) if keep_count(n, default) >= 1)
+    return (f"percentile={used:g} keeps a single one of the D = {d} features; the store lacks "
+            f"features: the default percentile={default:g} needs D >= {need}")
+
+
 @njit(cache=True, nogil=True)
 def band_order(x: np.ndarray, ks: np.ndarray, kth: np.ndarray) -> np.ndarray:
     """(n, ks[-1]) int32: per row, the kept entries of every kept count in `ks` (ascending,

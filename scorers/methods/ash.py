@@ -67,6 +67,7 @@ from ..kernels.topk import (
     RowSort,
     check_keep,
     keep_count,
+    percentile_degenerate,
     percentile_range,
     plan_chain,
     running_energies,
@@ -96,6 +97,10 @@ class ASH(Scorer):
 
     def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
         return {"percentile": percentile_range(store)}
+
+    def degenerate(self, param: str, default: Any, used: Any, params: Mapping[str, Any],
+                   store: StoreLike) -> str:
+        return percentile_degenerate(default, used, store) if param == "percentile" else ""
 
     def _fit(self, store: StoreLike) -> None:
         weight, bias = store.head

@@ -20,8 +20,9 @@ Parameters (defaults with sources):
   paper's CIFAR setting; the paper uses K = 1000 with a 1% bank on ImageNet). Default sweep
   grid K in [50, 100, 200, 500, 1000]: that file's postprocessor_sweep K_list in its
   APS_mode: True version (as kept in OpenOOD v1.5 forks, e.g. BierOne/ood_coverage); the
-  later Jingkang50/OpenOOD main sets APS_mode: False with K_list [50]. Valid:
-  1 <= K <= bank size.
+  later Jingkang50/OpenOOD main sets APS_mode: False with K_list [50]. That grid is for
+  CIFAR's 50,000-row banks: on a smaller bank the default grid's K values are scaled by
+  bank / 50,000 (`grid_bank`; `scorers.adapt`). Valid: 1 <= K <= bank size.
 - `bank_fraction` = 1.0: the share of id/train rows kept in the bank, drawn uniformly without
   replacement with numpy's default_rng(`seed`) (KNN-OOD used a random 1% of ImageNet's
   training set, "alpha"). Valid: 0 < bank_fraction <= 1; bank size = ceil(fraction * N).
@@ -46,23 +47,21 @@ import numpy as np
 
 from featstore.interfaces import SplitLike, StoreLike
 
-from ..knn_index import KnnIndex, l2_normalize, subsample_size
-from ..neighbours import FIT_SPLIT, BankScorer, bank_chunks
+from ..knn_bank import BankStream
+from ..knn_index import KnnIndex, l2_normalize
+from ..neighbours import BankScorer, bank_stream
 from ..paper import Paper
 
 
-def load_bank(store: StoreLike, fraction: float, seed: int, chunk_rows: int,
-              normalize: bool = True) -> np.ndarray:
-    """The (L2-normalized) id/train features of the bank rows as float32, read in chunks into
-    one preallocated array (peak memory: the bank plus one chunk)."""
-    split = store.split(FIT_SPLIT)
-    bank = np.empty((subsample_size(split.num_rows, fraction), split.dims["features"]),
-                    dtype=np.float32)
-    filled = 0
-    for (feats,) in bank_chunks(store, fraction, seed, chunk_rows, "features"):
-        bank[filled:filled + len(feats)] = l2_normalize(feats) if normalize else feats
-        filled += len(feats)
-    return bank
+def knn_stream(store: StoreLike, fraction: float, seed: int, chunk_rows: int,
+               normalize: bool = True) -> BankStream:
+    """The bank rows' id/train features, L2-normalized chunk by chunk as they are read."""
+    return bank_stream(store, fraction, seed, chunk_rows, ("features",),
+                       l2_normalize if normalize else _as_float32)
+
+
+def _as_float32(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32)
 
 
 class KNN(BankScorer):
@@ -77,10 +76,11 @@ class KNN(BankScorer):
                   url="https://arxiv.org/abs/2204.06507",
                   code="https://github.com/deeplearning-wisc/knn-ood")
     fraction_param = "bank_fraction"
+    grid_bank = 50_000  # the grid's source: OpenOOD's CIFAR configs, 50,000 train rows
 
     def _build(self, store: StoreLike, params: Mapping[str, Any]) -> KnnIndex:
-        bank = load_bank(store, float(params["bank_fraction"]), int(params["seed"]),
-                         self.chunk_rows)
+        bank = knn_stream(store, float(params["bank_fraction"]), int(params["seed"]),
+                          self.chunk_rows)
         return KnnIndex(bank, metric="l2", kind=params["index"], seed=int(params["seed"]),
                         query_chunk=self.chunk_rows, **self.index_options(store, params))
 

@@ -41,23 +41,22 @@ import numpy as np
 from featstore.interfaces import SplitLike, StoreLike
 
 from ..kernels.softmax import logsumexp
-from ..knn_index import KnnIndex, l2_normalize, subsample_size
-from ..neighbours import FIT_SPLIT, BankScorer, bank_chunks
+from ..knn_bank import BankStream
+from ..knn_index import KnnIndex, l2_normalize
+from ..neighbours import BankScorer, bank_stream
 from ..paper import Paper
 
 
-def load_guide_bank(store: StoreLike, alpha: float, seed: int, chunk_rows: int) -> np.ndarray:
-    """The guidance bank: normalized id/train features scaled by their energy, float32."""
-    split = store.split(FIT_SPLIT)
-    bank = np.empty((subsample_size(split.num_rows, alpha), split.dims["features"]),
-                    dtype=np.float32)
-    filled = 0
-    for feats, logits in bank_chunks(store, alpha, seed, chunk_rows, "features", "logits"):
-        x = feats.astype(np.float64)
-        z = x / (np.sqrt(np.einsum("ij,ij->i", x, x))[:, None] + 1e-10)
-        bank[filled:filled + len(z)] = z * logsumexp(logits)[:, None]
-        filled += len(z)
-    return bank
+def guide_rows(feats: np.ndarray, logits: np.ndarray) -> np.ndarray:
+    """Bank rows of a chunk: normalized features scaled by their energy, float32."""
+    x = feats.astype(np.float64)
+    z = x / (np.sqrt(np.einsum("ij,ij->i", x, x))[:, None] + 1e-10)
+    return (z * logsumexp(logits)[:, None]).astype(np.float32)
+
+
+def guide_stream(store: StoreLike, alpha: float, seed: int, chunk_rows: int) -> BankStream:
+    """The guidance bank, computed chunk by chunk as id/train is read (`guide_rows`)."""
+    return bank_stream(store, alpha, seed, chunk_rows, ("features", "logits"), guide_rows)
 
 
 class NNGuide(BankScorer):
@@ -74,8 +73,8 @@ class NNGuide(BankScorer):
     fraction_param = "alpha"
 
     def _build(self, store: StoreLike, params: Mapping[str, Any]) -> KnnIndex:
-        bank = load_guide_bank(store, float(params["alpha"]), int(params["seed"]),
-                               self.chunk_rows)
+        bank = guide_stream(store, float(params["alpha"]), int(params["seed"]),
+                            self.chunk_rows)
         return KnnIndex(bank, metric="ip", kind=params["index"], seed=int(params["seed"]),
                         query_chunk=self.chunk_rows, **self.index_options(store, params))
 

@@ -161,14 +161,18 @@ class OODL(Scorer):
         if max_train < n:
             rng = np.random.default_rng(int(params["seed"]))
             rows = np.sort(rng.choice(n, size=max_train, replace=False))
-        parts = []
+        # the standardized rows go straight into one preallocated array (no list of parts
+        # concatenated into a second copy)
+        x_fit = np.empty((n if rows is None else rows.size, split.dims["features"]))
+        filled = 0
         for sl, (feats,) in split.iter_chunks("features", chunk_rows=self.chunk_rows):
             if rows is not None:
                 lo, hi = np.searchsorted(rows, [sl.start, sl.stop])
                 feats = feats[rows[lo:hi] - sl.start]
             if feats.shape[0]:
-                parts.append(scaler.transform(feats.astype(np.float64)))
-        x_fit = np.concatenate(parts, axis=0)
+                x_fit[filled:filled + feats.shape[0]] = scaler.transform(
+                    feats.astype(np.float64))
+                filled += feats.shape[0]
         nystroem = None
         if params["approx"] == "nystroem":
             var = float(x_fit.var())

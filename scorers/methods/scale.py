@@ -40,7 +40,7 @@ from featstore.interfaces import SplitLike, StoreLike
 from ..base import Scorer, ValidRange, head_logits_usable, stored_logits_are_head
 from ..kernels.select import check_percentile
 from ..kernels.softmax import logsumexp
-from ..kernels.topk import RowSort, check_keep, keep_count, percentile_range
+from ..kernels.topk import RowSort, check_keep, keep_count, percentile_degenerate, percentile_range
 from ..paper import Paper
 
 
@@ -61,6 +61,10 @@ class Scale(Scorer):
 
     def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
         return {"percentile": percentile_range(store)}
+
+    def degenerate(self, param: str, default: Any, used: Any, params: Mapping[str, Any],
+                   store: StoreLike) -> str:
+        return percentile_degenerate(default, used, store) if param == "percentile" else ""
 
     def _fit(self, store: StoreLike) -> None:
         weight, bias = store.head

@@ -54,7 +54,7 @@ class SHE(Scorer):
 
     def _fit(self, store: StoreLike) -> None:
         split = store.split(FIT_SPLIT)
-        num_classes = int(store.head[0].shape[0])
+        num_classes = int(split.dims["logits"])  # C from the logits (a store may have no head)
         dim = split.dims["features"]
         correct_sums = np.zeros((num_classes, dim))
         correct_counts = np.zeros(num_classes, dtype=np.int64)

@@ -1,0 +1,176 @@
+"""Typed results: the values `scorers.evaluate.evaluate` / `scorers.sweep.sweep_all`
+(`EvaluationResult`), `scorers.sweep.sweep` (`SweepResult`) and `scorers.compare.compare`
+(`ComparisonResult`) return. Pure: no I/O; the JSON schema is docs/RESULTS.md.
+
+Each is a frozen dataclass whose top-level fields are the result's keys, and at the same
+time a read-only `dict` of those keys (`result["methods"]`, `result.get("ci")`, iteration,
+`json.dumps(result)`, `isinstance(result, dict)`), so code written against the plain dicts
+reads it unchanged. The nested tables (per method, per split, per group) are plain JSON
+values (dicts, lists, numbers, strings, None). Fields marked optional are absent from the
+mapping and from the JSON when None (e.g. `id_acc_ci`, present only with intervals).
+Assigning a field or a key is a TypeError: build a changed copy with `dataclasses.replace`.
+
+`to_json()` writes the mapping as JSON text (NumPy scalars and arrays as numbers and lists;
+non-finite floats as Python's json writes them, NaN / Infinity, so that the round trip is
+exact); `from_json(text or mapping)` reads it back, and raises ValueError naming an unknown
+or missing key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+R = TypeVar("R", bound="ResultMapping")
+
+
+def optional(default: Any = None) -> Any:
+    """A field that is left out of the mapping and the JSON while it is None."""
+    return field(default=default, metadata={"optional": True})
+
+
+def plain(value: Any) -> Any:
+    """`value` as plain JSON values: mappings as dicts (string keys), tuples as lists, NumPy
+    scalars and arrays as Python numbers and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return plain(value.tolist())
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class ResultMapping(dict):
+    """Base of the typed results: a read-only dict view of the dataclass's fields."""
+
+    _MUTATORS: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        dict.update(self, self._pairs())
+
+    def _pairs(self) -> Iterator[tuple[str, Any]]:
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is None and f.metadata.get("optional"):
+                continue
+            yield f.name, value
+
+    def _frozen(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(f"{type(self).__name__} is frozen; build a changed copy with "
+                        "dataclasses.replace(result, field=value)")
+
+    __setitem__ = __delitem__ = __ior__ = _frozen  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _frozen  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Copy and pickle through the constructor (dict's own protocol would set items)."""
+        return type(self), tuple(getattr(self, f.name) for f in fields(self))  # type: ignore
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self, indent: int | None = None) -> str:
+        """The result as JSON text (module docstring)."""
+        return json.dumps(plain(self), indent=indent)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]  # type: ignore[arg-type]
+
+    @classmethod
+    def from_json(cls: type[R], data: str | bytes | Mapping[str, Any]) -> R:
+        """The result read from JSON text or an already parsed mapping; ValueError naming an
+        unknown key or a missing required one."""
+        doc = json.loads(data) if isinstance(data, str | bytes) else dict(data)
+        if not isinstance(doc, dict):
+            raise ValueError(f"{cls.__name__}.from_json: expected a JSON object, got "
+                             f"{type(doc).__name__}")
+        names = cls.field_names()
+        unknown = [k for k in doc if k not in names]
+        if unknown:
+            raise ValueError(f"{cls.__name__}.from_json: unknown key(s) {unknown} (valid: "
+                             f"{', '.join(names)})")
+        missing = [f.name for f in fields(cls)  # type: ignore[arg-type]
+                   if f.name not in doc and not f.metadata.get("optional")]
+        if missing:
+            raise ValueError(f"{cls.__name__}.from_json: missing key(s) {missing}")
+        return cls(**cls._typed(doc))  # type: ignore[call-arg]
+
+    @classmethod
+    def _typed(cls, doc: dict[str, Any]) -> dict[str, Any]:
+        """Hook: nested typed values rebuilt from their JSON (ComparisonResult)."""
+        return doc
+
+
+@dataclass(frozen=True, eq=False, repr=True)
+class EvaluationResult(ResultMapping):
+    """`evaluate` (and the tuned `sweep_all`): metrics of every method on every OOD test
+    split. `methods[name]` holds params, adjusted, fit_seconds, score_seconds, cached,
+    diagnostics, misclassification_auroc, misclassification, aurc, augrc, splits {split:
+    metrics}, groups {group: metrics} (sweep_all adds chosen, fixed, val, grid,
+    settings_scored)."""
+
+    store: str
+    model_sha256: str | None
+    id_split: str
+    id_acc: float | None
+    ood_splits: list[str]
+    methods: dict[str, dict[str, Any]]
+    skipped: dict[str, str]
+    tuned: bool | None = optional()
+    select_by: str | None = optional()
+    val_splits: dict[str, Any] | None = optional()
+    ci: dict[str, Any] | None = None
+    id_acc_ci: list[float | None] | None = optional()
+
+
+@dataclass(frozen=True, eq=False, repr=True)
+class SweepResult(ResultMapping):
+    """`sweep`: the setting chosen on the val splits and its test metrics."""
+
+    store: str
+    model_sha256: str | None
+    method: str
+    select_by: str
+    direction: str
+    grid: dict[str, Any]
+    grid_source: str
+    base_params: dict[str, Any]
+    val_splits: dict[str, Any]
+    test_splits: dict[str, Any] | None
+    chosen: dict[str, Any]
+    test: dict[str, Any] | None
+    settings: list[dict[str, Any]]
+    adjusted: list[dict[str, Any]]
+    fit_seconds: float
+    val_seconds: float
+    test_seconds: float
+
+
+@dataclass(frozen=True, eq=False, repr=True)
+class ComparisonResult(ResultMapping):
+    """`compare`: the evaluation with intervals and the paired tests of every pair."""
+
+    store: str
+    id_split: str
+    methods: list[str]
+    ci: dict[str, Any] | None
+    evaluation: EvaluationResult
+    splits: dict[str, Any]
+    groups: dict[str, Any]
+    skipped: dict[str, str]
+
+    @classmethod
+    def _typed(cls, doc: dict[str, Any]) -> dict[str, Any]:
+        return {**doc, "evaluation": EvaluationResult.from_json(doc["evaluation"])}
+
+
+RESULT_TYPES = (EvaluationResult, SweepResult, ComparisonResult)
+
+__all__ = ["RESULT_TYPES", "ComparisonResult", "EvaluationResult", "ResultMapping",
+           "SweepResult", "plain"]
