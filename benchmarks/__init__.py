@@ -1,1 +1,1 @@
-"""Performance harness; RESULTS.md records command, machine and figures."""
+"""Performance harness; benchmarks/results/ records command, machine and figures per topic."""

@@ -4,7 +4,7 @@ brute-force NearestNeighbors at 100k x 2048.
 Run ``python -m benchmarks.bench_ann [--rows 100000] [--queries 90000] [--sk-queries 5000]
 [--indexes ivf_flat] [--data clustered|bench_scorers] [--K 50] [--seed 0]``; prints Markdown,
 progress on stderr. Defaults: the 100k x 2048 case of issue 19 (about 6-8 minutes on 2 idle
-cores; see benchmarks/RESULTS.md "#19 approximate KNN").
+cores; see benchmarks/results/knn-ann.md).
 
 Sides (one process, CPU seconds = user + system of all threads via getrusage, wall beside):
 

@@ -1,6 +1,7 @@
 """`make bench`: run every benchmark at its default (full) size in one go and collect their
-Markdown in benchmarks/out/latest.md (figures to copy into benchmarks/RESULTS.md with the
-date); bench_scaling's plots go to benchmarks/plots/.
+Markdown in benchmarks/out/latest.md (figures to copy into the topic pages under
+benchmarks/results/ with the date, command and commit); bench_scaling's plots go to
+benchmarks/plots/.
 
 Run ``python -m benchmarks.run_all [--only bench_scaling,bench_metrics,...]``.
 
@@ -20,16 +21,37 @@ import sys
 import time
 from pathlib import Path
 
-# name -> extra arguments (the default, full sizes everywhere)
+OUT = "benchmarks/out"
+
+# name -> extra arguments (the default, full sizes everywhere), in run order: bench_gscore
+# builds the mini-Gbench store that bench_gscore_idsize reads.
 BENCHMARKS: dict[str, list[str]] = {
     "bench_metrics": [],
+    "bench_stats": [],
     "bench_store_layout": [],
+    "bench_trust": [],
     "bench_extract": [],
+    "bench_predict": [],
     "bench_scorers": [],
+    "bench_factorizations": [],
+    "profile_small_fits": [],
     "bench_sweep": [],
+    "bench_ann": [],
     "bench_gscore": [],
+    "bench_gscore_cv": ["--store", f"{OUT}/gbench/store"],
+    "bench_gscore_idsize": ["--store", f"{OUT}/gbench/store", "--large-out", f"{OUT}/gbench_bigid"],
+    "bench_demo_head": ["--demo", f"{OUT}/demo"],
+    "ten_methods_demo": [f"{OUT}/ten_methods", "6", "3"],
+    "bench_threads": ["factor"],
+    "bench_peer_threads": [],
     "bench_scaling": ["--peers"],
     "bench_quick": ["--full"],
+}
+
+# scripts of benchmarks/ that `make bench` does not run, and why
+EXCLUDED: dict[str, str] = {
+    "suite_across_blas": "runs the test suite under each OpenBLAS kernel family, a correctness "
+                         "check rather than a timing: `make test-blas`",
 }
 
 

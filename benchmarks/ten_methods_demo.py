@@ -1,6 +1,6 @@
 """The ten-method table of the remote-sensing benchmark on the demo data through the experiment
 runner (`featstore demo --methods all` preset) at chosen epochs, with wall and CPU seconds and
-the load average before and after (benchmarks/RESULTS.md, issue 16).
+the load average before and after (benchmarks/results/ten-methods.md).
 
     nice -n 10 python -m benchmarks.ten_methods_demo OUT EPOCHS FINETUNE_EPOCHS
 

@@ -102,6 +102,10 @@ def osr(
     no_tune: NoTuneOpt = False,
     param: MethodParamOpt = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda[:N]")] = "auto",
+    val_open: Annotated[str, typer.Option(
+        "--val-open", help="heldout: tune on open classes held out of the test (default); "
+                           "paper: on val images of the tested open classes (the paper's, "
+                           "optimistic).")] = "heldout",
     executor: ExecutorOpt = None,
     executor_config: ExecutorConfigOpt = None,
     workers: WorkersOpt = None,
@@ -110,7 +114,8 @@ def osr(
 ) -> None:
     """Open-set recognition (remote-sensing OOD benchmark, Wang et al. 2024): random
     closed/open class divisions per ratio and seed; every requested method trained on the
-    closed classes with the division's seed, extracted, tuned on ood/osr/open_val (AUROC),
+    closed classes with the division's seed, extracted, tuned on ood/osr/open_val (AUROC; by
+    default open classes held out of the test, --val-open paper for the paper's choice),
     evaluated on ood/osr/open; mean ± std over divisions; skipped runs listed with reasons.
     A preset of `featstore run`; a rerun resumes; its units (division x seed x training
     method) run where --executor says, sharing --out (README "Run on a cluster").
@@ -130,8 +135,8 @@ def osr(
     runner = make_cli_executor(executor, executor_config, workers, "protocol osr")
     result = run_osr(data, out_, ratios=ratios, seeds=seeds, methods=methods, params=params,
                      train=train, arch=arch, root=root, image_size=image_size, aux=aux,
-                     tune=not no_tune, device=device, log=log if show else None,
-                     executor=runner,
+                     tune=not no_tune, device=device, val_open=val_open,
+                     log=log if show else None, executor=runner,
                      train_progress=(lambda label: train_progress(True, label))
                      if show else None)
     emit(result, lambda: print_experiment(result))
@@ -174,6 +179,11 @@ def wordnet(
         if unmapped := result[key]["unmapped"]:
             err.print(f"unmapped {what} classes ({len(unmapped)}): {', '.join(unmapped)} "
                       "(map them with --mapping or --auto-map)", highlight=False)
+        for cls, senses in result[key]["ambiguous"].items():
+            err.print(f"warning: --auto-map: {what} class {cls!r} has {len(senses)} noun "
+                      f"senses; used {senses[0]} (others: {', '.join(senses[1:4])}"
+                      f"{', ...' if len(senses) > 4 else ''}); pin it with --mapping",
+                      highlight=False)
     emit(result, lambda: _print_wordnet(result))
 
 
@@ -202,10 +212,14 @@ def tiers(
     images_root: ImagesRootOpt = None,
     base_spec: Annotated[Path | None, typer.Option(help="Spec the written specs extend.")] = None,
     out_: OptionalOutDirOpt = None,
+    skip_untiered: Annotated[bool, typer.Option(
+        "--skip-untiered", help="Leave out (and count) images of classes the tier file does "
+                                "not list, instead of stopping.")] = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """FACETS OODness tiers: T1 (tiers 0-1 ID, 2-3 OOD) and T2 (tiers 0-2 ID, 3 OOD).
+    Images of a class without a tier stop the command unless --skip-untiered.
 
     Example: featstore protocol tiers --tiers sun397_tiers.txt --images sun397/ --base-spec
     places.toml --out facets
@@ -214,12 +228,15 @@ def tiers(
     from featstore.protocols.wordnet_run import tier_assignment
 
     result = tier_assignment(tiers_file, images=images, images_root=images_root,
-                             base_spec=base_spec, out=out_)
+                             base_spec=base_spec, out=out_, skip_untiered=skip_untiered)
 
     def human() -> None:
         for tag, a in result["assignments"].items():
             n_id = sum(v == "id" for v in a.values())
             out.print(f"{tag}: {n_id} classes ID, {len(a) - n_id} OOD")
+        if result["untiered"]:
+            out.print(f"left out: {sum(result['untiered'].values())} images of "
+                      f"{len(result['untiered'])} classes without a tier", highlight=False)
 
     emit(result, human)
 

@@ -3,9 +3,9 @@
 A split file holds row-aligned datasets `features` (N, D) float32|float16, `logits` (N, C)
 float32, `labels` (N,) int64, `ids` (N,) utf-8 and optional `extra/<name>` arrays. Features and
 logits are chunked by rows; chunk size and compression were chosen by measurement
-(benchmarks/bench_store_layout.py, recorded in benchmarks/RESULTS.md): row chunks of about
-`CHUNK_BYTES` and no compression. Datasets are written without timestamps, so the same arrays
-always give the same bytes (and the same sha256).
+(benchmarks/bench_store_layout.py, recorded in benchmarks/results/store-layout.md): row
+chunks of about `CHUNK_BYTES` and no compression. Datasets are written without timestamps, so
+the same arrays always give the same bytes (and the same sha256).
 """
 
 from __future__ import annotations

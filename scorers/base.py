@@ -85,6 +85,13 @@ class Scorer:
     grid: ClassVar[dict[str, list[Any]]] = {}
     paper: ClassVar[Paper | str] = ""  # scorers.paper.Paper (every built-in) or free text
 
+    def score_form(self) -> str:
+        """"" for a score used as it is; "log_prob" where the score is the log of a
+        probability (exp gives the probability back: `msp`, `odin`, ...), "log_odds" where it
+        is log(p / (1 - p)). Part of the score-cache key, so scores cached in another form
+        are never read back."""
+        return ""
+
     def __init__(self, **params: Any):
         unknown = sorted(set(params) - set(self.defaults))
         if unknown:

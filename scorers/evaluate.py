@@ -94,12 +94,14 @@ def score_splits(store: StoreLike, name: str, params: Mapping[str, Any], splits:
         use_cache = False
     key = f"{name}~{digest}" if digest else name
     cache = ScoreCache(store) if use_cache else None
+    form = scorer.score_form()  # the score's form is part of the key, as its code is
+    cparams = {**scorer.params, "score_form": form} if form else scorer.params
     out: dict[str, np.ndarray] = {}
     todo = []
     for split_name in splits:
         split = store.split(split_name)
         store.check_committed(split_name)
-        hit = cache.get(key, scorer.params, split) if cache else None
+        hit = cache.get(key, cparams, split) if cache else None
         if hit is not None:
             out[split_name] = hit
         else:
@@ -116,7 +118,7 @@ def score_splits(store: StoreLike, name: str, params: Mapping[str, Any], splits:
             scores = scorer.score(split)
             score_s += time.perf_counter() - t0
             if cache:
-                cache.put(key, scorer.params, split, scores)
+                cache.put(key, cparams, split, scores)
             out[split.name] = scores
     return {s: out[s] for s in splits}, fit_s, score_s
 

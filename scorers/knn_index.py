@@ -20,7 +20,7 @@ IVF k-means is trained on at most `train_points_per_list * nlist` bank rows (def
 list; FAISS's own default is 256), drawn with numpy's default_rng(`seed`): k-means costs
 ~2 D x (training rows) x nlist x 10 iterations flops, the largest part of an IVF build at
 N = 100k, and 64 points per centroid keep the centroids (and the recall) close to a full
-training at a quarter of the cost (measured in benchmarks/RESULTS.md, "#19 approximate KNN").
+training at a quarter of the cost (measured in benchmarks/results/knn-ann.md).
 
 Recall calibration (`recall_target`, with `recall_queries` and `recall_k`; ivf_flat and
 hnsw): the search width (IVF `nprobe`, HNSW `ef_search`) for searches at k is the smallest
@@ -518,7 +518,7 @@ class KnnIndex:
     def _uses_own_ip_search(self, k: int) -> bool:
         """Exact inner-product search on the CPU with k >= N / OWN_IP_SEARCH_FRACTION:
         sgemm + partition (`scorers.kernels.iptopk`) beats FAISS's k-heaps there (measured in
-        benchmarks/RESULTS.md, "#19 eighth session")."""
+        benchmarks/results/HISTORY.md, "#19 eighth session")."""
         return (self.kind == "exact" and self.metric == "ip" and not self.on_gpu
                 and k * OWN_IP_SEARCH_FRACTION >= self.ntotal)
 

@@ -27,7 +27,7 @@ def demo_store(demo_dir):
 def test_demo_store_layout_and_accuracy(demo_store):
     """The demo's splits exist with val/test parts; the linear head on the frozen pretrained
     backbone reaches >= 95% ID accuracy (measured 97.8% on the full demo's id/test;
-    benchmarks/RESULTS.md "Demo on the pretrained backbone")."""
+    benchmarks/results/demo.md)."""
     names = demo_store.splits()
     for name in ("id/train", "id/val", "id/test", "csid/rotate30", "csid/blur1",
                  "ood/near/digits6to9", "ood/near/digits6to9_val", "ood/far/photos",
@@ -44,7 +44,7 @@ def test_demo_store_layout_and_accuracy(demo_store):
 
 def test_demo_regime_on_the_pretrained_backbone(demo_store):
     """The literature's picture on the default demo (thresholds from the measurement in
-    benchmarks/RESULTS.md "Demo on the pretrained backbone", at the test scale 0.5, a margin
+    benchmarks/results/demo.md, at the test scale 0.5, a margin
     below each measured value): feature-space scorers (KNN, ViM, MDS) separate far-OOD almost
     perfectly (far AUROC >= 95), logit scorers (MSP, energy) are reasonable (far >= 80), and
     near-OOD (held-out digits) is harder than far for every one of them. AUROCs are

@@ -118,32 +118,14 @@ def _check_done(out: Path, executor: str) -> None:
     assert st["counts"]["done"] == 2 and sum(st["counts"].values()) == 2
 
 
-def test_ray_equals_local(ray_cluster, experiment, local_result, tmp_path, capsys):
-    """2 Ray tasks (one per split x seed x training method); results.json = the local one;
-    `run --status` lists the 2 units done; a rerun reads every unit back (no task)."""
+def test_ray_equals_local_and_killed_unit_redone(ray_cluster, experiment, local_result,
+                                                 tmp_path, capsys):
+    """2 Ray tasks (one per split x seed x training method); the worker running the
+    LogitNorm unit is SIGKILLed while the unit runs (its state file says running, its pid the
+    worker's); Ray re-runs the task (max_retries), the unit redoes what its files do not hold.
+    results.json (the other unit uninterrupted, this one redone) = the local one; `run
+    --status` lists the 2 units done; a rerun reads every unit back (no task)."""
     out = tmp_path / "ray"
-    res = run_experiment(load_experiment(experiment), out,
-                         executor=RayExecutor(poll_s=0.5))
-    assert _comparable(res) == _comparable(local_result)
-    assert _comparable(json.loads((out / "results.json").read_text())) == \
-        _comparable(local_result)
-    _check_done(out, "ray")
-    pids = {u: read_state(out, u)["pid"] for u in UNITS}
-    assert os.getpid() not in pids.values()          # the units ran in Ray's workers
-    code, stdout, err = run(capsys, "run", "--status", str(out), "--json")
-    assert code == 0, err
-    assert json.loads(stdout)["counts"]["done"] == 2
-    again = run_experiment(load_experiment(experiment), out, executor=RayExecutor(poll_s=0.5))
-    assert _comparable(again) == _comparable(local_result)
-    assert {u: read_state(out, u)["pid"] for u in UNITS} == pids     # read back, not rerun
-
-
-def test_ray_worker_killed_mid_unit_is_redone(ray_cluster, experiment, local_result,
-                                              tmp_path):
-    """The worker running a unit is SIGKILLed while the unit runs (its state file says
-    running, its pid the worker's); Ray re-runs the task (max_retries), the unit redoes what
-    its files do not hold, and the aggregate equals the uninterrupted local run's."""
-    out = tmp_path / "killed"
     box: dict = {}
 
     def drive():
@@ -153,22 +135,43 @@ def test_ray_worker_killed_mid_unit_is_redone(ray_cluster, experiment, local_res
         except BaseException as exc:   # noqa: BLE001 (re-raised in the test thread)
             box["exc"] = exc
 
+    victim = _interrupt_when_running(drive, out, "r7-3-seed0-logitnorm",
+                                     lambda st: os.kill(st["pid"], signal.SIGKILL))
+    if "exc" in box:
+        raise box["exc"]
+    after = read_state(out, "r7-3-seed0-logitnorm")
+    assert after["state"] == "done" and after["pid"] != victim["pid"]
+    res = box["res"]
+    assert _comparable(res) == _comparable(local_result)
+    assert _comparable(json.loads((out / "results.json").read_text())) == \
+        _comparable(local_result)
+    _check_done(out, "ray")
+    pids = {u: read_state(out, u)["pid"] for u in UNITS}
+    assert os.getpid() not in pids.values()          # the units ran in Ray's workers
+    capsys.readouterr()                               # what Ray printed while the unit died
+    code, stdout, err = run(capsys, "run", "--status", str(out), "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["counts"]["done"] == 2, stdout
+    again = run_experiment(load_experiment(experiment), out, executor=RayExecutor(poll_s=0.5))
+    assert _comparable(again) == _comparable(local_result)
+    assert {u: read_state(out, u)["pid"] for u in UNITS} == pids     # read back, not rerun
+
+
+def _interrupt_when_running(drive, out: Path, uid: str, interrupt) -> dict:
+    """Run `drive` in a thread; once unit `uid`'s state file says running, call
+    `interrupt(state)` once; wait for `drive` to end; the state interrupted."""
     thread = threading.Thread(target=drive)
     thread.start()
     victim, end = None, time.monotonic() + 300
     while victim is None and time.monotonic() < end and thread.is_alive():
-        st = read_state(out, "r7-3-seed0-logitnorm") if (out / "units").is_dir() else None
+        st = read_state(out, uid) if (out / "units").is_dir() else None
         if st and st["state"] == "running":
-            victim = st["pid"]
-            os.kill(victim, signal.SIGKILL)
+            victim = st
+            interrupt(st)
         time.sleep(0.05)
     thread.join(600)
     assert victim is not None, "the unit never ran"
-    if "exc" in box:
-        raise box["exc"]
-    after = read_state(out, "r7-3-seed0-logitnorm")
-    assert after["state"] == "done" and after["pid"] != victim
-    assert _comparable(box["res"]) == _comparable(local_result)
+    return victim
 
 
 def test_slurm_equals_local(slurm, experiment, local_result, tmp_path, capsys):
@@ -235,13 +238,15 @@ def test_local_pool_equals_sequential(experiment, local_result, tmp_path, capsys
     assert code == 2 and "unknown ray executor key 'workers'" in err
 
 
-def test_protocol_osr_pool_equals_local(worker_env, tmp_path, capsys):
-    """`protocol osr --executor-config` (local, workers = 2: 2 units, the MSP and LogitNorm
-    models of one division, each in a pool process) prints the results of the in-process
-    run (both on 1 torch thread)."""
+def test_protocol_osr_on_ray_equals_local(ray_cluster, tmp_path, capsys):
+    """`protocol osr --executor-config` (kind = ray: 2 units, the MSP and LogitNorm models of
+    one division at 8x8, each a task on the Ray workers already started) prints the results
+    of the in-process run (both on 1 torch thread). The OSR preset trains with random-shift
+    crops, Nesterov and a cosine schedule: the same bits in another process. (The local
+    process pool is `test_local_pool_equals_sequential`'s.)"""
     args = ["protocol", "osr", "--data", "digits", "--ratios", "7/3", "--seeds", "1",
             "--methods", "MSP,LogitNorm", "--arch", "tiny_models:TinyCNN", "--epochs", "1",
-            "--batch-size", "64", "--device", "cpu", "--no-tune", "--json"]
+            "--batch-size", "64", "--image-size", "8", "--device", "cpu", "--no-tune", "--json"]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -250,11 +255,11 @@ def test_protocol_osr_pool_equals_local(worker_env, tmp_path, capsys):
         torch.set_num_threads(threads)
     assert code == 0, err
     local = json.loads(stdout)
-    cfg = tmp_path / "pool.toml"
-    cfg.write_text('[executor]\nkind = "local"\nworkers = 2\n')
+    cfg = tmp_path / "ray.toml"
+    cfg.write_text('[executor]\nkind = "ray"\npoll_s = 0.5\n')
     torch.set_num_threads(1)
     try:
-        code, stdout, err = run(capsys, *args, "--out", str(tmp_path / "pool"),
+        code, stdout, err = run(capsys, *args, "--out", str(tmp_path / "ray"),
                                 "--executor-config", str(cfg))
     finally:
         torch.set_num_threads(threads)
@@ -263,11 +268,13 @@ def test_protocol_osr_pool_equals_local(worker_env, tmp_path, capsys):
     assert len(got["runs"]) == 2 and all(r["status"] == "ok" for r in got["runs"])
     # model_sha256 digests the checkpoint's bytes: its tensors and fields are equal, but the
     # pickle inside torch.save memoizes by object identity (shared strings), which differs
-    # between a pool process and this one; every number is compared
+    # between a worker process and this one; every number is compared
     for r in got["runs"] + local["runs"]:
         r.pop("model_sha256")
     assert _comparable(got) == _comparable(local)
-    assert status(tmp_path / "pool")["counts"]["done"] == 2
+    st = status(tmp_path / "ray")
+    assert st["executor"] == "ray" and st["counts"]["done"] == 2
+    assert os.getpid() not in {u["pid"] for u in st["units"]}
 
 
 def _shift_store(path: Path) -> Path:

@@ -239,7 +239,7 @@ def test_user_spec_resumes_without_recomputing_finished_runs(tmp_path, user_spec
     ('[data]\nosr = { data = "digits" }\n[[method]]\nscorer = "nope"\n',
      "unknown scorer 'nope'"),
     ('[data]\nosr = { data = "digits" }\nfoo = 1\n[[method]]\nscorer = "msp"\n',
-     "[data]: unknown key 'foo' (valid: spec, osr, aux, aux_name)"),
+     "[data]: unknown key 'foo' (valid: spec, osr, stores, aux, aux_name)"),
     ('[data]\nosr = { data = "digits" }\n[train]\nepoch = 3\n[[method]]\nscorer = "msp"\n',
      "[train]: unknown key 'epoch'"),
     ('[data]\nosr = { data = "digits" }\n[tune]\nrule = "test"\n[[method]]\nscorer = "msp"\n',

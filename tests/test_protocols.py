@@ -108,7 +108,7 @@ def test_file_data_split_lists(tmp_path):
     data = osr.load_data(str(root))
     assert data.classes == ["c0", "c1", "c2", "c3"]
     split = osr.ClassSplit((2, 2), 0, (1, 3), (0, 2))
-    text = osr.split_spec_text(data, split, tmp_path / "d", None)
+    text = osr.split_spec_text(data, split, tmp_path / "d", None, val_open="paper")
     spec_file = tmp_path / "d" / "spec.toml"
     spec_file.write_text(text)
     spec = load_spec(spec_file)
@@ -123,6 +123,53 @@ def test_file_data_split_lists(tmp_path):
     assert {ln.split()[0].split("/")[0] for ln in lines["open_test"]} == {"c0", "c2"}
     # 8 per class: train 0.6 -> 5, val 0.15 -> 1, test 0.25 -> 2 (round of cumulative cuts)
     assert (len(lines["train"]), len(lines["val"]), len(lines["test"])) == (10, 2, 4)
+
+
+def test_osr_validation_holds_out_open_classes_by_default(tmp_path):
+    """Default val_open = "heldout": ood/osr/open_val and ood/osr/open hold disjoint open
+    classes (h = round(o / 3) held out, drawn by default_rng([seed, 1]), as the docstring
+    says), so tuning never sees a tested class; "paper" tunes on the tested classes' val
+    images; a division with one open class is refused under "heldout"."""
+    root = tmp_path / "imgs"
+    imgs = (skdata.astronaut(), skdata.coffee(), skdata.chelsea(), skdata.rocket(),
+            skdata.brick(), skdata.camera())
+    for i, img in enumerate(imgs):
+        save_crops(root / f"c{i}", img if img.ndim == 3 else np.stack([img] * 3, -1), 8)
+    data = osr.load_data(str(root))
+    split = osr.ClassSplit((3, 3), 4, (0, 2, 5), (1, 3, 4))
+    held = sorted(int(c) for c in np.random.default_rng([4, 1]).choice([1, 3, 4], 1,
+                                                                          replace=False))
+    val_cls, test_cls = osr.open_val_test(split)
+    assert list(val_cls) == held and set(test_cls) == {1, 3, 4} - set(held)
+    osr.split_spec_text(data, split, tmp_path / "h", None)
+    listed = {p: {ln.split()[0].split("/")[0] for ln in
+                  (tmp_path / "h" / "lists" / f"{p}.txt").read_text().split("\n")[:-1]}
+              for p in ("open_val", "open_test")}
+    assert listed["open_val"] == {f"c{c}" for c in held}
+    assert listed["open_test"] == {f"c{c}" for c in test_cls}
+    assert not listed["open_val"] & listed["open_test"]
+    assert osr.open_val_test(split, "paper") == ((1, 3, 4), (1, 3, 4))
+    digits = osr.split_spec_text(osr.load_data("digits"), osr.class_splits(10, (7, 3), [0])[0],
+                                 tmp_path / "g", None)
+    val_d, test_d = osr.open_val_test(osr.class_splits(10, (7, 3), [0])[0])
+    import tomllib
+
+    sources = {sp["name"]: sp["source"] for sp in tomllib.loads(digits)["split"]}
+    assert sources["ood/osr/open_val"]["classes"] == list(val_d)
+    assert sources["ood/osr/open"]["classes"] == list(test_d)
+    assert not set(val_d) & set(test_d) and len(val_d) == 1 and len(test_d) == 2
+    with pytest.raises(UsageError, match='one open class.*val_open = "paper"'):
+        osr.open_val_test(osr.class_splits(10, (9, 1), [0])[0])
+
+
+def test_osr_one_open_class_fails_before_training(tmp_path):
+    from featstore.experiments import run_experiment
+    from featstore.experiments.presets import osr_experiment, ten_method_rows
+
+    exp = osr_experiment("digits", [(9, 1)], 1, ten_method_rows()[:1], {"epochs": 1})
+    with pytest.raises(UsageError, match="one open class"):
+        run_experiment(exp, tmp_path / "o")
+    assert not (tmp_path / "o" / "runs").exists()
 
 
 def test_osr_digits_end_to_end(tmp_path, capsys):
@@ -319,6 +366,54 @@ def test_grid_from_row_degrees_in_split_extras(tmp_path, capsys):
         code, _, err = run(capsys, "protocol", "shift-grid", str(tmp_path / "s"), "--method",
                            "msp", "--levels-edges", bad)
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_degrees_file_rows_match_by_image_id(tmp_path, capsys):
+    """Degrees computed on a reference store whose OOD rows are in another order than the
+    scored store's: `shift-grid --degrees` matches them by image id, so the grid equals the
+    one from the degrees stored (aligned by hand) as the scored store's own extras; a store
+    image missing from the file, and a file without ids, are errors."""
+    rng = np.random.default_rng(4)
+    w, b = rng.normal(size=(3, 8)).astype(np.float32), np.zeros(3, dtype=np.float32)
+    ids = np.array([f"img{i:03d}.png" for i in range(60)])
+    ood = rng.normal(size=(60, 8)).astype(np.float32)
+    ref_feats = (rng.normal(size=(60, 8)) + 3.0 * (np.arange(60) >= 30)[:, None]).astype(
+        np.float32)
+    idt = {"features": rng.normal(size=(50, 8)).astype(np.float32) * 2,
+           "labels": rng.integers(0, 3, 50)}
+    perm = rng.permutation(60)
+    Store.from_arrays(tmp_path / "ref", head=(w, b), splits={
+        "id/train": {"features": rng.normal(size=(40, 8)).astype(np.float32),
+                     "labels": rng.integers(0, 3, 40)},
+        "id/test": idt, "ood/far/x": {"features": ref_feats[perm], "ids": ids[perm]}})
+    Store.from_arrays(tmp_path / "cls", head=(w, b), splits={
+        "id/test": idt, "ood/far/x": {"features": ood, "ids": ids}})
+    code, _, err = run(capsys, "protocol", "shift-degrees", str(tmp_path / "ref"), "--sem-dims",
+                       "0:4", "--cov-dims", "4:8", "--k", "1", "--out", str(tmp_path / "d.npz"))
+    assert code == 0, err
+    with np.load(tmp_path / "d.npz") as z:
+        deg_ref = z["ood__far__x"]
+        assert list(z["ood__far__x__ids"]) == list(ids[perm])
+    aligned = np.empty_like(deg_ref)
+    aligned[perm] = deg_ref                      # row perm[k] of the scored store = ref row k
+    Store.from_arrays(tmp_path / "own", head=(w, b), splits={
+        "id/test": idt, "ood/far/x": {"features": ood, "ids": ids, "extras": {
+            "sem_shift": aligned[:, 0], "cov_shift": aligned[:, 1]}}})
+    args = ["--method", "msp", "--levels", "2", "--min-count", "1", "--json"]
+    code, by_file, err = run(capsys, "protocol", "shift-grid", str(tmp_path / "cls"),
+                             "--degrees", str(tmp_path / "d.npz"), *args)
+    assert code == 0, err
+    code, by_hand, err = run(capsys, "protocol", "shift-grid", str(tmp_path / "own"), *args)
+    assert code == 0, err
+    assert json.loads(by_file)["results"] == json.loads(by_hand)["results"]
+    np.savez(tmp_path / "old.npz", ood__far__x=deg_ref)
+    code, _, err = run(capsys, "protocol", "shift-grid", str(tmp_path / "cls"), "--degrees",
+                       str(tmp_path / "old.npz"), *args)
+    assert code == 2 and "has no image ids" in err
+    np.savez(tmp_path / "part.npz", ood__far__x=deg_ref[:59], ood__far__x__ids=ids[perm][:59])
+    code, _, err = run(capsys, "protocol", "shift-grid", str(tmp_path / "cls"), "--degrees",
+                       str(tmp_path / "part.npz"), *args)
+    assert code == 2 and "1 of its 60 images have no degree" in err
 
 
 def test_shift_degrees_default_k_is_the_is_ood_release_10():

@@ -73,9 +73,17 @@ def test_class_resolution(wn, tmp_path):
     assert m.how == {"n02084071": "wnid", "tench": "imagenet", "dog.n.01": "synset",
                      "kitchen": "mapping"}
     assert m.unmapped == ["crane", "zzzq"]  # crane is two ImageNet classes: ambiguous
-    auto = wnp.resolve_classes(["galaxy", "zzzq"], auto=True, wn=wn)
+    auto = wnp.resolve_classes(["galaxy", "zzzq", "crane"], auto=True, wn=wn)
     assert [s.name() for s in auto.synsets["galaxy"]] == ["galaxy.n.01"] and auto.unmapped == [
         "zzzq"]
+    # "crane" auto-maps to its first noun sense, crane.n.01 (Hart Crane, the poet): flagged
+    # with every sense, as wn.synsets lists them (the reference)
+    assert auto.synsets["crane"][0].name() == "crane.n.01"
+    assert auto.ambiguous == {c: [x.name() for x in wn.synsets(c, pos="n")]
+                              for c in ("galaxy", "crane")}  # galaxy.n.01, galax.n.01, ...
+    assert len(auto.ambiguous["crane"]) == 5 and auto.ambiguous["crane"][2] == "grus.n.01"
+    single = wnp.resolve_classes(["zebra"], auto=True, wn=wn)
+    assert single.how == {"zebra": "imagenet"} and single.ambiguous == {}
     with pytest.raises(UsageError, match="'nosuch.n.01' .* is not a WordNet synset"):
         wnp.resolve_classes(["x"], {"x": ["nosuch.n.01"]}, wn=wn)
 
@@ -204,3 +212,24 @@ def test_tiers_cli(tmp_path, capsys):
     (tmp_path / "bad.txt").write_text("beach 4\n")
     code, _, err = run(capsys, "protocol", "tiers", "--tiers", str(tmp_path / "bad.txt"))
     assert code == 2 and "line 1: expected 'class_name tier' with tier 0-3" in err
+
+
+def test_tiers_never_drop_untiered_images_silently(tmp_path, capsys):
+    """An ImageFolder with a class the tier file does not list: the command stops naming the
+    class and its image count; with --skip-untiered it writes the lists without them and
+    reports the count; the written lists hold exactly the tiered classes' images (counted
+    by hand from the folders)."""
+    cands = _tree(tmp_path / "cands", ["beach", "sky", "crane"])
+    (tmp_path / "t.txt").write_text("beach 0\nsky 3\n")
+    args = ["protocol", "tiers", "--tiers", str(tmp_path / "t.txt"), "--images", str(cands),
+            "--out", str(tmp_path / "o")]
+    code, _, err = run(capsys, *args)
+    assert code == 2 and "3 images of 1 classes have no tier" in err and "crane" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+    code, stdout, err = run(capsys, *args, "--skip-untiered", "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["untiered"] == {"crane": 3}
+    id_list = (tmp_path / "o" / "T1" / "id.txt").read_text().splitlines()
+    ood_list = (tmp_path / "o" / "T1" / "ood.txt").read_text().splitlines()
+    assert len(id_list) == 3 and all("/beach/" in ln for ln in id_list)
+    assert len(ood_list) == 3 and all("/sky/" in ln for ln in ood_list)

@@ -14,7 +14,7 @@ The head is trained by `fit_linear_head`: multinomial logistic regression on the
 features of the ID train split, i.e. (W, b) = argmin sum_i -log softmax(W h_i + b)[y_i]
 + ||W||^2 / (2 C) (scikit-learn's lbfgs solver, C = HEAD_C; deterministic). The
 measurement behind "a linear head rather than a light fine-tune" is in
-benchmarks/RESULTS.md ("Demo on the pretrained backbone").
+benchmarks/results/demo.md.
 
 Input: INPUT_SIZE x INPUT_SIZE RGB, ImageNet mean/std (`TRANSFORM`). 64 px instead of the
 network's native 224 px keeps a CPU demo within minutes (the forward costs ~12x less); the

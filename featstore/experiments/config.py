@@ -11,7 +11,9 @@
     [data]                                  # exactly one of spec / osr
     spec = "bench.toml"                     # a benchmark spec (relative: to this file)
     # osr = { data = "images/", ratios = ["7/3", "5/5"], root = "...", image_size = 224,
-    #         fractions = { train = 0.6, val = 0.15, test = 0.25 } }   # per-class shares
+    #         fractions = { train = 0.6, val = 0.15, test = 0.25 },   # per-class shares
+    #         val_open = "heldout" }   # tune on held-out open classes; "paper": on val images
+    #                                  #   of the tested open classes (protocols/osr.py)
     # aux = { builtin = "patches", images = ["camera"], count = 40 }   # OE / MCD outliers,
     #                                        added as ood/aux/<aux_name> with usage = "train"
 
@@ -50,6 +52,7 @@ spec split with role ood and usage "train").
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import tomllib
 from dataclasses import asdict, dataclass, field
@@ -61,7 +64,7 @@ from scorers.needs import Needs
 from scorers.sweep import check_select_by
 
 from ..errors import InputError, UsageError
-from ..protocols.osr import parse_ratio
+from ..protocols.osr import VAL_OPEN_MODES, parse_ratio
 from ..spec import load_spec
 from ..training.methods import get_method
 from ..training.presets import TRAIN_PRESETS, preset_values
@@ -69,11 +72,11 @@ from ..training.presets import TRAIN_PRESETS, preset_values
 #: the most seeds an experiment may name (each one trains and extracts every model again)
 MAX_SEEDS = 10_000
 TOP_KEYS = ("name", "arch", "seeds", "runs", "device", "data", "train", "tune", "method",
-            "executor")
+            "executor", "model", "checkpoint")
 #: run r of OSR division seed s trains with seed s + RUN_SEED_STRIDE * r
 RUN_SEED_STRIDE = 1000
-DATA_KEYS = ("spec", "osr", "aux", "aux_name")
-OSR_KEYS = ("data", "ratios", "root", "image_size", "fractions")
+DATA_KEYS = ("spec", "osr", "stores", "aux", "aux_name")
+OSR_KEYS = ("data", "ratios", "root", "image_size", "fractions", "val_open")
 TRAIN_KEYS = ("preset", "epochs", "batch_size", "lr", "momentum", "weight_decay", "nesterov",
               "schedule", "augment", "num_workers", "finetune", "finetune_epochs",
               "finetune_lr")
@@ -122,6 +125,9 @@ class Experiment:
     select_by: str = "auroc"
     path: str | None = None
     runs: int = 1
+    stores: list[str] | None = None        # existing stores, one per seed (existing.py)
+    model: str | None = None               # an existing model: nothing is trained
+    checkpoints: list[str] | None = None   #   its checkpoints, one per seed
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -227,6 +233,112 @@ def _rows(raw: Any, where: str) -> list[MethodRow]:
     return rows
 
 
+def _paths(value: Any, base: Path, what: str, where: str) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(v, str) and v for v in items):
+        raise InputError(f"{where}: {what} must be a path or a non-empty list of paths")
+    out = []
+    for v in items:
+        p = Path(v).expanduser()
+        out.append(str(p if p.is_absolute() else base / p))
+    return out
+
+
+def _check_module(model: str, where: str) -> None:
+    if ":" not in model:
+        return
+    module = model.split(":", 1)[0]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise InputError(f"{where}: model {model!r}: module {module!r} cannot be found "
+                         "(is it on PYTHONPATH?)")
+
+
+def parse_existing(data: dict[str, Any], data_t: dict[str, Any], base: Path,
+                   where: str) -> dict[str, Any]:
+    """{"stores", "model", "checkpoints", "seeds"} of an existing-model / existing-store file
+    (all None when the file trains); InputError naming the file and key otherwise."""
+    stores = model = checkpoints = None
+    if "stores" in data_t:
+        stores = _paths(data_t["stores"], base, "[data] stores", where)
+        for s in stores:
+            if not (Path(s) / "store.json").is_file():
+                raise InputError(f"{where} [data]: stores: {s!r} is not a featstore store "
+                                 "(no store.json)")
+        if "model" in data or "checkpoint" in data:
+            raise InputError(f"{where}: give [data] stores or model / checkpoint, not both")
+    if "checkpoint" in data:
+        checkpoints = _paths(data["checkpoint"], base, "checkpoint", where)
+        for c in checkpoints:
+            if not Path(c).is_file():
+                raise InputError(f"{where}: checkpoint {c!r}: file not found")
+    if "model" in data or checkpoints is not None:
+        model = data.get("model") or data.get("arch")
+        if not isinstance(model, str) or not model:
+            raise InputError(f"{where}: checkpoint needs model = \"module:callable\" or a "
+                             "torchvision name")
+        _check_module(model, where)
+        if checkpoints is None and ":" not in model:
+            raise InputError(f"{where}: model {model!r} without checkpoint would evaluate "
+                             "untrained weights; give checkpoint = \"model.pt\"")
+        if "spec" not in data_t:
+            raise InputError(f"{where}: an existing model is extracted over [data] spec; "
+                             "give spec = \"bench.toml\"")
+    if stores is None and model is None:
+        return {"stores": None, "model": None, "checkpoints": None, "seeds": None}
+    n = len(stores) if stores is not None else len(checkpoints or [None])
+    for key in ("train", "runs"):
+        if key in data:
+            raise InputError(f"{where}: {key!r} does not apply to existing "
+                             f"{'stores' if stores else 'models'} (nothing is trained)")
+    seeds = data.get("seeds", list(range(n)))
+    seeds = list(range(seeds)) if isinstance(seeds, int) and not isinstance(seeds, bool) \
+        else seeds
+    if not isinstance(seeds, list) or len(seeds) != n:
+        raise InputError(f"{where}: seeds must list one seed per "
+                         f"{'store' if stores else 'checkpoint'} ({n}), got {seeds!r}")
+    return {"stores": stores, "model": model, "checkpoints": checkpoints, "seeds": seeds}
+
+
+def check_rows_untrained(rows: list[Any], where: str) -> None:
+    """Rows over existing stores / models train nothing."""
+    for r in rows:
+        if r.train != "ce" or r.train_params:
+            raise InputError(f"{where}: row {r.name!r}: train = {r.train!r} needs training; "
+                             "rows over existing stores / models run post-hoc scorers only")
+
+
+def _data_source(data_t: dict[str, Any], base: Path,
+                 where: str) -> tuple[str | None, dict[str, Any] | None]:
+    """(spec path, osr table) of [data]; both None for [data] stores (existing.py)."""
+    spec = osr = None
+    if "spec" in data_t:
+        p = Path(str(data_t["spec"])).expanduser()
+        spec = str(p if p.is_absolute() else base / p)
+        if not Path(spec).is_file():
+            raise InputError(f"{where} [data]: spec {spec!r}: file not found")
+    elif "osr" in data_t:
+        osr = dict(data_t["osr"])
+        _check_keys(osr, OSR_KEYS, f"{where} [data] osr")
+        if "data" not in osr:
+            raise InputError(f"{where} [data] osr: missing 'data' (digits, an ImageFolder or "
+                             "an image list)")
+        if osr.setdefault("val_open", "heldout") not in VAL_OPEN_MODES:
+            raise InputError(f"{where} [data] osr: val_open {osr['val_open']!r} (valid: "
+                             f"{', '.join(VAL_OPEN_MODES)})")
+        ratios = osr.get("ratios", ["7/3", "6/4", "5/5"])
+        osr["ratios"] = [list(parse_ratio(r)) for r in
+                         (ratios if isinstance(ratios, list) else str(ratios).split(","))]
+        for key in ("data", "root"):
+            value = osr.get(key)
+            if isinstance(value, str) and value != "digits" and not Path(value).is_absolute():
+                osr[key] = str(base / value)
+    return spec, osr
+
+
 def parse_experiment(data: dict[str, Any], base: Path, where: str) -> Experiment:
     """Validate an experiment dict (as loaded from TOML); relative paths resolve to `base`."""
     _check_keys(data, TOP_KEYS, where)
@@ -245,27 +357,14 @@ def parse_experiment(data: dict[str, Any], base: Path, where: str) -> Experiment
     if data_t is None:
         raise InputError(f"{where}: missing [data] (spec = \"bench.toml\" or osr = {{...}})")
     _check_keys(data_t, DATA_KEYS, f"{where} [data]")
-    if ("spec" in data_t) == ("osr" in data_t):
-        raise InputError(f"{where} [data]: give exactly one of spec and osr")
-    spec = osr = None
-    if "spec" in data_t:
-        p = Path(str(data_t["spec"])).expanduser()
-        spec = str(p if p.is_absolute() else base / p)
-        if not Path(spec).is_file():
-            raise InputError(f"{where} [data]: spec {spec!r}: file not found")
-    else:
-        osr = dict(data_t["osr"])
-        _check_keys(osr, OSR_KEYS, f"{where} [data] osr")
-        if "data" not in osr:
-            raise InputError(f"{where} [data] osr: missing 'data' (digits, an ImageFolder or "
-                             "an image list)")
-        ratios = osr.get("ratios", ["7/3", "6/4", "5/5"])
-        osr["ratios"] = [list(parse_ratio(r)) for r in
-                         (ratios if isinstance(ratios, list) else str(ratios).split(","))]
-        for key in ("data", "root"):
-            value = osr.get(key)
-            if isinstance(value, str) and value != "digits" and not Path(value).is_absolute():
-                osr[key] = str(base / value)
+    if sum(k in data_t for k in ("spec", "osr", "stores")) != 1:
+        raise InputError(f"{where} [data]: give exactly one of spec, osr and stores")
+    existing = parse_existing(data, data_t, base, where)
+    if existing["seeds"] is not None:
+        seeds = existing["seeds"]
+        if not all(isinstance(s, int) and s >= 0 for s in seeds) or len(set(seeds)) < len(seeds):
+            raise InputError(f"{where}: seeds must be distinct integers >= 0, got {seeds}")
+    spec, osr = _data_source(data_t, base, where)
     train = dict(data.get("train") or {})
     _check_keys(train, TRAIN_KEYS, f"{where} [train]")
     try:
@@ -289,6 +388,8 @@ def parse_experiment(data: dict[str, Any], base: Path, where: str) -> Experiment
         raise InputError(f"{where} [data]: aux must be a source table, e.g. {{ imagefolder = "
                          "\"outliers/\" }")
     rows = _rows(data.get("method"), where)
+    if existing["seeds"] is not None:
+        check_rows_untrained(rows, where)
     _check_outliers(rows, spec, aux, where)
     runs = data.get("runs", 1)
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
@@ -304,7 +405,8 @@ def parse_experiment(data: dict[str, Any], base: Path, where: str) -> Experiment
                       spec=spec, osr=osr, aux=dict(aux) if aux else None,
                       aux_name=str(data_t.get("aux_name", "aux")),
                       device=str(data.get("device", "auto")), train=train, tune_rule=rule,
-                      select_by=select_by, runs=int(runs))
+                      select_by=select_by, runs=int(runs), stores=existing["stores"],
+                      model=existing["model"], checkpoints=existing["checkpoints"])
 
 
 def _check_outliers(rows: list[MethodRow], spec: str | None, aux: Any, where: str) -> None:

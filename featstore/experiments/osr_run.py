@@ -46,7 +46,7 @@ def run_osr(data: str, out: Path, *, ratios: str = "7/3,6/4,5/5", seeds: int = 5
             methods: str = "msp,vim,knn", params: Mapping[str, Mapping[str, Any]] | None = None,
             train: Mapping[str, Any] | None = None, arch: str | None = None,
             root: Path | None = None, image_size: int | None = None, aux: Path | None = None,
-            tune: bool = True, device: str = "auto",
+            tune: bool = True, device: str = "auto", val_open: str = "heldout",
             log: Callable[[str], None] | None = None,
             train_progress: Callable[[str], Any] | None = None,
             executor: Any = None) -> dict[str, Any]:
@@ -65,7 +65,8 @@ def run_osr(data: str, out: Path, *, ratios: str = "7/3,6/4,5/5", seeds: int = 5
                   else dict(AUX_SOURCE) if digits else None)
     exp = osr_experiment(data, ratio_list, seeds, rows, train, arch=arch,
                          root=str(root) if root else None, image_size=image_size,
-                         aux=aux_source, device=device, tune_rule="val" if tune else "none")
+                         aux=aux_source, device=device, tune_rule="val" if tune else "none",
+                         val_open=val_open)
     start = time.perf_counter()
     result = run_experiment(exp, out, log=log, train_progress=train_progress,
                             executor=executor)

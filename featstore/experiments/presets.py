@@ -5,7 +5,7 @@ The ten rows, in the paper's four families (score of each method as the benchmar
 
     post hoc        MSP, ViM, KNN        one `ce` model, post-hoc scorers
     train-time      ConfBranch (confidence), LogitNorm (MSP), G-ODIN (eq. 12)
-    outlier         OE (MSP), MCD (L1 discrepancy of the two heads)
+    outlier         OE (MSP), MCD (eq. 14: entropy discrepancy of the two heads)
     model unc.      MC-Dropout (MC-averaged entropy), TempScaling (fitted on id/val)
 
 Tuning (the paper, §2.5: "explored only the five most common values and selected
@@ -15,6 +15,12 @@ paper's dimension rule (`scorers.methods.vim`: D // 2 below D = 768), since its 
 (256, 1000) does not fit small feature spaces; the other rows have no hyperparameter.
 MC-Dropout is extracted with `MC_SAMPLES` stochastic passes. OE and MCD read the auxiliary
 outliers of the experiment's [data] aux.
+
+Paper settings where the scorer's own default differs (each row sets it):
+- MCD: `variant = "entropy"`, d = H(p1) - H(p2), the paper's eq. 14 ("We used d(p1(y|x),
+  p2(y|x)) to measure the divergence between the two softmax class probabilities", §2.4,
+  eq. 14; shared/papers/rs-ood-ten-methods-remote-sensing-2024.txt line 432-439); the `mcd`
+  scorer's default is Yu & Aizawa's / OpenOOD's L1 discrepancy.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 from scorers import REGISTRY, unknown_scorer
 
 from ..errors import UsageError
+from ..protocols.osr import VAL_OPEN_MODES
 from .config import Experiment, MethodRow
 
 MC_SAMPLES = 5
@@ -44,7 +51,7 @@ def ten_method_rows(finetune: bool = False) -> list[MethodRow]:
         MethodRow("LogitNorm", "logitnorm", "msp"),
         MethodRow("G-ODIN", "godin", "godin"),
         MethodRow("OE", "oe", "msp", train_params=oe),
-        MethodRow("MCD", "mcd", "mcd", train_params=mcd),
+        MethodRow("MCD", "mcd", "mcd", params={"variant": "entropy"}, train_params=mcd),
         MethodRow("MC-Dropout", "mcdropout", "mcdropout", extract={"mc_samples": MC_SAMPLES}),
         MethodRow("TempScaling", "ce", "temp_scaling"),
     ]
@@ -88,12 +95,17 @@ def osr_experiment(data: str, ratios: Sequence[tuple[int, int]], seeds: int,
                    image_size: int | None = None, fractions: dict[str, float] | None = None,
                    aux: dict[str, Any] | None = None, device: str = "auto",
                    tune_rule: str = "val", select_by: str = "auroc",
-                   name: str = "OSR (Wang et al. 2024 §2.6.1)") -> Experiment:
+                   name: str = "OSR (Wang et al. 2024 §2.6.1)",
+                   val_open: str = "heldout") -> Experiment:
     """The OSR protocol: per ratio and seed a class division (seed = the division's), every
-    row's training method trained with that seed, tuned on `ood/osr/open_val`."""
+    row's training method trained with that seed, tuned on `ood/osr/open_val` (held-out open
+    classes by default; `val_open="paper"`: the tested classes' val images)."""
     if seeds < 1:
         raise UsageError(f"--seeds {seeds}: must be >= 1")
-    osr: dict[str, Any] = {"data": data, "ratios": [list(r) for r in ratios]}
+    if val_open not in VAL_OPEN_MODES:
+        raise UsageError(f"--val-open {val_open!r}: expected one of {', '.join(VAL_OPEN_MODES)}")
+    osr: dict[str, Any] = {"data": data, "ratios": [list(r) for r in ratios],
+                           "val_open": val_open}
     if root is not None:
         osr["root"] = str(Path(root).resolve())
     if image_size:

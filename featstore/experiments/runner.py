@@ -63,7 +63,14 @@ from ..extract import ExtractOptions, extract
 from ..fileio import atomic_write_json, atomic_write_output, sha256_file
 from ..interrupts import raise_if_interrupted
 from ..lock import StoreLock
-from ..protocols.osr import DIGITS_ARCH, DIGITS_TRANSFORM, class_splits, load_data, split_spec_text
+from ..protocols.osr import (
+    DIGITS_ARCH,
+    DIGITS_TRANSFORM,
+    class_splits,
+    load_data,
+    open_val_test,
+    split_spec_text,
+)
 from ..sanity import id_checks, warnings_of
 from ..spec import load_spec
 from ..store import Store
@@ -73,6 +80,7 @@ from ..training.presets import make_config
 from . import unitstate
 from .aggregate import aggregate_runs
 from .config import RUN_SEED_STRIDE, Experiment, MethodRow, digest
+from .existing import existing_models
 from .render import markdown_report
 
 Log = Callable[[str], None]
@@ -123,9 +131,13 @@ def _spec_text(exp: Experiment, split: dict[str, Any], directory: Path,
             size = int(osr["image_size"])
             transform.update({"resize": size, "crop": size})
 
-        text = split_spec_text(labelled, division, directory, transform, osr.get("fractions"))
+        val_open = osr.get("val_open", "heldout")
+        text = split_spec_text(labelled, division, directory, transform, osr.get("fractions"),
+                               val_open)
+        val_cls, test_cls = open_val_test(division, val_open)
         info = {"closed": [labelled.classes[i] for i in division.closed],
-                "open": [labelled.classes[i] for i in division.open]}
+                "open": [labelled.classes[i] for i in test_cls],
+                "open_val": [labelled.classes[i] for i in val_cls]}
     if exp.aux is not None:
         text += (f"\n# auxiliary outliers for OE / MCD (usage train: never evaluated)\n"
                  f"[[split]]\nname = \"ood/{exp.aux_name}/outliers\"\nusage = \"train\"\n"
@@ -370,6 +382,7 @@ def run_unit(exp: Experiment, arch: str, unit: dict[str, Any], *, log: Log,
     log(f"{split['label']} seed {seed}" + (
         f" run {split['run']} (training seed {train_seed})" if exp.runs > 1 else "") + (
         f": closed {' '.join(info['closed'])} | open {' '.join(info['open'])}"
+        f" | open_val {' '.join(info.get('open_val', []))}"
         if info else ""))
     models: dict[str, dict[str, Any]] = {}
     failed: dict[str, str] = {}
@@ -445,8 +458,36 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    if exp.stores is not None or exp.model is not None:
+        arch: str | None = exp.model  # existing stores / models: scored here, no units
+        runs = _existing_runs(exp, out, log, on_run)
+    else:
+        arch, runs = _trained_runs(exp, out, log, train_progress, on_run, executor)
+    result = {
+        "experiment": exp.to_json(), "arch": arch, "out": str(out),
+        "runs": runs,
+        "skipped": [{k: r[k] for k in ("split", "seed", "method", "reason")}
+                    for r in runs if r["status"] != "ok"],
+        "aggregate": aggregate_runs(runs),
+        "wall_s": time.perf_counter() - start,
+    }
+    result = json.loads(json.dumps(result, default=float))
+    atomic_write_json(out / RESULTS_FILE, result)
+    atomic_write_output(out / REPORT_FILE, markdown_report(result))
+    return result
+
+
+def _trained_runs(exp: Experiment, out: Path, log: Log,
+                  train_progress: Callable[[str], Any] | None,
+                  on_run: Callable[[dict[str, Any]], None] | None,
+                  executor: Executor | None) -> tuple[str, list[dict[str, Any]]]:
+    """(arch, run records in unit and row order) of an experiment that trains."""
     labelled = load_data(exp.osr["data"], exp.osr.get("root")) if exp.osr else None
     arch = _arch(exp, labelled)
+    if exp.osr is not None:  # every division's open_val / open classes, before any training
+        for c, o in exp.osr["ratios"]:
+            for division in class_splits(len(labelled.classes), (c, o), exp.seeds):
+                open_val_test(division, exp.osr.get("val_open", "heldout"))
     units = plan_units(exp, out, arch, labelled, executor is not None and executor.per_method)
     unitstate.write_plan(out, executor.name if executor is not None else "local", units)
     if executor is None:
@@ -460,18 +501,26 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
              for i, u in enumerate(units)}
     rank = {r.name: i for i, r in enumerate(exp.rows)}
     runs.sort(key=lambda r: (order[(r["split"], r["seed"], r["run"])], rank[r["method"]]))
-    result = {
-        "experiment": exp.to_json(), "arch": arch, "out": str(out),
-        "runs": runs,
-        "skipped": [{k: r[k] for k in ("split", "seed", "method", "reason")}
-                    for r in runs if r["status"] != "ok"],
-        "aggregate": aggregate_runs(runs),
-        "wall_s": time.perf_counter() - start,
-    }
-    result = json.loads(json.dumps(result, default=float))
-    atomic_write_json(out / RESULTS_FILE, result)
-    atomic_write_output(out / REPORT_FILE, markdown_report(result))
-    return result
+    return arch, runs
+
+
+def _existing_runs(exp: Experiment, out: Path, log: Log,
+                   on_run: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
+    """Every row over the existing stores / models (`existing.py`): no training."""
+    label = "stores" if exp.stores is not None else "spec"
+    runs = []
+    for i, (seed, model) in enumerate(existing_models(exp, out, log)):
+        run_dir = out / "runs" / label / f"{'store' if exp.stores is not None else 'model'}{i}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log(f"{label} seed {seed}: {model['store']}")
+        for row in exp.rows:
+            base = {"split": label, "seed": seed, "train_seed": None, "run": 0,
+                    "method": row.name, "train": "ce", "scorer": row.scorer}
+            record = _run_row(exp, row, base, {"ce": model}, run_dir, Store, log)
+            runs.append(record)
+            if on_run is not None:
+                on_run(record)
+    return runs
 
 
 def _run_row(exp: Experiment, row: MethodRow, base: dict[str, Any],

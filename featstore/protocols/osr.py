@@ -19,10 +19,20 @@ As implemented:
   partition that does not depend on the class division (fractions 0.6 / 0.15 / 0.25, as the
   demo's digits), so every division sees the same images in the same parts. Closed-class
   labels are re-indexed 0..k-1 in sorted order.
-- spec per split: `id/train`, `id/val`, `id/test` (closed classes), `ood/osr/open` (open
-  classes' test part, usage test) and `ood/osr/open_val` (their val part, usage val: only for
-  hyperparameter selection). Data: the demo digits (`digits`, all 10 classes: builtin
-  sources), an ImageFolder directory, or an image list (`path label` lines) with a root.
+- spec per split: `id/train`, `id/val`, `id/test` (closed classes), `ood/osr/open` (usage
+  test) and `ood/osr/open_val` (usage val: only for hyperparameter selection). Which open
+  classes each holds is `val_open`:
+  - "heldout" (default): validation never sees a class the test scores. h = round(o / 3)
+    (round half up, in [1, o - 1]) of the division's o open classes, drawn with
+    `numpy.random.default_rng([seed, 1])`, are validation-only: their val part is
+    `ood/osr/open_val`, and they are left out of the test; `ood/osr/open` is the test part of
+    the other o - h open classes. A division with one open class cannot hold one out (an
+    error naming `val_open = "paper"`).
+  - "paper": the remote-sensing paper's choice (§2.6.1 tunes on a validation split of the
+    same data): `ood/osr/open_val` is the val part of the SAME open classes `ood/osr/open`
+    tests (held-out images, not held-out classes: optimistic tuning).
+- data: the demo digits (`digits`, all 10 classes: builtin sources), an ImageFolder
+  directory, or an image list (`path label` lines) with a root.
 - running: `featstore protocol osr` is a preset of the experiment runner
   (`featstore.experiments.presets.osr_experiment`): per division every requested method is
   trained with the division's seed (training seed = class-division seed), extracted, tuned on
@@ -89,6 +99,29 @@ class ClassSplit:
     @property
     def tag(self) -> str:
         return f"r{self.ratio[0]}-{self.ratio[1]}"
+
+
+VAL_OPEN_MODES = ("heldout", "paper")
+
+
+def open_val_test(split: ClassSplit, val_open: str = "heldout"
+                  ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(open classes whose val part tunes, open classes whose test part is tested) of a
+    division under `val_open` (module docstring)."""
+    if val_open == "paper":
+        return split.open, split.open
+    if val_open != "heldout":
+        raise UsageError(f"val_open {val_open!r}: expected one of {', '.join(VAL_OPEN_MODES)}")
+    o = len(split.open)
+    if o < 2:
+        raise UsageError(f"OSR division {split.ratio[0]}/{split.ratio[1]} seed {split.seed} has "
+                         "one open class: no class can be held out for validation; use "
+                         "val_open = \"paper\" (tunes on held-out images of the tested class)")
+    h = min(max(int(math.floor(o / 3 + 0.5)), 1), o - 1)
+    held = np.random.default_rng([split.seed, 1]).choice(np.asarray(split.open), h,
+                                                          replace=False)
+    held_set = {int(c) for c in held}
+    return (tuple(sorted(held_set)), tuple(c for c in split.open if c not in held_set))
 
 
 def class_splits(num_classes: int, ratio: tuple[int, int],
@@ -173,23 +206,28 @@ def _write_list(path: Path, rel: Sequence[str], labels: Sequence[int]) -> Path:
 
 def split_spec_text(data: LabelledData, split: ClassSplit, directory: Path,
                     transform: dict[str, Any] | None,
-                    fractions: dict[str, float] | None = None) -> str:
+                    fractions: dict[str, float] | None = None,
+                    val_open: str = "heldout") -> str:
     """The benchmark spec (TOML) of one division; file data also gets its lists written.
     `fractions` (train / val / test shares per class, default `DEFAULT_FRACTIONS`; their sum
-    may be below 1 to use fewer rows) cut every class the same way."""
+    may be below 1 to use fewer rows) cut every class the same way; `val_open` chooses the
+    open classes of `ood/osr/open_val` and `ood/osr/open` (`open_val_test`)."""
     closed_names = [data.classes[i] for i in split.closed]
+    val_cls, test_cls = open_val_test(split, val_open)
     entries: list[tuple[str, str, dict[str, Any]]] = []
     if data.kind == "digits":
         closed = [int(data.classes[i]) for i in split.closed]
-        opened = [int(data.classes[i]) for i in split.open]
+        val_open_cls = [int(data.classes[i]) for i in val_cls]
+        test_open_cls = [int(data.classes[i]) for i in test_cls]
         extra = {"fractions": dict(fractions)} if fractions else {}
         for part in ("train", "val", "test"):
             entries.append((f"id/{part}", part,
                             {"builtin": "digits", "classes": closed, "part": part, **extra}))
         entries.append(("ood/osr/open_val", "val",
-                        {"builtin": "digits", "classes": opened, "part": "val", **extra}))
+                        {"builtin": "digits", "classes": val_open_cls, "part": "val", **extra}))
         entries.append(("ood/osr/open", "test",
-                        {"builtin": "digits", "classes": opened, "part": "test", **extra}))
+                        {"builtin": "digits", "classes": test_open_cls, "part": "test",
+                         **extra}))
     else:
         assert data.labels is not None and data.paths is not None and data.root is not None
         parts = sample_parts(data.labels, fractions or DEFAULT_FRACTIONS)
@@ -200,8 +238,8 @@ def split_spec_text(data: LabelledData, split: ClassSplit, directory: Path,
             f = _write_list(lists / f"{part}.txt", [data.paths[r] for r in rows],
                             [index[int(data.labels[r])] for r in rows])
             entries.append((f"id/{part}", part, {"imagelist": str(f), "root": str(data.root)}))
-        opened = set(split.open)
-        for part, name in (("val", "ood/osr/open_val"), ("test", "ood/osr/open")):
+        for part, name, opened in (("val", "ood/osr/open_val", set(val_cls)),
+                                   ("test", "ood/osr/open", set(test_cls))):
             rows = [r for r in parts[part] if int(data.labels[r]) in opened]
             f = _write_list(lists / f"open_{part}.txt", [data.paths[r] for r in rows],
                             [-1] * len(rows))
@@ -210,6 +248,8 @@ def split_spec_text(data: LabelledData, split: ClassSplit, directory: Path,
              f"{data.describe}",
              f"# closed: {' '.join(closed_names)}",
              f"# open: {' '.join(data.classes[i] for i in split.open)}",
+             f"# val_open = {val_open}: open_val {' '.join(data.classes[i] for i in val_cls)}"
+             f" | open (test) {' '.join(data.classes[i] for i in test_cls)}",
              f"classes = {toml_value(closed_names)}"]
     if transform:
         lines += ["", "[transform]"] + [f"{k} = {toml_value(v)}" for k, v in transform.items()]

@@ -22,6 +22,9 @@ As implemented:
   (IS-OOD's per-cell lists imported by `featstore protocol lists2spec`; the splits of one cell
   are concatenated, as IS-OOD concatenates a cell's train and val lists), or per-row degrees
   (`extra/sem_shift`, `extra/cov_shift` of OOD test splits, or a degrees .npz) binned as above.
+  A degrees .npz (`shift-degrees`, typically from a reference store such as CLIP features)
+  carries each split's image ids; its rows are matched to the scored store's rows by id
+  (`align_degrees`), never by position; a store image without a degree is an error.
 - shift degrees from features (`shift_degrees`): the cosine distance of each OOD sample to its
   k-th nearest ID sample (default k = 10, as the IS-OOD release; k = 1 is the paper's eq. 4) in a
   semantic and a covariate feature subspace, by exact FAISS inner-product search on
@@ -209,18 +212,61 @@ def cell_of_split(store: Any, name: str) -> tuple[int, int] | None:
     return (int(m.group("c") or m.group("c2")), int(m.group("s") or m.group("s2")))
 
 
-def load_degrees(path: str | Path) -> dict[str, np.ndarray]:
-    """A degrees .npz: `<split slug>` -> (N, 2) [semantic, covariate] rows."""
+IDS_SUFFIX = "__ids"
+
+
+class Degrees(dict):
+    """{split: (N, 2) [semantic, covariate]} with `ids` {split: (N,) image ids}: the rows of
+    a degrees file are matched to a store's rows by these ids (`align_degrees`)."""
+
+    def __init__(self, degrees: Mapping[str, np.ndarray], ids: Mapping[str, np.ndarray]):
+        super().__init__(degrees)
+        self.ids = dict(ids)
+
+
+def load_degrees(path: str | Path) -> Degrees:
+    """A degrees .npz: `<split slug>` -> (N, 2) [semantic, covariate] rows and
+    `<split slug>__ids` -> their (N,) image ids (as `save_degrees` writes them). A file
+    without the ids of a split (written before ids were saved, or by hand) is refused: its
+    rows could only be matched by position."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"--degrees {str(path)!r}: file not found")
-    with np.load(path) as z:
-        out = {k.replace("__", "/"): np.asarray(z[k], dtype=np.float64) for k in z.files}
+    with np.load(path, allow_pickle=False) as z:
+        raw = {k: z[k] for k in z.files}
+    ids = {k[:-len(IDS_SUFFIX)].replace("__", "/"): np.asarray(v).astype(str)
+           for k, v in raw.items() if k.endswith(IDS_SUFFIX)}
+    out = {k.replace("__", "/"): np.asarray(v, dtype=np.float64) for k, v in raw.items()
+           if not k.endswith(IDS_SUFFIX)}
     for k, v in out.items():
         if v.ndim != 2 or v.shape[1] != 2:
             raise UsageError(f"--degrees {str(path)!r}: {k!r} has shape {v.shape}, expected "
                              "(N, 2) [semantic, covariate]")
-    return out
+        if k not in ids or ids[k].shape != (len(v),):
+            raise UsageError(f"--degrees {str(path)!r}: {k!r} has no image ids for its "
+                             f"{len(v)} rows (key {k.replace('/', '__')}{IDS_SUFFIX}); rerun "
+                             "`featstore protocol shift-degrees` to write them")
+    return Degrees(out, ids)
+
+
+def align_degrees(split: Any, degrees: np.ndarray, ids: np.ndarray | None) -> np.ndarray:
+    """`degrees` reordered to the split's rows by image id (every row of the split must have
+    exactly one); without ids, the rows must already be in the split's order (same count)."""
+    if ids is None:
+        if len(degrees) != split.num_rows:
+            raise UsageError(f"split {split.name!r}: {len(degrees)} degrees for "
+                             f"{split.num_rows} rows")
+        return degrees
+    pos = {str(i): k for k, i in enumerate(ids)}
+    if len(pos) != len(ids):
+        raise UsageError(f"degrees of split {split.name!r}: image ids repeat")
+    store_ids = [str(i) for i in split.ids]
+    missing = [i for i in store_ids if i not in pos]
+    if missing:
+        raise UsageError(f"degrees of split {split.name!r}: {len(missing)} of its "
+                         f"{len(store_ids)} images have no degree (first: {missing[0]!r}); "
+                         "the degrees file comes from another store")
+    return degrees[[pos[i] for i in store_ids]]
 
 
 def shift_grid(store: Any, method: str, params: Mapping[str, Any] | None = None,
@@ -255,7 +301,8 @@ def shift_grid(store: Any, method: str, params: Mapping[str, Any] | None = None,
     rows = []
     for n in ood:
         if degrees is not None and n in degrees:
-            rows.append((n, degrees[n][:, 0], degrees[n][:, 1]))
+            d = align_degrees(store.split(n), degrees[n], getattr(degrees, "ids", {}).get(n))
+            rows.append((n, d[:, 0], d[:, 1]))
         elif degrees is None:
             sp = store.split(n)
             if sp.has_extra(SEM_EXTRA) and sp.has_extra(COV_EXTRA):
@@ -352,11 +399,16 @@ def store_degrees(store: Any, laid: np.ndarray | None = None, sem_dims: slice | 
     return out
 
 
-def save_degrees(path: str | Path, degrees: Mapping[str, np.ndarray]) -> Path:
-    """Write degrees as .npz keyed by split slug (`ood/x/y` -> `ood__x__y`), atomically."""
+def save_degrees(path: str | Path, degrees: Mapping[str, np.ndarray],
+                 ids: Mapping[str, np.ndarray] | None = None) -> Path:
+    """Write degrees as .npz keyed by split slug (`ood/x/y` -> `ood__x__y`) and each split's
+    image ids under `<slug>__ids` (unicode, no pickle), atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_save_npz(path, {k.replace("/", "__"): np.asarray(v) for k, v in degrees.items()})
+    arrays = {k.replace("/", "__"): np.asarray(v) for k, v in degrees.items()}
+    for k, v in (ids or {}).items():
+        arrays[k.replace("/", "__") + IDS_SUFFIX] = np.asarray([str(i) for i in v])
+    atomic_save_npz(path, arrays)
     return path
 
 

@@ -100,7 +100,7 @@ def store_shift_degrees(store: Any, out: Path, *, laid: Path | None = None,
     begin(f"shift degrees of {store.path} against {id_split}")
     deg = sh.store_degrees(store, w, sh.parse_dims(sem_dims), sh.parse_dims(cov_dims), k,
                            id_split)
-    sh.save_degrees(out, deg)
+    sh.save_degrees(out, deg, {n: store.split(n).ids for n in deg})
     return {"out": str(out), "splits": degrees_summary(deg)}
 
 

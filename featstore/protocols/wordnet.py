@@ -197,6 +197,10 @@ class ClassMapping:
     synsets: dict[str, list[Any]] = field(default_factory=dict)
     how: dict[str, str] = field(default_factory=dict)
     unmapped: list[str] = field(default_factory=list)
+    # auto-mapped names with more than one noun sense: {class: every sense's name}, the
+    # first (the one used) first; reported, so a wrong sense ("crane": the poet Hart Crane,
+    # crane.n.01) never passes silently
+    ambiguous: dict[str, list[str]] = field(default_factory=dict)
 
 
 def read_mapping(path: str | Path) -> dict[str, list[str]]:
@@ -270,6 +274,8 @@ def resolve_classes(classes: Sequence[str], mapping: Mapping[str, Sequence[str]]
                 senses = wn.synsets(cls.strip().replace(" ", "_"), pos="n")
                 if senses:
                     found, how = [senses[0]], "auto"
+                    if len(senses) > 1:
+                        result.ambiguous[cls] = [x.name() for x in senses]
         if found:
             result.synsets[cls] = found
             result.how[cls] = how

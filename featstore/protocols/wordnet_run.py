@@ -33,7 +33,8 @@ def similarity_tsv(scores: Sequence[wnp.CandidateScore]) -> str:
 
 
 def _mapping_summary(mapping: wnp.ClassMapping) -> dict[str, Any]:
-    return {"mapped": len(mapping.synsets), "unmapped": mapping.unmapped, "how": mapping.how}
+    return {"mapped": len(mapping.synsets), "unmapped": mapping.unmapped, "how": mapping.how,
+            "ambiguous": mapping.ambiguous}
 
 
 def wordnet_assignment(id_classes: str, candidates: str, *, mapping: Path | None = None,
@@ -73,20 +74,31 @@ def wordnet_assignment(id_classes: str, candidates: str, *, mapping: Path | None
 
 def tier_assignment(tiers_file: Path, *, images: str | None = None,
                     images_root: Path | None = None, base_spec: Path | None = None,
-                    out: Path | None = None) -> dict[str, Any]:
+                    out: Path | None = None, skip_untiered: bool = False) -> dict[str, Any]:
     """FACETS' OODness tiers: {"tiers": {class: tier}, "assignments": {T1, T2: {class:
-    "id"|"ood"}}, "files"}: T1 takes tiers 0-1 as ID, T2 tiers 0-2 (`wordnet.assign_tiers`);
-    with `out`, the assignment files, image lists and specs of each."""
+    "id"|"ood"}}, "files", "untiered": {class: images}}: T1 takes tiers 0-1 as ID, T2 tiers
+    0-2 (`wordnet.assign_tiers`); with `out`, the assignment files, image lists and specs of
+    each. Candidate images of a class the tier file does not list are never dropped
+    silently: a UsageError naming them, or with `skip_untiered` left out and counted in
+    "untiered"."""
     if base_spec is not None and images is None:
         raise UsageError("--base-spec needs --images (the candidate images to assign)")
     tier_map = wnp.read_tiers(tiers_file)
     assignments = {v: wnp.assign_tiers(tier_map, v) for v in wnp.TIERS}
     files: dict[str, Any] = {}
+    imgs = wnp.candidate_images(images, list(tier_map), images_root) if images else None
+    untiered = {c: len(v) for c, v in (imgs or {}).items() if c not in tier_map and v}
+    if untiered and not skip_untiered:
+        names = sorted(untiered)
+        raise UsageError(f"--images {images!r}: {sum(untiered.values())} images of "
+                         f"{len(names)} classes have no tier in {str(tiers_file)!r} (first: "
+                         f"{', '.join(names[:3])}); add them to the tier file, or pass "
+                         "--skip-untiered to leave them out")
     if out is not None:
-        imgs = wnp.candidate_images(images, list(tier_map), images_root) if images else None
         for tag, a in assignments.items():
             files[tag] = wnp.write_assignment(out, tag, a, imgs, base_spec)
-    return {"tiers": tier_map, "assignments": assignments, "files": files}
+    return {"tiers": tier_map, "assignments": assignments, "files": files,
+            "untiered": untiered}
 
 
 __all__ = ["SIMILARITY_COLUMNS", "similarity_tsv", "tier_assignment", "wordnet_assignment"]

@@ -126,7 +126,8 @@ class _HistogramCanvas:
     def __init__(self, panels: int, id_name: str):
         cols = min(4, panels)
         rows = int(np.ceil(panels / cols))
-        self.fig = Figure(figsize=(3.2 * cols, 2.5 * rows + 0.4))
+        # at least two panels wide, so the title fits over a single panel
+        self.fig = Figure(figsize=(max(3.2 * cols, 6.4), 2.5 * rows + 0.75))
         FigureCanvasAgg(self.fig)
         axes = list(self.fig.subplots(rows, cols, squeeze=False).flat)
         self.axes = axes[:panels]
@@ -146,13 +147,16 @@ class _HistogramCanvas:
             _compact_axis(ax.yaxis)
             for offset in (ax.xaxis.get_offset_text(), ax.yaxis.get_offset_text()):
                 offset.set_fontsize(7)
-        self.title = self.fig.suptitle("", fontsize=10)
+        # title, then the legend on its own line under it, then the panels: positions in
+        # inches from the top, so the title never runs into the legend however few panels
+        # (hence however narrow the figure) there are
+        height = 2.5 * rows + 0.75
+        self.title = self.fig.suptitle("", fontsize=10, y=1.0 - 0.06 / height, va="top")
         handles, labels = self.axes[0].get_legend_handles_labels()
-        self.fig.legend(handles, labels, fontsize=8, ncol=2, loc="upper right",
-                        frameon=False, bbox_to_anchor=(1.0, 1.0))
-        height = 2.5 * rows + 0.4
+        self.fig.legend(handles, labels, fontsize=8, ncol=2, loc="upper center",
+                        frameon=False, bbox_to_anchor=(0.5, 1.0 - 0.3 / height))
         self.fig.subplots_adjust(left=0.05, right=0.985, bottom=0.45 / height,
-                                 top=1.0 - 0.75 / height, wspace=0.25, hspace=0.4)
+                                 top=1.0 - 1.0 / height, wspace=0.25, hspace=0.4)
 
     def png(self, method: str, id_scores: np.ndarray, ood: Mapping[str, np.ndarray]) -> bytes:
         for ax, (id_step, ood_step), (split, scores) in zip(self.axes, self.steps,
@@ -184,7 +188,8 @@ def histogram_figure(method: str, id_name: str, id_scores: np.ndarray,
                      ood: Mapping[str, np.ndarray]) -> bytes:
     """ID vs OOD score histograms of one scorer, one panel per OOD split (HIST_BINS equal
     bins over the panel's range, each histogram normalised to unit area, drawn as a filled
-    step outline); one legend for the figure, above the panels."""
+    step outline); one legend for the figure, on its own line between the title and the
+    panels."""
     return _histogram_canvas(len(ood), id_name).png(method, np.asarray(id_scores),
                                                     {k: np.asarray(v) for k, v in ood.items()})
 

@@ -18,6 +18,7 @@ from featstore.interfaces import StoreLike
 
 from ..evaluate import score_splits
 from ..metrics import ood_metrics
+from ..registry import get_scorer
 from .parts import pack
 from .spec import FPR_AT_TPR, HETERO_MIN, ID_TEST, ID_VAL, TRUTH_COLUMNS
 
@@ -140,6 +141,10 @@ def _load_scores(sd: _StoreData, key: str, method: str, params: Mapping[str, Any
     t0 = time.perf_counter()
     names = [ID_VAL, ID_TEST, *sd.ood]
     scores, _, _ = score_splits(sd.store, method, params, names, use_cache)
+    if get_scorer(method, **params).score_form() == "log_prob":
+        # Gscore models these scores as probabilities (MSP > 0.9, UDE's and GMM's fits on
+        # [0, 1]): the one place the log-space scores become probabilities again
+        scores = {name: np.exp(s) for name, s in scores.items()}
     for name, s in scores.items():
         bad = int((~np.isfinite(s)).sum())
         if bad:

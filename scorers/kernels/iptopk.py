@@ -1,6 +1,6 @@
 """Exact inner-product top-k by float32 sgemm + partition: what `scorers.knn_index.KnnIndex`
 answers for an exact inner-product search on the CPU at k >= N / 10 (NNGuide's bank), where
-FAISS's per-query k-heaps cost ~2x the sgemm (benchmarks/RESULTS.md, "#19 eighth session").
+FAISS's per-query k-heaps cost ~2x the sgemm (benchmarks/results/HISTORY.md, "#19 eighth session").
 """
 
 from __future__ import annotations

@@ -158,6 +158,25 @@ def max_and_sumexp(x, temperature, mt_out, s_out):
 
 
 @njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
+def log_max_softmax_rows(x, temperature, out):
+    """out[i] = log max_j softmax(x[i] / T)_j = -log(s) = -log1p(r), r = the sum of e_j over
+    every j but the first argmax (whose e is exp(0) = 1 exactly): log1p of r keeps r's
+    digits where s = 1 + r rounds to 1.0, so the score separates rows until r underflows
+    (top-logit gaps of ~745 T)."""
+    c = x.shape[1]
+    z = np.empty(c)
+    e = np.empty(c)
+    for i in range(x.shape[0]):
+        _row_exp(x, i, temperature, z, e)
+        top = 0
+        for j in range(1, c):
+            if x[i, j] > x[i, top]:
+                top = j
+        e[top] = 0.0
+        out[i] = -math.log1p(_row_sum(e, c))
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
 def softmax_rows(x, temperature, p_out, plogp_out, want_plogp):
     """p_out[i, j] = e_j / s (e_j = exp(z_j), z_j = x[i, j] / T - max / T, s = sum e); when
     `want_plogp`, plogp_out[i] = sum_j p_j log p_j = (sum_j e_j z_j) / s - log s."""

@@ -7,7 +7,7 @@ Reads the split extras `godin_h` (N, C) (h, the inner-product head = the stored 
 `godin_g` (N,) (g in (0, 1)) that extraction writes for a model with a `godin_g` module
 (`featstore train --method godin`). Formula as implemented, per `variant`:
 
-    "softmax"  score = max_i softmax(h(x) / g(x))_i               (default; the benchmark's eq. 12)
+    "softmax"  score = log max_i softmax(h(x) / g(x))_i           (default; the benchmark's eq. 12)
     "h"        score = max_i h_i(x)
     "g"        score = g(x)
 
@@ -16,7 +16,9 @@ eq. 12, max_i softmax(f(x))_i of the decomposed confidence f_i = h_i / g. The va
 (OpenOOD v1.5 `configs/postprocessors/godin.yml`: `score_func: h   # use h or g`) and "g"
 (Hsu et al.'s own scores) are kept as named alternatives. The paper and OpenOOD
 also perturb the input (eps = 0.0025 in OpenOOD) before scoring; that needs the network and is
-not applied here. Higher = more in-distribution for every variant. No sweep grid (variants
+not applied here. "softmax" scores the LOG of eq. 12's probability
+(`scorers.kernels.softmax.log_max_softmax`: same ranking, no saturation at 1.0, DESIGN §4).
+Higher = more in-distribution for every variant. No sweep grid (variants
 are different scores, not a hyperparameter).
 """
 
@@ -30,7 +32,7 @@ from featstore.extra_keys import GODIN_G, GODIN_H
 from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
-from ..kernels.softmax import max_softmax
+from ..kernels.softmax import log_max_softmax
 from ..paper import Paper
 
 VARIANTS = ("h", "g", "softmax")
@@ -43,7 +45,7 @@ def godin_scores(h: np.ndarray, g: np.ndarray, variant: str) -> np.ndarray:
     if variant == "g":
         return np.asarray(g, dtype=np.float64).reshape(-1)
     f = np.asarray(h, dtype=np.float64) / np.asarray(g, dtype=np.float64).reshape(-1, 1)
-    return max_softmax(f)
+    return log_max_softmax(f)
 
 
 class GODIN(Scorer):
@@ -58,6 +60,9 @@ class GODIN(Scorer):
                          "without Learning from Out-of-distribution Data"),
                   authors=("Hsu", "Shen", "Jin", "Kira"), venue="CVPR", year=2020,
                   url="https://arxiv.org/abs/2002.11297", code=None)
+
+    def score_form(self) -> str:
+        return "log_prob" if self.params["variant"] == "softmax" else ""
 
     def check_params(self, params: Any, store: StoreLike | None = None) -> None:
         self.check_choice(params, "variant", VARIANTS)

@@ -9,9 +9,15 @@ With p_t = softmax(mc_logits[t]) and p_mean = (1/T) sum_t p_t (eq. 15), formula 
 implemented, per `variant`:
 
     "entropy"     score = -H(p_mean) = sum_c p_mean_c log p_mean_c      (default; eq. 16)
-    "msp"         score = max_c p_mean_c
-    "logit_mean"  score = max_c softmax((1/T) sum_t mc_logits[t])_c    (OpenOOD v1.5
+    "msp"         score = log max_c p_mean_c = log1p(-(1/T) sum_t q_t),
+                  q_t = sum_{k != c*} p_t,k, c* = argmax_c p_mean_c
+    "logit_mean"  score = log max_c softmax((1/T) sum_t mc_logits[t])_c    (OpenOOD v1.5
                                                                          `dropout_postprocessor`)
+
+"msp" and "logit_mean" score the LOG of the probability (same ranking; exp gives it back):
+the probability rounds to 1.0 on confident rows and ties them, the log forms do not (q_t is
+summed from the other classes' probabilities, never as 1 - p; "logit_mean" is
+`scorers.kernels.softmax.log_max_softmax`; DESIGN §4).
 
 Default "entropy": the benchmark's eq. 16 uncertainty H(p) of the mean prediction (0 log 0 is
 taken as 0). Higher = more in-distribution for every variant. No sweep grid.
@@ -28,7 +34,7 @@ from featstore.extra_keys import MC_LOGITS
 from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
-from ..kernels.softmax import max_softmax, softmax
+from ..kernels.softmax import log_max_softmax, softmax
 from ..paper import Paper
 
 VARIANTS = ("entropy", "msp", "logit_mean")
@@ -38,10 +44,13 @@ def mc_dropout_scores(mc_logits: np.ndarray, variant: str) -> np.ndarray:
     """(n,) float64 scores of (T, n, C) logits of T stochastic passes."""
     t, n, c = mc_logits.shape
     if variant == "logit_mean":
-        return max_softmax(np.asarray(mc_logits, dtype=np.float64).mean(axis=0))
-    p_mean = softmax(np.asarray(mc_logits).reshape(t * n, c)).reshape(t, n, c).mean(axis=0)
+        return log_max_softmax(np.asarray(mc_logits, dtype=np.float64).mean(axis=0))
+    p = softmax(np.asarray(mc_logits).reshape(t * n, c)).reshape(t, n, c)
+    p_mean = p.mean(axis=0)
     if variant == "msp":
-        return p_mean.max(axis=1)
+        top = np.argmax(p_mean, axis=1)
+        p[:, np.arange(n), top] = 0.0  # q_t: the other classes' probabilities, summed
+        return np.log1p(-p.sum(axis=2).mean(axis=0))
     with np.errstate(divide="ignore", invalid="ignore"):
         plogp = np.where(p_mean > 0, p_mean * np.log(p_mean), 0.0)
     return plogp.sum(axis=1)
@@ -59,6 +68,9 @@ class MCDropout(Scorer):
                          "Uncertainty in Deep Learning"),
                   authors=("Gal", "Ghahramani"), venue="ICML", year=2016,
                   url="https://arxiv.org/abs/1506.02142", code=None)
+
+    def score_form(self) -> str:
+        return "" if self.params["variant"] == "entropy" else "log_prob"
 
     def check_params(self, params: Any, store: StoreLike | None = None) -> None:
         self.check_choice(params, "variant", VARIANTS)

@@ -5,10 +5,14 @@ in Neural Networks", ICLR 2018.
 
 Formula as implemented, for logits l in R^C and temperature T > 0:
 
-    score(x) = max_k softmax(l / T)_k = exp(max_k l_k / T - logsumexp(l / T))
-             = 1 / sum_k exp(l_k / T - max_j l_j / T)
+    score(x) = log max_k softmax(l / T)_k = max_k l_k / T - logsumexp(l / T)
+             = -log1p(sum_{k != argmax} exp(l_k / T - max_j l_j / T))
 
-in float64, as the last form (`scorers.kernels.softmax.max_softmax`, one fused pass per row).
+in float64, as the last form (`scorers.kernels.softmax.log_max_softmax`, one fused pass per
+row). The LOG of ODIN's probability: same ranking (exp(score) gives the probability back), but
+no saturation: the probability rounds to 1.0 once the top-logit gap exceeds ~36.7 T (at small
+T, e.g. T = 1 on a confident model, many rows tie), the log form separates rows up to gaps of
+~745 T (DESIGN §4).
 Default T = 1000 (the paper's choice; OpenOOD v1.5 `configs/postprocessors/odin.yml`
 `postprocessor_args.temperature: 1000`). Default sweep grid:
 T in [1, 10, 100, 1000], OpenOOD v1.5 `odin.yml` `postprocessor_sweep.temperature` (OpenOOD
@@ -28,13 +32,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..kernels.softmax import max_softmax
+from ..kernels.softmax import log_max_softmax
 from ..paper import Paper
 from .energy import TemperatureScorer
 
 
 class ODIN(TemperatureScorer):
-    """Temperature-scaled maximum softmax max_k softmax(l / T)_k (higher = more ID)."""
+    """Log of the temperature-scaled maximum softmax log max_k softmax(l / T)_k (higher = more
+    ID)."""
 
     name = "odin"
     defaults: ClassVar[dict[str, Any]] = {"temperature": 1000.0}
@@ -47,5 +52,8 @@ class ODIN(TemperatureScorer):
                   code="https://github.com/facebookresearch/odin",
                   note="temperature scaling only; no input perturbation")
 
+    def score_form(self) -> str:
+        return "log_prob"
+
     def kernel(self, logits: np.ndarray, temperature: float) -> np.ndarray:
-        return max_softmax(logits, temperature)
+        return log_max_softmax(logits, temperature)

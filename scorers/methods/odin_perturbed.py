@@ -7,9 +7,12 @@ in Neural Networks", ICLR 2018.
 perturbed input x' = x - (eps / std) * sign(-grad_x log max_c softmax(f(x) / T)_c) as the split
 extra `odin_logits/<T>_<eps>` (N, C) (featstore/extract_extras.py). Formula as implemented:
 
-    score(x) = max_c softmax(l'(x) / T)_c = exp(max_c l'_c / T - logsumexp(l' / T))
+    score(x) = log max_c softmax(l'(x) / T)_c = max_c l'_c / T - logsumexp(l' / T)
+             = -log1p(sum_{c != argmax} exp(l'_c / T - max_j l'_j / T))
 
-in float64, with T = `temperature` and eps = `epsilon`, which must name a stored pair.
+in float64 (`scorers.kernels.softmax.log_max_softmax`): the log of ODIN's probability, same
+ranking, no saturation at 1.0 (DESIGN §4, as `odin`), with T = `temperature` and
+eps = `epsilon`, which must name a stored pair.
 Defaults T = 1000, eps = 0.0014 (OpenOOD v1.5 `configs/postprocessors/odin.yml`:
 `temperature: 1000`, `noise: 0.0014`). Default sweep grid: OpenOOD's `postprocessor_sweep`
 (T in [1, 10, 100, 1000], noise in [0.0014, 0.0028]); with a store, settings that are not
@@ -31,7 +34,7 @@ from featstore.extra_keys import ODIN_GROUP, odin_name, parse_odin_name
 from featstore.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
-from ..kernels.softmax import max_softmax
+from ..kernels.softmax import log_max_softmax
 from ..paper import Paper
 from .energy import check_temperature
 
@@ -49,7 +52,7 @@ def _fmt_pairs(pairs: list[tuple[float, float]]) -> str:
 
 
 class ODINPerturbed(Scorer):
-    """max softmax(l' / T) of the stored ODIN-perturbed logits l' (higher = more ID)."""
+    """log max softmax(l' / T) of the stored ODIN-perturbed logits l' (higher = more ID)."""
 
     name = "odin_perturbed"
     needs = (f"extra:{ODIN_GROUP}",)
@@ -62,6 +65,9 @@ class ODINPerturbed(Scorer):
                   authors=("Liang", "Li", "Srikant"), venue="ICLR", year=2018,
                   url="https://arxiv.org/abs/1706.02690",
                   code="https://github.com/facebookresearch/odin", note="with input perturbation")
+
+    def score_form(self) -> str:
+        return "log_prob"
 
     def check_params(self, params: Any, store: StoreLike | None = None) -> None:
         check_temperature(self.name, params["temperature"])
@@ -88,7 +94,7 @@ class ODINPerturbed(Scorer):
         name = self._require_pair(split, temperature, epsilon)
         out = np.empty(split.num_rows, dtype=np.float64)
         for rows, (logits,) in self.chunks(split, f"extra:{name}"):
-            out[rows] = max_softmax(logits, float(temperature))
+            out[rows] = log_max_softmax(logits, float(temperature))
         return out
 
     def _score(self, split: SplitLike) -> np.ndarray:

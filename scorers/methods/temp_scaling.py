@@ -107,6 +107,9 @@ class TemperatureScaling(Scorer):
             )
         self.fitted_temperature = math.exp(log_t)
 
+    def score_form(self) -> str:
+        return "log_odds"
+
     def _score(self, split: SplitLike) -> np.ndarray:
         t = self.fitted_temperature
         return self.map_rows(split, ("logits",), lambda logits: max_softmax_logodds(logits, t))

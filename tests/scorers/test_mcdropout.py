@@ -35,9 +35,9 @@ def test_mcdropout_variants_against_numpy(tmp_path):
             probs = [kit.softmax_row(mc[k, i]) for k in range(t)]
             p_mean = [sum(p[c] for p in probs) / t for c in range(kit.EXTRAS_C)]
             ent.append(-kit.entropy_row(p_mean))
-            msp.append(max(p_mean))
-            lmean.append(max(kit.softmax_row([sum(mc[k, i, c] for k in range(t)) / t
-                                              for c in range(kit.EXTRAS_C)])))
+            msp.append(math.log(max(p_mean)))
+            lmean.append(math.log(max(kit.softmax_row([sum(mc[k, i, c] for k in range(t)) / t
+                                              for c in range(kit.EXTRAS_C)]))))
         for variant, expect in (("entropy", ent), ("msp", msp), ("logit_mean", lmean)):
             got = get_scorer("mcdropout", variant=variant).fit(st).score(sp)
             np.testing.assert_allclose(got, expect, rtol=1e-10, atol=1e-12)

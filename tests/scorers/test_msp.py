@@ -1,5 +1,6 @@
-"""MSP (scorers/methods/msp.py). Reference: Hendrycks & Gimpel 2017's formula, max_k
-softmax(l)_k, transcribed here with `scipy.special.softmax` (never the module's helpers);
+"""MSP (scorers/methods/msp.py). Reference: the log of Hendrycks & Gimpel 2017's formula,
+log max_k softmax(l)_k (the scorer's documented log-space form), transcribed here with
+`scipy.special.softmax` (never the module's helpers);
 scikit-learn `roc_auc_score` for the sign."""
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ CASES = [{}]
 
 
 def ref_msp(logit_rows: np.ndarray) -> np.ndarray:
-    """Hendrycks & Gimpel 2017: max_k softmax(l)_k."""
-    return sp_softmax(logit_rows, axis=1).max(axis=1)
+    """log of Hendrycks & Gimpel 2017's max_k softmax(l)_k."""
+    return np.log(sp_softmax(logit_rows, axis=1).max(axis=1))
 
 
 def reference(params, store, scorer, split) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""ODIN without input perturbation (scorers/methods/odin.py). Reference: Liang et al. 2018's
-max_k softmax(l / T)_k with `scipy.special.softmax`; a separate construct/fit/score per
+"""ODIN without input perturbation (scorers/methods/odin.py). Reference: the log of Liang et
+al. 2018's max_k softmax(l / T)_k with `scipy.special.softmax`; a separate construct/fit/score per
 setting for `score_grid`; OpenOOD v1.5's odin.yml for the default grid; scikit-learn
 `roc_auc_score` for the sign."""
 
@@ -16,8 +16,8 @@ CASES = [{}, {"temperature": 1}, {"temperature": 10.0}]
 
 
 def ref_odin(logit_rows: np.ndarray, temperature: float) -> np.ndarray:
-    """Liang et al. 2018 without perturbation: max_k softmax(l / T)_k."""
-    return sp_softmax(logit_rows / temperature, axis=1).max(axis=1)
+    """log of Liang et al. 2018 without perturbation: log max_k softmax(l / T)_k."""
+    return np.log(sp_softmax(logit_rows / temperature, axis=1).max(axis=1))
 
 
 def reference(params, store, scorer, split) -> np.ndarray:

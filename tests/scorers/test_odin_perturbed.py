@@ -1,9 +1,11 @@
-"""ODIN with input perturbation (scorers/methods/odin_perturbed.py). References: max
+"""ODIN with input perturbation (scorers/methods/odin_perturbed.py). References: the log of max
 softmax(l' / T) of the stored perturbed logits as plain Python per row (math.exp); every stored
 (T, eps) pair for the default grid and a separate fit per setting (bit for bit); the `odin`
 scorer on extras equal to the plain logits at eps = 0."""
 
 from __future__ import annotations
+
+import math
 
 import conftest as kit
 import numpy as np
@@ -46,7 +48,7 @@ def test_odin_perturbed_against_numpy_and_grid(tmp_path):
     assert sp.has_extra("odin_logits") and not sp.has_extra("odin_log")
     for t, e in GRID:
         lp = np.asarray(sp.extra(odin_name(t, e)), dtype=np.float64)
-        expect = [max(kit.softmax_row([x / t for x in row])) for row in lp]
+        expect = [math.log(max(kit.softmax_row([x / t for x in row]))) for row in lp]
         got = get_scorer("odin_perturbed", temperature=t, epsilon=e).fit(st).score(sp)
         np.testing.assert_allclose(got, expect, rtol=1e-12, atol=1e-300)
     s = get_scorer("odin_perturbed").fit(st)       # defaults: T = 1000, eps = 0.0014
@@ -66,10 +68,10 @@ def test_odin_perturbed_against_numpy_and_grid(tmp_path):
 
 
 def test_odin_perturbed_sign_and_eps0_equals_odin(tmp_path):
-    from scorers.kernels.softmax import max_softmax
+    from scorers.kernels.softmax import log_max_softmax
 
     confident, flat = np.array([[9.0, 0.0, 0.0, 0.0]]), np.array([[1.0, 0.0, 0.0, 0.0]])
-    assert max_softmax(confident, 10.0)[0] > max_softmax(flat, 10.0)[0]
+    assert log_max_softmax(confident, 10.0)[0] > log_max_softmax(flat, 10.0)[0]
     st = kit.extras_store(tmp_path / "z", RNG, odin_extras)
     sp = st.split("id/test")
     # extras written as the plain logits at eps = 0 give exactly the `odin` scorer

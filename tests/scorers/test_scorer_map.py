@@ -1,7 +1,7 @@
 """The scorer map of docs/DESIGN.md ("Scorer map: formula, test, benchmark") against the
 registry and the tree: one row per registered scorer and no other; the module is the file
 that defines the registered class; the test file and benchmark scripts exist; every benchmark
-key names a section of benchmarks/RESULTS.md, and that section mentions the scorer (names
+key names a topic page under benchmarks/results/, and that page mentions the scorer (names
 compared lowercase without punctuation: `MC-Dropout` = `mcdropout`); a row without a
 benchmark says why. Reference: the registry (`scorers.REGISTRY`) and the files on disk."""
 
@@ -17,9 +17,9 @@ from scorers import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "DESIGN.md"
-RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 TITLE = "### Scorer map: formula, test, benchmark"
-KEY_LINE = re.compile(r'^- ([A-Z]): `(benchmarks/[\w/]+\.py)` -> "(.+)"$')
+KEY_LINE = re.compile(
+    r"^- ([A-Z]): `(benchmarks/[\w/]+\.py)` -> `(benchmarks/results/[\w-]+\.md)`$")
 ROW = re.compile(r"^\| (\w+) \| `([^`]+)` \| `([^`]+)` \| (.+) \|$")
 
 
@@ -31,7 +31,7 @@ def map_section(text: str) -> str:
 
 
 def parse_map(text: str) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str, str]]]:
-    """({key: (script, RESULTS.md heading)}, {scorer: (module, test, benchmark cell)})."""
+    """({key: (script, topic page)}, {scorer: (module, test, benchmark cell)})."""
     keys, rows = {}, {}
     for line in map_section(text).splitlines():
         if m := KEY_LINE.match(line):
@@ -40,22 +40,6 @@ def parse_map(text: str) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[st
             assert m[1] not in rows, f"scorer {m[1]!r} has two rows"
             rows[m[1]] = (m[2], m[3], m[4].strip())
     return keys, rows
-
-
-def results_sections(text: str) -> dict[str, str]:
-    """{heading text: the section's text up to the next heading of the same or a higher level}
-    for every `##` / `###` heading of RESULTS.md outside fenced code blocks."""
-    lines, fenced, heads = text.splitlines(), False, []
-    for i, line in enumerate(lines):
-        if line.startswith("```"):
-            fenced = not fenced
-        elif not fenced and (m := re.match(r"^(#{2,3}) (.+)$", line)):
-            heads.append((i, len(m[1]), m[2].strip()))
-    out = {}
-    for j, (i, level, title) in enumerate(heads):
-        end = next((k for k, lv, _ in heads[j + 1:] if lv <= level), len(lines))
-        out[title] = "\n".join(lines[i:end])
-    return out
 
 
 def squash(text: str) -> str:
@@ -80,14 +64,13 @@ def test_row_points_at_real_files_and_benchmark_sections(name):
     if bench.startswith("—"):
         assert len(bench) > 10, f"{name}: a row without a benchmark must say why"
         return
-    sections = results_sections(RESULTS.read_text(encoding="utf-8"))
     for key in (k.strip() for k in bench.split(",")):
         assert key in keys, f"{name}: benchmark key {key!r} is not defined above the table"
-        script, heading = keys[key]
+        script, page = keys[key]
         assert (ROOT / script).is_file(), f"benchmark script {script} does not exist"
-        assert heading in sections, f"benchmarks/RESULTS.md has no section {heading!r}"
-        assert squash(name) in squash(sections[heading]), (
-            f"{name}: RESULTS.md section {heading!r} does not mention it")
+        assert (ROOT / page).is_file(), f"benchmark page {page} does not exist"
+        assert squash(name) in squash((ROOT / page).read_text(encoding="utf-8")), (
+            f"{name}: {page} does not mention it")
 
 
 def test_checker_fails_on_a_planted_wrong_row():

@@ -1,0 +1,139 @@
+"""The softmax-probability scorers (msp, odin, odin_perturbed, godin, mcdropout msp /
+logit_mean) score log max softmax and never tie rows where the probability rounds to 1.0.
+Reference: mpmath at 80 digits, -log sum_j exp((l_j - max l) / T) (and, for MC-Dropout's
+"msp", log of the mean of the T passes' max-class probabilities); scikit-learn
+`roc_auc_score` on the exact scores for the ranking."""
+
+from __future__ import annotations
+
+import mpmath as mp
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from featstore import Store
+from scorers import get_scorer
+from scorers.cache import ScoreCache
+from scorers.evaluate import score_splits
+from scorers.kernels.softmax import log_max_softmax, max_softmax
+
+
+def _mp_log_msp(row: np.ndarray, temperature: float) -> float:
+    with mp.workdps(80):
+        z = [mp.mpf(float(x)) / mp.mpf(temperature) for x in row]
+        top = max(range(len(z)), key=lambda k: z[k])
+        # -log(1 + rest) as log1p: 1 + rest at 80 digits would round rest < 1e-80 away
+        rest = mp.fsum(mp.exp(z[k] - z[top]) for k in range(len(z)) if k != top)
+        return float(-mp.log1p(rest))
+
+
+def _logits(scale: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    c = 5
+    lid = scale * (rng.normal(size=(80, c)) + 4.0 * np.eye(c)[np.arange(80) % c])
+    lood = scale * rng.normal(size=(80, c))
+    return lid.astype(np.float32), lood.astype(np.float32)
+
+
+@pytest.mark.parametrize(("temperature", "scale"), [(1.0, 30.0), (0.028, 1.0), (1000.0, 3e4),
+                                                    (1e-4, 1.0)])
+def test_log_max_softmax_matches_mpmath_where_the_probability_saturates(temperature, scale):
+    """Gaps far above 36.7 T: max_softmax rounds to 1.0 and ties rows; log_max_softmax equals
+    the mpmath value to 1e-12 relative and keeps the exact AUROC."""
+    lid, lood = _logits(scale, np.random.default_rng(5))
+    x = np.r_[lid, lood]
+    ref = np.array([_mp_log_msp(r, temperature) for r in x.astype(np.float64)])
+    got = log_max_softmax(x, temperature)
+    np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-300)
+    prob = max_softmax(x, temperature)
+    assert np.unique(prob).size < prob.size  # the probability form is saturated here
+    assert np.unique(got).size == np.unique(ref).size
+    y = np.r_[np.ones(80), np.zeros(80)]
+    assert roc_auc_score(y, got) == roc_auc_score(y, ref)
+
+
+def test_log_max_softmax_hand_values():
+    """By hand: gaps 40 and 700 give -exp(-40) and -exp(-700) (not 0); a two-way tie gives
+    log(1/2); a gap beyond ~745 underflows to 0 (the documented limit)."""
+    x = np.array([[0.0, -40.0, -1e4], [0.0, -700.0, -800.0], [3.0, 3.0, -1e4],
+                  [0.0, -800.0, -900.0]])
+    got = log_max_softmax(x)
+    np.testing.assert_allclose(got[:3], [-np.exp(-40.0), -np.exp(-700.0), np.log(0.5)],
+                               rtol=1e-14)
+    assert got[3] == 0.0
+
+
+def _store(tmp_path, lid, lood, extras=None):
+    rng = np.random.default_rng(0)
+    c, d = lid.shape[1], 6
+    w, b = rng.normal(size=(c, d)).astype(np.float32), np.zeros(c, np.float32)
+    splits = {}
+    for n, lg in (("id/val", lid), ("id/test", lid), ("ood/far/x", lood)):
+        e = {"features": rng.normal(size=(lg.shape[0], d)).astype(np.float32), "logits": lg}
+        if n.startswith("id"):
+            e["labels"] = np.arange(lg.shape[0]) % c
+        if extras:
+            e["extras"] = extras(lg)
+        splits[n] = e
+    return Store.from_arrays(tmp_path, head=(w, b), splits=splits)
+
+
+@pytest.mark.parametrize(("name", "params", "temperature"), [
+    ("msp", {}, 1.0), ("odin", {"temperature": 1.0}, 1.0), ("odin", {}, 1000.0),
+    ("odin_perturbed", {"temperature": 1000.0, "epsilon": 0.0}, 1000.0),
+    ("godin", {}, 0.5), ("mcdropout", {"variant": "logit_mean"}, 1.0)])
+def test_scorers_keep_the_order_of_saturated_rows(tmp_path, name, params, temperature):
+    """Each scorer on a store with huge logits (x 3e4): finite, equal to mpmath's log max
+    softmax to 1e-9, AUROC equal to that of the exact scores."""
+    from featstore.extra_keys import odin_name
+
+    lid, lood = _logits(3e4, np.random.default_rng(9))
+
+    def extras(lg):
+        return {odin_name(1000.0, 0.0): lg, "godin_h": lg,
+                "godin_g": np.full(lg.shape[0], 0.5, np.float32),
+                "mc_logits": np.stack([lg, lg])}
+    st = _store(tmp_path / "s", lid, lood, extras)
+    s = get_scorer(name, **params).fit(st)
+    got = np.r_[s.score(st.split("id/test")), s.score(st.split("ood/far/x"))]
+    ref = np.array([_mp_log_msp(r, temperature) for r in np.r_[lid, lood].astype(np.float64)])
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-300)
+    y = np.r_[np.ones(80), np.zeros(80)]
+    assert roc_auc_score(y, got) == roc_auc_score(y, ref)
+    assert s.score_form() == "log_prob"
+
+
+def test_mcdropout_msp_log_of_mean_probability():
+    """MC-Dropout "msp" = log of the largest mean probability over passes (log1p of minus the
+    other classes' mean mass: the mean itself rounds to 1.0 at 80 digits on these rows); mpmath
+    reference with passes whose probability rounds to 1.0 in float64."""
+    from scorers.methods.mcdropout import mc_dropout_scores
+
+    rng = np.random.default_rng(2)
+    mc = np.stack([rng.normal(size=(30, 4)) * 40.0 for _ in range(3)])
+    got = mc_dropout_scores(mc, "msp")
+    with mp.workdps(80):
+        ref = []
+        for i in range(30):
+            probs = []
+            for t in range(3):
+                e = [mp.exp(mp.mpf(float(v))) for v in mc[t, i]]
+                s = mp.fsum(e)
+                probs.append([v / s for v in e])
+            mean = [mp.fsum(p[c] for p in probs) / 3 for c in range(4)]
+            top = max(range(4), key=lambda c: mean[c])
+            ref.append(float(mp.log1p(-mp.fsum(mean[c] for c in range(4) if c != top))))
+    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-300)
+
+
+def test_scores_cached_in_probability_form_are_not_read_back(tmp_path):
+    """A scores.h5 entry written before msp became log-space (same params, no form) is a
+    miss: score_splits returns the log form, not the cached probabilities."""
+    lid, lood = _logits(1.0, np.random.default_rng(1))
+    st = _store(tmp_path / "c", lid, lood)
+    split = st.split("id/test")
+    ScoreCache(st).put("msp", {}, split, max_softmax(lid))
+    got, _, _ = score_splits(st, "msp", {}, ["id/test"], True)
+    np.testing.assert_allclose(got["id/test"], np.log(max_softmax(lid)), rtol=1e-12)
+    again, _, _ = score_splits(st, "msp", {}, ["id/test"], True)  # now cached, log form
+    np.testing.assert_array_equal(again["id/test"], got["id/test"])
