@@ -104,14 +104,17 @@ def test_nan_in_a_cached_entry_is_recomputed(tmp_path, capsys):
     _eval(capsys, store)
     st = Store.open(store)
     split = st.split("id/test")
+    with h5py.File(store / SCORES_FILE, "r") as fh:
+        (key,) = list(fh["msp"])
+        params = json.loads(fh[f"msp/{key}/id__test"].attrs["params"])   # the cache's key
+        good = fh[f"msp/{key}/id__test"][()]
     cache = ScoreCache(st)
-    good = cache.get("msp", {}, split)
-    assert good is not None and np.isfinite(good).all()
+    assert np.array_equal(cache.get("msp", params, split), good)
+    assert np.isfinite(good).all()
     with h5py.File(store / SCORES_FILE, "a") as fh:
-        (key,) = [k for k in fh["msp"]]
         fh[f"msp/{key}/id__test"][3] = np.nan
-    assert cache.get("msp", {}, split) is None
+    assert cache.get("msp", params, split) is None
     code, out, err = run_cli(capsys, "score", store, "--method", "msp", "--split", "id/test",
                              "--json")
     assert code == 0, err
-    assert np.array_equal(cache.get("msp", {}, split), good)   # rewritten with the real ones
+    assert np.array_equal(cache.get("msp", params, split), good)   # rewritten with the real ones
