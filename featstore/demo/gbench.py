@@ -196,7 +196,7 @@ def build_gbench(out: str | Path, *, backbone: str = DEFAULT_BACKBONE,
     spec_path = out / f"spec{suffix}.toml"
     text = gbench_spec_text(only, patch_count, noise_count, family)
     if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
-        spec_path.write_text(text, encoding="utf-8")
+        atomic_write_output(spec_path, text)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if weights is None:
         weights = out / f"model{suffix}.pt"

@@ -242,7 +242,7 @@ def run_demo(out: Path, *, backbone: str = DEFAULT_BACKBONE, scale: float = 1.0,
     spec_path = out / "spec.toml"
     text = demo_spec_text(backbone, scale)
     if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
-        spec_path.write_text(text, encoding="utf-8")
+        atomic_write_output(spec_path, text)
     weights = out / "model.pt"
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     ensure_model(spec_path, weights, backbone, model_recipe(backbone, epochs),

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..fileio import atomic_write_output
 from ..sanity import report_lines
 from ..textsafe import md_text
 from . import plots
@@ -476,6 +477,6 @@ def render_markdown(data: ReportData, figs: list[Figure], tables: list[Table],
         if f.section != section:
             section = f.section
             lines += ["", f"## {md_text(section)}", ""]
-        (image_dir / f"{f.slug}.png").write_bytes(f.png)
+        atomic_write_output(image_dir / f"{f.slug}.png", f.png)
         lines.append(f"![{md_text(f.caption)}]({image_dir.name}/{f.slug}.png)")
     return "\n".join(lines) + "\n"
