@@ -16,7 +16,9 @@ import typer
 from rich.text import Text
 from typer.exceptions import Abort, TyperException
 
+from featstore import interrupts
 from featstore.errors import FeatstoreError
+from featstore.textsafe import one_line
 
 from . import (
     commands_compare,
@@ -94,7 +96,7 @@ commands_predict.register(app)
 
 
 def _error(message: str) -> None:
-    errors.print(Text.assemble(("error: ", "bold red"), " ".join(message.split("\n"))),
+    errors.print(Text.assemble(("error: ", "bold red"), one_line(" ".join(message.split("\n")))),
                  highlight=False, soft_wrap=True)
 
 
@@ -115,13 +117,31 @@ def main(argv: list[str] | None = None) -> None:
     while "--debug" in args:
         args.remove("--debug")
     reset()
+    interrupts.install()
     try:
         # not standalone: click's usage errors come here and become one line; shell
         # completion (`--show-completion`, `--install-completion`, _FEATSTORE_COMPLETE) and
         # --help exit by themselves
         rv = app(args=args, prog_name="featstore", standalone_mode=False)
+        interrupts.raise_if_interrupted()  # a Ctrl-C swallowed on the way is still 130
         if isinstance(rv, int) and rv:
             sys.exit(rv)
+    except BaseException as exc:
+        if interrupts.interrupted() or isinstance(exc, KeyboardInterrupt):
+            # whatever came out (a Ctrl-C inside a C extension can surface as a SystemError,
+            # an OSError, a KeyError), an interrupted command exits 130
+            errors.print("interrupted")
+            sys.exit(130)
+        _boundary(exc, debug)
+    finally:
+        interrupts.uninstall()
+        reset()
+
+
+def _boundary(exc: BaseException, debug: bool) -> None:
+    """Exit with the one-line error and exit code of `exc` (re-raised with --debug)."""
+    try:
+        raise exc
     except NoArgsIsHelpError as exc:  # `featstore`, `featstore gscore`: typer printed the help
         sys.exit(exc.exit_code)
     except _CLICK_ERRORS as exc:  # usage errors found by the parser: one line, exit 2
@@ -137,9 +157,6 @@ def main(argv: list[str] | None = None) -> None:
             raise
         _error(str(exc))
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        errors.print("interrupted")
-        sys.exit(130)
     except OSError as exc:  # the filesystem refused: name the file and the reason
         if debug:
             raise
@@ -154,8 +171,6 @@ def main(argv: list[str] | None = None) -> None:
         _error(f"unexpected {type(exc).__name__}: {msg} (rerun with --debug for the "
                "traceback)")
         sys.exit(1)
-    finally:
-        reset()
 
 
 if __name__ == "__main__":

@@ -43,11 +43,22 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from featstore.textsafe import term_text
+
+
+class SafeConsole(Console):
+    """A rich Console that never passes a control character of a string it prints (a
+    store's model or split name may hold ANSI / OSC escapes) to the terminal: every string
+    renderable goes through `featstore.textsafe.term_text` (ESC shows as `\\x1b`)."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(term_text(text), **kwargs)
+
 
 def _console(stderr: bool) -> Console:
-    console = Console(stderr=stderr, soft_wrap=True)
+    console = SafeConsole(stderr=stderr, soft_wrap=True)
     if not console.is_terminal:  # pipes and CI logs: wide enough for the tables
-        console = Console(stderr=stderr, soft_wrap=True, width=160)
+        console = SafeConsole(stderr=stderr, soft_wrap=True, width=160)
     return console
 
 

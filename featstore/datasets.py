@@ -10,7 +10,10 @@ turns it into a one-line error naming the file, or skips it with --skip-bad.
 from __future__ import annotations
 
 import copy
+import errno
 import inspect
+import os
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,13 +73,20 @@ def build_transform(spec: dict[str, Any]) -> Callable[[Image.Image], torch.Tenso
     ])
 
 
+def printable_id(value: object) -> str:
+    """A row id as valid UTF-8: a file name's bytes that are not UTF-8 (Python holds them as
+    surrogate escapes) are written as `\\xNN`, so the id can be stored and printed."""
+    text = str(value)
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 class RowSource:
     """A split's rows: ids, labels, and a loader of row i as a PIL RGB image."""
 
     def __init__(self, ids: Sequence[str], labels: np.ndarray,
                  load: Callable[[int], Image.Image], describe: dict[str, Any],
                  class_names: list[str] | None = None):
-        self.ids = [str(i) for i in ids]
+        self.ids = [printable_id(i) for i in ids]
         self.labels = np.asarray(labels, dtype=np.int64)
         self.load = load
         self.describe = describe
@@ -115,9 +125,26 @@ class TransformedRows(Dataset):
 
 
 def _open_image(path: Path) -> Image.Image:
-    with Image.open(path) as im:
-        im.load()
-        return im.copy()
+    """The image at `path`, read only from a regular file: the file is opened non-blocking and
+    fstat-ed first, so a FIFO, socket or device named by a list never blocks extraction (it
+    is an unreadable image, named), and a dangling link is a missing file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "no such file (or a dangling link)") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
+        with Image.open(fh) as im:
+            im.load()
+            return im.copy()
+
+
+def _image_entry(path: Path) -> bool:
+    """Whether a folder entry is one of the split's images: an image extension and not a
+    directory. A dangling link or a FIFO is listed (and then reported by name when it cannot
+    be read), never dropped silently."""
+    return path.suffix.lower() in IMAGE_EXTENSIONS and not path.is_dir()
 
 
 def imagefolder_rows(root: str) -> RowSource:
@@ -131,12 +158,11 @@ def imagefolder_rows(root: str) -> RowSource:
     paths, labels = [], []
     for index, cls in enumerate(classes):
         for f in sorted((base / cls).rglob("*")):
-            if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS:
+            if _image_entry(f):
                 paths.append(f)
                 labels.append(index)
     if not classes:
-        paths = [f for f in sorted(base.iterdir())
-                 if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS]
+        paths = [f for f in sorted(base.iterdir()) if _image_entry(f)]
         labels = [-1] * len(paths)
     if not paths:
         raise InputError(f"imagefolder {root!r}: no image files "
@@ -156,7 +182,8 @@ def parse_image_list(list_file: str) -> list[tuple[str, int]]:
     if not path.is_file():
         raise InputError(f"image list {list_file!r}: file not found")
     rows: list[tuple[str, int]] = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    text_lines = path.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+    for lineno, line in enumerate(text_lines, start=1):
         text = line.strip()
         if not text or text.startswith("#"):
             continue

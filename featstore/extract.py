@@ -48,7 +48,7 @@ from .fileio import make_real_dir
 from .layout import FEATURE_DTYPES
 from .lock import StoreLock
 from .models import LoadedModel, load_model, resolve_device
-from .outputs import LayerHook, head_arrays, resolve_layers
+from .outputs import LayerHook, check_rows, head_arrays, resolve_layers, run_model
 from .sanity import id_checks, warnings_of
 from .spec import BenchmarkSpec, SplitSpec, load_spec
 from .store import MANIFEST, Store, is_own_layout
@@ -245,8 +245,9 @@ def extract_parts(writer: SplitWriter, job: SplitJob, parts: range, loaded: Load
             extras.before_forward(images)
             writer.part_meta = extras.meta()
             with torch.inference_mode(), torch.autocast(device.type, enabled=opts.amp):
-                output = loaded.module(images)
+                output = run_model(loaded, images, f"split {split.name!r}")
             feats, logits = hook.take(output)
+            check_rows(feats, images, loaded, f"split {split.name!r}")
             extra = extras.compute(hook, images, feats, logits, int(index[0]))
             keep = np.asarray([not e for e in errors])
             batch = {

@@ -235,6 +235,28 @@ def free_bytes(path: Path) -> int:
     return int(free)
 
 
+def room_to_grow(directory: Path, size: int, extra: int) -> str | None:
+    """Why a file of `size` bytes under `directory` may not grow by `extra` bytes, or None:
+    the filesystem's free space for this user must hold `extra`, and the process's
+    RLIMIT_FSIZE (`ulimit -f`: the largest file it may write) `size + extra`. HDF5 meeting
+    EFBIG or ENOSPC in the middle of a write can leave a damaged file or crash, so writers
+    of files that grow in place (the score cache) ask first."""
+    stats = os.statvfs(directory)
+    free = stats.f_bavail * stats.f_frsize
+    if free < extra:
+        return f"needs {extra:,} bytes but only {free:,} are free in {str(directory)!r}"
+    try:
+        import resource  # POSIX only: absent on Windows
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    except (ImportError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return None
+    if soft != resource.RLIM_INFINITY and size + extra > soft:
+        return (f"it would grow to {size + extra:,} bytes, past the file-size limit "
+                f"(ulimit -f) of {int(soft):,} bytes")
+    return None
+
+
 class DiskFullError(FeatstoreError):
     """Not enough free space (or RLIMIT_FSIZE) for the next file a writer would write."""
 

@@ -6,6 +6,9 @@ Accepted inputs, all holding the same flat keys:
   `<split name>/features` (N, D), optional `<split name>/logits` (N, C), `/labels` (N,),
   `/ids` (N,), `/usage` (a string: train | val | test; default from the name, else test)
   — e.g. `id/train/features`, `ood/far/textures/logits`, `ood/near/ssb_val/usage` = "val";
+  (an `.h5` whose datasets keep data outside the file, external storage or virtual datasets,
+  or that holds soft / external links, is refused: importing never copies another file's
+  bytes into a store, and no split disappears silently);
 - a directory of `.npy` files whose names are those keys with `/` written as `__`
   (e.g. `head__weight.npy`, `id__train__features.npy`).
 
@@ -27,6 +30,7 @@ from .errors import InputError, UsageError
 from .layout import FEATURE_DTYPES
 from .names import parse_split_name
 from .store import MANIFEST, USAGES, Store, is_own_layout
+from .verify import hdf5_link_problem
 
 FIELDS = ("features", "logits", "labels", "ids", "usage")
 
@@ -47,6 +51,10 @@ def _load_flat(path: Path) -> dict[str, Any]:
         if suffix in (".h5", ".hdf5"):
             out: dict[str, Any] = {}
             with h5py.File(path, "r") as fh:
+                problem = hdf5_link_problem(fh)   # never read data from outside the file
+                if problem:
+                    raise InputError(f"import {str(path)!r}: {problem}")
+
                 def visit(name: str, obj: Any) -> None:
                     if isinstance(obj, h5py.Dataset):
                         out[name] = obj.asstr()[()] if obj.dtype.kind in "OS" else obj[()]

@@ -51,10 +51,14 @@ def _holder_text(fd: int) -> str:
 class StoreLock:
     """Context manager: hold the write lock of store directory `path` (which must exist).
 
-    Not blocking: if another process holds it, StoreLockedError names that process."""
+    Not blocking: if another process holds it, StoreLockedError names that process. `what`
+    names the directory in messages ("store", or "output directory" for `featstore run`'s
+    OUT, which holds the same lock file so that two runners never share one output)."""
 
-    def __init__(self, path: str | os.PathLike, command: str | None = None):
+    def __init__(self, path: str | os.PathLike, command: str | None = None,
+                 what: str = "store"):
         self.path = Path(path)
+        self.what = what
         self.command = command or " ".join(Path(sys.argv[0]).name.split() + sys.argv[1:3])
         self.key = os.path.realpath(self.path)
 
@@ -69,12 +73,12 @@ class StoreLock:
                 fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
-                    raise FeatstoreError(f"store {str(self.path)!r}: {LOCK_FILE} is a symbolic "
-                                         "link; featstore never follows links in a store; "
-                                         "remove it") from None
+                    raise FeatstoreError(f"{self.what} {str(self.path)!r}: {LOCK_FILE} is a "
+                                         "symbolic link; featstore never follows links in a "
+                                         "store; remove it") from None
                 if exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
-                    raise FeatstoreError(f"store {str(self.path)!r} is read-only ({exc.strerror})"
-                                         "; it cannot be written") from None
+                    raise FeatstoreError(f"{self.what} {str(self.path)!r} is read-only "
+                                         f"({exc.strerror}); it cannot be written") from None
                 raise
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -83,8 +87,9 @@ class StoreLock:
                 os.close(fd)
                 if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise StoreLockedError(
-                        f"store {str(self.path)!r} is being written by {holder}; one writer at "
-                        "a time: wait for it to finish (or stop it), then rerun") from None
+                        f"{self.what} {str(self.path)!r} is being written by {holder}; one "
+                        "writer at a time: wait for it to finish (or stop it), then rerun"
+                    ) from None
                 raise
             info = {"pid": os.getpid(), "host": socket.gethostname(),
                     "command": self.command, "since": time.time()}

@@ -180,6 +180,11 @@ def _accepts_num_classes(fn: object) -> bool:
     return "num_classes" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
 def import_callable(spec: str, num_classes: int | None = None) -> nn.Module:
     """Call `module:callable` (with `num_classes=` when given and the callable accepts it)."""
     module_name, _, attr = spec.partition(":")
@@ -189,12 +194,19 @@ def import_callable(spec: str, num_classes: int | None = None) -> nn.Module:
         mod = importlib.import_module(module_name)
     except ImportError as exc:
         raise UsageError(f"--model {spec!r}: cannot import module {module_name!r} ({exc})") from exc
+    except Exception as exc:  # the user's module failed while importing: name it
+        raise InputError(f"--model {spec!r}: importing {module_name!r} raised "
+                         f"{type(exc).__name__}: {_first_line(exc)}") from exc
     fn = getattr(mod, attr, None)
     if fn is None:
         raise UsageError(f"--model {spec!r}: module {module_name!r} has no attribute {attr!r}")
     if callable(fn) and not isinstance(fn, nn.Module):
         with_classes = num_classes is not None and _accepts_num_classes(fn)
-        model = fn(num_classes=num_classes) if with_classes else fn()
+        try:
+            model = fn(num_classes=num_classes) if with_classes else fn()
+        except Exception as exc:  # the user's callable: name it instead of "unexpected"
+            raise InputError(f"--model {spec!r}: {attr}() raised {type(exc).__name__}: "
+                             f"{_first_line(exc)}") from exc
     else:
         model = fn
     if not isinstance(model, nn.Module):
@@ -237,9 +249,9 @@ def _load_torchscript(path: Path, feature_layer: str | None, no_head: bool
     try:
         scripted = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:
-        raise UsageError(f"--model {str(path)!r}: not a TorchScript file ({exc})") from exc
+        raise InputError(f"--model {str(path)!r}: not a TorchScript file ({exc})") from exc
     if not hasattr(scripted, "penultimate"):
-        raise UsageError(
+        raise InputError(
             f"--model {str(path)!r}: TorchScript models cannot be hooked; export a "
             "`penultimate(x) -> (N, D)` method with @torch.jit.export"
         )
@@ -249,7 +261,7 @@ def _load_torchscript(path: Path, feature_layer: str | None, no_head: bool
         raise UsageError(f"--feature-layer {feature_layer!r}: not a Linear of the TorchScript "
                          f"model (Linear layers: {', '.join(linears) or 'none'})")
     if not linears:
-        raise UsageError(f"--model {str(path)!r}: no Linear classifier head found")
+        raise InputError(f"--model {str(path)!r}: no Linear classifier head found")
     return ScriptedWithHead(scripted, feature_layer or linears[-1])
 
 
@@ -338,13 +350,14 @@ def _check_load(result: Any, weights_path: Path | None, arch: str) -> None:
         if unexpected:
             parts.append(
                 f"unexpected keys {unexpected[:5]}{' …' if len(unexpected) > 5 else ''}")
-        raise UsageError(f"--weights {str(weights_path)!r} does not fit {arch}: "
+        raise InputError(f"--weights {str(weights_path)!r} does not fit {arch}: "
                          + "; ".join(parts))
 
 
 def _load_state(module: nn.Module, state: dict[str, torch.Tensor],
                 weights_path: Path | None, arch: str) -> None:
-    """Copy the weights into a built module; every key must match (UsageError naming them)."""
+    """Copy the weights into a built module; every key must match (InputError naming them,
+    exit 1 like a shape mismatch: the file named is wrong, not the command line)."""
     _check_load(load_checked(module, state, f"--weights {str(weights_path)!r}"),
                 weights_path, arch)
 

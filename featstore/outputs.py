@@ -96,6 +96,30 @@ def mismatch_error(loaded: LoadedModel, logits: torch.Tensor, head_out: torch.Te
         "--feature-layer LAYER --no-head")
 
 
+def run_model(loaded: LoadedModel, images: torch.Tensor, where: str) -> Any:
+    """`loaded.module(images)`; an exception raised by the user's network is a FeatstoreError
+    naming `where`, the model, the batch shape and the exception's first line (never
+    "unexpected")."""
+    try:
+        return loaded.module(images)
+    except Exception as exc:  # the user's code
+        name = loaded.provenance.get("name", "the model")
+        text = str(exc).strip()
+        raise FeatstoreError(f"{where}: model {name!r} on a batch of shape "
+                             f"{tuple(images.shape)} raised {type(exc).__name__}: "
+                             f"{text.splitlines()[0] if text else ''}") from exc
+
+
+def check_rows(feats: torch.Tensor, images: torch.Tensor, loaded: LoadedModel,
+               where: str) -> None:
+    """FeatstoreError unless the hooked layer gave one row per image."""
+    if feats.shape[0] != images.shape[0]:
+        raise FeatstoreError(f"{where}: model {loaded.provenance.get('name', 'the model')!r} "
+                             f"gave its feature layer {feats.shape[0]} rows for "
+                             f"{images.shape[0]} images; it must see one row per image (name "
+                             "another layer with --feature-layer)")
+
+
 class LayerHook:
     """Forward hook on the hooked layer; `take(output)` -> (features, logits) (module doc)."""
 
@@ -150,7 +174,7 @@ def resolve_layers(loaded: LoadedModel, crop: int, device: torch.device,
         hook.where = "probe"
         try:
             with torch.inference_mode():
-                feats, logits = hook.take(loaded.module(images))
+                feats, logits = hook.take(run_model(loaded, images, "probe"))
         finally:
             hook.close()
         loaded.num_classes, loaded.feature_dim = int(logits.shape[1]), int(feats.shape[1])
@@ -169,7 +193,7 @@ def resolve_layers(loaded: LoadedModel, crop: int, device: torch.device,
     handles = [loaded.module.get_submodule(n).register_forward_hook(record(n)) for n in names]
     try:
         with torch.inference_mode():
-            logits = model_logits(loaded.module(images))
+            logits = model_logits(run_model(loaded, images, "probe"))
     finally:
         for h in handles:
             h.remove()

@@ -34,13 +34,18 @@ def to_numpy(value: Any) -> np.ndarray:
 
 
 def prepare_head(head: tuple[Any, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """(W, b) as contiguous float32 (C, D) and (C,); UsageError on other shapes."""
+    """(W, b) as contiguous float32 (C, D) and (C,); UsageError on other shapes or on NaN /
+    inf in either (every scorer that reads the head would turn them into NaN scores)."""
     weight = np.ascontiguousarray(to_numpy(head[0]), dtype=np.float32)
     bias = np.ascontiguousarray(to_numpy(head[1]), dtype=np.float32)
     if weight.ndim != 2 or bias.shape != (weight.shape[0],):
         raise UsageError(
             f"head: expected weight (C, D) and bias (C,), got {weight.shape} and {bias.shape}"
         )
+    bad = int(np.count_nonzero(~np.isfinite(weight)) + np.count_nonzero(~np.isfinite(bias)))
+    if bad:
+        raise UsageError(f"head: {bad} values of the weight / bias are NaN or inf; every "
+                         "scorer that reads the head would turn them into NaN scores")
     return weight, bias
 
 
@@ -58,11 +63,18 @@ class SplitArrays:
     row_axes: dict[str, int] = field(default_factory=dict)
 
 
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
 def _labels(name: str, labels: Any, n: int, classes: int, role: str) -> np.ndarray:
     labels = np.full(n, -1, dtype=np.int64) if labels is None else to_numpy(labels)
     if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
         raise UsageError(f"split {name!r}: labels must be (N={n},) integers, got {labels.shape} "
                          f"{labels.dtype}")
+    if labels.size and labels.dtype.kind == "u" and int(labels.max()) > _INT64_MAX:
+        # a uint64 2**64 - 1 would wrap to -1 (unknown) and silently leave the accuracy
+        raise UsageError(f"split {name!r}: label {int(labels.max())} does not fit int64 "
+                         f"(labels must lie in [-1, {classes - 1}])")
     labels = labels.astype(np.int64)
     if role != "ood" and ((labels < -1) | (labels >= classes)).any():
         raise UsageError(f"split {name!r}: labels must lie in [-1, {classes - 1}]")

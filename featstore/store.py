@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -216,12 +218,17 @@ class Store:
 
         `splits` maps split names to dicts with `features`, `logits` (optional: computed as
         features @ W.T + b when absent), `labels` (optional: -1), `ids` (optional: row index),
-        `extras` (optional dict) and `usage`/`source` (optional).
+        `extras` (optional dict) and `usage`/`source` (optional). With `overwrite`, an
+        existing store is replaced only after the whole new one was written and validated
+        (`_replace_store`): bad arrays leave the old store as it was.
         `head=None`: a store without a classifier head; every split then gives its logits,
         and without a provenance `sha256` the digest of every split's features and logits
         identifies the model.
         """
         path = Path(path)
+        if overwrite and os.path.lexists(path / MANIFEST):
+            return _replace_store(cls, path, dict(head=head, splits=splits, classes=classes,
+                                                 provenance=provenance, dtype=dtype))
         existed = os.path.lexists(path)
         dims, provenance = None, dict(provenance or {})
         if head is None:
@@ -503,6 +510,28 @@ class Store:
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()
                 raise
+
+
+def _replace_store(cls: type[Store], path: Path, arrays: dict[str, Any]) -> Store:
+    """`Store.from_arrays(path, overwrite=True, **arrays)` over an existing store: the new
+    store is first written in full to a sibling staging directory (every array validated, every
+    file fsynced); only then, under the store's lock, are the old store's own files removed and
+    the new ones renamed in (the manifest last). Any error before that point leaves the old
+    store untouched; the staging directory is always removed."""
+    path = Path(os.path.abspath(path))
+    staging = path.parent / f".{path.name}.new-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        cls.from_arrays(staging, **arrays)
+        with StoreLock(path):
+            remove_own_files(path)
+            names = [n for n in OWN_FILES if n not in (MANIFEST, LOCK_FILE)] + [MANIFEST]
+            for name in names:
+                if os.path.lexists(staging / name):
+                    os.replace(staging / name, path / name)
+            fsync_dir(path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return cls.open(path, mode="a")
 
 
 def _head_arrays(head: tuple[Any, Any] | None, dims: tuple[int, int] | None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,14 @@ from typing import Any
 import h5py
 import numpy as np
 
-from featstore.errors import InputError
-from featstore.fileio import is_link
+from featstore.errors import FeatstoreWarning, InputError
+from featstore.fileio import is_link, room_to_grow
 from featstore.interfaces import SplitLike, StoreLike
+from featstore.interrupts import raise_if_interrupted
 
 SCORES_FILE = "scores.h5"
+#: bytes an entry may add beyond its scores (HDF5 object headers, attributes, B-tree nodes)
+CACHE_MARGIN = 64 * 1024
 
 
 def _normalize(value: Any) -> Any:
@@ -81,9 +85,11 @@ class ScoreCache:
 
     @staticmethod
     def _entry(fh: h5py.File, key: str) -> h5py.Dataset | None:
-        """The dataset at `key` reached through hard links only, else None."""
+        """The dataset at `key` reached through hard links and groups only, else None."""
         node: Any = fh
         for part in key.split("/"):
+            if not isinstance(node, h5py.Group):
+                return None
             link = node.get(part, getlink=True)
             if not isinstance(link, h5py.HardLink):
                 return None
@@ -93,6 +99,10 @@ class ScoreCache:
         return node
 
     def get(self, method: str, params: Mapping[str, Any], split: SplitLike) -> np.ndarray | None:
+        """The cached scores, or None (a miss) when there are none, they do not match the
+        split, hold NaN / inf, or scores.h5 cannot be read in any way (truncated by a failed
+        write, an entry's path through a dataset, junk bytes): an unreadable cache is a miss
+        and is rebuilt by the next `put`."""
         if not self.path.is_file():
             return None
         key = self._key(method, params, split)
@@ -106,34 +116,58 @@ class ScoreCache:
                         or int(ds.attrs.get("num_rows", -1)) != split.num_rows
                         or ds.shape != (split.num_rows,) or ds.dtype != np.float64):
                     return None
-                return ds[()]
-        except (OSError, ValueError, TypeError):
-            return None  # an unreadable cache is a miss; it is rebuilt on the next put
+                scores = ds[()]
+        except Exception:  # any failure of HDF5 on a damaged file: a miss
+            raise_if_interrupted()
+            return None
+        return scores if np.isfinite(scores).all() else None
 
     def put(self, method: str, params: Mapping[str, Any], split: SplitLike,
             scores: np.ndarray) -> None:
-        key = self._key(method, params, split)
+        """Store `scores` under the key. A cache that cannot be written (no room under the
+        free space or the file-size limit, a damaged scores.h5 that cannot be rebuilt, another
+        process writing it) is a warning, never an error: the scores are already computed."""
         if is_link(self.path):
             raise InputError(f"store {str(self.store.path)!r}: {SCORES_FILE} is a symbolic "
                              "link; featstore never follows links in a store")
+        data = np.asarray(scores, dtype=np.float64)
+        size = os.path.getsize(self.path) if self.path.is_file() else 0
+        room = room_to_grow(self.path.parent, size, data.nbytes + CACHE_MARGIN)
+        if room is not None:
+            warnings.warn(f"score cache {str(self.path)!r} not written: {room}",
+                          FeatstoreWarning, stacklevel=2)
+            return
         try:
-            fh = h5py.File(self.path, "a")
+            self._write(self._key(method, params, split), data, split, params)
+        except Exception as exc:
+            raise_if_interrupted()
+            warnings.warn(f"score cache {str(self.path)!r} not written "
+                          f"({type(exc).__name__}: {exc}); scores are not cached",
+                          FeatstoreWarning, stacklevel=2)
+
+    def _open_for_write(self) -> h5py.File:
+        """scores.h5 opened for appending; a file HDF5 cannot open is replaced by a new one."""
+        try:
+            return h5py.File(self.path, "a")
         except OSError:
             self.path.unlink(missing_ok=True)
-            fh = h5py.File(self.path, "x")
-        with fh:
+            return h5py.File(self.path, "x")
+
+    def _write(self, key: str, data: np.ndarray, split: SplitLike,
+               params: Mapping[str, Any]) -> None:
+        with self._open_for_write() as fh:
             node: Any = fh
-            for part in key.split("/"):  # never create or delete through a soft/external link
-                link = node.get(part, getlink=True)
-                if link is not None and not isinstance(link, h5py.HardLink):
+            for part in key.split("/")[:-1]:  # never create or delete through a soft/external
+                link = node.get(part, getlink=True)  # link, nor inside a dataset
+                if link is not None and (not isinstance(link, h5py.HardLink)
+                                         or not isinstance(node[part], h5py.Group)):
                     del node[part]
-                    break
-                if link is None:
-                    break
-                node = node[part]
-            if fh.get(key, getlink=True) is not None:
-                del fh[key]
-            ds = fh.create_dataset(key, data=np.asarray(scores, dtype=np.float64))
+                    link = None
+                node = node.create_group(part) if link is None else node[part]
+            last = key.rsplit("/", 1)[1]
+            if node.get(last, getlink=True) is not None:
+                del node[last]
+            ds = node.create_dataset(last, data=data)
             ds.attrs["model_sha256"] = self.store.model_sha256
             ds.attrs["split_sha256"] = split.entry["sha256"]
             ds.attrs["num_rows"] = int(split.num_rows)

@@ -20,7 +20,7 @@ from featstore.values import require_finite
 from .adapt import fit_defaults
 from .base import Scorer, fit_split_names, value_fields
 from .cache import ScoreCache, cache_off_reason
-from .metrics import OOD_METRIC_NAMES, id_accuracy, misclassification_auroc, ood_metrics
+from .metrics import OOD_METRIC_NAMES, id_accuracy_or_nan, misclassification_auroc, ood_metrics
 from .misclassification import misclassification_or_none
 from .registry import REGISTRY, code_digest, get_scorer, resolve, resolve_methods
 from .results import EvaluationResult
@@ -227,7 +227,7 @@ def evaluate(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | 
     done, skipped = run_each(methods, run, strict=strict)
     require_any(done, skipped, store)
     result = {"store": str(store.path), "model_sha256": store.model_sha256,
-              "id_split": ID_SPLIT, "id_acc": id_accuracy(logits, labels),
+              "id_split": ID_SPLIT, "id_acc": id_accuracy_or_nan(logits, labels),
               "ood_splits": ood, "methods": done, "skipped": skipped, "ci": None}
     if ci is not None:
         add_intervals(result, kept, store, ci)

@@ -68,7 +68,7 @@ from typing import Any
 
 import numpy as np
 
-from featstore.errors import UsageError
+from featstore.errors import FeatstoreError, UsageError
 
 from .kernels.iptopk import exact_ip_search, exact_ip_values
 from .kernels.rowfeat import l2_normalize_rows
@@ -86,10 +86,26 @@ MIN_TRAIN_POINTS_PER_LIST = 39
 RECALL_CONFIDENCE_Z = 1.645  # one-sided 95% lower bound on the calibrated recall
 
 
+def load_faiss() -> Any:
+    """The faiss module, imported on first use (keeps `import scorers` fast). A FAISS that
+    cannot load (the faiss-gpu wheel dlopens its CUDA libraries at import, which fails under a
+    memory limit such as `ulimit -v`, or a broken install) is a FeatstoreError saying what to
+    do, so a run over many scorers skips the neighbour scorers with that reason and a scorer
+    named with --method exits 1, never `unexpected RuntimeError`."""
+    try:
+        import faiss  # lazy: keeps `import scorers` fast
+    except (ImportError, RuntimeError, OSError) as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FeatstoreError(
+            f"FAISS (nearest-neighbour search) cannot be loaded: {text}; under a memory limit "
+            "(ulimit -v) faiss-gpu's CUDA libraries do not fit: raise the limit, or install "
+            "faiss-cpu in place of faiss-gpu for CPU-only machines") from exc
+    return faiss
+
+
 def num_gpus() -> int:
     """Number of GPUs FAISS can use (0 with a CPU-only build)."""
-    import faiss  # lazy: keeps `import scorers` fast
-
+    faiss = load_faiss()
     getter = getattr(faiss, "get_num_gpus", None)
     if getter is None:
         return 0
@@ -99,24 +115,25 @@ def num_gpus() -> int:
         return 0
 
 
-def l2_normalize(x: np.ndarray, eps: float = 1e-10) -> np.ndarray:
-    """Rows divided by (their L2 norm + eps), computed in float64, returned as float32
-    (`scorers.kernels.rowfeat.l2_normalize_rows`).
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Rows divided by their L2 norm (an all-zero row stays zero), computed in float64,
+    returned as float32 (`scorers.kernels.rowfeat.l2_normalize_rows`).
 
-    `eps` keeps an all-zero row at zero (no division by 0). Sources, checked in their code:
-    OpenOOD v1.5 (`knn_postprocessor.py` at 3c35632) and KNN-OOD's `run_imagenet.py`
-    (deeplearning-wisc/knn-ood at 2afb2bb) compute `x / ||x|| + 1e-10`, adding the epsilon
-    AFTER the division (an all-zero row gives NaN there); KNN-OOD's `run_cifar.py` and
-    `run_imagenet_vit.py` compute `x / (||x|| + 1e-10)`, this convention, chosen because it
-    is defined for every row. For a row with ||x|| >> 1e-10 the two differ by ~1e-10 per
-    entry, below float32 resolution of the normalized features."""
+    Sources, checked in their code: OpenOOD v1.5 (`knn_postprocessor.py` at 3c35632) and
+    KNN-OOD's `run_imagenet.py` (deeplearning-wisc/knn-ood at 2afb2bb) compute
+    `x / ||x|| + 1e-10` (an all-zero row gives NaN there); KNN-OOD's `run_cifar.py` and
+    `run_imagenet_vit.py` compute `x / (||x|| + 1e-10)`. Both make the cosine geometry depend
+    on the features' scale (rows of norm ~1e-29 are shrunk towards 0 by the absolute 1e-10),
+    so featstore divides by the norm alone and maps a zero row to zero: for a row with
+    ||x|| >> 1e-10 the three agree to ~1e-10 relative, below float32 resolution of the
+    normalized features."""
     x = np.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"l2_normalize expects a 2-D array, got shape {x.shape}")
     out = np.empty(x.shape, dtype=np.float32)
     # one fused Numba pass per row (float64 sum of squares, then the division), no float64
     # copy of the array; each row is computed alone, so any row block gives the same bits
-    l2_normalize_rows(x, float(eps), out)
+    l2_normalize_rows(x, out)
     return out
 
 
@@ -340,7 +357,7 @@ class KnnIndex:
         recall_target: float | None = None,
         train_points_per_list: int = DEFAULT_TRAIN_POINTS_PER_LIST,
     ):
-        import faiss  # lazy: keeps `import scorers` fast
+        faiss = load_faiss()
 
         if metric not in METRICS:
             raise UsageError(f"knn index: metric {metric!r} is not one of {METRICS}")
@@ -412,7 +429,7 @@ class KnnIndex:
     def _host_index(self) -> Any:
         """The CPU index (made once from the GPU index when searching on a GPU)."""
         if self._cpu_index is None:
-            import faiss  # lazy: keeps `import scorers` fast
+            faiss = load_faiss()
 
             self._cpu_index = faiss.index_gpu_to_cpu(self._index)
         return self._cpu_index
@@ -420,7 +437,7 @@ class KnnIndex:
     def _exact_calibration_ids(self, k: int) -> np.ndarray:
         """Exact top-k ids of the calibration queries from the index itself: every IVF list
         (nprobe = nlist, exact distances for IVF-Flat) or HNSW's flat storage."""
-        import faiss  # lazy: keeps `import scorers` fast
+        faiss = load_faiss()
 
         queries = self._calibration[0]
         index = self._host_index()
@@ -507,7 +524,7 @@ class KnnIndex:
 
     def _flat_vectors(self) -> np.ndarray:
         """The (N, D) float32 bank as stored in the CPU flat index (a view, no copy)."""
-        import faiss  # lazy: keeps `import scorers` fast
+        faiss = load_faiss()
 
         index = self._host_index()
         return faiss.rev_swig_ptr(index.get_xb(), self.ntotal * self.dim).reshape(

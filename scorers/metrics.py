@@ -66,6 +66,7 @@ __all__ = [
     "METRIC_DIRECTIONS",
     "OOD_METRIC_NAMES",
     "id_accuracy",
+    "id_accuracy_or_nan",
     "misclassification_auroc",
     "ood_metrics",
     "shift_sensitivity",
@@ -189,6 +190,15 @@ def _labelled(logits: object, labels: object) -> tuple[np.ndarray, np.ndarray, n
     if not mask.any():
         raise ValueError("no labelled rows (every label is -1)")
     return lg, y, mask
+
+
+def id_accuracy_or_nan(logits: np.ndarray, labels: np.ndarray) -> float:
+    """`id_accuracy`, or NaN (JSON null: undefined, never a made-up number) when no row of
+    the split is labelled (a store imported without id/test labels)."""
+    y = np.asarray(labels)
+    if y.ndim == 1 and not (y != -1).any():
+        return float("nan")
+    return id_accuracy(logits, labels)
 
 
 def id_accuracy(logits: np.ndarray, labels: np.ndarray) -> float:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from featstore.errors import FeatstoreError
 from featstore.interfaces import StoreLike
+from featstore.interrupts import raise_if_interrupted
 
 from .base import Scorer, how_to
 from .needs import Needs
@@ -59,6 +60,7 @@ def run_each(names: Sequence[str], run: Callable[[str], T], *, strict: bool = Fa
         try:
             done[name] = run(name)
         except FeatstoreError as exc:
+            raise_if_interrupted()  # a Ctrl-C that came out as a data error stops the run
             if strict:
                 raise
             skipped[name] = str(exc)

@@ -54,7 +54,7 @@ from .evaluate import group_means, id_side_metrics, mean_of, require_finite_inpu
 from .metrics import (
     METRIC_DIRECTIONS,
     OOD_METRIC_NAMES,
-    id_accuracy,
+    id_accuracy_or_nan,
     ood_metrics,
 )
 from .misclassification import misclassification_or_none
@@ -404,7 +404,7 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
     result = {
         "store": str(store.path), "model_sha256": store.model_sha256,
         "id_split": TEST_ID_SPLIT,
-        "id_acc": id_accuracy(np.asarray(id_split.logits), np.asarray(id_split.labels)),
+        "id_acc": id_accuracy_or_nan(np.asarray(id_split.logits), np.asarray(id_split.labels)),
         "ood_splits": test_ood, "methods": done, "skipped": skipped, "tuned": True,
         "select_by": select_by, "val_splits": {"id": VAL_ID_SPLIT, "ood": val_ood},
         "ci": None,

@@ -46,6 +46,8 @@ LAYER_MAP: dict[str, str] = {
     "featstore/layout.py": "store core",
     "featstore/fileio.py": "store core",
     "featstore/lock.py": "store core",
+    "featstore/textsafe.py": "store core",
+    "featstore/interrupts.py": "store core",
     "featstore/values.py": "store core",
     "featstore/summary.py": "store core",
     "featstore/sanity.py": "store core",

@@ -23,7 +23,7 @@ ID images are 8x8 digit scans, so nothing is lost on them.
 
 from __future__ import annotations
 
-import os
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from sklearn.linear_model import LogisticRegression
 from torch import nn
 
 from ..datasets import TransformedRows, build_transform, rows_from_source
+from ..fileio import atomic_write_output
 from ..spec import load_spec
 
 #: `featstore extract --model` spec of the pretrained demo model
@@ -156,8 +157,8 @@ def train_pretrained_head(spec_path: Path, out_file: Path, num_classes: int,
         model.fc.bias.copy_(torch.from_numpy(b))
     train_acc = float(((feats @ w.T + b).argmax(1) == labels).mean() * 100)
     log(f"  linear head (logistic regression, C = {HEAD_C}): train acc {train_acc:.1f}%")
-    tmp = out_file.with_suffix(".tmp")
-    torch.save(model.state_dict(), tmp)
-    os.replace(tmp, out_file)
+    buffer = io.BytesIO()   # never through a link planted at a fixed temporary name
+    torch.save(model.state_dict(), buffer)
+    atomic_write_output(out_file, buffer.getvalue())
     return {"head": "logistic regression", "C": HEAD_C, "train_rows": len(data),
             "final_train_acc": train_acc}

@@ -30,6 +30,7 @@ once with the demo's recipe (`featstore.demo.pipeline.ensure_model`).
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ import torch
 from ..datasets import TransformedRows, build_transform, rows_from_source
 from ..errors import InputError, UsageError
 from ..extract import ExtractOptions, Progress, extract
+from ..fileio import atomic_write_output
 from ..spec import load_spec
 from ..store import Store
 from ..training.ce import random_shift, train_ce
@@ -170,9 +172,9 @@ def _train_backbone(spec_path: Path, out_file: Path, factory: Callable[[int], De
              on_epoch=lambda e, loss, acc: log(f"  epoch {e + 1:2d}/{epochs}  loss {loss:.3f}"
                                                f"  train acc {acc:.1f}%"),
              augment=random_shift)
-    tmp = out_file.with_suffix(".tmp")
-    torch.save(model.state_dict(), tmp)
-    os.replace(tmp, out_file)
+    buffer = io.BytesIO()   # never through a link planted at a fixed temporary name
+    torch.save(model.state_dict(), buffer)
+    atomic_write_output(out_file, buffer.getvalue())
 
 
 def build_gbench(out: str | Path, *, backbone: str = DEFAULT_BACKBONE,
@@ -194,7 +196,7 @@ def build_gbench(out: str | Path, *, backbone: str = DEFAULT_BACKBONE,
     spec_path = out / f"spec{suffix}.toml"
     text = gbench_spec_text(only, patch_count, noise_count, family)
     if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
-        spec_path.write_text(text, encoding="utf-8")
+        atomic_write_output(spec_path, text)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if weights is None:
         weights = out / f"model{suffix}.pt"

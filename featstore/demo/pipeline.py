@@ -23,6 +23,7 @@ changed is re-extracted); a different recipe retrains and replaces the store.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Callable
@@ -35,7 +36,7 @@ import torch
 from ..datasets import TransformedRows, build_transform, rows_from_source
 from ..errors import UsageError
 from ..extract import ExtractOptions, Progress, extract
-from ..fileio import sha256_file
+from ..fileio import atomic_write_output, sha256_file
 from ..spec import load_spec
 from ..store import Store
 from ..training.ce import random_shift, train_ce
@@ -171,9 +172,9 @@ def train_demo_model(spec_path: Path, out_file: Path, epochs: int = 12,
         on_epoch=lambda e, loss, acc: _epoch_done(log, progress, e, epochs, loss, acc),
         augment=random_shift,
     )
-    tmp = out_file.with_suffix(".tmp")
-    torch.save(model.state_dict(), tmp)
-    os.replace(tmp, out_file)
+    buffer = io.BytesIO()   # never through a link planted at a fixed temporary name
+    torch.save(model.state_dict(), buffer)
+    atomic_write_output(out_file, buffer.getvalue())
     return {"epochs": epochs, "final_loss": history[-1][0], "final_train_acc": history[-1][1]}
 
 
@@ -216,10 +217,8 @@ def ensure_model(spec_path: Path, weights: Path, backbone: str, recipe: dict[str
         log(f"training the demo ResNet on digits {ID_CLASSES} ({epochs} epochs, CPU)")
         summary = train_demo_model(spec_path, weights, epochs=epochs, log=log,
                                    progress=progress)
-    tmp = record_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"recipe": recipe, "summary": summary,
-                               "sha256": sha256_file(weights)}, indent=2), encoding="utf-8")
-    os.replace(tmp, record_path)
+    atomic_write_output(record_path, json.dumps({"recipe": recipe, "summary": summary,
+                                                 "sha256": sha256_file(weights)}, indent=2))
     return True
 
 
@@ -243,7 +242,7 @@ def run_demo(out: Path, *, backbone: str = DEFAULT_BACKBONE, scale: float = 1.0,
     spec_path = out / "spec.toml"
     text = demo_spec_text(backbone, scale)
     if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
-        spec_path.write_text(text, encoding="utf-8")
+        atomic_write_output(spec_path, text)
     weights = out / "model.pt"
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     ensure_model(spec_path, weights, backbone, model_recipe(backbone, epochs),

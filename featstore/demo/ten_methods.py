@@ -45,6 +45,7 @@ from ..experiments.presets import ten_method_rows
 from ..experiments.render import rich_tables
 from ..experiments.runner import run_experiment
 from ..extract import Progress
+from ..fileio import atomic_write_output
 from .pipeline import PHOTOS, TEXTURES, demo_spec_text, toml_value
 
 EPOCHS = 6
@@ -92,7 +93,7 @@ def ten_methods_experiment(out: Path, methods: str | Sequence[str] = "all", *,
     base = Path(out) / "methods"
     base.mkdir(parents=True, exist_ok=True)
     spec_path = base / "spec.toml"
-    spec_path.write_text(ten_methods_spec_text(), encoding="utf-8")
+    atomic_write_output(spec_path, ten_methods_spec_text())
     return Experiment(name="Ten OOD methods on the demo (Wang et al. 2024 layout)",
                       arch=SCRATCH_ARCH, seeds=list(seeds), rows=rows,
                       spec=str(spec_path.resolve()), device="cpu",

@@ -69,6 +69,8 @@ from ..spec import load_spec
 from ..training.methods import get_method
 from ..training.presets import TRAIN_PRESETS, preset_values
 
+#: the most seeds an experiment may name (each one trains and extracts every model again)
+MAX_SEEDS = 10_000
 TOP_KEYS = ("name", "arch", "seeds", "runs", "device", "data", "train", "tune", "method",
             "executor", "model", "checkpoint")
 #: run r of OSR division seed s trains with seed s + RUN_SEED_STRIDE * r
@@ -341,7 +343,10 @@ def parse_experiment(data: dict[str, Any], base: Path, where: str) -> Experiment
     """Validate an experiment dict (as loaded from TOML); relative paths resolve to `base`."""
     _check_keys(data, TOP_KEYS, where)
     seeds = data.get("seeds", [0])
-    if isinstance(seeds, int):
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if not 1 <= seeds <= MAX_SEEDS:  # a count; never a list of 1e11 seeds in memory
+            raise InputError(f"{where}: seeds = {seeds}: a count of seeds must lie in "
+                             f"[1, {MAX_SEEDS}] (or give the list of seeds)")
         seeds = list(range(seeds))
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0
                                                            for s in seeds):

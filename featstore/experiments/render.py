@@ -11,6 +11,8 @@ from typing import Any
 
 from rich.table import Table
 
+from ..textsafe import md_text
+
 #: (key, label, better) of the table's metric rows, the paper's Tables 5-10
 METRIC_ROWS = (("auroc", "AUROC", "max"), ("fpr95", "FPR95", "min"),
                ("aupr_in", "AUPR-IN", "max"), ("aupr_out", "AUPR-OUT", "max"))
@@ -79,17 +81,18 @@ def title(result: dict[str, Any], split: str) -> str:
 def markdown_report(result: dict[str, Any]) -> str:
     """The whole results file as Markdown (tables, skipped runs, how to reproduce)."""
     exp = result["experiment"]
-    lines = [f"# {exp['name']}", "",
-             f"Architecture `{result['arch']}`; seeds {exp['seeds']}; training "
-             f"{exp['train'] or 'defaults'}; tuning rule `{exp['tune_rule']}`"
-             f" (select by {exp['select_by']}); wall time {result['wall_s']:.1f} s.", ""]
+    lines = [f"# {md_text(exp['name'])}", "",
+             f"Architecture {md_text(result['arch'])}; seeds {exp['seeds']}; training "
+             f"{md_text(exp['train'] or 'defaults')}; tuning rule {md_text(exp['tune_rule'])}"
+             f" (select by {md_text(exp['select_by'])}); wall time {result['wall_s']:.1f} s.",
+             ""]
     for split in result["aggregate"]:
         methods, rows = table_rows(result, split)
-        lines += [f"## {title(result, split)}", "",
-                  "| metric | group | " + " | ".join(methods) + " |",
+        lines += [f"## {md_text(title(result, split))}", "",
+                  "| metric | group | " + " | ".join(md_text(m) for m in methods) + " |",
                   "|---|---|" + "---:|" * len(methods)]
         for label, group, *cells in rows:
-            lines.append(f"| {label} | {group} | " + " | ".join(
+            lines.append(f"| {label} | {md_text(group)} | " + " | ".join(
                 f"**{t}**" if best else t for t, best in cells) + " |")
         lines.append("")
     flags = flagged_methods(result)
@@ -98,7 +101,8 @@ def markdown_report(result: dict[str, Any]) -> str:
         lines += [f"- {split} {method}: {flag}" for split, method, flag in flags] + [""]
     lines += ["## Skipped runs", ""]
     if result["skipped"]:
-        lines += [f"- {s['split']} seed {s['seed']} {s['method']}: {s['reason']}"
+        lines += [f"- {md_text(s['split'])} seed {s['seed']} {md_text(s['method'])}: "
+                  f"{md_text(s['reason'])}"
                   for s in result["skipped"]]
     else:
         lines.append("none: every run was scored.")

@@ -38,6 +38,7 @@ fit + val + test scoring); all wall-clock seconds on this machine, recorded when
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import traceback
@@ -56,10 +57,12 @@ from scorers.stats import BootstrapSpec
 from scorers.sweep import sweep
 
 from ..demo.pipeline import toml_value
-from ..errors import FeatstoreError, UsageError
+from ..errors import FeatstoreError, InputError, UsageError
 from ..extra_keys import parse_odin_grid
 from ..extract import ExtractOptions, extract
 from ..fileio import atomic_write_json, atomic_write_output, sha256_file
+from ..interrupts import raise_if_interrupted
+from ..lock import StoreLock
 from ..protocols.osr import (
     DIGITS_ARCH,
     DIGITS_TRANSFORM,
@@ -71,6 +74,7 @@ from ..protocols.osr import (
 from ..sanity import id_checks, warnings_of
 from ..spec import load_spec
 from ..store import Store
+from ..textsafe import one_line
 from ..training import trainer
 from ..training.presets import make_config
 from . import unitstate
@@ -103,7 +107,7 @@ def _spec_text(exp: Experiment, split: dict[str, Any], directory: Path,
     info: dict[str, Any] = {}
     if exp.spec is not None:
         bench = load_spec(exp.spec)
-        lines = [f"# {exp.name}: {exp.spec}"]
+        lines = [f"# {one_line(exp.name)}: {one_line(exp.spec)}"]
         if bench.classes:
             lines.append(f"classes = {toml_value(bench.classes)}")
         if getattr(bench, "wnids", None):
@@ -147,7 +151,7 @@ def _arch(exp: Experiment, labelled: Any) -> str:
         return exp.arch
     if labelled is not None and labelled.kind == "digits":
         return DIGITS_ARCH
-    raise UsageError(f"experiment {exp.name!r}: name the architecture (arch = \"resnet50\")")
+    raise InputError(f"experiment {exp.name!r}: name the architecture (arch = \"resnet50\")")
 
 
 def _train_settings(exp: Experiment, method: str, seed: int) -> dict[str, Any]:
@@ -301,7 +305,25 @@ def _error_line(exc: BaseException) -> str:
 
 
 def _slug(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+    """A file name for row `name`: the name itself when it is safe, else its safe characters
+    and a digest of the name, so that two names ("A/B", "A_B") never share a file."""
+    slug = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+    if slug == name and not name.startswith("."):
+        return slug
+    return f"_{slug[1:]}-{digest(name)[:8]}" if slug.startswith(".") else \
+        f"{slug}-{digest(name)[:8]}"
+
+
+def _output_locked(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """Run `fn(exp, out, ...)` holding OUT's lock (`featstore.lock`, flock on
+    OUT/.featstore.lock): a second runner on the same output is refused naming the first."""
+    @functools.wraps(fn)
+    def locked(exp: Experiment, out: str | Path, **kw: Any) -> dict[str, Any]:
+        out = Path(out).resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        with StoreLock(out, command="featstore run", what="output directory"):
+            return fn(exp, out, **kw)
+    return locked
 
 
 # ------------------------------------------------------------------------------- runner
@@ -372,6 +394,7 @@ def run_unit(exp: Experiment, arch: str, unit: dict[str, Any], *, log: Log,
             models[method] = _model(exp, arch, method, run_dir, spec_path, train_seed,
                                     log, train_progress)
         except FeatstoreError as exc:
+            raise_if_interrupted()
             failed[method] = f"training/extraction of {method!r} failed: {_error_line(exc)}"
             log(f"  {failed[method]}")
     runs: list[dict[str, Any]] = []
@@ -420,6 +443,7 @@ def run_unit_tracked(exp: Experiment, out: Path, arch: str, unit: dict[str, Any]
     return records
 
 
+@_output_locked
 def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
                    train_progress: Callable[[str], Any] | None = None,
                    on_run: Callable[[dict[str, Any]], None] | None = None,
@@ -449,7 +473,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
     }
     result = json.loads(json.dumps(result, default=float))
     atomic_write_json(out / RESULTS_FILE, result)
-    (out / REPORT_FILE).write_text(markdown_report(result), encoding="utf-8")
+    atomic_write_output(out / REPORT_FILE, markdown_report(result))
     return result
 
 
@@ -515,6 +539,7 @@ def _run_row(exp: Experiment, row: MethodRow, base: dict[str, Any],
         with store_cls.open(model["store"]) as store:
             numbers = score_row(store, row, exp.tune_rule, exp.select_by)
     except FeatstoreError as exc:
+        raise_if_interrupted()
         reason = f"{row.scorer}: {_error_line(exc)}"
         log(f"  {row.name}: skipped ({reason})")
         return {**base, "status": "skipped", "reason": reason}

@@ -54,6 +54,7 @@ import numpy as np
 from ..datasets import imagefolder_rows, parse_image_list
 from ..demo.pipeline import toml_value
 from ..errors import InputError, UsageError
+from ..fileio import atomic_write_output
 
 DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.15, "test": 0.25}
 DEFAULT_METHODS = ("msp", "vim", "knn")
@@ -200,7 +201,7 @@ def _write_list(path: Path, rel: Sequence[str], labels: Sequence[int]) -> Path:
     if not lines:
         raise UsageError(f"OSR split list {path.name}: no images (too few samples per class?)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_output(path, "\n".join(lines) + "\n")
     return path
 
 

@@ -71,13 +71,21 @@ def degrees_summary(degrees: Mapping[str, np.ndarray]) -> dict[str, dict[str, An
 
 
 def load_npy(path: Path, what: str) -> np.ndarray:
-    """A .npy array (never pickled); InputError naming `what` and the file otherwise."""
+    """A finite numeric .npy array (never pickled); InputError naming `what` and the file
+    otherwise (a NaN / inf in a LAID matrix or a text-feature file would turn every degree or
+    the fit into NaN, written with exit 0)."""
     if not Path(path).is_file():
         raise InputError(f"{what} {str(path)!r}: file not found")
     try:
-        return np.load(path, allow_pickle=False)
+        arr = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise InputError(f"{what} {str(path)!r}: not a .npy array ({exc})") from None
+    if arr.dtype.kind not in "iuf":
+        raise InputError(f"{what} {str(path)!r}: expected a numeric array, got {arr.dtype}")
+    bad = int(np.count_nonzero(~np.isfinite(arr))) if arr.dtype.kind == "f" else 0
+    if bad:
+        raise InputError(f"{what} {str(path)!r}: {bad} of {arr.size} values are NaN or inf")
+    return arr
 
 
 def store_shift_degrees(store: Any, out: Path, *, laid: Path | None = None,

@@ -131,7 +131,7 @@ def ensure_nltk_wordnet() -> Path:
         os.replace(tmp, target)
     lex = dest / "lexnames"
     if not lex.is_file() or lex.read_text(encoding="utf-8") != lexnames_text():
-        lex.write_text(lexnames_text(), encoding="utf-8")
+        atomic_write_output(lex, lexnames_text())
     return root
 
 
@@ -171,7 +171,7 @@ def noun_max_depth(wn: Any | None = None) -> int:
     except (OSError, ValueError, KeyError):
         pass
     depth = max(s.max_depth() for s in wn.all_synsets("n"))
-    cache.write_text(json.dumps({"key": key, "noun": depth}), encoding="utf-8")
+    atomic_write_output(cache, json.dumps({"key": key, "noun": depth}))
     return int(depth)
 
 

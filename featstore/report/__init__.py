@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from scorers.stats import BootstrapSpec
 
+from ..fileio import atomic_write_output
 from .collect import ReportData, collect
 from .render import figures, gscore_tables, leaderboard_tables, render_html, render_markdown
 
@@ -37,9 +37,7 @@ def write_report(source: str | Path, out: str | Path, *, methods: list[str] | No
     out.parent.mkdir(parents=True, exist_ok=True)
     for path, text in ((out, render_html(data, figs, tables, rank_by)),
                        (md_path, render_markdown(data, figs, tables, image_dir, rank_by))):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write_output(path, text)   # a unique no-follow temporary, then rename
     return out, md_path
 
 

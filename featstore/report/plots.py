@@ -6,11 +6,35 @@ same tie handling as scorers.metrics: one point per distinct score value.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import io
+import os
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-import matplotlib
+
+def _private_config_dir_if_needed() -> None:
+    """Give matplotlib a private temporary config / cache directory (removed at exit) when
+    its default one ($XDG_CONFIG_HOME or ~/.config, /matplotlib) cannot be written: otherwise
+    it prints two warnings on stderr, which `--quiet` cannot silence."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    probe = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "matplotlib"
+    while not os.path.lexists(probe) and probe != probe.parent:
+        probe = probe.parent
+    if probe.is_dir() and os.access(probe, os.W_OK | os.X_OK):
+        return
+    private = tempfile.mkdtemp(prefix="featstore-mpl-")
+    atexit.register(shutil.rmtree, private, True)
+    os.environ["MPLCONFIGDIR"] = private
+
+
+_private_config_dir_if_needed()
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

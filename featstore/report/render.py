@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
+from ..fileio import atomic_write_output
 from ..sanity import report_lines
+from ..textsafe import md_text
 from . import plots
 from .collect import ReportData
 from .leaderboard import compact, leaderboard, ranked, rows_line, summary_line
@@ -453,14 +455,6 @@ def _slug(title: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in title.lower()).strip("-")
 
 
-def md_text(value: object) -> str:
-    """Text safe in a Markdown table cell or image caption: HTML escaped (a split or model
-    name holding `<script>` or `<img onerror=...>` shows as text, never as markup), `|`, `[`,
-    `]` and newlines neutralised."""
-    text = html.escape(" ".join(str(value).split("\n")), quote=False)
-    return text.replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
-
-
 def render_markdown(data: ReportData, figs: list[Figure], tables: list[Table],
                     image_dir: Path, rank_by: str = "mean") -> str:
     lines = ["# featstore report", "", md_text(summary_line(data.result, rank_by)), "",
@@ -483,6 +477,6 @@ def render_markdown(data: ReportData, figs: list[Figure], tables: list[Table],
         if f.section != section:
             section = f.section
             lines += ["", f"## {md_text(section)}", ""]
-        (image_dir / f"{f.slug}.png").write_bytes(f.png)
+        atomic_write_output(image_dir / f"{f.slug}.png", f.png)
         lines.append(f"![{md_text(f.caption)}]({image_dir.name}/{f.slug}.png)")
     return "\n".join(lines) + "\n"

@@ -35,7 +35,7 @@ checkpoint are the trainer's:
 
 from __future__ import annotations
 
-import os
+import io
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -49,6 +49,7 @@ from torch import nn
 
 from ..datasets import RowSource, TransformedRows, build_transform, rows_from_source
 from ..errors import InputError, UsageError
+from ..fileio import atomic_write_output
 from ..heads import find_head
 from ..models import (
     build_torchvision,
@@ -224,15 +225,13 @@ def _training_device(name: str) -> torch.device:
 
 
 def _save_atomically(checkpoint: dict[str, Any], out: Path) -> Path:
-    """torch.save to a temporary file, then rename: an interrupted run leaves no checkpoint."""
+    """torch.save into memory, then `atomic_write_output` (a unique exclusive no-follow
+    temporary, fsync, rename): an interrupted run leaves no checkpoint, and a link planted at
+    the name or at a temporary name is never written through."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        torch.save(checkpoint, tmp)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    atomic_write_output(out, buffer.getvalue())
     return out
 
 

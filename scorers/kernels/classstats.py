@@ -215,8 +215,14 @@ def whitener_from_rows(rows: np.ndarray, count: int) -> np.ndarray:
 
 
 def _whitener_from_eig(s: np.ndarray, v: np.ndarray, size: int) -> np.ndarray:
-    """V_kept diag(1 / sqrt(s_kept)) over s > max|s| * size * eps (size: the order D)."""
+    """V_kept diag(1 / sqrt(s_kept)) over s > max|s| * size * eps (size: the order D).
+    FeatstoreError when no eigenvalue is kept (a zero covariance: every id/train row equal to
+    its mean): every Mahalanobis distance would be 0 and every score equal, a 50.00 AUROC
+    that measures nothing."""
     keep = s > eig_cutoff(s, size)
+    if not keep.any() or not np.any(s > 0):
+        raise FeatstoreError(f"split {FIT_SPLIT!r}: the features' covariance is zero (every "
+                             "row equals its mean): Mahalanobis scores would all be equal")
     return v[:, keep] / np.sqrt(s[keep])
 
 

@@ -81,12 +81,15 @@ def _norm(x, i, shift, use_shift):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def l2_normalize_rows(x, eps, out):
-    """out[i, j] = x[i, j] / (sqrt(sum_k x[i, k]^2) + eps), computed in float64, stored in
-    out's dtype (float32 for the banks and queries)."""
+def l2_normalize_rows(x, out):
+    """out[i, j] = x[i, j] / sqrt(sum_k x[i, k]^2) (0 for an all-zero row), computed in
+    float64, stored in out's dtype (float32 for the banks and queries). No additive epsilon:
+    the result does not depend on the rows' scale (features of order 1e-30 normalize like
+    the same features of order 1)."""
     empty = np.empty(1)
     for i in range(x.shape[0]):
-        denom = _norm(x, i, empty, False) + eps
+        norm = _norm(x, i, empty, False)
+        denom = norm if norm > 0.0 else 1.0
         for j in range(x.shape[1]):
             out[i, j] = np.float64(x[i, j]) / denom
 

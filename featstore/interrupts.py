@@ -1,0 +1,56 @@
+"""Interrupts stop a command; they are never recorded as a data fault.
+
+A Ctrl-C (SIGINT) raises KeyboardInterrupt wherever Python is. When it lands inside a C
+extension that holds a lock or converts errors (h5py's object lock), the KeyboardInterrupt can
+come out as another exception (a SystemError, an OSError "unable to open", a KeyError), which a
+reader would then report as a damaged file and a run over many scorers would record as a
+skip. So the CLI installs `install()`'s handler: it records that an interrupt arrived, then
+raises KeyboardInterrupt as Python's own handler does. Every place that turns an exception
+into a skip, a cache miss or an error about the data calls `raise_if_interrupted()` first
+(`scorers.skipping.run_each`, the score cache, the runner), and the CLI's error boundary
+exits 130 ("interrupted") whenever an interrupt was recorded, whatever exception (or none)
+came out.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+_state: dict[str, Any] = {"interrupted": False, "previous": None}
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    _state["interrupted"] = True
+    raise KeyboardInterrupt
+
+
+def install() -> None:
+    """Record SIGINTs from now on (main thread only; elsewhere a no-op); clears the record."""
+    _state["interrupted"] = False
+    if threading.current_thread() is threading.main_thread():
+        _state["previous"] = signal.signal(signal.SIGINT, _handler)
+
+
+def uninstall() -> None:
+    """Put back the SIGINT handler `install()` replaced (the record is kept)."""
+    if _state["previous"] is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _state["previous"])
+        _state["previous"] = None
+
+
+def interrupted() -> bool:
+    """Whether a SIGINT arrived since `install()`."""
+    return _state["interrupted"]
+
+
+def raise_if_interrupted() -> None:
+    """KeyboardInterrupt if a SIGINT arrived: call before turning an exception into a skip,
+    a cache miss or a data error."""
+    if _state["interrupted"]:
+        raise KeyboardInterrupt
+
+
+__all__ = ["install", "interrupted", "raise_if_interrupted", "uninstall"]
