@@ -106,13 +106,13 @@ def test_bad_transform_is_named_not_taken_for_unreadable_images(tmp_path):
     """Issue 22: a 2-value mean with --skip-bad recorded every good image as unreadable and
     saved a complete 0-row split, exit 0. (The spec check stops it first; this drives the
     extraction itself with a transform no spec check saw.)"""
-    spec = BenchmarkSpec(None, [SplitSpec("ood/far/n", "test", {"builtin": "noise",
-                                                                 "count": 8})],
+    spec = BenchmarkSpec(None, [SplitSpec("id/test", "test", {"builtin": "noise",
+                                                               "count": 8})],
                          {"resize": 16, "crop": 16, "mean": [0.5, 0.5], "std": [0.2, 0.2]})
     opts = ExtractOptions(**{**OPTS.__dict__, "skip_bad": True})
     with pytest.raises(InputError, match=r"\[transform\].*cannot transform an image"):
         extract("tiny_models:tiny_cnn", spec, tmp_path / "out", options=opts)
-    assert not (tmp_path / "out" / "splits" / "ood__far__n.h5").exists()
+    assert not (tmp_path / "out" / "splits" / "id__test.h5").exists()
 
 
 def test_skip_bad_with_every_image_unreadable_saves_nothing(tmp_path):
@@ -165,7 +165,7 @@ def test_missing_or_broken_images_exit_1(tmp_path, capsys, case):
 
 
 def test_bad_worker_count_is_exit_2(tmp_path, capsys):
-    (tmp_path / "s.toml").write_text(TRANSFORM + '\n[[split]]\nname = "ood/far/n"\n'
+    (tmp_path / "s.toml").write_text(TRANSFORM + '\n[[split]]\nname = "id/test"\n'
                                                  'source = { builtin = "noise", count = 4 }\n')
     _one_line(run_cli(capsys, "extract", "--model", "tiny_models:tiny_cnn", "--spec",
                       tmp_path / "s.toml", "--out", tmp_path / "o", "--workers", "-1"),
@@ -181,7 +181,7 @@ def test_weights_of_another_architecture_name_the_keys(tmp_path, capsys):
     state = torchvision.models.resnet18(num_classes=10).state_dict()
     state["layer1.0.conv1.weight"] = torch.zeros(64, 64, 1, 1)
     torch.save(state, tmp_path / "w.pth")
-    (tmp_path / "s.toml").write_text(TRANSFORM + '\n[[split]]\nname = "ood/far/n"\n'
+    (tmp_path / "s.toml").write_text(TRANSFORM + '\n[[split]]\nname = "id/test"\n'
                                                  'source = { builtin = "noise", count = 4 }\n')
     _one_line(run_cli(capsys, "extract", "--model", "resnet18", "--weights", tmp_path / "w.pth",
                       "--spec", tmp_path / "s.toml", "--out", tmp_path / "o", "--device", "cpu"),

@@ -138,6 +138,11 @@ def test_two_extracts_at_once_never_lose_a_split(tmp_path):
     specs = [_spec(tmp_path / "a.toml", ["a1", "a2"], 300),
              _spec(tmp_path / "b.toml", ["b1", "b2"], 300)]
     out = tmp_path / "store"
+    # the store's ID split first (extract refuses a spec without one into a store without one)
+    id_spec = tmp_path / "id.toml"
+    id_spec.write_text(SPEC.format(splits='\n[[split]]\nname = "id/test"\nsource = { builtin '
+                                          '= "noise", kind = "uniform", count = 16, seed = 9 }\n'))
+    subprocess.run(_extract_cmd(id_spec, out), env=_env(), check=True, timeout=300)
     procs = [subprocess.Popen(_extract_cmd(s, out), env=_env(), stderr=subprocess.PIPE,
                               text=True) for s in specs]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
@@ -152,7 +157,8 @@ def test_two_extracts_at_once_never_lose_a_split(tmp_path):
         if code:
             subprocess.run(_extract_cmd(spec, out), env=_env(), check=True, timeout=300)
     st = Store.open(out)
-    assert sorted(st.splits()) == [f"ood/far/{n}" for n in ("a1", "a2", "b1", "b2")]
+    assert sorted(st.splits()) == ["id/test", *(f"ood/far/{n}" for n in ("a1", "a2", "b1",
+                                                                          "b2"))]
     assert st.verify() == []
 
 

@@ -83,6 +83,10 @@ def weights_line(model: dict[str, Any]) -> str:
 def _statistics(data: ReportData, store: Store | None, ci: Any) -> None:
     """Intervals and paired tests (from the scores, when a store is at hand and `ci` is set)
     and rankings over the OOD test splits (from the metric values)."""
+    if store is not None and ci is not None and data.scores:
+        # the report adds the intervals to its own copy (an evaluation's typed result is
+        # read-only)
+        data.result = dict(data.result)
     result = data.result
     if store is not None and ci is not None and data.scores:
         dist = add_intervals(result, data.scores, store, ci)
