@@ -83,10 +83,6 @@ def weights_line(model: dict[str, Any]) -> str:
 def _statistics(data: ReportData, store: Store | None, ci: Any) -> None:
     """Intervals and paired tests (from the scores, when a store is at hand and `ci` is set)
     and rankings over the OOD test splits (from the metric values)."""
-    if store is not None and ci is not None and data.scores:
-        # the report adds the intervals to its own copy (an evaluation's typed result is
-        # read-only)
-        data.result = dict(data.result)
     result = data.result
     if store is not None and ci is not None and data.scores:
         dist = add_intervals(result, data.scores, store, ci)
@@ -127,6 +123,7 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
         else:
             result = evaluate(store, methods, params, strict=methods is not None,
                               use_cache=use_cache)
+        result = dict(result)  # the report's own copy: it adds intervals and notes to it
     elif source.is_file():
         try:
             result = json.loads(source.read_text(encoding="utf-8"))
