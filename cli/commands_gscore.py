@@ -313,6 +313,7 @@ def evaluate(
     rounds: Annotated[int, typer.Option(help="With --cv: rounds of cross-validation (every "
                                              "split tested this many times).")] = 10,
     paper: Annotated[bool, typer.Option(
+        "--paper",
         help="The paper's settings where the defaults differ: one meta-set per split, GMM "
              "with a searched tau, the printed UDE kernel (2 sigma), no clipping, "
              "correlations on meta-train sets (overrides --sets-per-split, --kernel).")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from featstore import Store
+from featstore.errors import FeatstoreWarning
 from scorers import get_scorer, list_scorers
 
 
@@ -143,15 +144,23 @@ def few_train_rows_store(path) -> Store:
 
 
 def assert_dim_not_below_train_rows_refused(tmp_path, name: str) -> None:
-    """N = 12 id/train rows, D = 32: dim >= 12 is refused from the store's size (S has rank
-    <= 12), at fit and as a dropped default-grid setting of a sweep; dim = 11 fits."""
+    """N = 12 id/train rows, D = 32: a given dim >= 12 is refused from the store's size (S has
+    rank <= 12) before the fit; the default dim (D // 2 = 16), which the user did not give, is
+    clamped by the one defaults rule (scorers.clamp) to N - 1 = 11 with a DEGENERATE warning,
+    and scores as dim = 11 given explicitly."""
     st = few_train_rows_store(tmp_path / "s")
     with pytest.raises(ValueError, match=rf"scorer '{name}': dim=12 is not below the 12 rows "
                        r"of 'id/train' .*valid: 1 <= dim < min\(D, N\) = 12"):
         get_scorer(name, dim=12).fit(st)
-    with pytest.raises(ValueError, match=r"dim=16 is not below the 12 rows"):
-        get_scorer(name).fit(st)  # the paper's default, D // 2 = 16
-    assert np.isfinite(get_scorer(name, dim=11).fit(st).score(st.split("id/test"))).all()
+    with pytest.warns(FeatstoreWarning, match=r"dim=16 -> dim=11 .*1 <= dim < min\(D, N\) = 12"
+                      r".*DEGENERATE at dim = N - 1"):
+        clamped = get_scorer(name).fit(st)  # the paper's default, D // 2 = 16
+    assert clamped.params["dim"] == 11
+    assert [a["used"] for a in clamped.adjusted] == [{"dim": 11}]
+    explicit = get_scorer(name, dim=11).fit(st)
+    scores = explicit.score(st.split("id/test"))
+    assert np.isfinite(scores).all()
+    np.testing.assert_array_equal(clamped.score(st.split("id/test")), scores)
 
 
 def test_dim_not_below_train_rows_is_refused_before_fit(tmp_path):
