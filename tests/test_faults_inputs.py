@@ -42,8 +42,10 @@ def _tiny_models_importable(monkeypatch):
 
 
 def extract_small(tmp_path: Path, names: list[str], count: int = 20) -> Path:
-    """Extract `ood/far/<name>` noise splits with the tiny CNN into tmp_path/out."""
-    spec = TRANSFORM + "".join(
+    """Extract an id/test noise split and `ood/far/<name>` noise splits with the tiny CNN into
+    tmp_path/out (extract refuses a spec without an id/ split into a store without one)."""
+    spec = TRANSFORM + (f'\n[[split]]\nname = "id/test"\nsource = {{ builtin = "noise", '
+                        f"count = {count}, seed = 99 }}\n") + "".join(
         f'\n[[split]]\nname = "ood/far/{n}"\nsource = {{ builtin = "noise", count = {count}, '
         f"seed = {i} }}\n" for i, n in enumerate(names))
     (tmp_path / "spec.toml").write_text(spec)

@@ -123,12 +123,15 @@ def test_named_scorer_that_cannot_run_is_an_error(head_store, capsys, tmp_path):
 
 
 def test_report_param(head_store, capsys, tmp_path):
-    """Item 4: `report` takes --param like eval; the setting shows in the leaderboard."""
+    """Item 4: `report` takes --param like eval; the setting shows in the report's settings
+    table (since #35 the leaderboard holds the metrics only; settings and timings have their
+    own table, id "settings")."""
     code, _, err = run(capsys, "report", head_store.path, "--out", tmp_path / "r.html",
                        "--method", "knn", "--param", "knn.K=3")
     assert code == 0, err
-    board = (tmp_path / "r.html").read_text().split('<table id="leaderboard">')[1]
-    assert "K=3" in board.split("</table>")[0]
+    table = (tmp_path / "r.html").read_text().split('<table id="settings">')[1]
+    row = table.split("</table>")[0].split('<td class="text">knn</td>')[1].split("</tr>")[0]
+    assert "K=3," in row
     code, _, err = run(capsys, "report", head_store.path, "--out", tmp_path / "r.html",
                        "--param", "knn.Q=3")
     assert code == 2 and "unknown parameter 'Q'" in err

@@ -176,8 +176,20 @@ def test_h5_weights_are_one_line_without_torch_advice(tmp_path, capsys):
 
 
 def test_feature_layer_error_uses_the_right_article():
+    """find_head's error names the layer's type with the right article. Since #29 (672b3f4)
+    load_model takes a non-Linear --feature-layer as the feature layer of a headless store
+    (features + the model's own logits, no (W, b)), so the error is find_head's own, reached
+    where a Linear head is required (e.g. a method network's head layer)."""
+    from tiny_models import tiny_cnn
+
+    from featstore.heads import find_head
+
     with pytest.raises(UsageError, match=r"--feature-layer 'pool' is an AdaptiveAvgPool2d, "):
-        load_model("tiny_models:tiny_cnn", feature_layer="pool")
+        find_head(tiny_cnn(), "pool")
+    with pytest.raises(UsageError, match=r"--feature-layer 'conv' is a Conv2d, "):
+        find_head(tiny_cnn(), "conv")
+    loaded = load_model("tiny_models:tiny_cnn", feature_layer="pool")
+    assert loaded.head is None and loaded.provenance["feature_layer"] == "pool"
 
 
 def test_rate_column_in_a_pipe_shows_a_rate():
