@@ -134,7 +134,9 @@ def test_cli_eval_compare_rank_and_bad_options(structured_store, capsys, tmp_pat
                              "--boot", "50", "--out", tmp_path / "r.json")
     assert code == 0, err
     assert "95% percentile intervals" in out and "AURC" in out
-    assert "[" in out.split("msp")[1].split("\n")[0]          # an interval in msp's row
+    # an interval in msp's row: value±h since the 100-column eval table (d25dec9); [lo, hi]
+    # with --wide (tests/test_cli_terminal.py)
+    assert "±" in out.split("msp")[1].split("\n")[0]
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["ci"]["resamples"] == 50 and "auroc_ci" in data["methods"]["msp"]["groups"]["far"]
     code, out, _ = run_cli(capsys, "eval", store, "--method", "msp", "--ci", "0", "--json")

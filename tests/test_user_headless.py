@@ -1,7 +1,7 @@
 """Stores without a classifier head (issue 29, items 6 and 1): `featstore import` and
 `Store.from_arrays` with features + logits and no (W, b); the scorers that need the head skip
 with the reason, the others score the given logits/features. References: NumPy
-transcriptions (max softmax, the k-th nearest neighbour's cosine similarity)."""
+transcriptions (log max softmax, the k-th nearest neighbour's cosine similarity)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,12 @@ def test_import_without_a_head(tmp_path, capsys):
         st.head  # noqa: B018
     np.testing.assert_array_equal(np.asarray(st.split("ood/far/x").logits),
                                   flat["ood/far/x/logits"])
-    want = softmax(flat["ood/far/x/logits"].astype(np.float64), axis=1).max(1)
+    # msp scores log max softmax (papers2); the probability itself is exp(score)
+    lg = flat["ood/far/x/logits"].astype(np.float64)
+    np.testing.assert_allclose(np.exp(get_scorer("msp").fit(st).score(st.split("ood/far/x"))),
+                               softmax(lg, axis=1).max(1), rtol=1e-12)
+    rest = np.sort(np.exp(lg - lg.max(1, keepdims=True)), axis=1)[:, :-1].sum(1)
+    want = -np.log1p(rest)                     # log max softmax, no cancellation near 0
     got = get_scorer("msp").fit(st).score(st.split("ood/far/x"))
     np.testing.assert_allclose(got, want, rtol=1e-12)
     bank = flat["id/train/features"] / np.linalg.norm(flat["id/train/features"], axis=1,
