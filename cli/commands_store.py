@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from featstore.errors import InputError
 from featstore.summary import human_bytes, store_summary, verified_summary
@@ -54,7 +55,9 @@ def print_store_summary(summary: dict, wide: bool = False) -> None:
         out.print(f"[bold]{name}[/] ID accuracy {check['accuracy']:.2f}% over {check['rows']:,}"
                   f" rows (chance {check['chance']:.2f}%)", highlight=False)
         if check.get("warning"):
-            out.print(f"[bold red]WARNING[/] {name}: {check['warning']}", highlight=False)
+            # escaped: the text names spec keys in brackets ("[transform]"), not rich markup
+            out.print(f"[bold red]WARNING[/] {name}: {escape(check['warning'])}",
+                      highlight=False)
 
 
 def print_layers(layers: dict) -> None:

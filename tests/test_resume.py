@@ -26,7 +26,7 @@ mean = [0.5, 0.5, 0.5]
 std = [0.25, 0.25, 0.25]
 
 [[split]]
-name = "ood/far/small"
+name = "id/test"
 source = { builtin = "noise", kind = "uniform", count = 40 }
 
 [[split]]
@@ -78,7 +78,7 @@ def test_kill9_mid_split_then_resume_is_bit_identical(tmp_path, clean_store):
     proc.wait()
 
     killed = Store.open(victim)
-    assert killed.splits() == ["ood/far/small"]          # the big split is not visible
+    assert killed.splits() == ["id/test"]          # the big split is not visible
     assert killed.manifest["splits"]["ood/far/big"]["complete"] is False
     small_inode = (victim / "splits" / "ood__far__small.h5").stat().st_ino
     done_parts = len(list(parts.glob("part-*.h5")))
@@ -89,7 +89,7 @@ def test_kill9_mid_split_then_resume_is_bit_identical(tmp_path, clean_store):
     assert not parts.exists()
     clean = json.loads((clean_store / "store.json").read_text())
     resumed = json.loads((victim / "store.json").read_text())
-    for name in ("ood/far/small", "ood/far/big"):
+    for name in ("id/test", "ood/far/big"):
         assert resumed["splits"][name]["complete"] is True
         assert resumed["splits"][name]["sha256"] == clean["splits"][name]["sha256"], name
     assert Store.open(victim).verify() == []
