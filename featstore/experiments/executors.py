@@ -34,13 +34,11 @@ thread count, so a unit computes what it computes in the driver (the same bits).
 from __future__ import annotations
 
 import functools
-import json
 import multiprocessing
 import subprocess
 import sys
 import time
 import tomllib
-import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -50,7 +48,7 @@ from typing import Any
 from ..errors import FeatstoreError, InputError, UsageError
 from . import unitstate
 from .config import Experiment
-from .runner import Log, _error_line, _slug, run_unit_tracked
+from .runner import Log, _slug, run_tracked, run_unit_tracked
 
 KINDS = ("local", "slurm", "ray")
 KEYS = {"local": ("kind", "workers"),
@@ -138,26 +136,7 @@ class Tracked:
     out: str
 
     def __call__(self, unit: dict[str, Any], log: Log | None = None) -> Any:
-        out, uid, key = Path(self.out), unit["id"], unit["key"]
-        logfile = unitstate.log_path(out, uid)
-        logfile.parent.mkdir(parents=True, exist_ok=True)
-        unitstate.mark_running(out, uid, key)
-        with open(logfile, "a", encoding="utf-8") as fh:
-            def tee(message: str) -> None:
-                fh.write(message + "\n")
-                fh.flush()
-                if log is not None:
-                    log(message)
-            try:
-                result = self.body(unit, tee)
-            except Exception as exc:
-                tee(traceback.format_exc())
-                unitstate.mark_finished(out, uid, key, error=f"{type(exc).__name__}: "
-                                                             f"{_error_line(exc)}")
-                raise
-        result = json.loads(json.dumps(result, default=float))
-        unitstate.mark_finished(out, uid, key, records=result)
-        return result
+        return run_tracked(Path(self.out), unit, self.body, log)
 
 
 def _invoke(call: Callable[..., Any], unit: dict[str, Any]) -> Any:

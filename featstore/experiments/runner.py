@@ -414,12 +414,11 @@ def run_unit(exp: Experiment, arch: str, unit: dict[str, Any], *, log: Log,
     return runs
 
 
-def run_unit_tracked(exp: Experiment, out: Path, arch: str, unit: dict[str, Any], *,
-                     log: Log | None = None, train_progress: Callable[[str], Any] | None = None,
-                     on_run: Callable[[dict[str, Any]], None] | None = None
-                     ) -> list[dict[str, Any]]:
-    """`run_unit` with its state in `OUT/units/<id>.json` (running, then done with its
-    records or failed with the error) and its log in `OUT/logs/<id>.log` (and `log`)."""
+def run_tracked(out: Path, unit: dict[str, Any], body: Callable[[dict[str, Any], Log], Any],
+                log: Log | None = None) -> Any:
+    """`body(unit, log)` with the unit's state in `OUT/units/<id>.json` (running, then done
+    with its JSON result as the records, or failed with the error line) and its log in
+    `OUT/logs/<id>.log` (and `log`); returns the result as plain JSON values."""
     uid, key = unit["id"], unit["key"]
     logfile = unitstate.log_path(out, uid)
     logfile.parent.mkdir(parents=True, exist_ok=True)
@@ -431,16 +430,24 @@ def run_unit_tracked(exp: Experiment, out: Path, arch: str, unit: dict[str, Any]
             if log is not None:
                 log(message)
         try:
-            records = run_unit(exp, arch, unit, log=tee, train_progress=train_progress,
-                               on_run=on_run)
+            result = body(unit, tee)
         except Exception as exc:
             tee(traceback.format_exc())
             unitstate.mark_finished(out, uid, key, error=f"{type(exc).__name__}: "
                                                          f"{_error_line(exc)}")
             raise
-    records = json.loads(json.dumps(records, default=float))
-    unitstate.mark_finished(out, uid, key, records=records)
-    return records
+    result = json.loads(json.dumps(result, default=float))
+    unitstate.mark_finished(out, uid, key, records=result)
+    return result
+
+
+def run_unit_tracked(exp: Experiment, out: Path, arch: str, unit: dict[str, Any], *,
+                     log: Log | None = None, train_progress: Callable[[str], Any] | None = None,
+                     on_run: Callable[[dict[str, Any]], None] | None = None
+                     ) -> list[dict[str, Any]]:
+    """`run_unit` through `run_tracked` (its state file and log)."""
+    return run_tracked(Path(out), unit, lambda u, tee: run_unit(
+        exp, arch, u, log=tee, train_progress=train_progress, on_run=on_run), log)
 
 
 @_output_locked
