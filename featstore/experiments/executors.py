@@ -213,7 +213,17 @@ class LocalExecutor:
         return results
 
 
-class SlurmExecutor:
+class _UnitCallExecutor:
+    """An executor that runs every unit of `featstore run` through the subclass's `run_calls`
+    (one job or task per unit): Slurm and Ray."""
+
+    def run(self, exp: Experiment, out: Path, arch: str, units: list[dict[str, Any]],
+            log: Log) -> Outcome:
+        return self.run_calls(out, units, functools.partial(run_unit_tracked, exp, out, arch),
+                              log, exp.name)
+
+
+class SlurmExecutor(_UnitCallExecutor):
     """One Slurm job (an array task by default) per unit through submitit; the driver
     waits for them (`squeue`), reads each unit's state and aggregates."""
 
@@ -250,11 +260,6 @@ class SlurmExecutor:
             ex.update_parameters(name=f"{name}:{u['id']}")
             jobs[u["id"]] = ex.submit(UnitJob(), call, u)
         return jobs
-
-    def run(self, exp: Experiment, out: Path, arch: str, units: list[dict[str, Any]],
-            log: Log) -> Outcome:
-        return self.run_calls(out, units, functools.partial(run_unit_tracked, exp, out, arch),
-                              log, exp.name)
 
     def run_calls(self, out: Path, units: list[dict[str, Any]], call: Callable[..., Any],
                   log: Log, title: str = "") -> dict[str, Any]:
@@ -323,7 +328,7 @@ def _wait_slurm(out: Path, jobs: dict[str, Any], poll_s: float, log: Log) -> dic
     return failed
 
 
-class RayExecutor:
+class RayExecutor(_UnitCallExecutor):
     """One Ray task per unit (`num_cpus` / `num_gpus` / `memory` per task, `max_retries`
     re-runs after a lost worker); the driver waits for them and aggregates."""
 
@@ -336,11 +341,6 @@ class RayExecutor:
         self.resources: dict[str, Any] = {"num_cpus": cpus, "num_gpus": gpus}
         if memory_gb:
             self.resources["memory"] = int(memory_gb * 2**30)
-
-    def run(self, exp: Experiment, out: Path, arch: str, units: list[dict[str, Any]],
-            log: Log) -> Outcome:
-        return self.run_calls(out, units, functools.partial(run_unit_tracked, exp, out, arch),
-                              log, exp.name)
 
     def run_calls(self, out: Path, units: list[dict[str, Any]], call: Callable[..., Any],
                   log: Log, title: str = "") -> dict[str, Any]:
