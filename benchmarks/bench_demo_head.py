@@ -31,10 +31,10 @@ import numpy as np
 import torch
 
 from featstore import Store
-from featstore.datasets import TransformedRows, build_transform, rows_from_source
-from featstore.demo.backbone import INPUT_SIZE, lite0_classifier
-from featstore.demo.pipeline import ID_CLASSES, id_test_accuracy, run_demo
-from featstore.spec import load_spec
+from featstore.extraction.datasets import TransformedRows, build_transform, rows_from_source
+from featstore.specs.benchmark import load_spec
+from featstore.workflows.demo.backbone import INPUT_SIZE, lite0_classifier
+from featstore.workflows.demo.pipeline import ID_CLASSES, id_test_accuracy, run_demo
 from scorers.evaluate import evaluate
 
 SCORERS = ["msp", "energy", "mls", "knn", "vim", "mds", "rmds", "gradnorm"]

@@ -1,10 +1,11 @@
-"""Benchmark: overhead of ``featstore.extract.extract`` over a bare torch inference loop.
+"""Benchmark: overhead of ``featstore.extraction.extract.extract`` over a bare torch inference loop.
 
 Run ``python -m benchmarks.bench_extract [--repeat 5] [--num-workers 0] [--quick]``.
 
 Two configurations, both on CPU with ``torch.set_num_threads(2)`` and batch size 128:
 
-- ``demo``: the demo's small ResNet (``featstore.demo.model:demo_resnet``, random weights saved
+- ``demo``: the demo's small ResNet (``featstore.extraction.zoo.demo_resnet:demo_resnet``, random
+weights saved
   to a temporary file; D and C are printed) on the builtin digits source, 32x32 input, two
   splits (``id/test`` = digits 0-5, ``ood/near/digits6to9`` = digits 6-9; 1,797 images). Model
   cost is small, so fixed and per-row costs of the store show.
@@ -12,7 +13,8 @@ Two configurations, both on CPU with ``torch.set_num_threads(2)`` and batch size
   as ``weights=``) on the builtin ``patches`` source (photographs and textures), resized and
   center-cropped to 112x112 by the transform; one split of 360 images. The model dominates.
 
-Both sides use the same DataLoader setup: ``featstore.datasets.TransformedRows`` over the same
+Both sides use the same DataLoader setup: ``featstore.extraction.datasets.TransformedRows`` over the
+same
 ``RowSource``, the same transform (``build_transform``), batch size, ``num_workers`` and model
 weights, under ``torch.inference_mode``.
 
@@ -26,8 +28,8 @@ weights, under ``torch.inference_mode``.
 
 The builtin generators decode and resize all images when a source is listed (a real
 ImageFolder only lists paths there), so each source's ``RowSource`` is generated once before the
-timings and handed to both sides (``featstore.extract.rows_from_source`` is replaced by a lookup
-for the duration of the run); its generation time is reported separately.
+timings and handed to both sides (``featstore.extraction.extract.rows_from_source`` is replaced by a
+lookup for the duration of the run); its generation time is reported separately.
 
 Idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets it) and each
 run also records the process's CPU time, whose ratio stays meaningful when other processes load
@@ -74,14 +76,19 @@ import torch
 import torchvision
 from torch.utils.data import DataLoader
 
-import featstore.extract as fx
-import featstore.store as fstore
-import featstore.writer as fwriter
-from featstore.datasets import RowSource, TransformedRows, build_transform, rows_from_source
-from featstore.demo.model import demo_resnet
-from featstore.extract import ExtractOptions, extract
-from featstore.models import IMAGENET_MEAN, IMAGENET_STD
-from featstore.spec import BenchmarkSpec, SplitSpec
+import featstore.extraction.extract as fx
+import featstore.store.store as fstore
+import featstore.store.writer as fwriter
+from featstore.extraction.datasets import (
+    RowSource,
+    TransformedRows,
+    build_transform,
+    rows_from_source,
+)
+from featstore.extraction.extract import ExtractOptions, extract
+from featstore.extraction.models import IMAGENET_MEAN, IMAGENET_STD
+from featstore.extraction.zoo.demo_resnet import demo_resnet
+from featstore.specs.benchmark import BenchmarkSpec, SplitSpec
 
 GOAL = 1.10
 THREADS = 2
@@ -139,7 +146,7 @@ def make_configs(quick: bool) -> list[Config]:
     part = "test" if quick else "all"
     demo = Config(
         name="demo",
-        model="featstore.demo.model:demo_resnet",
+        model="featstore.extraction.zoo.demo_resnet:demo_resnet",
         build=demo_resnet,
         splits=[
             SplitSpec("id/test", "test", {"builtin": "digits", "classes": id_classes,
@@ -186,7 +193,8 @@ def _source_key(source: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def cached_sources(configs: list[Config]) -> Iterator[None]:
-    """Make featstore.extract.rows_from_source return copies of the pre-generated rows."""
+    """Make featstore.extraction.extract.rows_from_source return copies of the pre-generated
+    rows."""
     table = {_source_key(s.source): cfg.rows[s.name] for cfg in configs for s in cfg.splits}
 
     def lookup(source: dict[str, Any]) -> RowSource:
@@ -195,7 +203,8 @@ def cached_sources(configs: list[Config]) -> Iterator[None]:
                          rows.class_names)
 
     if not hasattr(fx, "rows_from_source"):  # else generation would be timed on one side only
-        raise SystemExit("featstore.extract no longer calls rows_from_source by that name; "
+        raise SystemExit("featstore.extraction.extract no longer calls rows_from_source by "
+                         "that name; "
                          "update benchmarks/bench_extract.py:cached_sources")
     orig = fx.rows_from_source
     fx.rows_from_source = lookup
@@ -302,7 +311,7 @@ def run_bare(cfg: Config, num_workers: int, batch_size: int,
 
 def run_featstore(cfg: Config, num_workers: int, batch_size: int,
                   probe: Probe | None = None) -> tuple[float, float, int]:
-    """featstore.extract.extract end to end into a fresh store under a new temp dir.
+    """featstore.extraction.extract.extract end to end into a fresh store under a new temp dir.
 
     Returns (wall seconds, process CPU seconds, rows)."""
     tmp = Path(tempfile.mkdtemp(prefix="bench_extract_", dir="/tmp"))
@@ -418,7 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - t_start
 
     cmd = "python -m benchmarks.bench_extract" + (" " + " ".join(sys.argv[1:])).rstrip()
-    print("### Extraction overhead: `featstore.extract.extract` vs a bare inference loop")
+    print("### Extraction overhead: `featstore.extraction.extract.extract` vs a bare "
+          "inference loop")
     print()
     print(f"- date: {_dt.date.today().isoformat()}")
     print(f"- command: `{cmd}`")

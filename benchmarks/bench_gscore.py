@@ -3,8 +3,8 @@
 Run ``python -m benchmarks.bench_gscore [--out benchmarks/out/gbench] [--backbone pretrained]
 [--repeats 5] [--sets-per-split 10] [--skip-variants] [--em-check]``.
 
-Builds (once; cached under ``--out``) the mini-Gbench store (``featstore.demo.gbench``: 44 OOD
-sets of real bundled data) with the given backbone (default: the frozen ImageNet
+Builds (once; cached under ``--out``) the mini-Gbench store (``featstore.workflows.demo.gbench``: 44
+OOD sets of real bundled data) with the given backbone (default: the frozen ImageNet
 EfficientNet-Lite0 with a head trained on digits 0-5), then reports for MSP, ODIN
 (temperature only), energy, MLS (the paper's four), ViM and KNN:
 
@@ -90,7 +90,7 @@ def _log(msg: str) -> None:
 
 
 def build_store(out: Path, weights: Path | None, backbone: str) -> Any:
-    from featstore.demo.gbench import build_gbench
+    from featstore.workflows.demo.gbench import build_gbench
 
     t0 = time.perf_counter()
     kw = {} if backbone is None else {"backbone": backbone}
@@ -100,7 +100,7 @@ def build_store(out: Path, weights: Path | None, backbone: str) -> Any:
 
 
 def spread_section(store: Any) -> None:
-    from featstore.demo.pipeline import id_test_accuracy
+    from featstore.workflows.demo.pipeline import id_test_accuracy
     from scorers.evaluate import evaluate
 
     res = evaluate(store, METHODS)
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"- software: Python {platform.python_version()}, NumPy {np.__version__}, Numba "
           f"{numba.__version__}")
     print(f"- store: {st.path} (model {st.model_sha256[:12]}), backbone "
-          f"{args.backbone or 'the default of featstore.demo.gbench.build_gbench'}")
+          f"{args.backbone or 'the default of featstore.workflows.demo.gbench.build_gbench'}")
     for line in res["config"]["describe"].values():
         print(f"- {line}")
     print(f"- detectors: {', '.join(METHODS)} at their default parameters (ODIN: temperature "

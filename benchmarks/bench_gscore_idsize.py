@@ -57,8 +57,8 @@ def large_id_spec(fractions: dict[str, float], count: int, cov_share: float = 0.
     the last `cov_share` of the id/test digits (the same seeded, stratified permutation cut
     later: a subset of id/test, as the original's cov sets are id/test itself), to keep the
     extraction affordable."""
-    from featstore.demo.gbench import gbench_spec_text
-    from featstore.demo.pipeline import ID_CLASSES, toml_value
+    from featstore.workflows.demo.gbench import gbench_spec_text
+    from featstore.workflows.demo.pipeline import ID_CLASSES, toml_value
 
     text = gbench_spec_text(patch_count=count, noise_count=count, backbone="pretrained")
     key = f"classes = {toml_value(list(ID_CLASSES))}, "
@@ -83,13 +83,13 @@ def build_large_id(out: Path, fractions: dict[str, float], count: int) -> Any:
     """Train the pretrained head on the spec's (smaller) id/train and extract the store."""
     import torch
 
-    from featstore.demo.pipeline import (
+    from featstore.extraction.extract import ExtractOptions, extract
+    from featstore.workflows.demo.pipeline import (
         MODEL_SPECS,
         ensure_model,
         model_recipe,
         store_model_differs,
     )
-    from featstore.extract import ExtractOptions, extract
 
     out.mkdir(parents=True, exist_ok=True)
     spec = out / "spec.toml"
@@ -190,7 +190,7 @@ def _table(header: list[str], rows: list[list[str]]) -> None:
 
 
 def report_store(label: str, store: Any, sizes: list[int | None], repeats: int) -> None:
-    from featstore.demo.pipeline import id_test_accuracy
+    from featstore.workflows.demo.pipeline import id_test_accuracy
 
     truth = {m: split_truth(store, m) for m in METHODS}
     n_test = store.split("id/test").num_rows

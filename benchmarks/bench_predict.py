@@ -10,7 +10,8 @@ extracted from them (``id/train``, ``id/val``) and one detector per scorer fitte
 (threshold at 95% TPR on id/val), saved and loaded back. The images to score are ``--images``
 crops, transformed by Resize(crop + 8) + CenterCrop(crop).
 
-- bare: a DataLoader over the same images (``featstore.datasets.TransformedRows``, the same
+- bare: a DataLoader over the same images (``featstore.extraction.datasets.TransformedRows``, the
+same
   transform, batch size, no workers) and ``model(x)`` under ``torch.inference_mode``, logits
   moved to NumPy. No hook, no scorer, no threshold.
 - predict: ``det.score_images(folder)`` on the loaded detector (the model loaded once in an
@@ -46,10 +47,10 @@ from torch.utils.data import DataLoader
 
 import featstore
 from benchmarks.machine import cpu_model, load_average, mem_total_gib
-from featstore.datasets import RowSource, TransformedRows, _open_image, build_transform
-from featstore.extract import ExtractOptions, extract
-from featstore.extract_images import image_paths
-from featstore.models import load_model
+from featstore.extraction.datasets import RowSource, TransformedRows, _open_image, build_transform
+from featstore.extraction.extract import ExtractOptions, extract
+from featstore.extraction.extract_images import image_paths
+from featstore.extraction.models import load_model
 
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket")
 

@@ -20,7 +20,7 @@ approximate KNN indexes' recall queries), id/test N/10 and ood/near/novel N/10 (
 centres). Timed scoring covers id/test + ood/near/novel = N/5 rows: the scored rows grow with
 N (as evaluation sets grow with the training set) so that both fit and score cost show in the
 curves; a fixed query count would hide the score side. The store is written in float32 part
-by part with ``featstore.writer.SplitWriter`` (generation memory stays bounded at any N) into
+by part with ``featstore.store.writer.SplitWriter`` (generation memory stays bounded at any N) into
 a temporary directory under /tmp, deleted once that (N, D) is done. Disk: about
 (N + 3 N/10) (D + C) 4 bytes for the store, plus its largest split again while the parts are
 assembled (~28 GB at N = 1M, D = 2048).
@@ -131,8 +131,8 @@ def _head(rng: np.random.Generator, dim: int, classes: int) -> dict[str, np.ndar
 def _child_generate(spec: dict[str, Any]) -> dict[str, Any]:
     """Write the store of one (N, D) part by part; return timings and data statistics."""
     from featstore import Store
-    from featstore.store import default_usage
-    from featstore.writer import SplitWriter
+    from featstore.store.store import default_usage
+    from featstore.store.writer import SplitWriter
 
     n, dim, classes, seed = spec["rows"], spec["dim"], spec["classes"], spec["seed"]
     rng = np.random.default_rng(seed)
@@ -184,7 +184,7 @@ def _child_generate(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _child_extract(spec: dict[str, Any]) -> dict[str, Any]:
-    """images/s of featstore.extract on benchmarks.bench_extract's configurations: one
+    """images/s of featstore.extraction.extract on benchmarks.bench_extract's configurations: one
     warm-up, then one timed run of its featstore side per configuration."""
     import torch
 
@@ -549,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.extract != "none":
             bs._progress(f"extraction ({args.extract} configs of bench_extract)")
             extract = runner.run({"role": "extract", "quick": args.extract == "quick"},
-                                 "featstore.extract", None)
+                                 "featstore.extraction.extract", None)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -615,7 +615,8 @@ def _report(args: argparse.Namespace, argv: list[str] | None, names: list[str],
             parts = [f"`{c['name']}` ({c['describe']}) {c['rows'] / c['seconds']:,.0f} images/s"
                      f" ({c['rows']:,} images in {c['seconds']:.2f} s, {c['cpu_s']:.2f} CPU s)"
                      for c in extract["configs"]]
-            print(f"- extraction (`featstore.extract`, CPU, batch 128, one timed run after a "
+            print("- extraction (`featstore.extraction.extract`, CPU, batch 128, "
+                  f"one timed run after a "
                   f"warm-up, bench_extract's {args.extract} configs): {'; '.join(parts)}")
         else:
             print(f"- extraction: {_status(extract)}")

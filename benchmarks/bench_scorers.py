@@ -296,7 +296,7 @@ def _child_generate(spec: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- featstore side
 def _prefix_split(split: Any, rows: int) -> Any:
     """A view of a split's first `rows` rows (iter_chunks and num_rows honour it)."""
-    from featstore.store import Split
+    from featstore.store.store import Split
 
     entry = dict(split.entry)
     entry["num_rows"] = min(int(rows), split.num_rows)

@@ -79,7 +79,7 @@ def demo_scores(demo: Path) -> tuple[dict, dict, np.ndarray, np.ndarray]:
     from scorers.uncertainty import id_correctness, split_groups
 
     if not (demo / "store" / "store.json").is_file():
-        from featstore.demo.pipeline import run_demo
+        from featstore.workflows.demo.pipeline import run_demo
 
         run_demo(demo, log=lambda m: print(m, file=sys.stderr))
     st = Store.open(demo / "store")

@@ -3,13 +3,13 @@
 Run ``python -m benchmarks.bench_store_layout [--rows 200000] [--dim 512] [--repeat 5]
 [--quick]``.
 
-Justifies ``featstore/layout.py``'s choice (row chunks of about ``CHUNK_BYTES`` = 1 MiB, no
+Justifies ``featstore/store/layout.py``'s choice (row chunks of about ``CHUNK_BYTES`` = 1 MiB, no
 compression). Data: synthetic post-ReLU features ``max(N(0, 1), 0)`` (about 50% exact zeros,
 like penultimate activations after a ReLU), ``--rows`` x ``--dim``, fixed seed, in float32 and
 in float16 (the two feature dtypes featstore stores).
 
 Layouts of ``features`` (each written with h5py ``create_dataset(data=...)``,
-``track_times=False``, like ``featstore.layout``):
+``track_times=False``, like ``featstore.store.layout``):
 
 - contiguous (no chunks);
 - row chunks of 64 KiB, 256 KiB, 1 MiB (featstore's choice) and 4 MiB;
@@ -23,7 +23,7 @@ rounds that visit all layouts in turn (a burst of other load hits every layout, 
 best round is reported (compressed layouts: one timed round). The figures are warm
 (page-cache) reads: they compare HDF5 chunk indexing, filter and copy costs, not the disk.
 Writes of uncompressed layouts are the best of ``--repeat``; one untimed large write comes
-first. Files are opened like ``featstore.store.Split`` does (``h5py.File(path, "r")``, default
+first. Files are opened like ``featstore.store.store.Split`` does (``h5py.File(path, "r")``, default
 chunk cache). All files of one dtype live together (about 2.4 GB for the default float32 size)
 in a temporary directory under ``/tmp`` and are deleted after their rounds. Output is
 Markdown.
@@ -45,7 +45,7 @@ import h5py
 import numpy as np
 
 from benchmarks.machine import cpu_model, load_average, mem_total_gib
-from featstore.layout import CHUNK_BYTES, chunk_rows
+from featstore.store.layout import CHUNK_BYTES, chunk_rows
 
 SEQ_ROWS = 8192
 RANDOM_SLICES = 200
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(1/5/15 min) before {load_before}, after {load_average()}")
     print(f"- software: Python {platform.python_version()}, NumPy {np.__version__}, h5py "
           f"{h5py.__version__} (HDF5 {h5py.version.hdf5_version}); files opened with h5py "
-          f"defaults (1 MiB chunk cache), as `featstore.store.Split` opens them")
+          f"defaults (1 MiB chunk cache), as `featstore.store.store.Split` opens them")
     print(f"- data: {rows:,} x {args.dim} max(N(0,1), 0), {100 * zeros:.1f}% zeros, seed "
           f"{args.seed}; float32 {base.nbytes / 2**20:.0f} MiB, float16 "
           f"{base.nbytes / 2**21:.0f} MiB in memory; total benchmark wall time {total:.0f} s")

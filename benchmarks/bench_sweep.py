@@ -29,12 +29,12 @@ Markdown.
     batch size 128, ``num_workers`` 0, ``torch.inference_mode``), CPU, the same methods and
     settings (a default-grid setting invalid for the store is dropped on both sides, a method
     the store cannot run is skipped on both); the chosen settings of the two sides are
-    compared. Models: the demo ResNet (``featstore.demo.model:demo_resnet``, random weights)
-    and torchvision resnet18 and resnet50 (random weights), on the builtin digits/patches/noise
-    sources at 32x32, and resnet50 again at 64x64 and 112x112 (a few hundred images each: the
-    OpenOOD side forwards the val sets about a hundred times, which bounds the sizes on a
-    2-core machine; ImageNet's 224x224, 4x the pixels of 112x112, would take at least 4x that
-    row's OpenOOD-side time). The builtin
+    compared. Models: the demo ResNet (``featstore.extraction.zoo.demo_resnet:demo_resnet``, random
+    weights) and torchvision resnet18 and resnet50 (random weights), on the builtin
+    digits/patches/noise sources at 32x32, and resnet50 again at 64x64 and 112x112 (a few hundred
+    images each: the OpenOOD side forwards the val sets about a hundred times, which bounds the
+    sizes on a 2-core machine; ImageNet's 224x224, 4x the pixels of 112x112, would take at least 4x
+    that row's OpenOOD-side time). The builtin
     generators' images are generated once up front for both sides (time reported
     separately).
 """
@@ -137,7 +137,7 @@ def imagenet_like_store(path: Path, sz: SizesA, seed: int = 0) -> Store:
               "ood/near/synthetic_val": {**ood_rows(sz.ood), "usage": "val"}}
     odin = REGISTRY["odin_perturbed"].grid if "odin_perturbed" in REGISTRY else {}
     if odin:
-        from featstore.extra_keys import odin_name
+        from featstore.store.extra_keys import odin_name
 
         for name in ("id/val", "id/test", "ood/near/synthetic_val"):
             logits = splits[name]["features"] @ weight.T + bias
@@ -470,7 +470,7 @@ class ConfigB:
     describe: str = ""
 
     def spec(self) -> Any:
-        from featstore.spec import BenchmarkSpec, SplitSpec
+        from featstore.specs.benchmark import BenchmarkSpec, SplitSpec
 
         splits = [SplitSpec(n, self.usage[n], s) for n, s in self.sources.items()]
         return BenchmarkSpec([str(c) for c in range(6)], splits, dict(self.transform), None)
@@ -505,11 +505,12 @@ def b_sources(quick: bool, scale: float) -> tuple[dict[str, dict], dict[str, str
 def make_configs_b(quick: bool) -> list[ConfigB]:
     import torchvision
 
-    from featstore.demo.model import demo_resnet
-    from featstore.models import IMAGENET_MEAN, IMAGENET_STD
+    from featstore.extraction.models import IMAGENET_MEAN, IMAGENET_STD
+    from featstore.extraction.zoo.demo_resnet import demo_resnet
 
     src, usage = b_sources(quick, 0.2 if quick else 0.5)
-    demo = ConfigB("demo", "featstore.demo.model:demo_resnet", lambda: demo_resnet(6),
+    demo = ConfigB("demo", "featstore.extraction.zoo.demo_resnet:demo_resnet",
+                   lambda: demo_resnet(6),
                    {"resize": 32, "crop": 32, "mean": [0.5] * 3, "std": [0.5] * 3}, src, usage)
     src18, usage18 = b_sources(quick, 0.1 if quick else 0.5)
     imagenet = {"mean": list(IMAGENET_MEAN), "std": list(IMAGENET_STD)}
@@ -530,9 +531,10 @@ def make_configs_b(quick: bool) -> list[ConfigB]:
 
 @contextmanager
 def cached_rows(cfg: ConfigB) -> Iterator[None]:
-    """featstore.extract reads the pre-generated rows (both sides use the same images)."""
-    import featstore.extract as fx
-    from featstore.datasets import RowSource
+    """featstore.extraction.extract reads the pre-generated rows (both sides use the same
+    images)."""
+    import featstore.extraction.extract as fx
+    from featstore.extraction.datasets import RowSource
 
     table = {repr(sorted(s.items())): cfg.rows[n] for n, s in cfg.sources.items()}
 
@@ -552,7 +554,7 @@ def cached_rows(cfg: ConfigB) -> Iterator[None]:
 def prepare_b(cfg: ConfigB, tmp: Path) -> None:
     import torch
 
-    from featstore.datasets import rows_from_source
+    from featstore.extraction.datasets import rows_from_source
 
     torch.manual_seed(0)
     model = cfg.build()
@@ -573,7 +575,7 @@ def prepare_b(cfg: ConfigB, tmp: Path) -> None:
 
 
 def featstore_side(cfg: ConfigB, tmp: Path, tag: str) -> tuple[float, float, dict]:
-    from featstore.extract import ExtractOptions, extract
+    from featstore.extraction.extract import ExtractOptions, extract
 
     opts = ExtractOptions(device="cpu", dtype="float32", batch_size=128, num_workers=0,
                           progress=False)
@@ -607,7 +609,7 @@ def image_batches(cfg: ConfigB, transform: Any, name: str) -> Any:
     transform, batch size 128, in order, no worker processes (as featstore_side's options)."""
     from torch.utils.data import DataLoader
 
-    from featstore.datasets import TransformedRows
+    from featstore.extraction.datasets import TransformedRows
 
     crop = int(cfg.transform["crop"])
     return DataLoader(TransformedRows(cfg.rows[name], transform, (3, crop, crop)),
@@ -620,8 +622,8 @@ def bare_forward_once(cfg: ConfigB) -> float:
     OpenOOD-pattern seconds / this is the ceiling of the (b) ratio."""
     import torch
 
-    from featstore.datasets import build_transform
-    from featstore.models import load_model
+    from featstore.extraction.datasets import build_transform
+    from featstore.extraction.models import load_model
 
     module = load_model(cfg.model, cfg.weights).module.eval()
     transform = build_transform(cfg.transform)
@@ -637,8 +639,8 @@ def forward_side(cfg: ConfigB, fs_result: dict) -> tuple[float, dict[str, Any], 
     """The OpenOOD pattern on the same DataLoader setup; returns (seconds, chosen, images)."""
     import torch
 
-    from featstore.datasets import build_transform
-    from featstore.models import load_model
+    from featstore.extraction.datasets import build_transform
+    from featstore.extraction.models import load_model
 
     t_start = time.perf_counter()
     loaded = load_model(cfg.model, cfg.weights)

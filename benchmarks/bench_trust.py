@@ -28,10 +28,10 @@ import numpy as np
 
 from benchmarks.machine import cpu_model, load_average, mem_total_gib
 from featstore import Store
-from featstore import store as store_mod
-from featstore.fileio import sha256_file
-from featstore.store import split_file_problem
-from featstore.values import nonfinite_record
+from featstore.store import store as store_mod
+from featstore.store.fileio import sha256_file
+from featstore.store.store import split_file_problem
+from featstore.store.values import nonfinite_record
 
 
 def cpu(fn, repeat: int = 3) -> float:

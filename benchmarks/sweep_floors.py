@@ -46,7 +46,7 @@ import numpy as np
 
 from benchmarks.bench_sweep import A_SPLITS
 from benchmarks.floors import CORE_OPS
-from featstore.extra_keys import odin_name
+from featstore.store.extra_keys import odin_name
 
 REPEATS = 3
 AT_FLOOR = 1.3   # a grid within this factor of its floor is "at the floor" (GEMM goal's bar)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def main(argv: list[str]) -> None:
-    from featstore.demo.ten_methods import run_ten_methods
+    from featstore.workflows.demo.ten_methods import run_ten_methods
 
     out, epochs, finetune_epochs = Path(argv[0]), int(argv[1]), int(argv[2])
     load_start = Path("/proc/loadavg").read_text().strip()

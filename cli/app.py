@@ -16,9 +16,9 @@ import typer
 from rich.text import Text
 from typer.exceptions import Abort, TyperException
 
-from featstore import interrupts
 from featstore.errors import FeatstoreError
-from featstore.textsafe import one_line
+from featstore.store import interrupts
+from featstore.store.textsafe import one_line
 
 from . import (
     commands_compare,

@@ -11,7 +11,7 @@ import typer
 
 from featstore import Store
 from featstore.errors import InputError, UsageError
-from featstore.fileio import atomic_write_result_json
+from featstore.store.fileio import atomic_write_result_json
 
 from .common import check_methods, check_params, method_params, parse_params, require_rows
 from .console import (
@@ -409,7 +409,7 @@ def gbench(
     if stores:
         _run_gbench_protocol(stores, methods, repeats, splits, exclude, results)
         return
-    from featstore.demo.run import build_gbench_command
+    from featstore.workflows.demo.run import build_gbench_command
 
     summary = build_gbench_command(out_, backbone=backbone, weights=weights, epochs=epochs,
                                    log=log, extraction=split_progress)

@@ -48,7 +48,7 @@ def predict(
     Example: featstore predict vim.detector.h5 new_images/ --model mypkg.models:build --json
     """
     setup(json_, quiet)
-    from featstore.detector import predict as run_predict
+    from featstore.workflows.detector import predict as run_predict
 
     result = run_predict(artifact, images, model=model, weights=weights, device=device,
                          batch_size=batch_size, num_workers=workers)

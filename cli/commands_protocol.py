@@ -1,6 +1,7 @@
 """`featstore protocol ...`: evaluation protocols from the literature (OSR splits, WordNet /
 tier class assignment, shift-level grids, image-list conversion). Each command parses its
-options, calls one function of `featstore.protocols` / `featstore.experiments` and prints."""
+options, calls one function of `featstore.workflows.protocols` / `featstore.workflows.experiments`
+and prints."""
 
 from __future__ import annotations
 
@@ -123,8 +124,8 @@ def osr(
     Example: featstore protocol osr --data digits --ratios 7/3,6/4,5/5 --seeds 5 --out runs/osr
     """
     setup(json_, quiet)
-    from featstore.experiments.osr_run import osr_train_settings, run_osr
-    from featstore.protocols.osr import parse_ratios
+    from featstore.workflows.experiments.osr_run import osr_train_settings, run_osr
+    from featstore.workflows.protocols.osr import parse_ratios
 
     from .commands_run import print_experiment
 
@@ -170,7 +171,7 @@ def wordnet(
     --mapping places_synsets.txt --images imagenet/train --base-spec places.toml --out wn
     """
     setup(json_, quiet)
-    from featstore.protocols.wordnet_run import wordnet_assignment
+    from featstore.workflows.protocols.wordnet_run import wordnet_assignment
 
     result = wordnet_assignment(id_classes, candidates, mapping=mapping, auto_map=auto_map,
                                 thresholds=threshold, rule=rule, images=images,
@@ -225,7 +226,7 @@ def tiers(
     places.toml --out facets
     """
     setup(json_, quiet)
-    from featstore.protocols.wordnet_run import tier_assignment
+    from featstore.workflows.protocols.wordnet_run import tier_assignment
 
     result = tier_assignment(tiers_file, images=images, images_root=images_root,
                              base_spec=base_spec, out=out_, skip_untiered=skip_untiered)
@@ -273,8 +274,8 @@ def shift_grid_cmd(
     """
     setup(json_, quiet)
     from featstore import Store
-    from featstore.protocols.shift import load_degrees, parse_level_edges
-    from featstore.protocols.shift_run import shift_grids
+    from featstore.workflows.protocols.shift import load_degrees, parse_level_edges
+    from featstore.workflows.protocols.shift_run import shift_grids
 
     check_methods(method)
     params = method_params(param)
@@ -282,7 +283,7 @@ def shift_grid_cmd(
     deg = load_degrees(degrees) if degrees is not None else None
     runner = make_cli_executor(executor, executor_config, workers, "protocol shift-grid")
     if runner is not None:
-        from featstore.experiments.workflows import shift_grid_units
+        from featstore.workflows.experiments.workflows import shift_grid_units
 
         with Store.open(store) as st:
             require_rows(st)
@@ -356,7 +357,7 @@ def shift_degrees_cmd(
     """
     setup(json_, quiet)
     from featstore import Store
-    from featstore.protocols.shift_run import store_shift_degrees
+    from featstore.workflows.protocols.shift_run import store_shift_degrees
 
     with Store.open(store) as st:
         st.split(id_split)
@@ -395,8 +396,8 @@ def laid_fit(
     --covariate-shift cs.npy --out W.npy
     """
     setup(json_, quiet)
-    from featstore.protocols.shift import LaidConfig
-    from featstore.protocols.shift_run import fit_laid_files
+    from featstore.workflows.protocols.shift import LaidConfig
+    from featstore.workflows.protocols.shift_run import fit_laid_files
 
     config = LaidConfig(margin=margin, orth_weight=orth_weight, lr=lr, steps=steps, seed=seed)
     with status() as begin:
@@ -434,7 +435,7 @@ def facets_table_cmd(
     """
     setup(json_, quiet)
     from featstore import Store
-    from featstore.protocols.facets import facets_table, write_markdown_table
+    from featstore.workflows.protocols.facets import facets_table, write_markdown_table
 
     methods = check_methods(method or FACETS_METHODS)
     params = method_params(param)
@@ -465,7 +466,7 @@ def _facets_units(runner, stores: list[str], methods: list[str], params: dict,
                   no_cache: bool, work: Path | None) -> dict:
     """facets-table on an executor: the stores checked here, one unit per store."""
     from featstore import Store
-    from featstore.experiments.workflows import facets_units
+    from featstore.workflows.experiments.workflows import facets_units
 
     labelled = []
     for item in stores:
@@ -479,7 +480,7 @@ def _facets_units(runner, stores: list[str], methods: list[str], params: dict,
 
 
 def _print_facets(table: dict, methods: list[str], out_: Path | None) -> None:
-    from featstore.protocols.facets import cell_text
+    from featstore.workflows.protocols.facets import cell_text
 
     t = Table(title="FACETS layout: FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑ (%), best in "
                     "bold", header_style="bold", show_edge=False)
@@ -523,8 +524,8 @@ def lists2spec(
     --out cifar10.toml
     """
     setup(json_, quiet)
-    from featstore.protocols.lists import lists_to_spec
-    from featstore.protocols.wordnet import read_class_list
+    from featstore.workflows.protocols.lists import lists_to_spec
+    from featstore.workflows.protocols.wordnet import read_class_list
 
     mapping: dict[str, str] = {}
     for item in root_map or []:

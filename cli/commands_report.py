@@ -59,7 +59,7 @@ def report(
     Example: featstore report runs/demo/store --out runs/demo/report.html
     """
     setup(json_, quiet)
-    from featstore.report import write_report
+    from featstore.workflows.report import write_report
 
     if method:
         check_methods(method)

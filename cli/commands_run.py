@@ -1,5 +1,5 @@
 """`featstore run EXPERIMENT.toml`: an experiment (methods x splits x seeds, tuned on val,
-mean ± std, resumable) from one file; see featstore.experiments."""
+mean ± std, resumable) from one file; see featstore.workflows.experiments."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .console import JsonOpt, QuietOpt, emit, log, out, progress_enabled, setup
 
 def print_experiment(result: dict[str, Any]) -> None:
     """The runner's tables (one per data split, then the skipped runs) and where it wrote."""
-    from featstore.experiments.render import rich_tables
+    from featstore.workflows.experiments.render import rich_tables
 
     for table in rich_tables(result):
         out.print(table)
@@ -61,15 +61,15 @@ def run(
     from featstore.errors import UsageError
 
     if status is not None:
-        from featstore.experiments.unitstate import status as unit_status
+        from featstore.workflows.experiments.unitstate import status as unit_status
 
         st = unit_status(status)
         emit(st, lambda: print_status(st))
         return
     if experiment is None or out_ is None:
         raise UsageError("run: give EXPERIMENT.toml and --out DIR (or --status DIR)")
-    from featstore.experiments import load_experiment, run_experiment
-    from featstore.experiments.executors import executor_options, make_executor
+    from featstore.workflows.experiments import load_experiment, run_experiment
+    from featstore.workflows.experiments.executors import executor_options, make_executor
 
     exp = load_experiment(experiment)
     show = progress_enabled()

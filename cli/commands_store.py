@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from featstore.errors import InputError
-from featstore.summary import human_bytes, store_summary, verified_summary
+from featstore.store.summary import human_bytes, store_summary, verified_summary
 
 from .commands_score import print_evaluation
 from .common import open_store, parse_params
@@ -168,9 +168,9 @@ def extract(
     --out runs/r50
     """
     setup(json_, quiet)
-    from featstore.extra_keys import parse_odin_grid
-    from featstore.extract import ExtractOptions
-    from featstore.extract import extract as run_extract
+    from featstore.extraction.extract import ExtractOptions
+    from featstore.extraction.extract import extract as run_extract
+    from featstore.store.extra_keys import parse_odin_grid
 
     opts = ExtractOptions(device=device, dtype=dtype, batch_size=batch_size,
                           num_workers=workers, amp=amp, skip_bad=skip_bad,
@@ -208,7 +208,7 @@ def import_(
     Example: featstore import feats.npz --out runs/mine --usage ood/near/ssb_val=val
     """
     setup(json_, quiet)
-    from featstore.importer import import_arrays
+    from featstore.extraction.importer import import_arrays
 
     flags = parse_params(usage, "--usage")
     st = import_arrays(arrays, out_, dtype=dtype, overwrite=overwrite,
@@ -233,7 +233,7 @@ def demo(
     Example: featstore demo --out runs/demo   ·   featstore demo --methods all
     """
     setup(json_, quiet)
-    from featstore.demo.run import run_demo_command
+    from featstore.workflows.demo.run import run_demo_command
 
     result = run_demo_command(out_, methods=methods, backbone=backbone, scale=scale, log=log,
                               extraction=split_progress, steps=status)
@@ -242,7 +242,7 @@ def demo(
 
 
 def print_ten_methods(result: dict) -> None:
-    from featstore.demo.ten_methods import render_tables
+    from featstore.workflows.demo.ten_methods import render_tables
 
     for table in render_tables(result):
         out.print(table)

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from featstore.errors import UsageError
-from featstore.fileio import atomic_write_result_json
+from featstore.store.fileio import atomic_write_result_json
 
 from .common import (
     BootOpt,

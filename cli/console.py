@@ -43,13 +43,13 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from featstore.textsafe import term_text
+from featstore.store.textsafe import term_text
 
 
 class SafeConsole(Console):
     """A rich Console that never passes a control character of a string it prints (a
     store's model or split name may hold ANSI / OSC escapes) to the terminal: every string
-    renderable goes through `featstore.textsafe.term_text` (ESC shows as `\\x1b`)."""
+    renderable goes through `featstore.store.textsafe.term_text` (ESC shows as `\\x1b`)."""
 
     def render_str(self, text: str, **kwargs: Any) -> Text:
         return super().render_str(term_text(text), **kwargs)

@@ -33,7 +33,7 @@ def make_cli_executor(kind: str | None, config: Path | None, workers: int | None
     """The executor the options ask for, or None when none is asked (the command runs in
     process as it always did). A bad kind, key or value is a UsageError naming it."""
     from featstore.errors import UsageError
-    from featstore.experiments.executors import executor_options, make_executor
+    from featstore.workflows.experiments.executors import executor_options, make_executor
 
     if kind is None and config is None and workers is None:
         return None

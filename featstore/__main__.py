@@ -6,7 +6,7 @@ the other ranks goes to /dev/null. Their errors still reach stderr."""
 
 import os
 
-from featstore.distributed import is_main_process
+from featstore.extraction.distributed import is_main_process
 
 if __name__ == "__main__":
     if not is_main_process():

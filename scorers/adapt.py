@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from featstore.interfaces import StoreLike
+from featstore.store.interfaces import StoreLike
 
 from .base import Scorer, expand_grid
 from .clamp import adapt_params, describe

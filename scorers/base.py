@@ -22,10 +22,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from featstore.arraystore import ArrayStore
 from featstore.errors import FeatstoreError, FeatstoreWarning, UsageError
-from featstore.interfaces import SplitLike, StoreLike
-from featstore.values import require_finite
+from featstore.store.arraystore import ArrayStore
+from featstore.store.interfaces import SplitLike, StoreLike
+from featstore.store.values import require_finite
 
 from .clamp import adapt_params, describe
 from .needs import Needs, parse_need
@@ -116,7 +116,7 @@ class Scorer:
         self.diagnostics: dict[str, Any] = {}
         # the settings `fit(store, grid)` was told score_grid will ask for
         self.fit_settings: list[dict[str, Any]] = []
-        # NaN / inf in the fields this scorer reads are an error (featstore.values) unless
+        # NaN / inf in the fields this scorer reads are an error (featstore.store.values) unless
         # this is True: then the values are used as they are (IEEE arithmetic propagates
         # them; the metrics still refuse non-finite scores)
         self.allow_nonfinite = False

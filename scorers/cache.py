@@ -29,9 +29,9 @@ import h5py
 import numpy as np
 
 from featstore.errors import FeatstoreWarning, InputError
-from featstore.fileio import is_link, room_to_grow
-from featstore.interfaces import SplitLike, StoreLike
-from featstore.interrupts import raise_if_interrupted
+from featstore.store.fileio import is_link, room_to_grow
+from featstore.store.interfaces import SplitLike, StoreLike
+from featstore.store.interrupts import raise_if_interrupted
 
 SCORES_FILE = "scores.h5"
 #: bytes an entry may add beyond its scores (HDF5 object headers, attributes, B-tree nodes)

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from featstore.fileio import atomic_write_bytes
+from featstore.store.fileio import atomic_write_bytes
 
 from . import list_scorers
 

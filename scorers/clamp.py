@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from featstore.errors import UsageError
-from featstore.interfaces import StoreLike
+from featstore.store.interfaces import StoreLike
 
 if TYPE_CHECKING:
     from .base import Scorer, ValidRange

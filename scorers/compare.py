@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import InputError, UsageError
-from featstore.interfaces import StoreLike
+from featstore.store.interfaces import StoreLike
 
 from .evaluate import evaluate
 from .metrics import METRIC_DIRECTIONS, OOD_METRIC_NAMES

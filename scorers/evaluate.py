@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import FeatstoreError
-from featstore.interfaces import StoreLike
-from featstore.values import require_finite
+from featstore.store.interfaces import StoreLike
+from featstore.store.values import require_finite
 
 from .adapt import fit_defaults
 from .base import Scorer, fit_split_names, value_fields
@@ -55,7 +55,7 @@ def mean_of(values: Sequence[float]) -> float:
 
 
 def require_finite_inputs(store: StoreLike, name: str, splits: Sequence[str]) -> None:
-    """NonFiniteError (featstore.values) if a field scorer `name` reads (features, logits,
+    """NonFiniteError (featstore.store.values) if a field scorer `name` reads (features, logits,
     extras) holds NaN or inf in one of its fit splits or in `splits`: a dictionary lookup in
     the manifest's record, so it runs before anything data-dependent (defaults clamped to the
     data, a fit) could turn the NaN into a misleading message."""
@@ -77,7 +77,7 @@ def score_splits(store: StoreLike, name: str, params: Mapping[str, Any], splits:
     copied into the `diagnostics` dict if one is given.
 
     Before any cache lookup: NaN / inf in the fields the scorer reads, in its fit splits or
-    the scored ones, are an error (featstore.values.NonFiniteError) unless `allow_nonfinite`;
+    the scored ones, are an error (featstore.store.values.NonFiniteError) unless `allow_nonfinite`;
     each scored split's file must be the one committed (`Store.check_committed`). A read-only
     store is scored with the cache off (`cache.cache_off_reason`). A scorer that is not a
     built-in is cached under `name~<sha256 of its module's source>` (`registry.code_digest`),

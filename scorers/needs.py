@@ -85,7 +85,7 @@ class Needs:
 
     @property
     def value_fields(self) -> list[str]:
-        """The row fields it reads values from, as `featstore.values.require_finite` names
+        """The row fields it reads values from, as `featstore.store.values.require_finite` names
         them: `features`, `logits`, `extra:<name>`."""
         return [n.text for n in self.items if n.reads_values]
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from featstore.errors import UsageError
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from .base import Scorer, ValidRange
 from .knn_bank import BankStream

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from featstore.interfaces import SplitLike
+from featstore.store.interfaces import SplitLike
 
 from .threads import THREADS_ENV as THREADS_ENV  # re-exported (benchmarks)
 from .threads import blas_controller, worker_threads

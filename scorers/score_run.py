@@ -4,7 +4,7 @@ by the one rule of `scorers.adapt`), summarise each split's scores, optionally s
 `score_stats` is the per-split summary the command prints: n, mean, population std
 (`np.std`, ddof 0), min and max of the float64 scores. `save_scores` writes the scores as an
 .npz (one array per split, `/` in split names as `__`) atomically
-(`featstore.fileio.atomic_save_npz`)."""
+(`featstore.store.fileio.atomic_save_npz`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from featstore.fileio import atomic_save_npz
-from featstore.interfaces import StoreLike
+from featstore.store.fileio import atomic_save_npz
+from featstore.store.interfaces import StoreLike
 
 from .evaluate import score_with_defaults
 from .registry import resolve

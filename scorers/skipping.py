@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from featstore.errors import FeatstoreError
-from featstore.interfaces import StoreLike
-from featstore.interrupts import raise_if_interrupted
+from featstore.store.interfaces import StoreLike
+from featstore.store.interrupts import raise_if_interrupted
 
 from .base import Scorer, how_to
 from .needs import Needs

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from .adapt import adapt_grid, adapt_params
 from .base import Scorer, check_grid_keys, expand_grid

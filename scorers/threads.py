@@ -53,7 +53,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from featstore.errors import UsageError
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.interfaces import SplitLike, StoreLike
 
 THREADS_ENV = "FEATSTORE_THREADS"
 #: $FEATSTORE_THREADS=auto: large calls take the cores the machine's load leaves free

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from featstore.interfaces import StoreLike
+from featstore.store.interfaces import StoreLike
 
 from .stats.bootstrap import BootstrapSpec, Distributions, bootstrap_evaluation
 

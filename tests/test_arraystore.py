@@ -12,7 +12,7 @@ from conftest import structured_arrays
 
 from featstore import ArrayStore, Store
 from featstore.errors import UsageError
-from featstore.values import NonFiniteError
+from featstore.store.values import NonFiniteError
 from scorers import REGISTRY, get_scorer, unregister
 from scorers.base import Scorer
 from scorers.compare import compare

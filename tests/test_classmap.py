@@ -15,9 +15,9 @@ import pytest
 from PIL import Image
 from skimage import data as skdata
 
-from featstore.classmap import map_folders
 from featstore.errors import InputError
-from featstore.extract import ExtractOptions, extract
+from featstore.extraction.classmap import map_folders
+from featstore.extraction.extract import ExtractOptions, extract
 
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -152,7 +152,7 @@ def test_demo_evaluates_and_reports(demo_json_run):
     trained the model and extracted the store): stdout is one JSON document; the evaluation
     in it is the library's (msp AUROC from scorers.metrics), the report files exist. (`--quiet`
     is checked on the quick commands: a demo run costs ~25 s.)"""
-    import featstore.demo.pipeline as pipeline
+    import featstore.workflows.demo.pipeline as pipeline
 
     demo_dir, run = demo_json_run
     assert run.code == 0, run.err
@@ -267,7 +267,7 @@ def test_protocol_tiers_and_wordnet(capsys, tmp_path):
     args = ["protocol", "wordnet", "--id-classes", tmp_path / "c.txt", "--candidates",
             tmp_path / "d.txt", "--threshold", "0.5"]
     doc = run_json(capsys, *args)
-    from featstore.protocols import wordnet as wnp
+    from featstore.workflows.protocols import wordnet as wnp
 
     wn = wnp.load_wordnet()
     ref = wnp.score_candidates(wnp.resolve_classes(["dog.n.01", "cat.n.01"], None, False, wn),

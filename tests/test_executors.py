@@ -22,9 +22,9 @@ import torch
 from conftest import run_cli as run
 from slurm_cluster import SlurmCluster, why_unavailable
 
-from featstore.experiments import load_experiment, run_experiment
-from featstore.experiments.executors import RayExecutor
-from featstore.experiments.unitstate import read_state, status
+from featstore.workflows.experiments import load_experiment, run_experiment
+from featstore.workflows.experiments.executors import RayExecutor
+from featstore.workflows.experiments.unitstate import read_state, status
 
 TESTS = Path(__file__).parent
 EXPERIMENT = (

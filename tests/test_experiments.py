@@ -1,4 +1,5 @@
-"""The experiment runner (featstore.experiments, `featstore run`) on real data and real models.
+"""The experiment runner (featstore.workflows.experiments, `featstore run`) on real data and real
+models.
 
 References: the aggregate mean ± std is recomputed by hand from the per-run numbers (NumPy
 mean and population std, ddof = 0); a run's AUROC is recomputed with sklearn's roc_auc_score
@@ -30,14 +31,14 @@ METRICS = ("auroc", "fpr95", "aupr_in", "aupr_out")
 
 
 def _toml(value) -> str:
-    from featstore.demo.pipeline import toml_value
+    from featstore.workflows.demo.pipeline import toml_value
 
     return toml_value(value)
 
 
 def ten_method_tables() -> str:
     """The ten rows of the remote-sensing preset as [[method]] tables of an experiment file."""
-    from featstore.experiments.presets import ten_method_rows
+    from featstore.workflows.experiments.presets import ten_method_rows
 
     text = ""
     for r in ten_method_rows():
@@ -166,7 +167,7 @@ def test_user_spec_resumes_without_recomputing_finished_runs(tmp_path, user_spec
     only the runs that had not finished, reads back the finished ones unchanged, and its
     results equal an uninterrupted run's. The unscorable runs are listed with the reason in
     the JSON, the Markdown report and the terminal table."""
-    from featstore.experiments import load_experiment, run_experiment, runner
+    from featstore.workflows.experiments import load_experiment, run_experiment, runner
 
     exp_file = tmp_path / "exp.toml"
     exp_file.write_text(
@@ -275,7 +276,7 @@ def test_bad_experiment_files_are_one_line_errors(tmp_path, capsys, body, messag
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o" / "results.json").exists()
     with pytest.raises(InputError if code == 1 else ValueError):
-        from featstore.experiments import load_experiment
+        from featstore.workflows.experiments import load_experiment
 
         load_experiment(f)
 
@@ -303,7 +304,7 @@ def test_facets_table_by_hand(tmp_path, capsys):
     """Two datasets (stores) x (OOD group + misclassification row) x methods; every cell's
     FPR95 / detection error / AUROC recomputed by brute force and sklearn; ip_ts_mlv skipped
     with its reason on the store without perturbed logits; terminal, JSON and Markdown."""
-    from featstore.extra_keys import odin_name
+    from featstore.store.extra_keys import odin_name
 
     rng = np.random.default_rng(4)
     w = rng.normal(size=(3, 6)).astype(np.float32)
@@ -373,9 +374,9 @@ def test_facets_table_by_hand(tmp_path, capsys):
 def test_run_spec_keeps_the_user_spec(tmp_path, user_spec):
     """The per-run copy of a user spec keeps its sources (absolute), classes, class_map and
     balance settings: a run never trains or extracts another benchmark than the user's."""
-    from featstore.experiments.config import Experiment, MethodRow
-    from featstore.experiments.runner import _spec_text
-    from featstore.spec import load_spec
+    from featstore.specs.benchmark import load_spec
+    from featstore.workflows.experiments.config import Experiment, MethodRow
+    from featstore.workflows.experiments.runner import _spec_text
 
     text = user_spec.read_text()
     user_spec.write_text('classes = ["astronaut", "chelsea", "coffee"]\n'

@@ -1,4 +1,5 @@
-"""`featstore run` over existing stores and existing models (featstore/experiments/existing.py).
+"""`featstore run` over existing stores and existing models
+(featstore/workflows/experiments/existing.py).
 
 References: each run's AUROC recomputed with sklearn's roc_auc_score on the store's logits
 (MSP = max softmax, transcribed here; the scorer's log form ranks alike); mean ± std by NumPy
@@ -95,7 +96,7 @@ def test_rows_over_an_existing_model_and_checkpoints(tmp_path, user_spec, monkey
     two runs differ (different weights)."""
     from tiny_models import TinyCNN
 
-    from featstore.experiments import load_experiment, run_experiment
+    from featstore.workflows.experiments import load_experiment, run_experiment
 
     _no_training(monkeypatch)
     for i in range(2):
@@ -137,7 +138,7 @@ def test_rows_over_an_existing_model_and_checkpoints(tmp_path, user_spec, monkey
 ])
 def test_bad_existing_experiment_files_fail_before_work(tmp_path, body, message):
     """Each bad path / key is a one-line InputError naming the file, raised at parse time."""
-    from featstore.experiments import load_experiment
+    from featstore.workflows.experiments import load_experiment
 
     _store(tmp_path / "s0", seed=0)
     (tmp_path / "b.toml").write_text("")
@@ -151,7 +152,7 @@ def test_bad_existing_experiment_files_fail_before_work(tmp_path, body, message)
 
 
 def test_rows_that_train_are_refused_over_existing_stores(tmp_path):
-    from featstore.experiments import load_experiment
+    from featstore.workflows.experiments import load_experiment
 
     _store(tmp_path / "s0", seed=0)
     f = tmp_path / "exp.toml"
@@ -164,7 +165,7 @@ def test_rows_that_train_are_refused_over_existing_stores(tmp_path):
 def test_ten_method_preset_scores_mcd_by_the_papers_eq14():
     """The remote-sensing preset's MCD row uses eq. 14 (d = H(p1) - H(p2), the scorer's
     "entropy" variant), not the scorer's L1 default; reference: the entropies by hand."""
-    from featstore.experiments.presets import ten_method_rows
+    from featstore.workflows.experiments.presets import ten_method_rows
     from scorers.methods.mcd import mcd_scores
 
     row = {r.name: r for r in ten_method_rows()}["MCD"]

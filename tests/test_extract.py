@@ -16,9 +16,9 @@ from PIL import Image
 from skimage import data as skdata
 
 from featstore import Store
-from featstore.datasets import build_transform
 from featstore.errors import FeatstoreError, UsageError
-from featstore.extract import ExtractOptions, extract
+from featstore.extraction.datasets import build_transform
+from featstore.extraction.extract import ExtractOptions, extract
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import TinyCNN, TinyWithConstants  # noqa: E402
@@ -206,7 +206,7 @@ def test_weights_that_do_not_fit_name_the_keys(tmp_path):
     torch.save(state, tmp_path / "w.pth")
     with pytest.raises(UsageError, match=r"missing keys \['conv.bias'\].*unexpected keys "
                                          r"\['extra.weight'\]"):
-        from featstore.models import load_model
+        from featstore.extraction.models import load_model
         load_model("tiny_models:tiny_cnn", tmp_path / "w.pth")
 
 
@@ -217,7 +217,7 @@ def test_weights_are_loaded_without_a_random_init(tmp_path):
     to the module's (a float64 checkpoint loads as float32, as copying would); a model with
     state the file does not carry (non-persistent buffer, plain tensor attribute) is built
     for real instead."""
-    from featstore.models import load_model
+    from featstore.extraction.models import load_model
 
     torch.manual_seed(3)
     ref = torchvision.models.resnet18(num_classes=6).eval()
@@ -246,7 +246,7 @@ def test_weights_are_loaded_without_a_random_init(tmp_path):
 
 
 def test_pretrained_enum_is_refused_and_no_head_is_an_error(tmp_path):
-    from featstore.models import load_model
+    from featstore.extraction.models import load_model
     with pytest.raises(UsageError, match="would download.*pass a local weights file"):
         load_model("resnet18", "IMAGENET1K_V1")
     with pytest.raises(UsageError, match="has no nn.Linear classifier head"):
@@ -274,7 +274,7 @@ def test_write_error_leaves_split_incomplete(tmp_path, tree):
     the split stays invisible; a rerun after fixing the cause completes it."""
     spec = write_spec(tmp_path / "b.toml", [("id/test", f'{{ imagefolder = "{tree}" }}')])
     store_dir = tmp_path / "store"
-    from featstore import writer as writer_mod
+    from featstore.store import writer as writer_mod
 
     original = writer_mod.SplitWriter._write_part
 
@@ -313,7 +313,7 @@ def _write_through_parts(store: Store, name: str, arrays: dict, *, part_rows: in
                          dtype: str, row_axes: dict, drop_part: int | None = None) -> None:
     """Feed `arrays` batch by batch to a SplitWriter (as extraction does) and finish it; the
     rows of part `drop_part` are all dropped (as --skip-bad drops unreadable rows)."""
-    from featstore.writer import SplitWriter
+    from featstore.store.writer import SplitWriter
 
     n = len(arrays["labels"])
     writer = SplitWriter(store, name, part_rows=part_rows, dtype=dtype, usage="test",
@@ -374,7 +374,7 @@ MEMORY_SCRIPT = r"""
 import json, sys
 import numpy as np
 from featstore import Store
-from featstore.writer import SplitWriter
+from featstore.store.writer import SplitWriter
 
 n, d, part_rows, batch = 8192, 2048, 512, 128       # features: 64 MiB of float32
 st = Store.create(sys.argv[1], head=(np.zeros((4, d), np.float32), np.zeros(4, np.float32)))

@@ -1,5 +1,5 @@
-"""Extraction extras (DESIGN §2; featstore/extract_extras.py) on real images and real torch
-models: extra heads, MC-Dropout passes, ODIN-perturbed logits (against a direct autograd
+"""Extraction extras (DESIGN §2; featstore/extraction/extract_extras.py) on real images and real
+torch models: extra heads, MC-Dropout passes, ODIN-perturbed logits (against a direct autograd
 computation), feature maps, resume, the CLI flags, and a `featstore train` checkpoint of every
 wrapping method extracted back into a store."""
 
@@ -16,10 +16,10 @@ from PIL import Image
 
 from cli.app import main
 from featstore import Store
-from featstore.datasets import build_transform
 from featstore.errors import FeatstoreError, UsageError
-from featstore.extra_keys import odin_name, parse_odin_grid, parse_odin_name
-from featstore.extract import ExtractOptions, extract
+from featstore.extraction.datasets import build_transform
+from featstore.extraction.extract import ExtractOptions, extract
+from featstore.store.extra_keys import odin_name, parse_odin_grid, parse_odin_name
 
 sys.path.insert(0, str(Path(__file__).parent))
 import tiny_models  # noqa: E402
@@ -164,7 +164,7 @@ def test_extras_survive_an_interrupted_extraction(tmp_path, spec):
     MC passes (row axis 1), ODIN logits and extra heads in the parts."""
     opts = ExtractOptions(**OPTS, mc_samples=3, odin_grid=((100.0, 0.002),))
     clean = extract("tiny_models:tiny_dropout", spec, tmp_path / "clean", options=opts)
-    from featstore import writer as writer_mod
+    from featstore.store import writer as writer_mod
 
     original = writer_mod.SplitWriter._write_part
     calls = {"n": 0}

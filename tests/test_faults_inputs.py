@@ -24,8 +24,8 @@ from PIL import Image
 
 from featstore import Store
 from featstore.errors import InputError
-from featstore.extract import ExtractOptions, extract
-from featstore.spec import BenchmarkSpec, SplitSpec, load_spec
+from featstore.extraction.extract import ExtractOptions, extract
+from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec
 
 HERE = Path(__file__).parent
 SMALL = dict(num_classes=3, dim=8, n_train=40, n_val=20, n_test=20, n_ood=20)
@@ -95,9 +95,9 @@ def test_spec_errors_name_the_key(tmp_path, capsys, text, fragments):
 
 def test_every_key_the_demo_specs_use_is_valid():
     """The specs featstore writes itself (demo, mini-Gbench) pass the strict check."""
-    from featstore.demo.gbench import gbench_spec_text
-    from featstore.demo.pipeline import demo_spec_text
-    from featstore.spec import parse_spec
+    from featstore.specs.benchmark import parse_spec
+    from featstore.workflows.demo.gbench import gbench_spec_text
+    from featstore.workflows.demo.pipeline import demo_spec_text
 
     for text in (demo_spec_text(), gbench_spec_text()):
         parse_spec(tomllib.loads(text), Path("."), "demo spec")

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from conftest import run_cli, structured_arrays
 
-from featstore import Store, interrupts
+from featstore import Store
 from featstore.errors import InputError
+from featstore.store import interrupts
 from scorers.methods.msp import MSP
 
 

@@ -184,7 +184,7 @@ def test_report_with_an_unusable_home_prints_no_matplotlib_warnings(tmp_path):
     env = {**_env(), "HOME": "/dev/null", "XDG_CONFIG_HOME": "", "XDG_CACHE_HOME": ""}
     env.pop("MPLCONFIGDIR", None)
     code = textwrap.dedent("""
-        import featstore.report.plots as plots, matplotlib, os
+        import featstore.workflows.report.plots as plots, matplotlib, os
         print(os.environ["MPLCONFIGDIR"])
     """)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,

@@ -19,7 +19,7 @@ from conftest import run_cli, structured_arrays
 
 from featstore import Store
 from featstore.errors import FeatstoreError, InputError
-from featstore.writer import SplitWriter
+from featstore.store.writer import SplitWriter
 
 SMALL = dict(num_classes=3, dim=8, n_train=40, n_val=20, n_test=20, n_ood=20)
 
@@ -218,7 +218,7 @@ def test_lock_file_link_is_refused(tmp_path, outside):
 
 
 def test_report_markdown_escapes_names(tmp_path):
-    from featstore.report import write_report
+    from featstore.workflows.report import write_report
 
     arrays = structured_arrays(**SMALL)
     Store.from_arrays(tmp_path / "s", head=arrays["head"], splits=arrays["splits"],

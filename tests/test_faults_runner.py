@@ -16,12 +16,12 @@ import torch
 from conftest import run_cli, structured_arrays
 
 from featstore import Store
-from featstore.experiments import load_experiment, run_experiment
-from featstore.experiments.render import markdown_report
-from featstore.experiments.runner import _slug, _spec_text
-from featstore.spec import load_spec
-from featstore.textsafe import md_text, term_text
+from featstore.specs.benchmark import load_spec
+from featstore.store.textsafe import md_text, term_text
 from featstore.training.trainer import _save_atomically
+from featstore.workflows.experiments import load_experiment, run_experiment
+from featstore.workflows.experiments.render import markdown_report
+from featstore.workflows.experiments.runner import _slug, _spec_text
 
 HERE = Path(__file__).parent
 

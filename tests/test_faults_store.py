@@ -21,8 +21,8 @@ from conftest import run_cli, structured_arrays
 
 from featstore import Store
 from featstore.errors import FeatstoreError, InputError, UsageError
-from featstore.lock import StoreLock, StoreLockedError
-from featstore.writer import FINGERPRINT, SplitWriter
+from featstore.store.lock import StoreLock, StoreLockedError
+from featstore.store.writer import FINGERPRINT, SplitWriter
 
 HERE = Path(__file__).parent
 SMALL = dict(num_classes=3, dim=8, n_train=40, n_val=20, n_test=20, n_ood=20)
@@ -47,7 +47,7 @@ def _sha(path: Path) -> str:
 # ------------------------------------------------------------------------------ the lock
 HOLDER = """
 import sys, time
-from featstore.lock import StoreLock
+from featstore.store.lock import StoreLock
 with StoreLock(sys.argv[1], command="holder-test"):
     print("locked", flush=True)
     sys.stdin.read()
@@ -413,7 +413,7 @@ def test_disk_full_is_a_clean_error_not_a_crash(tmp_path):
 def test_write_error_mid_split_leaves_the_split_incomplete(tmp_path, monkeypatch):
     """An OSError from HDF5 while writing (a full disk that the pre-check could not see) is
     raised as is to the caller, and the manifest never lists the split as complete."""
-    import featstore.store as store_mod
+    import featstore.store.store as store_mod
 
     st = _small_store(tmp_path / "s")
     st = Store.open(tmp_path / "s", mode="a")
@@ -432,7 +432,7 @@ def test_write_error_mid_split_leaves_the_split_incomplete(tmp_path, monkeypatch
 
 def test_store_api_errors_are_featstore_errors():
     """The classes the CLI maps to exit codes: a lock conflict and a full disk exit 1."""
-    from featstore.fileio import DiskFullError
+    from featstore.store.fileio import DiskFullError
 
     assert StoreLockedError("x").exit_code == 1 and DiskFullError("x").exit_code == 1
     assert issubclass(InputError, UsageError) and InputError("x").exit_code == 1
@@ -447,7 +447,7 @@ def test_lock_is_reentrant_in_one_process_and_released(tmp_path):
         assert holder["pid"] == os.getpid()
     probe = textwrap.dedent("""
         import sys
-        from featstore.lock import StoreLock
+        from featstore.store.lock import StoreLock
         with StoreLock(sys.argv[1]):
             print("ok")
     """)

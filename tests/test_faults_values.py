@@ -15,8 +15,8 @@ from conftest import run_cli, structured_arrays
 
 from featstore import Store
 from featstore.errors import InputError
-from featstore.values import NonFiniteError
-from featstore.writer import SplitWriter
+from featstore.store.values import NonFiniteError
+from featstore.store.writer import SplitWriter
 from scorers import get_scorer
 from scorers.evaluate import evaluate, score_splits
 

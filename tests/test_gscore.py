@@ -383,10 +383,10 @@ def test_end_to_end_on_a_small_real_store(tmp_path):
     runs, correlations are computed and finite."""
     import torch
 
-    from featstore.demo.gbench import gbench_spec_text
-    from featstore.demo.model import demo_resnet
-    from featstore.demo.pipeline import MODEL_SPEC
-    from featstore.extract import ExtractOptions, extract
+    from featstore.extraction.extract import ExtractOptions, extract
+    from featstore.extraction.zoo.demo_resnet import demo_resnet
+    from featstore.workflows.demo.gbench import gbench_spec_text
+    from featstore.workflows.demo.pipeline import MODEL_SPEC
 
     torch.manual_seed(0)
     torch.save(demo_resnet(6).state_dict(), tmp_path / "init.pt")

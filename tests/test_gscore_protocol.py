@@ -150,7 +150,7 @@ def test_report_include_renders_gscore_evaluate_json(tmp_path, capsys):
     target; an unrecognised JSON is an error. Reference: the evaluate JSON itself."""
     import re
 
-    from featstore.report import write_report
+    from featstore.workflows.report import write_report
 
     st = graded_store(tmp_path / "s", n_ood=4, rows=60)
     code, out, err = run(capsys, "gscore", "evaluate", st.path, "--json", "--repeats", "2",

@@ -1,4 +1,4 @@
-"""featstore.interfaces: `Store` and `Split` satisfy the Protocols the scorers are typed
+"""featstore.store.interfaces: `Store` and `Split` satisfy the Protocols the scorers are typed
 against (`StoreLike`, `SplitLike`), member by member: every Protocol member exists on the real
 object, and every Protocol method's parameters (names, kinds, defaults present) are the real
 method's, so a scorer written against the Protocol runs on a real store. The reference is the
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from featstore.interfaces import SplitLike, StoreLike
-from featstore.reader import Split
-from featstore.store import Store
+from featstore.store.interfaces import SplitLike, StoreLike
+from featstore.store.reader import Split
+from featstore.store.store import Store
 
 
 def _members(protocol: type) -> dict[str, object]:

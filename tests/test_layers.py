@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -31,75 +32,47 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("featstore", "scorers", "cli")
 
 #: Layers, bottom first (DESIGN §8). A module may import its own layer and the layers below.
-LAYERS = ("store core", "models and data", "extraction", "training", "scorers", "workflows",
-          "cli")
+LAYERS = ("store core", "specs", "extraction", "training", "scorers", "workflows", "cli")
 
-#: Path prefix (relative to the repo root) -> layer. The longest matching prefix wins; a
-#: trailing "/" covers a whole folder. Every module must match an entry (a new top-level
-#: module of featstore/ is placed here explicitly, with its layer decided, not by default).
+#: Path prefix (relative to the repo root) -> layer: folders (a trailing "/") and the package
+#: root's own files, nothing else (test_layer_map_is_the_folder_tree). The longest matching
+#: prefix wins. Every module must match an entry.
 LAYER_MAP: dict[str, str] = {
-    # the store: format, reader, writer, names, errors, file I/O, specs (torch-free)
+    # the package root: its public names, the error family and the version
     "featstore/__init__.py": "store core",
-    "featstore/version.py": "store core",
     "featstore/errors.py": "store core",
-    "featstore/names.py": "store core",
-    "featstore/layout.py": "store core",
-    "featstore/fileio.py": "store core",
-    "featstore/lock.py": "store core",
-    "featstore/textsafe.py": "store core",
-    "featstore/interrupts.py": "store core",
-    "featstore/values.py": "store core",
-    "featstore/summary.py": "store core",
-    "featstore/sanity.py": "store core",
-    "featstore/splitarrays.py": "store core",
-    "featstore/arraystore.py": "store core",
-    "featstore/detector.py": "workflows",
-    "featstore/store.py": "store core",
-    "featstore/reader.py": "store core",
-    "featstore/manifest.py": "store core",
-    "featstore/verify.py": "store core",
-    "featstore/interfaces.py": "store core",
-    "featstore/writer.py": "store core",
-    "featstore/extra_keys.py": "store core",
-    "featstore/classmap.py": "store core",
-    "featstore/spec.py": "store core",
-    "featstore/builtin_data.py": "store core",
-    # torch: networks, their heads, image data, torchrun, array import
-    "featstore/heads.py": "models and data",
-    "featstore/models.py": "models and data",
-    "featstore/outputs.py": "models and data",
-    "featstore/datasets.py": "models and data",
-    "featstore/distributed.py": "models and data",
-    "featstore/importer.py": "models and data",
-    # a network over a spec -> a store
-    "featstore/extract.py": "extraction",
-    "featstore/extract_extras.py": "extraction",
-    "featstore/extract_images.py": "extraction",
+    "featstore/version.py": "store core",
+    # the store: format, read, write, verify, lock, names, values (torch-free)
+    "featstore/store/": "store core",
+    # what a benchmark, an experiment and a Gscore run are, and their TOML (torch-free)
+    "featstore/specs/": "specs",
+    # networks, their heads, image data, torchrun, array import; a network over a spec -> a store
+    "featstore/extraction/": "extraction",
     # training-time methods and the trainer (never needed to load or extract a model)
     "featstore/training/": "training",
     # post-hoc scoring over stores (never torch: see test_scorers_stay_off_torch)
     "scorers/": "scorers",
     # workflows that combine stores, models, training and scorers
-    "featstore/protocols/": "workflows",
-    "featstore/experiments/": "workflows",
-    "featstore/report/": "workflows",
-    "featstore/demo/": "workflows",
+    "featstore/workflows/": "workflows",
     # the command line
     "featstore/__main__.py": "cli",
     "cli/": "cli",
 }
 
+#: the workflow packages; no two of them import each other both ways (test_workflows_one_way)
+WORKFLOWS = "featstore/workflows/"
+
 #: Upward imports allowed by name, each with its reason (DESIGN §8): (importer, imported) ->
 #: why. Every entry must be function-local and still present (test_allowed_upward_imports).
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
-    ("featstore", "featstore.detector"):
-        "`featstore.Detector` is the issue's public name for the deployable detector: the one "
+    ("featstore", "featstore.workflows.detector"):
+        "`featstore.Detector` is the documented public name of the deployable detector: the one "
         "re-export of a higher layer from the package namespace, resolved on first attribute "
         "access (PEP 562 __getattr__) so `import featstore` loads neither scorers nor torch",
 }
 
-#: what the scorers layer may import of featstore: the store core only (no torch below it)
-SCORERS_MAY_IMPORT = ("store core",)
+#: what the scorers layer may import of featstore: the store core and the specs (no torch)
+SCORERS_MAY_IMPORT = ("store core", "specs")
 TORCH_PACKAGES = ("torch", "torchvision")
 
 
@@ -281,20 +254,78 @@ def test_no_upward_imports():
 
 def test_allowed_upward_imports():
     """Each ALLOWED_UPWARD entry is an upward import that exists (no stale entry), only
-    function-local, and has a reason; `featstore.Detector` is featstore.detector's class and
-    `import featstore` alone loads neither featstore.detector nor scorers (a fresh process)."""
+    function-local, and has a reason; `featstore.Detector` is the workflow's class and
+    `import featstore` alone loads neither the workflow nor scorers (a fresh process)."""
     without = upward_imports(ROOT, PACKAGES, LAYER_MAP, LAYERS)
     for (importer, imported), reason in ALLOWED_UPWARD.items():
         hits = [line for line in without if f": {importer} (" in line
                 and f" imports {imported} (" in line]
         assert hits and all(line.endswith("(function-local)") for line in hits), hits
         assert len(reason) > 40
-    code = ("import sys, featstore; before = sorted(m for m in ('scorers', 'featstore.detector')"
-            " if m in sys.modules); from featstore.detector import Detector; "
+    code = ("import sys, featstore; before = sorted(m for m in ('scorers', "
+            "'featstore.workflows.detector') if m in sys.modules); "
+            "from featstore.workflows.detector import Detector; "
             "print(before, featstore.Detector is Detector)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
     assert run.stdout.split() == ["[]", "True"]
+
+
+def test_layer_map_is_the_folder_tree():
+    """LAYER_MAP names folders and the package root's own files only, and DESIGN §8's layer
+    table lists exactly these paths, each under its layer (the table is parsed)."""
+    for path in LAYER_MAP:
+        assert path.endswith("/") or path.count("/") == 1, f"{path}: a folder or a root file"
+        assert (ROOT / path).exists(), path
+    for folder in sorted({p.parent for p in (ROOT / "featstore").rglob("*.py")}):
+        rel = folder.relative_to(ROOT).as_posix() + "/"
+        owner = [p for p in LAYER_MAP if rel.startswith(p) and p.endswith("/")]
+        assert owner or rel == "featstore/", f"{rel} has no layer"
+    design = (ROOT / "docs" / "DESIGN.md").read_text(encoding="utf-8")
+    section = design[design.index("## 8. Layers"):design.index("## 9.")]
+    table: dict[str, str] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] in LAYERS:
+            for path in re.findall(r"`([^`]+)`", cells[1]):
+                table[path] = cells[0]
+    assert table == LAYER_MAP
+
+
+def workflow_package(module: str) -> str | None:
+    """featstore.workflows.<package> of a module below it (a single-module workflow is its own)."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if parts[:2] == ["featstore", "workflows"] and len(parts) > 2 \
+        else None
+
+
+def test_workflows_one_way():
+    """No two workflow packages import each other, directly or round a loop (the package graph
+    of featstore/workflows/ is acyclic), and nothing below the workflows imports them (the
+    layer check above)."""
+    modules = find_modules(ROOT, PACKAGES)
+    graph: dict[str, set[str]] = {}
+    for module in modules.values():
+        mine = workflow_package(module.name)
+        if mine is None:
+            continue
+        for edge in import_edges(module, modules)[0]:
+            theirs = workflow_package(edge.imported)
+            if theirs and theirs != mine:
+                graph.setdefault(mine, set()).add(theirs)
+    seen: dict[str, int] = {}
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        assert node not in path, f"workflow packages import each other: {path + (node,)}"
+        if seen.get(node):
+            return
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, path + (node,))
+        seen[node] = 1
+
+    for node in sorted(graph):
+        visit(node, ())
+    assert graph, "the workflow packages import one another somewhere (the check ran)"
 
 
 def test_no_import_cycles():

@@ -1,5 +1,5 @@
-"""Protocols (featstore.protocols): OSR splits, OOD groups, shift-level grids, LAID, image-list
-conversion.
+"""Protocols (featstore.workflows.protocols): OSR splits, OOD groups, shift-level grids, LAID,
+image-list conversion.
 
 References: the remote-sensing benchmark's Table 3 class counts; numpy's own permutation and
 mean/std; sklearn's roc_auc_score on scores recomputed from the stored logits (softmax by
@@ -24,10 +24,10 @@ from sklearn.metrics import roc_auc_score
 
 from featstore import Store
 from featstore.errors import UsageError
-from featstore.extract import ExtractOptions, extract
-from featstore.protocols import osr, shift
-from featstore.protocols.lists import lists_to_spec
-from featstore.spec import load_spec
+from featstore.extraction.extract import ExtractOptions, extract
+from featstore.specs.benchmark import load_spec
+from featstore.workflows.protocols import osr, shift
+from featstore.workflows.protocols.lists import lists_to_spec
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -89,7 +89,7 @@ def test_ratio_parsing_and_errors():
 
 
 def test_aggregate_is_mean_and_population_std():
-    from featstore.experiments.aggregate import mean_std
+    from featstore.workflows.experiments.aggregate import mean_std
 
     vals = [91.0, 85.5, 88.25, float("nan"), None]
     agg = mean_std(vals)
@@ -163,8 +163,8 @@ def test_osr_validation_holds_out_open_classes_by_default(tmp_path):
 
 
 def test_osr_one_open_class_fails_before_training(tmp_path):
-    from featstore.experiments import run_experiment
-    from featstore.experiments.presets import osr_experiment, ten_method_rows
+    from featstore.workflows.experiments import run_experiment
+    from featstore.workflows.experiments.presets import osr_experiment, ten_method_rows
 
     exp = osr_experiment("digits", [(9, 1)], 1, ten_method_rows()[:1], {"epochs": 1})
     with pytest.raises(UsageError, match="one open class"):

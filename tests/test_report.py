@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from cli.app import main
-from featstore.report import write_report
+from featstore.workflows.report import write_report
 from scorers.evaluate import evaluate
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

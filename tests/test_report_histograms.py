@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from featstore.report.plots import _histogram_canvas, histogram_figure
+from featstore.workflows.report.plots import _histogram_canvas, histogram_figure
 
 SPLITS = ["ood/near/digits6-9", "ood/far/photos", "ood/far/textures", "ood/far/faces",
           "ood/far/noise"]

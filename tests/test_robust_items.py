@@ -28,13 +28,13 @@ from torchvision import transforms as v1
 from torchvision.transforms import v2
 
 from featstore import Store
-from featstore.datasets import build_transform
 from featstore.errors import FeatstoreWarning, InputError, UsageError
-from featstore.extract import ExtractOptions, loader_workers
-from featstore.importer import import_arrays
-from featstore.models import load_model, state_dict_sha256
-from featstore.report.collect import hashed_what, weights_line
-from featstore.spec import parse_spec
+from featstore.extraction.datasets import build_transform
+from featstore.extraction.extract import ExtractOptions, loader_workers
+from featstore.extraction.importer import import_arrays
+from featstore.extraction.models import load_model, state_dict_sha256
+from featstore.specs.benchmark import parse_spec
+from featstore.workflows.report.collect import hashed_what, weights_line
 from scorers import get_scorer
 from scorers.kernels.softmax import softmax
 from scorers.knn_index import l2_normalize
@@ -182,7 +182,7 @@ def test_feature_layer_error_uses_the_right_article():
     where a Linear head is required (e.g. a method network's head layer)."""
     from tiny_models import tiny_cnn
 
-    from featstore.heads import find_head
+    from featstore.extraction.heads import find_head
 
     with pytest.raises(UsageError, match=r"--feature-layer 'pool' is an AdaptiveAvgPool2d, "):
         find_head(tiny_cnn(), "pool")
@@ -309,7 +309,7 @@ def test_store_json_records_weights_source(tmp_path):
     spec = tmp_path / "s.toml"
     spec.write_text(TRANSFORM + f'\n[[split]]\nname = "id/test"\nsource = {{ imagefolder = '
                     f'"{train}" }}\n')
-    from featstore.extract import extract
+    from featstore.extraction.extract import extract
 
     st = extract("tiny_models:tiny_cnn", spec, tmp_path / "st",
                  options=ExtractOptions(device="cpu", batch_size=8, num_workers=0))

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from featstore.datasets import balance_id_ood, rows_from_source, sample_rows
 from featstore.errors import InputError, UsageError
-from featstore.extract import ExtractOptions, extract
-from featstore.spec import load_spec
+from featstore.extraction.datasets import balance_id_ood, rows_from_source, sample_rows
+from featstore.extraction.extract import ExtractOptions, extract
+from featstore.specs.benchmark import load_spec
 
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -13,8 +13,8 @@ import pytest
 
 from featstore import Store
 from featstore.errors import FeatstoreError, UsageError
-from featstore.fileio import sha256_file
-from featstore.names import parse_split_name
+from featstore.store.fileio import sha256_file
+from featstore.store.names import parse_split_name
 
 
 def _arrays(seed=0, n=50, d=6, c=3):

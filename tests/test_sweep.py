@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_limits
 import scorers.sweep as sweep_mod
 from featstore import Store
 from featstore.errors import FeatstoreError, UsageError
-from featstore.extra_keys import odin_name
+from featstore.store.extra_keys import odin_name
 from scorers import REGISTRY, get_scorer
 from scorers.base import Scorer, expand_grid
 from scorers.evaluate import evaluate

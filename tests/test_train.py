@@ -20,8 +20,8 @@ from PIL import Image
 from skimage import data as skdata
 
 from featstore import Store
-from featstore.datasets import build_transform
 from featstore.errors import UsageError
+from featstore.extraction.datasets import build_transform
 from featstore.training.config import TrainConfig, cosine_factor
 from featstore.training.methods import get_method, list_methods
 from featstore.training.trainer import load_checkpoint, train
@@ -186,7 +186,7 @@ def test_checkpoint_is_extracted_by_featstore_extract(tmp_path, tree_spec, capsy
 def test_callable_head_size_follows_the_checkpoint(tmp_path, tree_spec):
     """A 4-class checkpoint of a module:callable loads through load_model without
     num_classes (the callable is rebuilt with num_classes from the weights)."""
-    from featstore.models import load_model
+    from featstore.extraction.models import load_model
 
     tree, spec = tree_spec
     ckpt = train("ce", ARCH, spec, tmp_path / "m.pt",

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from featstore import Store
 from featstore.errors import UsageError
-from featstore.heads import (
+from featstore.extraction.heads import (
     METHOD_NETS,
     ConfBranchNet,
     DropoutNet,
@@ -233,7 +233,7 @@ def _ctx(method, params=None, epochs: int = 1) -> TrainContext:
 
 @pytest.mark.parametrize("name", list_methods())
 def test_checkpoint_rebuilds_the_network_each_method_trains(name):
-    """featstore.heads.METHOD_NETS is the one method -> network map: the network a method
+    """featstore.extraction.heads.METHOD_NETS is the one method -> network map: the network a method
     trains (`wrap`) and the one `wrap_for_checkpoint` rebuilds from a checkpoint's method and
     resolved parameters (what extraction loads) have the same type and the same state-dict
     keys and shapes, and the map names registered methods only."""
@@ -321,7 +321,7 @@ def test_warm_start_init_loads_the_plain_backbone(tmp_path):
 
 
 def test_aux_split_convention():
-    from featstore.spec import parse_spec
+    from featstore.specs.benchmark import parse_spec
 
     spec = parse_spec({"split": [
         {"name": "id/train", "source": {"builtin": "noise"}},
@@ -344,16 +344,16 @@ def test_ten_method_demo_small(tmp_path, capsys, monkeypatch):
     table's structure, the finished runs read back on rerun, and the CLI's error for an
     unknown method."""
     from cli.app import main
-    from featstore.demo import ten_methods
-    from featstore.demo.pipeline import PHOTOS, TEXTURES, demo_spec_text
-    from featstore.demo.ten_methods import (
+    from featstore.workflows.demo import ten_methods
+    from featstore.workflows.demo.pipeline import PHOTOS, TEXTURES, demo_spec_text
+    from featstore.workflows.demo.ten_methods import (
         AUX_IMAGES,
         render_tables,
         run_ten_methods,
         select_rows,
     )
-    from featstore.experiments.presets import FAMILIES, ten_method_rows
-    from featstore.experiments.render import flagged_methods
+    from featstore.workflows.experiments.presets import FAMILIES, ten_method_rows
+    from featstore.workflows.experiments.render import flagged_methods
 
     full = ten_methods.ten_methods_spec_text()
     assert full.startswith(demo_spec_text()) and 'name = "ood/aux/skimage"' in full

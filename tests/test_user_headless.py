@@ -14,7 +14,7 @@ from scipy.special import softmax
 
 from featstore import Store
 from featstore.errors import InputError, NoHeadError, UsageError
-from featstore.importer import import_arrays
+from featstore.extraction.importer import import_arrays
 from scorers import get_scorer
 
 
@@ -94,7 +94,7 @@ def test_torchscript_no_head_is_a_clear_error(tmp_path):
     import torch
     from tiny_models import TinyCNN
 
-    from featstore.models import load_model
+    from featstore.extraction.models import load_model
 
     path = tmp_path / "tiny.ts"
     torch.jit.script(TinyCNN().eval()).save(str(path))

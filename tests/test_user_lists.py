@@ -14,9 +14,9 @@ from PIL import Image
 from skimage import data as skdata
 
 from featstore.errors import UsageError
-from featstore.extract import ExtractOptions, extract
-from featstore.protocols.lists import lists_to_spec
-from featstore.spec import load_spec
+from featstore.extraction.extract import ExtractOptions, extract
+from featstore.specs.benchmark import load_spec
+from featstore.workflows.protocols.lists import lists_to_spec
 
 sys.path.insert(0, str(Path(__file__).parent))
 OPTS = ExtractOptions(device="cpu", batch_size=8, num_workers=0, part_batches=2, progress=False)

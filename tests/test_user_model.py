@@ -17,10 +17,10 @@ from PIL import Image
 from skimage import data as skdata
 
 from featstore import Store
-from featstore.datasets import build_transform
 from featstore.errors import FeatstoreError, UsageError
-from featstore.extract import ExtractOptions, extract
-from featstore.models import load_model
+from featstore.extraction.datasets import build_transform
+from featstore.extraction.extract import ExtractOptions, extract
+from featstore.extraction.models import load_model
 
 TRANSFORM = {"resize": 36, "crop": 32, "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
 OPTS = ExtractOptions(device="cpu", batch_size=4, num_workers=0, part_batches=2, progress=False)

@@ -1,5 +1,5 @@
 """Sanity checks of what a store holds (issue 29, item 3): ID accuracy, chance, and a class
-permutation that fits far better (featstore.sanity), in `info`, the summary and the
+permutation that fits far better (featstore.store.sanity), in `info`, the summary and the
 experiment tables. References: hand-counted confusion matrices and a brute force over every
 permutation of the classes (itertools), independent of the Hungarian solver."""
 
@@ -12,9 +12,9 @@ import numpy as np
 from conftest import run_cli as run
 
 from featstore import Store
-from featstore.experiments.aggregate import aggregate_runs
-from featstore.experiments.render import markdown_report, table_rows
-from featstore.sanity import check_confusion, id_checks
+from featstore.store.sanity import check_confusion, id_checks
+from featstore.workflows.experiments.aggregate import aggregate_runs
+from featstore.workflows.experiments.render import markdown_report, table_rows
 from scorers.metrics import OOD_METRIC_NAMES
 
 
@@ -102,8 +102,8 @@ def test_flagged_runs_are_never_best():
 
 def test_report_shows_the_id_accuracy_checks(tmp_path):
     """The HTML report (and its Markdown twin) carries the ID accuracy line and the
-    permutation warning of `featstore.sanity`; the accuracy is recomputed here with NumPy."""
-    from featstore.report import write_report
+    permutation warning of `featstore.store.sanity`; the accuracy is recomputed here with NumPy."""
+    from featstore.workflows.report import write_report
 
     rng = np.random.default_rng(2)
     base = permuted_store(tmp_path / "base", rng)

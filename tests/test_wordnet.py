@@ -1,4 +1,4 @@
-"""FACETS WordNet class assignment (featstore.protocols.wordnet) on Debian's WordNet 3.0.
+"""FACETS WordNet class assignment (featstore.workflows.protocols.wordnet) on Debian's WordNet 3.0.
 
 References: nltk's own path_similarity / wup_similarity / shortest_path_distance on the same
 synsets; the values nltk documents for WordNet 3.0 (dog.n.01 vs cat.n.01: path 0.2, LCH
@@ -20,8 +20,8 @@ from PIL import Image
 from skimage import data as skdata
 
 from featstore.errors import UsageError
-from featstore.protocols import wordnet as wnp
-from featstore.spec import load_spec
+from featstore.specs.benchmark import load_spec
+from featstore.workflows.protocols import wordnet as wnp
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -180,7 +180,7 @@ def test_cli_writes_assignment_lists_and_spec(tmp_path, capsys, monkeypatch, out
     assert len(ood) == 6 and not any("bathroom" in line for line in ood)
     tsv = (tmp_path / "wn" / "similarity.tsv").read_text().splitlines()
     assert tsv[0].startswith("class\tsynset\tsim") and len(tsv) == 4
-    from featstore.extract import ExtractOptions, extract
+    from featstore.extraction.extract import ExtractOptions, extract
 
     st = extract("tiny_models:tiny_cnn", tmp_path / "wn" / "T40.toml", tmp_path / "store",
                  options=ExtractOptions(device="cpu", batch_size=8, num_workers=0))

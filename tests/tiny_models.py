@@ -66,14 +66,14 @@ def tiny_map_cnn() -> TinyMapCNN:
 
 def tiny_confbranch() -> nn.Module:
     """TinyCNN wrapped by ConfBranch (extra `confidence_head`)."""
-    from featstore.heads import ConfBranchNet
+    from featstore.extraction.heads import ConfBranchNet
 
     return ConfBranchNet(TinyCNN())
 
 
 def tiny_godin() -> nn.Module:
     """TinyCNN wrapped by G-ODIN (extra `godin_g`), with non-trivial BatchNorm statistics."""
-    from featstore.heads import GodinNet
+    from featstore.extraction.heads import GodinNet
 
     model = GodinNet(TinyCNN())
     bn = model.godin_g[1]
@@ -87,14 +87,14 @@ def tiny_godin() -> nn.Module:
 
 def tiny_mcd() -> nn.Module:
     """TinyCNN wrapped by MCD (extra `head2`)."""
-    from featstore.heads import MCDNet
+    from featstore.extraction.heads import MCDNet
 
     return MCDNet(TinyCNN())
 
 
 def tiny_dropout() -> nn.Module:
     """TinyCNN with dropout (p = 0.5) on its head's input (MC-Dropout)."""
-    from featstore.heads import DropoutNet
+    from featstore.extraction.heads import DropoutNet
 
     return DropoutNet(TinyCNN(), p=0.5)
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from ..datasets import TransformedRows, build_transform, rows_from_source
-from ..errors import UsageError
+from featstore.errors import UsageError
+from featstore.extraction.datasets import TransformedRows, build_transform, rows_from_source
 
 
 def aux_split_names(spec: Any, name: str | None = None) -> list[str]:

@@ -13,9 +13,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .config import TrainConfig
-from .loop import Augment, run_epochs
-from .methods import TrainContext, get_method
+from featstore.training.config import TrainConfig
+from featstore.training.loop import Augment, run_epochs
+from featstore.training.methods import TrainContext, get_method
 
 
 def train_ce(

@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import UsageError
+from featstore.errors import UsageError
 
 AUGMENTS = ("none", "flip", "crop", "flip+crop")
 SCHEDULES = ("cosine", "constant", "onecycle")

@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import FeatstoreError
-from .config import COSINE_MIN_LR, ONECYCLE_PEAK, TrainConfig, cosine_factor
-from .methods import TrainContext, TrainMethod
+from featstore.errors import FeatstoreError
+from featstore.training.config import COSINE_MIN_LR, ONECYCLE_PEAK, TrainConfig, cosine_factor
+from featstore.training.methods import TrainContext, TrainMethod
 
 #: (x, generator) -> augmented x, drawing its randomness from the generator
 Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from ..errors import UsageError
-from .config import TrainConfig
+from featstore.errors import UsageError
+from featstore.training.config import TrainConfig
 
 TRAIN_PRESETS: dict[str, dict[str, Any]] = {
     "remote-sensing": {"epochs": 100, "lr": 0.01, "momentum": 0.9, "weight_decay": 5e-4,

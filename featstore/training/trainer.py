@@ -47,11 +47,15 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from ..datasets import RowSource, TransformedRows, build_transform, rows_from_source
-from ..errors import InputError, UsageError
-from ..fileio import atomic_write_output
-from ..heads import find_head
-from ..models import (
+from featstore.errors import InputError, UsageError
+from featstore.extraction.datasets import (
+    RowSource,
+    TransformedRows,
+    build_transform,
+    rows_from_source,
+)
+from featstore.extraction.heads import find_head
+from featstore.extraction.models import (
     build_torchvision,
     default_transform,
     import_callable,
@@ -60,11 +64,12 @@ from ..models import (
     resolve_device,
     torchvision_default_transform,
 )
-from ..spec import BenchmarkSpec, load_spec
-from ..version import __version__
-from .config import TrainConfig
-from .loop import run_epochs
-from .methods import TrainContext, get_method
+from featstore.specs.benchmark import BenchmarkSpec, load_spec
+from featstore.store.fileio import atomic_write_output
+from featstore.training.config import TrainConfig
+from featstore.training.loop import run_epochs
+from featstore.training.methods import TrainContext, get_method
+from featstore.version import __version__
 
 PRELOAD_LIMIT_BYTES = 2 * 1024**3
 
@@ -83,7 +88,7 @@ def build_model(arch: str, num_classes: int) -> tuple[nn.Module, dict[str, Any]]
     if arch in set(torchvision.models.list_models()):
         return build_torchvision(arch, num_classes), torchvision_default_transform(arch)
     raise UsageError(f"--arch {arch!r}: not a torchvision architecture or a module:callable "
-                     "(e.g. resnet18, featstore.demo.model:demo_resnet)")
+                     "(e.g. resnet18, featstore.extraction.zoo.demo_resnet:demo_resnet)")
 
 
 def _train_rows(bench: BenchmarkSpec) -> RowSource:

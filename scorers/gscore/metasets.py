@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
-from featstore.interfaces import StoreLike
+from featstore.store.interfaces import StoreLike
 
 from ..evaluate import score_splits
 from ..metrics import ood_metrics

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import UsageError
-from featstore.fileio import atomic_write_json
-from featstore.interfaces import StoreLike
+from featstore.store.fileio import atomic_write_json
+from featstore.store.interfaces import StoreLike
 from featstore.version import __version__
 from scorers.registry import check_scorers
 

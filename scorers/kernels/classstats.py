@@ -16,7 +16,7 @@ import scipy.linalg
 from numba import njit
 
 from featstore.errors import FeatstoreError
-from featstore.interfaces import StoreLike
+from featstore.store.interfaces import StoreLike
 
 from ..base import Scorer
 from ..rowmap import read_chunk_rows

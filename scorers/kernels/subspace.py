@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
-from featstore.interfaces import StoreLike
+from featstore.store.interfaces import StoreLike
 
 from ..base import Scorer, ValidRange
 from .gram import GramSum

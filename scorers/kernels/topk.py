@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 from featstore.errors import UsageError
-from featstore.interfaces import StoreLike
+from featstore.store.interfaces import StoreLike
 
 from ..base import ValidRange
 from .gather import gather_add, gather_sum, sparse_pays

@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from featstore.errors import FeatstoreError
-from featstore.extra_keys import CONFIDENCE
-from featstore.interfaces import SplitLike
+from featstore.store.extra_keys import CONFIDENCE
+from featstore.store.interfaces import SplitLike
 
 from ..base import Scorer
 from ..paper import Paper

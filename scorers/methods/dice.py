@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.bands import WeightBands, masked_running_sums

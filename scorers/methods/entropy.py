@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from featstore.interfaces import SplitLike
+from featstore.store.interfaces import SplitLike
 
 from ..base import Scorer
 from ..kernels.softmax import neg_entropy as _neg_entropy

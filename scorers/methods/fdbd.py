@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import UsageError
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.classstats import train_mean

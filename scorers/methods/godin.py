@@ -28,8 +28,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from featstore.extra_keys import GODIN_G, GODIN_H
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.extra_keys import GODIN_G, GODIN_H
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import log_max_softmax

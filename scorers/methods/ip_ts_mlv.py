@@ -7,7 +7,7 @@ value (MLV, Hendrycks et al., ICML 2022) as the score instead of the softmax.
 
 The perturbed logits are the ones `featstore extract --odin-grid "T:eps[,eps...]"` stores per
 (T, eps) as `extra/odin_logits/<T>_<eps>`: l' = f(x') with x' = x - (eps / std) *
-sign(-grad_x log max_c softmax(f(x) / T)_c) (featstore/extract_extras.py, ODIN's
+sign(-grad_x log max_c softmax(f(x) / T)_c) (featstore/extraction/extract_extras.py, ODIN's
 perturbation). Formula as implemented, in float64:
 
     score(x) = max_c l'_c(x) / T
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from featstore.interfaces import SplitLike
+from featstore.store.interfaces import SplitLike
 
 from ..paper import Paper
 from .odin_perturbed import ODINPerturbed

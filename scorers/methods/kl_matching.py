@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from featstore.errors import FeatstoreError
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.classstats import add_class_sums

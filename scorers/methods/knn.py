@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..knn_bank import BankStream
 from ..knn_index import KnnIndex, l2_normalize

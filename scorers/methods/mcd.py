@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from featstore.extra_keys import HEAD2_LOGITS
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.extra_keys import HEAD2_LOGITS
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import softmax

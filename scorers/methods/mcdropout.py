@@ -30,8 +30,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from featstore.errors import FeatstoreError
-from featstore.extra_keys import MC_LOGITS
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.extra_keys import MC_LOGITS
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import log_max_softmax, softmax

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from featstore.interfaces import SplitLike
+from featstore.store.interfaces import SplitLike
 
 from ..base import Scorer
 from ..kernels.softmax import log_max_softmax

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..kernels.softmax import logsumexp
 from ..knn_bank import BankStream

@@ -5,7 +5,8 @@ in Neural Networks", ICLR 2018.
 
 `featstore extract --odin-grid "T:eps[,eps...]"` stores, per (T, eps), the logits l' of the
 perturbed input x' = x - (eps / std) * sign(-grad_x log max_c softmax(f(x) / T)_c) as the split
-extra `odin_logits/<T>_<eps>` (N, C) (featstore/extract_extras.py). Formula as implemented:
+extra `odin_logits/<T>_<eps>` (N, C) (featstore/extraction/extract_extras.py). Formula as
+implemented:
 
     score(x) = log max_c softmax(l'(x) / T)_c = max_c l'_c / T - logsumexp(l' / T)
              = -log1p(sum_{c != argmax} exp(l'_c / T - max_j l'_j / T))
@@ -30,8 +31,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from featstore.errors import UsageError
-from featstore.extra_keys import ODIN_GROUP, odin_name, parse_odin_name
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.extra_keys import ODIN_GROUP, odin_name, parse_odin_name
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import log_max_softmax

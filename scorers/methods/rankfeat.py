@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import logsumexp

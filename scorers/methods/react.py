@@ -69,7 +69,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import UsageError
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer, head_logits_usable, stored_logits_are_head
 from ..kernels.bands import clip_band_logits, clip_from_logits, plan_anchor

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..kernels.precision import DEFAULT_PRECISION
 from ..kernels.subspace import PrincipalScorer, PrincipalSpace, setting_dims

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer, ValidRange, head_logits_usable, stored_logits_are_head
 from ..kernels.select import check_percentile

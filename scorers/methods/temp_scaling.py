@@ -38,7 +38,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from featstore.errors import FeatstoreError
-from featstore.interfaces import SplitLike, StoreLike
+from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.softmax import logsumexp, max_softmax_logodds

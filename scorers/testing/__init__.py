@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
-from featstore.interfaces import StoreLike
+from featstore.store.interfaces import StoreLike
 
 from ..adapt import adapt_grid, fit_defaults
 from ..base import Scorer

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from featstore.extra_keys import odin_name
-from featstore.store import Store
+from featstore.store.extra_keys import odin_name
+from featstore.store.store import Store
 
 ID_SPLIT, OOD_SPLIT = "id/test", "ood/far/other"
 SCORED = (ID_SPLIT, OOD_SPLIT)

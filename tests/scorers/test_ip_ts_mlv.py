@@ -11,7 +11,7 @@ from sklearn.metrics import roc_auc_score
 from test_odin_perturbed import GRID, odin_extras
 
 from featstore.errors import UsageError
-from featstore.extra_keys import odin_name
+from featstore.store.extra_keys import odin_name
 from scorers import get_scorer, list_scorers
 from scorers.evaluate import evaluate
 

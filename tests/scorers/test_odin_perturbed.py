@@ -13,7 +13,7 @@ import pytest
 
 from featstore import Store
 from featstore.errors import UsageError
-from featstore.extra_keys import odin_name
+from featstore.store.extra_keys import odin_name
 from scorers import get_scorer, list_scorers
 
 RNG = np.random.default_rng(7)

@@ -84,7 +84,7 @@ def _store(tmp_path, lid, lood, extras=None):
 def test_scorers_keep_the_order_of_saturated_rows(tmp_path, name, params, temperature):
     """Each scorer on a store with huge logits (x 3e4): finite, equal to mpmath's log max
     softmax to 1e-9, AUROC equal to that of the exact scores."""
-    from featstore.extra_keys import odin_name
+    from featstore.store.extra_keys import odin_name
 
     lid, lood = _logits(3e4, np.random.default_rng(9))
 

@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...errors import UsageError
-from ...heads import EXTRA_HEADS, find_head, method_net
+from featstore.errors import UsageError
+from featstore.extraction.heads import EXTRA_HEADS, find_head, method_net
 
 
 @dataclass
@@ -86,7 +86,8 @@ class TrainMethod:
 
     def wrap(self, model: nn.Module, ctx: TrainContext) -> nn.Module:
         """The network to train: the method's network around the backbone
-        (`featstore.heads.METHOD_NETS`: extra heads, dropout), else the backbone unchanged."""
+        (`featstore.extraction.heads.METHOD_NETS`: extra heads, dropout), else the backbone
+        unchanged."""
         return method_net(self.name, model, ctx.params)
 
     def prepare(self, model: nn.Module, ctx: TrainContext) -> None:

@@ -7,7 +7,7 @@ optimiser, schedule and defaults are the trainer's (SGD, lr 0.01, momentum 0.9, 
 
 from __future__ import annotations
 
-from . import TrainMethod, register
+from featstore.training.methods import TrainMethod, register
 
 
 class CrossEntropy(TrainMethod):

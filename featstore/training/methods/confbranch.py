@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import StepResult, TrainContext, TrainMethod, register
+from featstore.training.methods import StepResult, TrainContext, TrainMethod, register
 
 DEFAULT_LAMBDA = 0.1
 DEFAULT_BUDGET = 0.3

@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...heads import GodinNet
-from . import StepResult, TrainContext, TrainMethod, register
+from featstore.extraction.heads import GodinNet
+from featstore.training.methods import StepResult, TrainContext, TrainMethod, register
 
 
 def godin_logits(h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...errors import UsageError
-from . import StepResult, TrainContext, TrainMethod, register
+from featstore.errors import UsageError
+from featstore.training.methods import StepResult, TrainContext, TrainMethod, register
 
 DEFAULT_TAU = 0.04
 NORM_EPS = 1e-7

@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...errors import UsageError
-from . import StepResult, TrainContext, TrainMethod, register
-from .oe import aux_batch_size, aux_sampler
+from featstore.errors import UsageError
+from featstore.training.methods import StepResult, TrainContext, TrainMethod, register
+from featstore.training.methods.oe import aux_batch_size, aux_sampler
 
 DEFAULT_LAMBDA = 1.0
 DEFAULT_MARGIN = 1.2

@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...errors import UsageError
-from ...heads import DEFAULT_DROPOUT_P
-from . import TrainContext, TrainMethod, register
+from featstore.errors import UsageError
+from featstore.extraction.heads import DEFAULT_DROPOUT_P
+from featstore.training.methods import TrainContext, TrainMethod, register
 
 
 def mcdropout_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...errors import UsageError
-from ..auxdata import AuxSampler, load_aux_images
-from . import StepResult, TrainContext, TrainMethod, register
+from featstore.errors import UsageError
+from featstore.training.auxdata import AuxSampler, load_aux_images
+from featstore.training.methods import StepResult, TrainContext, TrainMethod, register
 
 DEFAULT_LAMBDA = 0.5
 

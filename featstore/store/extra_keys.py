@@ -1,0 +1,80 @@
+"""Names of the `extra/<name>` arrays of a split (DESIGN §2), shared by extraction and scorers.
+
+Torch-free (scorers import it). Every extra is row-aligned with the split; `mc_logits` has its
+rows on axis 1, every other extra on axis 0.
+
+    confidence               (N,)          ConfBranch confidence c = sigmoid(confidence_head)
+    godin_h                  (N, C)        G-ODIN h (equal to the stored logits)
+    godin_g                  (N,)          G-ODIN g in (0, 1)
+    head2_logits             (N, C)        MCD second head
+    mc_logits                (T, N, C)     T stochastic passes with dropout on (row axis 1)
+    odin_logits/<T>_<eps>    (N, C)        logits of the ODIN-perturbed input at (T, eps)
+    feature_maps             (N, Cmap, H, W)  input of the global pooling before the head
+"""
+
+from __future__ import annotations
+
+import math
+
+from featstore.errors import UsageError
+
+CONFIDENCE = "confidence"
+GODIN_H = "godin_h"
+GODIN_G = "godin_g"
+HEAD2_LOGITS = "head2_logits"
+MC_LOGITS = "mc_logits"
+ODIN_GROUP = "odin_logits"
+FEATURE_MAPS = "feature_maps"
+ROW_AXES = {MC_LOGITS: 1}
+
+
+def _num(value: float) -> str:
+    return format(float(value), ".10g")
+
+
+def odin_name(temperature: float, epsilon: float) -> str:
+    """`odin_logits/<T>_<eps>`, numbers in shortest %g form (1000, 0.0014, 1e-05)."""
+    return f"{ODIN_GROUP}/{_num(temperature)}_{_num(epsilon)}"
+
+
+def parse_odin_name(name: str) -> tuple[float, float] | None:
+    """(T, eps) of an `odin_logits/<T>_<eps>` extra name, None for other names."""
+    prefix = ODIN_GROUP + "/"
+    if not name.startswith(prefix):
+        return None
+    t_text, sep, eps_text = name[len(prefix):].partition("_")
+    try:
+        return (float(t_text), float(eps_text)) if sep else None
+    except ValueError:
+        return None
+
+
+def parse_odin_grid(text: str) -> list[tuple[float, float]]:
+    """`"1000:0.0014,0.0028;1:0"` -> [(1000, 0.0014), (1000, 0.0028), (1, 0)].
+
+    Groups `T:eps[,eps...]` separated by `;` (or whitespace); T > 0, eps >= 0, finite.
+    Duplicates are dropped; order is kept."""
+    pairs: list[tuple[float, float]] = []
+    groups = [g for g in text.replace(";", " ").split() if g]
+    if not groups:
+        raise UsageError(f"--odin-grid {text!r}: expected 'T:eps[,eps...][;T:eps...]', "
+                         "e.g. '1000:0.0014,0.0028'")
+    for group in groups:
+        t_text, sep, eps_text = group.partition(":")
+        try:
+            temp = float(t_text)
+            eps_list = [float(e) for e in eps_text.split(",") if e]
+        except ValueError:
+            raise UsageError(f"--odin-grid {text!r}: {group!r} is not T:eps[,eps...] with "
+                             "numbers") from None
+        if not sep or not eps_list:
+            raise UsageError(f"--odin-grid {text!r}: {group!r} names no eps (expected "
+                             "T:eps[,eps...])")
+        if not math.isfinite(temp) or temp <= 0:
+            raise UsageError(f"--odin-grid {text!r}: temperature {t_text!r} must be > 0")
+        for eps in eps_list:
+            if not math.isfinite(eps) or eps < 0:
+                raise UsageError(f"--odin-grid {text!r}: eps {eps!r} must be >= 0")
+            if (temp, eps) not in pairs:
+                pairs.append((temp, eps))
+    return pairs

@@ -1,0 +1,1 @@
+"""Workflows: protocols, reports, experiments and the demo, over stores and scorers."""

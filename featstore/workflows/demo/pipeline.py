@@ -1,0 +1,249 @@
+"""The demo, end to end on real bundled data: write the benchmark spec, get the model (cached
+in the output directory), extract every split into a store.
+
+ID: digits 0-5 (train / val / test, stratified, seed 0). OOD, each with a val and a test part:
+held-out digits 6-9 (`ood/near`), photographs, textures, faces and noise (`ood/far`). CSID:
+ID test digits rotated 30 degrees and blurred (`csid/...`).
+
+Two backbones (`BACKBONES`):
+
+- `pretrained` (the default): ImageNet-1k EfficientNet-Lite0, frozen, with a linear head
+  trained on digits 0-5 (featstore.workflows.demo.backbone); images generated at 64 px, ImageNet
+  mean/std. Training is one forward pass over id/train plus a logistic regression: seconds.
+- `scratch`: the small ResNet of featstore.extraction.zoo.demo_resnet trained from scratch on 32 px
+digits
+  (12 epochs, CPU): what the training-time methods (`demo --methods`) and OSR protocols need,
+  a network trained end to end.
+
+`scale` (0 < scale <= 1) shrinks every evaluation split (val / test digit fractions, patch and
+noise counts) for quick runs; id/train stays whole, so the model is the same at every scale;
+1 is the demo. What the model was made from (backbone, recipe) is recorded in OUT/model.json:
+a rerun with the same recipe reuses the model and the extracted splits (a split whose source
+changed is re-extracted); a different recipe retrains and replaces the store.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from featstore.errors import UsageError
+from featstore.extraction.datasets import TransformedRows, build_transform, rows_from_source
+from featstore.extraction.extract import ExtractOptions, Progress, extract
+from featstore.extraction.zoo import OWN_MODELS, lite0
+from featstore.extraction.zoo.demo_resnet import demo_resnet
+from featstore.specs.benchmark import load_spec
+from featstore.specs.toml import toml_value
+from featstore.store.fileio import atomic_write_output, sha256_file
+from featstore.store.store import Store
+from featstore.training.ce import random_shift, train_ce
+from featstore.training.config import TrainConfig
+from featstore.workflows.demo import backbone as pretrained
+
+ID_CLASSES = [0, 1, 2, 3, 4, 5]
+BACKBONES = ("pretrained", "scratch")
+DEFAULT_BACKBONE = "pretrained"
+#: the scratch ResNet's model spec (the ten-method demo and the scratch mini-Gbench use it)
+MODEL_SPEC = OWN_MODELS["scratch"]
+MODEL_SPECS = OWN_MODELS
+SCRATCH_EPOCHS = 12
+PHOTOS = ["astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "immunohistochemistry"]
+TEXTURES = ["brick", "grass", "gravel"]
+ID_FRACTIONS = {"train": 0.6, "val": 0.15, "test": 0.25}
+_OOD_FRACTIONS = {"val": 0.3, "test": 0.7}
+_TRANSFORMS: dict[str, dict[str, Any]] = {
+    "scratch": {"resize": 32, "crop": 32, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]},
+    "pretrained": lite0.TRANSFORM,
+}
+_CSID = (("rotate30", {"rotate": 30}), ("blur1", {"blur": 1.0}))
+#: (group, name, source) of the OOD splits; counts and val / test fractions scale with `scale`
+_OOD_SPLITS: list[tuple[str, str, dict]] = [
+    ("near", "digits6to9", {"builtin": "digits", "classes": [6, 7, 8, 9],
+                            "fractions": _OOD_FRACTIONS}),
+    ("far", "photos", {"builtin": "patches", "images": PHOTOS, "count": 40}),
+    ("far", "textures", {"builtin": "patches", "images": TEXTURES, "count": 80}),
+    ("far", "faces", {"builtin": "faces", "fractions": _OOD_FRACTIONS}),
+    ("far", "noise", {"builtin": "noise", "kind": "gaussian", "count": 200}),
+]
+
+
+def check_backbone(backbone: str) -> str:
+    if backbone not in BACKBONES:
+        raise UsageError(f"--backbone {backbone!r}: expected one of {', '.join(BACKBONES)}")
+    return backbone
+
+
+def check_scale(scale: float) -> float:
+    if not 0.0 < scale <= 1.0:
+        raise UsageError(f"--scale {scale!r}: expected a fraction of the demo's images in "
+                         "(0, 1]")
+    return float(scale)
+
+
+def scaled_source(source: dict[str, Any], backbone: str, scale: float = 1.0) -> dict[str, Any]:
+    """A builtin source for `backbone` (the pretrained one generates 64 px images) with its
+    counts and its val / test fractions multiplied by `scale` (unchanged at 1). The train
+    fraction is kept, so id/train (and the model trained on it) is the same at every scale:
+    the feature-space scorers' fits need its 650 rows (ViM's default 512-dim principal space
+    at D = 1280 needs more than 512)."""
+    out = dict(source)
+    if scale != 1.0:
+        if out["builtin"] in ("digits", "faces"):
+            default = ID_FRACTIONS if out["builtin"] == "digits" else _OOD_FRACTIONS
+            out["fractions"] = {k: v if k == "train" else round(v * scale, 6)
+                                for k, v in out.get("fractions", default).items()}
+        if "count" in out:
+            out["count"] = max(1, round(out["count"] * scale))
+    if backbone == "pretrained":
+        out["size"] = lite0.INPUT_SIZE
+    return out
+
+
+def spec_header(backbone: str = "scratch", scale: float = 1.0) -> str:
+    """The spec's classes, transform, ID and CSID splits for `backbone`."""
+    t = _TRANSFORMS[check_backbone(backbone)]
+    which = "" if backbone == "scratch" else f" ({backbone} backbone)"
+    text = (f"# featstore demo benchmark{which}: real bundled data, generated offline.\n"
+            f"classes = {toml_value([str(c) for c in ID_CLASSES])}\n\n[transform]\n"
+            f"resize = {t['resize']}\ncrop = {t['crop']}\nmean = {toml_value(t['mean'])}\n"
+            f"std = {toml_value(t['std'])}\n")
+    id_source = {"builtin": "digits", "classes": ID_CLASSES}
+    for part in ("train", "val", "test"):
+        src = scaled_source({**id_source, "part": part}, backbone, scale)
+        text += f'\n[[split]]\nname = "id/{part}"\nsource = {toml_value(src)}\n'
+    for name, shift in _CSID:
+        src = scaled_source({**id_source, "part": "test", **shift}, backbone, scale)
+        text += f'\n[[split]]\nname = "csid/{name}"\nsource = {toml_value(src)}\n'
+    return text
+
+
+#: the scratch backbone's header (classes, transform, ID and CSID splits)
+SPEC_TEMPLATE = spec_header("scratch")
+
+
+def demo_spec_text(backbone: str = "scratch", scale: float = 1.0) -> str:
+    """The demo's benchmark spec (TOML) for `backbone`; val parts are flagged
+    `usage = "val"`. (The default stays the scratch ResNet's spec: the ten-method demo's.)"""
+    text = spec_header(backbone, scale)
+    for group, name, source in _OOD_SPLITS:
+        for part in ("val", "test"):
+            split = f"ood/{group}/{name}" + ("_val" if part == "val" else "")
+            src = toml_value(scaled_source({**source, "part": part}, backbone, scale))
+            text += f'\n[[split]]\nname = "{split}"\nusage = "{part}"\nsource = {src}\n'
+    return text
+
+
+def train_demo_model(spec_path: Path, out_file: Path, epochs: int = 12,
+                     log: Callable[[str], None] = print,
+                     progress: Progress | None = None) -> dict:
+    """Train the demo ResNet on id/train of the spec and save its state dict atomically;
+    `progress(name, done, total)` (optional) is told each finished epoch."""
+    spec = load_spec(spec_path)
+    train = next(s for s in spec.splits if s.name == "id/train")
+    rows = rows_from_source(train.source)
+    data = TransformedRows(rows, build_transform(spec.transform), (3, 32, 32))
+    images = torch.stack([data[i][0] for i in range(len(data))])
+    labels = torch.as_tensor(rows.labels)
+    torch.manual_seed(0)
+    model = demo_resnet(len(ID_CLASSES))
+    config = TrainConfig(epochs=epochs, batch_size=64, lr=0.01, seed=0, nesterov=True,
+                         schedule="onecycle")
+    history = train_ce(
+        model, images, labels, config,
+        on_epoch=lambda e, loss, acc: _epoch_done(log, progress, e, epochs, loss, acc),
+        augment=random_shift,
+    )
+    buffer = io.BytesIO()   # never through a link planted at a fixed temporary name
+    torch.save(model.state_dict(), buffer)
+    atomic_write_output(out_file, buffer.getvalue())
+    return {"epochs": epochs, "final_loss": history[-1][0], "final_train_acc": history[-1][1]}
+
+
+def _epoch_done(log: Callable[[str], None], progress: Progress | None, epoch: int,
+                epochs: int, loss: float, acc: float) -> None:
+    if progress is not None:
+        progress("train demo ResNet (epochs)", epoch + 1, epochs)
+    log(f"  epoch {epoch + 1:2d}/{epochs}  loss {loss:.3f}  train acc {acc:.1f}%")
+
+
+def model_recipe(backbone: str, epochs: int = SCRATCH_EPOCHS) -> dict[str, Any]:
+    """What the demo's model is made from (id/train is the same at every scale); OUT/model.json
+    records it."""
+    recipe: dict[str, Any] = {"backbone": backbone, "model": MODEL_SPECS[backbone],
+                              "train_split": "digits 0-5, part train, fraction 0.6, seed 0"}
+    if backbone == "pretrained":
+        recipe.update(head="logistic regression", C=pretrained.HEAD_C,
+                      imagenet_weights_sha256=sha256_file(lite0.imagenet_weights_path()))
+    else:
+        recipe.update(epochs=epochs, batch_size=64, lr=0.01, seed=0)
+    return recipe
+
+
+def ensure_model(spec_path: Path, weights: Path, backbone: str, recipe: dict[str, Any], *,
+                 epochs: int = SCRATCH_EPOCHS, log: Callable[[str], None] = print,
+                 progress: Progress | None = None) -> bool:
+    """Train `backbone`'s model on the spec's id/train into `weights` unless `weights` and its
+    recipe record (`weights` with suffix .json) already match `recipe`; True if trained."""
+    record_path = weights.with_suffix(".json")
+    record = (json.loads(record_path.read_text(encoding="utf-8"))
+              if record_path.is_file() else None)
+    if weights.is_file() and record is not None and record.get("recipe") == recipe:
+        log(f"reusing the trained model {weights}")
+        return False
+    if backbone == "pretrained":
+        log(f"training a linear head on frozen ImageNet EfficientNet-Lite0 features, digits "
+            f"{ID_CLASSES} (CPU)")
+        summary = pretrained.train_pretrained_head(spec_path, weights, len(ID_CLASSES), log=log)
+    else:
+        log(f"training the demo ResNet on digits {ID_CLASSES} ({epochs} epochs, CPU)")
+        summary = train_demo_model(spec_path, weights, epochs=epochs, log=log,
+                                   progress=progress)
+    atomic_write_output(record_path, json.dumps({"recipe": recipe, "summary": summary,
+                                                 "sha256": sha256_file(weights)}, indent=2))
+    return True
+
+
+def store_model_differs(store: Path, weights: Path) -> bool:
+    """A store at `store` made by another checkpoint than `weights` (to be replaced)."""
+    manifest = store / "store.json"
+    if not manifest.is_file():
+        return False
+    doc = json.loads(manifest.read_text(encoding="utf-8"))
+    return doc.get("model", {}).get("sha256") != sha256_file(weights)
+
+
+def run_demo(out: Path, *, backbone: str = DEFAULT_BACKBONE, scale: float = 1.0,
+             log: Callable[[str], None] = print, progress: Progress | None = None,
+             epochs: int = SCRATCH_EPOCHS) -> Store:
+    """Spec + (cached) model + extraction into OUT/store; returns the opened store. A store
+    left in OUT by another model (another backbone or recipe) is replaced."""
+    check_backbone(backbone)
+    scale = check_scale(scale)
+    out.mkdir(parents=True, exist_ok=True)
+    spec_path = out / "spec.toml"
+    text = demo_spec_text(backbone, scale)
+    if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
+        atomic_write_output(spec_path, text)
+    weights = out / "model.pt"
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    ensure_model(spec_path, weights, backbone, model_recipe(backbone, epochs),
+                 epochs=epochs, log=log, progress=progress)
+    store = out / "store"
+    opts = ExtractOptions(device="cpu", batch_size=128, num_workers=0,
+                          overwrite=store_model_differs(store, weights))
+    if opts.overwrite:
+        log(f"replacing {store}: it was extracted with another model")
+    return extract(MODEL_SPECS[backbone], spec_path, store, weights=weights, options=opts,
+                   progress=progress)
+
+
+def id_test_accuracy(store: Store) -> float:
+    split = store.split("id/test")
+    return float((np.asarray(split.logits).argmax(1) == np.asarray(split.labels)).mean() * 100)

@@ -1,0 +1,113 @@
+"""`featstore demo` and `featstore gscore gbench` (building the mini-Gbench) as one library
+call each: validate the options, run the pipeline, and return the command's result as plain
+data (the JSON document; the terminal renders it).
+
+The terminal's progress displays are passed in as context-manager factories, so that this
+module draws nothing itself and the CLI stays a parser and a printer:
+
+- `extraction()` yields the per-split progress callback of `featstore.extraction.extract` (or None);
+- `steps()` yields `begin(label)`, which starts the next named step (a spinner in the CLI).
+
+Both default to doing nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from featstore.errors import InputError, UsageError
+from featstore.store.store import Store
+from featstore.store.summary import store_summary
+from featstore.workflows.demo.gbench import BACKBONES, build_gbench
+from featstore.workflows.demo.pipeline import (
+    check_backbone,
+    check_scale,
+    id_test_accuracy,
+    run_demo,
+)
+from featstore.workflows.demo.ten_methods import run_ten_methods
+from featstore.workflows.report import write_report
+from scorers.evaluate import evaluate
+from scorers.stats import BootstrapSpec
+
+ContextFactory = Callable[[], AbstractContextManager[Any]]
+
+
+def no_progress() -> AbstractContextManager[Any]:
+    """The default `extraction()`: no progress callback."""
+    return nullcontext(None)
+
+
+def no_steps() -> AbstractContextManager[Callable[[str], None]]:
+    """The default `steps()`: a `begin(label)` that does nothing."""
+    return nullcontext(lambda _label: None)
+
+
+def demo_evaluation(store: Store) -> dict[str, Any]:
+    """The demo's closing table's data: every scorer the store supports, with 95% intervals
+    (1000 stratified-bootstrap resamples, percentile)."""
+    # the demo's train bank has 650 rows: NNGuide's default 1% bank (6 rows) cannot hold K=100
+    return evaluate(store, params={"nnguide": {"alpha": 1.0}}, ci=BootstrapSpec())
+
+
+def run_demo_command(out: Path, *, methods: str | Sequence[str] | None = None,
+                     backbone: str = "pretrained", scale: float = 1.0,
+                     log: Callable[[str], None] = print,
+                     extraction: ContextFactory = no_progress,
+                     steps: ContextFactory = no_steps) -> dict[str, Any]:
+    """The whole `featstore demo`: with `methods`, the ten-method table
+    (`featstore.workflows.demo.ten_methods.run_ten_methods`'s result); else the demo store
+    (`pipeline.run_demo`), the evaluation of every scorer (`demo_evaluation`) and the report
+    (OUT/report.html + report.md), returned as {"out", "backbone", "scale", "store" (its
+    summary), "id_test_accuracy", "evaluation", "report": {"html", "markdown"}}. Either
+    result carries "seconds" (wall time of the whole run)."""
+    check_backbone(backbone)
+    check_scale(scale)
+    out = Path(out)
+    start = time.perf_counter()
+    if methods is not None:
+        with extraction() as progress:
+            result = run_ten_methods(out, methods, log=log, progress=progress)
+        result["seconds"] = time.perf_counter() - start
+        return result
+    with extraction() as progress:
+        st = run_demo(out, backbone=backbone, scale=scale, log=log, progress=progress)
+
+    with steps() as begin:
+        begin(f"evaluating every scorer on {st.path}")
+        evaluation = demo_evaluation(st)
+        begin(f"writing the report {out / 'report.html'}")
+        html_path, md_path = write_report(st.path, out / "report.html")
+    return {"out": str(out), "backbone": backbone, "scale": scale,
+            "store": store_summary(st), "id_test_accuracy": id_test_accuracy(st),
+            "evaluation": evaluation,
+            "report": {"html": str(html_path), "markdown": str(md_path)},
+            "seconds": time.perf_counter() - start}
+
+
+def build_gbench_command(out: Path, *, backbone: str = "pretrained",
+                         weights: Path | None = None, epochs: int = 12,
+                         log: Callable[[str], None] = print,
+                         extraction: ContextFactory = no_progress) -> dict[str, Any]:
+    """`featstore gscore gbench` without stores: check the options before anything is
+    written (`--backbone` one of `gbench.BACKBONES`, `--weights` an existing file), build the
+    mini-Gbench store (`gbench.build_gbench`), and return its summary plus "ood_splits"
+    (how many) and "seconds"."""
+    if backbone not in BACKBONES:
+        raise UsageError(f"--backbone {backbone!r}: expected one of {', '.join(BACKBONES)}")
+    if weights is not None and not Path(weights).is_file():
+        raise InputError(f"--weights {str(weights)!r}: file not found")
+    start = time.perf_counter()
+    with extraction() as progress:
+        st = build_gbench(out, backbone=backbone, weights=weights, epochs=epochs, log=log,
+                          progress=progress)
+    return {**store_summary(st), "ood_splits": len(st.splits(role="ood")),
+            "seconds": time.perf_counter() - start}
+
+
+__all__ = ["build_gbench_command", "demo_evaluation", "no_progress", "no_steps",
+           "run_demo_command"]

@@ -1,0 +1,394 @@
+"""Executors of `featstore run`: where an experiment's units run (`--executor`, or the run
+file's `[executor]` table; the command line's kind wins).
+
+    [executor]
+    kind = "slurm"            # local (default; workers = N: a pool of N processes) | slurm | ray
+    partition = "gpu"         # slurm: partition, time (minutes), gpus / cpus / mem_gb per
+    time = 240                #   unit, array = true (one array job; false: one job per unit,
+    gpus = 1                  #   named featstore:<experiment>:<unit>), parallel (array
+    cpus = 8                  #   tasks at once), account, qos, setup (shell lines run
+    mem_gb = 32               #   before the unit, e.g. module load), poll_s
+    # kind = "ray": address ("auto": a running cluster; unset: the initialized one, or a
+    #   new local one), gpus, cpus, memory_gb per unit, retries (re-runs after a lost
+    #   worker, default 3), poll_s
+
+The unit (`runner.plan_units`) is one data split x seed x training method (local, one process:
+x every training method, today's order); every unit writes into the shared `--out` directory
+(`unitstate`: its state, its log, its models, stores and run records, each file atomic) and
+the driver aggregates when all are done, reading each unit's records from its state file, so
+`results.json` is the same whatever ran the units. A unit that finished earlier with the same
+key is read back, not resubmitted. A unit killed mid-way (lost Ray worker: Ray re-runs it up
+to `retries` times; Slurm preemption or time-out: submitit requeues it) redoes only what its
+files do not hold. A unit that fails for its own reason is reported with its log; the
+others go on, and the run then stops with exit 1 naming every failed unit (rerun to retry
+them: finished units are kept), never a `results.json` of a subset.
+
+Every executor also runs other workflows' units (`run_calls(out, units, call, log, title)`:
+`featstore.workflows.experiments.workflows`: OSR, FACETS table, shift grid, Gbench): `call(unit,
+log=...)` is a picklable callable (`Tracked`: a module-level body with the unit's state and
+log in `out`) returning the unit's JSON result; the same read-back, failure and waiting rules.
+The local pool (`workers` > 1) runs units in spawned processes, each with the driver's torch
+thread count, so a unit computes what it computes in the driver (the same bits).
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from featstore.errors import FeatstoreError, InputError, UsageError
+from featstore.workflows.experiments import unitstate
+from featstore.workflows.experiments.config import Experiment
+from featstore.workflows.experiments.runner import Log, _slug, run_tracked, run_unit_tracked
+
+KINDS = ("local", "slurm", "ray")
+KEYS = {"local": ("kind", "workers"),
+        "slurm": ("kind", "partition", "time", "gpus", "cpus", "mem_gb", "array", "parallel",
+                  "account", "qos", "setup", "poll_s"),
+        "ray": ("kind", "address", "gpus", "cpus", "memory_gb", "retries", "poll_s")}
+Outcome = dict[str, list[dict[str, Any]]]
+
+
+class UnitsFailed(FeatstoreError):
+    """Some units failed (each named with its error and log); the others finished."""
+
+
+def executor_options(path: str | Path) -> dict[str, Any]:
+    """The `[executor]` table of an experiment file ({} when it has none)."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"experiment {str(path)!r}: {exc}") from None
+    table = data.get("executor", {})
+    if not isinstance(table, dict):
+        raise InputError(f"experiment {str(path)!r}: [executor] must be a table")
+    return dict(table)
+
+
+def make_executor(kind: str | None, options: dict[str, Any], where: str = "[executor]",
+                  train_progress: Callable[[str], Any] | None = None) -> Any:
+    """The executor of `kind` (else `options["kind"]`, else local) with `options` checked:
+    an unknown kind or key is a UsageError naming the valid ones."""
+    kind = kind or options.get("kind") or "local"
+    if kind not in KINDS:
+        raise UsageError(f"{where}: executor {kind!r} (valid: {', '.join(KINDS)})")
+    options = {k: v for k, v in options.items() if k != "kind"}
+    unknown = sorted(set(options) - set(KEYS[kind]))
+    if unknown:
+        raise UsageError(f"{where}: unknown {kind} executor key {unknown[0]!r} (valid: "
+                         f"{', '.join(k for k in KEYS[kind] if k != 'kind')})")
+    for key in ("time", "gpus", "cpus", "parallel", "retries", "workers"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 0):
+            raise UsageError(f"{where}: {key} = {value!r}, expected an integer >= 0")
+    if options.get("workers") == 0:
+        raise UsageError(f"{where}: workers = 0, expected an integer >= 1")
+    if kind == "local":
+        return LocalExecutor(train_progress, workers=options.get("workers") or 1)
+    return SlurmExecutor(**options) if kind == "slurm" else RayExecutor(**options)
+
+
+def _failure_line(failed: dict[str, str], total: int) -> str:
+    parts = "; ".join(f"{uid}: {why}" for uid, why in failed.items())
+    return (f"{len(failed)} of {total} units failed (the others finished; rerun the same "
+            f"command to retry them): {parts}")
+
+
+def _read_back(out: Path, units: list[dict[str, Any]], log: Log) -> tuple[Outcome, list]:
+    """Units finished earlier with the same key (read back) and those still to run (their
+    old state removed, so a stale one is never taken for the new run's)."""
+    done: Outcome = {}
+    todo = []
+    for u in units:
+        records = unitstate.done_records(out, u["id"], u["key"])
+        if records is not None:
+            done[u["id"]] = records
+            log(f"{u['label']}: finished earlier, read back")
+        else:
+            unitstate.state_path(out, u["id"]).unlink(missing_ok=True)
+            todo.append(u)
+    return done, todo
+
+
+def _why(out: Path, uid: str, fallback: str) -> str:
+    st = unitstate.read_state(out, uid) or {}
+    return f"{st.get('error') or fallback} (log: {unitstate.log_path(out, uid)})"
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """A unit's call for `run_calls`: `body(unit, log)` (a module-level function returning
+    the unit's JSON result) with the unit's state in `OUT/units/<id>.json` (running, then
+    done with the result as its records, or failed with the error line) and its log in
+    `OUT/logs/<id>.log`."""
+
+    body: Callable[[dict[str, Any], Log], Any]
+    out: str
+
+    def __call__(self, unit: dict[str, Any], log: Log | None = None) -> Any:
+        return run_tracked(Path(self.out), unit, self.body, log)
+
+
+def _invoke(call: Callable[..., Any], unit: dict[str, Any]) -> Any:
+    """A unit's call in a worker (Ray task, pool process)."""
+    return call(unit)
+
+
+def _pool_init(threads: int | None) -> None:
+    """A pool worker computes with the driver's torch thread count (the same bits)."""
+    if threads is not None:
+        import torch  # lazy: only when the driver had torch loaded
+
+        torch.set_num_threads(threads)
+
+
+class LocalExecutor:
+    """Every unit here: one after the other, in order (`workers` = 1), or in a pool of
+    `workers` spawned processes; a failing unit is reported and the others go on."""
+
+    name = "local"
+
+    def __init__(self, train_progress: Callable[[str], Any] | None = None,
+                 workers: int = 1) -> None:
+        self.train_progress = train_progress
+        self.workers = max(1, int(workers))
+        self.per_method = self.workers > 1
+
+    def run(self, exp: Experiment, out: Path, arch: str, units: list[dict[str, Any]],
+            log: Log) -> Outcome:
+        if self.workers > 1:
+            return self.run_calls(out, units, functools.partial(
+                run_unit_tracked, exp, out, arch), log, exp.name)
+        results: Outcome = {}
+        failed: dict[str, str] = {}
+        for u in units:
+            try:
+                results[u["id"]] = run_unit_tracked(exp, out, arch, u, log=log,
+                                                    train_progress=self.train_progress)
+            except Exception:
+                failed[u["id"]] = _why(out, u["id"], "failed")
+                log(f"{u['label']}: failed: {failed[u['id']]}")
+        if failed:
+            raise UnitsFailed(_failure_line(failed, len(units)))
+        return results
+
+    def run_calls(self, out: Path, units: list[dict[str, Any]], call: Callable[..., Any],
+                  log: Log, title: str = "") -> dict[str, Any]:
+        """Each unit's `call(unit)`, in order or in the pool; {unit id: its result}."""
+        results, todo = _read_back(out, units, log)
+        failed: dict[str, str] = {}
+        if self.workers == 1 or len(todo) <= 1:
+            for u in todo:
+                try:
+                    results[u["id"]] = call(u, log=log)
+                except Exception:
+                    failed[u["id"]] = _why(out, u["id"], "failed")
+        else:
+            torch = sys.modules.get("torch")
+            threads = torch.get_num_threads() if torch is not None else None
+            with ProcessPoolExecutor(min(self.workers, len(todo)),
+                                     mp_context=multiprocessing.get_context("spawn"),
+                                     initializer=_pool_init, initargs=(threads,)) as pool:
+                futures = {u["id"]: pool.submit(_invoke, call, u) for u in todo}
+                for uid, fut in futures.items():
+                    try:
+                        results[uid] = fut.result()
+                        log(f"{uid}: done")
+                    except Exception as exc:   # the unit's own error, or its process lost
+                        failed[uid] = _why(out, uid, f"{type(exc).__name__}: {exc}")
+        for uid, why in failed.items():
+            log(f"{uid}: failed: {why}")
+        if failed:
+            raise UnitsFailed(_failure_line(failed, len(units)))
+        return results
+
+
+class _UnitCallExecutor:
+    """An executor that runs every unit of `featstore run` through the subclass's `run_calls`
+    (one job or task per unit): Slurm and Ray."""
+
+    def run(self, exp: Experiment, out: Path, arch: str, units: list[dict[str, Any]],
+            log: Log) -> Outcome:
+        return self.run_calls(out, units, functools.partial(run_unit_tracked, exp, out, arch),
+                              log, exp.name)
+
+
+class SlurmExecutor(_UnitCallExecutor):
+    """One Slurm job (an array task by default) per unit through submitit; the driver
+    waits for them (`squeue`), reads each unit's state and aggregates."""
+
+    name = "slurm"
+    per_method = True
+
+    def __init__(self, partition: str | None = None, time: int = 60, gpus: int = 0,
+                 cpus: int = 1, mem_gb: float | None = None, array: bool = True,
+                 parallel: int | None = None, account: str | None = None,
+                 qos: str | None = None, setup: list[str] | None = None,
+                 poll_s: float = 10.0) -> None:
+        self.params: dict[str, Any] = {
+            "slurm_partition": partition, "timeout_min": time, "gpus_per_node": gpus or None,
+            "cpus_per_task": cpus, "mem_gb": mem_gb, "slurm_array_parallelism": parallel,
+            "slurm_account": account, "slurm_qos": qos, "slurm_setup": setup}
+        self.array, self.poll_s = bool(array), float(poll_s)
+
+    def _submit(self, out: Path, call: Callable[..., Any], title: str,
+                todo: list[dict[str, Any]]) -> dict[str, Any]:
+        import submitit  # lazy: the optional extra featstore[slurm]
+
+        from featstore.workflows.experiments.slurm_unit import UnitJob  # lazy: imports submitit
+
+        ex = submitit.AutoExecutor(folder=out / "slurm" / "%j", cluster="slurm")
+        name = f"featstore:{_slug(title)}"
+        ex.update_parameters(name=name, **{k: v for k, v in self.params.items()
+                                           if v is not None})
+        if self.array:
+            n = len(todo)
+            jobs = ex.map_array(UnitJob(), [call] * n, todo)
+            return {u["id"]: j for u, j in zip(todo, jobs, strict=True)}
+        jobs = {}
+        for u in todo:
+            ex.update_parameters(name=f"{name}:{u['id']}")
+            jobs[u["id"]] = ex.submit(UnitJob(), call, u)
+        return jobs
+
+    def run_calls(self, out: Path, units: list[dict[str, Any]], call: Callable[..., Any],
+                  log: Log, title: str = "") -> dict[str, Any]:
+        """Each unit's `call(unit)` in its Slurm job; {unit id: its result}."""
+        results, todo = _read_back(out, units, log)
+        if not todo:
+            return results
+        try:
+            jobs = self._submit(out, call, title, todo)
+        except (OSError, RuntimeError) as exc:   # sbatch missing or refusing
+            raise FeatstoreError(f"slurm executor: submitting failed: {exc}") from None
+        unitstate.write_plan(out, self.name, units, {k: j.job_id for k, j in jobs.items()})
+        log(f"submitted {len(todo)} units to Slurm (jobs "
+            f"{', '.join(j.job_id for j in jobs.values())})")
+        failed = _wait_slurm(out, jobs, self.poll_s, log)
+        for uid in jobs:
+            if uid not in failed:
+                results[uid] = unitstate.done_records(out, uid, _key(units, uid))
+        if failed:
+            raise UnitsFailed(_failure_line(failed, len(units)))
+        return results
+
+
+def _key(units: list[dict[str, Any]], uid: str) -> str:
+    return next(u["key"] for u in units if u["id"] == uid)
+
+
+def _queued() -> set[str] | None:
+    """Job ids in the Slurm queue (array tasks as JOB_TASK), None when squeue fails."""
+    try:
+        text = subprocess.run(["squeue", "-h", "-r", "-o", "%i"], capture_output=True,
+                              text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {line.strip() for line in text.splitlines() if line.strip()}
+
+
+def _wait_slurm(out: Path, jobs: dict[str, Any], poll_s: float, log: Log) -> dict[str, str]:
+    """Wait until every job's unit is done or failed, or its job left the queue without
+    finishing it (lost: cancelled, killed, out of time with no requeue left)."""
+    pending, failed = dict(jobs), {}
+    gone: dict[str, int] = {}
+    while pending:
+        queued = _queued()
+        for uid, job in list(pending.items()):
+            st = unitstate.read_state(out, uid) or {}
+            if st.get("state") == "done":
+                log(f"{uid}: done (job {job.job_id})")
+            elif st.get("state") == "failed":
+                failed[uid] = _why(out, uid, "failed")
+            elif queued is not None and job.job_id not in queued:
+                gone[uid] = gone.get(uid, 0) + 1
+                if gone[uid] < 3:          # its last state write may still be landing
+                    continue
+                failed[uid] = (f"job {job.job_id} left the queue without finishing the unit "
+                               f"(cancelled, killed or out of time; "
+                               f"log: {job.paths.stderr})")
+            else:
+                gone.pop(uid, None)
+                continue
+            pending.pop(uid)
+            if uid in failed:
+                log(f"{uid}: failed: {failed[uid]}")
+        if pending:
+            time.sleep(poll_s)
+    return failed
+
+
+class RayExecutor(_UnitCallExecutor):
+    """One Ray task per unit (`num_cpus` / `num_gpus` / `memory` per task, `max_retries`
+    re-runs after a lost worker); the driver waits for them and aggregates."""
+
+    name = "ray"
+    per_method = True
+
+    def __init__(self, address: str | None = None, gpus: float = 0, cpus: float = 1,
+                 memory_gb: float | None = None, retries: int = 3, poll_s: float = 5.0) -> None:
+        self.address, self.retries, self.poll_s = address, int(retries), float(poll_s)
+        self.resources: dict[str, Any] = {"num_cpus": cpus, "num_gpus": gpus}
+        if memory_gb:
+            self.resources["memory"] = int(memory_gb * 2**30)
+
+    def run_calls(self, out: Path, units: list[dict[str, Any]], call: Callable[..., Any],
+                  log: Log, title: str = "") -> dict[str, Any]:
+        """Each unit's `call(unit)` in its Ray task; {unit id: its result}."""
+        import ray  # lazy: the optional extra featstore[ray]
+
+        results, todo = _read_back(out, units, log)
+        if not todo:
+            return results
+        started = False
+        if not ray.is_initialized():
+            ray.init(address=self.address, log_to_driver=False)
+            started = True
+        try:
+            task = ray.remote(_invoke)
+            refs = {}
+            for u in todo:
+                refs[task.options(name=f"featstore:{u['id']}", max_retries=self.retries,
+                                  retry_exceptions=False, **self.resources)
+                     .remote(call, u)] = u["id"]
+            unitstate.write_plan(out, self.name, units,
+                                 {uid: ref.task_id().hex() for ref, uid in refs.items()})
+            log(f"submitted {len(refs)} units to Ray")
+            failed = self._wait(ray, out, refs, log)
+        finally:
+            if started:
+                ray.shutdown()
+        for uid in refs.values():
+            if uid not in failed:
+                results[uid] = unitstate.done_records(out, uid, _key(units, uid))
+        if failed:
+            raise UnitsFailed(_failure_line(failed, len(units)))
+        return results
+
+    def _wait(self, ray: Any, out: Path, refs: dict[Any, str], log: Log) -> dict[str, str]:
+        pending, failed = list(refs), {}
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=self.poll_s)
+            for ref in ready:
+                uid = refs[ref]
+                try:
+                    ray.get(ref)
+                    log(f"{uid}: done")
+                except ray.exceptions.RayTaskError:
+                    failed[uid] = _why(out, uid, "failed")
+                except ray.exceptions.RayError as exc:   # worker lost past its retries
+                    failed[uid] = _why(out, uid, f"{type(exc).__name__} after "
+                                                 f"{self.retries} retries")
+                if uid in failed:
+                    log(f"{uid}: failed: {failed[uid]}")
+        return failed

@@ -1,0 +1,137 @@
+"""The on-disk state of an experiment's units, shared by every executor (local, Slurm, Ray).
+
+A unit is one (data split, seed, training methods) piece of an experiment: it trains and
+extracts its models and scores the rows that use them (`runner.run_unit`). Everything lives
+in the experiment's `--out` directory, which every worker reaches (a shared filesystem):
+
+    OUT/plan.json            the executor and every unit: id, label, methods, rows, key,
+                             and the job id an engine gave it (Slurm job / Ray task)
+    OUT/units/<id>.json      the unit's state: running (host, pid, start time), done
+                             (its run records), failed (a one-line error); written atomically
+    OUT/logs/<id>.log        what the unit logged (its training, extraction and scoring)
+
+A unit's state is written only by the process running it; the driver reads them, so a
+unit's result reaches the aggregation through the filesystem whatever the engine.
+`status(OUT)` is what `featstore run --status OUT` prints: each unit's state, where
+"running" on this host with its process gone reads "stale" (a killed run: rerun to resume).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from featstore.errors import InputError
+from featstore.store.fileio import atomic_write_output
+
+PLAN_FILE = "plan.json"
+STATES = ("pending", "running", "stale", "done", "failed")
+
+
+def state_path(out: Path, uid: str) -> Path:
+    return Path(out) / "units" / f"{uid}.json"
+
+
+def log_path(out: Path, uid: str) -> Path:
+    return Path(out) / "logs" / f"{uid}.log"
+
+
+def _write(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_output(path, json.dumps(obj, indent=2) + "\n")
+
+
+def read_state(out: Path, uid: str) -> dict[str, Any] | None:
+    """The unit's state record, or None when it never started (or its file is unreadable:
+    a unit that never finished writing reads as not started)."""
+    try:
+        return json.loads(state_path(out, uid).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def mark_running(out: Path, uid: str, key: str) -> None:
+    _write(state_path(out, uid), {"unit": uid, "key": key, "state": "running",
+                                  "host": socket.gethostname(), "pid": os.getpid(),
+                                  "started": time.time(), "log": str(log_path(out, uid))})
+
+
+def mark_finished(out: Path, uid: str, key: str, *, records: list[dict[str, Any]] | None = None,
+                  error: str | None = None) -> None:
+    """done (with the unit's run records) or failed (with the error line)."""
+    old = read_state(out, uid) or {}
+    _write(state_path(out, uid), {
+        **old, "unit": uid, "key": key, "state": "failed" if error is not None else "done",
+        "finished": time.time(), "error": error, "records": records,
+        "log": str(log_path(out, uid))})
+
+
+def done_records(out: Path, uid: str, key: str) -> list[dict[str, Any]] | None:
+    """The unit's records when it finished with this key (same experiment, same unit)."""
+    st = read_state(out, uid)
+    if st and st.get("state") == "done" and st.get("key") == key:
+        return st.get("records")
+    return None
+
+
+def write_plan(out: Path, executor: str, units: list[dict[str, Any]],
+               jobs: dict[str, str] | None = None) -> None:
+    _write(Path(out) / PLAN_FILE, {
+        "executor": executor, "written": time.time(),
+        "units": [{"id": u["id"], "label": u["label"], "methods": u.get("methods"),
+                   "rows": u.get("rows"), "key": u["key"], "job": (jobs or {}).get(u["id"])}
+                  for u in units]})
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _state_of(st: dict[str, Any] | None) -> str:
+    if st is None:
+        return "pending"
+    state = st.get("state", "pending")
+    if state == "running" and st.get("host") == socket.gethostname() \
+            and isinstance(st.get("pid"), int) and not _alive(st["pid"]):
+        return "stale"
+    return state
+
+
+def status(out: str | Path) -> dict[str, Any]:
+    """{out, executor, counts: {state: n}, units: [{id, label, state, job, host, pid,
+    seconds, error, log}]} from OUT/plan.json and OUT/units/ (see the module docstring)."""
+    out = Path(out)
+    plan_file = out / PLAN_FILE
+    if not plan_file.is_file():
+        raise InputError(f"--status {str(out)!r}: no {PLAN_FILE} (not an experiment output "
+                         "directory, or its run has not started)")
+    try:
+        plan = json.loads(plan_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"--status {str(plan_file)!r}: invalid JSON ({exc})") from None
+    units, counts = [], dict.fromkeys(STATES, 0)
+    now = time.time()
+    for u in plan.get("units", []):
+        st = read_state(out, u["id"])
+        if st is not None and st.get("key") != u.get("key"):
+            st = None                     # a state of an earlier, different experiment
+        state = _state_of(st)
+        counts[state] += 1
+        st = st or {}
+        started = st.get("started")
+        seconds = None if started is None else (st.get("finished") or now) - started
+        units.append({"id": u["id"], "label": u["label"], "state": state, "job": u.get("job"),
+                      "host": st.get("host"), "pid": st.get("pid"), "seconds": seconds,
+                      "error": st.get("error"), "log": str(log_path(out, u["id"]))})
+    return {"out": str(out), "executor": plan.get("executor"), "counts": counts,
+            "units": units}
