@@ -101,11 +101,9 @@ class Scorer:
             )
         self.params: dict[str, Any] = {**self.defaults, **params}
         # the parameters the caller gave (an instance handed to evaluate/sweep runs with them;
-        # the other defaults may be clamped to the store by scorers.adapt)
+        # `fit` clamps only the other defaults to the store: scorers.adapt, scorers.clamp)
         self.given: dict[str, Any] = dict(params)
         self.check_params(self.params)
-        # the caller's own parameters: `fit` clamps only the others (scorers.clamp)
-        self.given: dict[str, Any] = dict(params)
         # the defaults `fit` clamped on its store: [{"setting", "used", "reason"}]
         self.adjusted: list[dict[str, Any]] = []
         self.store: StoreLike | None = None

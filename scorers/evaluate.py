@@ -226,9 +226,10 @@ def evaluate(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | 
 
     done, skipped = run_each(methods, run, strict=strict)
     require_any(done, skipped, store)
-    result = {"store": str(store.path), "model_sha256": store.model_sha256,
-              "id_split": ID_SPLIT, "id_acc": id_accuracy_or_nan(logits, labels),
-              "ood_splits": ood, "methods": done, "skipped": skipped, "ci": None}
+    result: dict[str, Any] = {
+        "store": str(store.path), "model_sha256": store.model_sha256, "id_split": ID_SPLIT,
+        "id_acc": id_accuracy_or_nan(logits, labels), "ood_splits": ood, "methods": done,
+        "skipped": skipped, "ci": None}
     if ci is not None:
         add_intervals(result, kept, store, ci)
     return EvaluationResult(**result)

@@ -78,7 +78,7 @@ class ODINPerturbed(Scorer):
             raise UsageError(f"scorer {self.name!r}: epsilon={eps!r} is out of range (valid: a "
                              "finite number >= 0)")
         if store is not None and store.has_split(ID_SPLIT):
-            self._require_pair(store.split(ID_SPLIT), params["temperature"], eps)
+            self._require_pair(store.split(ID_SPLIT), params["temperature"], float(eps))
 
     def _require_pair(self, split: SplitLike, temperature: float, epsilon: float) -> str:
         name = odin_name(temperature, epsilon)

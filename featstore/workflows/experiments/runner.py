@@ -283,17 +283,17 @@ def _score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> di
                 **_intervals(test),
                 "groups": test["groups"], "splits": test["splits"],
                 "score_s": res["fit_seconds"] + res["val_seconds"] + res["test_seconds"]}
-    res = evaluate(store, [row.scorer], {row.scorer: row.params}, use_cache=False,
-                   strict=True,  # the scorer's own error (scorers.skipping) when it cannot run
-                   ci=BootstrapSpec())
-    m = res["methods"][row.scorer]
+    ev = evaluate(store, [row.scorer], {row.scorer: row.params}, use_cache=False,
+                  strict=True,  # the scorer's own error (scorers.skipping) when it cannot run
+                  ci=BootstrapSpec())
+    m = ev["methods"][row.scorer]
     mis = m["misclassification_auroc"]
     return {"params": m["params"], "chosen": None, "val": None, "tuned": False,
             "adjusted": m["adjusted"],
-            "id_acc": res["id_acc"],
+            "id_acc": ev["id_acc"],
             "misclassification_auroc": None if mis != mis else mis,
             "misclassification": m["misclassification"],
-            **_intervals({**m, "id_acc_ci": res.get("id_acc_ci"), "ci": res["ci"]}),
+            **_intervals({**m, "id_acc_ci": ev.get("id_acc_ci"), "ci": ev["ci"]}),
             "groups": m["groups"], "splits": m["splits"],
             "score_s": m["fit_seconds"] + m["score_seconds"]}
 
@@ -491,6 +491,7 @@ def _trained_runs(exp: Experiment, out: Path, log: Log,
     labelled = load_data(exp.osr["data"], exp.osr.get("root")) if exp.osr else None
     arch = _arch(exp, labelled)
     if exp.osr is not None:  # every division's open_val / open classes, before any training
+        assert labelled is not None  # loaded above when exp.osr is set
         for c, o in exp.osr["ratios"]:
             for division in class_splits(len(labelled.classes), (c, o), exp.seeds):
                 open_val_test(division, exp.osr.get("val_open", "heldout"))

@@ -280,20 +280,20 @@ def shift_grid(store: Any, method: str, params: Mapping[str, Any] | None = None,
     if not store.has_split(ID_SPLIT):
         raise UsageError(f"store {str(store.path)!r} has no {ID_SPLIT!r} split")
     ood = store.splits(role="ood", usage="test")
-    named = {n: cell_of_split(store, n) for n in ood}
-    cell_splits = [n for n, c in named.items() if c is not None]
+    named = {n: c for n in ood if (c := cell_of_split(store, n)) is not None}
+    cell_splits = list(named)
     if cell_splits and levels_edges is not None:
         raise UsageError("--levels-edges bins per-row shift degrees, but this store's cells come "
                          "from ood/shift/cov<c>_sem<s> splits (their levels are fixed)")
     if cell_splits:
         scores, _, _ = score_splits(store, method, params or {}, [ID_SPLIT, *cell_splits],
                                     use_cache)
-        found = max(max(c) for c in named.values() if c is not None) + 1
+        found = max(max(c) for c in named.values()) + 1
         grid_levels = max(found, levels)
-        cells: dict[tuple[int, int], list[np.ndarray]] = {}
+        by_cell: dict[tuple[int, int], list[np.ndarray]] = {}
         for n in cell_splits:
-            cells.setdefault(named[n], []).append(scores[n])
-        merged = {k: np.concatenate(v) for k, v in cells.items()}
+            by_cell.setdefault(named[n], []).append(scores[n])
+        merged = {k: np.concatenate(v) for k, v in by_cell.items()}
         grid = evaluate_cells(scores[ID_SPLIT], merged, grid_levels, min_count)
         return {"method": method, "source": "splits", "splits": cell_splits, "grid": grid,
                 "edges": None}

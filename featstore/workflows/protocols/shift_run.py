@@ -113,7 +113,7 @@ def fit_laid_files(standard: Path, semantic_shift: Path, covariate_shift: Path, 
                                                 (covariate_shift, "--covariate-shift"))]
     start = time.perf_counter()
     begin(f"fitting LAID ({config.steps} Adam steps)")
-    w = sh.fit_laid(*arrays, config)
+    w = sh.fit_laid(arrays[0], arrays[1], arrays[2], config)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     atomic_save_npy(out, w)
     orth = float(np.linalg.norm(w.T @ w - np.eye(len(w))))
