@@ -38,7 +38,8 @@ def supported(store: StoreLike, name: str) -> tuple[bool, str]:
     return why is None, why or ""
 
 
-def group_means(per_split: Mapping[str, Mapping[str, float]], store: StoreLike) -> dict[str, dict]:
+def group_means(per_split: Mapping[str, Mapping[str, float]],
+                store: StoreLike) -> dict[str, dict[str, float]]:
     """Unweighted mean of each metric over each group's splits."""
     groups: dict[str, list[str]] = {}
     for name in per_split:

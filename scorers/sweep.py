@@ -223,7 +223,7 @@ def plan_settings(store: StoreLike, method: str, grid: Mapping[str, Any] | None 
 
 def _split_metrics(plan: _Plan, scorer: Scorer, store: StoreLike, id_name: str,
                    ood_names: Sequence[str], keep: dict[str, np.ndarray] | None = None,
-                   keep_index: int = 0) -> tuple[list[np.ndarray], list[dict]]:
+                   keep_index: int = 0) -> tuple[list[np.ndarray], list[dict[str, Any]]]:
     """Scores of the ID split per setting, and per setting {ood split: metrics}. With `keep`,
     setting `keep_index`'s scores of every split are stored in it (for its intervals)."""
     id_scores = plan.score(scorer, store.split(id_name))

@@ -88,7 +88,7 @@ class ExtraOutputs:
                              "train one with `featstore train --method mcdropout`")
         self.map_layer: str | None = None
         self._maps: torch.Tensor | None = None
-        self._map_handle = None
+        self._map_handle: torch.utils.hooks.RemovableHandle | None = None
 
     @property
     def config(self) -> dict[str, Any]:

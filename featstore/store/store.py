@@ -100,7 +100,7 @@ class Store:
 
     # ----------------------------------------------------------------- construction
     @classmethod
-    def open(cls, path: str | os.PathLike, mode: str = "r") -> Store:
+    def open(cls, path: str | os.PathLike[str], mode: str = "r") -> Store:
         """Open an existing store; `mode='a'` allows adding splits."""
         if mode not in ("r", "a"):
             raise UsageError(f"Store.open: mode {mode!r} is not 'r' or 'a'")
@@ -127,7 +127,7 @@ class Store:
     @classmethod
     def create(
         cls,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         head: tuple[np.ndarray, np.ndarray] | None,
         classes: list[str] | None = None,
@@ -205,7 +205,7 @@ class Store:
     @classmethod
     def from_arrays(
         cls,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         head: tuple[np.ndarray, np.ndarray] | None,
         splits: Mapping[str, Mapping[str, Any]],

@@ -95,9 +95,9 @@ class Detector:
     _loaded: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def fit(cls, store: StoreLike, scorer: Any, *, params: dict[str, Any] | None = None,
-            target_tpr: float | None = None, target_fpr: float | None = None,
-            threshold_split: str = "id/val") -> Detector:
+    def fit(cls, store: StoreLike, scorer: str | type[Scorer] | Scorer, *,
+            params: dict[str, Any] | None = None, target_tpr: float | None = None,
+            target_fpr: float | None = None, threshold_split: str = "id/val") -> Detector:
         """Fit `scorer` on `store` and choose the threshold (module docstring)."""
         if target_tpr is not None and target_fpr is not None:
             raise UsageError("Detector.fit: give target_tpr or target_fpr, not both")
@@ -149,10 +149,12 @@ class Detector:
         paths = image_paths(images)
         dev = resolve_device(device)
         loaded = self.load_model(model, weights)
+        rec = self.model
+        assert rec is not None  # load_model refuses a detector that records no model
         loaded.module.to(dev)
-        feats, logits = image_outputs(loaded, self.model["transform"], paths, device=dev,
+        feats, logits = image_outputs(loaded, rec["transform"], paths, device=dev,
                                       batch_size=batch_size, num_workers=num_workers)
-        return self.score_features(feats.astype(self.model.get("dtype", "float32")), logits)
+        return self.score_features(feats.astype(rec.get("dtype", "float32")), logits)
 
     def load_model(self, model: str | None = None, weights: str | Path | None = None) -> Any:
         """The recorded model as a `featstore.extraction.models.LoadedModel` (loaded once per
