@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -159,8 +159,8 @@ def id_side_metrics(id_scores: np.ndarray, logits: np.ndarray, labels: np.ndarra
 
 def evaluate(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | None = None,
              params: Mapping[str, Mapping[str, Any]] | None = None,
-             use_cache: bool = True, progress: Any = None, strict: bool = False,
-             allow_nonfinite: bool = False, ci: BootstrapSpec | None = None,
+             use_cache: bool = True, progress: Callable[[str], object] | None = None,
+             strict: bool = False, allow_nonfinite: bool = False, ci: BootstrapSpec | None = None,
              keep_scores: dict[str, dict[str, np.ndarray]] | None = None) -> EvaluationResult:
     """Metrics of every method on every OOD test split of the store. A method is a
     registered name, `module:Class`, a `Scorer` subclass or an instance (run with its given

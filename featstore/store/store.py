@@ -34,6 +34,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+from numpy.typing import ArrayLike
 
 from featstore.errors import FeatstoreError, InputError, NoHeadError, UsageError
 from featstore.store.fileio import (
@@ -474,10 +475,10 @@ class Store:
         self,
         name: str,
         *,
-        features: Any,
-        logits: Any | None = None,
-        labels: Any | None = None,
-        ids: Any | None = None,
+        features: ArrayLike,
+        logits: ArrayLike | None = None,
+        labels: ArrayLike | None = None,
+        ids: ArrayLike | None = None,
         extras: Mapping[str, Any] | None = None,
         usage: str | None = None,
         source: Mapping[str, Any] | None = None,

@@ -296,7 +296,7 @@ def _collect(out: Path, units: list[dict[str, Any]], uids: list[str], failed: di
             continue
         records = unitstate.done_records(out, uid, _key(units, uid))
         if records is None:
-            failed[uid] = _why(out, uid, "its job ended but its state is not done")
+            failed[uid] = _why(out, uid, "its job ended without a done state holding its result")
         else:
             results[uid] = records
 

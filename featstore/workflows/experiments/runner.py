@@ -55,6 +55,7 @@ from featstore.specs.benchmark import load_spec
 from featstore.specs.toml import toml_value
 from featstore.store.extra_keys import parse_odin_grid
 from featstore.store.fileio import atomic_write_json, atomic_write_output, sha256_file
+from featstore.store.interfaces import StoreLike
 from featstore.store.interrupts import raise_if_interrupted
 from featstore.store.lock import StoreLock
 from featstore.store.sanity import id_checks, warnings_of
@@ -256,7 +257,7 @@ def _intervals(entry: dict[str, Any]) -> dict[str, Any]:
                                       "aurc_ci", "augrc", "augrc_ci", "ci")}
 
 
-def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
+def score_row(store: StoreLike, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
     """One row's numbers on one store: tuned on val (sweep) or at its parameters (evaluate).
     UsageError / FeatstoreError with the reason when it cannot run."""
 
@@ -267,7 +268,7 @@ def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dic
             "id_warnings": warnings_of(id_checks(store))}  # featstore.store.sanity: flagged runs
 
 
-def _score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
+def _score_row(store: StoreLike, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
     tuned = tune_rule == "val" and _has_grid(row)
     if tuned:
         res = sweep(store, row.scorer, row.grid, select_by, row.params, ci=BootstrapSpec())
