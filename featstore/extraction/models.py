@@ -469,10 +469,8 @@ def load_model(
         module, kind, arch = scripted, "torchscript", scripted.scripted_name
         transform = default_transform()
     else:
-        raise UsageError(
-            f"--model {spec!r}: not a torchvision architecture, a module:callable or a "
-            "TorchScript file (e.g. resnet50, mypkg.models:build, model.ts)"
-        )
+        raise UsageError(f"--model {spec!r}: not a torchvision architecture, a module:callable "
+                         "or a TorchScript file (e.g. resnet50, mypkg.models:build, model.ts)")
     if build is not None:
         # With weights, build on the meta device (no random initialisation that the weights
         # would overwrite), then assign the loaded tensors; `_assign_state` falls back to a
