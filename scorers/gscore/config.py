@@ -16,7 +16,7 @@ from scorers.registry import check_scorers
 
 from .metasets import PooledScores
 from .results import Tally
-from .spec import PAPER_PRESET, ModelSpec, check_target, parse_model, parse_ratio, ratio_label
+from .spec import PAPER_PRESET, ModelSpec, _check_target, parse_model, parse_ratio, ratio_label
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def validate_options(stores: Sequence[Any], methods: Sequence[str],
     methods = list(dict.fromkeys(methods))
     tau_from = kw["tau_from"]
     check_scorers([*methods, *([tau_from] if tau_from else [])])
-    targets = [check_target(t) for t in dict.fromkeys(targets)]
+    targets = [_check_target(t) for t in dict.fromkeys(targets)]
     specs = _specs(models)
     if not specs or not targets or not methods:
         raise UsageError("gscore evaluate: need at least one method, model and target")

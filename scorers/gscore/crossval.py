@@ -26,7 +26,7 @@ from .metasets import (
 )
 from .regression import correlations, fit_line, fit_variant, predict_line, rmse, search_tau
 from .results import Tally
-from .spec import AUTO, ModelSpec
+from .spec import _AUTO, ModelSpec
 
 
 def _folds(names: list[str], k: int, rng: np.random.Generator) -> dict[str, int]:
@@ -47,7 +47,7 @@ def _mean(values: list[float]) -> float:
 def _fold_taus(opt: EvalOptions, sc: PooledScores, tr: MetaSets,
                f_tr: np.ndarray) -> dict[tuple, Any]:
     """{(fold, target, variant label): tau} tuned on the tau detector's meta-train sets."""
-    specs = [s for s in opt.specs if s.tau == AUTO]
+    specs = [s for s in opt.specs if s.tau == _AUTO]
     if opt.tau_from is None or not specs:
         return {}
     eng = sc.engine(tr, opt.tau_from, opt.ude_kernel)

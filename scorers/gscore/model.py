@@ -36,7 +36,7 @@ from .metasets import (
 from .regression import correlations, fit_variant, predict_line, rmse
 from .results import json_ready
 from .spec import (
-    AUTO,
+    _AUTO,
     DISTANCES,
     FORMAT,
     FORMAT_VERSION,
@@ -48,7 +48,7 @@ from .spec import (
     SIGMA_FLOOR_REL,
     TAU_FROM,
     ModelSpec,
-    check_target,
+    _check_target,
     parse_model,
     parse_ratio,
 )
@@ -129,7 +129,7 @@ class GscoreModel:
             shas = obj.get("model_sha256s") or [obj["model_sha256"]]
             model = cls(
                 modelling=modelling, distance=dist, tau=tau, theta1=float(reg["theta1"]),
-                theta0=float(reg["theta0"]), target=check_target(obj["target"]),
+                theta0=float(reg["theta0"]), target=_check_target(obj["target"]),
                 scorer=str(scorer["name"]), scorer_params=dict(scorer.get("params") or {}),
                 model_sha256s=[str(s) for s in shas],
                 ude_kernel=str(obj.get("ude_kernel", "gauss")),
@@ -260,7 +260,7 @@ def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95"
     if not stores:
         raise UsageError("gscore fit: name at least one store")
     check_scorers(m for m in (method, tau_from) if m is not None)
-    check_target(target)
+    _check_target(target)
     spec = model if isinstance(model, ModelSpec) else parse_model(model, tau)
     if sets_per_split < 1:
         raise UsageError(f"sets_per_split {sets_per_split}: must be >= 1")
@@ -270,7 +270,7 @@ def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95"
     params = dict(params or {})
     keep = select_splits([s for st in stores for s in ood_test_splits(st)], splits, exclude)
     fit_spec = spec
-    if spec.tau == AUTO and tau_from is not None and (tau_from != method or params):
+    if spec.tau == _AUTO and tau_from is not None and (tau_from != method or params):
         draw["rng"] = np.random.default_rng([seed, 0])
         fit_spec = ModelSpec(spec.modelling, spec.distance,
                              _tau_from(stores, tau_from, spec, target, keep, draw, use_cache))
@@ -297,7 +297,7 @@ def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95"
                     "ratio": draw["ratio"], "size": size, "heterogeneous": heterogeneous,
                     "sets_per_split": sets_per_split, "seed": seed,
                     "tau_from": (tau_from if fit_spec is not spec else method)
-                    if spec.tau == AUTO else None,
+                    if spec.tau == _AUTO else None,
                     "mean_n_id": float(sets.n_id.mean()),
                     "mean_n_ood": float((sets.n - sets.n_id).mean()),
                     "train_mse": res["loss"], "train_rmse": rmse(pred, truth),

@@ -47,7 +47,7 @@ from .results import (
     summarise,
 )
 from .spec import (
-    AUTO,
+    _AUTO,
     DEFAULT_MODELS,
     GBENCH_METHODS,
     GBENCH_RATIOS,
@@ -167,7 +167,7 @@ def _shared_taus(opt: EvalOptions, sc: PooledScores,
                  ss: _SettingSets) -> dict[tuple[str, str], float | None]:
     """tau of every searched variant and target, tuned on the tau detector's meta-train sets
     (supplementary B: tuned with MSP, reused for the other detectors); {} per detector."""
-    specs = [s for s in (opt.specs if ss.kind == "main" else opt.rspecs) if s.tau == AUTO]
+    specs = [s for s in (opt.specs if ss.kind == "main" else opt.rspecs) if s.tau == _AUTO]
     if opt.tau_from is None or not specs:
         return {}
     eng = sc.engine(ss.tr, opt.tau_from, opt.ude_kernel)

@@ -13,7 +13,7 @@ import numpy as np
 from featstore.errors import UsageError
 
 from .engine import GscoreEngine
-from .spec import AUTO, TAU_COARSE, TAU_HALFWIDTH, TAU_STEP, ModelSpec
+from .spec import _AUTO, TAU_COARSE, TAU_HALFWIDTH, TAU_STEP, ModelSpec
 
 
 def fit_line(g: np.ndarray, p: np.ndarray) -> tuple[float, float, float]:
@@ -75,7 +75,7 @@ def fit_variant(engine: GscoreEngine, spec: ModelSpec, p: np.ndarray,
     given tau (or None), and the line (`fit_line`). Returns {"tau", "theta1", "theta0",
     "loss", "trace"}."""
     sel = slice(None) if rows is None else rows
-    if spec.tau == AUTO:
+    if spec.tau == _AUTO:
         res = search_tau(lambda ts: engine.gscores(spec.modelling, spec.distance, ts)[:, sel],
                          p)
     else:

@@ -1,4 +1,4 @@
-"""Gscore variants, targets and ratios: parsing and the shared constants (DESIGN, Gscore)."""
+"""Gscore variants, targets and ratios: parsing and the shared constants (package docstring)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ ID_TEST, ID_VAL, ID_TRAIN = "id/test", "id/val", "id/train"
 #: Columns of the true-metric matrix of meta-sets (`metasets.set_truth`).
 TRUTH_COLUMNS: tuple[str, ...] = (*OOD_METRIC_NAMES, *FPR_AT_TPR)
 _METRIC_COL = {name: i for i, name in enumerate(TRUTH_COLUMNS)}
-#: Protocol defaults (docs/DESIGN.md, "Gscore").
+#: Protocol defaults (package docstring, "Meta-sets and the evaluation protocol").
 ID_TRAIN_FRACTION = 0.5
 SETS_PER_SPLIT = 10
 TAU_FROM = "msp"
@@ -43,15 +43,14 @@ HETERO_MIN = 100
 GBENCH_METHODS: tuple[str, ...] = ("msp", "odin", "energy", "mls")
 GBENCH_RATIOS: tuple[str, ...] = ("1:100", "1:10", "1:3", "3:1", "10:1", "100:1")
 GBENCH_SIZES: tuple[int, ...] = (100, 50)
-#: The tau of a variant whose tau is searched on meta-train sets (`regression.search_tau`).
-AUTO = "auto"
+_AUTO = "auto"
 #: `--paper` / `evaluate_gscore(paper=True)`: every default that differs from the paper, set
 #: to the paper's choice; option -> (value, the paper's line it comes from).
 PAPER_PRESET: dict[str, tuple[Any, str]] = {
     "sets_per_split": (1, "one meta-set per OOD dataset: 'We randomly choose 150 OOD datasets "
                           "from Gbench and mix them with the meta-train IND set to construct "
                           "150 meta-train sets' (section 6.1)"),
-    "gmm_tau": (AUTO, "GMM with a searched tau: 'Note that GMM is also with a validation "
+    "gmm_tau": (_AUTO, "GMM with a searched tau: 'Note that GMM is also with a validation "
                        "process while Kmeans is not' (section 5.2; supplementary B: 0.95 at "
                        "IND:OOD 1:1)"),
     "ude_kernel": ("paper", "the UDE kernel as printed, s_p = exp(-(x - mu^val)^2 / "
@@ -93,14 +92,14 @@ class ModelSpec:
 
 
 def _default_tau(modelling: str) -> str | None:
-    return AUTO if modelling == "ude" else None
+    return _AUTO if modelling == "ude" else None
 
 
 def _parse_tau(text: Any, modelling: str) -> str | float | None:
     if text is None or (isinstance(text, str) and text.lower() == "none"):
         tau: str | float | None = None
-    elif isinstance(text, str) and text.lower() == AUTO:
-        tau = AUTO
+    elif isinstance(text, str) and text.lower() == _AUTO:
+        tau = _AUTO
     else:
         try:
             tau = float(text)
@@ -156,8 +155,7 @@ def ratio_label(ratio: float) -> str:
     return f"1:{1 / ratio:g}"
 
 
-def check_target(target: str) -> str:
-    """`target` if it is one of TARGETS, else a UsageError naming them."""
+def _check_target(target: str) -> str:
     if target not in TARGETS:
         raise UsageError(f"target {target!r}: expected one of {', '.join(TARGETS)}")
     return target
