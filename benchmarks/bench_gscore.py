@@ -238,8 +238,8 @@ def em_check_section(stores: list[tuple[str, Any]]) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from test_gscore_em import mixture_loglik, sklearn_loglik
 
-    from scorers.gscore.em import GMM_COLUMNS, gmm_params
-    from scorers.gscore.parts import pack
+    from scorers.gscore.clustering import GMM_COLUMNS, gmm_params
+    from scorers.gscore.engine import pack
 
     col = {name: i for i, name in enumerate(GMM_COLUMNS)}
     rows, worst_all = [], []
