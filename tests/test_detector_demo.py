@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli
 
 import featstore
 from featstore.extraction.datasets import rows_from_source
@@ -102,3 +103,23 @@ def test_demo_detectors_in_a_fresh_process_score_like_featstore_score(demo, tmp_
         assert clear.mean() > 0.9, method
         assert np.array_equal(ok[clear], (want >= det.threshold)[clear]), method
         assert 0 < ok.sum() < rows, method  # both decisions occur on these images
+
+
+def test_predict_command_loads_the_demo_model_by_its_recorded_name(demo, tmp_path, capsys):
+    """`featstore predict` on a demo detector needs no --model: the demo's network is
+    featstore's own code (reference: the detector's scores of the stored rows; tolerance as
+    above)."""
+    store, images = demo
+    det = featstore.Detector.fit(store, "energy")
+    artifact = det.save(tmp_path / "energy.detector.h5")
+    files = sorted(images["id/test"].glob("*.png"))[:4]
+    code, out, err = run_cli(capsys, "predict", artifact, *files, "--device", "cpu", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    split = store.split("id/test")
+    want, decisions = det.score_features(np.asarray(split.features)[:4],
+                                         np.asarray(split.logits)[:4])
+    assert [r["image"] for r in result["rows"]] == [str(p) for p in files]
+    np.testing.assert_allclose([r["score"] for r in result["rows"]], want, rtol=RTOL,
+                               atol=ATOL)
+    assert result["num_id"] == int(decisions.sum())
