@@ -16,7 +16,7 @@ import typer
 from rich.text import Text
 from typer.exceptions import Abort, TyperException
 
-from featstore.errors import FeatstoreError
+from featstore.errors import FeatstoreError, use_wording
 from featstore.store import interrupts
 from featstore.store.textsafe import one_line
 
@@ -34,6 +34,7 @@ from . import (
     commands_train,
 )
 from .console import JsonOpt, QuietOpt, errors, reset, setup
+from .wording import CLI_WORDING
 
 try:  # typer >= 0.24 vendors click as typer._click; older typer raises click's own exceptions
     from typer._click.exceptions import NoArgsIsHelpError
@@ -122,7 +123,8 @@ def main(argv: list[str] | None = None) -> None:
         # not standalone: click's usage errors come here and become one line; shell
         # completion (`--show-completion`, `--install-completion`, _FEATSTORE_COMPLETE) and
         # --help exit by themselves
-        rv = app(args=args, prog_name="featstore", standalone_mode=False)
+        with use_wording(CLI_WORDING):  # library errors and hints name options (cli.wording)
+            rv = app(args=args, prog_name="featstore", standalone_mode=False)
         interrupts.raise_if_interrupted()  # a Ctrl-C swallowed on the way is still 130
         if isinstance(rv, int) and rv:
             sys.exit(rv)
@@ -155,7 +157,7 @@ def _boundary(exc: BaseException, debug: bool) -> None:
     except FeatstoreError as exc:
         if debug:
             raise
-        _error(str(exc))
+        _error(exc.worded(CLI_WORDING))
         sys.exit(exc.exit_code)
     except OSError as exc:  # the filesystem refused: name the file and the reason
         if debug:

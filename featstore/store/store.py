@@ -153,13 +153,13 @@ class Store:
         if len(classes) != num_classes:
             raise UsageError(f"classes: {len(classes)} names for a head with {num_classes} classes")
         if os.path.lexists(path) and not path.is_dir():
-            raise UsageError(f"--out {str(path)!r} exists and is not a directory")
+            raise UsageError("exists and is not a directory", param="path", value=path)
         make_real_dir(path, "store directory") if not path.is_dir() else None
         with StoreLock(path):
             has_store = os.path.lexists(path / MANIFEST)
             if has_store and not overwrite:
-                raise UsageError(f"store {str(path)!r} already exists; pass --overwrite to "
-                                 "replace it")
+                raise UsageError(f"store {str(path)!r} already exists",
+                                 change={"overwrite": True}, effect="to replace it")
             if not is_own_layout(path):
                 if has_store:  # a store with the user's files beside it: only ours go
                     remove_own_files(path)
@@ -167,9 +167,9 @@ class Store:
                     names = sorted(c.name for c in path.iterdir())
                     shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
                     raise UsageError(
-                        f"--out {str(path)!r} exists and is not a featstore store (it holds "
-                        f"{shown}); --overwrite only replaces a featstore store: choose an "
-                        "empty or new path, or remove the directory yourself")
+                        f"exists and is not a featstore store (it holds {shown}), which is "
+                        "never replaced: choose an empty or new path, or remove the directory "
+                        "yourself", param="path", value=path)
             else:  # a store, or an unfinished creation (killed before store.json)
                 remove_own_files(path)
             make_real_dir(path / SPLITS_DIR, "splits directory")
