@@ -18,6 +18,7 @@ OPTIONS = {
 
 #: How to produce each need that a store can lack, as commands.
 HOW_TO = {
+    "store": "create one with `featstore extract` or `featstore import`",
     "fit:id/train": "extract it by naming an `id/train` split in the benchmark spec",
     "fit:id/val": "extract it by naming an `id/val` split in the benchmark spec",
     "extra:feature_maps": "extract with `featstore extract --feature-maps`",

@@ -25,6 +25,7 @@ files are `featstore.store.manifest`, and the file checks are `featstore.store.v
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import shutil
@@ -87,6 +88,8 @@ __all__ = ["DEFAULT_CHUNK_ROWS", "FORMAT_VERSION", "LOCK_FILE", "MANIFEST", "MOD
            "default_usage", "hdf5_link_problem", "is_own_layout", "remove_own_files",
            "split_file_problem", "write_split_file"]
 
+logger = logging.getLogger(__name__)
+
 
 class Store:
     """A feature store directory. Open read-only with `Store.open(path)` (DESIGN §3)."""
@@ -108,8 +111,9 @@ class Store:
         mpath = path / MANIFEST
         if not os.path.lexists(mpath):
             what = "does not exist" if not path.exists() else f"has no {MANIFEST}"
-            raise InputError(f"store {str(path)!r} {what}; create one with `featstore extract` "
-                             "or `featstore import`")
+            raise InputError(f"store {str(path)!r} {what}", need="store",
+                             how="create one with `featstore.extraction.extract.extract` or "
+                                 "`featstore.extraction.importer.import_arrays`")
         manifest = validate_manifest(path, read_manifest(path))
         try:
             require_regular_file(path / MODEL_FILE, MODEL_FILE)
@@ -118,6 +122,8 @@ class Store:
                              ) from None
         except LinkError as exc:
             raise InputError(f"store {str(path)!r}: {exc.strerror}") from None
+        logger.debug("opened store %s (mode %r, %d splits)", path, mode,
+                     len(manifest.get("splits", {})))
         return cls(path, manifest, writable=(mode == "a"))
 
     def writing(self) -> StoreLock:
