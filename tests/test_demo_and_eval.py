@@ -150,8 +150,8 @@ def test_every_scorer_fits_and_scores_the_demo_store(demo_store, name):
     scorer = get_scorer(name, **params)
     needs_maps = "extra:feature_maps" in scorer.needs
     if any(n.startswith("extra:") for n in scorer.needs):  # the demo store has no extras
-        with pytest.raises(Exception, match="--feature-maps" if needs_maps
-                           else "featstore (extract|train)"):
+        with pytest.raises(Exception, match=r"feature_maps=True" if needs_maps
+                           else r"(ExtractOptions\(|train\(method=)"):
             scorer.fit(demo_store)
             scorer.score(demo_store.split("id/test"))
         return
