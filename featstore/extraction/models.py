@@ -395,9 +395,9 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {device!r}: CUDA is not available on this machine")
+        raise UsageError("CUDA is not available on this machine", param="device", value=device)
     if device != "cpu" and not device.startswith("cuda"):
-        raise UsageError(f"--device {device!r}: expected auto, cpu or cuda[:N]")
+        raise UsageError("expected auto, cpu or cuda[:N]", param="device", value=device)
     return torch.device(device)
 
 
