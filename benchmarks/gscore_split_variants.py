@@ -165,12 +165,12 @@ def run_round(sc: PooledScores, rnd: int, models: list[tuple[str, str, str]],
 
 
 def interval(values: list[float]) -> dict[str, Any]:
-    """Mean and 95% Student-t interval mean ± t_{0.975, k-1} sd / sqrt(k) (sd ddof 1)."""
+    """Mean and 95% Student-t interval mean ± t_{0.975, k-1} sd / sqrt(k) (sd ddof 1), its
+    lower end clipped at 0 (an RMSE), as `gscore evaluate` reports it."""
     v = np.asarray(values, dtype=np.float64)
-    half = float(student_t.ppf(0.975, v.size - 1)) * float(v.std(ddof=1)) / np.sqrt(v.size) \
-        if v.size > 1 else float("nan")
-    return {"mean": float(v.mean()), "ci": [float(v.mean()) - half, float(v.mean()) + half],
-            "values": v.tolist()}
+    half = float(student_t.ppf(0.975, v.size - 1)) * float(v.std(ddof=1)) / np.sqrt(v.size)
+    mean = float(v.mean())
+    return {"mean": mean, "ci": [max(0.0, mean - half), mean + half], "values": v.tolist()}
 
 
 def table(summary: dict[str, dict[str, dict[str, Any]]]) -> str:
