@@ -168,9 +168,9 @@ def interval(values: list[float]) -> dict[str, Any]:
     """Mean and 95% Student-t interval mean ± t_{0.975, k-1} sd / sqrt(k) (sd ddof 1), its
     lower end clipped at 0 (an RMSE), as `gscore evaluate` reports it."""
     v = np.asarray(values, dtype=np.float64)
-    half = float(student_t.ppf(0.975, v.size - 1)) * float(v.std(ddof=1)) / np.sqrt(v.size)
+    half = float(student_t.ppf(0.975, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
     mean = float(v.mean())
-    return {"mean": mean, "ci": [max(0.0, mean - half), mean + half], "values": v.tolist()}
+    return {"mean": mean, "ci": [max(0.0, mean - half), float(mean + half)], "values": v.tolist()}
 
 
 def table(summary: dict[str, dict[str, dict[str, Any]]]) -> str:
