@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import logging
 import os
 import platform
 import sys
@@ -81,12 +82,14 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+
 def build_store(out: Path, weights: Path | None, backbone: str) -> Any:
     from featstore.workflows.demo.gbench import build_gbench
 
     t0 = time.perf_counter()
     kw = {} if backbone is None else {"backbone": backbone}
-    store = build_gbench(out, weights=weights, log=_log, progress=None, **kw)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    store = build_gbench(out, weights=weights, progress=None, **kw)
     _log(f"store ready in {time.perf_counter() - t0:.1f} s")
     return store
 
