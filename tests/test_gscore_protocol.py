@@ -10,14 +10,14 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_cli as run
-from test_gscore import graded_store
 
 from featstore.errors import UsageError
 from scorers import gscore as G
 from scorers.gscore.metasets import _StoreData, fpr_at_tpr, hetero_sizes, select_splits
 from scorers.gscore.protocol import _id_pools
 from scorers.metrics import ood_metrics
+from tests.helpers.cli import run_cli as run
+from tests.helpers.stores import graded_store
 
 
 def test_fpr_at_tpr_equals_sklearn_roc_curve_and_fpr95():

@@ -6,7 +6,6 @@ optimisation steps of every method lowering its own loss."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -34,9 +33,7 @@ from featstore.training.methods.godin import godin_logits, godin_loss
 from featstore.training.methods.logitnorm import logitnorm_loss
 from featstore.training.methods.mcd import discrepancy, entropy, mcd_loss
 from featstore.training.methods.oe import oe_loss, uniform_cross_entropy
-
-sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import TinyCNN  # noqa: E402
+from tests.helpers.tiny_models import TinyCNN
 
 LN3 = math.log(3.0)
 
