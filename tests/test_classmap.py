@@ -54,9 +54,8 @@ def test_folders_map_by_name_and_wnid_with_a_1000_class_head(tmp_path):
     with pytest.raises(InputError, match=r"split 'id/train': 1 class folder\(s\) match no class "
                                          r"name or wnid of the spec's 1000 classes: hammer; "
                                          r"map them with `class_map"):
-        extract("tests.helpers.tiny_models:tiny_cnn_1000", spec_file(tmp_path / "a.toml", train,
-                                                                     classes),
-                tmp_path / "a", options=OPTS)
+        extract("tests.helpers.tiny_models:tiny_cnn_1000",
+                spec_file(tmp_path / "a.toml", train, classes), tmp_path / "a", options=OPTS)
     assert not (tmp_path / "a").exists()
     st = extract("tests.helpers.tiny_models:tiny_cnn_1000",
                  spec_file(tmp_path / "b.toml", train, classes + 'class_map = { hammer = '
@@ -80,9 +79,8 @@ def test_without_a_class_list_a_count_mismatch_says_how_to_map(tmp_path):
     # an explicit class_map alone maps every folder
     cmap = "class_map = { n01440764 = 0, goldfish = 1, great_white_shark = 2, Tiger-Shark = 3, " \
            "hammer = 4 }\n"
-    st = extract("tests.helpers.tiny_models:tiny_cnn_1000", spec_file(tmp_path / "b.toml", train,
-                                                                      cmap),
-                 tmp_path / "b", options=OPTS)
+    st = extract("tests.helpers.tiny_models:tiny_cnn_1000",
+                 spec_file(tmp_path / "b.toml", train, cmap), tmp_path / "b", options=OPTS)
     np.testing.assert_array_equal(np.asarray(st.split("id/train").labels),
                                   np.repeat([3, 1, 2, 4, 0], 2))
 
@@ -117,9 +115,8 @@ def test_flat_ood_folder_is_read_and_flat_id_folder_is_refused(tmp_path):
     for j in range(3):
         Image.fromarray(np.asarray(skdata.camera())[j * 30:j * 30 + 40, :40]).convert(
             "RGB").save(flat / f"{j}.png")
-    st = extract("tests.helpers.tiny_models:tiny_cnn", spec_file(tmp_path / "s.toml", train,
-                                                                 ood=flat),
-                 tmp_path / "s", options=OPTS)
+    st = extract("tests.helpers.tiny_models:tiny_cnn",
+                 spec_file(tmp_path / "s.toml", train, ood=flat), tmp_path / "s", options=OPTS)
     sp = st.split("ood/far/flat")
     assert sp.num_rows == 3 and (np.asarray(sp.labels) == -1).all()
     assert [i.decode() if isinstance(i, bytes) else i for i in sp.ids] == ["0.png", "1.png",
@@ -127,8 +124,7 @@ def test_flat_ood_folder_is_read_and_flat_id_folder_is_refused(tmp_path):
     with pytest.raises(InputError, match=r"split 'id/train': imagefolder .*flat' has no class "
                                          r"sub-directories; an ID split needs one folder"):
         extract("tests.helpers.tiny_models:tiny_cnn", spec_file(tmp_path / "t.toml", flat),
-                tmp_path / "t",
-                options=OPTS)
+                tmp_path / "t", options=OPTS)
 
 
 def test_map_folders_rules():

@@ -119,9 +119,8 @@ source = { builtin = "noise", kind = "gaussian", count = 4 }
 
 def test_extract(capsys, tmp_path):
     (tmp_path / "spec.toml").write_text(SPEC, encoding="utf-8")
-    args = ["extract", "--model", "tests.helpers.tiny_models:tiny_cnn", "--spec",
-            tmp_path / "spec.toml",
-            "--device", "cpu", "--workers", "0"]
+    args = ["extract", "--model", "tests.helpers.tiny_models:tiny_cnn",
+            "--spec", tmp_path / "spec.toml", "--device", "cpu", "--workers", "0"]
     doc = run_json(capsys, *args, "--out", tmp_path / "s")
     assert doc["path"] == str(tmp_path / "s") and doc["seconds"] > 0
     assert {s["name"]: s["num_rows"] for s in doc["splits"]} == {"id/test": 6,

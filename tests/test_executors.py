@@ -1,5 +1,5 @@
 """`featstore run` on real engines: a local Ray cluster (`ray.init(num_cpus=2)`) and a real
-single-node Slurm cluster (tests/slurm_cluster.py: munged + slurmctld + slurmd on localhost,
+single-node Slurm cluster (tests/helpers/slurm.py: munged + slurmctld + slurmd on localhost,
 submitted to through submitit). The reference is the same experiment run here in process,
 one unit after the other (the local executor): every executor's results.json must equal it
 bit for bit once the wall-clock times and the output paths are left out (`_comparable`).

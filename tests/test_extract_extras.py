@@ -205,8 +205,7 @@ def test_cli_extract_flags(tmp_path, spec, capsys):
     assert sp.extra_names() == ["mc_logits", "odin_logits/1000_0.0014"]
     with pytest.raises(SystemExit) as exc:
         main(["extract", "--model", "tests.helpers.tiny_models:tiny_cnn", "--spec", str(spec),
-              "--out",
-              str(tmp_path / "t"), "--odin-grid", "1000"])
+              "--out", str(tmp_path / "t"), "--odin-grid", "1000"])
     assert exc.value.code == 2 and "names no eps" in capsys.readouterr().err
 
 

@@ -1,7 +1,7 @@
 """Fault injection, image-source class (issue 36 items 7, 16, 19): a dangling symlink in an
 ImageFolder, a FIFO named by an image list, a file name that is not UTF-8. Real files, links and
-FIFOs; the tiny CNN of tests/tiny_models.py. References: the README's exit code (1, naming
-the image) and the ids counted by hand."""
+FIFOs; the tiny CNN of tests/helpers/tiny_models.py. References: the README's exit code (1,
+naming the image) and the ids counted by hand."""
 
 from __future__ import annotations
 

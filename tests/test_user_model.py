@@ -161,8 +161,7 @@ def test_timm_models(spec, tmp_path):
     with pytest.raises(FeatstoreError, match="head Linear 'head_dist' differs"):
         extract("tests.helpers.user_models:timm_deit_distilled", spec, tmp_path / "d", options=OPTS)
     st = extract("tests.helpers.user_models:timm_deit_distilled", spec, tmp_path / "d",
-                 options=OPTS,
-                 feature_layer="head", no_head=True)
+                 options=OPTS, feature_layer="head", no_head=True)
     deit = user_models.timm_deit_distilled()
     feats, logits = bare(deit, images(spec), lambda m, x: m.forward_features(x)[:, 0])
     assert_equal_to(st, feats, logits)
