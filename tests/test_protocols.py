@@ -9,13 +9,11 @@ brute-force numpy nearest-neighbour search; the known rotation of synthetic LAID
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli as run
 from PIL import Image
 from scipy.special import softmax
 from scipy.stats import pearsonr
@@ -28,15 +26,14 @@ from featstore.extraction.extract import ExtractOptions, extract
 from featstore.specs.benchmark import load_spec
 from featstore.workflows.protocols import osr, shift
 from featstore.workflows.protocols.lists import lists_to_spec
-
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.helpers.cli import run_cli as run
 
 OPTS = ExtractOptions(device="cpu", batch_size=16, num_workers=0, part_batches=2)
 
 
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
 
 
 def msp(logits: np.ndarray) -> np.ndarray:
@@ -180,7 +177,7 @@ def test_osr_digits_end_to_end(tmp_path, capsys):
     out = tmp_path / "osr"
     code, stdout, err = run(capsys, "protocol", "osr", "--data", "digits", "--ratios", "7/3",
                             "--seeds", "2", "--epochs", "1", "--methods", "msp,knn,confbranch",
-                            "--arch", "tiny_models:TinyCNN",
+                            "--arch", "tests.helpers.tiny_models:TinyCNN",
                             "--device", "cpu", "--out", str(out), "--json")
     assert code == 0, err
     result = json.loads(stdout)
@@ -212,8 +209,8 @@ def test_osr_digits_end_to_end(tmp_path, capsys):
     assert json.loads((out / "results.json").read_text())["aggregate"] == result["aggregate"]
     code, stdout, err = run(capsys, "protocol", "osr", "--data", "digits", "--ratios", "7/3",
                             "--seeds", "2", "--epochs", "1", "--methods", "msp,knn,confbranch",
-                            "--arch", "tiny_models:TinyCNN", "--device", "cpu", "--out",
-                            str(out))
+                            "--arch", "tests.helpers.tiny_models:TinyCNN", "--device", "cpu",
+                            "--out", str(out))
     assert code == 0, err
     assert "ConfBranch" in stdout and "OSR 7/3" in stdout
 
@@ -565,7 +562,7 @@ def test_lists2spec_cli_and_grid(tmp_path, capsys):
     rows = {s["name"]: s["rows"] for s in json.loads(stdout)["splits"]}
     assert rows == {"id/test": 6, "id/train": 6, "ood/shift/cov0_sem1/SynIS": 6,
                     "ood/shift/cov1_sem0/SynIS": 6}
-    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
     cell = st.split("ood/shift/cov0_sem1/SynIS")
     assert list(cell.ids) == [f"./o3/{n}" for n in names["o3"]]
     assert (np.asarray(cell.labels) == -1).all()

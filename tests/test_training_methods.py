@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -35,9 +34,7 @@ from featstore.training.methods.godin import godin_logits, godin_loss
 from featstore.training.methods.logitnorm import logitnorm_loss
 from featstore.training.methods.mcd import discrepancy, entropy, mcd_loss
 from featstore.training.methods.oe import oe_loss, uniform_cross_entropy
-
-sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import TinyCNN  # noqa: E402
+from tests.helpers.tiny_models import TinyCNN
 
 LN3 = math.log(3.0)
 
