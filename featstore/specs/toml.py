@@ -28,6 +28,8 @@ from typing import Any
 from featstore.errors import InputError
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+#: characters a TOML comment cannot hold (control characters but tab)
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -175,8 +177,10 @@ def _body(table: Mapping[str, Any]) -> list[str]:
 
 def dumps(data: Mapping[str, Any], *, inline: Collection[str] = (),
           comment: str | None = None) -> str:
-    """TOML text of `data` (the module docstring's layout); `comment` lines come first."""
-    lines = [f"# {line}".rstrip() for line in comment.splitlines()] if comment else []
+    """TOML text of `data` (the module docstring's layout); `comment` lines come first (its
+    control characters but tab, which a TOML comment cannot hold, become spaces)."""
+    lines = [f"# {_CONTROL.sub(' ', line)}".rstrip() for line in comment.splitlines()
+             ] if comment else []
     tables = {k: v for k, v in data.items()
               if isinstance(v, Mapping) and k not in inline}
     arrays = {k: v for k, v in data.items() if k not in tables and _is_table_array(v)}
