@@ -31,7 +31,7 @@ METRICS = ("auroc", "fpr95", "aupr_in", "aupr_out")
 
 
 def _toml(value) -> str:
-    from featstore.workflows.demo.pipeline import toml_value
+    from featstore.specs.toml import toml_value
 
     return toml_value(value)
 
