@@ -319,6 +319,9 @@ def evaluate(
              "correlations on meta-train sets (overrides --sets-per-split, --kernel).")
     ] = False,
     kernel: KernelOpt = "gauss",
+    spec_file: Annotated[Path | None, typer.Option(
+        "--spec", help="Gscore spec (TOML): the evaluation's settings in a file (the options "
+                       "that set them stay at their defaults).")] = None,
     no_cache: NoCacheOpt = False,
     out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
     json_: JsonOpt = False,
@@ -332,31 +335,71 @@ def evaluate(
     --ratios 1:100,1:10,10:1,100:1 --sizes 50,100 --repeats 5
     """
     setup(json_, quiet)
+    from featstore.specs.gscore import GscoreSpec
     from scorers.gscore import DEFAULT_MODELS, evaluate_gscore
 
-    params = method_params(param)
-    method_list = check_methods(_items(methods) or ["msp"], "--methods")
-    target_list = _items(targets) or ["fpr95", "auroc"]
     if rounds < 1:
         raise UsageError(f"--rounds {rounds}: must be >= 1")
+    _id_fraction(id_pools, id_train_fraction)
+    spec = GscoreSpec(
+        methods=_items(methods) or ["msp"], models=_items(models) or list(DEFAULT_MODELS),
+        targets=_items(targets) or ["fpr95", "auroc"], ratio=ratio, size=_size(size),
+        heterogeneous=heterogeneous, sets_per_split=sets_per_split,
+        repeats=rounds if cv else repeats, seed=seed, train_fraction=train_fraction,
+        id_pools=id_pools, id_train_fraction=id_train_fraction,
+        tau_from=_tau_from(tau_from) or "each", splits=_items(splits) or None,
+        exclude=_items(exclude) or None, baselines=baselines, ude_kernel=kernel, cv=cv,
+        paper=paper, ratios=list(_items(ratios)), sizes=[_size(s) for s in _items(sizes)],
+        robust_heterogeneous=robust_heterogeneous,
+        robust_models=_items(robust_models) or None, params=method_params(param))
+    if spec_file is not None:
+        _no_settings_beside(spec, spec_file)
+        spec = _spec_from_file(spec_file)
+    else:
+        spec.methods = check_methods(spec.methods, "--methods")
     sts = _open_all(stores)
     with step_progress("gscore evaluate") as steps:
         res = evaluate_gscore(
-            sts, method_list, _items(models) or list(DEFAULT_MODELS),
-            target_list, params=params, ratio=ratio, size=_size(size),
-            sets_per_split=sets_per_split, repeats=rounds if cv else repeats, seed=seed,
-            train_fraction=train_fraction,
-            id_train_fraction=_id_fraction(id_pools, id_train_fraction),
-            tau_from=_tau_from(tau_from), heterogeneous=heterogeneous,
-            robust_heterogeneous=robust_heterogeneous, splits=_items(splits) or None,
-            exclude=_items(exclude) or None, baselines=baselines,
-            ratios=_items(ratios), sizes=[_size(s) for s in _items(sizes)],
-            robust_models=_items(robust_models) or None, ude_kernel=kernel, cv=cv,
-            paper=paper, use_cache=not no_cache,
-            announce=announce_config(method_list, target_list), **_step_callbacks(steps))
+            sts, **spec.options(), use_cache=not no_cache,
+            announce=announce_config(spec.methods, spec.targets), **_step_callbacks(steps))
     if out_ is not None:
         atomic_write_result_json(out_, res)
     emit(res, lambda: print_gscore_evaluation(res))
+
+
+def _no_settings_beside(given: Any, spec_file: Path) -> None:
+    """UsageError when an option sets what the --spec file sets."""
+    from dataclasses import fields
+
+    from featstore.specs.gscore import GscoreSpec
+
+    default = GscoreSpec()
+    for f in fields(GscoreSpec):
+        if f.name != "path" and getattr(given, f.name) != getattr(default, f.name):
+            option = {"ude_kernel": "kernel", "params": "param"}.get(f.name, f.name)
+            raise UsageError(f"--spec {str(spec_file)!r} sets the evaluation's settings; "
+                             f"drop --{option.replace('_', '-')} (or set it in the spec)")
+
+
+def _spec_from_file(spec_file: Path) -> Any:
+    """The --spec file's GscoreSpec with its detector names and [params] checked (a bad
+    name or setting in the file is an InputError naming it)."""
+    from featstore.specs.gscore import GscoreSpec
+    from scorers import check_scorers, get_scorer
+
+    spec = GscoreSpec.load(spec_file)
+    where = f"gscore spec {str(spec_file)!r}"
+    spec.methods = check_scorers(spec.methods, f"{where}: methods", InputError)
+    params = {}
+    for method, table in spec.params.items():
+        name = check_scorers([method], f"{where} [params]", InputError)[0]
+        try:
+            get_scorer(name, **table)
+        except (ValueError, UsageError) as exc:
+            raise InputError(f"{where} [params.{method}]: {exc}") from None
+        params[name] = table
+    spec.params = params
+    return spec
 
 
 def _step_callbacks(steps: Any) -> dict[str, Any]:

@@ -247,3 +247,45 @@ def test_gscore_errors_are_exact(text, message):
     with pytest.raises(InputError) as err:
         GscoreSpec.load(text)
     assert str(err.value) == "gscore spec (TOML text)" + message
+
+
+def test_cli_gscore_evaluate_reads_a_spec_file(tmp_path, capsys):
+    """`gscore evaluate --spec g.toml` gives the numbers of the same settings as options
+    (the reference: that run); an option beside --spec and a bad name in the file are
+    one-line errors naming them."""
+    import json
+
+    from conftest import run_cli, structured_arrays
+
+    from featstore import Store
+
+    arrays = structured_arrays(seed=3, n_train=120, n_val=40, n_test=160, n_ood=80)
+    Store.from_arrays(tmp_path / "s", head=arrays["head"], splits=arrays["splits"])
+    (tmp_path / "g.toml").write_text(
+        'methods = ["msp", "energy"]\nmodels = ["ude-wasserstein"]\nrepeats = 2\n'
+        'sets_per_split = 2\nbaselines = false\nid_pools = "shared"\ntau_from = "each"\n'
+        '[robustness]\nratios = ["1:3"]\n')
+    code, out, err = run_cli(capsys, "gscore", "evaluate", tmp_path / "s", "--json",
+                             "--spec", tmp_path / "g.toml")
+    assert code == 0, err
+    by_spec = json.loads(out)
+    code, out, err = run_cli(capsys, "gscore", "evaluate", tmp_path / "s", "--json",
+                             "--methods", "msp,energy", "--models", "ude-wasserstein",
+                             "--repeats", "2", "--sets-per-split", "2", "--no-baselines",
+                             "--id-pools", "shared", "--tau-from", "each", "--ratios", "1:3")
+    assert code == 0, err
+    by_options = json.loads(out)
+    for doc in (by_spec, by_options):
+        del doc["seconds"]
+    assert by_spec == by_options
+    assert by_spec["config"]["id_pools"] == "shared" and len(by_spec["robustness"]) == 1
+    code, _, err = run_cli(capsys, "gscore", "evaluate", tmp_path / "s", "--spec",
+                           tmp_path / "g.toml", "--repeats", "3")
+    assert code == 2 and err.strip().splitlines() == [
+        f"error: --spec {str(tmp_path / 'g.toml')!r} sets the evaluation's settings; drop "
+        "--repeats (or set it in the spec)"]
+    (tmp_path / "bad.toml").write_text('methods = ["msp", "enrgy"]\n')
+    code, _, err = run_cli(capsys, "gscore", "evaluate", tmp_path / "s", "--spec",
+                           tmp_path / "bad.toml")
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert "unknown scorer 'enrgy'" in err and "did you mean 'energy'?" in err

@@ -6,7 +6,7 @@ the variant names ("ude-wasserstein@0.93": `ModelSpec`, `parse_model`), the IND:
     models = ["kmeans-l2", "ude-wasserstein"]   # <modelling>-<distance>[@tau]
     targets = ["fpr95", "auroc"]
     ratio = "1:1"                        # IND:OOD of the meta-sets ("3:1", "1:100", 0.5)
-    size = 100                           # samples per meta-set (absent: all)
+    size = 100                           # samples per meta-set ("max" or absent: all)
     sets_per_split = 10
     repeats = 5
     seed = 0
@@ -16,7 +16,7 @@ the variant names ("ude-wasserstein@0.93": `ModelSpec`, `parse_model`), the IND:
 
     [robustness]                         # the robustness table's settings
     ratios = ["1:10", "10:1"]
-    sizes = [50]
+    sizes = [50, "max"]
     heterogeneous = true
 
     [params.knn]                         # a detector's parameters
@@ -177,8 +177,8 @@ class GscoreSpec:
     methods: list[str] = field(default_factory=lambda: ["msp"])
     models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
     targets: list[str] = field(default_factory=lambda: ["fpr95", "auroc"])
-    ratio: str | float = 1.0
-    size: int | None = None
+    ratio: str | float = "1:1"
+    size: int | None = None                 # None: every row (TOML "max" or absent)
     heterogeneous: bool = False
     sets_per_split: int = SETS_PER_SPLIT
     repeats: int = 5
@@ -196,7 +196,7 @@ class GscoreSpec:
     corr_on: str = "test"
     paper: bool = False
     ratios: list[str | float] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
+    sizes: list[int | None] = field(default_factory=list)
     robust_heterogeneous: bool = False
     robust_models: list[str] | None = None
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -215,6 +215,7 @@ class GscoreSpec:
         data = {f.name: plain(getattr(self, f.name)) for f in fields(self)
                 if f.name not in ("path", "params") and f.name not in _ROBUST.values()}
         robust = {key: plain(getattr(self, name)) for key, name in _ROBUST.items()}
+        robust["sizes"] = ["max" if v is None else v for v in self.sizes]
         data["robustness"] = {k: v for k, v in robust.items() if v not in (None, [], False)}
         data["params"] = plain(self.params)
         return {k: v for k, v in data.items() if v is not None and v != {}}
@@ -240,13 +241,23 @@ _ROBUST = {"ratios": "ratios", "sizes": "sizes", "heterogeneous": "robust_hetero
 #: top-level key -> TOML type (`featstore.specs.toml.KINDS`)
 _TYPES: dict[str, str | tuple[str, ...]] = {
     "methods": "str_list", "models": "str_list", "targets": "str_list",
-    "ratio": ("str", "number"), "size": "int", "heterogeneous": "bool", "sets_per_split": "int",
+    "ratio": ("str", "number"), "size": ("int", "str"), "heterogeneous": "bool",
+    "sets_per_split": "int",
     "repeats": "int", "seed": "int", "train_fraction": "number", "id_pools": "str",
     "id_train_fraction": "number", "tau_from": "str", "splits": "str_list",
     "exclude": "str_list", "baselines": "bool", "ude_kernel": "str", "clip": "bool",
     "cv": "int", "corr_on": "str", "paper": "bool"}
 #: every top-level key of a Gscore spec
 GSCORE_KEYS = (*_TYPES, "robustness", "params")
+
+
+def _size(value: Any, key: str, where: str) -> int | None:
+    """A meta-set size: an integer, or "max" (None: every row)."""
+    if value is None or value == "max":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{where}: {key} = {value!r}: expected an integer >= 2 or \"max\"")
+    return value
 
 
 def _check_values(s: GscoreSpec, where: str) -> None:
@@ -263,10 +274,9 @@ def _check_values(s: GscoreSpec, where: str) -> None:
     for key in ("sets_per_split", "repeats"):
         _at_least(getattr(s, key), 1, key, where)
     _at_least(s.seed, 0, "seed", where)
-    if s.size is not None:
-        _at_least(s.size, 2, "size", where)
-    for size in s.sizes:
-        _at_least(size, 2, "[robustness] sizes", where)
+    for key, size in [("size", s.size), *(("[robustness] sizes", v) for v in s.sizes)]:
+        if size is not None:
+            _at_least(size, 2, key, where)
     if s.cv is not None:
         _at_least(s.cv, 2, "cv", where)
     _fraction(s.train_fraction, "train_fraction", where)
@@ -283,10 +293,12 @@ def parse_gscore(data: dict[str, Any], where: str) -> GscoreSpec:
     robust = dict(get(data, "robustness", "table", where, {}))
     check_keys(robust, tuple(_ROBUST), f"{where} [robustness]")
     rwhere = f"{where} [robustness]"
-    for key, kind in (("ratios", "list"), ("sizes", "int_list"), ("heterogeneous", "bool"),
+    for key, kind in (("ratios", "list"), ("sizes", "list"), ("heterogeneous", "bool"),
                       ("models", "str_list")):
         if key in robust:
             values[_ROBUST[key]] = get(robust, key, kind, rwhere)
+    values["size"] = _size(values.get("size"), "size", where)
+    values["sizes"] = [_size(v, "[robustness] sizes", where) for v in values.get("sizes", [])]
     params = dict(get(data, "params", "table", where, {}))
     for method, table in params.items():
         get(params, method, "table", f"{where} [params]")
