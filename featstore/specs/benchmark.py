@@ -42,6 +42,11 @@ Specs are strict: a key the spec format does not define (at the top level, in [t
 a [[split]] or in its source) is an error naming the key, the valid ones and the closest
 valid one, because an ignored misspelling changes results silently (a misspelled `usage`
 would put a val split into test).
+
+A spec is an object, `BenchmarkSpec`: `BenchmarkSpec.load(path or TOML text)` reads one
+with the shared strict reader (`featstore.specs.toml`), `to_toml()` writes it (paths
+absolute), `validated()` checks one built in code as a file is checked; extraction and
+training take the object.
 """
 
 from __future__ import annotations
