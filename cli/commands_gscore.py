@@ -190,6 +190,9 @@ IdTrainFractionOpt = Annotated[float, typer.Option(
     help="With disjoint pools: the share of id/test rows for meta-train sets.")]
 RobustHeterogeneousOpt = Annotated[bool, typer.Option(
     "--robust-heterogeneous", help="Add a heterogeneous-sets row to the robustness table.")]
+SpecFileOpt = Annotated[Path | None, typer.Option(
+    "--spec", metavar="FILE", help="Gscore spec (TOML): the evaluation's settings in a file "
+                                   "(the options that set them stay at their defaults).")]
 MethodParamOpt = Annotated[list[str] | None, typer.Option(
     help="method.k=v scorer parameter, e.g. odin.temperature=1000.")]
 
@@ -319,9 +322,7 @@ def evaluate(
              "correlations on meta-train sets (overrides --sets-per-split, --kernel).")
     ] = False,
     kernel: KernelOpt = "gauss",
-    spec_file: Annotated[Path | None, typer.Option(
-        "--spec", help="Gscore spec (TOML): the evaluation's settings in a file (the options "
-                       "that set them stay at their defaults).")] = None,
+    spec_file: SpecFileOpt = None,
     no_cache: NoCacheOpt = False,
     out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
     json_: JsonOpt = False,
@@ -341,7 +342,7 @@ def evaluate(
     if rounds < 1:
         raise UsageError(f"--rounds {rounds}: must be >= 1")
     _id_fraction(id_pools, id_train_fraction)
-    spec = GscoreSpec(
+    spec = _chosen_spec(spec_file, GscoreSpec(
         methods=_items(methods) or ["msp"], models=_items(models) or list(DEFAULT_MODELS),
         targets=_items(targets) or ["fpr95", "auroc"], ratio=ratio, size=_size(size),
         heterogeneous=heterogeneous, sets_per_split=sets_per_split,
@@ -351,12 +352,7 @@ def evaluate(
         exclude=_items(exclude) or None, baselines=baselines, ude_kernel=kernel, cv=cv,
         paper=paper, ratios=list(_items(ratios)), sizes=[_size(s) for s in _items(sizes)],
         robust_heterogeneous=robust_heterogeneous,
-        robust_models=_items(robust_models) or None, params=method_params(param))
-    if spec_file is not None:
-        _no_settings_beside(spec, spec_file)
-        spec = _spec_from_file(spec_file)
-    else:
-        spec.methods = check_methods(spec.methods, "--methods")
+        robust_models=_items(robust_models) or None, params=method_params(param)))
     sts = _open_all(stores)
     with step_progress("gscore evaluate") as steps:
         res = evaluate_gscore(
@@ -367,18 +363,23 @@ def evaluate(
     emit(res, lambda: print_gscore_evaluation(res))
 
 
-def _no_settings_beside(given: Any, spec_file: Path) -> None:
-    """UsageError when an option sets what the --spec file sets."""
+def _chosen_spec(spec_file: Path | None, given: Any) -> Any:
+    """The settings: the options' (`given`, its detectors checked), or the --spec file's
+    (then an option that sets what the file sets is a UsageError naming it)."""
     from dataclasses import fields
 
     from featstore.specs.gscore import GscoreSpec
 
+    if spec_file is None:
+        given.methods = check_methods(given.methods, "--methods")
+        return given
     default = GscoreSpec()
     for f in fields(GscoreSpec):
         if f.name != "path" and getattr(given, f.name) != getattr(default, f.name):
             option = {"ude_kernel": "kernel", "params": "param"}.get(f.name, f.name)
             raise UsageError(f"--spec {str(spec_file)!r} sets the evaluation's settings; "
                              f"drop --{option.replace('_', '-')} (or set it in the spec)")
+    return _spec_from_file(spec_file)
 
 
 def _spec_from_file(spec_file: Path) -> Any:
