@@ -16,11 +16,8 @@ from featstore.specs.gscore import (
     TARGETS,
     TAU_FROM,
     UDE_KERNELS,
-    GscoreSpec,
     ModelSpec,
     _check_target,
-    _default_tau,
-    _parse_tau,
     parse_model,
     parse_ratio,
     ratio_label,
@@ -29,9 +26,8 @@ from featstore.specs.gscore import (
 from ..metrics import OOD_METRIC_NAMES
 
 __all__ = ["DEFAULT_MODELS", "DISTANCES", "FPR_AT_TPR", "ID_TRAIN_FRACTION", "MODELLINGS",
-           "SETS_PER_SPLIT", "TARGETS", "TAU_FROM", "UDE_KERNELS", "GscoreSpec", "ModelSpec",
-           "_AUTO", "_check_target", "_default_tau", "_parse_tau", "parse_model",
-           "parse_ratio", "ratio_label"]
+           "SETS_PER_SPLIT", "TARGETS", "TAU_FROM", "UDE_KERNELS", "ModelSpec", "_AUTO",
+           "_check_target", "parse_model", "parse_ratio", "ratio_label"]
 
 SIGMA_FLOOR_REL = 1e-3
 GMM_MAX_ITER = 10000
