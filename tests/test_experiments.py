@@ -26,7 +26,7 @@ METRICS = ("auroc", "fpr95", "aupr_in", "aupr_out")
 
 
 def _toml(value) -> str:
-    from featstore.workflows.demo.pipeline import toml_value
+    from featstore.specs.toml import toml_value
 
     return toml_value(value)
 
@@ -339,7 +339,7 @@ def test_run_spec_keeps_the_user_spec(tmp_path, user_spec):
     balance settings: a run never trains or extracts another benchmark than the user's."""
     from featstore.specs.benchmark import load_spec
     from featstore.workflows.experiments.config import Experiment, MethodRow
-    from featstore.workflows.experiments.runner import _spec_text
+    from featstore.workflows.experiments.runner import run_spec
 
     text = user_spec.read_text()
     user_spec.write_text('classes = ["astronaut", "chelsea", "coffee"]\n'
@@ -347,10 +347,11 @@ def test_run_spec_keeps_the_user_spec(tmp_path, user_spec):
                          + text)
     exp = Experiment(name="x", arch=None, seeds=[0], rows=[MethodRow("MSP", "ce", "msp")],
                      spec=str(user_spec))
-    copy, _ = _spec_text(exp, {"seed": 0}, tmp_path, None)
+    spec, comment, _ = run_spec(exp, {"seed": 0}, tmp_path, None)
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "spec.toml").write_text(copy)
+    (tmp_path / "run" / "spec.toml").write_text(spec.to_toml(comment))
     a, b = load_spec(user_spec), load_spec(tmp_path / "run" / "spec.toml")
+    assert b == spec == a    # the object handed to training and extraction, and its copy
     assert (b.classes, b.class_map, b.balance, b.balance_seed) == (
         a.classes, a.class_map, True, 3)
     assert [(s.name, s.usage, s.source) for s in b.splits] == [

@@ -20,7 +20,7 @@ from featstore.store.textsafe import md_text, term_text
 from featstore.training.trainer import _save_atomically
 from featstore.workflows.experiments import load_experiment, run_experiment
 from featstore.workflows.experiments.render import markdown_report
-from featstore.workflows.experiments.runner import _slug, _spec_text
+from featstore.workflows.experiments.runner import _slug, run_spec
 from tests.helpers.cli import run_cli
 from tests.helpers.stores import structured_arrays
 
@@ -123,7 +123,8 @@ def test_untrusted_names_in_generated_spec_and_markdown(tmp_path):
     splits); method names with `|`, newlines and <script> reached results.md raw."""
     exp = load_experiment(_experiment(tmp_path, name='"two\\nlines\\n[[split]]"',
                                       rows='"a|b\\n<script>"'))
-    text, _ = _spec_text(exp, {"seed": 0}, tmp_path, None)
+    bench, comment, _ = run_spec(exp, {"seed": 0}, tmp_path, None)
+    text = bench.to_toml(comment)
     spec = tmp_path / "gen.toml"
     spec.write_text(text)
     assert [s.name for s in load_spec(spec).splits] == ["id/train", "id/test"]

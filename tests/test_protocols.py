@@ -105,10 +105,10 @@ def test_file_data_split_lists(tmp_path):
     data = osr.load_data(str(root))
     assert data.classes == ["c0", "c1", "c2", "c3"]
     split = osr.ClassSplit((2, 2), 0, (1, 3), (0, 2))
-    text = osr.split_spec_text(data, split, tmp_path / "d", None, val_open="paper")
+    spec = osr.split_spec(data, split, tmp_path / "d", None, val_open="paper")
     spec_file = tmp_path / "d" / "spec.toml"
-    spec_file.write_text(text)
-    spec = load_spec(spec_file)
+    spec_file.write_text(spec.to_toml(osr.split_comment(data, split, "paper")))
+    assert load_spec(spec_file) == spec
     assert [s.name for s in spec.splits] == ["id/train", "id/val", "id/test",
                                              "ood/osr/open_val", "ood/osr/open"]
     assert spec.classes == ["c1", "c3"]
@@ -138,7 +138,7 @@ def test_osr_validation_holds_out_open_classes_by_default(tmp_path):
                                                                           replace=False))
     val_cls, test_cls = osr.open_val_test(split)
     assert list(val_cls) == held and set(test_cls) == {1, 3, 4} - set(held)
-    osr.split_spec_text(data, split, tmp_path / "h", None)
+    osr.split_spec(data, split, tmp_path / "h", None)
     listed = {p: {ln.split()[0].split("/")[0] for ln in
                   (tmp_path / "h" / "lists" / f"{p}.txt").read_text().split("\n")[:-1]}
               for p in ("open_val", "open_test")}
@@ -146,12 +146,10 @@ def test_osr_validation_holds_out_open_classes_by_default(tmp_path):
     assert listed["open_test"] == {f"c{c}" for c in test_cls}
     assert not listed["open_val"] & listed["open_test"]
     assert osr.open_val_test(split, "paper") == ((1, 3, 4), (1, 3, 4))
-    digits = osr.split_spec_text(osr.load_data("digits"), osr.class_splits(10, (7, 3), [0])[0],
-                                 tmp_path / "g", None)
+    digits = osr.split_spec(osr.load_data("digits"), osr.class_splits(10, (7, 3), [0])[0],
+                            tmp_path / "g", None)
     val_d, test_d = osr.open_val_test(osr.class_splits(10, (7, 3), [0])[0])
-    import tomllib
-
-    sources = {sp["name"]: sp["source"] for sp in tomllib.loads(digits)["split"]}
+    sources = {sp.name: sp.source for sp in digits.splits}
     assert sources["ood/osr/open_val"]["classes"] == list(val_d)
     assert sources["ood/osr/open"]["classes"] == list(test_d)
     assert not set(val_d) & set(test_d) and len(val_d) == 1 and len(test_d) == 2
