@@ -255,9 +255,9 @@ def test_cli_gscore_evaluate_reads_a_spec_file(tmp_path, capsys):
     one-line errors naming them."""
     import json
 
-    from conftest import run_cli, structured_arrays
-
     from featstore import Store
+    from tests.helpers.cli import run_cli
+    from tests.helpers.stores import structured_arrays
 
     arrays = structured_arrays(seed=3, n_train=120, n_val=40, n_test=160, n_ood=80)
     Store.from_arrays(tmp_path / "s", head=arrays["head"], splits=arrays["splits"])
