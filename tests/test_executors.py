@@ -3,15 +3,18 @@ single-node Slurm cluster (tests/slurm_cluster.py: munged + slurmctld + slurmd o
 submitted to through submitit). The reference is the same experiment run here in process,
 one unit after the other (the local executor): every executor's results.json must equal it
 bit for bit once the wall-clock times and the output paths are left out (`_comparable`).
-A unit killed mid-run (its Ray worker SIGKILLed) is redone by Ray and the aggregate is
-unchanged. Tiny: OSR 7/3 on digits at 8x8, a tiny CNN, 1 epoch, 1 seed, 2 training methods
-(2 units)."""
+A unit killed mid-run (its Ray worker SIGKILLed) is redone by Ray, and units whose Slurm jobs
+are requeued mid-run (Slurm's `scontrol requeue`, submitit's USR2) are redone in the
+restarted jobs; the aggregate is unchanged. Tiny: OSR 7/3 on digits at 8x8, a tiny CNN,
+1 epoch, 1 seed, 2 training methods (2 units)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +25,7 @@ import torch
 from conftest import run_cli as run
 from slurm_cluster import SlurmCluster, why_unavailable
 
-from featstore.workflows.experiments import load_experiment, run_experiment
+from featstore.workflows.experiments import load_experiment, run_experiment, unitstate
 from featstore.workflows.experiments.executors import RayExecutor
 from featstore.workflows.experiments.unitstate import read_state, status
 
@@ -135,8 +138,8 @@ def test_ray_equals_local_and_killed_unit_redone(ray_cluster, experiment, local_
         except BaseException as exc:   # noqa: BLE001 (re-raised in the test thread)
             box["exc"] = exc
 
-    victim = _interrupt_when_running(drive, out, "r7-3-seed0-logitnorm",
-                                     lambda st: os.kill(st["pid"], signal.SIGKILL))
+    victim = _interrupt_when_running(drive, out, {"r7-3-seed0-logitnorm": lambda st: os.kill(
+        st["pid"], signal.SIGKILL)})["r7-3-seed0-logitnorm"]
     if "exc" in box:
         raise box["exc"]
     after = read_state(out, "r7-3-seed0-logitnorm")
@@ -157,42 +160,187 @@ def test_ray_equals_local_and_killed_unit_redone(ray_cluster, experiment, local_
     assert {u: read_state(out, u)["pid"] for u in UNITS} == pids     # read back, not rerun
 
 
-def _interrupt_when_running(drive, out: Path, uid: str, interrupt) -> dict:
+def _interrupt_when_running(drive, out: Path, interrupts: dict) -> dict:
     """Run `drive` in a thread; once unit `uid`'s state file says running, call
-    `interrupt(state)` once; wait for `drive` to end; the state interrupted."""
+    `interrupts[uid](state)` once, in a thread of its own (the units run at once); wait for
+    `drive` to end; {uid: the state interrupted}."""
     thread = threading.Thread(target=drive)
     thread.start()
-    victim, end = None, time.monotonic() + 300
-    while victim is None and time.monotonic() < end and thread.is_alive():
-        st = read_state(out, uid) if (out / "units").is_dir() else None
-        if st and st["state"] == "running":
-            victim = st
-            interrupt(st)
+    victims: dict = {}
+    helpers = []
+    end = time.monotonic() + 300
+    while len(victims) < len(interrupts) and time.monotonic() < end and thread.is_alive():
+        for uid, interrupt in interrupts.items():
+            st = read_state(out, uid) if uid not in victims and (out / "units").is_dir() \
+                else None
+            if st and st["state"] == "running":
+                victims[uid] = st
+                helpers.append(threading.Thread(target=interrupt, args=(st,)))
+                helpers[-1].start()
         time.sleep(0.05)
+    for helper in helpers:
+        helper.join(300)
     thread.join(600)
-    assert victim is not None, "the unit never ran"
-    return victim
+    assert sorted(victims) == sorted(interrupts), f"units never seen running: {victims}"
+    return victims
 
 
-def test_slurm_equals_local(slurm, experiment, local_result, tmp_path, capsys):
+def _slurm(*args: str) -> str:
+    return subprocess.run(list(args), check=True, capture_output=True, text=True,
+                          timeout=60).stdout
+
+
+def _start_now(job: str, timeout: float = 120) -> None:
+    """Once the requeued `job` is pending again, let it start now (Slurm holds a requeued job
+    back for about two minutes: reason BeginTime)."""
+    end, state = time.monotonic() + timeout, ""
+    while time.monotonic() < end:
+        state = _slurm("squeue", "-h", "-r", "-j", job, "-o", "%T").strip()
+        if state == "PENDING":
+            _slurm("scontrol", "update", f"JobId={job}", "StartTime=now")
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"job {job} was not requeued (squeue: {state!r})")
+
+
+def _requeue(st: dict) -> None:
+    """Slurm's own requeue (what preemption with PreemptMode=REQUEUE does): SIGTERM to the
+    job, SIGKILL after KillWait, the job queued again under the same id."""
+    _slurm("scontrol", "requeue", st["job"])
+    _start_now(st["job"])
+
+
+def _usr2(st: dict) -> None:
+    """submitit's time-out / preemption signal (sbatch --signal=USR2@90; submitit's own
+    `SlurmJob._interrupt` sends it): submitit checkpoints the job and requeues it itself."""
+    _slurm("scancel", "--signal", "USR2", st["job"])
+    _start_now(st["job"])
+
+
+def _same_stores(got: Path, ref: Path) -> None:
+    """Every store of run `got` verifies (no half-written file), holds the complete splits
+    of run `ref`'s same store and their arrays bit for bit."""
+    from featstore import Store
+
+    stores = sorted(p.parent.relative_to(got) for p in got.glob("runs/**/store/store.json"))
+    assert len(stores) == 2
+    for rel in stores:
+        with Store.open(got / rel) as st, Store.open(ref / rel) as want:
+            assert st.verify() == []
+            assert st.splits() == want.splits()
+            for name in want.splits():
+                for field in ("features", "logits", "labels"):
+                    assert np.array_equal(np.asarray(getattr(st.split(name), field)),
+                                          np.asarray(getattr(want.split(name), field)))
+
+
+def test_slurm_equals_local_and_requeued_units_redone(slurm, experiment, local_result,
+                                                      tmp_path, capsys):
     """`featstore run --executor slurm` (the run file's [executor] table: 1 CPU and 10
-    minutes per unit, an array job) on the localhost cluster: results.json = the local one,
-    each unit ran in its own Slurm job, `--status` names the jobs."""
+    minutes per unit, an array job) on the localhost cluster, each unit's job requeued while
+    its unit runs: the LogitNorm unit's by Slurm (`scontrol requeue`: SIGTERM, as on
+    preemption), the CE unit's by submitit (USR2, its time-out / preemption signal:
+    checkpoint, then requeue). Each job restarts under the same id (SLURM_RESTART_COUNT 1) in
+    a new process, the unit's state file keeps the interrupted start in `attempts`, and the
+    unit redoes what its files do not hold. results.json = the local one (2 units done, 3
+    rows: none lost or doubled), every store verifies and holds the local run's arrays,
+    `--status` names the jobs."""
     exp_file = tmp_path / "exp.toml"
     exp_file.write_text(experiment.read_text().replace(
         '[train]', '[executor]\ncpus = 1\ntime = 10\npoll_s = 1\n[train]'))
     out = tmp_path / "slurm_out"
-    code, stdout, err = run(capsys, "run", str(exp_file), "--out", str(out), "--executor",
-                            "slurm", "--json")
+    box: dict = {}
+
+    def drive():
+        box["cli"] = run(capsys, "run", str(exp_file), "--out", str(out), "--executor",
+                         "slurm", "--json")
+
+    victims = _interrupt_when_running(drive, out, {"r7-3-seed0-ce": _usr2,
+                                                   "r7-3-seed0-logitnorm": _requeue})
+    code, stdout, err = box["cli"]
     assert code == 0, err + "".join(p.read_text() for p in (out / "logs").glob("*.log"))
+    for uid, victim in victims.items():
+        after = read_state(out, uid)
+        assert after["state"] == "done" and after["pid"] != victim["pid"]
+        assert after["job"] == victim["job"] and after["restarts"] == 1
+        assert after["attempt"] == 2 and [a["pid"] for a in after["attempts"]] == \
+            [victim["pid"]]
+        assert after["attempts"][0]["interrupted"] is not None
+        assert "interrupted (" in unitstate.log_path(out, uid).read_text()
+    assert read_state(out, "r7-3-seed0-logitnorm")["attempts"][0]["reason"] == "SIGTERM"
     assert _comparable(json.loads(stdout)) == _comparable(local_result) | {
         "experiment": _comparable(local_result["experiment"]) | {"path": str(exp_file)}}
     _check_done(out, "slurm")
+    _same_stores(out, Path(local_result["out"]))
     jobs = [u["job"] for u in status(out)["units"]]
     assert len({j.split("_")[0] for j in jobs}) == 1 and len(set(jobs)) == 2   # one array
     assert all(read_state(out, u)["pid"] != os.getpid() for u in UNITS)
     code, stdout, _ = run(capsys, "run", "--status", str(out))
     assert code == 0 and stdout.count("done") >= 2 and jobs[0] in stdout
+
+
+UNIT_JOB = """
+import sys, time
+from featstore.workflows.experiments.executors import Tracked
+from featstore.workflows.experiments.slurm_unit import UnitJob
+
+def body(unit, log):
+    log("unit body starts")
+    if sys.argv[2] == "sleep":
+        time.sleep(120)
+    if sys.argv[2] == "fail":
+        raise RuntimeError("this body must not run again")
+    return {"answer": 42}
+
+out = sys.argv[1]
+print(UnitJob()(Tracked(body, out), {"id": "u1", "key": "k1", "label": "u1"}, out))
+"""
+
+
+def test_unit_job_sigterm_then_restart(tmp_path):
+    """A Slurm job's body (`slurm_unit.UnitJob`, called as submitit calls it, without Slurm):
+    SIGTERM (what Slurm sends a job it requeues or preempts) stops the unit at once, its
+    state `interrupted` with reason SIGTERM; the restarted job runs it again (attempt 2, the
+    first start kept in `attempts` with its pid) to done; a job started after that reads the
+    unit back without running its body (which would fail)."""
+    pytest.importorskip("submitit", reason="the optional extra featstore[slurm]")
+    script = tmp_path / "job.py"
+    script.write_text(UNIT_JOB)
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, str(script), str(out), "sleep"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 120
+    while (read_state(out, "u1") or {}).get("state") != "running":
+        assert proc.poll() is None and time.monotonic() < end, proc.communicate()
+        time.sleep(0.05)
+    first = read_state(out, "u1")
+    assert first["pid"] == proc.pid and first["attempt"] == 1 and first["attempts"] == []
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) != 0                     # stopped long before its 120 s sleep
+    stopped = read_state(out, "u1")
+    assert stopped["state"] == "interrupted" and stopped["reason"] == "SIGTERM"
+    again = subprocess.run([sys.executable, str(script), str(out), "ok"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    done = read_state(out, "u1")
+    assert done["state"] == "done" and done["records"] == {"answer": 42}
+    assert done["attempt"] == 2 and done["pid"] != proc.pid
+    assert [(a["pid"], a["reason"]) for a in done["attempts"]] == [(proc.pid, "SIGTERM")]
+    log = unitstate.log_path(out, "u1").read_text()
+    assert log.count("unit body starts") == 2 and "interrupted (SIGTERM)" in log
+    late = subprocess.run([sys.executable, str(script), str(out), "fail"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert late.returncode == 0 and "read back, not rerun" in late.stdout, late.stderr
+    assert read_state(out, "u1") == done
+    st = status_of_one(out)
+    assert st["state"] == "done" and st["attempt"] == 2
+
+
+def status_of_one(out: Path) -> dict:
+    """`run --status`'s entry of the one unit of `test_unit_job_sigterm_then_restart`."""
+    unitstate.write_plan(out, "slurm", [{"id": "u1", "key": "k1", "label": "u1"}])
+    return status(out)["units"][0]
 
 
 def test_executor_bad_input(experiment, tmp_path, capsys):

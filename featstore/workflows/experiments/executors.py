@@ -18,10 +18,12 @@ x every training method, today's order); every unit writes into the shared `--ou
 the driver aggregates when all are done, reading each unit's records from its state file, so
 `results.json` is the same whatever ran the units. A unit that finished earlier with the same
 key is read back, not resubmitted. A unit killed mid-way (lost Ray worker: Ray re-runs it up
-to `retries` times; Slurm preemption or time-out: submitit requeues it) redoes only what its
-files do not hold. A unit that fails for its own reason is reported with its log; the
-others go on, and the run then stops with exit 1 naming every failed unit (rerun to retry
-them: finished units are kept), never a `results.json` of a subset.
+to `retries` times; a Slurm job requeued, preempted or timed out: restarted under the same id,
+`slurm_unit`) redoes only what its files do not hold; the driver waits for a job while it is
+in the queue, an interrupted unit's included. A unit that fails for its own reason is
+reported with its log; the others go on, and the run then stops with exit 1 naming every
+failed unit (rerun to retry them: finished units are kept), never a `results.json` of a
+subset.
 
 Every executor also runs other workflows' units (`run_calls(out, units, call, log, title)`:
 `featstore.workflows.experiments.workflows`: OSR, FACETS table, shift grid, Gbench): `call(unit,
@@ -253,12 +255,12 @@ class SlurmExecutor(_UnitCallExecutor):
                                            if v is not None})
         if self.array:
             n = len(todo)
-            jobs = ex.map_array(UnitJob(), [call] * n, todo)
+            jobs = ex.map_array(UnitJob(), [call] * n, todo, [str(out)] * n)
             return {u["id"]: j for u, j in zip(todo, jobs, strict=True)}
         jobs = {}
         for u in todo:
             ex.update_parameters(name=f"{name}:{u['id']}")
-            jobs[u["id"]] = ex.submit(UnitJob(), call, u)
+            jobs[u["id"]] = ex.submit(UnitJob(), call, u, str(out))
         return jobs
 
     def run_calls(self, out: Path, units: list[dict[str, Any]], call: Callable[..., Any],
