@@ -490,3 +490,142 @@ def test_facets_table_on_ray_equals_local(ray_cluster, tmp_path, capsys):
                          "--work", str(work))
     assert code == 0 and again == got
     assert {u["id"]: u["pid"] for u in status(work)["units"]} == pids
+
+
+# ------------------------------------------------------------------- gscore gbench (units)
+GBENCH_TINY = {"epochs": 1, "only": ["ood/near/digit6", "ood/noise/gaussian"],
+               "patch_count": 8, "noise_count": 8}
+
+
+def _gbench_comparable(summary: dict) -> dict:
+    """A built store's summary without its paths and wall time, and without the digest of
+    the checkpoint's bytes (torch.save's pickle memoizes strings by identity, which differs
+    between a worker process and this one; the weights' numbers are compared through the
+    store's head in `_same_store_arrays`), as JSON (what `gscore gbench --json` prints; a
+    unit's result comes back through its JSON state file)."""
+    summary = json.loads(json.dumps(summary))
+    model = {k: v for k, v in summary["model"].items() if k not in ("weights", "sha256")}
+    return {**{k: v for k, v in summary.items() if k not in ("path", "seconds")},
+            "model": model}
+
+
+def _same_store_arrays(got: str | Path, ref: str | Path) -> None:
+    """Store `got` verifies and holds store `ref`'s head and every split's arrays, bit for
+    bit (the reference: the same build in this process)."""
+    from featstore import Store
+
+    with Store.open(got) as st, Store.open(ref) as want:
+        assert st.verify() == []
+        assert st.splits() == want.splits()
+        for a, b in zip(st.head, want.head, strict=True):
+            assert np.array_equal(a, b)
+        for name in want.splits():
+            for field in ("features", "logits", "labels"):
+                assert np.array_equal(np.asarray(getattr(st.split(name), field)),
+                                      np.asarray(getattr(want.split(name), field)))
+
+
+@pytest.fixture(scope="module")
+def gbench_serial(tmp_path_factory) -> dict:
+    """The reference: the tiny mini-Gbench (2 OOD splits, 1 training epoch) of the w8 and
+    scratch backbones built one after the other in this process (`gbench.build_gbench`, as
+    `gscore gbench` without an executor), {backbone: summary}."""
+    from featstore.workflows.demo.gbench import build_gbench
+    from featstore.workflows.demo.gbench_units import build_summary
+
+    out = tmp_path_factory.mktemp("gbench_serial")
+    threads = torch.get_num_threads()
+    try:
+        res = {}
+        for b in ("w8", "scratch"):
+            with build_gbench(out, backbone=b, log=lambda _m: None, **GBENCH_TINY) as st:
+                res[b] = build_summary(st, 0.0)
+    finally:
+        torch.set_num_threads(threads)    # build_gbench sets the machine's CPU count
+    return res
+
+
+def test_gbench_builds_in_a_pool_equal_serial(gbench_serial, tmp_path):
+    """`gbench_units.gbench_builds` on the local pool (2 workers): the w8 and scratch builds
+    are one unit each, in spawned processes; each store's summary and arrays equal the
+    in-process builds'; a backbone named twice, --weights for two backbones and an unknown
+    backbone are UsageErrors naming them, before anything runs."""
+    from featstore.errors import UsageError
+    from featstore.workflows.demo.gbench_units import gbench_builds
+    from featstore.workflows.experiments.executors import make_executor
+
+    pool = make_executor("local", {"workers": 2})
+    got = gbench_builds(pool, tmp_path / "g", ["w8", "scratch"], log=lambda _m: None,
+                        **GBENCH_TINY)
+    assert [s["path"] for s in got] == [str(tmp_path / "g" / f"store_{b}")
+                                        for b in ("w8", "scratch")]
+    for b, summary in zip(("w8", "scratch"), got, strict=True):
+        assert _gbench_comparable(summary) == _gbench_comparable(gbench_serial[b])
+        _same_store_arrays(summary["path"], gbench_serial[b]["path"])
+    st = status(tmp_path / "g")
+    assert st["executor"] == "local" and st["counts"]["done"] == 2
+    assert [u["id"] for u in st["units"]] == ["gbench-build-w8", "gbench-build-scratch"]
+    assert os.getpid() not in {u["pid"] for u in st["units"]}
+    for bad, message in ((["w8", "w8"], "a backbone is named twice"),
+                         (["w8", "huge"], "--backbone 'huge': expected one of")):
+        with pytest.raises(UsageError, match=message):
+            gbench_builds(pool, tmp_path / "bad", bad)
+    with pytest.raises(UsageError, match="--weights applies to one --backbone; got 2"):
+        gbench_builds(pool, tmp_path / "bad", ["w8", "w32"], weights=tmp_path / "m.pt")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_gbench_on_slurm_equals_serial(slurm, gbench_serial, tmp_path, capsys):
+    """Real Slurm: the w8 mini-Gbench build as a Slurm job (`gbench_builds`, 1 CPU, 10
+    minutes) = the in-process build (summary and arrays); `gscore gbench STORES --executor
+    slurm --work DIR` (the Gbench protocol on two stores as one job) prints the in-process
+    run's JSON, and the unit ran in its job."""
+    from test_gscore import graded_store
+
+    from featstore.workflows.demo.gbench_units import gbench_builds
+    from featstore.workflows.experiments.executors import SlurmExecutor
+
+    got = gbench_builds(SlurmExecutor(cpus=1, time=10, poll_s=1), tmp_path / "g", ["w8"],
+                        log=lambda _m: None, **GBENCH_TINY)
+    assert _gbench_comparable(got[0]) == _gbench_comparable(gbench_serial["w8"])
+    _same_store_arrays(got[0]["path"], gbench_serial["w8"]["path"])
+    job = status(tmp_path / "g")["units"][0]
+    assert job["state"] == "done" and job["job"] and job["pid"] != os.getpid()
+
+    a = graded_store(tmp_path / "a", seed=0, n_ood=4, rows=60)
+    b = graded_store(tmp_path / "b", seed=1, n_ood=6, rows=60)
+    args = ["gscore", "gbench", a.path, b.path, "--json", "--methods", "msp", "--repeats",
+            "1", "--exclude", "ood/g2/*"]
+    code, serial, err = run(capsys, *args)
+    assert code == 0, err
+    cfg = tmp_path / "slurm.toml"
+    cfg.write_text('[executor]\nkind = "slurm"\ncpus = 1\ntime = 10\npoll_s = 1\n')
+    work = tmp_path / "work"
+    code, stdout, err = run(capsys, *args, "--executor-config", cfg, "--work", work)
+    assert code == 0, err + "".join(p.read_text() for p in (work / "logs").glob("*.log"))
+    assert _comparable(json.loads(stdout)) == _comparable(json.loads(serial))
+    st = status(work)
+    assert st["executor"] == "slurm" and st["counts"]["done"] == 1
+    assert st["units"][0]["job"] and st["units"][0]["pid"] != os.getpid()
+
+
+def test_gbench_executor_bad_input(tmp_path, capsys):
+    """`gscore gbench`'s executor options: a backbone named twice, --weights for two
+    backbones, an unknown executor, --workers with Ray and STORES on Slurm without --work
+    are exit 2 naming the option, before anything is written."""
+    from test_gscore import graded_store
+
+    out = tmp_path / "g"
+    cases = [(["--backbone", "w8,w8"], "a backbone is named twice"),
+             (["--backbone", "w8", "--backbone", "w32", "--weights", tmp_path / "m.pt"],
+              "--weights applies to one --backbone; got 2"),
+             (["--backbone", "w8", "--executor", "kubernetes"],
+              "'kubernetes' (valid: local, slurm, ray)"),
+             (["--executor", "ray", "--workers", "2"], "--workers applies to the local")]
+    for extra, message in cases:
+        code, _, err = run(capsys, "gscore", "gbench", "--out", out, *extra)
+        assert code == 2 and message in err, (extra, err)
+    a = graded_store(tmp_path / "a", seed=0, n_ood=4, rows=60)
+    code, _, err = run(capsys, "gscore", "gbench", a.path, "--executor", "slurm")
+    assert code == 2 and "--executor slurm needs --work DIR" in err
+    assert not out.exists()
