@@ -26,7 +26,8 @@ failed unit (rerun to retry them: finished units are kept), never a `results.jso
 subset.
 
 Every executor also runs other workflows' units (`run_calls(out, units, call, log, title)`:
-`featstore.workflows.experiments.workflows`: OSR, FACETS table, shift grid, Gbench): `call(unit,
+`featstore.workflows.experiments.workflows`: FACETS table, shift grid;
+`featstore.workflows.demo.gbench_units`: Gbench builds and evaluations): `call(unit,
 log=...)` is a picklable callable (`Tracked`: a module-level body with the unit's state and
 log in `out`) returning the unit's JSON result; the same read-back, failure and waiting rules.
 The local pool (`workers` > 1) runs units in spawned processes, each with the driver's torch
