@@ -337,6 +337,30 @@ def test_unit_job_sigterm_then_restart(tmp_path):
     assert st["state"] == "done" and st["attempt"] == 2
 
 
+def test_deferred_signal_is_recorded_not_raised():
+    """`interrupts.deferred()` (around a unit's interrupted-state write): a SIGTERM sent to
+    this process inside the block is recorded (`interrupted()`, `received()` = "SIGTERM")
+    and raises nothing; the same signal outside it raises KeyboardInterrupt."""
+    from featstore.store import interrupts
+
+    interrupts.install(sigterm=True)
+    try:
+        with interrupts.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100):              # the handler runs at the next bytecodes
+                time.sleep(0.01)
+        assert interrupts.interrupted() and interrupts.received() == "SIGTERM"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100):
+                time.sleep(0.01)
+    finally:
+        interrupts.uninstall()
+        interrupts.install()                  # clears the record
+        interrupts.uninstall()
+    assert not interrupts.interrupted() and interrupts.received() is None
+
+
 def status_of_one(out: Path) -> dict:
     """`run --status`'s entry of the one unit of `test_unit_job_sigterm_then_restart`."""
     unitstate.write_plan(out, "slurm", [{"id": "u1", "key": "k1", "label": "u1"}])

@@ -18,16 +18,32 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-_state: dict[str, Any] = {"interrupted": False, "signal": None, "previous": {}}
+_state: dict[str, Any] = {"interrupted": False, "signal": None, "previous": {}, "deferred": 0}
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     _state["interrupted"] = True
     _state["signal"] = signal.Signals(signum).name
-    raise KeyboardInterrupt
+    if not _state["deferred"]:
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Inside the block a signal is recorded (`interrupted()`, `received()`) but not raised:
+    for the few writes that must land whole while the caller is already stopping on an
+    interrupt (a unit's `interrupted` state, written as Slurm's SIGTERM follows submitit's
+    requeue). The caller re-raises what stopped it."""
+    _state["deferred"] += 1
+    try:
+        yield
+    finally:
+        _state["deferred"] -= 1
 
 
 def install(sigterm: bool = False) -> None:
@@ -65,4 +81,5 @@ def raise_if_interrupted() -> None:
         raise KeyboardInterrupt
 
 
-__all__ = ["install", "interrupted", "raise_if_interrupted", "received", "uninstall"]
+__all__ = ["deferred", "install", "interrupted", "raise_if_interrupted", "received",
+           "uninstall"]

@@ -55,7 +55,12 @@ from featstore.specs.benchmark import load_spec
 from featstore.specs.toml import toml_value
 from featstore.store.extra_keys import parse_odin_grid
 from featstore.store.fileio import atomic_write_json, atomic_write_output, sha256_file
-from featstore.store.interrupts import interrupted, raise_if_interrupted, received
+from featstore.store.interrupts import (
+    deferred,
+    interrupted,
+    raise_if_interrupted,
+    received,
+)
 from featstore.store.lock import StoreLock
 from featstore.store.sanity import id_checks, warnings_of
 from featstore.store.store import Store
@@ -448,10 +453,12 @@ def run_tracked(out: Path, unit: dict[str, Any], body: Callable[[dict[str, Any],
 
 
 def _stopped(out: Path, unit: dict[str, Any], tee: Log, what: str) -> None:
-    """The unit was stopped by a signal (not a failure of its own): state interrupted."""
-    tee(f"interrupted ({what}): the unit's files keep what it finished; a requeued job or "
-        "a rerun redoes the rest")
-    unitstate.mark_interrupted(out, unit["id"], unit["key"], what)
+    """The unit was stopped by a signal (not a failure of its own): state interrupted (a
+    signal that follows, e.g. Slurm's SIGTERM after submitit's requeue, waits for the write)."""
+    with deferred():
+        tee(f"interrupted ({what}): the unit's files keep what it finished; a requeued job "
+            "or a rerun redoes the rest")
+        unitstate.mark_interrupted(out, unit["id"], unit["key"], what)
 
 
 def run_unit_tracked(exp: Experiment, out: Path, arch: str, unit: dict[str, Any], *,
