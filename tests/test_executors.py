@@ -279,6 +279,43 @@ def test_slurm_equals_local_and_requeued_units_redone(slurm, experiment, local_r
     assert code == 0 and stdout.count("done") >= 2 and jobs[0] in stdout
 
 
+def test_slurm_cancelled_unit_reported_then_rerun(slurm, experiment, local_result, tmp_path,
+                                                  capsys):
+    """`scancel` of the LogitNorm unit's job while it runs (Slurm sends SIGTERM and does not
+    requeue): the unit stops, its state `interrupted` (SIGTERM); the run exits 1 naming it
+    with its log, the CE unit finished, no results.json; `--status` shows it interrupted.
+    The same command again reads the CE unit back (same pid) and reruns only the cancelled
+    one: results.json = the local one."""
+    exp_file = tmp_path / "exp.toml"
+    exp_file.write_text(experiment.read_text().replace(
+        '[train]', '[executor]\ncpus = 1\ntime = 10\npoll_s = 1\n[train]'))
+    out = tmp_path / "slurm_out"
+    args = ["run", str(exp_file), "--out", str(out), "--executor", "slurm", "--json"]
+    box: dict = {}
+
+    def drive():
+        box["cli"] = run(capsys, *args)
+
+    _interrupt_when_running(drive, out, {"r7-3-seed0-logitnorm": lambda st: _slurm(
+        "scancel", st["job"])})
+    code, _, err = box["cli"]
+    assert code == 1, err
+    assert "1 of 2 units failed" in err and "r7-3-seed0-logitnorm: interrupted (SIGTERM)" \
+        in err.replace("\n", " ")
+    assert not (out / "results.json").exists()
+    st = {u["id"]: u for u in status(out)["units"]}
+    assert st["r7-3-seed0-logitnorm"]["state"] == "interrupted"
+    assert st["r7-3-seed0-ce"]["state"] == "done"
+    ce_pid = st["r7-3-seed0-ce"]["pid"]
+    code, stdout, err = run(capsys, *args)
+    assert code == 0, err
+    assert _comparable(json.loads(stdout)) == _comparable(local_result) | {
+        "experiment": _comparable(local_result["experiment"]) | {"path": str(exp_file)}}
+    assert read_state(out, "r7-3-seed0-ce")["pid"] == ce_pid          # read back
+    _check_done(out, "slurm")
+    _same_stores(out, Path(local_result["out"]))
+
+
 UNIT_JOB = """
 import sys, time
 from featstore.workflows.experiments.executors import Tracked

@@ -317,9 +317,12 @@ def _wait_slurm(out: Path, jobs: dict[str, Any], poll_s: float, log: Log) -> dic
                 gone[uid] = gone.get(uid, 0) + 1
                 if gone[uid] < 3:          # its last state write may still be landing
                     continue
-                failed[uid] = (f"job {job.job_id} left the queue without finishing the unit "
-                               f"(cancelled, killed or out of time; "
-                               f"log: {job.paths.stderr})")
+                failed[uid] = (
+                    f"interrupted ({st.get('reason')}) and its job {job.job_id} left the queue "
+                    f"(cancelled, or not requeued); log: {job.paths.stderr}"
+                    if st.get("state") == "interrupted" else
+                    f"job {job.job_id} left the queue without finishing the unit (cancelled, "
+                    f"killed or out of time; log: {job.paths.stderr})")
             else:
                 gone.pop(uid, None)
                 continue
