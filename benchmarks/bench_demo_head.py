@@ -32,8 +32,8 @@ import torch
 
 from featstore import Store
 from featstore.extraction.datasets import TransformedRows, build_transform, rows_from_source
+from featstore.extraction.zoo.lite0 import INPUT_SIZE, lite0_classifier
 from featstore.specs.benchmark import load_spec
-from featstore.workflows.demo.backbone import INPUT_SIZE, lite0_classifier
 from featstore.workflows.demo.pipeline import ID_CLASSES, id_test_accuracy, run_demo
 from scorers.evaluate import evaluate
 

