@@ -54,7 +54,12 @@ from featstore.extraction.extract import ExtractOptions, extract
 from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec, parse_spec
 from featstore.store.extra_keys import parse_odin_grid
 from featstore.store.fileio import atomic_write_json, atomic_write_output, sha256_file
-from featstore.store.interrupts import raise_if_interrupted
+from featstore.store.interrupts import (
+    deferred,
+    interrupted,
+    raise_if_interrupted,
+    received,
+)
 from featstore.store.lock import StoreLock
 from featstore.store.sanity import id_checks, warnings_of
 from featstore.store.store import Store
@@ -411,7 +416,8 @@ def run_tracked(out: Path, unit: dict[str, Any], body: Callable[[dict[str, Any],
                 log: Log | None = None) -> Any:
     """`body(unit, log)` with the unit's state in `OUT/units/<id>.json` (running, then done
     with its JSON result as the records, or failed with the error line) and its log in
-    `OUT/logs/<id>.log` (and `log`); returns the result as plain JSON values."""
+    `OUT/logs/<id>.log` (and `log`); returns the result as plain JSON values. A signal
+    (Ctrl-C, a Slurm job's SIGTERM, submitit's requeue exit) leaves the state interrupted."""
     uid, key = unit["id"], unit["key"]
     logfile = unitstate.log_path(out, uid)
     logfile.parent.mkdir(parents=True, exist_ok=True)
@@ -425,13 +431,28 @@ def run_tracked(out: Path, unit: dict[str, Any], body: Callable[[dict[str, Any],
         try:
             result = body(unit, tee)
         except Exception as exc:
+            if interrupted():                # a signal that surfaced as another error
+                _stopped(out, unit, tee, received() or "KeyboardInterrupt")
+                raise
             tee(traceback.format_exc())
             unitstate.mark_finished(out, uid, key, error=f"{type(exc).__name__}: "
                                                          f"{_error_line(exc)}")
             raise
+        except BaseException as exc:         # Ctrl-C, SIGTERM (Slurm), submitit's requeue exit
+            _stopped(out, unit, tee, received() or type(exc).__name__)
+            raise
     result = json.loads(json.dumps(result, default=float))
     unitstate.mark_finished(out, uid, key, records=result)
     return result
+
+
+def _stopped(out: Path, unit: dict[str, Any], tee: Log, what: str) -> None:
+    """The unit was stopped by a signal (not a failure of its own): state interrupted (a
+    signal that follows, e.g. Slurm's SIGTERM after submitit's requeue, waits for the write)."""
+    with deferred():
+        tee(f"interrupted ({what}): the unit's files keep what it finished; a requeued job "
+            "or a rerun redoes the rest")
+        unitstate.mark_interrupted(out, unit["id"], unit["key"], what)
 
 
 def run_unit_tracked(exp: Experiment, out: Path, arch: str, unit: dict[str, Any], *,
