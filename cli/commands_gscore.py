@@ -19,11 +19,19 @@ from .console import (
     QuietOpt,
     emit,
     err,
+    log,
     out,
     setup,
     split_progress,
     status,
     step_progress,
+)
+from .executor_opts import (
+    ExecutorConfigOpt,
+    ExecutorOpt,
+    WorkersOpt,
+    make_cli_executor,
+    work_dir,
 )
 from .gscore_output import announce_config, print_gscore_evaluation
 
@@ -116,19 +124,31 @@ def _print_predict(res: dict, truth: bool) -> None:
 
 def _run_gbench_protocol(paths: list[Path], methods: list[str] | None, repeats: int,
                          splits: list[str] | None, exclude: list[str] | None,
-                         results: Path | None) -> None:
+                         results: Path | None, executor: Any = None,
+                         work: Path | None = None) -> None:
     from scorers.gscore import gbench_protocol
     from scorers.gscore.spec import GBENCH_METHODS
 
     method_list = check_methods(_items(methods), "--methods") if methods else None
     sts = _open_all(paths)
-    with step_progress("gscore gbench") as steps:
-        res = gbench_protocol(
-            sts, methods=method_list, repeats=repeats, splits=_items(splits) or None,
-            exclude=_items(exclude) or None,
-            announce=announce_config(method_list or list(GBENCH_METHODS), ["fpr95", "auroc"]),
-            progress=(lambda m: steps(description=m)) if steps else None,
-            step_progress=(lambda done, total: steps(done, total)) if steps else None)
+    if executor is not None:
+        from featstore.workflows.demo.gbench_units import gbench_evaluation
+
+        for st in sts:
+            st.close()
+        with work_dir(executor, work, "gscore gbench") as units_dir:
+            res = gbench_evaluation(executor, units_dir, paths, methods=method_list,
+                                    repeats=repeats, splits=_items(splits) or None,
+                                    exclude=_items(exclude) or None, log=log)
+    else:
+        with step_progress("gscore gbench") as steps:
+            res = gbench_protocol(
+                sts, methods=method_list, repeats=repeats, splits=_items(splits) or None,
+                exclude=_items(exclude) or None,
+                announce=announce_config(method_list or list(GBENCH_METHODS),
+                                         ["fpr95", "auroc"]),
+                progress=(lambda m: steps(description=m)) if steps else None,
+                step_progress=(lambda done, total: steps(done, total)) if steps else None)
     if results is not None:
         atomic_write_result_json(results, res)
     emit(res, lambda: print_gscore_evaluation(res))
@@ -189,6 +209,9 @@ IdTrainFractionOpt = Annotated[float, typer.Option(
     help="With disjoint pools: the share of id/test rows for meta-train sets.")]
 RobustHeterogeneousOpt = Annotated[bool, typer.Option(
     "--robust-heterogeneous", help="Add a heterogeneous-sets row to the robustness table.")]
+SpecFileOpt = Annotated[Path | None, typer.Option(
+    "--spec", metavar="FILE", help="Gscore spec (TOML): the evaluation's settings in a file "
+                                   "(the options that set them stay at their defaults).")]
 MethodParamOpt = Annotated[list[str] | None, typer.Option(
     help="method.k=v scorer parameter, e.g. odin.temperature=1000.")]
 
@@ -318,6 +341,7 @@ def evaluate(
              "correlations on meta-train sets (overrides --sets-per-split, --kernel).")
     ] = False,
     kernel: KernelOpt = "gauss",
+    spec_file: SpecFileOpt = None,
     no_cache: NoCacheOpt = False,
     out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
     json_: JsonOpt = False,
@@ -331,31 +355,71 @@ def evaluate(
     --ratios 1:100,1:10,10:1,100:1 --sizes 50,100 --repeats 5
     """
     setup(json_, quiet)
+    from featstore.specs.gscore import GscoreSpec
     from scorers.gscore import DEFAULT_MODELS, evaluate_gscore
 
-    params = method_params(param)
-    method_list = check_methods(_items(methods) or ["msp"], "--methods")
-    target_list = _items(targets) or ["fpr95", "auroc"]
     if rounds < 1:
         raise UsageError(f"--rounds {rounds}: must be >= 1")
+    _id_fraction(id_pools, id_train_fraction)
+    spec = _chosen_spec(spec_file, GscoreSpec(
+        methods=_items(methods) or ["msp"], models=_items(models) or list(DEFAULT_MODELS),
+        targets=_items(targets) or ["fpr95", "auroc"], ratio=ratio, size=_size(size),
+        heterogeneous=heterogeneous, sets_per_split=sets_per_split,
+        repeats=rounds if cv else repeats, seed=seed, train_fraction=train_fraction,
+        id_pools=id_pools, id_train_fraction=id_train_fraction,
+        tau_from=_tau_from(tau_from) or "each", splits=_items(splits) or None,
+        exclude=_items(exclude) or None, baselines=baselines, ude_kernel=kernel, cv=cv,
+        paper=paper, ratios=list(_items(ratios)), sizes=[_size(s) for s in _items(sizes)],
+        robust_heterogeneous=robust_heterogeneous,
+        robust_models=_items(robust_models) or None, params=method_params(param)))
     sts = _open_all(stores)
     with step_progress("gscore evaluate") as steps:
         res = evaluate_gscore(
-            sts, method_list, _items(models) or list(DEFAULT_MODELS),
-            target_list, params=params, ratio=ratio, size=_size(size),
-            sets_per_split=sets_per_split, repeats=rounds if cv else repeats, seed=seed,
-            train_fraction=train_fraction,
-            id_train_fraction=_id_fraction(id_pools, id_train_fraction),
-            tau_from=_tau_from(tau_from), heterogeneous=heterogeneous,
-            robust_heterogeneous=robust_heterogeneous, splits=_items(splits) or None,
-            exclude=_items(exclude) or None, baselines=baselines,
-            ratios=_items(ratios), sizes=[_size(s) for s in _items(sizes)],
-            robust_models=_items(robust_models) or None, ude_kernel=kernel, cv=cv,
-            paper=paper, use_cache=not no_cache,
-            announce=announce_config(method_list, target_list), **_step_callbacks(steps))
+            sts, **spec.options(), use_cache=not no_cache,
+            announce=announce_config(spec.methods, spec.targets), **_step_callbacks(steps))
     if out_ is not None:
         atomic_write_result_json(out_, res)
     emit(res, lambda: print_gscore_evaluation(res))
+
+
+def _chosen_spec(spec_file: Path | None, given: Any) -> Any:
+    """The settings: the options' (`given`, its detectors checked), or the --spec file's
+    (then an option that sets what the file sets is a UsageError naming it)."""
+    from dataclasses import fields
+
+    from featstore.specs.gscore import GscoreSpec
+
+    if spec_file is None:
+        given.methods = check_methods(given.methods, "--methods")
+        return given
+    default = GscoreSpec()
+    for f in fields(GscoreSpec):
+        if f.name != "path" and getattr(given, f.name) != getattr(default, f.name):
+            option = {"ude_kernel": "kernel", "params": "param"}.get(f.name, f.name)
+            raise UsageError(f"--spec {str(spec_file)!r} sets the evaluation's settings; "
+                             f"drop --{option.replace('_', '-')} (or set it in the spec)")
+    return _spec_from_file(spec_file)
+
+
+def _spec_from_file(spec_file: Path) -> Any:
+    """The --spec file's GscoreSpec with its detector names and [params] checked (a bad
+    name or setting in the file is an InputError naming it)."""
+    from featstore.specs.gscore import GscoreSpec
+    from scorers import check_scorers, get_scorer
+
+    spec = GscoreSpec.load(spec_file)
+    where = f"gscore spec {str(spec_file)!r}"
+    spec.methods = check_scorers(spec.methods, f"{where}: methods", InputError)
+    params = {}
+    for method, table in spec.params.items():
+        name = check_scorers([method], f"{where} [params]", InputError)[0]
+        try:
+            get_scorer(name, **table)
+        except (ValueError, UsageError) as exc:
+            raise InputError(f"{where} [params.{method}]: {exc}") from None
+        params[name] = table
+    spec.params = params
+    return spec
 
 
 def _step_callbacks(steps: Any) -> dict[str, Any]:
@@ -373,10 +437,11 @@ def gbench(
              "protocol on them instead of building the mini-Gbench.")] = None,
     out_: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path(
         "runs/gbench"),
-    backbone: Annotated[str, typer.Option(
+    backbone: Annotated[list[str] | None, typer.Option(
         help="pretrained (the demo's frozen ImageNet EfficientNet-Lite0 + linear head) | "
              "scratch (the demo's small ResNet) | w8 | w32 (the scratch ResNet at width 8 / "
-             "32)")] = "pretrained",
+             "32); several (comma-separated or repeated): one store each (default "
+             "pretrained).")] = None,
     weights: Annotated[Path | None, typer.Option(
         help="Checkpoint to reuse, e.g. runs/demo/model.pt of `featstore demo` with the same "
              "--backbone (default: OUT/model.pt, trained once if missing).")] = None,
@@ -391,6 +456,13 @@ def gbench(
         help="With STORES: OOD splits to leave out (shell patterns).")] = None,
     results: Annotated[Path | None, typer.Option(
         help="With STORES: write the results JSON here.")] = None,
+    executor: ExecutorOpt = None,
+    executor_config: ExecutorConfigOpt = None,
+    workers: WorkersOpt = None,
+    work: Annotated[Path | None, typer.Option(
+        "--work", help="With STORES and --executor/--workers: the units' directory (states, "
+        "logs, plan.json), reached by every worker (default with the local executor: a "
+        "temporary directory). Building: OUT holds them.")] = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -399,28 +471,33 @@ def gbench(
     digits), extracted with the demo's pretrained backbone (or --backbone scratch). Given
     STORES, run the Gbench protocol (`gscore evaluate` with the paper's detectors, variants,
     targets and the robustness rows: IND:OOD 1:100..100:1, sizes 100/50, heterogeneous
-    sets) on them instead.
+    sets) on them instead. --executor slurm|ray (or --workers N) runs each backbone's build,
+    or the protocol on STORES, as a unit there (README "Run on a cluster").
 
     Example: featstore gscore gbench --out runs/gbench --weights runs/demo/model.pt;
+    featstore gscore gbench --backbone w8,w32 --out /shared/gbench --executor slurm;
     featstore gscore gbench my/store_a my/store_b --exclude 'ood/faces/*'
     """
     setup(json_, quiet)
+    runner = make_cli_executor(executor, executor_config, workers, "gscore gbench")
     if stores:
-        _run_gbench_protocol(stores, methods, repeats, splits, exclude, results)
+        _run_gbench_protocol(stores, methods, repeats, splits, exclude, results, runner, work)
         return
     from featstore.workflows.demo.run import build_gbench_command
 
-    summary = build_gbench_command(out_, backbone=backbone, weights=weights, epochs=epochs,
-                                   extraction=split_progress)
+    summary = build_gbench_command(out_, backbone=_items(backbone) or "pretrained",
+                                   weights=weights, epochs=epochs,
+                                   extraction=split_progress, executor=runner)
     emit(summary, lambda: print_gbench_store(summary))
 
 
 def print_gbench_store(summary: dict) -> None:
     from .commands_store import print_store_summary
 
-    print_store_summary(summary)
-    out.print(f"mini-Gbench store {summary['path']}: {summary['ood_splits']} OOD splits, built "
-              f"in {summary['seconds']:.1f} s", highlight=False)
+    for one in summary.get("stores", [summary]):
+        print_store_summary(one)
+        out.print(f"mini-Gbench store {one['path']}: {one['ood_splits']} OOD splits, built "
+                  f"in {one['seconds']:.1f} s", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -28,7 +28,11 @@ def print_status(st: dict[str, Any]) -> None:
     for u in st["units"]:
         secs = "" if u["seconds"] is None else f"{u['seconds']:.0f} s"
         extra = f"  {u['error']}" if u["error"] else ""
-        out.print(f"{u['state']:<8} {u['id']:<40} {u['job'] or '':<14} {secs:>8}  "
+        if (u.get("attempt") or 1) > 1:
+            extra += f"  (attempt {u['attempt']})"
+        if u["state"] == "interrupted" and u.get("reason"):
+            extra += f"  ({u['reason']}: waits for its requeued job or a rerun)"
+        out.print(f"{u['state']:<11} {u['id']:<40} {u['job'] or '':<14} {secs:>8}  "
                   f"log: {u['log']}{extra}", highlight=False, markup=False)
     out.print("  ".join(f"{k}: {v}" for k, v in st["counts"].items())
               + f"  (executor: {st['executor']})", highlight=False)
@@ -45,8 +49,8 @@ def run(
         "--workers", help="Local executor: run the units in a pool of N processes (default: "
         "the run file's [executor] workers, else 1: one after the other).")] = None,
     status: Annotated[Path | None, typer.Option(
-        "--status", help="Show each unit of the run in DIR (done, running, failed, "
-        "pending) and exit.")] = None,
+        "--status", help="Show each unit of the run in DIR (done, running, interrupted, "
+        "stale, failed, pending) and exit.")] = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:

@@ -1,8 +1,8 @@
 """The executor options of the multi-unit commands other than `featstore run` (`protocol
-osr`, `protocol facets-table`, `protocol shift-grid`): `--executor local|slurm|ray`,
-`--executor-config FILE` (a TOML file whose `[executor]` table holds the engine's settings,
-as in a run file), `--workers N` (the local pool) and, for the store workflows, `--work DIR`
-(the units' shared directory: their states, logs and plan.json)."""
+osr`, `protocol facets-table`, `protocol shift-grid`, `gscore gbench`): `--executor
+local|slurm|ray`, `--executor-config FILE` (a TOML file whose `[executor]` table holds the
+engine's settings, as in a run file), `--workers N` (the local pool) and, for the store
+workflows, `--work DIR` (the units' shared directory: their states, logs and plan.json)."""
 
 from __future__ import annotations
 

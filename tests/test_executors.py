@@ -1,17 +1,20 @@
 """`featstore run` on real engines: a local Ray cluster (`ray.init(num_cpus=2)`) and a real
-single-node Slurm cluster (tests/slurm_cluster.py: munged + slurmctld + slurmd on localhost,
+single-node Slurm cluster (tests/helpers/slurm.py: munged + slurmctld + slurmd on localhost,
 submitted to through submitit). The reference is the same experiment run here in process,
 one unit after the other (the local executor): every executor's results.json must equal it
 bit for bit once the wall-clock times and the output paths are left out (`_comparable`).
-A unit killed mid-run (its Ray worker SIGKILLed) is redone by Ray and the aggregate is
-unchanged. Tiny: OSR 7/3 on digits at 8x8, a tiny CNN, 1 epoch, 1 seed, 2 training methods
-(2 units)."""
+A unit killed mid-run (its Ray worker SIGKILLed) is redone by Ray, and units whose Slurm jobs
+are requeued mid-run (Slurm's `scontrol requeue`, submitit's USR2) are redone in the
+restarted jobs; the aggregate is unchanged. Tiny: OSR 7/3 on digits at 8x8, a tiny CNN,
+1 epoch, 1 seed, 2 training methods (2 units)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,16 +22,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli as run
-from slurm_cluster import SlurmCluster, why_unavailable
 
-from featstore.workflows.experiments import load_experiment, run_experiment
+from featstore.workflows.experiments import load_experiment, run_experiment, unitstate
 from featstore.workflows.experiments.executors import RayExecutor
 from featstore.workflows.experiments.unitstate import read_state, status
+from tests.helpers.cli import run_cli as run
+from tests.helpers.slurm import SlurmCluster, why_unavailable
 
 TESTS = Path(__file__).parent
 EXPERIMENT = (
-    'name = "cluster tiny"\narch = "tiny_models:TinyCNN"\nseeds = [0]\ndevice = "cpu"\n'
+    'name = "cluster tiny"\narch = "tests.helpers.tiny_models:TinyCNN"\nseeds = [0]\n'
+    'device = "cpu"\n'
     '[data]\nosr = { data = "digits", ratios = ["7/3"], image_size = 8, '
     'fractions = { train = 0.1, val = 0.05, test = 0.05 } }\n'
     '[train]\nepochs = 1\nbatch_size = 32\n'
@@ -73,10 +77,9 @@ def local_result(experiment, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def worker_env():
-    """Workers (Ray's, Slurm's jobs) import the worktree and tests/tiny_models."""
+    """Workers (Ray's, Slurm's jobs) import the worktree and tests/helpers/tiny_models."""
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(TESTS), str(TESTS.parent)] + ([old] if old else []))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent)] + ([old] if old else []))
     yield
     if old is None:
         os.environ.pop("PYTHONPATH", None)
@@ -135,8 +138,8 @@ def test_ray_equals_local_and_killed_unit_redone(ray_cluster, experiment, local_
         except BaseException as exc:   # noqa: BLE001 (re-raised in the test thread)
             box["exc"] = exc
 
-    victim = _interrupt_when_running(drive, out, "r7-3-seed0-logitnorm",
-                                     lambda st: os.kill(st["pid"], signal.SIGKILL))
+    victim = _interrupt_when_running(drive, out, {"r7-3-seed0-logitnorm": lambda st: os.kill(
+        st["pid"], signal.SIGKILL)})["r7-3-seed0-logitnorm"]
     if "exc" in box:
         raise box["exc"]
     after = read_state(out, "r7-3-seed0-logitnorm")
@@ -157,42 +160,248 @@ def test_ray_equals_local_and_killed_unit_redone(ray_cluster, experiment, local_
     assert {u: read_state(out, u)["pid"] for u in UNITS} == pids     # read back, not rerun
 
 
-def _interrupt_when_running(drive, out: Path, uid: str, interrupt) -> dict:
+def _interrupt_when_running(drive, out: Path, interrupts: dict) -> dict:
     """Run `drive` in a thread; once unit `uid`'s state file says running, call
-    `interrupt(state)` once; wait for `drive` to end; the state interrupted."""
+    `interrupts[uid](state)` once, in a thread of its own (the units run at once); wait for
+    `drive` to end; {uid: the state interrupted}."""
     thread = threading.Thread(target=drive)
     thread.start()
-    victim, end = None, time.monotonic() + 300
-    while victim is None and time.monotonic() < end and thread.is_alive():
-        st = read_state(out, uid) if (out / "units").is_dir() else None
-        if st and st["state"] == "running":
-            victim = st
-            interrupt(st)
+    victims: dict = {}
+    helpers = []
+    end = time.monotonic() + 300
+    while len(victims) < len(interrupts) and time.monotonic() < end and thread.is_alive():
+        for uid, interrupt in interrupts.items():
+            st = read_state(out, uid) if uid not in victims and (out / "units").is_dir() \
+                else None
+            if st and st["state"] == "running":
+                victims[uid] = st
+                helpers.append(threading.Thread(target=interrupt, args=(st,)))
+                helpers[-1].start()
         time.sleep(0.05)
+    for helper in helpers:
+        helper.join(300)
     thread.join(600)
-    assert victim is not None, "the unit never ran"
-    return victim
+    assert sorted(victims) == sorted(interrupts), f"units never seen running: {victims}"
+    return victims
 
 
-def test_slurm_equals_local(slurm, experiment, local_result, tmp_path, capsys):
+def _slurm(*args: str) -> str:
+    return subprocess.run(list(args), check=True, capture_output=True, text=True,
+                          timeout=60).stdout
+
+
+def _start_now(job: str, timeout: float = 120) -> None:
+    """Once the requeued `job` is pending again, let it start now (Slurm holds a requeued job
+    back for about two minutes: reason BeginTime)."""
+    end, state = time.monotonic() + timeout, ""
+    while time.monotonic() < end:
+        state = _slurm("squeue", "-h", "-r", "-j", job, "-o", "%T").strip()
+        if state == "PENDING":
+            _slurm("scontrol", "update", f"JobId={job}", "StartTime=now")
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"job {job} was not requeued (squeue: {state!r})")
+
+
+def _requeue(st: dict) -> None:
+    """Slurm's own requeue (what preemption with PreemptMode=REQUEUE does): SIGTERM to the
+    job, SIGKILL after KillWait, the job queued again under the same id."""
+    _slurm("scontrol", "requeue", st["job"])
+    _start_now(st["job"])
+
+
+def _usr2(st: dict) -> None:
+    """submitit's time-out / preemption signal (sbatch --signal=USR2@90; submitit's own
+    `SlurmJob._interrupt` sends it): submitit checkpoints the job and requeues it itself."""
+    _slurm("scancel", "--signal", "USR2", st["job"])
+    _start_now(st["job"])
+
+
+def _same_stores(got: Path, ref: Path) -> None:
+    """Every store of run `got` verifies (no half-written file), holds the complete splits
+    of run `ref`'s same store and their arrays bit for bit."""
+    from featstore import Store
+
+    stores = sorted(p.parent.relative_to(got) for p in got.glob("runs/**/store/store.json"))
+    assert len(stores) == 2
+    for rel in stores:
+        with Store.open(got / rel) as st, Store.open(ref / rel) as want:
+            assert st.verify() == []
+            assert st.splits() == want.splits()
+            for name in want.splits():
+                for field in ("features", "logits", "labels"):
+                    assert np.array_equal(np.asarray(getattr(st.split(name), field)),
+                                          np.asarray(getattr(want.split(name), field)))
+
+
+def test_slurm_equals_local_and_requeued_units_redone(slurm, experiment, local_result,
+                                                      tmp_path, capsys):
     """`featstore run --executor slurm` (the run file's [executor] table: 1 CPU and 10
-    minutes per unit, an array job) on the localhost cluster: results.json = the local one,
-    each unit ran in its own Slurm job, `--status` names the jobs."""
+    minutes per unit, an array job) on the localhost cluster, each unit's job requeued while
+    its unit runs: the LogitNorm unit's by Slurm (`scontrol requeue`: SIGTERM, as on
+    preemption), the CE unit's by submitit (USR2, its time-out / preemption signal:
+    checkpoint, then requeue). Each job restarts under the same id (SLURM_RESTART_COUNT 1) in
+    a new process, the unit's state file keeps the interrupted start in `attempts`, and the
+    unit redoes what its files do not hold. results.json = the local one (2 units done, 3
+    rows: none lost or doubled), every store verifies and holds the local run's arrays,
+    `--status` names the jobs."""
     exp_file = tmp_path / "exp.toml"
     exp_file.write_text(experiment.read_text().replace(
         '[train]', '[executor]\ncpus = 1\ntime = 10\npoll_s = 1\n[train]'))
     out = tmp_path / "slurm_out"
-    code, stdout, err = run(capsys, "run", str(exp_file), "--out", str(out), "--executor",
-                            "slurm", "--json")
+    box: dict = {}
+
+    def drive():
+        box["cli"] = run(capsys, "run", str(exp_file), "--out", str(out), "--executor",
+                         "slurm", "--json")
+
+    victims = _interrupt_when_running(drive, out, {"r7-3-seed0-ce": _usr2,
+                                                   "r7-3-seed0-logitnorm": _requeue})
+    code, stdout, err = box["cli"]
     assert code == 0, err + "".join(p.read_text() for p in (out / "logs").glob("*.log"))
+    for uid, victim in victims.items():
+        after = read_state(out, uid)
+        assert after["state"] == "done" and after["pid"] != victim["pid"]
+        assert after["job"] == victim["job"] and after["restarts"] == 1
+        assert after["attempt"] == 2 and [a["pid"] for a in after["attempts"]] == \
+            [victim["pid"]]
+        assert after["attempts"][0]["interrupted"] is not None
+        assert "interrupted (" in unitstate.log_path(out, uid).read_text()
+    assert read_state(out, "r7-3-seed0-logitnorm")["attempts"][0]["reason"] == "SIGTERM"
     assert _comparable(json.loads(stdout)) == _comparable(local_result) | {
         "experiment": _comparable(local_result["experiment"]) | {"path": str(exp_file)}}
     _check_done(out, "slurm")
+    _same_stores(out, Path(local_result["out"]))
     jobs = [u["job"] for u in status(out)["units"]]
     assert len({j.split("_")[0] for j in jobs}) == 1 and len(set(jobs)) == 2   # one array
     assert all(read_state(out, u)["pid"] != os.getpid() for u in UNITS)
     code, stdout, _ = run(capsys, "run", "--status", str(out))
     assert code == 0 and stdout.count("done") >= 2 and jobs[0] in stdout
+
+
+def test_slurm_cancelled_unit_reported_then_rerun(slurm, experiment, local_result, tmp_path,
+                                                  capsys):
+    """`scancel` of the LogitNorm unit's job while it runs (Slurm sends SIGTERM and does not
+    requeue): the unit stops, its state `interrupted` (SIGTERM); the run exits 1 naming it
+    with its log, the CE unit finished, no results.json; `--status` shows it interrupted.
+    The same command again reads the CE unit back (same pid) and reruns only the cancelled
+    one: results.json = the local one."""
+    exp_file = tmp_path / "exp.toml"
+    exp_file.write_text(experiment.read_text().replace(
+        '[train]', '[executor]\ncpus = 1\ntime = 10\npoll_s = 1\n[train]'))
+    out = tmp_path / "slurm_out"
+    args = ["run", str(exp_file), "--out", str(out), "--executor", "slurm", "--json"]
+    box: dict = {}
+
+    def drive():
+        box["cli"] = run(capsys, *args)
+
+    _interrupt_when_running(drive, out, {"r7-3-seed0-logitnorm": lambda st: _slurm(
+        "scancel", st["job"])})
+    code, _, err = box["cli"]
+    assert code == 1, err
+    assert "1 of 2 units failed" in err and "r7-3-seed0-logitnorm: interrupted (SIGTERM)" \
+        in err.replace("\n", " ")
+    assert not (out / "results.json").exists()
+    st = {u["id"]: u for u in status(out)["units"]}
+    assert st["r7-3-seed0-logitnorm"]["state"] == "interrupted"
+    assert st["r7-3-seed0-ce"]["state"] == "done"
+    ce_pid = st["r7-3-seed0-ce"]["pid"]
+    code, stdout, err = run(capsys, *args)
+    assert code == 0, err
+    assert _comparable(json.loads(stdout)) == _comparable(local_result) | {
+        "experiment": _comparable(local_result["experiment"]) | {"path": str(exp_file)}}
+    assert read_state(out, "r7-3-seed0-ce")["pid"] == ce_pid          # read back
+    _check_done(out, "slurm")
+    _same_stores(out, Path(local_result["out"]))
+
+
+UNIT_JOB = """
+import sys, time
+from featstore.workflows.experiments.executors import Tracked
+from featstore.workflows.experiments.slurm_unit import UnitJob
+
+def body(unit, log):
+    log("unit body starts")
+    if sys.argv[2] == "sleep":
+        time.sleep(120)
+    if sys.argv[2] == "fail":
+        raise RuntimeError("this body must not run again")
+    return {"answer": 42}
+
+out = sys.argv[1]
+print(UnitJob()(Tracked(body, out), {"id": "u1", "key": "k1", "label": "u1"}, out))
+"""
+
+
+def test_unit_job_sigterm_then_restart(tmp_path):
+    """A Slurm job's body (`slurm_unit.UnitJob`, called as submitit calls it, without Slurm):
+    SIGTERM (what Slurm sends a job it requeues or preempts) stops the unit at once, its
+    state `interrupted` with reason SIGTERM; the restarted job runs it again (attempt 2, the
+    first start kept in `attempts` with its pid) to done; a job started after that reads the
+    unit back without running its body (which would fail)."""
+    pytest.importorskip("submitit", reason="the optional extra featstore[slurm]")
+    script = tmp_path / "job.py"
+    script.write_text(UNIT_JOB)
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, str(script), str(out), "sleep"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 120
+    while (read_state(out, "u1") or {}).get("state") != "running":
+        assert proc.poll() is None and time.monotonic() < end, proc.communicate()
+        time.sleep(0.05)
+    first = read_state(out, "u1")
+    assert first["pid"] == proc.pid and first["attempt"] == 1 and first["attempts"] == []
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) != 0                     # stopped long before its 120 s sleep
+    stopped = read_state(out, "u1")
+    assert stopped["state"] == "interrupted" and stopped["reason"] == "SIGTERM"
+    again = subprocess.run([sys.executable, str(script), str(out), "ok"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    done = read_state(out, "u1")
+    assert done["state"] == "done" and done["records"] == {"answer": 42}
+    assert done["attempt"] == 2 and done["pid"] != proc.pid
+    assert [(a["pid"], a["reason"]) for a in done["attempts"]] == [(proc.pid, "SIGTERM")]
+    log = unitstate.log_path(out, "u1").read_text()
+    assert log.count("unit body starts") == 2 and "interrupted (SIGTERM)" in log
+    late = subprocess.run([sys.executable, str(script), str(out), "fail"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert late.returncode == 0 and "read back, not rerun" in late.stdout, late.stderr
+    assert read_state(out, "u1") == done
+    st = status_of_one(out)
+    assert st["state"] == "done" and st["attempt"] == 2
+
+
+def test_deferred_signal_is_recorded_not_raised():
+    """`interrupts.deferred()` (around a unit's interrupted-state write): a SIGTERM sent to
+    this process inside the block is recorded (`interrupted()`, `received()` = "SIGTERM")
+    and raises nothing; the same signal outside it raises KeyboardInterrupt."""
+    from featstore.store import interrupts
+
+    interrupts.install(sigterm=True)
+    try:
+        with interrupts.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100):              # the handler runs at the next bytecodes
+                time.sleep(0.01)
+        assert interrupts.interrupted() and interrupts.received() == "SIGTERM"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100):
+                time.sleep(0.01)
+    finally:
+        interrupts.uninstall()
+        interrupts.install()                  # clears the record
+        interrupts.uninstall()
+    assert not interrupts.interrupted() and interrupts.received() is None
+
+
+def status_of_one(out: Path) -> dict:
+    """`run --status`'s entry of the one unit of `test_unit_job_sigterm_then_restart`."""
+    unitstate.write_plan(out, "slurm", [{"id": "u1", "key": "k1", "label": "u1"}])
+    return status(out)["units"][0]
 
 
 def test_executor_bad_input(experiment, tmp_path, capsys):
@@ -245,7 +454,8 @@ def test_protocol_osr_on_ray_equals_local(ray_cluster, tmp_path, capsys):
     crops, Nesterov and a cosine schedule: the same bits in another process. (The local
     process pool is `test_local_pool_equals_sequential`'s.)"""
     args = ["protocol", "osr", "--data", "digits", "--ratios", "7/3", "--seeds", "1",
-            "--methods", "MSP,LogitNorm", "--arch", "tiny_models:TinyCNN", "--epochs", "1",
+            "--methods", "MSP,LogitNorm", "--arch", "tests.helpers.tiny_models:TinyCNN",
+            "--epochs", "1",
             "--batch-size", "64", "--image-size", "8", "--device", "cpu", "--no-tune", "--json"]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -317,9 +527,8 @@ def test_shift_grid_on_ray_equals_local(ray_cluster, tmp_path, capsys):
 def test_facets_table_on_ray_equals_local(ray_cluster, tmp_path, capsys):
     """`protocol facets-table --executor ray`: one Ray task per store; JSON and the Markdown
     file equal the in-process run's; a rerun reads both units back (same pids)."""
-    from conftest import structured_arrays
-
     from featstore import Store
+    from tests.helpers.stores import structured_arrays
 
     paths = []
     for seed in (0, 1):
@@ -342,3 +551,142 @@ def test_facets_table_on_ray_equals_local(ray_cluster, tmp_path, capsys):
                          "--work", str(work))
     assert code == 0 and again == got
     assert {u["id"]: u["pid"] for u in status(work)["units"]} == pids
+
+
+# ------------------------------------------------------------------- gscore gbench (units)
+GBENCH_TINY = {"epochs": 1, "only": ["ood/near/digit6", "ood/noise/gaussian"],
+               "patch_count": 8, "noise_count": 8}
+
+
+def _gbench_comparable(summary: dict) -> dict:
+    """A built store's summary without its paths and wall time, and without the digest of
+    the checkpoint's bytes (torch.save's pickle memoizes strings by identity, which differs
+    between a worker process and this one; the weights' numbers are compared through the
+    store's head in `_same_store_arrays`), as JSON (what `gscore gbench --json` prints; a
+    unit's result comes back through its JSON state file)."""
+    summary = json.loads(json.dumps(summary))
+    model = {k: v for k, v in summary["model"].items() if k not in ("weights", "sha256")}
+    return {**{k: v for k, v in summary.items() if k not in ("path", "seconds")},
+            "model": model}
+
+
+def _same_store_arrays(got: str | Path, ref: str | Path) -> None:
+    """Store `got` verifies and holds store `ref`'s head and every split's arrays, bit for
+    bit (the reference: the same build in this process)."""
+    from featstore import Store
+
+    with Store.open(got) as st, Store.open(ref) as want:
+        assert st.verify() == []
+        assert st.splits() == want.splits()
+        for a, b in zip(st.head, want.head, strict=True):
+            assert np.array_equal(a, b)
+        for name in want.splits():
+            for field in ("features", "logits", "labels"):
+                assert np.array_equal(np.asarray(getattr(st.split(name), field)),
+                                      np.asarray(getattr(want.split(name), field)))
+
+
+@pytest.fixture(scope="module")
+def gbench_serial(tmp_path_factory) -> dict:
+    """The reference: the tiny mini-Gbench (2 OOD splits, 1 training epoch) of the w8 and
+    scratch backbones built one after the other in this process (`gbench.build_gbench`, as
+    `gscore gbench` without an executor), {backbone: summary}."""
+    from featstore.workflows.demo.gbench import build_gbench
+    from featstore.workflows.demo.gbench_units import build_summary
+
+    out = tmp_path_factory.mktemp("gbench_serial")
+    threads = torch.get_num_threads()
+    try:
+        res = {}
+        for b in ("w8", "scratch"):
+            with build_gbench(out, backbone=b, log=lambda _m: None, **GBENCH_TINY) as st:
+                res[b] = build_summary(st, 0.0)
+    finally:
+        torch.set_num_threads(threads)    # build_gbench sets the machine's CPU count
+    return res
+
+
+def test_gbench_builds_in_a_pool_equal_serial(gbench_serial, tmp_path):
+    """`gbench_units.gbench_builds` on the local pool (2 workers): the w8 and scratch builds
+    are one unit each, in spawned processes; each store's summary and arrays equal the
+    in-process builds'; a backbone named twice, --weights for two backbones and an unknown
+    backbone are UsageErrors naming them, before anything runs."""
+    from featstore.errors import UsageError
+    from featstore.workflows.demo.gbench_units import gbench_builds
+    from featstore.workflows.experiments.executors import make_executor
+
+    pool = make_executor("local", {"workers": 2})
+    got = gbench_builds(pool, tmp_path / "g", ["w8", "scratch"], log=lambda _m: None,
+                        **GBENCH_TINY)
+    assert [s["path"] for s in got] == [str(tmp_path / "g" / f"store_{b}")
+                                        for b in ("w8", "scratch")]
+    for b, summary in zip(("w8", "scratch"), got, strict=True):
+        assert _gbench_comparable(summary) == _gbench_comparable(gbench_serial[b])
+        _same_store_arrays(summary["path"], gbench_serial[b]["path"])
+    st = status(tmp_path / "g")
+    assert st["executor"] == "local" and st["counts"]["done"] == 2
+    assert [u["id"] for u in st["units"]] == ["gbench-build-w8", "gbench-build-scratch"]
+    assert os.getpid() not in {u["pid"] for u in st["units"]}
+    for bad, message in ((["w8", "w8"], "a backbone is named twice"),
+                         (["w8", "huge"], "--backbone 'huge': expected one of")):
+        with pytest.raises(UsageError, match=message):
+            gbench_builds(pool, tmp_path / "bad", bad)
+    with pytest.raises(UsageError, match="--weights applies to one --backbone; got 2"):
+        gbench_builds(pool, tmp_path / "bad", ["w8", "w32"], weights=tmp_path / "m.pt")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_gbench_on_slurm_equals_serial(slurm, gbench_serial, tmp_path, capsys):
+    """Real Slurm: the w8 mini-Gbench build as a Slurm job (`gbench_builds`, 1 CPU, 10
+    minutes) = the in-process build (summary and arrays); `gscore gbench STORES --executor
+    slurm --work DIR` (the Gbench protocol on two stores as one job) prints the in-process
+    run's JSON, and the unit ran in its job."""
+    from test_gscore import graded_store
+
+    from featstore.workflows.demo.gbench_units import gbench_builds
+    from featstore.workflows.experiments.executors import SlurmExecutor
+
+    got = gbench_builds(SlurmExecutor(cpus=1, time=10, poll_s=1), tmp_path / "g", ["w8"],
+                        log=lambda _m: None, **GBENCH_TINY)
+    assert _gbench_comparable(got[0]) == _gbench_comparable(gbench_serial["w8"])
+    _same_store_arrays(got[0]["path"], gbench_serial["w8"]["path"])
+    job = status(tmp_path / "g")["units"][0]
+    assert job["state"] == "done" and job["job"] and job["pid"] != os.getpid()
+
+    a = graded_store(tmp_path / "a", seed=0, n_ood=4, rows=60)
+    b = graded_store(tmp_path / "b", seed=1, n_ood=6, rows=60)
+    args = ["gscore", "gbench", a.path, b.path, "--json", "--methods", "msp", "--repeats",
+            "1", "--exclude", "ood/g2/*"]
+    code, serial, err = run(capsys, *args)
+    assert code == 0, err
+    cfg = tmp_path / "slurm.toml"
+    cfg.write_text('[executor]\nkind = "slurm"\ncpus = 1\ntime = 10\npoll_s = 1\n')
+    work = tmp_path / "work"
+    code, stdout, err = run(capsys, *args, "--executor-config", cfg, "--work", work)
+    assert code == 0, err + "".join(p.read_text() for p in (work / "logs").glob("*.log"))
+    assert _comparable(json.loads(stdout)) == _comparable(json.loads(serial))
+    st = status(work)
+    assert st["executor"] == "slurm" and st["counts"]["done"] == 1
+    assert st["units"][0]["job"] and st["units"][0]["pid"] != os.getpid()
+
+
+def test_gbench_executor_bad_input(tmp_path, capsys):
+    """`gscore gbench`'s executor options: a backbone named twice, --weights for two
+    backbones, an unknown executor, --workers with Ray and STORES on Slurm without --work
+    are exit 2 naming the option, before anything is written."""
+    from test_gscore import graded_store
+
+    out = tmp_path / "g"
+    cases = [(["--backbone", "w8,w8"], "a backbone is named twice"),
+             (["--backbone", "w8", "--backbone", "w32", "--weights", tmp_path / "m.pt"],
+              "--weights applies to one --backbone; got 2"),
+             (["--backbone", "w8", "--executor", "kubernetes"],
+              "'kubernetes' (valid: local, slurm, ray)"),
+             (["--executor", "ray", "--workers", "2"], "--workers applies to the local")]
+    for extra, message in cases:
+        code, _, err = run(capsys, "gscore", "gbench", "--out", out, *extra)
+        assert code == 2 and message in err, (extra, err)
+    a = graded_store(tmp_path / "a", seed=0, n_ood=4, rows=60)
+    code, _, err = run(capsys, "gscore", "gbench", a.path, "--executor", "slurm")
+    assert code == 2 and "--executor slurm needs --work DIR" in err
+    assert not out.exists()

@@ -23,6 +23,7 @@ from featstore.errors import InputError, UsageError
 from featstore.store.store import Store
 from featstore.store.summary import store_summary
 from featstore.workflows.demo.gbench import BACKBONES, build_gbench
+from featstore.workflows.demo.gbench_units import build_summary, gbench_builds
 from featstore.workflows.demo.pipeline import (
     check_backbone,
     check_scale,
@@ -88,23 +89,41 @@ def run_demo_command(out: Path, *, methods: str | Sequence[str] | None = None,
             "seconds": time.perf_counter() - start}
 
 
-def build_gbench_command(out: Path, *, backbone: str = "pretrained",
+def build_gbench_command(out: Path, *, backbone: str | Sequence[str] = "pretrained",
                          weights: Path | None = None, epochs: int = 12,
-                         extraction: ContextFactory = no_progress) -> dict[str, Any]:
+                         extraction: ContextFactory = no_progress,
+                         executor: Any = None) -> dict[str, Any]:
     """`featstore gscore gbench` without stores: check the options before anything is
-    written (`--backbone` one of `gbench.BACKBONES`, `--weights` an existing file), build the
-    mini-Gbench store (`gbench.build_gbench`), and return its summary plus "ood_splits"
-    (how many) and "seconds"."""
-    if backbone not in BACKBONES:
-        raise UsageError(f"--backbone {backbone!r}: expected one of {', '.join(BACKBONES)}")
+    written (each `--backbone` one of `gbench.BACKBONES`, `--weights` an existing file, for
+    one backbone), build the mini-Gbench store of each backbone (`gbench.build_gbench`; with
+    `executor`, one unit per backbone: `gbench_units.gbench_builds`), and return its summary
+    plus "ood_splits" (how many) and "seconds"; several backbones: {"stores": [summary,
+    ...], "seconds"}."""
+    backbones = [backbone] if isinstance(backbone, str) else list(backbone)
+    for b in backbones:
+        if b not in BACKBONES:
+            raise UsageError(f"--backbone {b!r}: expected one of {', '.join(BACKBONES)}")
+    if len(set(backbones)) != len(backbones):
+        raise UsageError(f"--backbone {','.join(backbones)}: a backbone is named twice")
+    if weights is not None and len(backbones) > 1:
+        raise UsageError("--weights applies to one --backbone; got "
+                         f"{len(backbones)} ({', '.join(backbones)})")
     if weights is not None and not Path(weights).is_file():
         raise InputError(f"--weights {str(weights)!r}: file not found")
     start = time.perf_counter()
-    with extraction() as progress:
-        st = build_gbench(out, backbone=backbone, weights=weights, epochs=epochs,
-                          progress=progress)
-    return {**store_summary(st), "ood_splits": len(st.splits(role="ood")),
-            "seconds": time.perf_counter() - start}
+    if executor is not None:
+        summaries = gbench_builds(executor, out, backbones, weights=weights, epochs=epochs)
+    else:
+        summaries = []
+        for b in backbones:
+            t0 = time.perf_counter()
+            with extraction() as progress:
+                st = build_gbench(out, backbone=b, weights=weights, epochs=epochs,
+                                  progress=progress)
+            summaries.append(build_summary(st, time.perf_counter() - t0))
+    if len(summaries) == 1:
+        return {**summaries[0], "seconds": time.perf_counter() - start}
+    return {"stores": summaries, "seconds": time.perf_counter() - start}
 
 
 __all__ = ["build_gbench_command", "demo_evaluation", "no_progress", "no_steps",

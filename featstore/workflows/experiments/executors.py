@@ -18,13 +18,16 @@ x every training method, today's order); every unit writes into the shared `--ou
 the driver aggregates when all are done, reading each unit's records from its state file, so
 `results.json` is the same whatever ran the units. A unit that finished earlier with the same
 key is read back, not resubmitted. A unit killed mid-way (lost Ray worker: Ray re-runs it up
-to `retries` times; Slurm preemption or time-out: submitit requeues it) redoes only what its
-files do not hold. A unit that fails for its own reason is reported with its log; the
-others go on, and the run then stops with exit 1 naming every failed unit (rerun to retry
-them: finished units are kept), never a `results.json` of a subset.
+to `retries` times; a Slurm job requeued, preempted or timed out: restarted under the same id,
+`slurm_unit`) redoes only what its files do not hold; the driver waits for a job while it is
+in the queue, an interrupted unit's included. A unit that fails for its own reason is
+reported with its log; the others go on, and the run then stops with exit 1 naming every
+failed unit (rerun to retry them: finished units are kept), never a `results.json` of a
+subset.
 
 Every executor also runs other workflows' units (`run_calls(out, units, call, log, title)`:
-`featstore.workflows.experiments.workflows`: OSR, FACETS table, shift grid, Gbench): `call(unit,
+`featstore.workflows.experiments.workflows`: FACETS table, shift grid;
+`featstore.workflows.demo.gbench_units`: Gbench builds and evaluations): `call(unit,
 log=...)` is a picklable callable (`Tracked`: a module-level body with the unit's state and
 log in `out`) returning the unit's JSON result; the same read-back, failure and waiting rules.
 The local pool (`workers` > 1) runs units in spawned processes, each with the driver's torch
@@ -38,14 +41,14 @@ import multiprocessing
 import subprocess
 import sys
 import time
-import tomllib
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from featstore.errors import FeatstoreError, InputError, UsageError
+from featstore.errors import FeatstoreError, UsageError
+from featstore.specs.toml import get, read_toml
 from featstore.workflows.experiments import unitstate
 from featstore.workflows.experiments.config import Experiment
 from featstore.workflows.experiments.runner import Log, _slug, run_tracked, run_unit_tracked
@@ -64,14 +67,8 @@ class UnitsFailed(FeatstoreError):
 
 def executor_options(path: str | Path) -> dict[str, Any]:
     """The `[executor]` table of an experiment file ({} when it has none)."""
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"experiment {str(path)!r}: {exc}") from None
-    table = data.get("executor", {})
-    if not isinstance(table, dict):
-        raise InputError(f"experiment {str(path)!r}: [executor] must be a table")
-    return dict(table)
+    doc = read_toml(Path(path), "experiment")
+    return dict(get(doc.data, "executor", "table", doc.where, {}))
 
 
 def make_executor(kind: str | None, options: dict[str, Any], where: str = "[executor]",
@@ -255,12 +252,12 @@ class SlurmExecutor(_UnitCallExecutor):
                                            if v is not None})
         if self.array:
             n = len(todo)
-            jobs = ex.map_array(UnitJob(), [call] * n, todo)
+            jobs = ex.map_array(UnitJob(), [call] * n, todo, [str(out)] * n)
             return {u["id"]: j for u, j in zip(todo, jobs, strict=True)}
         by_id: dict[str, Any] = {}
         for u in todo:
             ex.update_parameters(name=f"{name}:{u['id']}")
-            by_id[u["id"]] = ex.submit(UnitJob(), call, u)
+            by_id[u["id"]] = ex.submit(UnitJob(), call, u, str(out))
         return by_id
 
     def run_calls(self, out: Path, units: list[dict[str, Any]], call: Callable[..., Any],
@@ -328,9 +325,12 @@ def _wait_slurm(out: Path, jobs: dict[str, Any], poll_s: float, log: Log) -> dic
                 gone[uid] = gone.get(uid, 0) + 1
                 if gone[uid] < 3:          # its last state write may still be landing
                     continue
-                failed[uid] = (f"job {job.job_id} left the queue without finishing the unit "
-                               f"(cancelled, killed or out of time; "
-                               f"log: {job.paths.stderr})")
+                failed[uid] = (
+                    f"interrupted ({st.get('reason')}) and its job {job.job_id} left the queue "
+                    f"(cancelled, or not requeued); log: {job.paths.stderr}"
+                    if st.get("state") == "interrupted" else
+                    f"job {job.job_id} left the queue without finishing the unit (cancelled, "
+                    f"killed or out of time; log: {job.paths.stderr})")
             else:
                 gone.pop(uid, None)
                 continue

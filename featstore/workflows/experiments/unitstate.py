@@ -6,8 +6,13 @@ in the experiment's `--out` directory, which every worker reaches (a shared file
 
     OUT/plan.json            the executor and every unit: id, label, methods, rows, key,
                              and the job id an engine gave it (Slurm job / Ray task)
-    OUT/units/<id>.json      the unit's state: running (host, pid, start time), done
-                             (its run records), failed (a one-line error); written atomically
+    OUT/units/<id>.json      the unit's state: running (host, pid, start time, Slurm job
+                             and restart count), interrupted (a signal stopped it: Slurm
+                             requeue, preemption, time-out or cancel, Ctrl-C), done (its
+                             run records), failed (a one-line error); written atomically.
+                             A unit started again after an interruption (a requeued job, a
+                             re-run Ray task) keeps the earlier starts in `attempts` (host,
+                             pid, job, restarts, started, interrupted) and counts `attempt`
     OUT/logs/<id>.log        what the unit logged (its training, extraction and scoring)
 
 A unit's state is written only by the process running it; the driver reads them, so a
@@ -29,7 +34,8 @@ from featstore.errors import InputError
 from featstore.store.fileio import atomic_write_output
 
 PLAN_FILE = "plan.json"
-STATES = ("pending", "running", "stale", "done", "failed")
+STATES = ("pending", "running", "interrupted", "stale", "done", "failed")
+_ATTEMPT_KEYS = ("host", "pid", "job", "restarts", "started", "interrupted", "reason")
 
 
 def state_path(out: Path, uid: str) -> Path:
@@ -54,10 +60,34 @@ def read_state(out: Path, uid: str) -> dict[str, Any] | None:
         return None
 
 
+def slurm_job() -> str | None:
+    """The Slurm job this process runs in (an array task as JOB_TASK), None outside Slurm."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
+
+
 def mark_running(out: Path, uid: str, key: str) -> None:
-    _write(state_path(out, uid), {"unit": uid, "key": key, "state": "running",
-                                  "host": socket.gethostname(), "pid": os.getpid(),
-                                  "started": time.time(), "log": str(log_path(out, uid))})
+    """running here; an earlier start of the same unit that never finished (running or
+    interrupted, same key) is kept in `attempts`."""
+    old = read_state(out, uid) or {}
+    same = old.get("key") == key
+    attempts = list(old.get("attempts") or []) if same else []
+    if same and old.get("state") in ("running", "interrupted"):
+        attempts.append({k: old.get(k) for k in _ATTEMPT_KEYS})
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "")
+    _write(state_path(out, uid), {
+        "unit": uid, "key": key, "state": "running", "host": socket.gethostname(),
+        "pid": os.getpid(), "job": slurm_job(),
+        "restarts": int(restarts) if restarts.isdigit() else None,
+        "attempt": len(attempts) + 1, "attempts": attempts, "started": time.time(),
+        "log": str(log_path(out, uid))})
+
+
+def mark_interrupted(out: Path, uid: str, key: str, reason: str) -> None:
+    """interrupted (a signal stopped the unit; a requeued job or a rerun starts it again)."""
+    old = read_state(out, uid) or {}
+    _write(state_path(out, uid), {**old, "unit": uid, "key": key, "state": "interrupted",
+                                  "interrupted": time.time(), "reason": reason})
 
 
 def mark_finished(out: Path, uid: str, key: str, *, records: list[dict[str, Any]] | None = None,
@@ -109,7 +139,8 @@ def _state_of(st: dict[str, Any] | None) -> str:
 
 def status(out: str | Path) -> dict[str, Any]:
     """{out, executor, counts: {state: n}, units: [{id, label, state, job, host, pid,
-    seconds, error, log}]} from OUT/plan.json and OUT/units/ (see the module docstring)."""
+    seconds, attempt, error, reason, log}]} from OUT/plan.json and OUT/units/ (see the
+    module docstring)."""
     out = Path(out)
     plan_file = out / PLAN_FILE
     if not plan_file.is_file():
@@ -129,9 +160,11 @@ def status(out: str | Path) -> dict[str, Any]:
         counts[state] += 1
         st = st or {}
         started = st.get("started")
-        seconds = None if started is None else (st.get("finished") or now) - started
+        end = st.get("finished") or st.get("interrupted") or now
+        seconds = None if started is None else end - started
         units.append({"id": u["id"], "label": u["label"], "state": state, "job": u.get("job"),
                       "host": st.get("host"), "pid": st.get("pid"), "seconds": seconds,
-                      "error": st.get("error"), "log": str(log_path(out, u["id"]))})
+                      "attempt": st.get("attempt"), "error": st.get("error"),
+                      "reason": st.get("reason"), "log": str(log_path(out, u["id"]))})
     return {"out": str(out), "executor": plan.get("executor"), "counts": counts,
             "units": units}
