@@ -45,8 +45,8 @@ bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m benchmarks.run_all $(if $(ONLY),--only $(ONLY))
 
-# Every goal row of issue 19 (logit and GEMM floors, pytorch-ood from its own cache, sweeps,
-# approximate KNN) at reduced N in one run, side by side: about 5-8 min on 2 idle cores.
+# Every speed goal (logit and GEMM floors, pytorch-ood from its own cache, sweeps, approximate
+# KNN) at reduced N in one run, side by side (benchmarks/README.md gives its duration).
 bench-quick: $(STAMP)
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m benchmarks.bench_quick

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import logging
 import os
 import sys
 import tempfile
@@ -32,8 +33,8 @@ import torch
 
 from featstore import Store
 from featstore.extraction.datasets import TransformedRows, build_transform, rows_from_source
+from featstore.extraction.zoo.lite0 import INPUT_SIZE, lite0_classifier
 from featstore.specs.benchmark import load_spec
-from featstore.workflows.demo.backbone import INPUT_SIZE, lite0_classifier
 from featstore.workflows.demo.pipeline import ID_CLASSES, id_test_accuracy, run_demo
 from scorers.evaluate import evaluate
 
@@ -42,6 +43,7 @@ SCORERS = ["msp", "energy", "mls", "knn", "vim", "mds", "rmds", "gradnorm"]
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
 
 
 @torch.inference_mode()
@@ -121,7 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     load0 = open("/proc/loadavg").read().split()[:3]
-    demo = run_demo(args.demo, scale=args.scale, log=_log, progress=None)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    demo = run_demo(args.demo, scale=args.scale, progress=None)
     model = lite0_classifier(len(ID_CLASSES))
     model.load_state_dict(torch.load(args.demo / "model.pt", map_location="cpu",
                                      weights_only=True))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import logging
 import os
 import platform
 import sys
@@ -36,6 +37,10 @@ from typing import Any
 
 import numba
 import numpy as np
+
+from featstore.store.formatting import TARGET_TITLE
+from featstore.store.formatting import cell_number as _v
+from featstore.store.formatting import mean_std as _pm
 
 METHODS = ["msp", "odin", "energy", "mls", "vim", "knn"]
 #: The paper's Table 1 / Table 6 RMSE (%), DLA backbone, CIFAR-10 ID, Gbench: variant ->
@@ -57,19 +62,7 @@ ROBUST_MODELS = ["kmeans-l2", "gmm-wasserstein", "ude-wasserstein"]
 RATIOS = ["1:100", "1:10", "1:3", "3:1", "10:1", "100:1"]
 SIZES = [100, 50]
 TARGETS = ["fpr95", "auroc"]
-TITLE = {"fpr95": "FPR@TPR95", "auroc": "AUROC"}
-
-
-def _pm(cell: dict | None, digits: int = 2) -> str:
-    if not cell or cell.get("mean") is None:
-        return "–"
-    return f"{cell['mean']:.{digits}f} ± {cell['std']:.{digits}f}"
-
-
-def _v(cell: dict | None, fmt: str = "+.3f") -> str:
-    if not cell or cell.get("mean") is None:
-        return "–"
-    return format(cell["mean"], fmt)
+TITLE = TARGET_TITLE
 
 
 def _table(header: list[str], rows: list[list[str]], align: str | None = None) -> None:
@@ -89,12 +82,14 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+
 def build_store(out: Path, weights: Path | None, backbone: str) -> Any:
     from featstore.workflows.demo.gbench import build_gbench
 
     t0 = time.perf_counter()
     kw = {} if backbone is None else {"backbone": backbone}
-    store = build_gbench(out, weights=weights, log=_log, progress=None, **kw)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    store = build_gbench(out, weights=weights, progress=None, **kw)
     _log(f"store ready in {time.perf_counter() - t0:.1f} s")
     return store
 
@@ -238,8 +233,8 @@ def em_check_section(stores: list[tuple[str, Any]]) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from test_gscore_em import mixture_loglik, sklearn_loglik
 
-    from scorers.gscore.em import GMM_COLUMNS, gmm_params
-    from scorers.gscore.parts import pack
+    from scorers.gscore.clustering import GMM_COLUMNS, gmm_params
+    from scorers.gscore.engine import pack
 
     col = {name: i for i, name in enumerate(GMM_COLUMNS)}
     rows, worst_all = [], []

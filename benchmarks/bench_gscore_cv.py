@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from featstore.store.formatting import mean_interval as _cell
+
 MODELS = ["ude-wasserstein", "gmm-wasserstein", "ude-w2", "gmm-w2", "ude-kl", "ude-l2",
           "kmeans-l2", "gmm-wasserstein@auto", "ude-wasserstein@0.9", "ude-wasserstein@0.95",
           "ude-wasserstein@0.99"]
@@ -41,13 +43,6 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("meta-train ID share 0.7", {"models": UDE_GMM, "id_train_fraction": 0.7}),
     ("--paper preset", {"models": ["ude-wasserstein", "gmm-wasserstein"], "paper": True}),
 ]
-
-
-def _cell(c: dict | None) -> str:
-    if not c or c.get("mean") is None:
-        return "–"
-    ci = c.get("ci")
-    return f"{c['mean']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,6 +31,7 @@ the meta-test points of every repeat are kept); Markdown on stdout.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
 import subprocess
@@ -49,6 +50,7 @@ TITLE = {"fpr95": "FPR@TPR95", "auroc": "AUROC"}
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
 
 
 def large_id_spec(fractions: dict[str, float], count: int, cov_share: float = 0.5) -> str:
@@ -100,7 +102,8 @@ def build_large_id(out: Path, fractions: dict[str, float], count: int) -> Any:
     weights = out / "model.pt"
     recipe = {**model_recipe("pretrained"),
               "train_split": f"digits 0-5, part train, fractions {fractions}, seed 0"}
-    ensure_model(spec, weights, "pretrained", recipe, log=_log)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    ensure_model(spec, weights, "pretrained", recipe)
     t0 = time.process_time()
     st = extract(MODEL_SPECS["pretrained"], spec, out / "store", weights=weights,
                  options=ExtractOptions(device="cpu", batch_size=128, num_workers=0,

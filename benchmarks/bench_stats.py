@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import logging
 import os
 import platform
 import sys
@@ -81,7 +82,8 @@ def demo_scores(demo: Path) -> tuple[dict, dict, np.ndarray, np.ndarray]:
     if not (demo / "store" / "store.json").is_file():
         from featstore.workflows.demo.pipeline import run_demo
 
-        run_demo(demo, log=lambda m: print(m, file=sys.stderr))
+        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+        run_demo(demo)
     st = Store.open(demo / "store")
     scores: dict = {}
     result = evaluate(st, params={"nnguide": {"alpha": 1.0}}, keep_scores=scores)

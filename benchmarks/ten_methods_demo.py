@@ -10,6 +10,7 @@ is OUT/methods/results.md (and results.json)."""
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -21,8 +22,8 @@ def main(argv: list[str]) -> None:
     out, epochs, finetune_epochs = Path(argv[0]), int(argv[1]), int(argv[2])
     load_start = Path("/proc/loadavg").read_text().strip()
     t0, c0 = time.perf_counter(), time.process_time()
-    run_ten_methods(out, "all", epochs=epochs, finetune_epochs=finetune_epochs,
-                    log=lambda m: print(m, flush=True))
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    run_ten_methods(out, "all", epochs=epochs, finetune_epochs=finetune_epochs)
     print(json.dumps({"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
                       "load_start": load_start,
                       "load_end": Path("/proc/loadavg").read_text().strip()}))

@@ -16,7 +16,7 @@ import typer
 from rich.text import Text
 from typer.exceptions import Abort, TyperException
 
-from featstore.errors import FeatstoreError
+from featstore.errors import FeatstoreError, use_wording
 from featstore.store import interrupts
 from featstore.store.textsafe import one_line
 
@@ -34,6 +34,7 @@ from . import (
     commands_train,
 )
 from .console import JsonOpt, QuietOpt, errors, reset, setup
+from .wording import CLI_WORDING
 
 try:  # typer >= 0.24 vendors click as typer._click; older typer raises click's own exceptions
     from typer._click.exceptions import NoArgsIsHelpError
@@ -51,7 +52,8 @@ app = typer.Typer(
     name="featstore",
     help="Extract once, score everything: an HDF5 feature cache for OOD detection.\n\n"
          "Global options (before or after the command): --json (one JSON document on "
-         "stdout), --quiet (only errors), --debug (tracebacks). Exit codes: 0 ok, 1 failure "
+         "stdout), -q/--quiet (only errors and warnings), -v/--verbose (debug logs too), "
+         "--debug (tracebacks). Exit codes: 0 ok, 1 failure "
          "(missing/corrupt store or file, bad TOML/JSON, empty split), 2 bad command line.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -74,12 +76,15 @@ def _root(
         callback=_print_version)] = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Show the library's debug logs too (log level DEBUG; the "
+                                "default is INFO, --quiet WARNING).")] = False,
     debug: Annotated[bool, typer.Option(
         "--debug", help="Show the traceback of an error instead of one line.")] = False,
 ) -> None:
-    # --debug is taken out of the arguments by main() (anywhere on the line); declared here
-    # for --help. --json / --quiet here apply to the command that follows.
-    setup(json_, quiet)
+    # --debug and --verbose are taken out of the arguments by main() (anywhere on the line);
+    # declared here for --help. --json / --quiet here apply to the command that follows.
+    setup(json_, quiet, verbose)
 
 
 commands_store.register(app)
@@ -116,13 +121,17 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in args
     while "--debug" in args:
         args.remove("--debug")
+    verbose = any(a in ("-v", "--verbose") for a in args)
+    args = [a for a in args if a not in ("-v", "--verbose")]
     reset()
+    setup(verbose=verbose)
     interrupts.install()
     try:
         # not standalone: click's usage errors come here and become one line; shell
         # completion (`--show-completion`, `--install-completion`, _FEATSTORE_COMPLETE) and
         # --help exit by themselves
-        rv = app(args=args, prog_name="featstore", standalone_mode=False)
+        with use_wording(CLI_WORDING):  # library errors and hints name options (cli.wording)
+            rv = app(args=args, prog_name="featstore", standalone_mode=False)
         interrupts.raise_if_interrupted()  # a Ctrl-C swallowed on the way is still 130
         if isinstance(rv, int) and rv:
             sys.exit(rv)
@@ -155,7 +164,7 @@ def _boundary(exc: BaseException, debug: bool) -> None:
     except FeatstoreError as exc:
         if debug:
             raise
-        _error(str(exc))
+        _error(exc.worded(CLI_WORDING))
         sys.exit(exc.exit_code)
     except OSError as exc:  # the filesystem refused: name the file and the reason
         if debug:

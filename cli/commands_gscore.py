@@ -19,7 +19,6 @@ from .console import (
     QuietOpt,
     emit,
     err,
-    log,
     out,
     setup,
     split_progress,
@@ -412,7 +411,7 @@ def gbench(
     from featstore.workflows.demo.run import build_gbench_command
 
     summary = build_gbench_command(out_, backbone=backbone, weights=weights, epochs=epochs,
-                                   log=log, extraction=split_progress)
+                                   extraction=split_progress)
     emit(summary, lambda: print_gbench_store(summary))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
 import typer
 from rich.table import Table
 
@@ -45,10 +44,6 @@ def recall_line(diagnostics: dict) -> str | None:
     d = diagnostics
     return (f"index {d['index']}: recall@{d['recall_k']} {d['recall_at_k']:.3f} against exact "
             f"search ({d['recall_queries']} {d['recall_split']} rows)")
-
-
-def _fmt(v: float) -> str:
-    return "–" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.2f}"
 
 
 def print_evaluation(result: dict, per_split: bool = True, wide: bool = False) -> None:

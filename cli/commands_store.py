@@ -14,7 +14,7 @@ from featstore.store.summary import human_bytes, store_summary, verified_summary
 
 from .commands_score import print_evaluation
 from .common import open_store, parse_params
-from .console import JsonOpt, QuietOpt, emit, log, out, setup, split_progress, status
+from .console import JsonOpt, QuietOpt, emit, out, setup, split_progress, status
 from .tables import Column, hidden_note, print_fitted
 
 
@@ -235,7 +235,7 @@ def demo(
     setup(json_, quiet)
     from featstore.workflows.demo.run import run_demo_command
 
-    result = run_demo_command(out_, methods=methods, backbone=backbone, scale=scale, log=log,
+    result = run_demo_command(out_, methods=methods, backbone=backbone, scale=scale,
                               extraction=split_progress, steps=status)
     emit(result, (lambda: print_ten_methods(result)) if methods is not None
          else (lambda: print_demo(result)))

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from featstore.errors import UsageError
 from featstore.store.fileio import atomic_write_result_json
+from featstore.store.formatting import number
 
 from .common import (
     BootOpt,
@@ -59,10 +60,6 @@ def parse_grid(items: list[str] | None) -> dict[str, list[Any]] | None:
     return grid
 
 
-def _fmt(v: float | None) -> str:
-    return "–" if v is None else f"{v:.2f}"
-
-
 def _label(metric: str) -> str:
     return _LABELS.get(metric, metric)
 
@@ -92,9 +89,9 @@ def print_sweep(result: dict) -> None:
 
     for i, row in enumerate(result["settings"]):
         cells = [f"{'▶ ' if i == chosen else ''}{i}", format_setting(row["setting"])]
-        cells += [_fmt(row["val"]["mean"][m]) for m in val_metrics]
+        cells += [number(row["val"]["mean"][m]) for m in val_metrics]
         for g in groups:
-            cells += [_fmt(row["test"]["groups"][g][m]) for m in ("auroc", "fpr95")]
+            cells += [number(row["test"]["groups"][g][m]) for m in ("auroc", "fpr95")]
         table.add_row(*cells, style="bold green" if i == chosen else None)
     out.print(table)
     out.print(f"chosen: {format_setting(result['chosen']['setting'])}  (val {_label(sel)} "
@@ -149,7 +146,7 @@ def print_tuned(result: dict) -> None:
     for name, r in result["methods"].items():
         fixed = [f"{k}={v} (fixed)" for k, v in r.get("fixed", {}).items()]
         setting = ", ".join(([format_setting(r["chosen"])] if r["chosen"] else []) + fixed)
-        table.add_row(name, setting or format_setting({}), _fmt(r["val"][sel]),
+        table.add_row(name, setting or format_setting({}), number(r["val"][sel]),
                       str(r["settings_scored"]), str(len(r["adjusted"])))
     out.print(table)
     for name, r in result["methods"].items():

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from featstore import Store
 from featstore.errors import InputError, UsageError
+from featstore.store.formatting import with_interval
 
 
 def parse_params(items: list[str] | None, what: str = "--param") -> dict[str, Any]:
@@ -157,13 +158,9 @@ def ci_spec(ci: float, boot: int, method: str, seed: int) -> Any:
 
 
 def fmt_ci(value: float | None, interval: Sequence[float] | None = None) -> str:
-    """`72.95 [68.8, 77.0]` (rich markup escaped); `–` for a missing value; the bare value
-    without an interval."""
-    if value is None or value != value:
-        return "–"
-    if not interval:
-        return f"{value:.2f}"
-    return escape(f"{value:.2f} [{interval[0]:.1f}, {interval[1]:.1f}]")
+    """`72.95 [68.8, 77.0]` (`featstore.store.formatting.with_interval`, rich markup
+    escaped); `–` for a missing value; the bare value without an interval."""
+    return escape(with_interval(value, interval))
 
 
 def ci_line(result: dict) -> str | None:

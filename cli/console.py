@@ -8,7 +8,13 @@ Every command calls `setup(json_, quiet)` first and ends with `emit(result, huma
   human output is suppressed, and anything else written to stdout while the command runs
   (a library's print) is sent to stderr. Logs and progress stay on stderr.
 - `--quiet`: no tables, logs, warnings or progress bars; only errors (and the JSON document
-  with --json).
+  with --json). The library's log records at WARNING and above still show.
+- `--verbose`: the library's DEBUG records too.
+
+The library logs through per-module loggers (`logging.getLogger(__name__)` under `featstore`
+and `scorers`) and never prints; `setup` installs `ConsoleHandler` on those two loggers at
+the level of the mode (WARNING with --quiet, DEBUG with --verbose, else INFO): an INFO record
+is its message as a line on stderr, as the library wrote it.
 
 Errors are printed by the boundary in `cli.app.main` on `errors`, which is never silenced.
 `cli.app.main` calls `reset()` before and after every run.
@@ -17,6 +23,7 @@ Errors are printed by the boundary in `cli.app.main` on `errors`, which is never
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -78,16 +85,73 @@ QuietOpt = Annotated[bool, typer.Option(
 class Mode:
     json: bool = False
     quiet: bool = False
+    verbose: bool = False
 
 
 MODE = Mode()
-_saved: dict[str, Any] = {"stdout": None, "devnull": None, "warnings": None}
+_saved: dict[str, Any] = {"stdout": None, "devnull": None, "warnings": None, "loggers": None}
+
+#: The library's top-level loggers (every module logs under one of them).
+LIBRARY_LOGGERS = ("featstore", "scorers")
+
+
+class ConsoleHandler(logging.Handler):
+    """The library's log records on the CLI's stderr: INFO as the bare message (`err`, under
+    the progress bars), DEBUG dimmed with its logger's name, WARNING and above as `warning:
+    ...` on the console that --quiet does not silence."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+            if record.levelno >= logging.WARNING:
+                errors.print(Text.assemble(("warning: ", "yellow"), term_text(text)),
+                             highlight=False)
+            elif record.levelno >= logging.INFO:
+                err.print(text, highlight=False, markup=False)
+            else:
+                err.print(Text(term_text(f"{record.name}: {text}"), style="dim"),
+                          highlight=False)
+        except Exception:  # logging's contract: a failing handler never raises
+            self.handleError(record)
+
+
+HANDLER = ConsoleHandler()
+
+
+def log_level() -> int:
+    """The library's log level of this run's mode."""
+    if MODE.quiet:
+        return logging.WARNING
+    return logging.DEBUG if MODE.verbose else logging.INFO
+
+
+def _install_logging() -> None:
+    """`HANDLER` on the library's loggers at `log_level()` (their records stop there: not
+    propagated to a root handler as well); the loggers' settings are restored by reset()."""
+    if _saved["loggers"] is None:
+        _saved["loggers"] = []
+        for name in LIBRARY_LOGGERS:
+            logger = logging.getLogger(name)
+            _saved["loggers"].append((logger, logger.level, logger.propagate))
+            logger.addHandler(HANDLER)
+            logger.propagate = False
+    for logger, _, _ in _saved["loggers"]:
+        logger.setLevel(log_level())
+
+
+def _uninstall_logging() -> None:
+    for logger, level, propagate in _saved["loggers"] or []:
+        logger.removeHandler(HANDLER)
+        logger.setLevel(level)
+        logger.propagate = propagate
+    _saved["loggers"] = None
 
 
 def reset() -> None:
     """Back to the default mode; undo setup()'s redirections (idempotent)."""
-    MODE.json = MODE.quiet = False
+    MODE.json = MODE.quiet = MODE.verbose = False
     out.quiet = err.quiet = False
+    _uninstall_logging()
     if _saved["stdout"] is not None:
         sys.stdout = _saved["stdout"]
         _saved["stdout"] = None
@@ -117,10 +181,13 @@ def _showwarning(message: Any, category: type[Warning], filename: str, lineno: i
 warnings.showwarning = _showwarning
 
 
-def setup(json_: bool = False, quiet: bool = False) -> Mode:
-    """Fix the output mode of this run (the root options and the command's own are OR-ed)."""
+def setup(json_: bool = False, quiet: bool = False, verbose: bool = False) -> Mode:
+    """Fix the output mode of this run (the root options and the command's own are OR-ed;
+    --quiet wins over --verbose) and install the library's log handler at its level."""
     MODE.json = MODE.json or json_
     MODE.quiet = MODE.quiet or quiet
+    MODE.verbose = MODE.verbose or verbose
+    _install_logging()
     out.quiet = MODE.json or MODE.quiet
     err.quiet = MODE.quiet
     if (MODE.json or MODE.quiet) and _saved["stdout"] is None:

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
+from featstore.store.formatting import METRIC_HEADER, compact, with_interval
+
 from .common import ci_line
 from .console import out
 from .tables import Column, hidden_note, print_fitted
@@ -32,26 +34,8 @@ def say(text: str) -> None:
     out.print(text, highlight=False, markup=False, soft_wrap=False)
 
 
-def compact(value: float | None, interval: Sequence[float] | None = None) -> str:
-    """`80.9±3.7` (h = half the interval's width), `80.9` without an interval, `–` missing."""
-    if value is None or value != value:
-        return "–"
-    if not interval or interval[0] is None or interval[1] is None:
-        return f"{value:.1f}"
-    return f"{value:.1f}±{(interval[1] - interval[0]) / 2:.1f}"
-
-
-def full(value: float | None, interval: Sequence[float] | None = None) -> str:
-    """`72.95 [68.8, 77.0]` (plain text), `72.95` without an interval, `–` missing."""
-    if value is None or value != value:
-        return "–"
-    if not interval or interval[0] is None or interval[1] is None:
-        return f"{value:.2f}"
-    return f"{value:.2f} [{interval[0]:.1f}, {interval[1]:.1f}]"
-
-
 def _cell(value: float | None, interval: Sequence[float] | None, wide: bool) -> str:
-    return full(value, interval) if wide else compact(value, interval)
+    return with_interval(value, interval) if wide else compact(value, interval)
 
 
 def _metric_column(header: str, values: list[tuple[float | None, Sequence[float] | None]],
@@ -71,15 +55,14 @@ def group_columns(result: dict, wide: bool) -> list[Column]:
     groups = list(rows[0]["groups"])
     cols = [Column("method", list(methods), justify="left", priority=0)]
     for g in groups:
-        for m, label, better, prio in (("auroc", "AUROC↑", "max", 1),
-                                       ("fpr95", "FPR95↓", "min", 2)):
+        for m, better, prio in (("auroc", "max", 1), ("fpr95", "min", 2)):
             vals = [(r["groups"][g][m], r["groups"][g].get(f"{m}_ci")) for r in rows]
-            cols.append(_metric_column(f"{g}\n{label}", vals, wide, prio, better))
-    for key, label, better, prio in (("misclassification_auroc", "misclf\nAUROC↑", "max", 3),
-                                     ("aurc", "AURC↓", "min", 4),
-                                     ("augrc", "AUGRC↓", "min", 4)):
+            cols.append(_metric_column(f"{g}\n{METRIC_HEADER[m]}", vals, wide, prio, better))
+    for key, better, prio in (("misclassification_auroc", "max", 3), ("aurc", "min", 4),
+                              ("augrc", "min", 4)):
         vals = [(r.get(key), r.get(f"{key}_ci")) for r in rows]
-        cols.append(_metric_column(label, vals, wide, prio, better))
+        cols.append(_metric_column(METRIC_HEADER[key].replace(" ", "\n"), vals, wide, prio,
+                                   better))
     times = ["cached" if r.get("cached") else f"{r['fit_seconds'] + r['score_seconds']:.1f}"
              for r in rows]
     cols.append(Column("fit+score\ns", times, priority=5))
@@ -129,7 +112,8 @@ def print_group_table(result: dict, wide: bool = False) -> None:
             "([lo, hi] with --wide or --json)")
     if (note := hidden_note(hidden)) is not None:
         say(note)
-    say(f"ID accuracy ({result['id_split']}): {full(result['id_acc'], result.get('id_acc_ci'))}%")
+    acc = with_interval(result["id_acc"], result.get("id_acc_ci"))
+    say(f"ID accuracy ({result['id_split']}): {acc}%")
     if (line := ci_line(result)) is not None:
         say(line)
 

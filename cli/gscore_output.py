@@ -10,29 +10,11 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from featstore.store.formatting import TARGET_TITLE as _TARGET_TITLE
+from featstore.store.formatting import cell_number as _num
+from featstore.store.formatting import mean_interval as _pm
+
 from .console import err, log, out
-
-_TARGET_TITLE = {"auroc": "AUROC", "fpr95": "FPR@TPR95", "fpr@tpr80": "FPR@TPR80",
-                 "fpr@tpr60": "FPR@TPR60", "aupr_in": "AUPR-In",
-                 "aupr_out": "AUPR-Out", "detection_error": "Detection error"}
-
-
-
-def _pm(cell: dict | None, digits: int = 2) -> str:
-    """mean [95% interval] of a summary cell."""
-    if not cell or cell.get("mean") is None:
-        return "–"
-    ci = cell.get("ci")
-    if not ci:
-        return f"{cell['mean']:.{digits}f}"
-    return f"{cell['mean']:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
-
-
-def _num(cell: dict | None, fmt: str = "+.3f") -> str:
-    if not cell or cell.get("mean") is None:
-        return "–"
-    return format(cell["mean"], fmt)
-
 
 _DESCRIBE = (("preset", "preset"), ("ood_splits", "OOD splits"), ("id_pools", "ID pools"),
              ("meta_sets", "meta-sets"), ("models", "models"), ("tau", "tau"),

@@ -16,8 +16,11 @@ HEADER = """# featstore command-line reference
 
 Generated from the typer app by `python -m cli.reference docs/cli.md`; do not edit by hand
 (tests/test_docs.py fails when this page and the app disagree). Every command also takes the
-global options `--json` (one JSON document on stdout), `--quiet` and `--debug`; exit codes:
-0 ok, 1 failure (missing or corrupt input, a failed run), 2 bad command line, 130 interrupted.
+global options, before or after the command: `--json` (one JSON document on stdout),
+`-q`/`--quiet` (no tables, progress or logs: only errors and the library's warnings; log level
+WARNING), `-v`/`--verbose` (the library's debug logs too: log level DEBUG; the default is
+INFO) and `--debug` (the traceback of an error); exit codes: 0 ok, 1 failure (missing or
+corrupt input, a failed run), 2 bad command line, 130 interrupted.
 """
 
 

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from featstore.errors import FeatstoreError, FeatstoreWarning, UsageError
+from featstore.errors import FeatstoreError, FeatstoreWarning, UsageError, wording
 from featstore.store.arraystore import ArrayStore
 from featstore.store.interfaces import SplitLike, StoreLike
 from featstore.store.values import require_finite
@@ -35,21 +35,22 @@ from .threads import blas_threads, fit_work, score_work
 
 DEFAULT_CHUNK_ROWS = 8192
 
-# How to produce each need that a store can lack.
+# How to produce each need that a store can lack, in the library's words (an interface words
+# it its own way: featstore.errors.Wording.how_to).
 _HOW_TO = {
     "fit:id/train": "extract it by naming an `id/train` split in the benchmark spec",
     "fit:id/val": "extract it by naming an `id/val` split in the benchmark spec",
-    "extra:feature_maps": "extract with `featstore extract --feature-maps`",
-    "extra:mc_logits": "extract with `featstore extract --mc-samples T` on a model with dropout",
-    "extra:odin_logits": "extract with `featstore extract --odin-grid 'T:eps[,eps...]'`",
-    "extra:confidence": "train with `featstore train --method confbranch`, then `featstore "
-                        "extract --weights` the checkpoint",
-    "extra:godin_h": "train with `featstore train --method godin`, then `featstore extract "
-                     "--weights` the checkpoint",
-    "extra:godin_g": "train with `featstore train --method godin`, then `featstore extract "
-                     "--weights` the checkpoint",
-    "extra:head2_logits": "train with `featstore train --method mcd`, then `featstore extract "
-                          "--weights` the checkpoint",
+    "extra:feature_maps": "extract with `ExtractOptions(feature_maps=True)`",
+    "extra:mc_logits": "extract with `ExtractOptions(mc_samples=T)` on a model with dropout",
+    "extra:odin_logits": "extract with `ExtractOptions(odin_grid=((T, eps), ...))`",
+    "extra:confidence": "train with `train(method='confbranch')`, then extract with the "
+                        "checkpoint as `weights`",
+    "extra:godin_h": "train with `train(method='godin')`, then extract with the checkpoint as "
+                     "`weights`",
+    "extra:godin_g": "train with `train(method='godin')`, then extract with the checkpoint as "
+                     "`weights`",
+    "extra:head2_logits": "train with `train(method='mcd')`, then extract with the checkpoint "
+                          "as `weights`",
 }
 
 Grid = Mapping[str, Sequence[Any]]
@@ -241,9 +242,8 @@ class Scorer:
         for extra in Needs.of(self).extras:
             if not split.has_extra(extra):
                 raise FeatstoreError(
-                    f"scorer {self.name!r} needs 'extra:{extra}' in split {split.name!r}: "
-                    f"{how_to(f'extra:{extra}')}"
-                )
+                    f"scorer {self.name!r} needs 'extra:{extra}' in split {split.name!r}",
+                    need=f"extra:{extra}", how=library_how_to(f"extra:{extra}"))
         if self.check_finite:
             require_finite(split, value_fields(self), f"{self.name!r} scores")
 
@@ -371,11 +371,17 @@ def check_grid_keys(scorer: Scorer | type[Scorer], grid: Mapping[str, Any],
                          f"{unknown[0]!r} (valid: {valid})")
 
 
-def how_to(need: str) -> str:
-    """How to produce a need a store lacks (a `fit:` split or an `extra:` array)."""
+def library_how_to(need: str) -> str:
+    """How to produce a need a store lacks (a `fit:` split or an `extra:` array), in the
+    library's words."""
     if parse_need(need).kind == "fit":
         return _HOW_TO.get(need, "extract it")
     return _HOW_TO.get(need, "extract it with the method that writes it")
+
+
+def how_to(need: str) -> str:
+    """`library_how_to(need)` in the wording in use (featstore.errors.wording)."""
+    return wording().how_to(need, library_how_to(need))
 
 
 def value_fields(scorer: Scorer | type[Scorer]) -> list[str]:
@@ -399,12 +405,10 @@ def check_needs(scorer: Scorer, store: StoreLike) -> None:
         if need.kind == "fit" and not store.has_split(need.arg):
             raise FeatstoreError(
                 f"scorer {scorer.name!r} needs split {need.arg!r} in store "
-                f"{str(store.path)!r}: {how_to(need.text)}"
-            )
+                f"{str(store.path)!r}", need=need.text, how=library_how_to(need.text))
         if need.kind == "extra":
             for split in needs.fit_splits:
                 if not store.split(split).has_extra(need.arg):
                     raise FeatstoreError(
-                        f"scorer {scorer.name!r} needs {need.text!r} in split {split!r}: "
-                        f"{how_to(need.text)}"
-                    )
+                        f"scorer {scorer.name!r} needs {need.text!r} in split {split!r}",
+                        need=need.text, how=library_how_to(need.text))

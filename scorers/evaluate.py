@@ -6,6 +6,7 @@ are for hyperparameter selection (scorers.sweep).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,8 @@ from .selective import selective_metrics
 from .skipping import check_supported, require_any, run_each, unsupported_reason
 from .stats.bootstrap import BootstrapSpec
 from .uncertainty import add_intervals
+
+logger = logging.getLogger(__name__)
 
 ID_SPLIT = "id/test"
 
@@ -115,10 +118,13 @@ def _scores(store: StoreLike, name: str, scorer: Scorer, splits: Sequence[str],
         else:
             todo.append(split)
     fit_s = score_s = 0.0
+    logger.debug("%s: %d of %d splits from the score cache%s", name, len(splits) - len(todo),
+                 len(splits), "" if cache else " (cache off)")
     if todo:
         t0 = time.perf_counter()
         scorer.fit(store)
         fit_s = time.perf_counter() - t0
+        logger.debug("%s: fitted on %s in %.3f s", name, store.path, fit_s)
         if diagnostics is not None:
             diagnostics.update(scorer.diagnostics)
         for split in todo:
@@ -128,6 +134,7 @@ def _scores(store: StoreLike, name: str, scorer: Scorer, splits: Sequence[str],
             if cache:
                 cache.put(key, cparams, split, scores)
             out[split.name] = scores
+        logger.debug("%s: scored %d splits in %.3f s", name, len(todo), score_s)
     return {s: out[s] for s in splits}, fit_s, score_s
 
 

@@ -18,8 +18,8 @@ How each index is filled without a second copy of the bank:
 - recall of an approximate index against exact search without a calibration target
   (`exact_knn`): the exact top k of every query over the chunks, merged (FAISS ResultHeap).
 
-Peak memory of a fit is the index plus one chunk (measured in tests/test_bank_memory.py:
-<= 1.2x the bank above the process's baseline for exact, IVF-Flat and HNSW).
+Peak memory of a fit is the index plus one chunk (tests/test_bank_memory.py checks it for
+exact, IVF-Flat and HNSW).
 """
 
 from __future__ import annotations

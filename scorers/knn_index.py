@@ -5,7 +5,7 @@
 - `exact` (default): `IndexFlatL2` / `IndexFlatIP`, brute force, the reference result. An
   inner-product search on the CPU at k >= N / 10 (NNGuide's bank at K = 100 of 100 rows)
   is a float32 sgemm + np.argpartition over the flat index's own vectors instead
-  (`scorers.kernels.iptopk`): FAISS's per-query k-heaps cost ~2x the sgemm there.
+  (`scorers.kernels.iptopk`): FAISS's per-query k-heaps cost more than the sgemm there.
 - `ivf_flat`: `IndexIVFFlat`, an inverted file over `nlist` k-means cells (default
   `min(4 * sqrt(N), N // 39)`, at least 1: FAISS wants >= 39 training points per cell);
   a query visits `nprobe` cells (default `max(8, nlist // 16)`, at most `nlist`).
@@ -517,8 +517,7 @@ class KnnIndex:
 
     def _uses_own_ip_search(self, k: int) -> bool:
         """Exact inner-product search on the CPU with k >= N / OWN_IP_SEARCH_FRACTION:
-        sgemm + partition (`scorers.kernels.iptopk`) beats FAISS's k-heaps there (measured in
-        benchmarks/results/HISTORY.md, "#19 eighth session")."""
+        sgemm + partition (`scorers.kernels.iptopk`) beats FAISS's k-heaps there."""
         return (self.kind == "exact" and self.metric == "ip" and not self.on_gpu
                 and k * OWN_IP_SEARCH_FRACTION >= self.ntotal)
 

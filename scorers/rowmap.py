@@ -23,7 +23,7 @@ How it is fast, and why the numbers do not depend on it:
   buffers go back to a small pool when a call ends (`_ReadBuffers`, at most
   `POOL_BYTES` in all) and the next call takes them from there: a process that scores split
   after split touches fresh memory for its read buffers once, not once per split (every
-  fresh page is a page fault, ~3 us on a VM: 8 MB of buffer cost ~6 ms per call).
+  fresh page is a page fault).
 """
 
 from __future__ import annotations

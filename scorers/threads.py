@@ -25,8 +25,8 @@ the load is the user's choice (`FEATSTORE_THREADS=auto`): faster on a busy machi
 bits only between runs that got the same count.
 
 Why: OpenBLAS threads spin-wait for each other. On a machine whose cores are busy with other
-work a 2-thread factorization waits for a core at every synchronization: a 1024 x 1024 eigh
-took 6.0 s with 2 threads against 0.61 s with 1 (2 cores, load 2-11), so a second thread is
+work a 2-thread factorization waits for a core at every synchronization, and takes many times longer
+than one thread (benchmarks/results/threads.md), so a second thread is
 used only when a core is free for it, and only for work large enough to repay waking it
 (`PARALLEL_MIN_FLOPS`; benchmarks/bench_threads.py measures where two threads start to pay
 on an idle machine).
@@ -160,8 +160,8 @@ def blas_controller() -> Any:
     """One `threadpoolctl.ThreadpoolController` over the loaded BLAS and OpenMP libraries
     (NumPy's, SciPy's, and FAISS's once FAISS is imported: it is made again the first time it
     is asked for after that import). `threadpool_limits` rediscovers the libraries on every
-    call (it reads /proc/self/maps: ~1.5-5 ms with torch loaded, which dominated sweeps over
-    small stores); the controller discovers them once."""
+    call (it reads /proc/self/maps, which dominated sweeps over small stores); the controller
+    discovers them once."""
     global _CONTROLLER, _CONTROLLER_SAW_FAISS
     has_faiss = "faiss" in sys.modules
     if _CONTROLLER is None or (has_faiss and not _CONTROLLER_SAW_FAISS):
@@ -179,8 +179,8 @@ _IN_EFFECT: list[int] = []  # the counts of the enclosing limit_threads blocks (
 @contextmanager
 def limit_threads(count: int) -> Iterator[int]:
     """BLAS and OpenMP limited to `count` threads inside (restored after); yields count. Inside
-    a block of the same count (a score inside score_grid) nothing is set again (a limit costs
-    ~0.2 ms: it queries and sets every library)."""
+    a block of the same count (a score inside score_grid) nothing is set again (a limit
+    queries and sets every library)."""
     count = int(count)
     if _IN_EFFECT and _IN_EFFECT[-1] == count:
         yield count

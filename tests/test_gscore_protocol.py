@@ -15,8 +15,7 @@ from test_gscore import graded_store
 
 from featstore.errors import UsageError
 from scorers import gscore as G
-from scorers.gscore.metasets import _StoreData, fpr_at_tpr, hetero_sizes, select_splits
-from scorers.gscore.protocol import _id_pools
+from scorers.gscore.metasets import StorePools, fpr_at_tpr, hetero_sizes, id_pools, select_splits
 from scorers.metrics import ood_metrics
 
 
@@ -36,15 +35,15 @@ def test_fpr_at_tpr_equals_sklearn_roc_curve_and_fpr95():
 
 
 def test_disjoint_id_pools_never_share_a_row():
-    data = [_StoreData(0, None, "a", "x", [], 301, {}, {}, 301),
-            _StoreData(1, None, "b", "x", [], 40, {}, {}, 40)]
+    data = [StorePools(0, None, "a", "x", [], 301, {}, {}, 301),
+            StorePools(1, None, "b", "x", [], 40, {}, {}, 40)]
     for seed in range(5):
-        tr, te = _id_pools(data, 0.5, np.random.default_rng(seed))
+        tr, te = id_pools(data, 0.5, np.random.default_rng(seed))
         for sd, p_tr, p_te in zip(data, tr, te, strict=True):
             assert not set(p_tr) & set(p_te)
             assert sorted([*p_tr, *p_te]) == list(range(sd.n_id))
             assert abs(len(p_tr) - round(0.5 * sd.n_id)) <= 1
-    tr, te = _id_pools(data, None, np.random.default_rng(0))
+    tr, te = id_pools(data, None, np.random.default_rng(0))
     assert all(np.array_equal(a, b) for a, b in zip(tr, te, strict=True))
 
 

@@ -184,9 +184,9 @@ def test_feature_layer_error_uses_the_right_article():
 
     from featstore.extraction.heads import find_head
 
-    with pytest.raises(UsageError, match=r"--feature-layer 'pool' is an AdaptiveAvgPool2d, "):
+    with pytest.raises(UsageError, match=r"feature_layer='pool': is an AdaptiveAvgPool2d, "):
         find_head(tiny_cnn(), "pool")
-    with pytest.raises(UsageError, match=r"--feature-layer 'conv' is a Conv2d, "):
+    with pytest.raises(UsageError, match=r"feature_layer='conv': is a Conv2d, "):
         find_head(tiny_cnn(), "conv")
     loaded = load_model("tiny_models:tiny_cnn", feature_layer="pool")
     assert loaded.head is None and loaded.provenance["feature_layer"] == "pool"

@@ -136,7 +136,7 @@ def test_bad_arrays_are_refused_and_leave_no_store(tmp_path, bad, match):
 def test_existing_store_needs_overwrite_and_read_only_refuses_writes(tmp_path):
     w, b, f = _arrays()
     Store.from_arrays(tmp_path / "s", head=(w, b), splits={"id/test": {"features": f}})
-    with pytest.raises(UsageError, match="already exists; pass --overwrite"):
+    with pytest.raises(UsageError, match="already exists; pass overwrite=True to replace it"):
         Store.from_arrays(tmp_path / "s", head=(w, b), splits={"id/test": {"features": f}})
     with pytest.raises(UsageError, match="read-only"):
         Store.open(tmp_path / "s").write_split("id/val", features=f)

@@ -113,7 +113,7 @@ def test_unused_linear_after_the_head(spec, tmp_path):
 def test_conv_classifier(spec, tmp_path):
     import user_models
     with pytest.raises(UsageError, match=r"no nn.Linear classifier head \(e.g. a 1x1-conv "
-                                         r"classifier\); name the layer.*--feature-layer"):
+                                         r"classifier\); pass feature_layer='LAYER' naming "):
         extract("user_models:conv_classifier", spec, tmp_path / "s", options=OPTS)
     st = extract("user_models:conv_classifier", spec, tmp_path / "s", options=OPTS,
                  feature_layer="features")

@@ -1,5 +1,5 @@
-"""ImageFolder class folders -> the head's class indices (issue 21 item 2: never by folder order
-when that could be wrong).
+"""ImageFolder class folders -> the head's class indices (never by folder order when that
+could be wrong).
 
 The rule, for the class folders of an ID or CSID ImageFolder split and a head of C outputs:
 

@@ -93,34 +93,35 @@ def open_or_create_store(out: Path, loaded: LoadedModel, classes: list[str] | No
         if store.model_sha256 != loaded.provenance["sha256"]:
             raise UsageError(
                 f"store {str(out)!r} was made by another model (sha256 {store.model_sha256[:12]}…"
-                f", this one {loaded.provenance['sha256'][:12]}…); pass --overwrite to replace it"
-            )
+                f", this one {loaded.provenance['sha256'][:12]}…)", change={"overwrite": True},
+                effect="to replace it")
         if store.has_head != (head is not None):
             raise UsageError(f"store {str(out)!r} was extracted "
                              f"{'with' if store.has_head else 'without'} a head (W, b), this "
-                             f"run {'with' if head is not None else 'without'}; pass "
-                             "--overwrite to replace it")
+                             f"run {'with' if head is not None else 'without'}",
+                             change={"overwrite": True}, effect="to replace it")
         if head is not None:
             (w_old, b_old), (weight, bias) = store.head, head
             if w_old.shape != weight.shape or not (np.array_equal(w_old, weight)
                                                    and np.array_equal(b_old, bias)):
                 raise UsageError(f"store {str(out)!r}: head {w_old.shape} differs from the "
-                                 f"model's {weight.shape}; pass --overwrite to replace it")
+                                 f"model's {weight.shape}", change={"overwrite": True},
+                                 effect="to replace it")
         return store
     if not is_own_layout(out):
-        raise UsageError(f"--out {str(out)!r} exists and is not a featstore store; choose an "
-                         "empty or new path (--overwrite replaces only a featstore store)")
-    # a featstore store (with --overwrite), an empty directory, or an unfinished creation
+        raise UsageError("exists and is not a featstore store, which is never replaced: choose "
+                         "an empty or new path", param="out", value=out)
+    # a featstore store (with overwrite), an empty directory, or an unfinished creation
     # (killed between model.h5 and store.json): Store.create replaces only the store's files
     return Store.create(out, head=head, classes=classes, provenance=loaded.provenance,
                         overwrite=True, dims=(loaded.num_classes, loaded.feature_dim))
 
 
 def lock_out(out: Path) -> StoreLock:
-    """Create `--out` if needed (a real directory, not a link to one) and take its lock."""
+    """Create `out` if needed (a real directory, not a link to one) and take its lock."""
     if os.path.lexists(out) and not out.is_dir():
-        raise UsageError(f"--out {str(out)!r} exists and is not a directory")
-    make_real_dir(out, "--out directory") if not out.exists() else None
+        raise UsageError("exists and is not a directory", param="out", value=out)
+    make_real_dir(out, "output directory") if not out.exists() else None
     lock = StoreLock(out, command="featstore extract")
     lock.acquire()
     return lock
@@ -356,18 +357,19 @@ def extract(model: str, spec: str | Path | BenchmarkSpec, out: str | Path, *,
     """
     opts = options or ExtractOptions()
     if opts.dtype not in FEATURE_DTYPES:
-        raise UsageError(f"--dtype {opts.dtype!r}: expected one of {', '.join(FEATURE_DTYPES)}")
+        raise UsageError(f"expected one of {', '.join(FEATURE_DTYPES)}", param="dtype",
+                         value=opts.dtype)
     if opts.batch_size < 1:
-        raise UsageError(f"--batch-size {opts.batch_size}: must be >= 1")
+        raise UsageError("must be >= 1", param="batch_size", value=opts.batch_size)
     if opts.part_batches < 1:
-        raise UsageError(f"part_batches {opts.part_batches}: must be >= 1")
+        raise UsageError("must be >= 1", param="part_batches", value=opts.part_batches)
     if opts.mc_samples < 0:
-        raise UsageError(f"--mc-samples {opts.mc_samples}: must be >= 0")
+        raise UsageError("must be >= 0", param="mc_samples", value=opts.mc_samples)
     bench = spec if isinstance(spec, BenchmarkSpec) else load_spec(spec)
     bench = balance_id_ood(bench)
     check_has_id(bench, Path(out))
     if opts.num_workers is not None and opts.num_workers < 0:
-        raise UsageError(f"--workers {opts.num_workers}: must be >= 0")
+        raise UsageError("must be >= 0", param="num_workers", value=opts.num_workers)
     ctx, device = distributed.from_env(resolve_device(opts.device))
     lock: list[StoreLock] = []
     try:

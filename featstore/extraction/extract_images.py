@@ -66,7 +66,7 @@ def image_outputs(loaded: LoadedModel, transform: dict[str, Any], paths: Sequenc
     extraction computes them (module docstring); an unreadable image is an InputError naming
     it (nothing is skipped)."""
     if batch_size < 1:
-        raise UsageError(f"--batch-size {batch_size}: must be >= 1")
+        raise UsageError("must be >= 1", param="batch_size", value=batch_size)
     check_transform(transform)
     crop = int(transform["crop"])
     ids = [str(p) for p in paths]

@@ -55,26 +55,24 @@ def find_head(module: nn.Module, feature_layer: str | None = None) -> tuple[str,
         if feature_layer not in named:
             linears = [n for n, m in named.items() if isinstance(m, nn.Linear)]
             raise UsageError(
-                f"--feature-layer {feature_layer!r}: no such module (nn.Linear layers: "
-                f"{', '.join(linears) or 'none'})"
-            )
+                f"no such module (nn.Linear layers: {', '.join(linears) or 'none'})",
+                param="feature_layer", value=feature_layer)
         layer = named[feature_layer]
         if not isinstance(layer, nn.Linear):
             raise UsageError(
-                f"--feature-layer {feature_layer!r} is {article(type(layer).__name__)} "
-                f"{type(layer).__name__}, expected the "
-                "nn.Linear whose input is the penultimate feature"
-            )
+                f"is {article(type(layer).__name__)} {type(layer).__name__}, expected the "
+                "nn.Linear whose input is the penultimate feature", param="feature_layer",
+                value=feature_layer)
         return feature_layer, layer
     linears = [(n, m) for n, m in named.items() if isinstance(m, nn.Linear)
                and not set(n.split(".")) & set(EXTRA_HEADS)]
     if not linears:
         raise UsageError(
             f"model {type(module).__name__} has no nn.Linear classifier head (e.g. a 1x1-conv "
-            "classifier); name the layer whose output is the feature with --feature-layer "
-            "(e.g. the pooling before the classifier): featstore then stores its output and the "
-            "model's own logits, with no head (W, b)"
-        )
+            "classifier)", change={"feature_layer": "LAYER"},
+            effect="naming the layer whose output is the feature (e.g. the pooling before the "
+                   "classifier): featstore then stores its output and the model's own logits, "
+                   "with no head (W, b)")
     return linears[-1]
 
 

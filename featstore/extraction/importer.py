@@ -19,6 +19,7 @@ need (W, b) are skipped with the reason.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -128,7 +129,8 @@ def import_arrays(src: str | Path, out: str | Path, *, dtype: str = "float32",
     `<split>/usage` key in the file."""
     src = Path(src)
     if dtype not in FEATURE_DTYPES:
-        raise UsageError(f"--dtype {dtype!r}: expected one of {', '.join(FEATURE_DTYPES)}")
+        raise UsageError(f"expected one of {', '.join(FEATURE_DTYPES)}", param="dtype",
+                         value=dtype)
     args = arrays_from_flat(_load_flat(src), repr(str(src)))
     for split, value in (usage or {}).items():
         if split not in args["splits"]:
@@ -141,11 +143,14 @@ def import_arrays(src: str | Path, out: str | Path, *, dtype: str = "float32",
     if args["head"] is not None:
         provenance["sha256_of"] = "head (W, b)"
     out = Path(out)
+    if os.path.lexists(out) and not out.is_dir():
+        raise UsageError("exists and is not a directory", param="out", value=out)
     if out.is_dir() and not (out / MANIFEST).exists() and not is_own_layout(out):
-        raise UsageError(f"--out {str(out)!r} exists and is not a featstore store; choose an "
-                         "empty or new path (--overwrite replaces only a featstore store)")
+        raise UsageError("exists and is not a featstore store, which is never replaced: choose "
+                         "an empty or new path", param="out", value=out)
     if (out / MANIFEST).exists() and not overwrite:
-        raise UsageError(f"store {str(out)!r} already exists; pass --overwrite to replace")
+        raise UsageError(f"store {str(out)!r} already exists", change={"overwrite": True},
+                         effect="to replace it")
     try:
         return Store.from_arrays(out, head=args["head"], splits=args["splits"],
                                  classes=args["classes"], provenance=provenance, dtype=dtype,

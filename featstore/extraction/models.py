@@ -195,25 +195,27 @@ def import_callable(spec: str, num_classes: int | None = None) -> nn.Module:
     try:
         mod = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UsageError(f"--model {spec!r}: cannot import module {module_name!r} ({exc})") from exc
+        raise UsageError(f"cannot import module {module_name!r} ({exc})", param="model",
+                         value=spec) from exc
     except Exception as exc:  # the user's module failed while importing: name it
-        raise InputError(f"--model {spec!r}: importing {module_name!r} raised "
-                         f"{type(exc).__name__}: {_first_line(exc)}") from exc
+        raise InputError(f"importing {module_name!r} raised {type(exc).__name__}: "
+                         f"{_first_line(exc)}", param="model", value=spec) from exc
     fn = getattr(mod, attr, None)
     if fn is None:
-        raise UsageError(f"--model {spec!r}: module {module_name!r} has no attribute {attr!r}")
+        raise UsageError(f"module {module_name!r} has no attribute {attr!r}", param="model",
+                         value=spec)
     if callable(fn) and not isinstance(fn, nn.Module):
         with_classes = num_classes is not None and _accepts_num_classes(fn)
         try:
             model = fn(num_classes=num_classes) if with_classes else fn()
         except Exception as exc:  # the user's callable: name it instead of "unexpected"
-            raise InputError(f"--model {spec!r}: {attr}() raised {type(exc).__name__}: "
-                             f"{_first_line(exc)}") from exc
+            raise InputError(f"{attr}() raised {type(exc).__name__}: {_first_line(exc)}",
+                             param="model", value=spec) from exc
     else:
         model = fn
     if not isinstance(model, nn.Module):
-        raise UsageError(f"--model {spec!r}: {attr} returned {type(model).__name__}, "
-                         "expected an nn.Module")
+        raise UsageError(f"{attr} returned {type(model).__name__}, expected an nn.Module",
+                         param="model", value=spec)
     return model
 
 
@@ -324,8 +326,8 @@ def _own_loading_quiet() -> Iterator[None]:
 @contextlib.contextmanager
 def _weight_init_skipped() -> Iterator[None]:
     """torch.nn.init's initializers as no-ops for a meta-device build whose every tensor the
-    weights then replace (on meta they still run, through torch's reference decompositions:
-    ~0.1 s for a ResNet-50). Buffers and plain tensors are not made by them, and a tensor the
+    weights then replace (on meta they still run, through torch's reference decompositions,
+    slowly). Buffers and plain tensors are not made by them, and a tensor the
     weights do not cover stays on meta, where `_assign_state` notices it."""
     names = [n for n in dir(nn.init) if n.endswith("_") and not n.startswith("_")
              and callable(getattr(nn.init, n))]
@@ -395,9 +397,9 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {device!r}: CUDA is not available on this machine")
+        raise UsageError("CUDA is not available on this machine", param="device", value=device)
     if device != "cpu" and not device.startswith("cuda"):
-        raise UsageError(f"--device {device!r}: expected auto, cpu or cuda[:N]")
+        raise UsageError("expected auto, cpu or cuda[:N]", param="device", value=device)
     return torch.device(device)
 
 

@@ -24,8 +24,8 @@ DEFAULT_CHUNK_ROWS = 8192
 # HDF5's chunk cache per open dataset of a split file: off. Every featstore reader reads runs
 # of rows that span whole 1 MB chunks (`featstore.store.layout.CHUNK_BYTES`; scorers.rowmap's read
 # chunks are whole numbers of them when one field is read), so a chunk is never read twice and
-# the cache only added a 1 MB slot allocated and freed per chunk and a copy out of it (a fresh
-# process's first pass over 9,000 x 1,000 logits: ~6,000 page faults, ~15 ms CPU more). A
+# the cache only added a 1 MB slot allocated and freed per chunk and a copy out of it (a page
+# fault per fresh page on a process's first pass). A
 # read of part of a chunk reads that whole chunk.
 CHUNK_CACHE_BYTES = 0
 

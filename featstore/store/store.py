@@ -25,6 +25,7 @@ files are `featstore.store.manifest`, and the file checks are `featstore.store.v
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import shutil
@@ -87,6 +88,8 @@ __all__ = ["DEFAULT_CHUNK_ROWS", "FORMAT_VERSION", "LOCK_FILE", "MANIFEST", "MOD
            "default_usage", "hdf5_link_problem", "is_own_layout", "remove_own_files",
            "split_file_problem", "write_split_file"]
 
+logger = logging.getLogger(__name__)
+
 
 class Store:
     """A feature store directory. Open read-only with `Store.open(path)` (DESIGN §3)."""
@@ -108,8 +111,9 @@ class Store:
         mpath = path / MANIFEST
         if not os.path.lexists(mpath):
             what = "does not exist" if not path.exists() else f"has no {MANIFEST}"
-            raise InputError(f"store {str(path)!r} {what}; create one with `featstore extract` "
-                             "or `featstore import`")
+            raise InputError(f"store {str(path)!r} {what}", need="store",
+                             how="create one with `featstore.extraction.extract.extract` or "
+                                 "`featstore.extraction.importer.import_arrays`")
         manifest = validate_manifest(path, read_manifest(path))
         try:
             require_regular_file(path / MODEL_FILE, MODEL_FILE)
@@ -118,6 +122,8 @@ class Store:
                              ) from None
         except LinkError as exc:
             raise InputError(f"store {str(path)!r}: {exc.strerror}") from None
+        logger.debug("opened store %s (mode %r, %d splits)", path, mode,
+                     len(manifest.get("splits", {})))
         return cls(path, manifest, writable=(mode == "a"))
 
     def writing(self) -> StoreLock:
@@ -153,13 +159,13 @@ class Store:
         if len(classes) != num_classes:
             raise UsageError(f"classes: {len(classes)} names for a head with {num_classes} classes")
         if os.path.lexists(path) and not path.is_dir():
-            raise UsageError(f"--out {str(path)!r} exists and is not a directory")
+            raise UsageError("exists and is not a directory", param="path", value=path)
         make_real_dir(path, "store directory") if not path.is_dir() else None
         with StoreLock(path):
             has_store = os.path.lexists(path / MANIFEST)
             if has_store and not overwrite:
-                raise UsageError(f"store {str(path)!r} already exists; pass --overwrite to "
-                                 "replace it")
+                raise UsageError(f"store {str(path)!r} already exists",
+                                 change={"overwrite": True}, effect="to replace it")
             if not is_own_layout(path):
                 if has_store:  # a store with the user's files beside it: only ours go
                     remove_own_files(path)
@@ -167,9 +173,9 @@ class Store:
                     names = sorted(c.name for c in path.iterdir())
                     shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
                     raise UsageError(
-                        f"--out {str(path)!r} exists and is not a featstore store (it holds "
-                        f"{shown}); --overwrite only replaces a featstore store: choose an "
-                        "empty or new path, or remove the directory yourself")
+                        f"exists and is not a featstore store (it holds {shown}), which is "
+                        "never replaced: choose an empty or new path, or remove the directory "
+                        "yourself", param="path", value=path)
             else:  # a store, or an unfinished creation (killed before store.json)
                 remove_own_files(path)
             make_real_dir(path / SPLITS_DIR, "splits directory")

@@ -66,7 +66,7 @@ def nonfinite_message(store_path: Any, split: str, field: str, rows: int, count:
     shown = ", ".join(map(str, first)) + (", ..." if count > len(first) else "")
     return (f"store {str(store_path)!r}: split {split!r}: {count} of {rows} rows of {field} "
             f"hold NaN or inf (rows {shown}); {what} would be meaningless. Re-extract or fix "
-            "the split, or pass --allow-nonfinite to score the values as they are")
+            "the split")
 
 
 def require_finite(split: Any, fields: Sequence[str], what: str) -> None:
@@ -79,7 +79,9 @@ def require_finite(split: Any, fields: Sequence[str], what: str) -> None:
             if key == field or key.startswith(field + "/"):
                 count, first = record[key]
                 raise NonFiniteError(nonfinite_message(split._store.path, split.name, key,
-                                                       split.num_rows, int(count), first, what))
+                                                       split.num_rows, int(count), first, what),
+                                     change={"allow_nonfinite": True},
+                                     effect="to score the values as they are")
 
 
 def check_float16_range(split: str, field: str, values: np.ndarray, first_row: int = 0) -> None:

@@ -50,7 +50,7 @@ def hdf5_link_problem(fh: h5py.File, opened: dict[str, Any] | None = None) -> st
     dataset whose data lives outside the file (external storage, a virtual dataset). The
     objects it opens behind hard links are put in `opened` (name -> object) when given, so a
     caller checking them further does not look them up again (each h5py lookup walks the
-    group and reads the object header: ~0.2 ms)."""
+    group and reads the object header)."""
     found: list[str] = []
 
     def visit(name: str, link: Any) -> None:

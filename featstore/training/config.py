@@ -56,11 +56,11 @@ class TrainConfig:
 
     def validate(self) -> None:
         if self.epochs < 1:
-            raise UsageError(f"--epochs {self.epochs}: must be >= 1")
+            raise UsageError("must be >= 1", param="epochs", value=self.epochs)
         if self.batch_size < 1:
-            raise UsageError(f"--batch-size {self.batch_size}: must be >= 1")
+            raise UsageError("must be >= 1", param="batch_size", value=self.batch_size)
         if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise UsageError(f"--lr {self.lr}: must be a positive number")
+            raise UsageError("must be a positive number", param="lr", value=self.lr)
         if self.momentum < 0 or self.weight_decay < 0:
             raise UsageError("momentum and weight decay must be >= 0")
         if self.nesterov and self.momentum <= 0:
@@ -68,7 +68,8 @@ class TrainConfig:
         if self.schedule not in SCHEDULES:
             raise UsageError(f"schedule {self.schedule!r}: expected one of {', '.join(SCHEDULES)}")
         if self.augment not in AUGMENTS:
-            raise UsageError(f"--augment {self.augment!r}: expected one of {', '.join(AUGMENTS)}")
+            raise UsageError(f"expected one of {', '.join(AUGMENTS)}", param="augment",
+                             value=self.augment)
 
 
 def cosine_factor(step: int, total: int, min_factor: float) -> float:

@@ -40,8 +40,8 @@ def preset_values(name: str | None) -> dict[str, Any]:
     if name is None:
         return {}
     if name not in TRAIN_PRESETS:
-        raise UsageError(f"--preset {name!r}: unknown training preset (valid: "
-                         f"{', '.join(TRAIN_PRESETS)})")
+        raise UsageError(f"unknown training preset (valid: {', '.join(TRAIN_PRESETS)})",
+                         param="preset", value=name)
     return dict(TRAIN_PRESETS[name])
 
 

@@ -1,5 +1,7 @@
-"""The paper's baselines: the confidence score (MSP > 0.9 pseudo-labels) and
-auto-evaluation (Fréchet distance to the id/train feature Gaussian, Deng & Zheng 2021)."""
+"""The paper's baselines, on the same meta-sets as Gscore: the confidence score (the metric
+against MSP > 0.9 pseudo-labels, `confidence_baseline`) and auto-evaluation (the Fréchet
+distance to the id/train feature Gaussian regressed to the metric, Deng & Zheng 2021,
+`auto_eval_distances`)."""
 
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ import numpy as np
 from featstore.errors import UsageError
 
 from ..metrics import ood_metrics
-from .metasets import _Sets, _StoreData, fpr_at_tpr
+from .metasets import MetaSets, StorePools, fpr_at_tpr
 from .spec import CONFIDENCE_THRESHOLD, FPR_AT_TPR, ID_TEST, ID_TRAIN
 
 
 def _chance(target: str, share_id: float) -> float:
+    """The metric when every sample is pseudo-labelled on one side: AUROC 50, FPR95 95 (FPR at
+    TPR p: p), detection error 50, AUPR-In / AUPR-Out 100 x the pseudo-ID / pseudo-OOD share."""
     if target == "aupr_in":
         return 100.0 * share_id
     if target == "aupr_out":
@@ -26,9 +30,12 @@ def _chance(target: str, share_id: float) -> float:
     return {"auroc": 50.0, "fpr95": 95.0, "detection_error": 50.0}[target]
 
 
-def _confidence_baseline(x: np.ndarray, msp: np.ndarray, sets: _Sets,
+def confidence_baseline(x: np.ndarray, msp: np.ndarray, sets: MetaSets,
                          targets: Sequence[str]) -> np.ndarray:
-    """(M, len(targets)) metric of the detector's scores against MSP > 0.9 pseudo-labels."""
+    """The paper's confidence-score baseline: (M, len(targets)) metric of the detector's scores
+    x against pseudo-labels, a sample ID where its MSP (from the same store's logits,
+    whatever the detector) > CONFIDENCE_THRESHOLD (0.9); where every sample falls on one
+    side the metric is undefined and the chance value (`_chance`) is used."""
     out = np.empty((sets.m, len(targets)))
     for i in range(sets.m):
         n = sets.n[i]
@@ -44,12 +51,10 @@ def _confidence_baseline(x: np.ndarray, msp: np.ndarray, sets: _Sets,
     return out
 
 
-# =============================================================================== Fréchet
-
-
 def frechet_distance(mu1: np.ndarray, cov1: np.ndarray, mu2: np.ndarray,
                      cov2: np.ndarray) -> float:
-    """Reference Fréchet distance with scipy.linalg.sqrtm (Deng & Zheng / FID formula)."""
+    """Reference Fréchet distance with scipy.linalg.sqrtm (Deng & Zheng / FID formula):
+    ||mu1 - mu2||^2 + tr cov1 + tr cov2 - 2 tr sqrtm(cov1 cov2)."""
     from scipy import linalg  # lazy: the reference Fréchet distance only
 
     covmean = linalg.sqrtm(np.asarray(cov1) @ np.asarray(cov2))
@@ -85,7 +90,8 @@ def frechet_distances(ref_mu: np.ndarray, ref_cov: np.ndarray | None, feats: np.
                       idx: np.ndarray, n: np.ndarray, ref_factor: np.ndarray | None = None,
                       proj: np.ndarray | None = None, workers: int | None = None) -> np.ndarray:
     """Fréchet distance between N(ref_mu, ref_cov) and the Gaussian (np.cov, ddof 1) of each
-    set's feature rows feats[idx[i, :n[i]]], through n x n matrices (module docstring).
+    set's feature rows feats[idx[i, :n[i]]] (the formula of `frechet_distance`), exact
+    through n x n matrices: no D x D product per set.
 
     With ref_cov = F F^T (`ref_factor` F (D, r), else from eigh of ref_cov) and the set's
     centred rows X_c (n, D): tr sqrtm(ref_cov S) = sum sqrt(eig(Z_c Z_c^T / (n - 1))) with
@@ -114,10 +120,11 @@ def frechet_distances(ref_mu: np.ndarray, ref_cov: np.ndarray | None, feats: np.
     return np.asarray(vals, dtype=np.float64)
 
 
-def _load_features(sd: _StoreData) -> None:
-    """Pooled features (id/test + OOD splits), the id/train Gaussian of one store as its mean
-    and a factor F of its covariance (the centred id/train rows / sqrt(N - 1) when N <= D,
-    else from eigh), and the pooled rows projected on F."""
+def load_features(sd: StorePools) -> None:
+    """Into `sd`: the pooled features (id/test + OOD splits, float32), the id/train Gaussian
+    of the store as its mean and a factor F of its covariance (np.cov, ddof 1: F = the
+    centred id/train rows / sqrt(N - 1) when N <= D, else from eigh), and the pooled rows
+    projected on F (`frechet_distances`' `proj`)."""
     if sd.features is not None:
         return
     st = sd.store
@@ -138,13 +145,18 @@ def _load_features(sd: _StoreData) -> None:
     sd.train_gauss = (mu, factor, sd.features.astype(np.float64) @ factor)
 
 
-def _auto_eval_fd(stores: Sequence[_StoreData], sets: _Sets, offsets: Sequence[int]) -> np.ndarray:
+def auto_eval_distances(stores: Sequence[StorePools], sets: MetaSets,
+                        offsets: Sequence[int]) -> np.ndarray:
+    """The auto-evaluation baseline's predictor (Deng & Zheng, CVPR 2021): (M,) the Fréchet
+    distance between the Gaussian of each set's store's id/train features and the Gaussian
+    of the set's features (`frechet_distances`); a line fitted on meta-train sets maps it to
+    the metric."""
     out = np.empty(sets.m)
     for sd, base in zip(stores, offsets, strict=True):
         rows = np.flatnonzero(sets.store == sd.index)
         if rows.size == 0:
             continue
-        _load_features(sd)
+        load_features(sd)
         assert sd.train_gauss is not None and sd.features is not None
         local = np.where(np.arange(sets.idx.shape[1])[None, :] < sets.n[rows, None],
                          sets.idx[rows] - base, 0)
@@ -152,6 +164,3 @@ def _auto_eval_fd(stores: Sequence[_StoreData], sets: _Sets, offsets: Sequence[i
                                       sets.n[rows], ref_factor=sd.train_gauss[1],
                                       proj=sd.train_gauss[2])
     return out
-
-
-# =============================================================================== the model

@@ -1,27 +1,135 @@
-"""The configuration of an evaluation as the result's `config` and the sentences printed
-before and after it (`describe`), and the headline correlation's side."""
+"""What an evaluation is asked to do: its options, validated (`validate_options` ->
+`EvalOptions`, with the meta-set `Setting`s), the sentences that say how its numbers are made
+(`describe`, printed before any work) and the `config` record of the result
+(`config_record`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from .spec import PAPER_PRESET, ratio_label
+from featstore.errors import UsageError
+from scorers.registry import check_scorers
 
-if TYPE_CHECKING:
-    from .protocol import _Options, _Scores, _Setting, _Tally
+from .metasets import PooledScores
+from .results import Tally
+from .spec import PAPER_PRESET, ModelSpec, _check_target, parse_model, parse_ratio, ratio_label
 
 
-def _setting_text(s: _Setting) -> str:
+@dataclass(frozen=True)
+class Setting:
+    """One meta-set setting: the main one or a robustness row (the same protocol at another
+    IND:OOD ratio or size, or with heterogeneous sets: a random size and ratio per set)."""
+
+    kind: str              # "main" | "ratio" | "size" | "heterogeneous"
+    ratio: float
+    size: int | None
+    heterogeneous: bool
+
+
+@dataclass
+class EvalOptions:
+    """Everything (validated) that decides the numbers of one evaluation."""
+
+    methods: list[str]
+    specs: list[ModelSpec]
+    rspecs: list[ModelSpec]
+    targets: list[str]
+    main: Setting
+    configs: list[Setting]
+    sets_per_split: int
+    repeats: int
+    seed: int
+    train_fraction: float
+    id_train_fraction: float | None
+    tau_from: str | None
+    baselines: bool
+    ude_kernel: str
+    clip: bool
+    params: dict[str, dict[str, Any]]
+    include: list[str] | None
+    exclude: list[str] | None
+    cv: int | None = None
+    corr_on: str = "test"
+    paper: bool = False
+
+    def settings(self) -> list[Setting]:
+        """The main meta-set setting followed by the robustness settings."""
+        return [self.main, *self.configs]
+
+    def scored(self) -> list[str]:
+        """Detectors to score: the evaluated ones and the tau detector."""
+        extra = [self.tau_from] if self.tau_from and self.tau_from not in self.methods else []
+        return [*self.methods, *extra]
+
+
+def _specs(models: Sequence[str | ModelSpec]) -> list[ModelSpec]:
+    return list(dict.fromkeys(m if isinstance(m, ModelSpec) else parse_model(m)
+                              for m in models))
+
+
+def validate_options(stores: Sequence[Any], methods: Sequence[str],
+                     models: Sequence[str | ModelSpec], targets: Sequence[str],
+                     robust_models: Sequence[str | ModelSpec] | None, **kw: Any
+                     ) -> EvalOptions:
+    """Check every option (clear one-line errors) and normalise it."""
+    if not stores:
+        raise UsageError("gscore evaluate: name at least one store")
+    methods = list(dict.fromkeys(methods))
+    tau_from = kw["tau_from"]
+    check_scorers([*methods, *([tau_from] if tau_from else [])])
+    targets = [_check_target(t) for t in dict.fromkeys(targets)]
+    specs = _specs(models)
+    if not specs or not targets or not methods:
+        raise UsageError("gscore evaluate: need at least one method, model and target")
+    rspecs = specs if robust_models is None else _specs(robust_models)
+    if not set(rspecs) <= set(specs):
+        raise UsageError("robust_models must be a subset of models")
+    if kw["repeats"] < 1 or kw["sets_per_split"] < 1:
+        raise UsageError("repeats and sets_per_split must be >= 1")
+    idf = kw["id_train_fraction"]
+    if idf is not None and not 0.0 < idf < 1.0:
+        raise UsageError(f"id_train_fraction {idf}: must lie in (0, 1) (disjoint id/test "
+                         "pools) or be None (one pool shared by meta-train and meta-test)")
+    ratio = parse_ratio(kw["ratio"])
+    configs = [Setting("ratio", parse_ratio(r), kw["size"], False) for r in kw["ratios"]]
+    configs += [Setting("size", ratio, None if s is None else int(s), False)
+                for s in kw["sizes"]]
+    if kw["robust_heterogeneous"]:
+        configs.append(Setting("heterogeneous", ratio, None, True))
+    cv = kw["cv"]
+    if cv is not None:
+        if cv < 2:
+            raise UsageError(f"--cv {cv}: cross-validation needs at least 2 folds")
+        if configs:
+            raise UsageError("--cv: the robustness rows (--ratios, --sizes, "
+                             "--robust-heterogeneous) run with the random partitions only")
+        if len(stores) > 1:
+            raise UsageError("--cv: one store at a time (the cross-store table runs with the "
+                             "random partitions)")
+    if kw["corr_on"] not in ("test", "train"):
+        raise UsageError(f"corr_on {kw['corr_on']!r}: expected test or train")
+    opt = EvalOptions(methods, specs, rspecs, targets,
+                      Setting("main", ratio, kw["size"], bool(kw["heterogeneous"])), configs,
+                      kw["sets_per_split"], kw["repeats"], kw["seed"], kw["train_fraction"],
+                      idf, tau_from, kw["baselines"], kw["ude_kernel"], kw["clip"],
+                      {k: dict(v) for k, v in (kw["params"] or {}).items()},
+                      list(kw["splits"]) if kw["splits"] else None,
+                      list(kw["exclude"]) if kw["exclude"] else None, cv, kw["corr_on"])
+    return opt
+
+
+def _setting_text(s: Setting) -> str:
     if s.heterogeneous:
         return "heterogeneous (a random size and IND:OOD ratio per set, supplementary C)"
     return f"IND:OOD {ratio_label(s.ratio)}, size {s.size or 'max'}"
 
 
-def _describe(opt: _Options, names: Sequence[str],
-              sizes: tuple[float, float] | None = None) -> dict[str, str]:
+def describe(opt: EvalOptions, names: Sequence[str],
+             sizes: tuple[float, float] | None = None) -> dict[str, str]:
     """The sentences that say how the numbers are made (printed first; JSON
     `config.describe`); `sizes`: the mean ID and OOD rows per meta-test set, once drawn."""
     idf = opt.id_train_fraction
@@ -72,7 +180,7 @@ def _describe(opt: _Options, names: Sequence[str],
     }
 
 
-def _config(opt: _Options, sc: _Scores, tally: _Tally) -> dict[str, Any]:
+def config_record(opt: EvalOptions, sc: PooledScores, tally: Tally) -> dict[str, Any]:
     """Everything that decided the numbers, with the sentences the human output prints."""
     main_sizes = np.mean(tally.sizes_seen[0], axis=0)
     idf = opt.id_train_fraction
@@ -89,16 +197,5 @@ def _config(opt: _Options, sc: _Scores, tally: _Tally) -> dict[str, Any]:
         "paper": opt.paper, "clip": opt.clip, "params": opt.params, "splits_include": opt.include,
         "splits_exclude": opt.exclude, "n_splits": len(sc.names),
         "mean_n_id": float(main_sizes[0]), "mean_n_ood": float(main_sizes[1]),
-        "describe": _describe(opt, sc.names, (float(main_sizes[0]), float(main_sizes[1]))),
+        "describe": describe(opt, sc.names, (float(main_sizes[0]), float(main_sizes[1]))),
     }
-
-
-def _headline_corr(summary: dict[Any, dict], corr_on: str) -> dict[Any, dict]:
-    """`pearson` / `spearman` on the sets `corr_on` names; both sides kept as `pearson_test`,
-    `spearman_test`, `pearson_train`, `spearman_train`."""
-    for cell in summary.values():
-        for name in ("pearson", "spearman"):
-            cell[f"{name}_test"] = cell[name]
-            if corr_on == "train":
-                cell[name] = cell[f"{name}_train"]
-    return summary

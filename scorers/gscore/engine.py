@@ -1,22 +1,117 @@
-"""Gscores of many sets at once: Kmeans, GMM and UDE parts, memoised per (model, tau)."""
+"""The Gscore of many sets at once: each set's IND and OOD Gaussians (`Pair`) by the Kmeans,
+GMM or UDE modelling (`GscoreEngine`), and the distance between them (`distance`). Scores
+are higher = more ID (DESIGN §4); the formulas are in the docstrings below."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from featstore.errors import UsageError
 
-from .em import gmm_params
-from .kmeans import _kmeans_rows
-from .parts import Pair, _clean, _finalize, _row_of, _row_std, distance
-from .spec import GMM_MAX_ITER, GMM_TOL, MODELLINGS, SIGMA_FLOOR_REL, UDE_KERNELS
+from .clustering import gmm_params, kmeans_rows
+from .spec import DISTANCES, GMM_MAX_ITER, GMM_TOL, MODELLINGS, SIGMA_FLOOR_REL, UDE_KERNELS
+
+
+@dataclass
+class Pair:
+    """The IND and OOD Gaussians of each set, (M,) arrays; n_* are the part sizes."""
+
+    mu_ind: np.ndarray
+    sd_ind: np.ndarray
+    mu_ood: np.ndarray
+    sd_ood: np.ndarray
+    n_ind: np.ndarray
+    n_ood: np.ndarray
+
+    def row(self, i: int = 0) -> dict[str, float]:
+        return {"mu_ind": float(self.mu_ind[i]), "sd_ind": float(self.sd_ind[i]),
+                "mu_ood": float(self.mu_ood[i]), "sd_ood": float(self.sd_ood[i]),
+                "n_ind": float(self.n_ind[i]), "n_ood": float(self.n_ood[i])}
+
+
+def _finalize(mu1: np.ndarray, sd1: np.ndarray, n1: np.ndarray, mu0: np.ndarray,
+              sd0: np.ndarray, n0: np.ndarray, ref: np.ndarray,
+              floor_rel: float = SIGMA_FLOOR_REL) -> Pair:
+    """The IND (1) and OOD (0) Gaussians from raw part statistics, with the edge-case rules
+    (defined, never NaN). `ref` is the set's reference scale (sigma_val for UDE, the set's
+    own standard deviation for Kmeans/GMM; 1.0 where it is 0 or not finite):
+    - a part with 0 samples takes the other part's (mu, sigma), so every distance is 0 ("no
+      separation observed");
+    - a part with exactly 1 sample: mu = that sample, sigma = ref (its spread is unknown);
+    - zero or tiny variance: sigma is floored at floor_rel (SIGMA_FLOOR_REL, 1e-3) * ref,
+      which keeps KL finite."""
+    ref = np.where((ref > 0) & np.isfinite(ref), ref, 1.0)
+    n1 = np.asarray(n1, dtype=np.float64)
+    n0 = np.asarray(n0, dtype=np.float64)
+    sd1 = np.where(n1 == 1, ref, sd1)
+    sd0 = np.where(n0 == 1, ref, sd0)
+    floor = floor_rel * ref
+    sd1 = np.maximum(np.nan_to_num(sd1, nan=0.0), floor)
+    sd0 = np.maximum(np.nan_to_num(sd0, nan=0.0), floor)
+    e1, e0 = n1 == 0, n0 == 0
+    mu1_f = np.where(e1, mu0, mu1)
+    sd1_f = np.where(e1, sd0, sd1)
+    mu0_f = np.where(e0, mu1, mu0)
+    sd0_f = np.where(e0, sd1, sd0)
+    return Pair(mu1_f.astype(np.float64), sd1_f.astype(np.float64), mu0_f.astype(np.float64),
+                sd0_f.astype(np.float64), n1, n0)
+
+
+def distance(pair: Pair, name: str) -> np.ndarray:
+    """Gscore of each set: the distance `name` between its IND (1) and OOD (2) Gaussians.
+
+    - `l2`: |mu_1 - mu_2| (the paper's Kmeans distance; for GMM/UDE it ignores the sigmas).
+    - `kl`: the paper's eq. (1) with sigma_1 = sd_ind, sigma_2 = sd_ood:
+      log(sigma_1/sigma_2) + (sigma_2^2 + (mu_1 - mu_2)^2) / (2 sigma_1^2) - 1/2, which is
+      KL(N_ood || N_ind); `kl_rev` the other ordering (sigma_1 = sd_ood), KL(N_ind || N_ood).
+    - `wasserstein`: the paper's eq. (2), (mu_1 - mu_2)^2 + (sigma_1 - sigma_2)^2, the
+      SQUARED 2-Wasserstein distance of two 1-D Gaussians; `w2` its square root."""
+    d = pair.mu_ind - pair.mu_ood
+    if name == "l2":
+        return np.abs(d)
+    if name in ("wasserstein", "w2"):
+        w = d * d + (pair.sd_ind - pair.sd_ood) ** 2
+        return np.sqrt(w) if name == "w2" else w
+    if name == "kl":
+        s1, s2 = pair.sd_ind, pair.sd_ood
+    elif name == "kl_rev":
+        s1, s2 = pair.sd_ood, pair.sd_ind
+    else:
+        raise UsageError(f"distance {name!r}: expected one of {', '.join(DISTANCES)}")
+    return np.log(s1 / s2) + (s2 * s2 + d * d) / (2.0 * s1 * s1) - 0.5
+
+
+def pack(values: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Variable-length 1-D arrays -> (X (M, L) zero-padded float64, n (M,))."""
+    n = np.array([len(v) for v in values], dtype=np.int64)
+    x = np.zeros((len(values), int(n.max()) if len(values) else 0))
+    for i, v in enumerate(values):
+        x[i, :n[i]] = v
+    return x, n
+
+
+def _row_std(x: np.ndarray, n: np.ndarray) -> np.ndarray:
+    valid = np.arange(x.shape[1])[None, :] < n[:, None]
+    mean = np.where(valid, x, 0.0).sum(axis=1) / n
+    return np.sqrt(np.where(valid, (x - mean[:, None]) ** 2, 0.0).sum(axis=1) / n)
+
+
+def _clean(g: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(g), 0.0, np.minimum(g, np.finfo(np.float64).max))
+
+
+def _row_of(pair: Pair, i: int) -> Pair:
+    return Pair(*(np.asarray(getattr(pair, f))[i] for f in
+                  ("mu_ind", "sd_ind", "mu_ood", "sd_ood", "n_ind", "n_ood")))
 
 
 class _Splitter:
-    """Threshold splits of many sets by a per-sample key (IND where key >= tau).
+    """Threshold splits of many sets by a per-sample key (IND where key >= tau), each part's
+    Gaussian its mean and population std (`_finalize` for the edge cases).
 
     Sorting each row once by the key and keeping prefix sums of the standardised values makes
     every tau an O(M * L) comparison plus O(M) lookups."""
@@ -53,17 +148,25 @@ class _Splitter:
 
 
 def kmeans_pair(x: np.ndarray, n: np.ndarray, floor_rel: float = SIGMA_FLOOR_REL) -> Pair:
-    """Exact 2-means of each padded row; IND = the higher cluster."""
-    raw = _kmeans_rows(np.ascontiguousarray(x, dtype=np.float64), n.astype(np.int64))
+    """The Kmeans modelling: the exact 2-means partition of each padded row
+    (`clustering.kmeans_rows`; the paper starts Lloyd's algorithm from two random centroids,
+    the exact optimum is deterministic and never worse); IND = the cluster with the higher
+    mean, each cluster's (mean, population std) its Gaussian, edge cases as `_finalize` with
+    ref = the set's std (a constant set has no cut: one empty part, G = 0)."""
+    raw = kmeans_rows(np.ascontiguousarray(x, dtype=np.float64), n.astype(np.int64))
     ref = _row_std(x, n)
     return _finalize(raw[:, 3], raw[:, 4], raw[:, 5], raw[:, 0], raw[:, 1], raw[:, 2], ref,
                      floor_rel)
+
 
 class GscoreEngine:
     """Gscores of many sets at once (one padded (M, L) matrix), memoised per (model, tau).
 
     `ref_mu`, `ref_sd`: the UDE reference Gaussian of each set (scalars broadcast), i.e. the
-    scorer's mean and std on the id/val split of the set's store."""
+    scorer's mean and population std (ddof 0) on the id/val split of the set's store;
+    ref_sd = 0 (every id/val score equal) is replaced by 1e-12 * max(1, |ref_mu|). A GMM fit
+    (`gmm`) is made once per engine; `pair` gives the IND/OOD Gaussians of a modelling,
+    `gscores` their distance for several taus at once."""
 
     def __init__(self, x: np.ndarray, n: np.ndarray, ref_mu: Any = None, ref_sd: Any = None,
                  *, ude_kernel: str = "gauss", floor_rel: float = SIGMA_FLOOR_REL,
@@ -106,6 +209,8 @@ class GscoreEngine:
 
     # ------------------------------------------------------------------ parts
     def gmm(self) -> np.ndarray:
+        """The two-component GMM of every set (`clustering.gmm_params`, columns GMM_COLUMNS),
+        fitted once."""
         if self._gmm is None:
             self._gmm = gmm_params(self.x, self.n, self.gmm_max_iter, self.gmm_tol,
                                    self.floor_rel)
@@ -122,7 +227,13 @@ class GscoreEngine:
                 "rejected_extrapolations": int(p[:, 10].sum())}
 
     def ude_similarity(self) -> np.ndarray:
-        """s_p of every sample (0 beyond n)."""
+        """UDE (unilateral density estimation) similarity s_p of every sample (0 beyond n):
+        s_p = exp(-(x - mu_val)^2 / (2 sigma_val^2)) with the `gauss` kernel (the Gaussian's
+        own exponent: s_p >= tau <=> |x - mu_val| <= sqrt(-2 ln tau) sigma_val, scale free,
+        so one tau grid means the same for MSP in [0, 1] and energy in the tens), or
+        exp(-(x - mu_val)^2 / (2 sigma_val)) with the `paper` kernel (the denominator as the
+        paper prints it). Both define windows symmetric around mu_val; samples far ABOVE
+        mu_val fall outside too (the paper's s_p is symmetric)."""
         if self.ref_mu is None or self.ref_sd is None:
             raise UsageError("UDE needs the reference Gaussian of the scorer on id/val "
                              "(ref_mu, ref_sd)")
@@ -131,7 +242,9 @@ class GscoreEngine:
         return np.where(self.valid, np.exp(-d2 / denom[:, None]), 0.0)
 
     def gmm_posterior(self) -> np.ndarray:
-        """P(IND component | x) of every sample (0 beyond n)."""
+        """P(IND component | x) of every sample under the set's GMM (0 beyond n): with
+        a_c = log w_c - log sd_c - (x - mu_c)^2 / (2 sd_c^2), P = 1 / (1 + exp(a_lo - a_hi));
+        sd floored as in `_finalize`."""
         p = self.gmm()
         ref = np.where(self.std > 0, self.std, 1.0)
         sd_lo = np.maximum(p[:, 2], self.floor_rel * ref)[:, None]
@@ -154,7 +267,18 @@ class GscoreEngine:
         return self._splitters[modelling]
 
     def pair(self, modelling: str, tau: float | None) -> Pair:
-        """IND/OOD Gaussians of every set for a modelling and a numeric tau (or None)."""
+        """IND/OOD Gaussians of every set for a modelling and a numeric tau (or None).
+
+        - kmeans (tau None): `kmeans_pair`.
+        - gmm, tau None: the two components' (mu, sigma) directly, IND = the component with
+          the higher mean ("GMM gives us means and variances"); n_ind, n_ood are the soft
+          counts w * n. A collapsed fit gives the whole set's Gaussian twice: G = 0.
+        - gmm, numeric tau (the paper validates one for GMM too, supplementary B): the samples
+          with P(IND component | x) >= tau (`gmm_posterior`) form the IND subset, the rest
+          the OOD subset, one Gaussian (mean, population std) fitted to each.
+        - ude, numeric tau: the samples with s_p >= tau (`ude_similarity`) form the IND
+          subset, the rest the OOD subset, one Gaussian fitted to each (ref = sigma_val).
+        Edge cases as `_finalize`."""
         if modelling == "kmeans":
             if tau is not None:
                 raise UsageError("tau: Kmeans has no threshold")
@@ -178,7 +302,9 @@ class GscoreEngine:
         raise UsageError(f"modelling {modelling!r}: expected one of {', '.join(MODELLINGS)}")
 
     def gscores(self, modelling: str, dist: str, taus: Sequence[float | None]) -> np.ndarray:
-        """(T, M) Gscores for several taus (memoised per tau)."""
+        """(T, M) Gscores `distance(pair(modelling, tau), dist)` for several taus (memoised
+        per tau, rounded to 10 decimals); a NaN distance (0/0 of two empty parts) is 0 and
+        an infinite one the largest float."""
         keys = [None if t is None else round(float(t), 10) for t in taus]
         todo = sorted({k for k in keys if (modelling, dist, k) not in self._g},
                       key=lambda k: -1.0 if k is None else k)

@@ -1,5 +1,8 @@
-"""Meta-sets: per-store pooled scores, the meta-train/meta-test split partition and the
-seeded subsamples (index matrices into the pooled scores), with their true metrics."""
+"""Meta-sets and their targets: each store's scores pooled once (`StorePools`, every detector
+over every store: `PooledScores`), the partition of the OOD splits into meta-train and
+meta-test splits and of id/test into ID pools, the seeded subsamples drawn from them
+(`MetaSets`: index matrices into the pooled scores), and the metrics they are compared with:
+each set's sampled target (`set_truth`) and its split-level target (`split_truth`)."""
 
 from __future__ import annotations
 
@@ -19,13 +22,14 @@ from featstore.store.interfaces import StoreLike
 from ..evaluate import score_splits
 from ..metrics import ood_metrics
 from ..registry import get_scorer
-from .parts import pack
+from .engine import GscoreEngine, pack
 from .spec import FPR_AT_TPR, HETERO_MIN, ID_TEST, ID_VAL, TRUTH_COLUMNS
 
 
 def set_sizes(ratio: float, size: int | None, id_pool: int, ood_pool: int) -> tuple[int, int]:
-    """(n_id, n_ood) of a meta-set: ratio n_id/n_ood, total `size` (None: largest feasible);
-    scaled down (ratio kept) where a pool is smaller; each side at least 1."""
+    """(n_id, n_ood) of a meta-set: n_id:n_ood = `ratio`, n_id + n_ood = `size` (None: the
+    largest set with that ratio the two pools allow); a size larger than a pool is scaled
+    down with the ratio kept; each side keeps at least one sample."""
     if id_pool < 1 or ood_pool < 1:
         raise UsageError("meta-set: empty ID or OOD pool")
     if size is None:
@@ -46,7 +50,9 @@ def set_sizes(ratio: float, size: int | None, id_pool: int, ood_pool: int) -> tu
 
 def partition_splits(names: Sequence[str], train_fraction: float,
                      rng: np.random.Generator) -> tuple[list[str], list[str]]:
-    """Random meta-train / meta-test partition of OOD split names (disjoint, both non-empty)."""
+    """Random meta-train / meta-test partition of OOD split names: a permutation by `rng`,
+    the first round(train_fraction * S) names (at least 1, at most S - 1) meta-train, the
+    rest meta-test; never the same split on both sides (`check_disjoint`)."""
     names = list(dict.fromkeys(names))
     if len(names) < 2:
         raise UsageError(f"gscore evaluation needs at least 2 OOD test splits (one for "
@@ -68,8 +74,11 @@ def check_disjoint(train: Sequence[str], test: Sequence[str]) -> None:
 
 
 @dataclass
-class _StoreData:
-    """One store's scores pooled as [id/test rows, OOD split 1 rows, ...] per method."""
+class StorePools:
+    """One store's scores pooled as [id/test rows, OOD split 1 rows, ...] per detector
+    (`scores`, by `method_key`), its id/val reference Gaussian per detector (`ref`: mean,
+    population std, rows), and for the auto-evaluation baseline the pooled features and the
+    id/train Gaussian (`baselines.load_features`)."""
 
     index: int
     store: StoreLike
@@ -86,7 +95,9 @@ class _StoreData:
     train_gauss: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
-def _ood_test_splits(store: StoreLike) -> list[str]:
+def ood_test_splits(store: StoreLike) -> list[str]:
+    """The store's OOD splits with usage `test` (val-flagged parts are near-duplicates of their
+    test parts and would leak between meta-train and meta-test)."""
     return store.splits(role="ood", usage="test")
 
 
@@ -108,13 +119,14 @@ def select_splits(names: Sequence[str], include: Sequence[str] | None = None,
     return kept
 
 
-def _store_data(index: int, store: StoreLike, keep: Sequence[str] | None = None) -> _StoreData:
+def store_pools(index: int, store: StoreLike,
+                keep: Sequence[str] | None = None) -> StorePools:
     """Pools of one store; `keep`: the OOD split names to use (None = every OOD test split)."""
     for need in (ID_TEST, ID_VAL):
         if not store.has_split(need):
             raise UsageError(f"store {str(store.path)!r} has no complete {need!r} split; gscore "
                              f"needs id/test (ID rows of meta-sets) and id/val (UDE reference)")
-    ood = _ood_test_splits(store)
+    ood = ood_test_splits(store)
     if not ood:
         raise UsageError(f"store {str(store.path)!r} has no OOD test split")
     if keep is not None:
@@ -125,17 +137,20 @@ def _store_data(index: int, store: StoreLike, keep: Sequence[str] | None = None)
     for s in ood:
         offset[s] = pos
         pos += sizes[s]
-    return _StoreData(index, store, str(store.path), store.model_sha256, ood, n_id, sizes,
+    return StorePools(index, store, str(store.path), store.model_sha256, ood, n_id, sizes,
                       offset, pos)
 
 
-def _method_key(method: str, params: Mapping[str, Any]) -> str:
+def method_key(method: str, params: Mapping[str, Any]) -> str:
+    """The key of a detector's scores in `StorePools.scores`: its name, plus its parameters."""
     return method if not params else method + json.dumps(dict(params), sort_keys=True)
 
 
-def _load_scores(sd: _StoreData, key: str, method: str, params: Mapping[str, Any],
+def load_scores(sd: StorePools, key: str, method: str, params: Mapping[str, Any],
                  use_cache: bool) -> float:
-    """Score id/val, id/test and every OOD test split once; returns the seconds spent."""
+    """Score id/val, id/test and every OOD test split once (`scorers.evaluate.score_splits`,
+    cached in scores.h5); a scorer whose score form is "log_prob" has its scores
+    exponentiated back to probabilities. Returns the seconds spent."""
     if key in sd.scores:
         return 0.0
     t0 = time.perf_counter()
@@ -156,8 +171,9 @@ def _load_scores(sd: _StoreData, key: str, method: str, params: Mapping[str, Any
 
 
 @dataclass
-class _Sets:
-    """Meta-sets as padded index matrices into the concatenation of the stores' pools."""
+class MetaSets:
+    """Meta-sets as padded index matrices into the concatenation of the stores' pools; a
+    meta-set is a pair of index subsets (ID rows of id/test, rows of one OOD test split)."""
 
     idx: np.ndarray      # (M, L) global row index (0 beyond n)
     n: np.ndarray        # (M,)
@@ -170,10 +186,12 @@ class _Sets:
         return int(self.n.size)
 
     def values(self, pooled: np.ndarray) -> np.ndarray:
+        """(M, L) the sets' values of `pooled` (0 beyond n)."""
         valid = np.arange(self.idx.shape[1])[None, :] < self.n[:, None]
         return np.where(valid, pooled[self.idx], 0.0)
 
     def is_id(self) -> np.ndarray:
+        """(M, L) True at a set's ID rows."""
         return np.arange(self.idx.shape[1])[None, :] < self.n_id[:, None]
 
 
@@ -189,13 +207,14 @@ def hetero_sizes(id_pool: int, ood_pool: int, rng: np.random.Generator,
     return out[0], out[1]
 
 
-def _draw_sets(stores: Sequence[_StoreData], names: Sequence[str],
+def draw_sets(stores: Sequence[StorePools], names: Sequence[str],
                id_pools: Sequence[np.ndarray], ratio: float, size: int | None,
                per_split: int, rng: np.random.Generator, offsets: Sequence[int],
-               heterogeneous: bool = False) -> _Sets:
-    """`per_split` seeded subsamples of every (store, OOD split): n_id:n_ood = ratio with
-    total `size` (`set_sizes`), or with `heterogeneous` a random size and ratio per set
-    (`hetero_sizes`)."""
+               heterogeneous: bool = False) -> MetaSets:
+    """`per_split` seeded subsamples without replacement of every (store, OOD split): the ID
+    rows from the store's `id_pools` entry (indices into its id/test rows), the OOD rows
+    from the split; n_id:n_ood = ratio with total `size` (`set_sizes`), or with
+    `heterogeneous` a random size and ratio per set (`hetero_sizes`)."""
     rows, n_ids, st, sp = [], [], [], []
     for sd, pool, base in zip(stores, id_pools, offsets, strict=True):
         for name in names:
@@ -214,7 +233,7 @@ def _draw_sets(stores: Sequence[_StoreData], names: Sequence[str],
     if not rows:
         raise UsageError("no meta-set could be drawn (no OOD split in these stores)")
     idx, n = pack(rows)
-    return _Sets(idx.astype(np.int64), n, np.asarray(n_ids, dtype=np.int64),
+    return MetaSets(idx.astype(np.int64), n, np.asarray(n_ids, dtype=np.int64),
                  np.asarray(st, dtype=np.int64), sp)
 
 
@@ -228,8 +247,10 @@ def fpr_at_tpr(id_scores: np.ndarray, ood_scores: np.ndarray, tpr_percent: int) 
     return 100.0 * float(np.count_nonzero(np.asarray(ood_scores) >= t)) / len(ood_scores)
 
 
-def _truth(x: np.ndarray, sets: _Sets) -> np.ndarray:
-    """(M, len(TRUTH_COLUMNS)) true metrics (percent) of every meta-set."""
+def set_truth(x: np.ndarray, sets: MetaSets) -> np.ndarray:
+    """(M, len(TRUTH_COLUMNS)) the sampled target of every meta-set: the metrics (percent,
+    `scorers.metrics.ood_metrics` and `fpr_at_tpr`) of its own ID rows vs its own OOD rows;
+    x holds the sets' scores (`MetaSets.values`)."""
     out = np.empty((sets.m, len(TRUTH_COLUMNS)))
     for i in range(sets.m):
         k, n = sets.n_id[i], sets.n[i]
@@ -240,11 +261,14 @@ def _truth(x: np.ndarray, sets: _Sets) -> np.ndarray:
     return out
 
 
-def split_truth(data: Sequence[_StoreData], key: str, id_rows: Sequence[np.ndarray] | None
+def split_truth(data: Sequence[StorePools], key: str, id_rows: Sequence[np.ndarray] | None
                 = None) -> dict[tuple[int, str], np.ndarray]:
     """Split-level targets: {(store index, OOD split): TRUTH_COLUMNS row} of the scorer `key`'s
     scores, each store's ID rows `id_rows[i]` (indices into its id/test rows; None: all of
-    id/test) against every row of the OOD split (no subsampling)."""
+    id/test) against every row of the OOD split (no subsampling). With all of id/test this
+    is the noise-free target of `rmse_split`; with the meta-train ID pool it is the oracle
+    split-level predictor whose RMSE against the sampled targets is the noise `floor`
+    (`results.evaluate_variant`)."""
     out = {}
     for i, sd in enumerate(data):
         scores = sd.scores[key]
@@ -258,16 +282,19 @@ def split_truth(data: Sequence[_StoreData], key: str, id_rows: Sequence[np.ndarr
     return out
 
 
-def set_targets(sets: _Sets, table: Mapping[tuple[int, str], np.ndarray]) -> np.ndarray:
+def set_targets(sets: MetaSets, table: Mapping[tuple[int, str], np.ndarray]) -> np.ndarray:
     """(M, len(TRUTH_COLUMNS)): each meta-set's split-level target row from `split_truth`."""
     return np.stack([table[(int(st), sp)] for st, sp in zip(sets.store, sets.split,
                                                             strict=True)])
 
 
-def _id_pools(data: Sequence[_StoreData], id_train_fraction: float | None,
+def id_pools(data: Sequence[StorePools], id_train_fraction: float | None,
               rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The id/test rows meta-train and meta-test sets draw from: disjoint random parts
-    (`id_train_fraction` of the rows for meta-train) or, with None, all rows for both."""
+    """The id/test rows meta-train and meta-test sets draw from, per store: disjoint random
+    parts (a permutation by `rng`; the first round(id_train_fraction * n) rows, at least 1
+    and at most n - 1, for meta-train sets, the rest for meta-test sets; as in the paper, a
+    CIFAR-10 train partition for meta-train and the test set for meta-test) or, with None,
+    all rows for both (optimistic: a small pool leaks between the sides)."""
     pools_tr, pools_te = [], []
     for sd in data:
         perm = rng.permutation(sd.n_id)
@@ -279,3 +306,49 @@ def _id_pools(data: Sequence[_StoreData], id_train_fraction: float | None,
         pools_tr.append(np.sort(perm[:k]))
         pools_te.append(np.sort(perm[k:]))
     return pools_tr, pools_te
+
+
+def target_column(target: str) -> int:
+    """The column of `target` in the true-metric matrices (`set_truth`, `split_truth`)."""
+    return TRUTH_COLUMNS.index(target)
+
+
+def check_same_model(stores: Sequence[Any], allow_other_model: bool) -> None:
+    """Refuse to pool stores made by different models unless `allow_other_model`."""
+    shas = {st.model_sha256 for st in stores}
+    if len(shas) > 1 and not allow_other_model:
+        raise UsageError("the stores were made by different models "
+                         f"({', '.join(sorted(s[:12] for s in shas))}); pass "
+                         "--allow-other-model / allow_other_model=True to pool them")
+
+
+@dataclass
+class PooledScores:
+    """Every detector's scores of every store, computed once and pooled: `pooled[m]` is the
+    concatenation of the stores' pools (`data`, starting at `offsets`), `refs[m]` each
+    store's id/val (mean, std), `split_t[m]` the split-level targets (`split_truth` with all
+    of id/test), `msp` the pooled MSP scores for the confidence baseline (None without
+    baselines); `skipped`: detectors that could not run, with the reason."""
+
+    data: list[StorePools]
+    offsets: np.ndarray
+    names: list[str]
+    methods: list[str]
+    skipped: dict[str, str]
+    pooled: dict[str, np.ndarray]
+    msp: np.ndarray | None
+    refs: dict[str, np.ndarray]
+    seconds: float
+    keys: dict[str, str] = field(default_factory=dict)
+    split_t: dict[str, dict] = field(default_factory=dict)
+
+    def floor_table(self, m: str, id_rows: Sequence[np.ndarray]) -> dict:
+        """Split-level targets of detector m from the meta-train ID rows (the oracle floor)."""
+        return split_truth(self.data, self.keys[m], id_rows)
+
+    def engine(self, sets: MetaSets, m: str, ude_kernel: str) -> GscoreEngine:
+        """The Gscore engine of detector m's scores on `sets` (UDE reference: each set's
+        store's id/val Gaussian)."""
+        refs = self.refs[m]
+        return GscoreEngine(sets.values(self.pooled[m]), sets.n, refs[sets.store, 0],
+                            refs[sets.store, 1], ude_kernel=ude_kernel)

@@ -1,4 +1,5 @@
-"""The fitted Gscore model (JSON, never pickle), `fit_gscore` and `predict_gscore`."""
+"""A Gscore model for use: fitted on labelled meta-train sets (`fit_gscore`), saved and loaded
+as JSON (`GscoreModel`, never pickle), and applied to an unlabelled set (`predict_gscore`)."""
 
 from __future__ import annotations
 
@@ -22,18 +23,20 @@ from ..evaluate import score_splits
 from ..metrics import ood_metrics
 from .engine import GscoreEngine
 from .metasets import (
-    _draw_sets,
-    _load_scores,
-    _method_key,
-    _ood_test_splits,
-    _store_data,
-    _truth,
+    check_same_model,
+    draw_sets,
+    load_scores,
+    method_key,
+    ood_test_splits,
     select_splits,
+    set_truth,
+    store_pools,
+    target_column,
 )
-from .regression import _corr, _fit_spec, _predict, _rmse
+from .regression import correlations, fit_variant, predict_line, rmse
+from .results import json_ready
 from .spec import (
     _AUTO,
-    _METRIC_COL,
     DISTANCES,
     FORMAT,
     FORMAT_VERSION,
@@ -46,7 +49,6 @@ from .spec import (
     TAU_FROM,
     ModelSpec,
     _check_target,
-    _parse_tau,
     parse_model,
     parse_ratio,
 )
@@ -54,7 +56,13 @@ from .spec import (
 
 @dataclass
 class GscoreModel:
-    """A fitted Gscore regression; saved as JSON (never pickle)."""
+    """A fitted Gscore regression; saved as JSON (never pickle) with the modelling, the
+    distance, tau, the coefficients, the target metric, the scorer's name and parameters and
+    the sha256 of the store model(s) it was fitted on (predicting on a store of another
+    model is an error unless forced). At prediction the scorer is fitted on, and the UDE
+    reference taken from, the PREDICTED store (its id/train, id/val): those belong to the
+    model being evaluated, only OOD labels are missing; the fit-time reference is recorded
+    in `reference` for information."""
 
     modelling: str
     distance: str
@@ -98,7 +106,7 @@ class GscoreModel:
         }
 
     def save(self, path: str | Path) -> None:
-        atomic_write_json(Path(path), _json_safe(self.to_json()))
+        atomic_write_json(Path(path), json_ready(self.to_json()))
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "gscore model") -> GscoreModel:
@@ -115,7 +123,7 @@ class GscoreModel:
             tau = obj["tau"]
             if tau is not None:
                 tau = float(tau)
-            _parse_tau("none" if tau is None else tau, modelling)
+            parse_model(f"{modelling}-{dist}", "none" if tau is None else tau)
             reg = obj["regression"]
             scorer = obj["scorer"]
             shas = obj.get("model_sha256s") or [obj["model_sha256"]]
@@ -178,29 +186,7 @@ class GscoreModel:
 
     def predict(self, scores: np.ndarray, ref: tuple[float, float] | None = None) -> float:
         g, _ = self.gscore(scores, ref)
-        return float(_predict(self.theta1, self.theta0, np.array([g]), self.clip)[0])
-
-
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, np.floating | np.integer):
-        return _json_safe(obj.item())
-    if isinstance(obj, Mapping):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _json_safe(obj.tolist())
-    return obj
-
-
-def _check_models(stores: Sequence[Any], allow_other_model: bool) -> None:
-    shas = {st.model_sha256 for st in stores}
-    if len(shas) > 1 and not allow_other_model:
-        raise UsageError("the stores were made by different models "
-                         f"({', '.join(sorted(s[:12] for s in shas))}); pass "
-                         "--allow-other-model / allow_other_model=True to pool them")
+        return float(predict_line(self.theta1, self.theta0, np.array([g]), self.clip)[0])
 
 
 def _fit_sets(stores: Sequence[Any], method: str, params: dict[str, Any], keep: Any,
@@ -208,25 +194,25 @@ def _fit_sets(stores: Sequence[Any], method: str, params: dict[str, Any], keep: 
                                                               np.ndarray]:
     """Score the stores and draw the meta-train sets: (data, key, sets, engine, truth)."""
     kernel = draw.pop("ude_kernel")
-    data = [_store_data(i, st, keep) for i, st in enumerate(stores)]
-    key = _method_key(method, params)
+    data = [store_pools(i, st, keep) for i, st in enumerate(stores)]
+    key = method_key(method, params)
     for sd in data:
-        _load_scores(sd, key, method, params, use_cache)
+        load_scores(sd, key, method, params, use_cache)
     offsets = np.cumsum([0] + [sd.total for sd in data])[:-1]
     names = list(dict.fromkeys(s for sd in data for s in sd.ood))
-    sets = _draw_sets(data, names, [np.arange(sd.n_id) for sd in data], offsets=offsets,
-                      **draw)
+    sets = draw_sets(data, names, [np.arange(sd.n_id) for sd in data], offsets=offsets,
+                     **draw)
     x = sets.values(np.concatenate([sd.scores[key] for sd in data]))
     refs = np.array([data[s].ref[key][:2] for s in sets.store])
     eng = GscoreEngine(x, sets.n, refs[:, 0], refs[:, 1], ude_kernel=kernel)
-    return data, key, sets, eng, _truth(x, sets)
+    return data, key, sets, eng, set_truth(x, sets)
 
 
 def _tau_from(stores: Sequence[Any], tau_from: str, spec: ModelSpec, target: str, keep: Any,
               draw: dict[str, Any], use_cache: bool) -> float | None:
     """tau searched on the tau detector's meta-train sets (the same draws)."""
     *_, eng, truth = _fit_sets(stores, tau_from, {}, keep, dict(draw), use_cache)
-    return _fit_spec(eng, spec, truth[:, _METRIC_COL[target]])["tau"]
+    return fit_variant(eng, spec, truth[:, target_column(target)])["tau"]
 
 
 #: Folds of `fit_gscore`'s cross-validated RMSE (grouped by OOD split; fewer with fewer splits).
@@ -250,12 +236,12 @@ def _fit_cv(eng: GscoreEngine, spec: ModelSpec, truth: np.ndarray, split: list[s
     pred = np.empty(truth.size)
     for f in range(k):
         tr, te = np.flatnonzero(folds != f), np.flatnonzero(folds == f)
-        res = _fit_spec(eng, spec, truth[tr], tr)
+        res = fit_variant(eng, spec, truth[tr], tr)
         g = eng.gscore(spec.modelling, spec.distance, res["tau"])[te]
-        pred[te] = _predict(res["theta1"], res["theta0"], g, clip)
+        pred[te] = predict_line(res["theta1"], res["theta0"], g, clip)
     resid = np.sort(np.abs(pred - truth))
     rank = min(resid.size, math.ceil(0.95 * (resid.size + 1)))
-    return {"folds": k, "rmse": _rmse(pred, truth), "abs_residual_q95": float(resid[rank - 1]),
+    return {"folds": k, "rmse": rmse(pred, truth), "abs_residual_q95": float(resid[rank - 1]),
             "n": int(resid.size)}
 
 
@@ -280,9 +266,9 @@ def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95"
         raise UsageError(f"sets_per_split {sets_per_split}: must be >= 1")
     draw = {"ratio": parse_ratio(ratio), "size": size, "per_split": sets_per_split,
             "rng": None, "heterogeneous": heterogeneous, "ude_kernel": ude_kernel}
-    _check_models(stores, allow_other_model)
+    check_same_model(stores, allow_other_model)
     params = dict(params or {})
-    keep = select_splits([s for st in stores for s in _ood_test_splits(st)], splits, exclude)
+    keep = select_splits([s for st in stores for s in ood_test_splits(st)], splits, exclude)
     fit_spec = spec
     if spec.tau == _AUTO and tau_from is not None and (tau_from != method or params):
         draw["rng"] = np.random.default_rng([seed, 0])
@@ -291,11 +277,11 @@ def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95"
     draw["rng"] = np.random.default_rng([seed, 0])
     data, key, sets, eng, truth_all = _fit_sets(stores, method, params, keep, dict(draw),
                                                 use_cache)
-    truth = truth_all[:, _METRIC_COL[target]]
-    res = _fit_spec(eng, fit_spec, truth)
+    truth = truth_all[:, target_column(target)]
+    res = fit_variant(eng, fit_spec, truth)
     g = eng.gscore(spec.modelling, spec.distance, res["tau"])
-    pred = _predict(res["theta1"], res["theta0"], g, clip)
-    pearson, spearman = _corr(g, truth)
+    pred = predict_line(res["theta1"], res["theta0"], g, clip)
+    pearson, spearman = correlations(g, truth)
     ref0 = data[0].ref[key]
     return GscoreModel(
         modelling=spec.modelling, distance=spec.distance, tau=res["tau"],
@@ -314,7 +300,7 @@ def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95"
                     if spec.tau == _AUTO else None,
                     "mean_n_id": float(sets.n_id.mean()),
                     "mean_n_ood": float((sets.n - sets.n_id).mean()),
-                    "train_mse": res["loss"], "train_rmse": _rmse(pred, truth),
+                    "train_mse": res["loss"], "train_rmse": rmse(pred, truth),
                     "pearson": pearson, "spearman": spearman,
                     "tau_search": [list(t) for t in res["trace"]],
                     "cv": _fit_cv(eng, fit_spec, truth, sets.split, clip, seed),
@@ -358,7 +344,7 @@ def predict_gscore(model: GscoreModel, store: StoreLike, splits: Sequence[str], 
         val = scores[ID_VAL]
         ref = (float(val.mean()), float(val.std()))
     g, parts = model.gscore(x, ref)
-    pred = float(_predict(model.theta1, model.theta0, np.array([g]), model.clip)[0])
+    pred = float(predict_line(model.theta1, model.theta0, np.array([g]), model.clip)[0])
     cv = model.meta_train.get("cv") or {}
     q = cv.get("abs_residual_q95")
     interval = None
@@ -379,6 +365,3 @@ def predict_gscore(model: GscoreModel, store: StoreLike, splits: Sequence[str], 
         out["truth"] = (ood_metrics(np.concatenate(id_parts), np.concatenate(ood_parts))
                         [model.target] if id_parts and ood_parts else None)
     return out
-
-
-# =============================================================================== evaluation

@@ -1,5 +1,6 @@
-"""The linear regression p = theta1 * G + theta0, the tau search and the summary statistics
-(RMSE, Pearson, Spearman) of the evaluation."""
+"""The regression from Gscore to the metric, p = theta1 * G + theta0: the least-squares line
+(`fit_lines`), the tau search (`search_tau`), one variant's fit (`fit_variant`), the
+prediction (`predict_line`), and the statistics of predictions (`rmse`, `correlations`)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ def fit_line(g: np.ndarray, p: np.ndarray) -> tuple[float, float, float]:
 
 
 def fit_lines(g: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`fit_line` for every row of g (T, M) against the same p (M,): the closed-form
-    least-squares solution (equal to numpy lstsq on [g, 1]); constant rows get theta1 = 0,
-    theta0 = mean(p)."""
+    """`fit_line` for every row of g (T, M) against the same p (M,): ordinary least squares
+    in closed form, theta1 = cov(g, p) / var(g), theta0 = mean(p) - theta1 mean(g) (equal to
+    numpy lstsq on [g, 1]); a constant row gets theta1 = 0, theta0 = mean(p). The training
+    loss is the mean squared residual."""
     g = np.asarray(g, dtype=np.float64)
     p = np.asarray(p, dtype=np.float64)
     if g.ndim != 2 or g.shape[1] < 1 or g.shape[1] != p.shape[0] or p.ndim != 1:
@@ -44,9 +46,14 @@ def fit_lines(g: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
 def search_tau(g_of_taus: Callable[[list[float]], np.ndarray], p: np.ndarray,
                coarse: Sequence[float] = TAU_COARSE, step: float = TAU_STEP,
                halfwidth: float = TAU_HALFWIDTH) -> dict[str, Any]:
-    """Coarse-to-fine tau minimising the regression's training MSE (module docstring).
+    """Coarse-to-fine tau minimising the regression's training MSE on meta-train sets: the
+    grid `coarse` (0, 0.1, ..., 1.0), then every `step` (0.01) in [tau0 - halfwidth,
+    tau0 + halfwidth] around the best grid value tau0, clipped to [0, 1] (supplementary B
+    refines inside the best 0.1-interval; this window covers both neighbouring intervals);
+    ties go to the first value in grid order.
 
-    `g_of_taus(taus)` returns the meta-train Gscores for each tau, shape (T, M)."""
+    `g_of_taus(taus)` returns the meta-train Gscores for each tau, shape (T, M). Returns
+    {"tau", "tau_coarse", "theta1", "theta0", "loss", "trace": [(tau, loss), ...]}."""
     coarse = [round(float(t), 10) for t in coarse]
     t1c, t0c, lc = fit_lines(g_of_taus(coarse), p)
     i0 = int(np.argmin(lc))
@@ -61,9 +68,12 @@ def search_tau(g_of_taus: Callable[[list[float]], np.ndarray], p: np.ndarray,
             "theta0": float(t0f[j]), "loss": float(lf[j]), "trace": sorted(trace.items())}
 
 
-def _fit_spec(engine: GscoreEngine, spec: ModelSpec, p: np.ndarray,
+def fit_variant(engine: GscoreEngine, spec: ModelSpec, p: np.ndarray,
               rows: np.ndarray | None = None) -> dict[str, Any]:
-    """tau (searched if 'auto') and the line for one model on meta-train sets."""
+    """One Gscore variant fitted on meta-train sets (the engine's rows `rows`, all if None)
+    with their metrics p: tau searched (`search_tau`) when spec.tau is "auto", else the
+    given tau (or None), and the line (`fit_line`). Returns {"tau", "theta1", "theta0",
+    "loss", "trace"}."""
     sel = slice(None) if rows is None else rows
     if spec.tau == _AUTO:
         res = search_tau(lambda ts: engine.gscores(spec.modelling, spec.distance, ts)[:, sel],
@@ -75,7 +85,9 @@ def _fit_spec(engine: GscoreEngine, spec: ModelSpec, p: np.ndarray,
     return res
 
 
-def _predict(theta1: float, theta0: float, g: np.ndarray, clip: bool) -> np.ndarray:
+def predict_line(theta1: float, theta0: float, g: np.ndarray, clip: bool) -> np.ndarray:
+    """p = theta1 * g + theta0, clipped to [0, 100] with `clip` (a percent metric cannot
+    leave that range, so clipping never increases an error)."""
     pred = theta1 * np.asarray(g, dtype=np.float64) + theta0
     return np.clip(pred, 0.0, 100.0) if clip else pred
 
@@ -91,8 +103,9 @@ def _rankdata(a: np.ndarray) -> np.ndarray:
     return 0.5 * (bounds[dense] + bounds[dense - 1] + 1)
 
 
-def _corr(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """(Pearson, Spearman); NaN where either side is constant or has < 3 points."""
+def correlations(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """(Pearson, Spearman) of a and b: Pearson's r of the values and of their average ranks
+    (`_rankdata`); NaN where either side is constant or has < 3 points."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.size < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:
@@ -106,9 +119,7 @@ def _pearson(a: np.ndarray, b: np.ndarray) -> float:
     return float(da @ db) / den if den > 0 else float("nan")
 
 
-def _rmse(pred: np.ndarray, truth: np.ndarray) -> float:
+def rmse(pred: np.ndarray, truth: np.ndarray) -> float:
+    """sqrt(mean((pred - truth)^2))."""
     d = np.asarray(pred) - np.asarray(truth)
     return float(np.sqrt(np.mean(d * d)))
-
-
-# =============================================================================== meta-sets

@@ -30,7 +30,7 @@ TAU_HALFWIDTH = 0.1
 FORMAT = "featstore-gscore"
 FORMAT_VERSION = 1
 ID_TEST, ID_VAL, ID_TRAIN = "id/test", "id/val", "id/train"
-#: Columns of the true-metric matrix of meta-sets (`metasets._truth`).
+#: Columns of the true-metric matrix of meta-sets (`metasets.set_truth`).
 TRUTH_COLUMNS: tuple[str, ...] = (*OOD_METRIC_NAMES, *FPR_AT_TPR)
 _METRIC_COL = {name: i for i, name in enumerate(TRUTH_COLUMNS)}
 #: Protocol defaults (package docstring, "Meta-sets and the evaluation protocol").

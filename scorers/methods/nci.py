@@ -44,7 +44,8 @@ class NCI(Scorer):
     grid = {"alpha": [0.0001, 0.001, 0.01, 0.1]}
     paper = Paper(title="Detecting Out-of-distribution through the Lens of Neural Collapse",
                   authors=("Liu", "Qin"), venue="arXiv", year=2023,
-                  url="https://arxiv.org/abs/2311.01479", code=None)
+                  url="https://arxiv.org/abs/2311.01479",
+                  code="https://github.com/litianliu/NCI-OOD")
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         alpha = params["alpha"]

@@ -86,9 +86,9 @@ class ODINPerturbed(Scorer):
             raise UsageError(
                 f"scorer {self.name!r}: split {split.name!r} has no ODIN-perturbed logits at "
                 f"temperature={temperature:g}, epsilon={epsilon:g} (stored: "
-                f"{_fmt_pairs(stored_pairs(split))}); extract them with `featstore extract "
-                f"--odin-grid '{temperature:g}:{epsilon:g}'`"
-            )
+                f"{_fmt_pairs(stored_pairs(split))})", need=f"extra:{name}",
+                how=f"extract them with `ExtractOptions(odin_grid=(({temperature:g}, "
+                    f"{epsilon:g}),))`")
         return name
 
     def _score_pair(self, split: SplitLike, temperature: float, epsilon: float) -> np.ndarray:

@@ -53,7 +53,7 @@ class Scale(Scorer):
     paper = Paper(
                   title=("Scaling for Training Time and Post-hoc Out-of-distribution "
                          "Detection Enhancement"),
-                  authors=("Xu", "Chen", "Franchi", "Ji", "Li"), venue="ICLR", year=2024,
+                  authors=("Xu", "Chen", "Franchi", "Yao"), venue="ICLR", year=2024,
                   url="https://arxiv.org/abs/2310.00227", code="https://github.com/kai422/SCALE")
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:

@@ -49,8 +49,9 @@ class SHE(Scorer):
     paper = Paper(
                   title=("Out-of-distribution detection based on in-distribution data "
                          "patterns memorization with modern Hopfield energy"),
-                  authors=("Zhang", "Fu", "Chen", "Zhang", "Wang", "Liu"), venue="ICLR", year=2023,
-                  url=None, code=None)
+                  authors=("Zhang", "Fu", "Chen", "Du", "Li", "Wang", "Liu", "Han", "Zhang"),
+                  venue="ICLR", year=2023, url="https://openreview.net/forum?id=KkazG4lgKL",
+                  code="https://github.com/zjs975584714/SHE_ood_detection")
 
     def _fit(self, store: StoreLike) -> None:
         split = store.split(FIT_SPLIT)

@@ -259,7 +259,7 @@ def _jack(kind, p_rows, p_end, q_rows, q_end, n_p, n_q, which, cells, out):
 
 
 #: Below this many lane-row visits a kernel runs on one thread: waking the thread pool costs
-#: more than it saves on small work (measured: ~14 ms per call under load).
+#: more than it saves on small work.
 PARALLEL_MIN_WORK = 4_000_000
 
 _KERNELS = {name: (njit(**_JIT)(fn), njit(parallel=True, **_JIT)(fn))

@@ -39,7 +39,7 @@ def test_ip_ts_mlv_is_the_max_of_the_perturbed_logits_over_t(tmp_path):
                               np.r_[idl.max(1), odl.max(1)])
     res = evaluate(st, ["ip_ts_mlv"], use_cache=False)
     assert res["methods"]["ip_ts_mlv"]["splits"]["ood/far/x"]["auroc"] == pytest.approx(ref)
-    with pytest.raises(UsageError, match=r"--odin-grid '1:0.0014'"):
+    with pytest.raises(UsageError, match=r"odin_grid=\(\(1, 0.0014\),\)"):
         get_scorer("ip_ts_mlv", temperature=1).fit(st)
 
 

@@ -61,7 +61,8 @@ def test_odin_perturbed_against_numpy_and_grid(tmp_path):
     assert [g for g, _ in explicit] == [{"temperature": 1000.0, "epsilon": 0.0014},
                                         {"temperature": 1000.0, "epsilon": 0.0}]
     with pytest.raises(UsageError, match=r"no ODIN-perturbed logits at temperature=1, "
-                                         r"epsilon=0.0014 \(stored: .*--odin-grid '1:0.0014'"):
+                                         r"epsilon=0.0014 \(stored: .*\): extract them with "
+                                         r"`ExtractOptions\(odin_grid=\(\(1, 0.0014\),\)\)`"):
         get_scorer("odin_perturbed", temperature=1).fit(st)
     with pytest.raises(UsageError, match="epsilon=-1"):
         get_scorer("odin_perturbed", epsilon=-1)

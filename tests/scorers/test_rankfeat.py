@@ -113,7 +113,8 @@ def test_bad_temperature():
 
 def test_rankfeat_without_maps_names_the_flag(shared_store):
     scorer = get_scorer("rankfeat").fit(shared_store)  # no fit split: nothing to check yet
-    with pytest.raises(FeatstoreError, match="--feature-maps"):
+    with pytest.raises(FeatstoreError, match=r"ExtractOptions\(feature_maps=True\)") as info:
         scorer.score(shared_store.split("id/test"))
-    with pytest.raises(FeatstoreError, match="--feature-maps"):
+    assert info.value.need == "extra:feature_maps"
+    with pytest.raises(FeatstoreError, match=r"ExtractOptions\(feature_maps=True\)"):
         scorer.score_grid(shared_store.split("id/test"), {"temperature": [1.0, 2.0]})

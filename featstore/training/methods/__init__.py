@@ -155,6 +155,6 @@ def get_method(name: str) -> TrainMethod:
     """The registered method `name`; UsageError naming the valid ones otherwise."""
     _discover()
     if name not in _REGISTRY:
-        raise UsageError(f"--method {name!r}: unknown training method (valid: "
-                         f"{', '.join(sorted(_REGISTRY))})")
+        raise UsageError(f"unknown training method (valid: {', '.join(sorted(_REGISTRY))})",
+                         param="method", value=name)
     return _REGISTRY[name]

@@ -12,6 +12,7 @@ benchmarks/results/demo.md.
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from featstore.extraction.zoo.lite0 import (
 )
 from featstore.specs.benchmark import load_spec
 from featstore.store.fileio import atomic_write_output
+
+logger = logging.getLogger(__name__)
 
 #: inverse L2 strength of the logistic-regression head (scikit-learn's C)
 HEAD_C = 0.1
@@ -61,8 +64,7 @@ def fit_linear_head(features: np.ndarray, labels: np.ndarray, num_classes: int,
     return clf.coef_.astype(np.float32), clf.intercept_.astype(np.float32)
 
 
-def train_pretrained_head(spec_path: Path, out_file: Path, num_classes: int,
-                          log: Callable[[str], None] = print) -> dict[str, Any]:
+def train_pretrained_head(spec_path: Path, out_file: Path, num_classes: int) -> dict[str, Any]:
     """Train the linear head on the spec's `id/train` split and save the whole classifier's
     state dict (backbone + head) to `out_file` atomically; returns the training summary."""
 
@@ -72,8 +74,8 @@ def train_pretrained_head(spec_path: Path, out_file: Path, num_classes: int,
     data = TransformedRows(rows, build_transform(spec.transform),
                            (3, INPUT_SIZE, INPUT_SIZE))
     model = lite0_classifier(num_classes)
-    log(f"  frozen EfficientNet-Lite0 features of id/train ({len(data)} images, "
-        f"{INPUT_SIZE} px)")
+    logger.info(f"  frozen EfficientNet-Lite0 features of id/train ({len(data)} images, "
+                f"{INPUT_SIZE} px)")
     feats = backbone_features(model, data, len(data))
     labels = np.asarray(rows.labels)
     w, b = fit_linear_head(feats, labels, num_classes)
@@ -81,7 +83,7 @@ def train_pretrained_head(spec_path: Path, out_file: Path, num_classes: int,
         model.fc.weight.copy_(torch.from_numpy(w))
         model.fc.bias.copy_(torch.from_numpy(b))
     train_acc = float(((feats @ w.T + b).argmax(1) == labels).mean() * 100)
-    log(f"  linear head (logistic regression, C = {HEAD_C}): train acc {train_acc:.1f}%")
+    logger.info(f"  linear head (logistic regression, C = {HEAD_C}): train acc {train_acc:.1f}%")
     buffer = io.BytesIO()   # never through a link planted at a fixed temporary name
     torch.save(model.state_dict(), buffer)
     atomic_write_output(out_file, buffer.getvalue())

@@ -31,6 +31,7 @@ once with the demo's recipe (`featstore.workflows.demo.pipeline.ensure_model`).
 from __future__ import annotations
 
 import io
+import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -58,6 +59,8 @@ from featstore.workflows.demo.pipeline import (
     spec_header,
     store_model_differs,
 )
+
+logger = logging.getLogger(__name__)
 
 HELD_OUT_DIGITS = (6, 7, 8, 9)
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field",
@@ -155,7 +158,7 @@ def gbench_spec_text(only: Sequence[str] | None = None, patch_count: int = PATCH
 
 
 def _train_backbone(spec_path: Path, out_file: Path, factory: Callable[[int], DemoResNet],
-                    seed: int, epochs: int, log: Callable[[str], None]) -> None:
+                    seed: int, epochs: int) -> None:
     """The demo's training recipe (featstore.workflows.demo.pipeline.train_demo_model) for another
     architecture and seed."""
     spec = load_spec(spec_path)
@@ -169,8 +172,8 @@ def _train_backbone(spec_path: Path, out_file: Path, factory: Callable[[int], De
     train_ce(model, images, labels,
              TrainConfig(epochs=epochs, batch_size=64, lr=0.01, seed=seed, nesterov=True,
                          schedule="onecycle"),
-             on_epoch=lambda e, loss, acc: log(f"  epoch {e + 1:2d}/{epochs}  loss {loss:.3f}"
-                                               f"  train acc {acc:.1f}%"),
+             on_epoch=lambda e, loss, acc: logger.info(
+                 f"  epoch {e + 1:2d}/{epochs}  loss {loss:.3f}  train acc {acc:.1f}%"),
              augment=random_shift)
     buffer = io.BytesIO()   # never through a link planted at a fixed temporary name
     torch.save(model.state_dict(), buffer)
@@ -181,7 +184,7 @@ def build_gbench(out: str | Path, *, backbone: str = DEFAULT_BACKBONE,
                  weights: str | Path | None = None, epochs: int = SCRATCH_EPOCHS,
                  only: Sequence[str] | None = None,
                  patch_count: int = PATCH_COUNT, noise_count: int = NOISE_COUNT,
-                 log: Callable[[str], None] = print, progress: Progress | None = None) -> Store:
+                 progress: Progress | None = None) -> Store:
     """Write OUT/spec.toml and extract the mini-Gbench into OUT/store (OUT/spec_<backbone>.toml
     and OUT/store_<backbone> for the other backbones). The checkpoint is `weights` if given,
     else OUT/model.pt (OUT/model_<backbone>.pt), trained once if missing or made by another
@@ -202,18 +205,19 @@ def build_gbench(out: str | Path, *, backbone: str = DEFAULT_BACKBONE,
         weights = out / f"model{suffix}.pt"
         if factory is None:
             ensure_model(spec_path, weights, family, model_recipe(family, epochs),
-                         epochs=epochs, log=log)
+                         epochs=epochs)
         elif not weights.is_file():
-            log(f"training the {backbone} ResNet on digits {ID_CLASSES} ({epochs} epochs, CPU)")
-            _train_backbone(spec_path, weights, factory, seed, epochs, log)
+            logger.info(f"training the {backbone} ResNet on digits {ID_CLASSES} ({epochs} epochs, "
+                        "CPU)")
+            _train_backbone(spec_path, weights, factory, seed, epochs)
         else:
-            log(f"reusing the trained model {weights}")
+            logger.info(f"reusing the trained model {weights}")
     elif not Path(weights).is_file():
         raise InputError(f"--weights {str(weights)!r}: file not found")
     store = out / f"store{suffix}"
     opts = ExtractOptions(device="cpu", batch_size=128, num_workers=0,
                           overwrite=store_model_differs(store, Path(weights)))
     if opts.overwrite:
-        log(f"replacing {store}: it was extracted with another model")
+        logger.info(f"replacing {store}: it was extracted with another model")
     return extract(model_spec, spec_path, store, weights=weights, options=opts,
                    progress=progress)

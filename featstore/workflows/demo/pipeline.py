@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ from featstore.store.store import Store
 from featstore.training.ce import random_shift, train_ce
 from featstore.training.config import TrainConfig
 from featstore.workflows.demo import backbone as pretrained
+
+logger = logging.getLogger(__name__)
 
 ID_CLASSES = [0, 1, 2, 3, 4, 5]
 BACKBONES = ("pretrained", "scratch")
@@ -141,7 +143,6 @@ def demo_spec_text(backbone: str = "scratch", scale: float = 1.0) -> str:
 
 
 def train_demo_model(spec_path: Path, out_file: Path, epochs: int = 12,
-                     log: Callable[[str], None] = print,
                      progress: Progress | None = None) -> dict:
     """Train the demo ResNet on id/train of the spec and save its state dict atomically;
     `progress(name, done, total)` (optional) is told each finished epoch."""
@@ -157,7 +158,7 @@ def train_demo_model(spec_path: Path, out_file: Path, epochs: int = 12,
                          schedule="onecycle")
     history = train_ce(
         model, images, labels, config,
-        on_epoch=lambda e, loss, acc: _epoch_done(log, progress, e, epochs, loss, acc),
+        on_epoch=lambda e, loss, acc: _epoch_done(progress, e, epochs, loss, acc),
         augment=random_shift,
     )
     buffer = io.BytesIO()   # never through a link planted at a fixed temporary name
@@ -166,11 +167,11 @@ def train_demo_model(spec_path: Path, out_file: Path, epochs: int = 12,
     return {"epochs": epochs, "final_loss": history[-1][0], "final_train_acc": history[-1][1]}
 
 
-def _epoch_done(log: Callable[[str], None], progress: Progress | None, epoch: int,
+def _epoch_done(progress: Progress | None, epoch: int,
                 epochs: int, loss: float, acc: float) -> None:
     if progress is not None:
         progress("train demo ResNet (epochs)", epoch + 1, epochs)
-    log(f"  epoch {epoch + 1:2d}/{epochs}  loss {loss:.3f}  train acc {acc:.1f}%")
+    logger.info(f"  epoch {epoch + 1:2d}/{epochs}  loss {loss:.3f}  train acc {acc:.1f}%")
 
 
 def model_recipe(backbone: str, epochs: int = SCRATCH_EPOCHS) -> dict[str, Any]:
@@ -187,7 +188,7 @@ def model_recipe(backbone: str, epochs: int = SCRATCH_EPOCHS) -> dict[str, Any]:
 
 
 def ensure_model(spec_path: Path, weights: Path, backbone: str, recipe: dict[str, Any], *,
-                 epochs: int = SCRATCH_EPOCHS, log: Callable[[str], None] = print,
+                 epochs: int = SCRATCH_EPOCHS,
                  progress: Progress | None = None) -> bool:
     """Train `backbone`'s model on the spec's id/train into `weights` unless `weights` and its
     recipe record (`weights` with suffix .json) already match `recipe`; True if trained."""
@@ -195,15 +196,15 @@ def ensure_model(spec_path: Path, weights: Path, backbone: str, recipe: dict[str
     record = (json.loads(record_path.read_text(encoding="utf-8"))
               if record_path.is_file() else None)
     if weights.is_file() and record is not None and record.get("recipe") == recipe:
-        log(f"reusing the trained model {weights}")
+        logger.info(f"reusing the trained model {weights}")
         return False
     if backbone == "pretrained":
-        log(f"training a linear head on frozen ImageNet EfficientNet-Lite0 features, digits "
-            f"{ID_CLASSES} (CPU)")
-        summary = pretrained.train_pretrained_head(spec_path, weights, len(ID_CLASSES), log=log)
+        logger.info(f"training a linear head on frozen ImageNet EfficientNet-Lite0 features, "
+                    f"digits {ID_CLASSES} (CPU)")
+        summary = pretrained.train_pretrained_head(spec_path, weights, len(ID_CLASSES))
     else:
-        log(f"training the demo ResNet on digits {ID_CLASSES} ({epochs} epochs, CPU)")
-        summary = train_demo_model(spec_path, weights, epochs=epochs, log=log,
+        logger.info(f"training the demo ResNet on digits {ID_CLASSES} ({epochs} epochs, CPU)")
+        summary = train_demo_model(spec_path, weights, epochs=epochs,
                                    progress=progress)
     atomic_write_output(record_path, json.dumps({"recipe": recipe, "summary": summary,
                                                  "sha256": sha256_file(weights)}, indent=2))
@@ -220,7 +221,7 @@ def store_model_differs(store: Path, weights: Path) -> bool:
 
 
 def run_demo(out: Path, *, backbone: str = DEFAULT_BACKBONE, scale: float = 1.0,
-             log: Callable[[str], None] = print, progress: Progress | None = None,
+             progress: Progress | None = None,
              epochs: int = SCRATCH_EPOCHS) -> Store:
     """Spec + (cached) model + extraction into OUT/store; returns the opened store. A store
     left in OUT by another model (another backbone or recipe) is replaced."""
@@ -234,12 +235,12 @@ def run_demo(out: Path, *, backbone: str = DEFAULT_BACKBONE, scale: float = 1.0,
     weights = out / "model.pt"
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     ensure_model(spec_path, weights, backbone, model_recipe(backbone, epochs),
-                 epochs=epochs, log=log, progress=progress)
+                 epochs=epochs, progress=progress)
     store = out / "store"
     opts = ExtractOptions(device="cpu", batch_size=128, num_workers=0,
                           overwrite=store_model_differs(store, weights))
     if opts.overwrite:
-        log(f"replacing {store}: it was extracted with another model")
+        logger.info(f"replacing {store}: it was extracted with another model")
     return extract(MODEL_SPECS[backbone], spec_path, store, weights=weights, options=opts,
                    progress=progress)
 

@@ -56,7 +56,6 @@ def demo_evaluation(store: Store) -> dict[str, Any]:
 
 def run_demo_command(out: Path, *, methods: str | Sequence[str] | None = None,
                      backbone: str = "pretrained", scale: float = 1.0,
-                     log: Callable[[str], None] = print,
                      extraction: ContextFactory = no_progress,
                      steps: ContextFactory = no_steps) -> dict[str, Any]:
     """The whole `featstore demo`: with `methods`, the ten-method table
@@ -71,11 +70,11 @@ def run_demo_command(out: Path, *, methods: str | Sequence[str] | None = None,
     start = time.perf_counter()
     if methods is not None:
         with extraction() as progress:
-            result = run_ten_methods(out, methods, log=log, progress=progress)
+            result = run_ten_methods(out, methods, progress=progress)
         result["seconds"] = time.perf_counter() - start
         return result
     with extraction() as progress:
-        st = run_demo(out, backbone=backbone, scale=scale, log=log, progress=progress)
+        st = run_demo(out, backbone=backbone, scale=scale, progress=progress)
 
     with steps() as begin:
         begin(f"evaluating every scorer on {st.path}")
@@ -91,7 +90,6 @@ def run_demo_command(out: Path, *, methods: str | Sequence[str] | None = None,
 
 def build_gbench_command(out: Path, *, backbone: str = "pretrained",
                          weights: Path | None = None, epochs: int = 12,
-                         log: Callable[[str], None] = print,
                          extraction: ContextFactory = no_progress) -> dict[str, Any]:
     """`featstore gscore gbench` without stores: check the options before anything is
     written (`--backbone` one of `gbench.BACKBONES`, `--weights` an existing file), build the
@@ -103,7 +101,7 @@ def build_gbench_command(out: Path, *, backbone: str = "pretrained",
         raise InputError(f"--weights {str(weights)!r}: file not found")
     start = time.perf_counter()
     with extraction() as progress:
-        st = build_gbench(out, backbone=backbone, weights=weights, epochs=epochs, log=log,
+        st = build_gbench(out, backbone=backbone, weights=weights, epochs=epochs,
                           progress=progress)
     return {**store_summary(st), "ood_splits": len(st.splits(role="ood")),
             "seconds": time.perf_counter() - start}

@@ -31,6 +31,7 @@ in OUT/methods: a rerun recomputes nothing that finished.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -53,6 +54,8 @@ from featstore.workflows.experiments.presets import (
 from featstore.workflows.experiments.presets import select_rows as select
 from featstore.workflows.experiments.render import rich_tables
 from featstore.workflows.experiments.runner import run_experiment
+
+logger = logging.getLogger(__name__)
 
 EPOCHS = 6
 FINETUNE_EPOCHS = 3
@@ -100,14 +103,14 @@ def ten_methods_experiment(out: Path, methods: str | Sequence[str] = "all", *,
 
 
 def run_ten_methods(out: Path, methods: str | Sequence[str] = "all", *, epochs: int = EPOCHS,
-                    finetune_epochs: int = FINETUNE_EPOCHS, log: Callable[[str], None] = print,
+                    finetune_epochs: int = FINETUNE_EPOCHS,
                     progress: Progress | None = None) -> dict[str, Any]:
     """Train, extract, tune and score the selected rows; the runner's results (also written
     to OUT/methods/results.json and results.md)."""
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     exp = ten_methods_experiment(out, methods, epochs=epochs, finetune_epochs=finetune_epochs)
-    return run_experiment(exp, Path(out) / "methods", log=log,
+    return run_experiment(exp, Path(out) / "methods", log=logger.info,
                           train_progress=_train_progress(progress) if progress else None)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
+from featstore.store.formatting import mean_std
 from featstore.store.textsafe import md_text
 
 #: (key, label, better) of the table's metric rows, the paper's Tables 5-10
@@ -19,14 +20,6 @@ METRIC_ROWS = (("auroc", "AUROC", "max"), ("fpr95", "FPR95", "min"),
 SCALAR_ROWS = (("id_acc", "ID ACC", "id/test", "max"),
                ("method_s", "time s", "method", "min"),
                ("total_s", "time s", "total", "min"))
-
-
-def cell(stat: dict[str, Any], runs: int, fmt: str = "{:.2f}") -> str:
-    """'mean ± std', with '(n=k)' when fewer than `runs` runs entered; '–' when none."""
-    if not stat or stat.get("mean") is None:
-        return "–"
-    text = f"{fmt.format(stat['mean'])} ± {fmt.format(stat['std'])}"
-    return text if stat["n"] >= runs else f"{text} (n={stat['n']})"
 
 
 def table_rows(result: dict[str, Any], split: str) -> tuple[list[str], list[list[Any]]]:
@@ -41,11 +34,11 @@ def table_rows(result: dict[str, Any], split: str) -> tuple[list[str], list[list
     flagged = [bool(agg[m].get("flags")) for m in methods]
 
     def add(label: str, group: str, stats: list[dict[str, Any] | None], better: str,
-            fmt: str = "{:.2f}") -> None:
+            digits: int = 2) -> None:
         means = [s["mean"] for s, f in zip(stats, flagged, strict=True)
                  if s and s.get("mean") is not None and not f]
         best = (max(means) if better == "max" else min(means)) if means else None
-        rows.append([label, group, *[(cell(s or {}, runs, fmt) + (" (!)" if f else ""),
+        rows.append([label, group, *[(mean_std(s, digits, runs) + (" (!)" if f else ""),
                                       best is not None and s is not None and not f
                                       and s.get("mean") == best)
                                      for s, f in zip(stats, flagged, strict=True)]])
@@ -55,7 +48,7 @@ def table_rows(result: dict[str, Any], split: str) -> tuple[list[str], list[list
             add(label, g, [agg[m]["groups"].get(g, {}).get(key) for m in methods], better)
     for key, label, group, better in SCALAR_ROWS:
         add(label, group, [agg[m][key] for m in methods], better,
-            "{:.1f}" if key.endswith("_s") else "{:.2f}")
+            1 if key.endswith("_s") else 2)
     return methods, rows
 
 

@@ -9,12 +9,16 @@ by the Slurm executor and in the job (submitit is the optional extra featstore[s
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import submitit
 import torch
+
+logger = logging.getLogger(__name__)
 
 
 class UnitJob(submitit.helpers.Checkpointable):
@@ -24,4 +28,6 @@ class UnitJob(submitit.helpers.Checkpointable):
         cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
         if cpus.isdigit() and int(cpus) > 0:
             torch.set_num_threads(int(cpus))
-        return call(unit, log=print)
+        # the job is its own process: the unit's log lines go to the job's output file
+        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+        return call(unit, log=logger.info)

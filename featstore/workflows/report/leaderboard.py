@@ -14,24 +14,15 @@ import math
 from typing import Any
 
 from featstore.errors import UsageError
+from featstore.store.formatting import METRIC_HEADER, compact
 
-METRICS = (("auroc", "AUROC↑", max), ("fpr95", "FPR95↓", min))
-EXTRA = (("misclassification_auroc", "misclf AUROC↑", max), ("aurc", "AURC↓", min),
-         ("augrc", "AUGRC↓", min))
+METRICS = (("auroc", METRIC_HEADER["auroc"], max), ("fpr95", METRIC_HEADER["fpr95"], min))
+EXTRA = (("misclassification_auroc", METRIC_HEADER["misclassification_auroc"], max),
+         ("aurc", METRIC_HEADER["aurc"], min), ("augrc", METRIC_HEADER["augrc"], min))
 
 
 def _num(v: Any) -> float:
     return float(v) if isinstance(v, int | float) and not math.isnan(float(v)) else math.nan
-
-
-def compact(value: Any, interval: Any = None) -> str:
-    """`80.9±3.7`; `80.9` without an interval; `–` missing."""
-    v = _num(value)
-    if math.isnan(v):
-        return "–"
-    if not interval or interval[0] is None or interval[1] is None:
-        return f"{v:.1f}"
-    return f"{v:.1f}±{(interval[1] - interval[0]) / 2:.1f}"
 
 
 def groups_of(result: dict[str, Any]) -> list[str]:

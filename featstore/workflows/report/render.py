@@ -15,12 +15,19 @@ import numpy as np
 
 from featstore.errors import InputError
 from featstore.store.fileio import atomic_write_output
+from featstore.store.formatting import (
+    TARGET_TITLE,
+    cell_number,
+    compact,
+    mean_interval,
+    number,
+    setting_text,
+)
 from featstore.store.sanity import report_lines
 from featstore.store.textsafe import md_text
 from featstore.workflows.report import plots
 from featstore.workflows.report.collect import ReportData
 from featstore.workflows.report.leaderboard import (
-    compact,
     leaderboard,
     ranked,
     rows_line,
@@ -49,12 +56,6 @@ class Table:
     rows: list[list[str]]
     best: set[tuple[int, int]]          # (row, column) cells to highlight
     table_id: str = ""                  # the HTML id (default: leaderboard / table<i>)
-
-
-def _fmt(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    return f"{v:.2f}" if isinstance(v, float) else str(v)
 
 
 def _best_cells(rows: list[list[Any]], columns: dict[int, Any]) -> set[tuple[int, int]]:
@@ -97,8 +98,8 @@ def leaderboard_tables(data: ReportData, rank_by: str = "mean") -> list[Table]:
     for m in order:
         r = res["methods"][m]
         setting = r.get("chosen", r.get("params", {}))
-        settings.append([m, ", ".join(f"{k}={v}" for k, v in (setting or {}).items())
-                         or "default", "from the score cache" if r.get("cached")
+        settings.append([m, setting_text(setting, "default"),
+                         "from the score cache" if r.get("cached")
                          else f"{r.get('fit_seconds', 0.0) + r.get('score_seconds', 0.0):.2f}"])
     settings_table = Table("Settings and timings", ["scorer", "setting", "fit+score s"],
                            settings, set(), "settings")
@@ -120,9 +121,8 @@ def notes_tables(data: ReportData) -> list[Table]:
     for name, r in res["methods"].items():
         for a in r.get("adjusted") or []:
             used = a.get("used")
-            rows.append([name, ", ".join(f"{k}={v}" for k, v in a["setting"].items()),
-                         "dropped" if used is None
-                         else ", ".join(f"{k}={v}" for k, v in used.items()), a["reason"]])
+            rows.append([name, setting_text(a["setting"]),
+                         "dropped" if used is None else setting_text(used), a["reason"]])
     if rows:
         out.append(Table("Defaults adjusted to this store", ["scorer", "default", "used",
                                                              "reason"], rows, set()))
@@ -222,8 +222,8 @@ def extra_figures(data: ReportData) -> list[Figure]:
                                  for row in r["values"][metric]], dtype=float)
                 sens = r.get("sensitivity", {})
                 caption = f"{r['method']}: {metric} per cell; " + "; ".join(
-                    f"{axis} correlation {_fmt(v.get('correlation'))}, sensitivity "
-                    f"{_fmt(v.get('sensitivity'))}" for axis, v in sens.items())
+                    f"{axis} correlation {number(v.get('correlation'))}, sensitivity "
+                    f"{number(v.get('sensitivity'))}" for axis, v in sens.items())
                 out.append(Figure("Shift-level grids", caption,
                                   plots.heatmap_figure(f"{r['method']}: {metric}", grid,
                                                        "covariate level", "semantic level"),
@@ -238,8 +238,8 @@ def extra_figures(data: ReportData) -> list[Figure]:
             reg = extra["regression"]
             name = f"{extra['scorer']['name']} {extra['modelling']}-{extra['distance']}"
             caption = (f"{name}: Gscore vs true {extra['target']} over {len(points['true'])} "
-                       f"meta-train sets; Pearson {_fmt(meta.get('pearson'))}, Spearman "
-                       f"{_fmt(meta.get('spearman'))}, RMSE {_fmt(meta.get('train_rmse'))}")
+                       f"meta-train sets; Pearson {number(meta.get('pearson'))}, Spearman "
+                       f"{number(meta.get('spearman'))}, RMSE {number(meta.get('train_rmse'))}")
             out.append(Figure("Gscore", caption,
                               plots.scatter_figure(name, points["gscore"], points["true"],
                                                    "Gscore", extra["target"],
@@ -252,27 +252,10 @@ def extra_figures(data: ReportData) -> list[Figure]:
     return out
 
 
-_TARGET_TITLE = {"auroc": "AUROC", "fpr95": "FPR@TPR95", "fpr@tpr80": "FPR@TPR80",
-                 "fpr@tpr60": "FPR@TPR60", "aupr_in": "AUPR-In", "aupr_out": "AUPR-Out",
-                 "detection_error": "Detection error"}
-
-
 def is_gscore_evaluation(extra: Any) -> bool:
     """`featstore gscore evaluate --json` output."""
     return (isinstance(extra, dict) and "table" in extra and "models" in extra
             and isinstance(extra.get("config"), dict) and "methods" in extra["config"])
-
-
-def _pm(cell: dict | None) -> str:
-    """mean [95% interval] of a `gscore evaluate` summary cell."""
-    if not cell or cell.get("mean") is None:
-        return "–"
-    ci = cell.get("ci")
-    return f"{cell['mean']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
-
-
-def _r(cell: dict | None) -> str:
-    return "–" if not cell or cell.get("mean") is None else f"{cell['mean']:+.3f}"
 
 
 def gscore_tables(data: ReportData) -> list[Table]:
@@ -285,7 +268,7 @@ def gscore_tables(data: ReportData) -> list[Table]:
         methods = cfg["methods"]
         setting = "; ".join((cfg.get("describe") or {}).values())
         for target in cfg["targets"]:
-            title = _TARGET_TITLE.get(target, target)
+            title = TARGET_TITLE.get(target, target)
             rows_raw: list[tuple[str, list[dict | None]]] = []
             base = res.get("baselines") or {}
             for key, label in (("confidence", "Confidence score (baseline)"),
@@ -305,13 +288,13 @@ def gscore_tables(data: ReportData) -> list[Table]:
             out.append(Table(f"Gscore: RMSE (%) of predicted {title} on meta-test sets, mean "
                              f"[95% interval] over {cfg['repeats']} {unit} ({setting})",
                              ["Unsup. eval. method", *methods],
-                             [[name, *[_pm(c) for c in cells]] for name, cells in rows_raw],
+                             [[name, *map(mean_interval, cells)] for name, cells in rows_raw],
                              best))
             noise_rows = []
             for label, name in res["models"].items():
                 for m in methods:
                     c = res["table"].get(m, {}).get(target, {}).get(label, {})
-                    noise_rows.append([name, m, *[_pm(c.get(k)) for k in (
+                    noise_rows.append([name, m, *[mean_interval(c.get(k)) for k in (
                         "rmse", "rmse_split", "floor", "pearson", "spearman")]])
             out.append(Table(f"Gscore: error on {title} beside the noise floor (rmse: sampled "
                              "targets; rmse_split: split-level targets; floor: the oracle "
@@ -341,8 +324,8 @@ def gscore_scatter_figures(res: dict, k: int) -> list[Figure]:
             c = cells[label]
             caption = (f"{m}: {res['models'].get(label, label)} vs true {target}, "
                        f"{len(p['true'])} meta-test sets of repeat 1; RMSE {rmse:.2f} (mean "
-                       f"over repeats), Pearson {_r(c.get('pearson'))}, Spearman "
-                       f"{_r(c.get('spearman'))}")
+                       f"over repeats), Pearson {cell_number(c.get('pearson'))}, Spearman "
+                       f"{cell_number(c.get('spearman'))}")
             out.append(Figure("Gscore evaluation", caption,
                               plots.scatter_figure(f"{m}: {label}", p["gscore"], p["true"],
                                                    "Gscore", f"true {target} (%)"),
@@ -352,7 +335,7 @@ def gscore_scatter_figures(res: dict, k: int) -> list[Figure]:
                 caption = (f"{m}: {res['models'].get(label, label)}, predicted vs true {target} "
                            "per OOD test set (its meta-sets' mean prediction, bar: their "
                            "range; x: the split-level target); band: ± the oracle floor "
-                           f"{_fmt(floor)}; rmse_split {_pm(c.get('rmse_split'))}")
+                           f"{number(floor)}; rmse_split {mean_interval(c.get('rmse_split'))}")
                 out.append(Figure("Gscore evaluation", caption,
                                   plots.pred_true_figure(f"{m}: {label}", p["split"],
                                                          p["split_true"], p["predicted"], floor,

@@ -1,42 +1,7 @@
-"""Two-component 1-D Gaussian mixtures by EM over many sets at once (Numba).
-
-Each set x_1..x_n is standardised (z = (x - mean) / std) and EM runs on z with parameters
-th = [w0, m0, m1, v0, v1] (component 1 weight w1 = 1 - w0), starting from the exact 2-means
-partition (weights, means, variances of the two clusters, `kmeans._best_cut`).
-
-- E step + log-likelihood in one pass: with t = log(w0 N0(z)) - log(w1 N1(z)),
-  P(1 | z) = 1 / (1 + exp(t)) and log p(z) = log(w1 N1(z)) + softplus(t).
-- M step: weights and means from the responsibility sums; each variance is the
-  responsibility-weighted variance floored at `var_floor` (= SIGMA_FLOOR_REL**2 of the set's
-  variance). The floored update is the exact maximiser of the expected complete-data
-  log-likelihood over {v >= var_floor} (-n/2 log v - S/(2v) is unimodal in v), so every plain
-  EM step is monotone: the log-likelihood never decreases.
-- SQUAREM (Varadhan & Roland 2008, scheme S3) with a monotonicity safeguard: from th0, two EM
-  steps th1, th2; r = th1 - th0, v = th2 - 2 th1 + th0, alpha = min(-|r| / |v|, -1);
-  th' = th0 - 2 alpha r + alpha^2 v; the candidate is EM(th'). It is ACCEPTED only if th'
-  lies in the parameter space, does not collapse, and l(th') >= l(th1) (then
-  l(EM(th')) >= l(th') >= l(th1) >= l(th0)); a rejected extrapolation is retried with alpha
-  halved towards -1 (alpha <- (alpha - 1) / 2, at most MAX_BACKTRACK tries, Varadhan &
-  Roland's backtracking), and when none is accepted the plain EM iterate th2 is taken.
-  The log-likelihood at the start of each cycle therefore never drops. A monotone
-  extrapolation can still land in another basin than plain EM from the same start (seen on
-  1 of 2,024 real mini-Gbench sets: temp_scaling on id/test + digit 7, a lower local
-  maximum by 3.6e-4), so plain EM from the same start is run as well and the better fit kept
-  (non-collapsed first, then the higher log-likelihood): the result is never below plain
-  EM's, i.e. scikit-learn's GaussianMixture from the same initialisation.
-- Stop when the mean per-sample log-likelihood changes by at most `tol * max(1, |l|)` over a
-  cycle (relative change; absolute near 0), or after `max_iter` EM steps: then the row is
-  reported as NOT converged (column `converged` = 0), never silently.
-- A component whose responsibility mass falls below 1e-8 * n is collapsed: the row reports
-  one Gaussian (the whole set's) twice, `collapsed` = 1. A set with fewer than two samples
-  or a constant set (std <= 1e-12 * max(1, |mean|): equal values give a rounding-level std,
-  not 0) is collapsed from the start.
-
-Output per row (original units): [w_lo, mu_lo, sd_lo, w_hi, mu_hi, sd_hi, EM steps,
-collapsed, mean log-likelihood per sample, converged, rejected extrapolations] (EM steps: of
-both runs), component
-`lo` having the lower mean.
-"""
+"""Two-cluster fits of one-dimensional sets, many sets at once (Numba kernels): the exact
+2-means partition (`kmeans_rows`: the Kmeans modelling, and the start of EM) and the
+two-component Gaussian mixture fitted by EM (`gmm_params`: the GMM modelling). The formulas
+are in the docstrings of the functions that implement them."""
 
 from __future__ import annotations
 
@@ -46,8 +11,65 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numba import njit
 
-from .kmeans import _best_cut
 from .spec import GMM_MAX_ITER, GMM_TOL, SIGMA_FLOOR_REL
+
+
+@njit(cache=True)
+def _best_cut(xs: np.ndarray, n: int) -> int:
+    """Exact 1-D 2-means on ascending xs[:n]: the size k of the low cluster (0: no cut).
+
+    In one dimension the optimal 2-means partition is a cut of the sorted values. With S_k
+    the sum of the k lowest values and T the total, the cut maximises
+    S_k^2/k + (T - S_k)^2/(n - k) (equivalently minimises the within-cluster sum of squares)
+    over the cuts between two different values: the GLOBAL optimum, found exactly
+    (deterministic, never worse than Lloyd's algorithm from random centroids); identical
+    values are never separated."""
+    total = 0.0
+    for j in range(n):
+        total += xs[j]
+    best = -1.0
+    best_k = 0
+    s = 0.0
+    for k in range(1, n):
+        s += xs[k - 1]
+        if xs[k - 1] == xs[k]:
+            continue
+        r = total - s
+        v = s * s / k + r * r / (n - k)
+        if v > best:
+            best = v
+            best_k = k
+    return best_k
+
+
+@njit(cache=True)
+def kmeans_rows(X: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Per padded row X[i, :n[i]]: [mu_lo, sd_lo, n_lo, mu_hi, sd_hi, n_hi] of the optimal
+    2-means partition (`_best_cut`; means and population standard deviations of the two
+    clusters). A constant row has no cut: one cluster (hi) holds every sample, lo is empty."""
+    m = X.shape[0]
+    out = np.zeros((m, 6))
+    for i in range(m):
+        ni = n[i]
+        xs = np.sort(X[i, :ni])
+        mean = xs.mean()
+        k = _best_cut(xs - mean, ni)
+        if k == 0:  # constant row: one cluster (IND) with every sample, an empty one
+            out[i, 0] = mean
+            out[i, 3] = mean
+            out[i, 4] = xs.std()
+            out[i, 5] = ni
+            continue
+        lo = xs[:k]
+        hi = xs[k:]
+        out[i, 0] = lo.mean()
+        out[i, 1] = lo.std()
+        out[i, 2] = k
+        out[i, 3] = hi.mean()
+        out[i, 4] = hi.std()
+        out[i, 5] = ni - k
+    return out
+
 
 #: Column names of `gmm_params`' output.
 GMM_COLUMNS: tuple[str, ...] = ("w_lo", "mu_lo", "sd_lo", "w_hi", "mu_hi", "sd_hi", "steps",
@@ -60,10 +82,18 @@ MAX_BACKTRACK = 4
 @njit(cache=True)
 def _em_step(z: np.ndarray, sz: float, szz: float, th: np.ndarray, var_floor: float,
              out: np.ndarray) -> tuple[bool, float]:
-    """One EM update of th = [w0, m0, m1, v0, v1] on standardised z into `out`.
+    """One EM update of th = [w0, m0, m1, v0, v1] (w1 = 1 - w0) on standardised z into `out`.
 
-    Returns (not collapsed, mean log-likelihood of z under th). One pass, one exp and one
-    log1p per sample."""
+    E step and log-likelihood in one pass, one exp and one log1p per sample: with
+    t = log(w0 N0(z)) - log(w1 N1(z)), P(1 | z) = 1 / (1 + exp(t)) and
+    log p(z) = log(w1 N1(z)) + softplus(t). M step: weights and means from the
+    responsibility sums; each variance is the responsibility-weighted variance floored at
+    `var_floor`. The floored update is the exact maximiser of the expected complete-data
+    log-likelihood over {v >= var_floor} (-n/2 log v - S/(2v) is unimodal in v), so every
+    plain EM step is monotone: the log-likelihood never decreases. A component whose
+    responsibility mass falls below 1e-8 * n is collapsed (returns False).
+
+    Returns (not collapsed, mean log-likelihood of z under th)."""
     w0, m0, m1, v0, v1 = th[0], th[1], th[2], th[3], th[4]
     i0 = 0.5 / v0
     i1 = 0.5 / v1
@@ -107,7 +137,8 @@ def _em_step(z: np.ndarray, sz: float, szz: float, th: np.ndarray, var_floor: fl
 
 @njit(cache=True)
 def _step_length(th0: np.ndarray, th1: np.ndarray, th2: np.ndarray) -> float:
-    """SQUAREM S3 step length alpha = min(-|r| / |v|, -1) (module docstring)."""
+    """SQUAREM S3 step length alpha = min(-|r| / |v|, -1), r = th1 - th0,
+    v = th2 - 2 th1 + th0 (`_em_iterate`)."""
     rr = 0.0
     vv = 0.0
     for q in range(5):
@@ -122,7 +153,8 @@ def _step_length(th0: np.ndarray, th1: np.ndarray, th2: np.ndarray) -> float:
 @njit(cache=True)
 def _extrapolate(th0: np.ndarray, th1: np.ndarray, th2: np.ndarray, alpha: float,
                  thp: np.ndarray) -> None:
-    """th' = th0 - 2 alpha r + alpha^2 v into thp (alpha = -1 gives th2, the plain EM)."""
+    """th' = th0 - 2 alpha r + alpha^2 v into thp (alpha = -1 gives th2, the plain EM;
+    `_em_iterate`)."""
     for q in range(5):
         r = th1[q] - th0[q]
         v = th2[q] - 2.0 * th1[q] + th0[q]
@@ -133,6 +165,17 @@ def _extrapolate(th0: np.ndarray, th1: np.ndarray, th2: np.ndarray, alpha: float
 def _em_iterate(z: np.ndarray, th0: np.ndarray, max_iter: int, tol: float, var_floor: float,
                 accelerate: bool, planted: np.ndarray) -> tuple[int, bool, bool, int, float]:
     """Safeguarded SQUAREM EM from th0 (updated in place to the final iterate).
+
+    SQUAREM (Varadhan & Roland 2008, scheme S3): from th0, two EM steps th1, th2;
+    r = th1 - th0, v = th2 - 2 th1 + th0, alpha = min(-|r| / |v|, -1) (`_step_length`);
+    th' = th0 - 2 alpha r + alpha^2 v (`_extrapolate`); the candidate is EM(th'). It is
+    ACCEPTED only if th' lies in the parameter space, does not collapse, and l(th') >= l(th1)
+    (then l(EM(th')) >= l(th') >= l(th1) >= l(th0)); a rejected extrapolation is retried with
+    alpha halved towards -1 (alpha <- (alpha - 1) / 2, at most MAX_BACKTRACK tries), and when
+    none is accepted the plain EM iterate th2 is taken, so the log-likelihood at the start of
+    each cycle never drops. `accelerate=False`: plain EM steps. Stops when the mean
+    per-sample log-likelihood changes by at most tol * max(1, |l|) over a cycle (relative;
+    absolute near 0), or after `max_iter` EM steps (then not converged).
 
     Returns (EM steps, collapsed, converged, rejected extrapolations, final mean
     log-likelihood). `planted` (test hook): when planted[0] > 0 it replaces the first
@@ -187,7 +230,9 @@ def _em_iterate(z: np.ndarray, th0: np.ndarray, max_iter: int, tol: float, var_f
 
 @njit(cache=True)
 def _em_start(zs: np.ndarray, var_floor: float, th0: np.ndarray) -> None:
-    """Initial parameters from the exact 2-means partition of the ascending zs."""
+    """Initial parameters from the exact 2-means partition of the ascending zs (`_best_cut`;
+    an even split when there is no cut): the two clusters' weights, means and variances
+    (floored at var_floor)."""
     ni = zs.size
     k = _best_cut(zs, ni)
     if k == 0:
@@ -202,7 +247,7 @@ def _em_start(zs: np.ndarray, var_floor: float, th0: np.ndarray) -> None:
 @njit(cache=True, nogil=True)
 def _em_rows(X: np.ndarray, n: np.ndarray, max_iter: int, tol: float, var_floor: float,
              accelerate: bool, planted: np.ndarray) -> np.ndarray:
-    """Per row, the 2-component GMM (module docstring); columns as GMM_COLUMNS."""
+    """Per row, the 2-component GMM (`gmm_params`); columns as GMM_COLUMNS."""
     m = X.shape[0]
     out = np.zeros((m, 11))
     th0 = np.empty(5)
@@ -257,10 +302,26 @@ def _em_rows(X: np.ndarray, n: np.ndarray, max_iter: int, tol: float, var_floor:
 def gmm_params(x: np.ndarray, n: np.ndarray, max_iter: int = GMM_MAX_ITER,
                tol: float = GMM_TOL, floor_rel: float = SIGMA_FLOOR_REL, *,
                accelerate: bool = True, planted: np.ndarray | None = None) -> np.ndarray:
-    """(M, 11) per row, columns `GMM_COLUMNS`: [w_lo, mu_lo, sd_lo, w_hi, mu_hi, sd_hi, EM
-    steps, collapsed, mean log-likelihood per sample (original units), converged, rejected
-    SQUAREM extrapolations]. `accelerate=False` runs plain EM; `planted` (standardised
-    [w0, m0, m1, v0, v1]) replaces the first extrapolated point (a test hook).
+    """Two-component 1-D Gaussian mixture of each padded row x[i, :n[i]], fitted by EM.
+
+    Each set is standardised (z = (x - mean) / std, population std) and EM runs on z from the
+    exact 2-means partition (`_em_start`), each variance floored at floor_rel**2 (of the
+    standardised set, i.e. SIGMA_FLOOR_REL**2 of the set's variance: sklearn's reg_covar
+    made scale free), accelerated by safeguarded SQUAREM (`_em_iterate`). A monotone
+    extrapolation can still end in another basin than plain EM from the same start, so
+    plain EM from the same start runs as well and the better fit is kept (non-collapsed
+    first, then the higher log-likelihood): the result is never below plain EM's, i.e.
+    scikit-learn's GaussianMixture from the same initialisation. A row that hits `max_iter`
+    EM steps is reported as NOT converged, never silently. A collapsed fit (a component's
+    responsibility mass below 1e-8 * n), a set of fewer than two samples or a constant set
+    (std <= 1e-12 * max(1, |mean|): equal values give a rounding-level std) reports the whole
+    set's Gaussian twice, with `collapsed` = 1.
+
+    Returns (M, 11), columns `GMM_COLUMNS` in original units, component `lo` the one with the
+    lower mean: [w_lo, mu_lo, sd_lo, w_hi, mu_hi, sd_hi, EM steps (of both runs), collapsed,
+    mean log-likelihood per sample, converged, rejected SQUAREM extrapolations].
+    `accelerate=False` runs plain EM only; `planted` (standardised [w0, m0, m1, v0, v1])
+    replaces the first extrapolated point (a test hook).
 
     Rows are independent: large batches are split over threads (the kernel releases the GIL),
     with results identical to one call."""
