@@ -189,6 +189,9 @@ IdTrainFractionOpt = Annotated[float, typer.Option(
     help="With disjoint pools: the share of id/test rows for meta-train sets.")]
 RobustHeterogeneousOpt = Annotated[bool, typer.Option(
     "--robust-heterogeneous", help="Add a heterogeneous-sets row to the robustness table.")]
+SpecFileOpt = Annotated[Path | None, typer.Option(
+    "--spec", metavar="FILE", help="Gscore spec (TOML): the evaluation's settings in a file "
+                                   "(the options that set them stay at their defaults).")]
 MethodParamOpt = Annotated[list[str] | None, typer.Option(
     help="method.k=v scorer parameter, e.g. odin.temperature=1000.")]
 
@@ -318,6 +321,7 @@ def evaluate(
              "correlations on meta-train sets (overrides --sets-per-split, --kernel).")
     ] = False,
     kernel: KernelOpt = "gauss",
+    spec_file: SpecFileOpt = None,
     no_cache: NoCacheOpt = False,
     out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
     json_: JsonOpt = False,
@@ -331,31 +335,71 @@ def evaluate(
     --ratios 1:100,1:10,10:1,100:1 --sizes 50,100 --repeats 5
     """
     setup(json_, quiet)
+    from featstore.specs.gscore import GscoreSpec
     from scorers.gscore import DEFAULT_MODELS, evaluate_gscore
 
-    params = method_params(param)
-    method_list = check_methods(_items(methods) or ["msp"], "--methods")
-    target_list = _items(targets) or ["fpr95", "auroc"]
     if rounds < 1:
         raise UsageError(f"--rounds {rounds}: must be >= 1")
+    _id_fraction(id_pools, id_train_fraction)
+    spec = _chosen_spec(spec_file, GscoreSpec(
+        methods=_items(methods) or ["msp"], models=_items(models) or list(DEFAULT_MODELS),
+        targets=_items(targets) or ["fpr95", "auroc"], ratio=ratio, size=_size(size),
+        heterogeneous=heterogeneous, sets_per_split=sets_per_split,
+        repeats=rounds if cv else repeats, seed=seed, train_fraction=train_fraction,
+        id_pools=id_pools, id_train_fraction=id_train_fraction,
+        tau_from=_tau_from(tau_from) or "each", splits=_items(splits) or None,
+        exclude=_items(exclude) or None, baselines=baselines, ude_kernel=kernel, cv=cv,
+        paper=paper, ratios=list(_items(ratios)), sizes=[_size(s) for s in _items(sizes)],
+        robust_heterogeneous=robust_heterogeneous,
+        robust_models=_items(robust_models) or None, params=method_params(param)))
     sts = _open_all(stores)
     with step_progress("gscore evaluate") as steps:
         res = evaluate_gscore(
-            sts, method_list, _items(models) or list(DEFAULT_MODELS),
-            target_list, params=params, ratio=ratio, size=_size(size),
-            sets_per_split=sets_per_split, repeats=rounds if cv else repeats, seed=seed,
-            train_fraction=train_fraction,
-            id_train_fraction=_id_fraction(id_pools, id_train_fraction),
-            tau_from=_tau_from(tau_from), heterogeneous=heterogeneous,
-            robust_heterogeneous=robust_heterogeneous, splits=_items(splits) or None,
-            exclude=_items(exclude) or None, baselines=baselines,
-            ratios=_items(ratios), sizes=[_size(s) for s in _items(sizes)],
-            robust_models=_items(robust_models) or None, ude_kernel=kernel, cv=cv,
-            paper=paper, use_cache=not no_cache,
-            announce=announce_config(method_list, target_list), **_step_callbacks(steps))
+            sts, **spec.options(), use_cache=not no_cache,
+            announce=announce_config(spec.methods, spec.targets), **_step_callbacks(steps))
     if out_ is not None:
         atomic_write_result_json(out_, res)
     emit(res, lambda: print_gscore_evaluation(res))
+
+
+def _chosen_spec(spec_file: Path | None, given: Any) -> Any:
+    """The settings: the options' (`given`, its detectors checked), or the --spec file's
+    (then an option that sets what the file sets is a UsageError naming it)."""
+    from dataclasses import fields
+
+    from featstore.specs.gscore import GscoreSpec
+
+    if spec_file is None:
+        given.methods = check_methods(given.methods, "--methods")
+        return given
+    default = GscoreSpec()
+    for f in fields(GscoreSpec):
+        if f.name != "path" and getattr(given, f.name) != getattr(default, f.name):
+            option = {"ude_kernel": "kernel", "params": "param"}.get(f.name, f.name)
+            raise UsageError(f"--spec {str(spec_file)!r} sets the evaluation's settings; "
+                             f"drop --{option.replace('_', '-')} (or set it in the spec)")
+    return _spec_from_file(spec_file)
+
+
+def _spec_from_file(spec_file: Path) -> Any:
+    """The --spec file's GscoreSpec with its detector names and [params] checked (a bad
+    name or setting in the file is an InputError naming it)."""
+    from featstore.specs.gscore import GscoreSpec
+    from scorers import check_scorers, get_scorer
+
+    spec = GscoreSpec.load(spec_file)
+    where = f"gscore spec {str(spec_file)!r}"
+    spec.methods = check_scorers(spec.methods, f"{where}: methods", InputError)
+    params = {}
+    for method, table in spec.params.items():
+        name = check_scorers([method], f"{where} [params]", InputError)[0]
+        try:
+            get_scorer(name, **table)
+        except (ValueError, UsageError) as exc:
+            raise InputError(f"{where} [params.{method}]: {exc}") from None
+        params[name] = table
+    spec.params = params
+    return spec
 
 
 def _step_callbacks(steps: Any) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import structured_arrays
 
 from featstore import ArrayStore, Store
 from featstore.errors import UsageError
@@ -21,6 +20,7 @@ from scorers.skipping import unsupported_reason
 from scorers.sweep import sweep
 from scorers.testing import contract_scorer
 from scorers.testing.stores import BUILDERS, SCORED
+from tests.helpers.stores import structured_arrays
 
 
 class NormScorer(Scorer):

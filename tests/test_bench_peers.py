@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import structured_arrays
 from scipy.stats import spearmanr
 
 from benchmarks import peers
 from featstore import Store
 from scorers import get_scorer
+from tests.helpers.stores import structured_arrays
 
 # every peer ranks like featstore to Spearman 0.9999 (float32 torch vs float64 NumPy; ViM
 # 0.99999 here) except temperature scaling: pytorch-ood fits T by L-BFGS, featstore by bounded

@@ -7,7 +7,6 @@ folder names."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +17,9 @@ from skimage import data as skdata
 from featstore.errors import InputError
 from featstore.extraction.classmap import map_folders
 from featstore.extraction.extract import ExtractOptions, extract
-
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.helpers.images import TRANSFORM_TOML, image_folders
 
 OPTS = ExtractOptions(device="cpu", batch_size=8, num_workers=0, part_batches=2)
-TRANSFORM = ("[transform]\nresize = 20\ncrop = 16\nmean = [0.5, 0.5, 0.5]\n"
-             "std = [0.25, 0.25, 0.25]\n")
 HEAD_NAMES = ["tench", "goldfish", "great white shark", "tiger shark", "hammerhead"] + [
     f"class {i}" for i in range(5, 1000)]
 HEAD_WNIDS = ["n01440764", "n01443537", "n01484850", "n01491361", "n01494475"] + [
@@ -34,23 +30,11 @@ FOLDERS = ["n01440764", "goldfish", "great_white_shark", "Tiger-Shark", "hammer"
 
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-
-
-def image_folders(root: Path, folders: list[str], per_class: int = 2) -> Path:
-    images = [skdata.astronaut(), skdata.coffee(), skdata.brick(), skdata.chelsea(),
-              skdata.rocket()]
-    for k, (name, image) in enumerate(zip(folders, images, strict=False)):
-        (root / name).mkdir(parents=True)
-        for j in range(per_class):
-            crop = np.asarray(image)[10 * j:10 * j + 40, 12 * k:12 * k + 40]
-            Image.fromarray(crop if crop.ndim == 3 else np.stack([crop] * 3, -1)).save(
-                root / name / f"{j}.png")
-    return root
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
 
 
 def spec_file(path: Path, train: Path, extra: str = "", ood: Path | None = None) -> Path:
-    text = extra + TRANSFORM
+    text = extra + TRANSFORM_TOML
     text += f'\n[[split]]\nname = "id/train"\nsource = {{ imagefolder = "{train}" }}\n'
     text += f'\n[[split]]\nname = "id/test"\nsource = {{ imagefolder = "{train}" }}\n'
     if ood is not None:
@@ -70,10 +54,10 @@ def test_folders_map_by_name_and_wnid_with_a_1000_class_head(tmp_path):
     with pytest.raises(InputError, match=r"split 'id/train': 1 class folder\(s\) match no class "
                                          r"name or wnid of the spec's 1000 classes: hammer; "
                                          r"map them with `class_map"):
-        extract("tiny_models:tiny_cnn_1000", spec_file(tmp_path / "a.toml", train, classes),
-                tmp_path / "a", options=OPTS)
+        extract("tests.helpers.tiny_models:tiny_cnn_1000",
+                spec_file(tmp_path / "a.toml", train, classes), tmp_path / "a", options=OPTS)
     assert not (tmp_path / "a").exists()
-    st = extract("tiny_models:tiny_cnn_1000",
+    st = extract("tests.helpers.tiny_models:tiny_cnn_1000",
                  spec_file(tmp_path / "b.toml", train, classes + 'class_map = { hammer = '
                            '"hammerhead" }\n'), tmp_path / "b", options=OPTS)
     # by hand: Tiger-Shark -> 3, goldfish -> 1, great_white_shark -> 2, hammer -> 4, wnid -> 0
@@ -86,7 +70,7 @@ def test_folders_map_by_name_and_wnid_with_a_1000_class_head(tmp_path):
 def test_without_a_class_list_a_count_mismatch_says_how_to_map(tmp_path):
     train = image_folders(tmp_path / "train", FOLDERS)
     with pytest.raises(InputError) as exc:
-        extract("tiny_models:tiny_cnn_1000", spec_file(tmp_path / "a.toml", train),
+        extract("tests.helpers.tiny_models:tiny_cnn_1000", spec_file(tmp_path / "a.toml", train),
                 tmp_path / "a", options=OPTS)
     msg = str(exc.value)
     assert "split 'id/train' has 5 class folders (Tiger-Shark, goldfish" in msg
@@ -95,8 +79,8 @@ def test_without_a_class_list_a_count_mismatch_says_how_to_map(tmp_path):
     # an explicit class_map alone maps every folder
     cmap = "class_map = { n01440764 = 0, goldfish = 1, great_white_shark = 2, Tiger-Shark = 3, " \
            "hammer = 4 }\n"
-    st = extract("tiny_models:tiny_cnn_1000", spec_file(tmp_path / "b.toml", train, cmap),
-                 tmp_path / "b", options=OPTS)
+    st = extract("tests.helpers.tiny_models:tiny_cnn_1000",
+                 spec_file(tmp_path / "b.toml", train, cmap), tmp_path / "b", options=OPTS)
     np.testing.assert_array_equal(np.asarray(st.split("id/train").labels),
                                   np.repeat([3, 1, 2, 4, 0], 2))
 
@@ -105,7 +89,7 @@ def test_a_class_list_of_the_wrong_length_names_the_head(tmp_path):
     train = image_folders(tmp_path / "train", FOLDERS)
     with pytest.raises(InputError, match=r"lists 5 classes but the model's head has 1000 "
                                          r"outputs; `classes` names the head's outputs"):
-        extract("tiny_models:tiny_cnn_1000",
+        extract("tests.helpers.tiny_models:tiny_cnn_1000",
                 spec_file(tmp_path / "a.toml", train, f"classes = {toml_list(FOLDERS)}\n"),
                 tmp_path / "a", options=OPTS)
 
@@ -116,10 +100,10 @@ def test_test_folders_map_to_the_train_folders_by_name(tmp_path):
     train = image_folders(tmp_path / "train", ["a", "b", "c"])
     test = image_folders(tmp_path / "test", ["a", "c"])
     spec = tmp_path / "s.toml"
-    spec.write_text(TRANSFORM + f'\n[[split]]\nname = "id/train"\nsource = {{ imagefolder = '
+    spec.write_text(TRANSFORM_TOML + f'\n[[split]]\nname = "id/train"\nsource = {{ imagefolder = '
                     f'"{train}" }}\n\n[[split]]\nname = "id/test"\nsource = {{ imagefolder = '
                     f'"{test}" }}\n')
-    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "s", options=OPTS)
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "s", options=OPTS)
     np.testing.assert_array_equal(np.asarray(st.split("id/test").labels), [0, 0, 2, 2])
     assert st.classes == ["a", "b", "c"]
 
@@ -131,16 +115,16 @@ def test_flat_ood_folder_is_read_and_flat_id_folder_is_refused(tmp_path):
     for j in range(3):
         Image.fromarray(np.asarray(skdata.camera())[j * 30:j * 30 + 40, :40]).convert(
             "RGB").save(flat / f"{j}.png")
-    st = extract("tiny_models:tiny_cnn", spec_file(tmp_path / "s.toml", train, ood=flat),
-                 tmp_path / "s", options=OPTS)
+    st = extract("tests.helpers.tiny_models:tiny_cnn",
+                 spec_file(tmp_path / "s.toml", train, ood=flat), tmp_path / "s", options=OPTS)
     sp = st.split("ood/far/flat")
     assert sp.num_rows == 3 and (np.asarray(sp.labels) == -1).all()
     assert [i.decode() if isinstance(i, bytes) else i for i in sp.ids] == ["0.png", "1.png",
                                                                            "2.png"]
     with pytest.raises(InputError, match=r"split 'id/train': imagefolder .*flat' has no class "
                                          r"sub-directories; an ID split needs one folder"):
-        extract("tiny_models:tiny_cnn", spec_file(tmp_path / "t.toml", flat), tmp_path / "t",
-                options=OPTS)
+        extract("tests.helpers.tiny_models:tiny_cnn", spec_file(tmp_path / "t.toml", flat),
+                tmp_path / "t", options=OPTS)
 
 
 def test_map_folders_rules():

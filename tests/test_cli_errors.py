@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli as run
-from conftest import structured_arrays
 
 from cli.app import main
 from featstore import Store
+from tests.helpers.cli import run_cli as run
+from tests.helpers.stores import structured_arrays
 
 HERE = Path(__file__).parent
 
@@ -78,7 +78,7 @@ def gscore_model(stores, tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.syspath_prepend(str(HERE.parent))
 
 
 def fill(args: list[str], stores: dict[str, Path], extra: dict[str, Path] | None = None
@@ -155,10 +155,10 @@ def test_wrong_split_name_is_exit_2(capsys, stores, gscore_model, args):
 
 # --------------------------------------------------------------------------- bad TOML spec
 SPEC_COMMANDS = [
-    ["extract", "--model", "tiny_models:tiny_cnn", "--spec", "{SPEC}", "--out", "{root}/x",
-     "--device", "cpu", "--workers", "0"],
-    ["train", "--arch", "tiny_models:TinyCNN", "--spec", "{SPEC}", "--out", "{root}/x.pt",
-     "--device", "cpu", "--epochs", "1"],
+    ["extract", "--model", "tests.helpers.tiny_models:tiny_cnn", "--spec", "{SPEC}",
+     "--out", "{root}/x", "--device", "cpu", "--workers", "0"],
+    ["train", "--arch", "tests.helpers.tiny_models:TinyCNN", "--spec", "{SPEC}",
+     "--out", "{root}/x.pt", "--device", "cpu", "--epochs", "1"],
 ]
 
 
@@ -189,8 +189,8 @@ def test_bad_spec_is_exit_1(capsys, stores, args, which, fragment):
     (["protocol", "shift-grid", "{good}", "--method", "nope"], "unknown scorer 'nope'"),
     (["protocol", "osr", "--data", "digits", "--methods", "msp,nope", "--out", "{root}/o"],
      "unknown scorer 'nope'"),
-    (["train", "--arch", "tiny_models:TinyCNN", "--spec", "{content}", "--out", "{root}/x.pt",
-      "--method", "nope"], "unknown training method"),
+    (["train", "--arch", "tests.helpers.tiny_models:TinyCNN", "--spec", "{content}",
+      "--out", "{root}/x.pt", "--method", "nope"], "unknown training method"),
     (["demo", "--methods", "nope", "--out", "{root}/demo"], "unknown method 'nope'"),
 ], ids=lambda a: " ".join(a[:2]) if isinstance(a, list) else None)
 def test_unknown_method_is_exit_2(capsys, stores, args, fragment):
@@ -213,8 +213,8 @@ def test_unknown_method_is_exit_2(capsys, stores, args, fragment):
      "unknown parameter 'Q'"),
     (["protocol", "osr", "--data", "digits", "--param", "knn.Q=1", "--out", "{root}/o"],
      "unknown parameter 'Q'"),
-    (["train", "--arch", "tiny_models:TinyCNN", "--spec", "{content}", "--out", "{root}/x.pt",
-      "--param", "foo=1"], "unknown parameter 'foo'"),
+    (["train", "--arch", "tests.helpers.tiny_models:TinyCNN", "--spec", "{content}",
+      "--out", "{root}/x.pt", "--param", "foo=1"], "unknown parameter 'foo'"),
 ], ids=lambda a: " ".join(a[:2]) if isinstance(a, list) else None)
 def test_unknown_parameter_is_exit_2(capsys, stores, args, fragment):
     assert_one_line_error(run(capsys, *fill(args, stores)), 2, fragment)
@@ -245,13 +245,13 @@ def test_bad_select_by_is_exit_2(capsys, stores):
 @pytest.mark.parametrize("args, fragment", [
     (["info", "{good}", "--no-such-option"], "No such option: --no-such-option"),
     (["score", "{good}"], "Missing option '--method'"),
-    (["train", "--arch", "tiny_models:TinyCNN", "--spec", "{content}", "--out", "{root}/x.pt",
-      "--epochs", "many"], "'--epochs'"),
+    (["train", "--arch", "tests.helpers.tiny_models:TinyCNN", "--spec", "{content}",
+      "--out", "{root}/x.pt", "--epochs", "many"], "'--epochs'"),
     (["gscore", "evaluate", "{good}", "--repeats", "x"], "'--repeats'"),
     (["gscore", "nope"], "No such command 'nope'"),
     (["protocol", "shift-grid", "{good}"], "Missing option '--method'"),
     (["import", "{npy}", "--out", "{root}/imp", "--dtype", "float8"], "--dtype 'float8'"),
-    (["extract", "--model", "tiny_models:tiny_cnn", "--spec", "{content}", "--out",
+    (["extract", "--model", "tests.helpers.tiny_models:tiny_cnn", "--spec", "{content}", "--out",
       "{root}/x", "--dtype", "float8"], "'float8'"),
     (["gscore", "gbench", "--backbone", "huge", "--out", "{root}/gb"], "--backbone 'huge'"),
     (["demo", "--backbone", "huge", "--out", "{root}/demo"], "--backbone 'huge'"),

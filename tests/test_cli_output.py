@@ -23,12 +23,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DEMO_TEST_SCALE, structured_arrays
-from conftest import run_cli as run
 
 from featstore import Store
 from scorers import get_scorer
 from scorers.metrics import ood_metrics
+from tests.helpers.cli import run_cli as run
+from tests.helpers.demo import DEMO_TEST_SCALE
+from tests.helpers.stores import structured_arrays
 
 HERE = Path(__file__).parent
 SMALL = dict(num_classes=3, dim=8, n_train=60, n_val=24, n_test=30, n_ood=20)
@@ -36,7 +37,7 @@ SMALL = dict(num_classes=3, dim=8, n_train=60, n_val=24, n_test=30, n_ood=20)
 
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.syspath_prepend(str(HERE.parent))
 
 
 def run_json(capsys, *args) -> dict:
@@ -118,8 +119,8 @@ source = { builtin = "noise", kind = "gaussian", count = 4 }
 
 def test_extract(capsys, tmp_path):
     (tmp_path / "spec.toml").write_text(SPEC, encoding="utf-8")
-    args = ["extract", "--model", "tiny_models:tiny_cnn", "--spec", tmp_path / "spec.toml",
-            "--device", "cpu", "--workers", "0"]
+    args = ["extract", "--model", "tests.helpers.tiny_models:tiny_cnn",
+            "--spec", tmp_path / "spec.toml", "--device", "cpu", "--workers", "0"]
     doc = run_json(capsys, *args, "--out", tmp_path / "s")
     assert doc["path"] == str(tmp_path / "s") and doc["seconds"] > 0
     assert {s["name"]: s["num_rows"] for s in doc["splits"]} == {"id/test": 6,
@@ -131,9 +132,10 @@ def test_extract(capsys, tmp_path):
 
 
 def test_train(capsys, tmp_path):
-    from test_train import ARCH, make_tree, write_spec
+    from tests.helpers.images import make_rgb_tree, write_tree_spec
+    from tests.helpers.tiny_models import ARCH
 
-    spec = write_spec(tmp_path / "spec.toml", make_tree(tmp_path / "images", per_class=2))
+    spec = write_tree_spec(tmp_path / "spec.toml", make_rgb_tree(tmp_path / "images", per_class=2))
     args = ["train", "--arch", ARCH, "--spec", spec, "--epochs", "1", "--batch-size", "3",
             "--device", "cpu", "--num-classes", "3"]
     doc = run_json(capsys, *args, "--out", tmp_path / "a.pt")

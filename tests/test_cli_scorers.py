@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
 from featstore.errors import InputError, UsageError
 from scorers import REGISTRY, check_scorers, get_scorer, list_scorers, unknown_scorer
@@ -26,6 +25,7 @@ from scorers.catalog import (
     update_file,
 )
 from scorers.needs import Need, Needs, parse_need
+from tests.helpers.cli import run_cli
 
 README = Path(__file__).parent.parent / "README.md"
 

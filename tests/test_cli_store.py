@@ -9,9 +9,9 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli as run
 
 from featstore import Store
+from tests.helpers.cli import run_cli as run
 
 
 def _flat(seed=0):

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 import typer
-from conftest import run_cli as run
-from conftest import structured_arrays
 
 import cli.console as console
 from featstore import Store
 from featstore.version import __version__
+from tests.helpers.cli import run_cli as run
+from tests.helpers.stores import structured_arrays
 
 SMALL = dict(num_classes=3, dim=8, n_train=60, n_val=24, n_test=30, n_ood=20)
 

@@ -15,12 +15,12 @@ import stat
 
 import numpy as np
 import pytest
-from conftest import structured_arrays
 
 from featstore import Store
 from featstore.errors import InputError, UsageError
 from featstore.store.fileio import atomic_save_npy, atomic_save_npz, atomic_write_output
 from featstore.store.summary import human_bytes, store_summary, verified_summary
+from tests.helpers.stores import structured_arrays
 
 SMALL = dict(num_classes=3, dim=8, n_train=60, n_val=24, n_test=30, n_ood=20)
 
@@ -104,7 +104,7 @@ def test_atomic_npz_npy_append_suffix_like_numpy(tmp_path):
 def test_eval_out_is_written_atomically(tmp_path, capsys, small_store, monkeypatch):
     """`featstore eval --out`: the file is the JSON the command prints; when the write fails,
     a previous results file is left whole."""
-    from conftest import run_cli
+    from tests.helpers.cli import run_cli
 
     out = tmp_path / "r.json"
     code, stdout, err = run_cli(capsys, "eval", small_store.path, "--method", "msp", "--ci",
@@ -225,9 +225,8 @@ def test_similarity_tsv_text_by_hand():
 
 
 def test_wordnet_assignment_writes_similarity_tsv(tmp_path):
-    from test_wordnet import hand_sim
-
     from featstore.workflows.protocols.wordnet_run import wordnet_assignment
+    from tests.helpers.references import hand_sim
 
     (tmp_path / "id.txt").write_text("bedroom.n.01\ndog.n.01\n")
     (tmp_path / "c.txt").write_text("bathroom.n.01\ncat.n.01\n")

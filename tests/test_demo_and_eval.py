@@ -10,7 +10,6 @@ import logging
 
 import numpy as np
 import pytest
-from conftest import run_cli as run
 
 from featstore import Store
 from featstore.workflows.demo.pipeline import id_test_accuracy
@@ -18,6 +17,7 @@ from scorers import REGISTRY, get_scorer
 from scorers.cache import ScoreCache, params_hash
 from scorers.evaluate import evaluate
 from scorers.metrics import ood_metrics
+from tests.helpers.cli import run_cli as run
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ import sys
 import h5py
 import numpy as np
 import pytest
-from conftest import run_cli
 
 import featstore
 from featstore.errors import InputError, UsageError
 from scorers import get_scorer
+from tests.helpers.cli import run_cli
 
 
 @pytest.mark.parametrize("method", ["vim", "knn"])

@@ -30,13 +30,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
 
 import featstore
 from featstore.extraction.datasets import rows_from_source
 from featstore.extraction.zoo import OWN_MODELS
 from featstore.specs.benchmark import load_spec
 from featstore.workflows.demo.pipeline import run_demo
+from tests.helpers.cli import run_cli
 
 SPLITS = ("id/test", "ood/far/textures")
 RTOL, ATOL = 1e-5, 1e-5
@@ -48,7 +48,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 def demo(tmp_path_factory) -> tuple[featstore.Store, dict[str, Path]]:
     """(the small demo store, {split: folder of its rows as PNG files, named by row index})."""
     out = tmp_path_factory.mktemp("demo")
-    store = run_demo(out, backbone="scratch", scale=0.1, epochs=2, log=lambda _: None)
+    store = run_demo(out, backbone="scratch", scale=0.1, epochs=2)
     spec = {s.name: s for s in load_spec(out / "spec.toml").splits}
     folders = {}
     for name in SPLITS:

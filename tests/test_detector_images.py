@@ -1,5 +1,5 @@
 """`Detector.score_images` and `featstore predict` on real images (skimage.data photographs)
-through a real torch model (tests/tiny_models.py TinyCNN, extracted by `featstore extract`).
+through a real torch model (tests/helpers/tiny_models.py TinyCNN, extracted by `featstore extract`).
 
 References: `featstore score --save` on the store extracted from the same images (the scores a
 saved detector must reproduce) and the extracted store's own features/logits. Tolerance: the
@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli
 from PIL import Image
 from skimage import data as skdata
 
@@ -26,10 +25,10 @@ import featstore
 from featstore.errors import InputError, UsageError
 from featstore.extraction.extract import ExtractOptions, extract
 from featstore.extraction.extract_images import image_outputs, image_paths
+from tests.helpers.cli import run_cli
+from tests.helpers.tiny_models import TinyCNN
 
 TESTS = Path(__file__).parent
-sys.path.insert(0, str(TESTS))
-from tiny_models import TinyCNN  # noqa: E402
 
 TRANSFORM = ("[transform]\nresize = 20\ncrop = 16\nmean = [0.5, 0.5, 0.5]\n"
              "std = [0.25, 0.25, 0.25]\n")
@@ -68,7 +67,7 @@ def extracted(tmp_path_factory):
         f'\n[[split]]\nname = "{name}"\nsource = {{ imagefolder = "{root / folder}" }}\n'
         for name, folder in (("id/train", "train"), ("id/val", "val"),
                              ("ood/far/photos", "ood"))))
-    store = extract("tiny_models:tiny_cnn", spec, root / "store", weights=weights,
+    store = extract("tests.helpers.tiny_models:tiny_cnn", spec, root / "store", weights=weights,
                     options=OPTS)
     return store, root
 
@@ -76,7 +75,7 @@ def extracted(tmp_path_factory):
 def test_image_outputs_equal_the_extracted_split(extracted):
     store, root = extracted
     det = featstore.Detector.fit(store, "msp")
-    loaded = det.load_model("tiny_models:tiny_cnn")
+    loaded = det.load_model("tests.helpers.tiny_models:tiny_cnn")
     paths = image_paths(root / "ood")
     feats, logits = image_outputs(loaded, det.model["transform"], paths,
                                   device=torch.device("cpu"), batch_size=5)
@@ -103,10 +102,10 @@ def test_saved_detector_scores_images_like_featstore_score(extracted, tmp_path, 
     script = ("import json, sys, numpy as np, featstore\n"
               f"d = featstore.Detector.load({str(artifact)!r})\n"
               f"s, ok = d.score_images([{str(root / 'ood')!r}, {str(listing)!r}], "
-              "model='tiny_models:tiny_cnn', device='cpu', batch_size=7)\n"
+              "model='tests.helpers.tiny_models:tiny_cnn', device='cpu', batch_size=7)\n"
               f"np.save({str(tmp_path / 'got.npy')!r}, s)\n"
               "print(json.dumps({'t': d.threshold, 'ok': ok.tolist()}))\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.getcwd()])}
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          env=env)
     assert run.returncode == 0, run.stderr
@@ -120,13 +119,13 @@ def test_saved_detector_scores_images_like_featstore_score(extracted, tmp_path, 
 
 
 def test_predict_command(extracted, tmp_path, capsys, monkeypatch):
-    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.syspath_prepend(str(TESTS.parent))
     store, root = extracted
     det = featstore.Detector.fit(store, "energy", target_tpr=0.8)
     artifact = det.save(tmp_path / "det.h5")
     images = sorted((root / "ood").glob("*.png"))[:3]
     code, out, err = run_cli(capsys, "predict", artifact, *images, "--model",
-                             "tiny_models:tiny_cnn", "--device", "cpu", "--json")
+                             "tests.helpers.tiny_models:tiny_cnn", "--device", "cpu", "--json")
     assert code == 0, err
     result = json.loads(out)
     want, decisions = det.score_features(np.asarray(store.split("ood/far/photos").features)[:3],
@@ -137,7 +136,7 @@ def test_predict_command(extracted, tmp_path, capsys, monkeypatch):
     assert result["scorer"] == "energy" and result["threshold"] == det.threshold
     assert result["num_id"] + result["num_ood"] == 3
     code, out, err = run_cli(capsys, "predict", artifact, images[0], "--model",
-                             "tiny_models:tiny_cnn", "--device", "cpu")
+                             "tests.helpers.tiny_models:tiny_cnn", "--device", "cpu")
     assert code == 0 and "energy detector" in out and images[0].name in out
 
 
@@ -145,31 +144,32 @@ def test_model_code_is_never_loaded_from_the_artifact(extracted, tmp_path, capsy
     store, root = extracted
     artifact = featstore.Detector.fit(store, "msp").save(tmp_path / "det.h5")
     det = featstore.Detector.load(artifact)
-    with pytest.raises(UsageError, match="tiny_models:tiny_cnn.*is code.*name it"):
+    with pytest.raises(UsageError, match="tests.helpers.tiny_models:tiny_cnn.*is code.*name it"):
         det.score_images(root / "ood")
     code, _, err = run_cli(capsys, "predict", artifact, root / "ood")
-    assert code == 2 and "--model tiny_models:tiny_cnn" in err
+    assert code == 2 and "--model tests.helpers.tiny_models:tiny_cnn" in err
 
 
 def test_wrong_model_weights_or_images(extracted, tmp_path, capsys):
     store, root = extracted
     det = featstore.Detector.load(featstore.Detector.fit(store, "msp").save(tmp_path / "d.h5"))
     with pytest.raises(InputError, match="architecture 'TinyMapCNN', the detector's is 'TinyCNN'"):
-        det.score_images(root / "ood", model="tiny_models:tiny_map_cnn")
+        det.score_images(root / "ood", model="tests.helpers.tiny_models:tiny_map_cnn")
     other = TinyCNN()
     with torch.no_grad():
         other.fc.bias += 1.0
     torch.save(other.state_dict(), tmp_path / "other.pt")
     with pytest.raises(InputError, match="sha256 .* differs"):
-        det.score_images(root / "ood", model="tiny_models:tiny_cnn", weights=tmp_path / "other.pt")
+        det.score_images(root / "ood", model="tests.helpers.tiny_models:tiny_cnn",
+                         weights=tmp_path / "other.pt")
     with pytest.raises(InputError, match="weights file .*nowhere.pt.* is not there"):
-        det.score_images(root / "ood", model="tiny_models:tiny_cnn",
+        det.score_images(root / "ood", model="tests.helpers.tiny_models:tiny_cnn",
                          weights=tmp_path / "nowhere.pt")
     (tmp_path / "broken.png").write_bytes(b"not a png")
     with pytest.raises(InputError, match="cannot read image .*broken.png"):
-        det.score_images([tmp_path / "broken.png"], model="tiny_models:tiny_cnn")
+        det.score_images([tmp_path / "broken.png"], model="tests.helpers.tiny_models:tiny_cnn")
     with pytest.raises(InputError, match="missing.png.*no such file or folder"):
-        det.score_images([tmp_path / "missing.png"], model="tiny_models:tiny_cnn")
+        det.score_images([tmp_path / "missing.png"], model="tests.helpers.tiny_models:tiny_cnn")
     arrays = featstore.ArrayStore(store.head, splits={
         s: {"features": np.asarray(store.split(s).features), "labels":
             np.asarray(store.split(s).labels)} for s in ("id/train", "id/val")})

@@ -60,7 +60,7 @@ source = {{ builtin = "noise", kind = "gaussian", count = {count} }}
 
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.syspath_prepend(str(HERE.parent))
     for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(key, raising=False)
 
@@ -68,7 +68,7 @@ def _tiny_models_importable(monkeypatch):
 def _env(tag: str = "") -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent)])
+    env["PYTHONPATH"] = str(HERE.parent)
     env["OMP_NUM_THREADS"] = "1"
     env["FEATSTORE_TEST_TAG"] = tag
     return env
@@ -182,7 +182,7 @@ def test_torchrun_two_ranks_equals_single_process_byte_for_byte(tmp_path):
     records) and a split smaller than one part (only rank 0 has work)."""
     spec = tmp_path / "bench.toml"
     spec.write_text(TRANSFORM + DIGITS + _big(600))
-    model = "tiny_models:tiny_map_cnn"
+    model = "tests.helpers.tiny_models:tiny_map_cnn"
     _reference(model, spec, tmp_path / "single", feature_maps=True)
     proc = subprocess.run(_torchrun(model, spec, tmp_path / "dist", "--feature-maps"),
                           env=_env(), capture_output=True, text=True, timeout=300)
@@ -217,7 +217,7 @@ def test_rank_killed_mid_split_resumes_identically(tmp_path):
     rank1_first = shard(parts_total, 1, 2)[0]
     spec = tmp_path / "bench.toml"
     spec.write_text(TRANSFORM + DIGITS + _big(count))
-    model = "tiny_models:tiny_cnn"
+    model = "tests.helpers.tiny_models:tiny_cnn"
     _reference(model, spec, tmp_path / "single")
 
     tag = uuid.uuid4().hex

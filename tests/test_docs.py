@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import typer
-from conftest import structured_arrays
 
 from cli.reference import render
 from featstore import Store
+from tests.helpers.stores import structured_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -1,5 +1,5 @@
 """`featstore run` on real engines: a local Ray cluster (`ray.init(num_cpus=2)`) and a real
-single-node Slurm cluster (tests/slurm_cluster.py: munged + slurmctld + slurmd on localhost,
+single-node Slurm cluster (tests/helpers/slurm.py: munged + slurmctld + slurmd on localhost,
 submitted to through submitit). The reference is the same experiment run here in process,
 one unit after the other (the local executor): every executor's results.json must equal it
 bit for bit once the wall-clock times and the output paths are left out (`_comparable`).
@@ -19,16 +19,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli as run
-from slurm_cluster import SlurmCluster, why_unavailable
 
 from featstore.workflows.experiments import load_experiment, run_experiment
 from featstore.workflows.experiments.executors import RayExecutor
 from featstore.workflows.experiments.unitstate import read_state, status
+from tests.helpers.cli import run_cli as run
+from tests.helpers.slurm import SlurmCluster, why_unavailable
 
 TESTS = Path(__file__).parent
 EXPERIMENT = (
-    'name = "cluster tiny"\narch = "tiny_models:TinyCNN"\nseeds = [0]\ndevice = "cpu"\n'
+    'name = "cluster tiny"\narch = "tests.helpers.tiny_models:TinyCNN"\nseeds = [0]\n'
+    'device = "cpu"\n'
     '[data]\nosr = { data = "digits", ratios = ["7/3"], image_size = 8, '
     'fractions = { train = 0.1, val = 0.05, test = 0.05 } }\n'
     '[train]\nepochs = 1\nbatch_size = 32\n'
@@ -73,10 +74,9 @@ def local_result(experiment, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="module")
 def worker_env():
-    """Workers (Ray's, Slurm's jobs) import the worktree and tests/tiny_models."""
+    """Workers (Ray's, Slurm's jobs) import the worktree and tests/helpers/tiny_models."""
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(TESTS), str(TESTS.parent)] + ([old] if old else []))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent)] + ([old] if old else []))
     yield
     if old is None:
         os.environ.pop("PYTHONPATH", None)
@@ -245,7 +245,8 @@ def test_protocol_osr_on_ray_equals_local(ray_cluster, tmp_path, capsys):
     crops, Nesterov and a cosine schedule: the same bits in another process. (The local
     process pool is `test_local_pool_equals_sequential`'s.)"""
     args = ["protocol", "osr", "--data", "digits", "--ratios", "7/3", "--seeds", "1",
-            "--methods", "MSP,LogitNorm", "--arch", "tiny_models:TinyCNN", "--epochs", "1",
+            "--methods", "MSP,LogitNorm", "--arch", "tests.helpers.tiny_models:TinyCNN",
+            "--epochs", "1",
             "--batch-size", "64", "--image-size", "8", "--device", "cpu", "--no-tune", "--json"]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -317,9 +318,8 @@ def test_shift_grid_on_ray_equals_local(ray_cluster, tmp_path, capsys):
 def test_facets_table_on_ray_equals_local(ray_cluster, tmp_path, capsys):
     """`protocol facets-table --executor ray`: one Ray task per store; JSON and the Markdown
     file equal the in-process run's; a rerun reads both units back (same pids)."""
-    from conftest import structured_arrays
-
     from featstore import Store
+    from tests.helpers.stores import structured_arrays
 
     paths = []
     for seed in (0, 1):

@@ -9,21 +9,16 @@ trainings and scorings a rerun does after an interruption."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli as run
-from PIL import Image
-from skimage import data as skdata
 from sklearn.metrics import roc_auc_score
 
 from featstore import Store
 from featstore.errors import InputError
-
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.helpers.cli import run_cli as run
 
 TEN = ["MSP", "ViM", "KNN", "ConfBranch", "LogitNorm", "G-ODIN", "OE", "MCD", "MC-Dropout",
        "TempScaling"]
@@ -31,7 +26,7 @@ METRICS = ("auroc", "fpr95", "aupr_in", "aupr_out")
 
 
 def _toml(value) -> str:
-    from featstore.workflows.demo.pipeline import toml_value
+    from featstore.specs.toml import toml_value
 
     return toml_value(value)
 
@@ -73,8 +68,8 @@ def test_remote_sensing_osr_protocol_tiny(tmp_path, capsys):
     hand; MSP's AUROC = sklearn's on the stored logits; the training seed follows the split's."""
     exp = tmp_path / "rs.toml"
     exp.write_text(
-        'name = "remote-sensing OSR, tiny"\narch = "tiny_models:TinyCNN"\nseeds = [0, 1]\n'
-        'device = "cpu"\n\n[data]\n'
+        'name = "remote-sensing OSR, tiny"\narch = "tests.helpers.tiny_models:TinyCNN"\n'
+        'seeds = [0, 1]\ndevice = "cpu"\n\n[data]\n'
         'osr = { data = "digits", ratios = ["7/3", "5/5"], image_size = 8, '
         'fractions = { train = 0.1, val = 0.05, test = 0.05 } }\n'
         'aux = { builtin = "patches", images = ["camera", "coins"], count = 10, '
@@ -126,39 +121,6 @@ def test_remote_sensing_osr_protocol_tiny(tmp_path, capsys):
     assert "| AUROC | osr |" in md and "none: every run was scored" in md
 
 
-def _image_tree(root: Path, classes: dict[str, np.ndarray], per_class: int) -> None:
-    rng = np.random.default_rng(0)
-    for name, image in classes.items():
-        (root / name).mkdir(parents=True, exist_ok=True)
-        h, w = image.shape[:2]
-        for i in range(per_class):
-            y, x = rng.integers(0, h - 24), rng.integers(0, w - 24)
-            Image.fromarray(image[y:y + 24, x:x + 24]).convert("RGB").save(
-                root / name / f"{i}.png")
-
-
-@pytest.fixture
-def user_spec(tmp_path) -> Path:
-    """A user's ImageFolder benchmark: 3 ID classes (train / val / test folders), OOD val and
-    test folders, as the README's worked example."""
-    photos = {"astronaut": skdata.astronaut(), "coffee": skdata.coffee(),
-              "chelsea": skdata.chelsea()}
-    for part, n in (("train", 10), ("val", 4), ("test", 6)):
-        _image_tree(tmp_path / "data" / part, photos, n)
-    _image_tree(tmp_path / "data" / "ood_val", {"rocket": skdata.rocket()}, 6)
-    _image_tree(tmp_path / "data" / "ood_test", {"brick": skdata.brick()}, 8)
-    spec = tmp_path / "bench.toml"
-    spec.write_text(
-        '[transform]\nresize = 16\ncrop = 16\nmean = [0.5, 0.5, 0.5]\nstd = [0.5, 0.5, 0.5]\n'
-        + "".join(f'\n[[split]]\nname = "{n}"\nusage = "{u}"\nsource = {{ imagefolder = '
-                  f'"data/{d}" }}\n' for n, u, d in (("id/train", "train", "train"),
-                                                     ("id/val", "val", "val"),
-                                                     ("id/test", "test", "test"),
-                                                     ("ood/far/rocket_val", "val", "ood_val"),
-                                                     ("ood/far/brick", "test", "ood_test"))))
-    return spec
-
-
 def test_user_spec_resumes_without_recomputing_finished_runs(tmp_path, user_spec, capsys,
                                                              monkeypatch):
     """An ImageFolder spec, 2 seeds, 3 rows (KNN tuned on val, ConfBranch trained, IPTS
@@ -171,7 +133,8 @@ def test_user_spec_resumes_without_recomputing_finished_runs(tmp_path, user_spec
 
     exp_file = tmp_path / "exp.toml"
     exp_file.write_text(
-        'name = "user spec"\narch = "tiny_models:TinyCNN"\nseeds = [0, 1]\ndevice = "cpu"\n'
+        'name = "user spec"\narch = "tests.helpers.tiny_models:TinyCNN"\nseeds = [0, 1]\n'
+        'device = "cpu"\n'
         '[data]\nspec = "bench.toml"\n[train]\nepochs = 1\nbatch_size = 8\n'
         '[[method]]\nname = "KNN"\nscorer = "knn"\ngrid = { K = [1, 3, 5] }\n'
         '[[method]]\nname = "ConfBranch"\ntrain = "confbranch"\nscorer = "confbranch"\n'
@@ -376,7 +339,7 @@ def test_run_spec_keeps_the_user_spec(tmp_path, user_spec):
     balance settings: a run never trains or extracts another benchmark than the user's."""
     from featstore.specs.benchmark import load_spec
     from featstore.workflows.experiments.config import Experiment, MethodRow
-    from featstore.workflows.experiments.runner import _spec_text
+    from featstore.workflows.experiments.runner import run_spec
 
     text = user_spec.read_text()
     user_spec.write_text('classes = ["astronaut", "chelsea", "coffee"]\n'
@@ -384,10 +347,11 @@ def test_run_spec_keeps_the_user_spec(tmp_path, user_spec):
                          + text)
     exp = Experiment(name="x", arch=None, seeds=[0], rows=[MethodRow("MSP", "ce", "msp")],
                      spec=str(user_spec))
-    copy, _ = _spec_text(exp, {"seed": 0}, tmp_path, None)
+    spec, comment, _ = run_spec(exp, {"seed": 0}, tmp_path, None)
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "spec.toml").write_text(copy)
+    (tmp_path / "run" / "spec.toml").write_text(spec.to_toml(comment))
     a, b = load_spec(user_spec), load_spec(tmp_path / "run" / "spec.toml")
+    assert b == spec == a    # the object handed to training and extraction, and its copy
     assert (b.classes, b.class_map, b.balance, b.balance_seed) == (
         a.classes, a.class_map, True, 3)
     assert [(s.name, s.usage, s.source) for s in b.splits] == [
@@ -400,7 +364,8 @@ def test_osr_runs_times_divisions_and_all_skipped_exits_nonzero(tmp_path, capsys
     differ in training), and the aggregate is the mean ± population std (NumPy, ddof 0) over
     all 4. Then a file whose every row is skipped at scoring exits 1 naming the reason, with
     results.json written."""
-    body = ('arch = "tiny_models:TinyCNN"\nseeds = [0, 1]\nruns = 2\ndevice = "cpu"\n[data]\n'
+    body = ('arch = "tests.helpers.tiny_models:TinyCNN"\nseeds = [0, 1]\nruns = 2\n'
+            'device = "cpu"\n[data]\n'
             'osr = { data = "digits", ratios = ["7/3"], image_size = 8, '
             'fractions = { train = 0.1, val = 0.05, test = 0.05 } }\n'
             '[train]\npreset = "remote-sensing"\nepochs = 1\nbatch_size = 32\n'

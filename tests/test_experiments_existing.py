@@ -8,21 +8,16 @@ fails the test)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli as run
 from sklearn.metrics import roc_auc_score
 
 from featstore import Store
 from featstore.errors import InputError
-
-sys.path.insert(0, str(Path(__file__).parent))
-pytest.importorskip("tiny_models")
-from test_experiments import user_spec  # noqa: E402,F401  (the ImageFolder spec fixture)
+from tests.helpers.cli import run_cli as run
 
 
 def _msp(logits) -> np.ndarray:
@@ -90,13 +85,12 @@ def test_rows_over_existing_stores_aggregate_mean_std(tmp_path, monkeypatch, cap
     assert result["aggregate"]["stores"]["Energy"]["n"] == 3
 
 
-def test_rows_over_an_existing_model_and_checkpoints(tmp_path, user_spec, monkeypatch):  # noqa: F811
-    """model = "tiny_models:tiny_cnn" with two checkpoints (two seeds): each is extracted over
-    the spec, never trained; each run's AUROC equals sklearn's on its store's logits, and the
-    two runs differ (different weights)."""
-    from tiny_models import TinyCNN
-
+def test_rows_over_an_existing_model_and_checkpoints(tmp_path, user_spec, monkeypatch):
+    """model = "tests.helpers.tiny_models:tiny_cnn" with two checkpoints (two seeds): each is
+    extracted over the spec, never trained; each run's AUROC equals sklearn's on its store's
+    logits, and the two runs differ (different weights)."""
     from featstore.workflows.experiments import load_experiment, run_experiment
+    from tests.helpers.tiny_models import TinyCNN
 
     _no_training(monkeypatch)
     for i in range(2):
@@ -106,7 +100,8 @@ def test_rows_over_an_existing_model_and_checkpoints(tmp_path, user_spec, monkey
                 p.add_(0.3 * i * torch.randn(p.shape, generator=torch.Generator().manual_seed(i)))
         torch.save(model.state_dict(), tmp_path / f"seed{i}.pt")
     exp_file = tmp_path / "exp.toml"
-    exp_file.write_text('model = "tiny_models:tiny_cnn"\ncheckpoint = ["seed0.pt", "seed1.pt"]\n'
+    exp_file.write_text('model = "tests.helpers.tiny_models:tiny_cnn"\n'
+                        'checkpoint = ["seed0.pt", "seed1.pt"]\n'
                         'device = "cpu"\n[data]\nspec = "bench.toml"\n'
                         '[[method]]\nname = "MSP"\nscorer = "msp"\n')
     exp = load_experiment(exp_file)
@@ -128,7 +123,8 @@ def test_rows_over_an_existing_model_and_checkpoints(tmp_path, user_spec, monkey
 
 @pytest.mark.parametrize(("body", "message"), [
     ('[data]\nstores = ["nowhere"]\n', r"stores: '.*nowhere' is not a featstore store"),
-    ('model = "tiny_models:tiny_cnn"\ncheckpoint = "missing.pt"\n[data]\nspec = "b.toml"\n',
+    ('model = "tests.helpers.tiny_models:tiny_cnn"\ncheckpoint = "missing.pt"\n[data]\n'
+     'spec = "b.toml"\n',
      r"checkpoint '.*missing.pt': file not found"),
     ('model = "no_such_module_xyz:build"\n[data]\nspec = "b.toml"\n',
      r"module 'no_such_module_xyz' cannot be found"),

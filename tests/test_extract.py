@@ -13,37 +13,15 @@ import pytest
 import torch
 import torchvision
 from PIL import Image
-from skimage import data as skdata
 
 from featstore import Store
 from featstore.errors import FeatstoreError, UsageError
 from featstore.extraction.datasets import build_transform
 from featstore.extraction.extract import ExtractOptions, extract
+from tests.helpers.images import TRANSFORM, make_image_tree, write_spec
+from tests.helpers.tiny_models import TinyCNN, TinyWithConstants
 
-sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import TinyCNN, TinyWithConstants  # noqa: E402
-
-TRANSFORM = {"resize": 20, "crop": 16, "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
 OPTS = ExtractOptions(device="cpu", batch_size=8, num_workers=0, part_batches=2)
-
-
-def make_image_tree(root: Path, per_class: int = 6) -> Path:
-    """An ImageFolder of real photo crops: class a = astronaut, b = coffee, c = brick."""
-    sources = {"a": skdata.astronaut(), "b": skdata.coffee(), "c": skdata.brick()}
-    for cls, image in sources.items():
-        (root / cls).mkdir(parents=True)
-        for k in range(per_class):
-            crop = image[20 * k:20 * k + 64, 30 * k:30 * k + 64]
-            Image.fromarray(crop).save(root / cls / f"{k:02d}.png")
-    return root
-
-
-def write_spec(path: Path, splits: list[tuple[str, str]], transform: dict = TRANSFORM) -> Path:
-    lines = ["[transform]"] + [f"{k} = {v!r}".replace("'", '"') for k, v in transform.items()]
-    for name, source in splits:
-        lines += ["", "[[split]]", f'name = "{name}"', f"source = {source}"]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 @pytest.fixture
@@ -53,13 +31,13 @@ def tree(tmp_path):
 
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
 
 
 def test_features_and_logits_equal_a_bare_torch_loop(tmp_path, tree):
     """Hooked features/logits equal model.features(x) and model(x) of a plain loop."""
     spec = write_spec(tmp_path / "b.toml", [("id/train", f'{{ imagefolder = "{tree}" }}')])
-    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
     split = st.split("id/train")
     model = TinyCNN().eval()
     tf = build_transform(TRANSFORM)
@@ -88,7 +66,7 @@ def test_image_list_source_and_float16(tmp_path, tree):
                       [("id/test", f'{{ imagelist = "{lst}", root = "{tree}" }}'),
                        ("ood/far/list", f'{{ imagelist = "{lst}", root = "{tree}" }}')])
     opts = ExtractOptions(**{**OPTS.__dict__, "dtype": "float16"})
-    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=opts)
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", options=opts)
     sp = st.split("id/test")
     assert sp.dtype == "float16" and sp.num_rows == 9
     np.testing.assert_array_equal(np.asarray(sp.labels), np.repeat([0, 1, 2], 3))
@@ -134,10 +112,10 @@ def test_torchscript_model(tmp_path, tree):
 
 def test_rerun_skips_complete_splits(tmp_path, tree):
     spec = write_spec(tmp_path / "b.toml", [("id/test", f'{{ imagefolder = "{tree}" }}')])
-    extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+    extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
     path = tmp_path / "store/splits/id__test.h5"
     inode = path.stat().st_ino
-    extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+    extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
     assert path.stat().st_ino == inode
 
 
@@ -147,10 +125,10 @@ def test_corrupt_image_is_named_and_skip_bad_records_it(tmp_path, tree):
     bad.write_bytes(b"not a png")
     spec = write_spec(tmp_path / "b.toml", [("id/test", f'{{ imagefolder = "{tree}" }}')])
     with pytest.raises(UsageError, match=r"cannot read image 'b/99.png'.*--skip-bad"):
-        extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+        extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
     assert Store.open(tmp_path / "store").splits() == []
     opts = ExtractOptions(**{**OPTS.__dict__, "skip_bad": True})
-    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "store2", options=opts)
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store2", options=opts)
     assert st.split("id/test").num_rows == 18
     assert st.manifest["splits"]["id/test"]["skipped"] == ["b/99.png"]
 
@@ -162,7 +140,7 @@ def test_corrupt_image_is_named_and_skip_bad_records_it(tmp_path, tree):
 def test_missing_directory_or_list(tmp_path, source, match):
     spec = write_spec(tmp_path / "b.toml", [("id/test", source)])
     with pytest.raises(UsageError, match=match):
-        extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+        extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
 
 
 def test_list_line_with_bad_label(tmp_path, tree):
@@ -171,7 +149,7 @@ def test_list_line_with_bad_label(tmp_path, tree):
     spec = write_spec(tmp_path / "b.toml",
                       [("id/test", f'{{ imagelist = "{lst}", root = "{tree}" }}')])
     with pytest.raises(UsageError, match=r"list.txt' line 2: label 'cat' is not an integer"):
-        extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+        extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
 
 
 def test_label_outside_head(tmp_path, tree):
@@ -180,21 +158,22 @@ def test_label_outside_head(tmp_path, tree):
     spec = write_spec(tmp_path / "b.toml",
                       [("id/test", f'{{ imagelist = "{lst}", root = "{tree}" }}')])
     with pytest.raises(UsageError, match=r"label 7 of 'a/01.png' is outside the head's 0..2"):
-        extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+        extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
 
 
 def test_store_of_another_model_is_refused_unless_overwrite(tmp_path, tree):
     spec = write_spec(tmp_path / "b.toml", [("id/test", f'{{ imagefolder = "{tree}" }}')])
-    extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+    extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
     other = TinyCNN()
     with torch.no_grad():
         other.fc.bias.add_(1.0)
     torch.save(other.state_dict(), tmp_path / "other.pth")
     with pytest.raises(UsageError, match="made by another model.*; pass overwrite=True"):
-        extract("tiny_models:tiny_cnn", spec, tmp_path / "store", weights=tmp_path / "other.pth",
+        extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store",
+                weights=tmp_path / "other.pth",
                 options=OPTS)
     opts = ExtractOptions(**{**OPTS.__dict__, "overwrite": True})
-    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "store",
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store",
                  weights=tmp_path / "other.pth", options=opts)
     np.testing.assert_allclose(st.head[1], other.fc.bias.detach().numpy())
 
@@ -207,7 +186,7 @@ def test_weights_that_do_not_fit_name_the_keys(tmp_path):
     with pytest.raises(UsageError, match=r"missing keys \['conv.bias'\].*unexpected keys "
                                          r"\['extra.weight'\]"):
         from featstore.extraction.models import load_model
-        load_model("tiny_models:tiny_cnn", tmp_path / "w.pth")
+        load_model("tests.helpers.tiny_models:tiny_cnn", tmp_path / "w.pth")
 
 
 def test_weights_are_loaded_without_a_random_init(tmp_path):
@@ -238,7 +217,7 @@ def test_weights_are_loaded_without_a_random_init(tmp_path):
         for prm in tiny.parameters():
             prm.mul_(-1.5)
     torch.save(tiny.state_dict(), tmp_path / "tiny.pt")
-    loaded = load_model("tiny_models:tiny_with_constants", tmp_path / "tiny.pt")
+    loaded = load_model("tests.helpers.tiny_models:tiny_with_constants", tmp_path / "tiny.pt")
     assert loaded.head.out_features == 5
     x = torch.rand(2, 3, 8, 8)
     with torch.inference_mode():
@@ -250,23 +229,25 @@ def test_pretrained_enum_is_refused_and_no_head_is_an_error(tmp_path):
     with pytest.raises(UsageError, match="would download.*pass a local weights file"):
         load_model("resnet18", "IMAGENET1K_V1")
     with pytest.raises(UsageError, match="has no nn.Linear classifier head"):
-        load_model("tiny_models:no_head")
+        load_model("tests.helpers.tiny_models:no_head")
     # a layer that is not a Linear: its output is the feature, and no head is stored
-    loaded = load_model("tiny_models:tiny_cnn", feature_layer="conv")
+    loaded = load_model("tests.helpers.tiny_models:tiny_cnn", feature_layer="conv")
     assert loaded.head is None and loaded.feature_name == "conv"
     with pytest.raises(UsageError, match="--no-head needs --feature-layer LAYER"):
-        load_model("tiny_models:tiny_cnn", no_head=True)
+        load_model("tests.helpers.tiny_models:tiny_cnn", no_head=True)
 
 
 def test_bad_spec_files(tmp_path):
     (tmp_path / "bad.toml").write_text("[[split]\nname=")
     with pytest.raises(UsageError, match="invalid TOML"):
-        extract("tiny_models:tiny_cnn", tmp_path / "bad.toml", tmp_path / "s", options=OPTS)
+        extract("tests.helpers.tiny_models:tiny_cnn", tmp_path / "bad.toml", tmp_path / "s",
+                options=OPTS)
     spec = write_spec(tmp_path / "b.toml", [("id/test", '{ nothing = 1 }')])
     with pytest.raises(UsageError, match="source needs exactly one of"):
-        extract("tiny_models:tiny_cnn", spec, tmp_path / "s", options=OPTS)
+        extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "s", options=OPTS)
     with pytest.raises(UsageError, match="file not found"):
-        extract("tiny_models:tiny_cnn", tmp_path / "none.toml", tmp_path / "s", options=OPTS)
+        extract("tests.helpers.tiny_models:tiny_cnn", tmp_path / "none.toml", tmp_path / "s",
+                options=OPTS)
 
 
 def test_write_error_leaves_split_incomplete(tmp_path, tree):
@@ -284,11 +265,11 @@ def test_write_error_leaves_split_incomplete(tmp_path, tree):
     writer_mod.SplitWriter._write_part = failing
     try:
         with pytest.raises(FeatstoreError, match="write error.*No space left on device"):
-            extract("tiny_models:tiny_cnn", spec, store_dir, options=OPTS)
+            extract("tests.helpers.tiny_models:tiny_cnn", spec, store_dir, options=OPTS)
     finally:
         writer_mod.SplitWriter._write_part = original
     assert Store.open(store_dir).splits() == []
-    st = extract("tiny_models:tiny_cnn", spec, store_dir, options=OPTS)
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, store_dir, options=OPTS)
     assert st.splits() == ["id/test"]
 
 
@@ -298,14 +279,14 @@ def test_torchvision_dataset_source_on_local_disk(tmp_path, tree):
     spec = write_spec(tmp_path / "b.toml",
                       [("id/test", f'{{ torchvision = "ImageFolder", root = "{tree}" }}'),
                        ("id/val", f'{{ imagefolder = "{tree}" }}')])
-    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
     a, b = st.split("id/test"), st.split("id/val")
     np.testing.assert_array_equal(np.asarray(a.features), np.asarray(b.features))
     np.testing.assert_array_equal(np.asarray(a.labels), np.asarray(b.labels))
     missing = write_spec(tmp_path / "m.toml",
                          [("id/test", f'{{ torchvision = "CIFAR10", root = "{tmp_path}/none" }}')])
     with pytest.raises(UsageError, match="torchvision dataset 'CIFAR10'.*never downloads"):
-        extract("tiny_models:tiny_cnn", missing, tmp_path / "store2", options=OPTS)
+        extract("tests.helpers.tiny_models:tiny_cnn", missing, tmp_path / "store2", options=OPTS)
 
 
 # ----------------------------------------------------------------- streaming assembly

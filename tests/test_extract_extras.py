@@ -6,7 +6,6 @@ wrapping method extracted back into a store."""
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,17 +19,15 @@ from featstore.errors import FeatstoreError, UsageError
 from featstore.extraction.datasets import build_transform
 from featstore.extraction.extract import ExtractOptions, extract
 from featstore.store.extra_keys import odin_name, parse_odin_grid, parse_odin_name
-
-sys.path.insert(0, str(Path(__file__).parent))
-import tiny_models  # noqa: E402
-from test_extract import TRANSFORM, make_image_tree, write_spec  # noqa: E402
+from tests.helpers import tiny_models
+from tests.helpers.images import TRANSFORM, make_image_tree, write_spec
 
 OPTS = dict(device="cpu", batch_size=8, num_workers=0, part_batches=2)
 
 
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
 
 
 @pytest.fixture
@@ -57,7 +54,8 @@ def test_extra_heads_are_stored_and_equal_the_model(tmp_path, tree, spec):
     for name, expect in [("tiny_confbranch", {"confidence": (18,)}),
                          ("tiny_godin", {"godin_g": (18,), "godin_h": (18, 3)}),
                          ("tiny_mcd", {"head2_logits": (18, 3)})]:
-        st = extract(f"tiny_models:{name}", spec, tmp_path / name, options=ExtractOptions(**OPTS))
+        st = extract(f"tests.helpers.tiny_models:{name}", spec, tmp_path / name,
+                     options=ExtractOptions(**OPTS))
         sp = st.split("id/test")
         assert {n: sp.extra(n).shape for n in sp.extra_names()} == expect
         assert st.provenance["head_layer"] == "backbone.fc"
@@ -83,14 +81,15 @@ def test_extra_heads_are_stored_and_equal_the_model(tmp_path, tree, spec):
 
 
 def test_plain_extraction_writes_no_extras(tmp_path, spec):
-    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "s", options=ExtractOptions(**OPTS))
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "s",
+                 options=ExtractOptions(**OPTS))
     assert st.split("id/test").extra_names() == []
     assert st.manifest["splits"]["id/test"]["extras"] == {}
 
 
 def test_mc_dropout_passes(tmp_path, tree, spec):
     opts = ExtractOptions(**OPTS, mc_samples=4)
-    st = extract("tiny_models:tiny_dropout", spec, tmp_path / "a", options=opts)
+    st = extract("tests.helpers.tiny_models:tiny_dropout", spec, tmp_path / "a", options=opts)
     sp = st.split("id/test")
     mc = np.asarray(sp.extra("mc_logits"))
     assert mc.shape == (4, 18, 3) and sp.extra_row_axis("mc_logits") == 1
@@ -102,16 +101,16 @@ def test_mc_dropout_passes(tmp_path, tree, spec):
     # every pass is the head applied to dropped-out features: mean over passes ~ logits
     assert np.abs(mc.mean(0) - np.asarray(sp.logits)).mean() < np.abs(mc[0] - sp.logits).mean()
     # deterministic: the same extraction elsewhere writes the same bytes
-    st2 = extract("tiny_models:tiny_dropout", spec, tmp_path / "b", options=opts)
+    st2 = extract("tests.helpers.tiny_models:tiny_dropout", spec, tmp_path / "b", options=opts)
     assert sha(st.split("id/test").path) == sha(st2.split("id/test").path)
     with pytest.raises(UsageError, match="no dropout layer.*--method mcdropout"):
-        extract("tiny_models:tiny_cnn", spec, tmp_path / "c", options=opts)
+        extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "c", options=opts)
 
 
 def test_odin_perturbed_logits_equal_direct_autograd(tmp_path, tree, spec):
     grid = parse_odin_grid("1000:0.0014,0;10:0.0028")
     assert grid == [(1000.0, 0.0014), (1000.0, 0.0), (10.0, 0.0028)]
-    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "s",
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "s",
                  options=ExtractOptions(**OPTS, odin_grid=tuple(grid)))
     sp = st.split("id/test")
     assert sorted(parse_odin_name(n) for n in sp.extra_names()) == sorted(grid)
@@ -146,7 +145,7 @@ def test_bad_odin_grid(text, match):
 
 
 def test_feature_maps_pool_to_the_features(tmp_path, spec):
-    st = extract("tiny_models:tiny_map_cnn", spec, tmp_path / "s",
+    st = extract("tests.helpers.tiny_models:tiny_map_cnn", spec, tmp_path / "s",
                  options=ExtractOptions(**OPTS, feature_maps=True, dtype="float16"))
     sp = st.split("id/test")
     maps = np.asarray(sp.extra("feature_maps"))
@@ -163,7 +162,8 @@ def test_extras_survive_an_interrupted_extraction(tmp_path, spec):
     """A write failure mid-split, then a rerun: bit-identical to an uninterrupted run, with
     MC passes (row axis 1), ODIN logits and extra heads in the parts."""
     opts = ExtractOptions(**OPTS, mc_samples=3, odin_grid=((100.0, 0.002),))
-    clean = extract("tiny_models:tiny_dropout", spec, tmp_path / "clean", options=opts)
+    clean = extract("tests.helpers.tiny_models:tiny_dropout", spec, tmp_path / "clean",
+                    options=opts)
     from featstore.store import writer as writer_mod
 
     original = writer_mod.SplitWriter._write_part
@@ -178,15 +178,15 @@ def test_extras_survive_an_interrupted_extraction(tmp_path, spec):
     writer_mod.SplitWriter._write_part = failing
     try:
         with pytest.raises(FeatstoreError, match="write error"):
-            extract("tiny_models:tiny_dropout", spec, tmp_path / "v", options=opts)
+            extract("tests.helpers.tiny_models:tiny_dropout", spec, tmp_path / "v", options=opts)
     finally:
         writer_mod.SplitWriter._write_part = original
     parts = list((tmp_path / "v" / "splits").glob("*.parts/part-*.h5"))
     assert len(parts) == 1
-    resumed = extract("tiny_models:tiny_dropout", spec, tmp_path / "v", options=opts)
+    resumed = extract("tests.helpers.tiny_models:tiny_dropout", spec, tmp_path / "v", options=opts)
     assert sha(resumed.split("id/test").path) == sha(clean.split("id/test").path)
     # other extras options are another fingerprint: the split is recomputed
-    more = extract("tiny_models:tiny_dropout", spec, tmp_path / "v",
+    more = extract("tests.helpers.tiny_models:tiny_dropout", spec, tmp_path / "v",
                    options=ExtractOptions(**OPTS, mc_samples=2))
     assert more.split("id/test").extra("mc_logits").shape == (2, 18, 3)
 
@@ -194,7 +194,7 @@ def test_extras_survive_an_interrupted_extraction(tmp_path, spec):
 def test_cli_extract_flags(tmp_path, spec, capsys):
     out = tmp_path / "s"
     try:
-        main(["extract", "--model", "tiny_models:tiny_dropout", "--spec", str(spec),
+        main(["extract", "--model", "tests.helpers.tiny_models:tiny_dropout", "--spec", str(spec),
               "--out", str(out), "--device", "cpu", "--workers", "0", "--quiet",
               "--mc-samples", "2", "--odin-grid", "1000:0.0014"])
         code = 0
@@ -204,8 +204,8 @@ def test_cli_extract_flags(tmp_path, spec, capsys):
     sp = Store.open(out).split("id/test")
     assert sp.extra_names() == ["mc_logits", "odin_logits/1000_0.0014"]
     with pytest.raises(SystemExit) as exc:
-        main(["extract", "--model", "tiny_models:tiny_cnn", "--spec", str(spec), "--out",
-              str(tmp_path / "t"), "--odin-grid", "1000"])
+        main(["extract", "--model", "tests.helpers.tiny_models:tiny_cnn", "--spec", str(spec),
+              "--out", str(tmp_path / "t"), "--odin-grid", "1000"])
     assert exc.value.code == 2 and "names no eps" in capsys.readouterr().err
 
 
@@ -245,10 +245,11 @@ def test_train_checkpoint_extracts_with_its_heads(tmp_path, method, extras):
     spec = tmp_path / "spec.toml"
     spec.write_text(TRAIN_SPEC)
     params = {"warmup_fraction": 0.0} if method == "mcd" else {}
-    ckpt = train(method, "tiny_models:tiny_cnn", spec, tmp_path / "m.pt",
+    ckpt = train(method, "tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "m.pt",
                  TrainConfig(epochs=1, batch_size=64, device="cpu", method_params=params))
     opts = ExtractOptions(**OPTS, mc_samples=2 if method == "mcdropout" else 0)
-    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "store", weights=ckpt, options=opts)
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", weights=ckpt,
+                 options=opts)
     assert st.provenance["training_method"] == method
     sp = st.split("id/test")
     assert sp.extra_names() == extras

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-from conftest import run_cli, structured_arrays
 
 from featstore import Store
 from scorers.cache import SCORES_FILE, ScoreCache
+from tests.helpers.cli import run_cli
+from tests.helpers.stores import structured_arrays
 
 HERE = Path(__file__).parent
 METHODS = ("msp", "energy", "mls")
@@ -45,7 +46,7 @@ def _aurocs(result: dict) -> dict:
 
 
 def _limited_eval(store: Path, limit: int) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(HERE.parent)]),
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent),
                OMP_NUM_THREADS="1")
 
     def cap() -> None:

@@ -1,7 +1,7 @@
 """Fault injection, image-source class (issue 36 items 7, 16, 19): a dangling symlink in an
 ImageFolder, a FIFO named by an image list, a file name that is not UTF-8. Real files, links and
-FIFOs; the tiny CNN of tests/tiny_models.py. References: the README's exit code (1, naming
-the image) and the ids counted by hand."""
+FIFOs; the tiny CNN of tests/helpers/tiny_models.py. References: the README's exit code (1,
+naming the image) and the ids counted by hand."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
 from PIL import Image
 
 from featstore import Store
+from tests.helpers.cli import run_cli
 
 HERE = Path(__file__).parent
 TRANSFORM = ("[transform]\nresize = 16\ncrop = 16\nmean = [0.5, 0.5, 0.5]\n"
@@ -23,7 +23,7 @@ TRANSFORM = ("[transform]\nresize = 16\ncrop = 16\nmean = [0.5, 0.5, 0.5]\n"
 
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.syspath_prepend(str(HERE.parent))
 
 
 def _folder(root: Path, n: int = 3) -> Path:
@@ -42,7 +42,7 @@ def _extract(capsys, tmp_path: Path, source: str):
     (tmp_path / "s.toml").write_text(
         TRANSFORM + f'\n[[split]]\nname = "id/test"\nsource = {{ imagefolder = '
         f'"{tmp_path / "idimgs"}" }}\n[[split]]\nname = "ood/far/x"\nsource = {source}\n')
-    return run_cli(capsys, "extract", "--model", "tiny_models:tiny_cnn", "--spec",
+    return run_cli(capsys, "extract", "--model", "tests.helpers.tiny_models:tiny_cnn", "--spec",
                    tmp_path / "s.toml", "--out", tmp_path / "o", "--device", "cpu",
                    "--workers", "0")
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import run_cli
 
 from featstore import Store
+from tests.helpers.cli import run_cli
 
 C, D = 3, 4
 

@@ -19,38 +19,24 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import run_cli, structured_arrays
 from PIL import Image
 
 from featstore import Store
 from featstore.errors import InputError
 from featstore.extraction.extract import ExtractOptions, extract
 from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec
+from tests.helpers.cli import run_cli
+from tests.helpers.extraction import OPTS, TRANSFORM
+from tests.helpers.stores import structured_arrays
 
 HERE = Path(__file__).parent
 SMALL = dict(num_classes=3, dim=8, n_train=40, n_val=20, n_test=20, n_ood=20)
-TRANSFORM = ("[transform]\nresize = 16\ncrop = 16\nmean = [0.5, 0.5, 0.5]\n"
-             "std = [0.25, 0.25, 0.25]\n")
 DIGITS = '[[split]]\nname = "id/val"\nsource = { builtin = "digits" }\n'
-OPTS = ExtractOptions(device="cpu", batch_size=8, num_workers=0, part_batches=2,
-                      progress=False)
 
 
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(HERE))
-
-
-def extract_small(tmp_path: Path, names: list[str], count: int = 20) -> Path:
-    """Extract an id/test noise split and `ood/far/<name>` noise splits with the tiny CNN into
-    tmp_path/out (extract refuses a spec without an id/ split into a store without one)."""
-    spec = TRANSFORM + (f'\n[[split]]\nname = "id/test"\nsource = {{ builtin = "noise", '
-                        f"count = {count}, seed = 99 }}\n") + "".join(
-        f'\n[[split]]\nname = "ood/far/{n}"\nsource = {{ builtin = "noise", count = {count}, '
-        f"seed = {i} }}\n" for i, n in enumerate(names))
-    (tmp_path / "spec.toml").write_text(spec)
-    extract("tiny_models:tiny_cnn", tmp_path / "spec.toml", tmp_path / "out", options=OPTS)
-    return tmp_path / "out"
+    monkeypatch.syspath_prepend(str(HERE.parent))
 
 
 def _one_line(code_out_err, code: int, *fragments: str) -> str:
@@ -89,7 +75,7 @@ def test_spec_errors_name_the_key(tmp_path, capsys, text, fragments):
     (tmp_path / "s.toml").write_text(text)
     with pytest.raises(InputError):
         load_spec(tmp_path / "s.toml")
-    _one_line(run_cli(capsys, "extract", "--model", "tiny_models:tiny_cnn", "--spec",
+    _one_line(run_cli(capsys, "extract", "--model", "tests.helpers.tiny_models:tiny_cnn", "--spec",
                       tmp_path / "s.toml", "--out", tmp_path / "o"), 1, *fragments)
 
 
@@ -113,7 +99,7 @@ def test_bad_transform_is_named_not_taken_for_unreadable_images(tmp_path):
                          {"resize": 16, "crop": 16, "mean": [0.5, 0.5], "std": [0.2, 0.2]})
     opts = ExtractOptions(**{**OPTS.__dict__, "skip_bad": True})
     with pytest.raises(InputError, match=r"\[transform\].*cannot transform an image"):
-        extract("tiny_models:tiny_cnn", spec, tmp_path / "out", options=opts)
+        extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "out", options=opts)
     assert not (tmp_path / "out" / "splits" / "id__test.h5").exists()
 
 
@@ -127,7 +113,8 @@ def test_skip_bad_with_every_image_unreadable_saves_nothing(tmp_path):
     (tmp_path / "s.toml").write_text(spec)
     opts = ExtractOptions(**{**OPTS.__dict__, "skip_bad": True})
     with pytest.raises(InputError, match="every one of its 3 images was unreadable"):
-        extract("tiny_models:tiny_cnn", tmp_path / "s.toml", tmp_path / "out", options=opts)
+        extract("tests.helpers.tiny_models:tiny_cnn", tmp_path / "s.toml", tmp_path / "out",
+                options=opts)
     assert "id/test" not in Store.open(tmp_path / "out").splits()
 
 
@@ -161,7 +148,7 @@ def test_missing_or_broken_images_exit_1(tmp_path, capsys, case):
         source, culprit = f'{{ imagefolder = "{imgs}" }}', "no image files"
     (tmp_path / "s.toml").write_text(TRANSFORM + f'\n[[split]]\nname = "id/test"\n'
                                                  f"source = {source}\n")
-    _one_line(run_cli(capsys, "extract", "--model", "tiny_models:tiny_cnn", "--spec",
+    _one_line(run_cli(capsys, "extract", "--model", "tests.helpers.tiny_models:tiny_cnn", "--spec",
                       tmp_path / "s.toml", "--out", tmp_path / "o", "--device", "cpu",
                       "--workers", "0"), 1, culprit)
 
@@ -169,7 +156,7 @@ def test_missing_or_broken_images_exit_1(tmp_path, capsys, case):
 def test_bad_worker_count_is_exit_2(tmp_path, capsys):
     (tmp_path / "s.toml").write_text(TRANSFORM + '\n[[split]]\nname = "id/test"\n'
                                                  'source = { builtin = "noise", count = 4 }\n')
-    _one_line(run_cli(capsys, "extract", "--model", "tiny_models:tiny_cnn", "--spec",
+    _one_line(run_cli(capsys, "extract", "--model", "tests.helpers.tiny_models:tiny_cnn", "--spec",
                       tmp_path / "s.toml", "--out", tmp_path / "o", "--workers", "-1"),
               2, "--workers -1")
 
@@ -192,9 +179,9 @@ def test_weights_of_another_architecture_name_the_keys(tmp_path, capsys):
 
 def test_train_init_errors_name_init(tmp_path):
     import torch
-    from tiny_models import TinyCNN
 
     from featstore.training.trainer import _load_init
+    from tests.helpers.tiny_models import TinyCNN
 
     with pytest.raises(InputError, match="--init .*file not found"):
         _load_init(TinyCNN(), str(tmp_path / "none.pt"))

@@ -13,12 +13,13 @@ import signal
 
 import numpy as np
 import pytest
-from conftest import run_cli, structured_arrays
 
 from featstore import Store
 from featstore.errors import InputError
 from featstore.store import interrupts
 from scorers.methods.msp import MSP
+from tests.helpers.cli import run_cli
+from tests.helpers.stores import structured_arrays
 
 
 def _store(path):

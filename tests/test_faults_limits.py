@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_cli, structured_arrays
 
 from featstore import Store
+from tests.helpers.cli import run_cli
+from tests.helpers.stores import structured_arrays
 
 HERE = Path(__file__).parent
 TRANSFORM = ("[transform]\nresize = 16\ncrop = 16\nmean = [0.5, 0.5, 0.5]\n"
@@ -67,7 +68,7 @@ def _id_split(tmp_path: Path) -> str:
 
 def _env() -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent)])
+    env["PYTHONPATH"] = str(HERE.parent)
     env["OMP_NUM_THREADS"] = "1"
     return env
 
@@ -87,7 +88,7 @@ def _one_line(result, code: int, *fragments: str) -> str:
 def bad_models(tmp_path, monkeypatch):
     (tmp_path / "badmods.py").write_text(BAD_MODELS)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.syspath_prepend(str(HERE.parent))
     (tmp_path / "s.toml").write_text(TRANSFORM + NOISE + _id_split(tmp_path))
     return tmp_path
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import run_cli, structured_arrays
 
 from featstore import Store
 from featstore.errors import FeatstoreError, InputError
 from featstore.store.writer import SplitWriter
+from tests.helpers.cli import run_cli
+from tests.helpers.stores import structured_arrays
 
 SMALL = dict(num_classes=3, dim=8, n_train=40, n_val=20, n_test=20, n_ood=20)
 

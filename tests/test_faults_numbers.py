@@ -10,10 +10,11 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_cli, structured_arrays
 
 from featstore import Store
 from scorers.knn_index import l2_normalize
+from tests.helpers.cli import run_cli
+from tests.helpers.stores import structured_arrays
 
 SMALL = dict(num_classes=3, dim=8, n_train=60, n_val=20, n_test=30, n_ood=30)
 

@@ -13,7 +13,6 @@ import tomllib
 from pathlib import Path
 
 import torch
-from conftest import run_cli, structured_arrays
 
 from featstore import Store
 from featstore.specs.benchmark import load_spec
@@ -21,14 +20,16 @@ from featstore.store.textsafe import md_text, term_text
 from featstore.training.trainer import _save_atomically
 from featstore.workflows.experiments import load_experiment, run_experiment
 from featstore.workflows.experiments.render import markdown_report
-from featstore.workflows.experiments.runner import _slug, _spec_text
+from featstore.workflows.experiments.runner import _slug, run_spec
+from tests.helpers.cli import run_cli
+from tests.helpers.stores import structured_arrays
 
 HERE = Path(__file__).parent
 
 
 def _env() -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent)])
+    env["PYTHONPATH"] = str(HERE.parent)
     env["OMP_NUM_THREADS"] = "1"
     return env
 
@@ -41,7 +42,7 @@ def _experiment(tmp_path: Path, name: str = '"exp"', rows: str = '"MSP"') -> Pat
         '[[split]]\nname = "id/train"\nsource = { builtin = "noise", count = 4 }\n'
         '[[split]]\nname = "id/test"\nsource = { builtin = "noise", count = 4 }\n')
     exp = tmp_path / "exp.toml"
-    exp.write_text(f'name = {name}\narch = "tiny_models:TinyCNN"\nseeds = [0]\n'
+    exp.write_text(f'name = {name}\narch = "tests.helpers.tiny_models:TinyCNN"\nseeds = [0]\n'
                    'device = "tpu"\n[data]\nspec = "bench.toml"\n'
                    f'[[method]]\nname = {rows}\nscorer = "msp"\n')
     return exp
@@ -122,7 +123,8 @@ def test_untrusted_names_in_generated_spec_and_markdown(tmp_path):
     splits); method names with `|`, newlines and <script> reached results.md raw."""
     exp = load_experiment(_experiment(tmp_path, name='"two\\nlines\\n[[split]]"',
                                       rows='"a|b\\n<script>"'))
-    text, _ = _spec_text(exp, {"seed": 0}, tmp_path, None)
+    bench, comment, _ = run_spec(exp, {"seed": 0}, tmp_path, None)
+    text = bench.to_toml(comment)
     spec = tmp_path / "gen.toml"
     spec.write_text(text)
     assert [s.name for s in load_spec(spec).splits] == ["id/train", "id/test"]

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli, structured_arrays
 
 from featstore import Store
 from featstore.errors import FeatstoreError, InputError, UsageError
 from featstore.store.lock import StoreLock, StoreLockedError
 from featstore.store.writer import FINGERPRINT, SplitWriter
+from tests.helpers.cli import run_cli
+from tests.helpers.stores import structured_arrays
 
 HERE = Path(__file__).parent
 SMALL = dict(num_classes=3, dim=8, n_train=40, n_val=20, n_test=20, n_ood=20)
@@ -30,7 +31,7 @@ SMALL = dict(num_classes=3, dim=8, n_train=40, n_val=20, n_test=20, n_ood=20)
 
 def _env() -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent)])
+    env["PYTHONPATH"] = str(HERE.parent)
     env["OMP_NUM_THREADS"] = "1"
     return env
 
@@ -125,7 +126,8 @@ def _spec(path: Path, names: list[str], count: int) -> Path:
 
 
 def _extract_cmd(spec: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "cli.app", "extract", "--model", "tiny_models:tiny_cnn",
+    return [sys.executable, "-m", "cli.app", "extract", "--model",
+            "tests.helpers.tiny_models:tiny_cnn",
             "--spec", str(spec), "--out", str(out), "--device", "cpu", "--batch-size", "16",
             "--workers", "0", "--quiet"]
 

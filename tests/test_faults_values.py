@@ -11,7 +11,6 @@ from __future__ import annotations
 import h5py
 import numpy as np
 import pytest
-from conftest import run_cli, structured_arrays
 
 from featstore import Store
 from featstore.errors import InputError
@@ -19,6 +18,8 @@ from featstore.store.values import NonFiniteError
 from featstore.store.writer import SplitWriter
 from scorers import get_scorer
 from scorers.evaluate import evaluate, score_splits
+from tests.helpers.cli import run_cli
+from tests.helpers.stores import structured_arrays
 
 SMALL = dict(num_classes=3, dim=8, n_train=60, n_val=24, n_test=30, n_ood=20)
 
@@ -230,9 +231,9 @@ def test_resume_reextracts_exactly_the_damaged_split(tmp_path, monkeypatch):
     """Issue 22: re-running extract over a store whose split file was deleted or truncated
     exited 0 and re-extracted nothing. Now the damaged split is redone (byte-identical to
     the first run: same sha256) and the intact one is kept (same inode)."""
-    from test_faults_inputs import extract_small
+    from tests.helpers.extraction import extract_small
 
-    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parents[1]))
     out = extract_small(tmp_path, ["keep", "hurt"])
     manifest = Store.open(out).manifest
     keep_inode = (out / "splits" / "ood__far__keep.h5").stat().st_ino

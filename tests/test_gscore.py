@@ -12,32 +12,14 @@ import math
 
 import numpy as np
 import pytest
-from conftest import run_cli as run
-from conftest import structured_arrays
 from scipy import integrate, stats
 
-from featstore import Store
 from featstore.errors import FeatstoreError, UsageError
 from scorers import gscore as G
 from scorers.evaluate import score_splits
 from scorers.metrics import ood_metrics
-
-
-def graded_store(path, seed: int = 0, n_ood: int = 8, rows: int = 120, sha: str | None = None):
-    """id/* splits of the structured fixture plus `n_ood` OOD splits of graded difficulty
-    (blends of ID features and a far cluster), in three groups."""
-    arrays = structured_arrays(seed=seed, n_train=300, n_val=150, n_test=240, n_ood=rows)
-    splits = {k: v for k, v in arrays["splits"].items() if k.startswith("id/")}
-    rng = np.random.default_rng(seed + 100)
-    train = arrays["splits"]["id/train"]["features"]
-    far = np.maximum(rng.normal(0.0, 1.0, size=train.shape[1]), 0.0)
-    for j, alpha in enumerate(np.linspace(0.0, 0.95, n_ood)):
-        base = train[rng.integers(0, len(train), rows)]
-        x = alpha * base + (1 - alpha) * far + rng.normal(0, 0.8, size=base.shape)
-        splits[f"ood/g{j % 3}/s{j}"] = {"features": np.maximum(x, 0).astype(np.float32)}
-    prov = {"sha256": sha} if sha else None
-    Store.from_arrays(path, head=arrays["head"], splits=splits, provenance=prov)
-    return Store.open(path)
+from tests.helpers.cli import run_cli as run
+from tests.helpers.stores import graded_store
 
 
 def _mixture(seed=0, n_ind=3000, n_ood=2000, mu=(3.0, 0.0), sd=(0.5, 0.7)):

@@ -10,14 +10,14 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_cli as run
-from test_gscore import graded_store
 
 from featstore.errors import UsageError
 from scorers import gscore as G
 from scorers.evaluate import score_splits
 from scorers.gscore.results import _agg
 from scorers.metrics import ood_metrics
+from tests.helpers.cli import run_cli as run
+from tests.helpers.stores import graded_store
 
 
 def test_interval_is_students_t_of_the_mean():

@@ -10,13 +10,13 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_cli as run
-from test_gscore import graded_store
 
 from featstore.errors import UsageError
 from scorers import gscore as G
 from scorers.gscore.metasets import StorePools, fpr_at_tpr, hetero_sizes, id_pools, select_splits
 from scorers.metrics import ood_metrics
+from tests.helpers.cli import run_cli as run
+from tests.helpers.stores import graded_store
 
 
 def test_fpr_at_tpr_equals_sklearn_roc_curve_and_fpr95():

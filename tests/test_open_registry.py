@@ -16,13 +16,13 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import run_cli
 from sklearn.metrics import roc_auc_score
 
 from featstore.errors import UsageError
 from scorers import REGISTRY, check_scorers, register, unregister
 from scorers.evaluate import evaluate
 from scorers.registry import load_entry_points, resolve
+from tests.helpers.cli import run_cli
 
 USER_SCORER = '''
 """Cosine to the nearest class mean (a user's scorer for the tests).

@@ -22,7 +22,7 @@ from sklearn.metrics import roc_auc_score
 from featstore import Store
 from featstore.errors import UsageError
 from scorers import get_scorer
-from tests.conftest import structured_arrays
+from tests.helpers.stores import structured_arrays
 
 PRECISIONS = ("float32", "float64")
 NAMES = ("vim", "residual", "mds")

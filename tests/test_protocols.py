@@ -9,13 +9,11 @@ brute-force numpy nearest-neighbour search; the known rotation of synthetic LAID
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli as run
 from PIL import Image
 from scipy.special import softmax
 from scipy.stats import pearsonr
@@ -28,15 +26,14 @@ from featstore.extraction.extract import ExtractOptions, extract
 from featstore.specs.benchmark import load_spec
 from featstore.workflows.protocols import osr, shift
 from featstore.workflows.protocols.lists import lists_to_spec
-
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.helpers.cli import run_cli as run
 
 OPTS = ExtractOptions(device="cpu", batch_size=16, num_workers=0, part_batches=2)
 
 
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
 
 
 def msp(logits: np.ndarray) -> np.ndarray:
@@ -108,10 +105,10 @@ def test_file_data_split_lists(tmp_path):
     data = osr.load_data(str(root))
     assert data.classes == ["c0", "c1", "c2", "c3"]
     split = osr.ClassSplit((2, 2), 0, (1, 3), (0, 2))
-    text = osr.split_spec_text(data, split, tmp_path / "d", None, val_open="paper")
+    spec = osr.split_spec(data, split, tmp_path / "d", None, val_open="paper")
     spec_file = tmp_path / "d" / "spec.toml"
-    spec_file.write_text(text)
-    spec = load_spec(spec_file)
+    spec_file.write_text(spec.to_toml(osr.split_comment(data, split, "paper")))
+    assert load_spec(spec_file) == spec
     assert [s.name for s in spec.splits] == ["id/train", "id/val", "id/test",
                                              "ood/osr/open_val", "ood/osr/open"]
     assert spec.classes == ["c1", "c3"]
@@ -141,7 +138,7 @@ def test_osr_validation_holds_out_open_classes_by_default(tmp_path):
                                                                           replace=False))
     val_cls, test_cls = osr.open_val_test(split)
     assert list(val_cls) == held and set(test_cls) == {1, 3, 4} - set(held)
-    osr.split_spec_text(data, split, tmp_path / "h", None)
+    osr.split_spec(data, split, tmp_path / "h", None)
     listed = {p: {ln.split()[0].split("/")[0] for ln in
                   (tmp_path / "h" / "lists" / f"{p}.txt").read_text().split("\n")[:-1]}
               for p in ("open_val", "open_test")}
@@ -149,12 +146,10 @@ def test_osr_validation_holds_out_open_classes_by_default(tmp_path):
     assert listed["open_test"] == {f"c{c}" for c in test_cls}
     assert not listed["open_val"] & listed["open_test"]
     assert osr.open_val_test(split, "paper") == ((1, 3, 4), (1, 3, 4))
-    digits = osr.split_spec_text(osr.load_data("digits"), osr.class_splits(10, (7, 3), [0])[0],
-                                 tmp_path / "g", None)
+    digits = osr.split_spec(osr.load_data("digits"), osr.class_splits(10, (7, 3), [0])[0],
+                            tmp_path / "g", None)
     val_d, test_d = osr.open_val_test(osr.class_splits(10, (7, 3), [0])[0])
-    import tomllib
-
-    sources = {sp["name"]: sp["source"] for sp in tomllib.loads(digits)["split"]}
+    sources = {sp.name: sp.source for sp in digits.splits}
     assert sources["ood/osr/open_val"]["classes"] == list(val_d)
     assert sources["ood/osr/open"]["classes"] == list(test_d)
     assert not set(val_d) & set(test_d) and len(val_d) == 1 and len(test_d) == 2
@@ -180,7 +175,7 @@ def test_osr_digits_end_to_end(tmp_path, capsys):
     out = tmp_path / "osr"
     code, stdout, err = run(capsys, "protocol", "osr", "--data", "digits", "--ratios", "7/3",
                             "--seeds", "2", "--epochs", "1", "--methods", "msp,knn,confbranch",
-                            "--arch", "tiny_models:TinyCNN",
+                            "--arch", "tests.helpers.tiny_models:TinyCNN",
                             "--device", "cpu", "--out", str(out), "--json")
     assert code == 0, err
     result = json.loads(stdout)
@@ -212,8 +207,8 @@ def test_osr_digits_end_to_end(tmp_path, capsys):
     assert json.loads((out / "results.json").read_text())["aggregate"] == result["aggregate"]
     code, stdout, err = run(capsys, "protocol", "osr", "--data", "digits", "--ratios", "7/3",
                             "--seeds", "2", "--epochs", "1", "--methods", "msp,knn,confbranch",
-                            "--arch", "tiny_models:TinyCNN", "--device", "cpu", "--out",
-                            str(out))
+                            "--arch", "tests.helpers.tiny_models:TinyCNN", "--device", "cpu",
+                            "--out", str(out))
     assert code == 0, err
     assert "ConfBranch" in stdout and "OSR 7/3" in stdout
 
@@ -565,7 +560,7 @@ def test_lists2spec_cli_and_grid(tmp_path, capsys):
     rows = {s["name"]: s["rows"] for s in json.loads(stdout)["splits"]}
     assert rows == {"id/test": 6, "id/train": 6, "ood/shift/cov0_sem1/SynIS": 6,
                     "ood/shift/cov1_sem0/SynIS": 6}
-    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
     cell = st.split("ood/shift/cov0_sem1/SynIS")
     assert list(cell.ids) == [f"./o3/{n}" for n in names["o3"]]
     assert (np.asarray(cell.labels) == -1).all()

@@ -17,22 +17,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
 
 from scorers.compare import compare
 from scorers.evaluate import evaluate
 from scorers.results import RESULT_TYPES, ComparisonResult, EvaluationResult, SweepResult
 from scorers.stats import BootstrapSpec
 from scorers.sweep import sweep, sweep_all
+from tests.helpers.cli import run_cli
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "RESULTS.md"
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    from conftest import _open_built, structured_arrays
+    from tests.helpers.stores import open_built, structured_arrays
 
-    store = _open_built(tmp_path_factory.mktemp("results") / "store",
+    store = open_built(tmp_path_factory.mktemp("results") / "store",
                         structured_arrays(seed=1, n_train=200, n_val=80, n_test=90, n_ood=60))
     spec = BootstrapSpec(n_boot=50)
     return {"store": store,

@@ -39,14 +39,15 @@ source = { builtin = "noise", kind = "gaussian", count = 2400 }
 
 
 def _cmd(spec: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "cli.app", "extract", "--model", "tiny_models:tiny_cnn",
+    return [sys.executable, "-m", "cli.app", "extract", "--model",
+            "tests.helpers.tiny_models:tiny_cnn",
             "--spec", str(spec), "--out", str(out), "--device", "cpu", "--batch-size", "16",
             "--workers", "0", "--quiet"]
 
 
 def _env() -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent)])
+    env["PYTHONPATH"] = str(HERE.parent)
     env["OMP_NUM_THREADS"] = "1"
     return env
 

@@ -15,7 +15,6 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_cli as run
 from sklearn.metrics import roc_auc_score
 
 from featstore import Store
@@ -24,6 +23,7 @@ from scorers import REGISTRY, get_scorer
 from scorers.adapt import fit_defaults
 from scorers.evaluate import evaluate
 from scorers.sweep import sweep, sweep_all
+from tests.helpers.cli import run_cli as run
 
 NUM_HEAD, DIM, NUM_ID = 1000, 150, 5
 

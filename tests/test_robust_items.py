@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli as run
-from conftest import structured_arrays
 from PIL import Image
 from rich.console import Console
 from rich.progress import Progress
@@ -39,13 +36,13 @@ from scorers import get_scorer
 from scorers.kernels.softmax import softmax
 from scorers.knn_index import l2_normalize
 from scorers.sweep import sweep
-
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.helpers.cli import run_cli as run
+from tests.helpers.stores import structured_arrays
 
 
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
 
 
 # --------------------------------------------------------------------------- 5 and 6
@@ -60,14 +57,14 @@ def test_torchvision_model_without_weights_warns_random_weights():
 
 
 def test_provenance_says_what_it_hashed(tmp_path):
-    from tiny_models import TinyCNN
+    from tests.helpers.tiny_models import TinyCNN
 
     path = tmp_path / "w.pth"
     torch.save(TinyCNN().state_dict(), path)
     with warnings.catch_warnings():
         warnings.simplefilter("error", FeatstoreWarning)   # no warning: weights were given
-        with_file = load_model("tiny_models:tiny_cnn", path).provenance
-        own = load_model("tiny_models:tiny_cnn").provenance
+        with_file = load_model("tests.helpers.tiny_models:tiny_cnn", path).provenance
+        own = load_model("tests.helpers.tiny_models:tiny_cnn").provenance
     assert with_file["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert (with_file["sha256_of"], with_file["weights_source"]) == ("weights file",
                                                                        "weights file")
@@ -164,14 +161,14 @@ def test_h5_weights_are_one_line_without_torch_advice(tmp_path, capsys):
     with h5py.File(tmp_path / "model.h5", "w") as fh:
         fh["dense/kernel"] = np.zeros((3, 3))
     with pytest.raises(InputError) as exc:
-        load_model("tiny_models:tiny_cnn", tmp_path / "model.h5")
+        load_model("tests.helpers.tiny_models:tiny_cnn", tmp_path / "model.h5")
     msg = str(exc.value)
     assert "an HDF5 file (e.g. Keras weights), not a PyTorch state dict" in msg
     assert "\n" not in msg and "weights_only` set to `False`" not in msg
     (tmp_path / "junk.pt").write_bytes(b"\x80\x02csubprocess\nPopen\nq\x00.")
     with pytest.raises(InputError, match=r"not a state dict loadable with weights_only=True "
                                          r"\(.+\); featstore never unpickles") as exc:
-        load_model("tiny_models:tiny_cnn", tmp_path / "junk.pt")
+        load_model("tests.helpers.tiny_models:tiny_cnn", tmp_path / "junk.pt")
     assert "\n" not in str(exc.value)
 
 
@@ -180,15 +177,14 @@ def test_feature_layer_error_uses_the_right_article():
     load_model takes a non-Linear --feature-layer as the feature layer of a headless store
     (features + the model's own logits, no (W, b)), so the error is find_head's own, reached
     where a Linear head is required (e.g. a method network's head layer)."""
-    from tiny_models import tiny_cnn
-
     from featstore.extraction.heads import find_head
+    from tests.helpers.tiny_models import tiny_cnn
 
     with pytest.raises(UsageError, match=r"feature_layer='pool': is an AdaptiveAvgPool2d, "):
         find_head(tiny_cnn(), "pool")
     with pytest.raises(UsageError, match=r"feature_layer='conv': is a Conv2d, "):
         find_head(tiny_cnn(), "conv")
-    loaded = load_model("tiny_models:tiny_cnn", feature_layer="pool")
+    loaded = load_model("tests.helpers.tiny_models:tiny_cnn", feature_layer="pool")
     assert loaded.head is None and loaded.provenance["feature_layer"] == "pool"
 
 
@@ -303,15 +299,15 @@ def test_react_percentile_split_id_val_is_the_sources_convention(structured_stor
 def test_store_json_records_weights_source(tmp_path):
     """An extraction with a module:callable and no --weights: store.json says the digest is
     of the state dict and where the weights came from."""
-    from test_classmap import TRANSFORM, image_folders
+    from tests.helpers.images import TRANSFORM_TOML, image_folders
 
     train = image_folders(tmp_path / "train", ["a", "b", "c"])
     spec = tmp_path / "s.toml"
-    spec.write_text(TRANSFORM + f'\n[[split]]\nname = "id/test"\nsource = {{ imagefolder = '
+    spec.write_text(TRANSFORM_TOML + f'\n[[split]]\nname = "id/test"\nsource = {{ imagefolder = '
                     f'"{train}" }}\n')
     from featstore.extraction.extract import extract
 
-    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "st",
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "st",
                  options=ExtractOptions(device="cpu", batch_size=8, num_workers=0))
     model = json.loads((tmp_path / "st" / "store.json").read_text())["model"]
     assert model["sha256_of"] == "state dict" and model["weights"] is None

@@ -7,7 +7,6 @@ hand (largest-remainder shares)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +16,6 @@ from featstore.errors import InputError, UsageError
 from featstore.extraction.datasets import balance_id_ood, rows_from_source, sample_rows
 from featstore.extraction.extract import ExtractOptions, extract
 from featstore.specs.benchmark import load_spec
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 def test_per_class_and_max_rows_follow_the_seeded_rule():
@@ -74,7 +71,7 @@ def test_balance_cuts_the_larger_side_in_proportion(tmp_path):
     counts = {s.name: len(rows_from_source(s.source)) for s in bench.splits}
     assert counts == {"id/test": 30, "ood/far/a": 20, "ood/far/b": 10}
     assert bench.splits[1].source["sample_seed"] == 7
-    st = extract("tiny_models:tiny_cnn", _spec(tmp_path, body), tmp_path / "st",
+    st = extract("tests.helpers.tiny_models:tiny_cnn", _spec(tmp_path, body), tmp_path / "st",
                  options=ExtractOptions(device="cpu", batch_size=16, num_workers=0))
     assert {n: st.split(n).num_rows for n in st.splits()} == counts
     small = body.replace("count = 40", "count = 5").replace("count = 20", "count = 4")

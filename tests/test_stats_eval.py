@@ -10,7 +10,6 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_cli
 
 from scorers.compare import compare, rank_results
 from scorers.evaluate import evaluate, score_splits
@@ -19,6 +18,7 @@ from scorers.selective import selective_metrics
 from scorers.stats import BootstrapSpec, delong_test, holm
 from scorers.stats.resample import blocks, stratum_rng
 from scorers.sweep import sweep_all
+from tests.helpers.cli import run_cli
 
 
 def _indices(seed: int, name: str, n: int, n_boot: int) -> np.ndarray:

@@ -18,8 +18,6 @@ import json
 
 import numpy as np
 import pytest
-from conftest import assert_grid_close, structured_arrays
-from conftest import run_cli as run
 from threadpoolctl import threadpool_limits
 
 import scorers.sweep as sweep_mod
@@ -31,6 +29,9 @@ from scorers.base import Scorer, expand_grid
 from scorers.evaluate import evaluate
 from scorers.metrics import METRIC_DIRECTIONS, OOD_METRIC_NAMES
 from scorers.sweep import choose, plan_settings, sweep, sweep_all
+from tests.helpers.cli import run_cli as run
+from tests.helpers.scoring import assert_grid_close
+from tests.helpers.stores import structured_arrays
 
 GRID_SCORERS = [name for name, cls in REGISTRY.items() if cls.grid]
 # explicit valid grids where the default grid cannot be valid on the wide store

@@ -8,16 +8,13 @@ the schedule; a bare torch forward pass of the checkpoint's weights for the logi
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import run_cli as run
 from PIL import Image
-from skimage import data as skdata
 
 from featstore import Store
 from featstore.errors import UsageError
@@ -25,44 +22,22 @@ from featstore.extraction.datasets import build_transform
 from featstore.training.config import TrainConfig, cosine_factor
 from featstore.training.methods import get_method, list_methods
 from featstore.training.trainer import load_checkpoint, train
-
-sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import TinyCNN  # noqa: E402
+from tests.helpers.cli import run_cli as run
+from tests.helpers.images import make_rgb_tree, write_tree_spec
+from tests.helpers.tiny_models import ARCH, TinyCNN
 
 TRANSFORM = {"resize": 20, "crop": 16, "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
-ARCH = "tiny_models:TinyCNN"
 
 
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-
-
-def make_tree(root: Path, per_class: int = 6) -> Path:
-    """ImageFolder of real photo crops: a = astronaut, b = coffee, c = brick."""
-    sources = {"a": skdata.astronaut(), "b": skdata.coffee(), "c": skdata.brick()}
-    for cls, image in sources.items():
-        (root / cls).mkdir(parents=True)
-        for k in range(per_class):
-            crop = image[20 * k:20 * k + 64, 30 * k:30 * k + 64]
-            if crop.ndim == 2:
-                crop = np.repeat(crop[..., None], 3, axis=-1)
-            Image.fromarray(crop).save(root / cls / f"{k:02d}.png")
-    return root
-
-
-def write_spec(path: Path, tree: Path, with_train: bool = True) -> Path:
-    name = "id/train" if with_train else "id/test"
-    path.write_text("[transform]\nresize = 20\ncrop = 16\nmean = [0.5, 0.5, 0.5]\n"
-                    "std = [0.25, 0.25, 0.25]\n\n[[split]]\n"
-                    f'name = "{name}"\nsource = {{ imagefolder = "{tree}" }}\n')
-    return path
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
 
 
 @pytest.fixture
 def tree_spec(tmp_path):
-    tree = make_tree(tmp_path / "images")
-    return tree, write_spec(tmp_path / "spec.toml", tree)
+    tree = make_rgb_tree(tmp_path / "images")
+    return tree, write_tree_spec(tmp_path / "spec.toml", tree)
 
 
 def _images(tree: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -226,8 +201,8 @@ def test_bad_inputs_are_one_line_errors(tmp_path, tree_spec, capsys, args, messa
 
 
 def test_spec_without_id_train_is_refused(tmp_path, capsys):
-    tree = make_tree(tmp_path / "images", per_class=2)
-    spec = write_spec(tmp_path / "s.toml", tree, with_train=False)
+    tree = make_rgb_tree(tmp_path / "images", per_class=2)
+    spec = write_tree_spec(tmp_path / "s.toml", tree, with_train=False)
     code, _, err = run(capsys, "train", "--arch", ARCH, "--spec", str(spec), "--out",
                        str(tmp_path / "x.pt"), "--quiet")
     assert code == 2 and "has no id/train split" in err

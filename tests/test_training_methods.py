@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -35,9 +35,7 @@ from featstore.training.methods.godin import godin_logits, godin_loss
 from featstore.training.methods.logitnorm import logitnorm_loss
 from featstore.training.methods.mcd import discrepancy, entropy, mcd_loss
 from featstore.training.methods.oe import oe_loss, uniform_cross_entropy
-
-sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import TinyCNN  # noqa: E402
+from tests.helpers.tiny_models import TinyCNN
 
 LN3 = math.log(3.0)
 
@@ -345,8 +343,9 @@ def test_ten_method_demo_small(tmp_path, capsys, monkeypatch, caplog):
     table's structure, the finished runs read back on rerun, and the CLI's error for an
     unknown method."""
     from cli.app import main
+    from featstore.specs.benchmark import SplitSpec
     from featstore.workflows.demo import ten_methods
-    from featstore.workflows.demo.pipeline import PHOTOS, TEXTURES, demo_spec_text
+    from featstore.workflows.demo.pipeline import PHOTOS, TEXTURES, demo_spec
     from featstore.workflows.demo.ten_methods import (
         AUX_IMAGES,
         render_tables,
@@ -356,17 +355,24 @@ def test_ten_method_demo_small(tmp_path, capsys, monkeypatch, caplog):
     from featstore.workflows.experiments.presets import FAMILIES, ten_method_rows
     from featstore.workflows.experiments.render import flagged_methods
 
-    full = ten_methods.ten_methods_spec_text()
-    assert full.startswith(demo_spec_text()) and 'name = "ood/aux/skimage"' in full
-    keep = ('"id/', '"ood/near/digits6to9"', '"ood/far/noise"', '"ood/aux/')
-    blocks = [b for b in full.split("[[split]]")[1:] if any(f"name = {k}" in b for k in keep)]
-    for i, b in enumerate(blocks):  # fewer rows (same protocol): the test's time is the CNN's
-        if 'name = "id/' in b:
-            b = b.replace('" }', '", fractions = { train = 0.2, val = 0.1, test = 0.2 } }')
-        blocks[i] = b.replace("val = 0.3, test = 0.7", "val = 0.7, test = 0.3").replace(
-            "count = 200", "count = 100").replace("count = 40", "count = 10")
-    small = full.split("[[split]]")[0] + "".join("[[split]]" + b for b in blocks)
-    monkeypatch.setattr(ten_methods, "ten_methods_spec_text", lambda: small)
+    full = ten_methods.ten_methods_spec()
+    demo = demo_spec().splits
+    assert full.splits[:len(demo)] == demo and full.splits[-1].name == "ood/aux/skimage"
+    small = []
+    for sp in full.splits:
+        if not (sp.name.startswith(("id/", "ood/aux/"))
+                or sp.name in ("ood/near/digits6to9", "ood/far/noise")):
+            continue
+        src = dict(sp.source)    # fewer rows (same protocol): the test's time is the CNN's
+        if sp.name.startswith("id/"):
+            src["fractions"] = {"train": 0.2, "val": 0.1, "test": 0.2}
+        if src.get("fractions") == {"val": 0.3, "test": 0.7}:
+            src["fractions"] = {"val": 0.7, "test": 0.3}
+        if "count" in src:
+            src["count"] = {200: 100, 40: 10}.get(src["count"], src["count"])
+        small.append(SplitSpec(sp.name, sp.usage, src))
+    small_spec = replace(full, splits=small).validated()
+    monkeypatch.setattr(ten_methods, "ten_methods_spec", lambda: small_spec)
 
     assert [r.name for r in ten_method_rows()] == [
         "MSP", "ViM", "KNN", "ConfBranch", "LogitNorm", "G-ODIN", "OE", "MCD", "MC-Dropout",

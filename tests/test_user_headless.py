@@ -9,13 +9,13 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_cli as run
 from scipy.special import softmax
 
 from featstore import Store
 from featstore.errors import InputError, NoHeadError, UsageError
 from featstore.extraction.importer import import_arrays
 from scorers import get_scorer
+from tests.helpers.cli import run_cli as run
 
 
 def arrays(seed: int = 0) -> dict[str, np.ndarray]:
@@ -92,9 +92,9 @@ def test_torchscript_no_head_is_a_clear_error(tmp_path):
     """A TorchScript model cannot be hooked: `--no-head` is refused in one line naming the
     file and the way out; `--feature-layer` names the scripted Linear used as the head."""
     import torch
-    from tiny_models import TinyCNN
 
     from featstore.extraction.models import load_model
+    from tests.helpers.tiny_models import TinyCNN
 
     path = tmp_path / "tiny.ts"
     torch.jit.script(TinyCNN().eval()).save(str(path))

@@ -4,12 +4,10 @@ item 2). The expected split names are written out by hand from the OpenOOD v1.5 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli as run
 from PIL import Image
 from skimage import data as skdata
 
@@ -17,14 +15,14 @@ from featstore.errors import UsageError
 from featstore.extraction.extract import ExtractOptions, extract
 from featstore.specs.benchmark import load_spec
 from featstore.workflows.protocols.lists import lists_to_spec
+from tests.helpers.cli import run_cli as run
 
-sys.path.insert(0, str(Path(__file__).parent))
 OPTS = ExtractOptions(device="cpu", batch_size=8, num_workers=0, part_batches=2, progress=False)
 
 
 @pytest.fixture(autouse=True)
 def _tiny_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
 
 
 def openood_layout(tmp_path: Path) -> tuple[Path, Path]:
@@ -82,11 +80,12 @@ def test_spec_without_id_split_is_refused_before_extraction(tmp_path):
                     f'"{tmp_path}/oo/benchmark_imglist/cifar10/test_texture.txt", root = '
                     f'"{images}"}}\n')
     with pytest.raises(UsageError, match=r"has no id/ split \(splits: ood/far/texture\)"):
-        extract("tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
+        extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "store", options=OPTS)
     assert not (tmp_path / "store").exists()
     # OOD splits added to a store that holds its ID splits are fine
     images, lists = openood_layout(tmp_path / "again")
     lists_to_spec(lists, images, tmp_path / "full.toml")
-    extract("tiny_models:tiny_cnn", tmp_path / "full.toml", tmp_path / "st", options=OPTS)
-    st = extract("tiny_models:tiny_cnn", spec, tmp_path / "st", options=OPTS)
+    extract("tests.helpers.tiny_models:tiny_cnn", tmp_path / "full.toml", tmp_path / "st",
+            options=OPTS)
+    st = extract("tests.helpers.tiny_models:tiny_cnn", spec, tmp_path / "st", options=OPTS)
     assert "ood/far/texture" in st.splits()

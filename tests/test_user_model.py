@@ -28,7 +28,7 @@ OPTS = ExtractOptions(device="cpu", batch_size=4, num_workers=0, part_batches=2,
 
 @pytest.fixture(autouse=True)
 def _user_models_importable(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))
 
 
 @pytest.fixture(scope="module")
@@ -77,18 +77,18 @@ def one_line(exc: pytest.ExceptionInfo) -> str:
 
 
 def test_two_head_model_is_refused_then_extracted_without_a_head(spec, tmp_path):
-    import user_models
+    from tests.helpers import user_models
     with pytest.raises(FeatstoreError) as exc:
-        extract("user_models:two_head", spec, tmp_path / "s", options=OPTS)
+        extract("tests.helpers.user_models:two_head", spec, tmp_path / "s", options=OPTS)
     text = one_line(exc)
     assert "head Linear 'head_dist' differs from the model's output" in text
     assert "head (8->3), head_dist (8->3)" in text and "--feature-layer LAYER --no-head" in text
     assert not (tmp_path / "s" / "store.json").exists()
     # naming one of the two heads does not make its logits the model's
     with pytest.raises(FeatstoreError, match="head Linear 'head' differs"):
-        extract("user_models:two_head", spec, tmp_path / "s", options=OPTS,
+        extract("tests.helpers.user_models:two_head", spec, tmp_path / "s", options=OPTS,
                 feature_layer="head")
-    st = extract("user_models:two_head", spec, tmp_path / "s", options=OPTS,
+    st = extract("tests.helpers.user_models:two_head", spec, tmp_path / "s", options=OPTS,
                  feature_layer="head", no_head=True)
     feats, logits = bare(user_models.TwoHead(), images(spec),
                          lambda m, x: m.forward_features(x)[0])
@@ -101,8 +101,8 @@ def test_two_head_model_is_refused_then_extracted_without_a_head(spec, tmp_path)
 
 def test_unused_linear_after_the_head(spec, tmp_path):
     """The head is the Linear whose output the model returns, not the last one defined."""
-    import user_models
-    st = extract("user_models:unused_after_head", spec, tmp_path / "s", options=OPTS)
+    from tests.helpers import user_models
+    st = extract("tests.helpers.user_models:unused_after_head", spec, tmp_path / "s", options=OPTS)
     model = user_models.UnusedAfterHead()
     feats, logits = bare(model, images(spec), lambda m, x: m.trunk(x))
     assert_equal_to(st, feats, logits)
@@ -111,11 +111,11 @@ def test_unused_linear_after_the_head(spec, tmp_path):
 
 
 def test_conv_classifier(spec, tmp_path):
-    import user_models
+    from tests.helpers import user_models
     with pytest.raises(UsageError, match=r"no nn.Linear classifier head \(e.g. a 1x1-conv "
                                          r"classifier\); pass feature_layer='LAYER' naming "):
-        extract("user_models:conv_classifier", spec, tmp_path / "s", options=OPTS)
-    st = extract("user_models:conv_classifier", spec, tmp_path / "s", options=OPTS,
+        extract("tests.helpers.user_models:conv_classifier", spec, tmp_path / "s", options=OPTS)
+    st = extract("tests.helpers.user_models:conv_classifier", spec, tmp_path / "s", options=OPTS,
                  feature_layer="features")
     feats, logits = bare(user_models.ConvClassifier(), images(spec),
                          lambda m, x: m.features(x).mean(dim=(2, 3)))
@@ -124,8 +124,8 @@ def test_conv_classifier(spec, tmp_path):
 
 
 def test_hf_style_output_and_a_head_without_bias(spec, tmp_path):
-    import user_models
-    st = extract("user_models:hf_style", spec, tmp_path / "s", options=OPTS)
+    from tests.helpers import user_models
+    st = extract("tests.helpers.user_models:hf_style", spec, tmp_path / "s", options=OPTS)
     model = user_models.HFStyle()
     feats, logits = bare(model, images(spec), lambda m, x: m.trunk(x))
     assert_equal_to(st, feats, logits)
@@ -149,9 +149,9 @@ def test_torchvision_checkpoint(spec, tmp_path):
 
 
 def test_timm_models(spec, tmp_path):
-    import user_models
+    from tests.helpers import user_models
     pytest.importorskip("timm")
-    st = extract("user_models:timm_resnet", spec, tmp_path / "r", options=OPTS)
+    st = extract("tests.helpers.user_models:timm_resnet", spec, tmp_path / "r", options=OPTS)
     model = user_models.timm_resnet()
     feats, logits = bare(model, images(spec),
                          lambda m, x: m.forward_head(m.forward_features(x), pre_logits=True))
@@ -159,9 +159,9 @@ def test_timm_models(spec, tmp_path):
     assert st.provenance["head_layer"] == "fc"
     # timm's distilled DeiT: two heads, the output their mean
     with pytest.raises(FeatstoreError, match="head Linear 'head_dist' differs"):
-        extract("user_models:timm_deit_distilled", spec, tmp_path / "d", options=OPTS)
-    st = extract("user_models:timm_deit_distilled", spec, tmp_path / "d", options=OPTS,
-                 feature_layer="head", no_head=True)
+        extract("tests.helpers.user_models:timm_deit_distilled", spec, tmp_path / "d", options=OPTS)
+    st = extract("tests.helpers.user_models:timm_deit_distilled", spec, tmp_path / "d",
+                 options=OPTS, feature_layer="head", no_head=True)
     deit = user_models.timm_deit_distilled()
     feats, logits = bare(deit, images(spec), lambda m, x: m.forward_features(x)[:, 0])
     assert_equal_to(st, feats, logits)
@@ -169,7 +169,7 @@ def test_timm_models(spec, tmp_path):
 
 def test_self_loading_callable_is_quiet(tmp_path):
     """A module:callable that loads its own weights, with --weights: no meta-device flood."""
-    import user_models
+    from tests.helpers import user_models
     user_models.SelfLoading.path = ""
     torch.manual_seed(8)
     trained = user_models.SelfLoading()
@@ -178,7 +178,7 @@ def test_self_loading_callable_is_quiet(tmp_path):
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            loaded = load_model("user_models:self_loading", tmp_path / "w.pth")
+            loaded = load_model("tests.helpers.user_models:self_loading", tmp_path / "w.pth")
     finally:
         user_models.SelfLoading.path = ""
     assert [str(w.message) for w in caught] == []

@@ -9,13 +9,13 @@ import itertools
 import json
 
 import numpy as np
-from conftest import run_cli as run
 
 from featstore import Store
 from featstore.store.sanity import check_confusion, id_checks
 from featstore.workflows.experiments.aggregate import aggregate_runs
 from featstore.workflows.experiments.render import markdown_report, table_rows
 from scorers.metrics import OOD_METRIC_NAMES
+from tests.helpers.cli import run_cli as run
 
 
 def brute_force_permuted(m: np.ndarray) -> float:

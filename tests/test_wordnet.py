@@ -10,30 +10,23 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli as run
 from PIL import Image
 from skimage import data as skdata
 
 from featstore.errors import UsageError
 from featstore.specs.benchmark import load_spec
 from featstore.workflows.protocols import wordnet as wnp
-
-sys.path.insert(0, str(Path(__file__).parent))
+from tests.helpers.cli import run_cli as run
+from tests.helpers.references import hand_sim
 
 
 @pytest.fixture(scope="module")
 def wn():
     return wnp.load_wordnet()
-
-
-def hand_sim(d: int, wup: float) -> float:
-    """(path + LCH / LCH_max + Wu-Palmer) / 3 with D = 19."""
-    return (1.0 / (d + 1) + 1.0 - math.log(d + 1) / math.log(38.0) + wup) / 3.0
 
 
 def test_lexnames_file_is_man_5_lexnames():
@@ -182,7 +175,8 @@ def test_cli_writes_assignment_lists_and_spec(tmp_path, capsys, monkeypatch, out
     assert tsv[0].startswith("class\tsynset\tsim") and len(tsv) == 4
     from featstore.extraction.extract import ExtractOptions, extract
 
-    st = extract("tiny_models:tiny_cnn", tmp_path / "wn" / "T40.toml", tmp_path / "store",
+    st = extract("tests.helpers.tiny_models:tiny_cnn", tmp_path / "wn" / "T40.toml",
+                 tmp_path / "store",
                  options=ExtractOptions(device="cpu", batch_size=8, num_workers=0))
     labels = np.asarray(st.split("id/test").labels)
     assert (labels == -1).sum() == 3 and set(labels[labels >= 0].tolist()) == {0, 1, 2}

@@ -42,18 +42,23 @@ Specs are strict: a key the spec format does not define (at the top level, in [t
 a [[split]] or in its source) is an error naming the key, the valid ones and the closest
 valid one, because an ignored misspelling changes results silently (a misspelled `usage`
 would put a val split into test).
+
+A spec is an object, `BenchmarkSpec`: `BenchmarkSpec.load(path or TOML text)` reads one
+with the shared strict reader (`featstore.specs.toml`), `to_toml()` writes it (paths
+absolute), `validated()` checks one built in code as a file is checked; extraction and
+training take the object.
 """
 
 from __future__ import annotations
 
 import difflib
-import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from featstore.errors import InputError, UsageError
+from featstore.specs.toml import check_keys, dumps, plain, read_toml
 from featstore.store.names import parse_split_name
 from featstore.store.store import USAGES, default_usage
 
@@ -78,17 +83,6 @@ GENERATOR_KEYS: dict[str, tuple[str, ...]] = {
     "faces": ("fractions", "part", "seed", "size"),
     "noise": ("count", "kind", "seed", "part", "size"),
 }
-
-
-def check_keys(table: Mapping[str, Any], valid: Iterable[str], where: str) -> None:
-    """InputError naming the first key of `table` not in `valid`, the valid keys and, when
-    one is close, a did-you-mean."""
-    valid = list(valid)
-    for key in table:
-        if key not in valid:
-            close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise InputError(f"{where}: unknown key {key!r} (valid: {', '.join(valid)}){hint}")
 
 
 def _source_keys(source: Mapping[str, Any], kind: str, where: str) -> None:
@@ -141,9 +135,14 @@ class SplitSpec:
 
 @dataclass
 class BenchmarkSpec:
-    """A parsed benchmark spec."""
+    """A parsed benchmark spec. Two specs are equal when they define the same benchmark
+    (the file they were read from is not compared): `BenchmarkSpec.load(s.to_toml()) == s`.
 
-    path: Path | None
+    Workflows build one from `SplitSpec`s and call `validated()` (the checks and path
+    resolution of a loaded file), hand it to extraction and training as an object, and
+    write `to_toml()` only where a file is an output for the user."""
+
+    path: Path | None = field(compare=False)
     splits: list[SplitSpec]
     transform: dict[str, Any] = field(default_factory=dict)
     classes: list[str] | None = None
@@ -153,6 +152,40 @@ class BenchmarkSpec:
     #: is subsampled (seeded) to the smaller's size at extraction (`balance_id_ood`)
     balance: bool = False
     balance_seed: int = 0
+
+    @classmethod
+    def load(cls, source: str | Path, base: str | Path | None = None) -> BenchmarkSpec:
+        """Read and validate a spec from a path or TOML text (`featstore.specs.toml.
+        read_toml`); relative paths resolve against the file's directory (text: `base`,
+        default the working directory)."""
+        doc = read_toml(source, "spec", base)
+        spec = parse_spec(doc.data, doc.base, doc.where)
+        spec.path = doc.path
+        return spec
+
+    def to_data(self) -> dict[str, Any]:
+        """The spec in the TOML data model (what `parse_spec` reads); defaults left out."""
+        data: dict[str, Any] = {"classes": plain(self.classes), "wnids": plain(self.wnids),
+                                "class_map": plain(self.class_map) or None}
+        if self.balance:
+            data.update(balance=True, balance_seed=self.balance_seed)
+        data["transform"] = plain(self.transform) or None
+        data["split"] = [{"name": s.name, "usage": s.usage, "source": plain(s.source)}
+                         for s in self.splits]
+        return {k: v for k, v in data.items() if v is not None}
+
+    def to_toml(self, comment: str | None = None) -> str:
+        """The spec as TOML text (`comment` lines first); paths are written as held
+        (absolute once loaded or validated)."""
+        return dumps(self.to_data(), inline=("class_map",), comment=comment)
+
+    def validated(self, base: str | Path | None = None, where: str = "spec") -> BenchmarkSpec:
+        """This spec checked as a loaded file is (`parse_spec`), relative source paths
+        resolved against `base` (default: the working directory); a new object."""
+        root = Path(base).resolve() if base is not None else Path.cwd()
+        spec = parse_spec(self.to_data(), root, where)
+        spec.path = self.path
+        return spec
 
 
 def _resolve(base: Path, value: str) -> str:
@@ -250,17 +283,6 @@ def parse_spec(data: dict[str, Any], base: Path, where: str) -> BenchmarkSpec:
                          list(wnids) if wnids else None, dict(class_map), balance, seed)
 
 
-def load_spec(path: str | Path) -> BenchmarkSpec:
-    """Read and validate a benchmark spec TOML file."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"--spec {str(path)!r}: file not found")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"--spec {str(path)!r}: invalid TOML ({exc})") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"--spec {str(path)!r}: unreadable ({exc})") from exc
-    spec = parse_spec(data, path.parent.resolve(), f"spec {str(path)!r}")
-    spec.path = path
-    return spec
+def load_spec(source: str | Path) -> BenchmarkSpec:
+    """Read and validate a benchmark spec (a path or TOML text): `BenchmarkSpec.load`."""
+    return BenchmarkSpec.load(source)

@@ -5,19 +5,20 @@ a separate construct/fit/score per setting for `score_grid` (rtol 1e-9)."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 
 from featstore import Store
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 
 def ref_ash(store: Store, split: str, variant: str = "b", percentile: float = 90) -> np.ndarray:
     """Djurisic et al. 2023 (official ash_p/ash_b/ash_s), row by row: keep the k largest
     entries, ties at the k-th value broken by lowest index."""
-    w, b = kit.head(store)
-    x = kit.feats(store, split)
+    w, b = refs.head(store)
+    x = refs.feats(store, split)
     d = x.shape[1]
     k = d - int(np.round(d * percentile / 100.0))
     shaped = np.zeros_like(x)
@@ -33,7 +34,7 @@ def ref_ash(store: Store, split: str, variant: str = "b", percentile: float = 90
         else:
             pruned = np.where(keep, row, 0.0)
             shaped[i] = pruned * np.exp(s1 / pruned.sum())
-    return kit.energy(shaped @ w.T + b)
+    return refs.energy(shaped @ w.T + b)
 
 
 CASES = [{"variant": v, "percentile": p} for v in ("p", "b", "s") for p in (65, 90)]

@@ -5,7 +5,6 @@ sums for map_rows. The per-scorer contract (every registered scorer) is test_con
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 
@@ -15,6 +14,7 @@ from scorers import REGISTRY, get_scorer, list_scorers
 from scorers.base import expand_grid, stored_logits_are_head
 from scorers.evaluate import evaluate, supported
 from scorers.rowmap import map_rows
+from tests.helpers import stores
 
 
 def test_unknown_scorer_and_parameter_name_the_valid_ones():
@@ -113,9 +113,9 @@ def test_stored_logits_are_head_probe(tmp_path, make_store):
     stored as float16: False."""
     assert stored_logits_are_head(make_store("f32", seed=4)) is True
     assert stored_logits_are_head(make_store("f16", dtype="float16", seed=4)) is False
-    arrays = kit.structured_arrays(seed=4)
+    arrays = stores.structured_arrays(seed=4)
     Store.from_arrays(tmp_path / "scaled", head=arrays["head"],
-                      splits=kit.other_head_logits(arrays))
+                      splits=stores.other_head_logits(arrays))
     assert stored_logits_are_head(Store.open(tmp_path / "scaled")) is False
 
 

@@ -4,17 +4,17 @@ evaluation on disjoint confidence ranges (must be 100)."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 
 from scorers import get_scorer, list_scorers
 from scorers.evaluate import evaluate
+from tests.helpers import stores
 
 RNG = np.random.default_rng(7)
 
 
 def test_confbranch_is_the_stored_confidence(tmp_path):
-    st = kit.extras_store(tmp_path / "s", RNG, lambda n, iid: {
+    st = stores.extras_store(tmp_path / "s", RNG, lambda n, iid: {
         "confidence": (RNG.uniform(0.6, 1.0, n) if iid else RNG.uniform(0.0, 0.5, n))
         .astype(np.float32)})
     s = get_scorer("confbranch").fit(st)

@@ -6,21 +6,22 @@ energy by `scipy.special.logsumexp`, transcribed here in full-matrix NumPy, comp
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 
 from featstore import Store
 from scorers import list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 
 def ref_dice(store: Store, split: str, p: float = 90) -> np.ndarray:
     """Sun & Li 2022: keep the head weights whose contribution mean(h) * W is above the p-th
     percentile of all C*D contributions."""
-    w, b = kit.head(store)
-    contrib = kit.feats(store, "id/train").mean(axis=0)[None, :] * w
+    w, b = refs.head(store)
+    contrib = refs.feats(store, "id/train").mean(axis=0)[None, :] * w
     mask = contrib > np.percentile(contrib, p)
-    return kit.energy(kit.feats(store, split) @ (w * mask).T + b)
+    return refs.energy(refs.feats(store, split) @ (w * mask).T + b)
 
 
 @pytest.mark.parametrize("params", [{}, {"p": 50}], ids=["default", "p=50"])

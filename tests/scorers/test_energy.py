@@ -5,12 +5,13 @@ for the sign."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 from scipy.special import logsumexp as sp_logsumexp
 
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 CASES = [{}, {"temperature": 0.5}, {"temperature": 1000}]
 
@@ -21,7 +22,7 @@ def ref_energy(logit_rows: np.ndarray, temperature: float) -> np.ndarray:
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    return ref_energy(kit.logits(store, split), params.get("temperature", 1.0))
+    return ref_energy(refs.logits(store, split), params.get("temperature", 1.0))
 
 
 (test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,

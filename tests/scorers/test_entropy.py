@@ -4,12 +4,13 @@ for the sign."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 from scipy.special import softmax as sp_softmax
 from scipy.stats import entropy as sp_entropy
 
 from scorers import list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 CASES = [{}]
 
@@ -20,7 +21,7 @@ def ref_entropy(logit_rows: np.ndarray) -> np.ndarray:
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    return ref_entropy(kit.logits(store, split))
+    return ref_entropy(refs.logits(store, split))
 
 
 (test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,

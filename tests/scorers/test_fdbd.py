@@ -5,19 +5,20 @@ per setting for `score_grid` (rtol 1e-9)."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 
 from featstore import Store
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 
 def ref_fdbd(store: Store, split: str, distance_as_normalizer: bool = True) -> np.ndarray:
     """Liu & Qin 2024: mean over j != c of |l_c - l_j| / ||w_c - w_j||, over ||h - mu||."""
-    w, _ = kit.head(store)
-    x, lg = kit.feats(store, split), kit.logits(store, split)
-    mu = kit.feats(store, "id/train").mean(axis=0)
+    w, _ = refs.head(store)
+    x, lg = refs.feats(store, split), refs.logits(store, split)
+    mu = refs.feats(store, "id/train").mean(axis=0)
     num_classes = w.shape[0]
     out = np.empty(len(x))
     for i in range(len(x)):

@@ -5,12 +5,13 @@ scikit-learn `roc_auc_score` for the sign."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 from scipy.special import softmax as sp_softmax
 
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 CASES = [{}, {"gamma": 0.5, "M": 3}, {"gamma": 2, "M": 1}, {"gamma": 0.01, "M": 12}]
 
@@ -23,7 +24,7 @@ def ref_gen(logit_rows: np.ndarray, gamma: float, m: int) -> np.ndarray:
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    return ref_gen(kit.logits(store, split), params.get("gamma", 0.1), params.get("M", 100))
+    return ref_gen(refs.logits(store, split), params.get("gamma", 0.1), params.get("M", 100))
 
 
 (test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,
@@ -78,7 +79,7 @@ def test_out_of_range_grid_values(shared_store):
 def test_gen_m_above_classes_uses_all_classes(shared_store):
     """Reference: GEN with M >= C is the sum over all C classes (paper code's [:, -M:])."""
     split = shared_store.split("ood/near/blend")
-    logit_rows = kit.logits(shared_store, "ood/near/blend")
+    logit_rows = refs.logits(shared_store, "ood/near/blend")
     full = get_scorer("gen", M=5).fit(shared_store).score(split)
     for m in (6, 100, 1000):
         got = get_scorer("gen", M=m).fit(shared_store).score(split)

@@ -6,24 +6,25 @@ from __future__ import annotations
 
 import math
 
-import conftest as kit
 import numpy as np
 import pytest
 
 from featstore.errors import UsageError
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import stores
 
 RNG = np.random.default_rng(7)
 
 
 def godin_extras(n, iid):
-    h = kit.random_logits(RNG, n, 3.0 if iid else 0.5)
+    h = stores.random_logits(RNG, n, 3.0 if iid else 0.5)
     g = RNG.uniform(0.5, 0.95, n) if iid else RNG.uniform(0.05, 0.4, n)
     return {"godin_h": h, "godin_g": g.astype(np.float32)}
 
 
 def test_godin_variants_against_numpy(tmp_path):
-    st = kit.extras_store(tmp_path / "g", RNG, godin_extras)
+    st = stores.extras_store(tmp_path / "g", RNG, godin_extras)
     for split_name in ("id/test", "ood/far/x"):
         sp = st.split(split_name)
         h = np.asarray(sp.extra("godin_h"), dtype=np.float64)
@@ -31,7 +32,7 @@ def test_godin_variants_against_numpy(tmp_path):
         ref = {
             "h": [max(row) for row in h],
             "g": list(g),
-            "softmax": [math.log(max(kit.softmax_row([x / gi for x in row]))) for row, gi in
+            "softmax": [math.log(max(refs.softmax_row([x / gi for x in row]))) for row, gi in
                         zip(h, g, strict=True)],
         }
         for variant, expect in ref.items():

@@ -5,19 +5,20 @@ a separate construct/fit/score per setting for `score_grid` (rtol 1e-9)."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 from scipy.special import softmax as sp_softmax
 
 from featstore import Store
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 
 def ref_gradnorm(store: Store, split: str) -> np.ndarray:
     """Huang et al. 2021: ||d KL(u || softmax(h W^T + b)) / dW||_1."""
-    w, b = kit.head(store)
-    x = kit.feats(store, split)
+    w, b = refs.head(store)
+    x = refs.feats(store, split)
     grad = (sp_softmax(x @ w.T + b, axis=1) - 1.0 / len(b))[:, :, None] * x[:, None, :]
     return np.abs(grad).sum(axis=(1, 2))
 
@@ -50,14 +51,14 @@ def test_gradnorm_matches_torch_autograd(shared_store):
     """Per sample: nn.Linear with the head, loss sum_c -(1/C) log_softmax, backward, L1 norm
     of weight.grad (the bias gradient is not part of the score, as in the official code)."""
     torch = pytest.importorskip("torch")
-    w, b = kit.head(shared_store)
+    w, b = refs.head(shared_store)
     fc = torch.nn.Linear(w.shape[1], w.shape[0], dtype=torch.float64)
     with torch.no_grad():
         fc.weight.copy_(torch.from_numpy(w))
         fc.bias.copy_(torch.from_numpy(b))
     scorer = kit.fitted("gradnorm", shared_store)
     for split in ("id/test", "ood/far/faint"):
-        x = torch.from_numpy(kit.feats(shared_store, split))
+        x = torch.from_numpy(refs.feats(shared_store, split))
         expected = []
         for row in x:
             fc.zero_grad()

@@ -5,15 +5,16 @@ here as OpenOOD's per-row loop (sum where p != 0 of p log(p / q)) with
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 from scipy.special import softmax as sp_softmax
-from test_temp_scaling import store_without_id_val
 
 from featstore import Store
 from featstore.errors import FeatstoreError
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
+from tests.helpers.stores import store_without_id_val
 
 CASES = [{}]
 
@@ -40,8 +41,8 @@ def ref_kl_matching(logit_rows: np.ndarray, templates: list[np.ndarray]) -> np.n
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    _, templates = ref_kl_templates(kit.logits(store, "id/val"))
-    return ref_kl_matching(kit.logits(store, split), templates)
+    _, templates = ref_kl_templates(refs.logits(store, "id/val"))
+    return ref_kl_matching(refs.logits(store, split), templates)
 
 
 (test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,
@@ -81,11 +82,11 @@ def test_kl_matching_skips_never_predicted_classes(tmp_path):
     scorer = get_scorer("kl_matching")
     scorer.chunk_rows = 30
     scorer.fit(store)
-    classes, templates = ref_kl_templates(kit.logits(store, "id/val"))
+    classes, templates = ref_kl_templates(refs.logits(store, "id/val"))
     assert list(classes) == [0, 1, 2, 3]
     np.testing.assert_array_equal(scorer.template_classes, classes)
     np.testing.assert_allclose(scorer.templates, np.stack(templates), rtol=1e-12)
     got = scorer.score(store.split("id/test"))
     assert np.isfinite(got).all()
-    np.testing.assert_allclose(got, ref_kl_matching(kit.logits(store, "id/test"), templates),
+    np.testing.assert_allclose(got, ref_kl_matching(refs.logits(store, "id/test"), templates),
                                rtol=1e-6, atol=1e-12)

@@ -6,15 +6,16 @@ approximate ones (recall@K, scores); a separate construct/fit/score per setting 
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 from sklearn.neighbors import NearestNeighbors
-from test_knn_index import assert_grid_cases, assert_reports_recall
 
 from featstore.errors import UsageError
 from scorers import get_scorer, list_scorers
 from scorers.knn_index import build_index, recall_at_k
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
+from tests.helpers.scoring import assert_grid_cases, assert_reports_recall
 
 FAISS_RTOL = 1e-5
 
@@ -22,21 +23,21 @@ FAISS_RTOL = 1e-5
 def ref_knn(train: np.ndarray, test: np.ndarray, k: int) -> np.ndarray:
     """Sun et al. 2022: -(Euclidean distance of normalized z to its k-th normalized train
     neighbour), sklearn NearestNeighbors (brute force, float64)."""
-    nn = NearestNeighbors(n_neighbors=k, algorithm="brute").fit(kit.normalize(train))
-    dist, _ = nn.kneighbors(kit.normalize(test))
+    nn = NearestNeighbors(n_neighbors=k, algorithm="brute").fit(refs.normalize(train))
+    dist, _ = nn.kneighbors(refs.normalize(test))
     return -dist[:, k - 1]
 
 
 def test_knn_matches_sklearn_neighbors(shared_store):
     st = shared_store
-    train = kit.feats(st, "id/train")
+    train = refs.feats(st, "id/train")
     for k in (1, 50, 200):
         scorer = kit.fitted("knn", st, K=k)
         assert scorer.bank_size == kit.N_TRAIN
         for name in kit.EVAL_SPLITS:
             got = scorer.score(st.split(name))
             assert got.dtype == np.float64 and got.shape == (st.split(name).num_rows,)
-            np.testing.assert_allclose(got, ref_knn(train, kit.feats(st, name), k),
+            np.testing.assert_allclose(got, ref_knn(train, refs.feats(st, name), k),
                                        rtol=FAISS_RTOL)
 
 
@@ -106,7 +107,7 @@ def test_approximate_index_recall_and_scores(shared_store, kind):
     """recall@50 >= 0.9 against the exact flat index on the fixture's test/OOD queries; the
     approximate K-th distance is never below the exact one and close to it."""
     st = shared_store
-    bank = kit.normalize(kit.feats(st, "id/train")).astype(np.float32)
+    bank = refs.normalize(refs.feats(st, "id/train")).astype(np.float32)
     exact = build_index(bank, kind="exact")
     approx = build_index(bank, kind=kind)
     exact_scorer = kit.fitted("knn", st, K=50)
@@ -114,7 +115,7 @@ def test_approximate_index_recall_and_scores(shared_store, kind):
     # calibrated width (recall_target) is tested in test_knn_recall_target.py
     approx_scorer = kit.fitted("knn", st, K=50, index=kind, recall_target=None)
     for name in kit.EVAL_SPLITS:
-        q = kit.normalize(kit.feats(st, name)).astype(np.float32)
+        q = refs.normalize(refs.feats(st, name)).astype(np.float32)
         _, ei = exact.search(q, 50)
         _, ai = approx.search(q, 50)
         assert recall_at_k(ai, ei) >= 0.9, (kind, name)
@@ -144,7 +145,7 @@ def test_bank_fraction_half_is_deterministic_and_uses_half(shared_store):
     sa = a.score(split)
     np.testing.assert_array_equal(sa, b.score(split))
     rows = np.sort(np.random.default_rng(0).choice(kit.N_TRAIN, size=300, replace=False))
-    want = ref_knn(kit.feats(st, "id/train")[rows], kit.feats(st, "id/test"), 50)
+    want = ref_knn(refs.feats(st, "id/train")[rows], refs.feats(st, "id/test"), 50)
     np.testing.assert_allclose(sa, want, rtol=FAISS_RTOL)
     assert not np.allclose(sa, kit.fitted("knn", st, K=50).score(split))
     c = kit.fitted("knn", st, K=50, bank_fraction=0.5, seed=1)

@@ -5,60 +5,13 @@ an approximate index reports; a separate construct/fit/score per setting for `sc
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
-from sklearn.neighbors import NearestNeighbors
 
-from featstore import Store
 from featstore.errors import UsageError
 from scorers import list_scorers
-from scorers.base import expand_grid
 from scorers.kernels.iptopk import exact_ip_search, exact_ip_values
 from scorers.knn_index import OWN_IP_SEARCH_FRACTION, build_index, recall_at_k
-
-
-def assert_grid_cases(store: Store, name: str, params: dict, grid: dict) -> None:
-    """Reference: a separate construct/fit/score per setting (what the base class does), on
-    id/test and ood/far/faint, to rtol 1e-9 / atol 1e-12."""
-    scorer = kit.fitted(name, store, **params)
-    for split_name in ("id/test", "ood/far/faint"):
-        split = store.split(split_name)
-        results = scorer.score_grid(split, grid)
-        assert [s for s, _ in results] == expand_grid(grid)
-        for setting, scores in results:
-            separate = kit.fitted(name, store, **{**params, **setting}).score(split)
-            np.testing.assert_allclose(scores, separate, rtol=1e-9, atol=1e-12,
-                                       err_msg=f"{name} {setting} on {split_name}")
-
-
-def faiss_bank(scorer) -> np.ndarray:
-    """The bank vectors, read back from an exact index built by the same scorer class."""
-    exact = type(scorer)(**{**scorer.params, "index": "exact"}).fit(scorer.store)
-    return exact.index._cpu_index.reconstruct_n(0, exact.index.ntotal)
-
-
-def assert_reports_recall(store: Store, name: str, kind: str) -> None:
-    """An approximate index reports recall@K at fit (issue 8): the figure equals recall_at_k
-    of the built index's ids against sklearn NearestNeighbors' exact ids (the reference) on
-    the first 256 id/val rows; an exact index reports no recall."""
-    params = {"K": 20, "index": kind} if name == "knn" else {"K": 5, "alpha": 0.5,
-                                                              "index": kind}
-    scorer = kit.fitted(name, store, **params)
-    diag = scorer.diagnostics
-    assert diag["recall_split"] == "id/val" and diag["recall_queries"] == 200
-    assert diag["recall_k"] == params["K"]
-    q = kit.normalize(kit.feats(store, "id/val")).astype(np.float32)
-    _, approx_ids = scorer.index.search(q, params["K"])
-    bank = np.ascontiguousarray(faiss_bank(scorer))
-    if name == "knn":
-        exact_ids = NearestNeighbors(n_neighbors=params["K"]).fit(bank).kneighbors(q)[1]
-    else:  # inner-product search: the K largest q . b
-        exact_ids = np.argsort(-(q.astype(np.float64) @ bank.T.astype(np.float64)),
-                               axis=1, kind="stable")[:, :params["K"]]
-    assert diag["recall_at_k"] == pytest.approx(recall_at_k(approx_ids, exact_ids), abs=0.01)
-    assert 0.0 < diag["recall_at_k"] <= 1.0
-    assert "recall_at_k" not in kit.fitted(name, store, **{**params, "index": "exact"}).diagnostics
 
 
 def test_recall_at_k_helper():

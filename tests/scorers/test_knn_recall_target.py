@@ -6,7 +6,6 @@ and held-out queries drawn from the same mixture."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 from sklearn.neighbors import NearestNeighbors
@@ -20,6 +19,8 @@ from scorers.knn_index import (
     recall_at_k,
     recall_lower_bound,
 )
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 K = 20
 TARGET = 0.95
@@ -150,8 +151,8 @@ def test_knn_scorer_calibrates_by_default(shared_store):
     scorer = kit.fitted("knn", st, K=10, index="ivf_flat")
     diag = scorer.diagnostics
     assert diag["index_options"]["recall_target"] == 0.95 and diag["recall_at_k"] >= 0.95
-    q = kit.normalize(kit.feats(st, "id/val")).astype(np.float32)
-    bank = kit.normalize(kit.feats(st, "id/train")).astype(np.float32)
+    q = refs.normalize(refs.feats(st, "id/val")).astype(np.float32)
+    bank = refs.normalize(refs.feats(st, "id/train")).astype(np.float32)
     assert diag["recall_at_k"] == pytest.approx(
         recall_at_k(scorer.index.search(q, 10)[1], sk_ids(bank, q, 10)), abs=0.01)
     fixed = kit.fitted("knn", st, K=10, index="ivf_flat", recall_target=None)

@@ -7,24 +7,25 @@ from __future__ import annotations
 
 import math
 
-import conftest as kit
 import numpy as np
 import pytest
 
 from scorers import get_scorer, list_scorers
 from scorers.evaluate import evaluate
+from tests.helpers import references as refs
+from tests.helpers import stores
 
 RNG = np.random.default_rng(7)
 
 
 def mc_extras(n, iid, t=5):
-    base = RNG.normal(size=(1, n, kit.EXTRAS_C)) * (3.0 if iid else 0.3)
-    noise = RNG.normal(size=(t, n, kit.EXTRAS_C)) * (0.2 if iid else 2.0)
+    base = RNG.normal(size=(1, n, stores.EXTRAS_C)) * (3.0 if iid else 0.3)
+    noise = RNG.normal(size=(t, n, stores.EXTRAS_C)) * (0.2 if iid else 2.0)
     return {"mc_logits": (base + noise).astype(np.float32)}
 
 
 def test_mcdropout_variants_against_numpy(tmp_path):
-    st = kit.extras_store(tmp_path / "d", RNG, mc_extras)
+    st = stores.extras_store(tmp_path / "d", RNG, mc_extras)
     for split_name in ("id/test", "ood/far/x"):
         sp = st.split(split_name)
         assert sp.extra_row_axis("mc_logits") == 1
@@ -32,12 +33,12 @@ def test_mcdropout_variants_against_numpy(tmp_path):
         t, n, _ = mc.shape
         ent, msp, lmean = [], [], []
         for i in range(n):
-            probs = [kit.softmax_row(mc[k, i]) for k in range(t)]
-            p_mean = [sum(p[c] for p in probs) / t for c in range(kit.EXTRAS_C)]
-            ent.append(-kit.entropy_row(p_mean))
+            probs = [refs.softmax_row(mc[k, i]) for k in range(t)]
+            p_mean = [sum(p[c] for p in probs) / t for c in range(stores.EXTRAS_C)]
+            ent.append(-refs.entropy_row(p_mean))
             msp.append(math.log(max(p_mean)))
-            lmean.append(math.log(max(kit.softmax_row([sum(mc[k, i, c] for k in range(t)) / t
-                                              for c in range(kit.EXTRAS_C)]))))
+            lmean.append(math.log(max(refs.softmax_row([sum(mc[k, i, c] for k in range(t)) / t
+                                              for c in range(stores.EXTRAS_C)]))))
         for variant, expect in (("entropy", ent), ("msp", msp), ("logit_mean", lmean)):
             got = get_scorer("mcdropout", variant=variant).fit(st).score(sp)
             np.testing.assert_allclose(got, expect, rtol=1e-10, atol=1e-12)

@@ -5,39 +5,15 @@ whiteners; sign by the means of id/test and ood/far/faint. Chunks of 97 rows."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
-from sklearn.covariance import EmpiricalCovariance
 
 from scorers import list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
+from tests.helpers.references import class_distances, ref_class_maha, small_store_parts
 
 F64_RTOL = 1e-6
-
-
-def class_means_and_cov(train: np.ndarray, y: np.ndarray):
-    """OpenOOD's MDS setup: per-class means; EmpiricalCovariance of class-centered features."""
-    classes = np.unique(y)
-    means = {}
-    centered = []
-    for c in classes:
-        rows = train[y == c]
-        means[c] = rows.mean(axis=0)
-        centered.append(rows - means[c])
-    cov = EmpiricalCovariance(assume_centered=False).fit(np.concatenate(centered)).covariance_
-    return means, cov
-
-
-def ref_class_maha(train: np.ndarray, y: np.ndarray, test: np.ndarray) -> np.ndarray:
-    """(n, C) squared Mahalanobis distances to each class mean, explicit loops, np.linalg.pinv."""
-    means, cov = class_means_and_cov(train, y)
-    prec = np.linalg.pinv(cov)
-    out = np.empty((test.shape[0], len(means)))
-    for j, c in enumerate(sorted(means)):
-        for i, x in enumerate(test):
-            d = x - means[c]
-            out[i, j] = d @ prec @ d
-    return out
 
 
 def ref_mds(train, y, test) -> np.ndarray:
@@ -45,30 +21,13 @@ def ref_mds(train, y, test) -> np.ndarray:
     return (-ref_class_maha(train, y, test)).max(axis=1)
 
 
-def small_store_parts(make_store):
-    """N = 40 labelled id/train rows in D = 64 (the covariances have rank < N; the fit takes
-    the thin-SVD route, `whitener_from_rows`): the store, its train rows/labels, class means
-    and the precision (sklearn EmpiricalCovariance, scipy pinvh) of the class-centered rows."""
-    st = make_store("small", dim=64, n_train=40)
-    train, y = kit.feats(st, "id/train"), kit.labels(st, "id/train")
-    means, _ = class_means_and_cov(train, y)
-    centered = train - np.stack([means[c] for c in y])
-    prec = EmpiricalCovariance().fit(centered).precision_
-    return st, train, means, prec
-
-
-def class_distances(test: np.ndarray, means: dict, prec: np.ndarray) -> np.ndarray:
-    return np.stack([np.einsum("ij,jk,ik->i", test - means[c], prec, test - means[c])
-                     for c in sorted(means)], axis=1)
-
-
 def test_mds_matches_loops(shared_store):
     st = shared_store
-    train, y = kit.feats(st, "id/train"), kit.labels(st, "id/train")
+    train, y = refs.feats(st, "id/train"), refs.labels(st, "id/train")
     scorer = kit.fitted("mds", st)
     for name in kit.EVAL_SPLITS:
         np.testing.assert_allclose(scorer.score(st.split(name)),
-                                   ref_mds(train, y, kit.feats(st, name)), rtol=F64_RTOL)
+                                   ref_mds(train, y, refs.feats(st, name)), rtol=F64_RTOL)
 
 
 @pytest.mark.parametrize("precision", ["float64", "float32"])
@@ -79,7 +38,7 @@ def test_mds_fewer_train_rows_than_dims(make_store, precision):
     st, _, means, prec = small_store_parts(make_store)
     mds = kit.fitted("mds", st, precision=precision)
     for name in kit.EVAL_SPLITS:
-        want = -class_distances(kit.feats(st, name), means, prec).min(axis=1)
+        want = -class_distances(refs.feats(st, name), means, prec).min(axis=1)
         got = mds.score(st.split(name))
         if precision == "float64":
             np.testing.assert_allclose(got, want, rtol=1e-8)

@@ -3,10 +3,11 @@ max_k l_k, in NumPy on the stored logits; scikit-learn `roc_auc_score` for the s
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 
 from scorers import list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 CASES = [{}]
 
@@ -17,7 +18,7 @@ def ref_mls(logit_rows: np.ndarray) -> np.ndarray:
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    return ref_mls(kit.logits(store, split))
+    return ref_mls(refs.logits(store, split))
 
 
 (test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,

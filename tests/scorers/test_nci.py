@@ -4,19 +4,20 @@ alpha ||h||_1 transcribed here in full-matrix NumPy, compared at rtol 1e-6 with 
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 
 from featstore import Store
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 
 def ref_nci(store: Store, split: str, alpha: float = 0.0001) -> np.ndarray:
     """OpenOOD v1.5 NCI: w_c . (h - mu_G) / ||h - mu_G|| + alpha ||h||_1."""
-    w, _ = kit.head(store)
-    x, lg = kit.feats(store, split), kit.logits(store, split)
-    centered = x - kit.feats(store, "id/train").mean(axis=0)
+    w, _ = refs.head(store)
+    x, lg = refs.feats(store, split), refs.logits(store, split)
+    centered = x - refs.feats(store, "id/train").mean(axis=0)
     c = lg.argmax(axis=1)
     return (np.sum(w[c] * centered, axis=1) / np.linalg.norm(centered, axis=1)
             + alpha * np.abs(x).sum(axis=1))

@@ -5,22 +5,23 @@ construct/fit/score per setting for `score_grid` (rtol 1e-9). Chunks of 97 rows.
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 from scipy.special import logsumexp as sp_logsumexp
-from test_knn_index import assert_grid_cases, assert_reports_recall
 
 from featstore.errors import UsageError
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
+from tests.helpers.scoring import assert_grid_cases, assert_reports_recall
 
 FAISS_RTOL = 1e-5
 
 
 def ref_nnguide(train, train_logits, test, test_logits, k: int) -> np.ndarray:
     """Park et al. 2023 (OpenOOD NNGuide, whole bank): mean top-k of <z, z_i E_i> times E(x)."""
-    bank = kit.normalize(train) * sp_logsumexp(train_logits, axis=1)[:, None]
-    sims = kit.normalize(test) @ bank.T
+    bank = refs.normalize(train) * sp_logsumexp(train_logits, axis=1)[:, None]
+    sims = refs.normalize(test) @ bank.T
     topk = -np.sort(-sims, axis=1)[:, :k]
     return topk.mean(axis=1) * sp_logsumexp(test_logits, axis=1)
 
@@ -28,11 +29,11 @@ def ref_nnguide(train, train_logits, test, test_logits, k: int) -> np.ndarray:
 def test_nnguide_matches_bruteforce(shared_store):
     """The whole bank (alpha=1), K in 1, 10, 100."""
     st = shared_store
-    train, tl = kit.feats(st, "id/train"), kit.logits(st, "id/train")
+    train, tl = refs.feats(st, "id/train"), refs.logits(st, "id/train")
     for k in (1, 10, 100):
         scorer = kit.fitted("nnguide", st, K=k, alpha=1.0)
         for name in kit.EVAL_SPLITS:
-            ref = ref_nnguide(train, tl, kit.feats(st, name), kit.logits(st, name), k)
+            ref = ref_nnguide(train, tl, refs.feats(st, name), refs.logits(st, name), k)
             np.testing.assert_allclose(scorer.score(st.split(name)), ref, rtol=FAISS_RTOL)
 
 
@@ -45,8 +46,8 @@ def test_nnguide_alpha_subsample_is_deterministic_and_sized(shared_store):
     split = st.split("id/test")
     np.testing.assert_array_equal(a.score(split), b.score(split))
     rows = np.sort(np.random.default_rng(3).choice(kit.N_TRAIN, size=300, replace=False))
-    ref = ref_nnguide(kit.feats(st, "id/train")[rows], kit.logits(st, "id/train")[rows],
-                      kit.feats(st, "id/test"), kit.logits(st, "id/test"), 20)
+    ref = ref_nnguide(refs.feats(st, "id/train")[rows], refs.logits(st, "id/train")[rows],
+                      refs.feats(st, "id/test"), refs.logits(st, "id/test"), 20)
     np.testing.assert_allclose(a.score(split), ref, rtol=FAISS_RTOL)
 
 

@@ -5,12 +5,13 @@ setting for `score_grid`; OpenOOD v1.5's odin.yml for the default grid; scikit-l
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 from scipy.special import softmax as sp_softmax
 
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 CASES = [{}, {"temperature": 1}, {"temperature": 10.0}]
 
@@ -21,7 +22,7 @@ def ref_odin(logit_rows: np.ndarray, temperature: float) -> np.ndarray:
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    return ref_odin(kit.logits(store, split), params.get("temperature", 1000.0))
+    return ref_odin(refs.logits(store, split), params.get("temperature", 1000.0))
 
 
 (test_matches_paper_formula_structured_store, test_matches_paper_formula_chunked_float16,

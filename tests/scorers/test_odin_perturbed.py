@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-import conftest as kit
 import numpy as np
 import pytest
 
@@ -15,13 +14,9 @@ from featstore import Store
 from featstore.errors import UsageError
 from featstore.store.extra_keys import odin_name
 from scorers import get_scorer, list_scorers
-
-RNG = np.random.default_rng(7)
-GRID = [(1000.0, 0.0014), (1000.0, 0.0), (10.0, 0.0028)]
-
-
-def odin_extras(n, iid):
-    return {odin_name(t, e): kit.random_logits(RNG, n, 3.0 if iid else 0.5) for t, e in GRID}
+from tests.helpers import references as refs
+from tests.helpers import stores
+from tests.helpers.stores import ODIN_GRID, ODIN_RNG, odin_extras
 
 
 def test_has_extra_lookup_matches_the_listing(tmp_path):
@@ -29,7 +24,7 @@ def test_has_extra_lookup_matches_the_listing(tmp_path):
     `name in names or any(n.startswith(name + "/"))`, for stored names, the group, prefixes
     that are not names, missing names and names that are not plain paths; before and after
     the arrays are opened (cached per open file)."""
-    st = kit.extras_store(tmp_path / "h", RNG, odin_extras)
+    st = stores.extras_store(tmp_path / "h", ODIN_RNG, odin_extras)
     sp = st.split("ood/far/x")
     names = sp.extra_names()
     asked = [*names, "odin_logits", "odin_log", "odin_logits/1000", "nothing", "nothing/x", "",
@@ -43,17 +38,17 @@ def test_has_extra_lookup_matches_the_listing(tmp_path):
 
 
 def test_odin_perturbed_against_numpy_and_grid(tmp_path):
-    st = kit.extras_store(tmp_path / "o", RNG, odin_extras)
+    st = stores.extras_store(tmp_path / "o", ODIN_RNG, odin_extras)
     sp = st.split("ood/far/x")
     assert sp.has_extra("odin_logits") and not sp.has_extra("odin_log")
-    for t, e in GRID:
+    for t, e in ODIN_GRID:
         lp = np.asarray(sp.extra(odin_name(t, e)), dtype=np.float64)
-        expect = [math.log(max(kit.softmax_row([x / t for x in row]))) for row in lp]
+        expect = [math.log(max(refs.softmax_row([x / t for x in row]))) for row in lp]
         got = get_scorer("odin_perturbed", temperature=t, epsilon=e).fit(st).score(sp)
         np.testing.assert_allclose(got, expect, rtol=1e-12, atol=1e-300)
     s = get_scorer("odin_perturbed").fit(st)       # defaults: T = 1000, eps = 0.0014
     grid = s.score_grid(sp)                          # every stored pair
-    assert sorted((g["temperature"], g["epsilon"]) for g, _ in grid) == sorted(GRID)
+    assert sorted((g["temperature"], g["epsilon"]) for g, _ in grid) == sorted(ODIN_GRID)
     for setting, scores in grid:
         np.testing.assert_array_equal(
             scores, get_scorer("odin_perturbed", **setting).fit(st).score(sp))
@@ -73,7 +68,7 @@ def test_odin_perturbed_sign_and_eps0_equals_odin(tmp_path):
 
     confident, flat = np.array([[9.0, 0.0, 0.0, 0.0]]), np.array([[1.0, 0.0, 0.0, 0.0]])
     assert log_max_softmax(confident, 10.0)[0] > log_max_softmax(flat, 10.0)[0]
-    st = kit.extras_store(tmp_path / "z", RNG, odin_extras)
+    st = stores.extras_store(tmp_path / "z", ODIN_RNG, odin_extras)
     sp = st.split("id/test")
     # extras written as the plain logits at eps = 0 give exactly the `odin` scorer
     w, b = st.head

@@ -5,17 +5,18 @@ construct/fit/score per setting for `score_grid` (rtol 1e-9). Chunks of 97 rows.
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 from sklearn.kernel_approximation import Nystroem
 from sklearn.linear_model import SGDOneClassSVM
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import OneClassSVM
-from test_knn_index import assert_grid_cases
 
 from featstore.errors import UsageError
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
+from tests.helpers.scoring import assert_grid_cases
 
 F64_RTOL = 1e-6
 
@@ -31,19 +32,19 @@ def ref_oodl(train, test, nu: float) -> np.ndarray:
 def test_oodl_matches_sklearn(shared_store, nu):
     """All train rows (max_train >= N)."""
     st = shared_store
-    train = kit.feats(st, "id/train")
+    train = refs.feats(st, "id/train")
     scorer = kit.fitted("oodl", st, nu=nu)
     assert scorer.num_fit_rows == kit.N_TRAIN
     for name in kit.EVAL_SPLITS:
         np.testing.assert_allclose(scorer.score(st.split(name)),
-                                   ref_oodl(train, kit.feats(st, name), nu), rtol=F64_RTOL,
+                                   ref_oodl(train, refs.feats(st, name), nu), rtol=F64_RTOL,
                                    atol=1e-9)
 
 
 def test_oodl_nystroem_matches_sklearn(shared_store):
     """Reference: StandardScaler, Nystroem(rbf, gamma = 1/(D Var)), SGDOneClassSVM, same seed."""
     st = shared_store
-    train, test = kit.feats(st, "id/train"), kit.feats(st, "id/test")
+    train, test = refs.feats(st, "id/train"), refs.feats(st, "id/test")
     scorer = kit.fitted("oodl", st, nu=0.1, approx="nystroem", n_components=128, seed=5)
     ss = StandardScaler().fit(train)
     xs = ss.transform(train)
@@ -64,11 +65,11 @@ def test_oodl_max_train_subsample(shared_store):
     assert a.num_fit_rows == 250
     split = st.split("id/test")
     np.testing.assert_array_equal(a.score(split), b.score(split))
-    train = kit.feats(st, "id/train")
+    train = refs.feats(st, "id/train")
     rows = np.sort(np.random.default_rng(1).choice(kit.N_TRAIN, size=250, replace=False))
     ss = StandardScaler().fit(train)
     clf = OneClassSVM(kernel="rbf", gamma="scale", nu=0.1).fit(ss.transform(train[rows]))
-    ref = clf.decision_function(ss.transform(kit.feats(st, "id/test")))
+    ref = clf.decision_function(ss.transform(refs.feats(st, "id/test")))
     np.testing.assert_allclose(a.score(split), ref, rtol=F64_RTOL, atol=1e-9)
 
 

@@ -5,7 +5,6 @@ separate construct/fit/score per setting for `score_grid` (rtol 1e-9)."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 from scipy.special import logsumexp as sp_logsumexp
@@ -13,6 +12,8 @@ from scipy.special import logsumexp as sp_logsumexp
 from featstore import Store
 from featstore.errors import FeatstoreError
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 
 def rankfeat_arrays(seed: int, dim: int, hw: tuple[int, int], n: int = 120) -> dict:
@@ -69,7 +70,7 @@ def maps_store(request, tmp_path_factory) -> Store:
 
 def ref_rankfeat(store: Store, split: str, temperature: float = 1.0) -> np.ndarray:
     """Song et al. 2022: subtract s1 u1 v1^T (numpy SVD) from each map, pool, energy at T."""
-    w, b = kit.head(store)
+    w, b = refs.head(store)
     maps = np.asarray(store.split(split).extra("feature_maps"), dtype=np.float64)
     pooled = np.empty(maps.shape[:2])
     for i, m in enumerate(maps.reshape(len(maps), maps.shape[1], -1)):

@@ -6,7 +6,6 @@ for `score_grid` (rtol 1e-9); the float32 store for the float16 one."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 
@@ -14,14 +13,16 @@ from featstore import Store
 from featstore.errors import FeatstoreError
 from scorers import get_scorer, list_scorers
 from scorers.kernels.select import exact_percentiles
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 
 def ref_react(store: Store, split: str, percentile: float = 90,
               percentile_split: str = "id/train") -> np.ndarray:
     """Sun et al. 2021: clip at the p-th percentile of all ID activations, then energy."""
     c = np.percentile(np.asarray(store.split(percentile_split).features).ravel(), percentile)
-    w, b = kit.head(store)
-    return kit.energy(np.minimum(kit.feats(store, split), c) @ w.T + b)
+    w, b = refs.head(store)
+    return refs.energy(np.minimum(refs.feats(store, split), c) @ w.T + b)
 
 
 @pytest.mark.parametrize("params", [

@@ -1,27 +1,29 @@
 """Residual, ViM's baseline (scorers/methods/residual.py). References: -||(x - u) @ NS||,
-with u and NS from the full-matrix NumPy transcription of ViM's fit (`test_vim.ref_vim_parts`,
-np.linalg.pinv / eigh), compared at rtol 1e-6 with the scorer in 97-row chunks; a separate
-construct/fit/score per setting for `score_grid` (rtol 1e-9); by-hand norms on a rank-3 store."""
+with u and NS from the full-matrix NumPy transcription of ViM's fit
+(`tests.helpers.references.ref_vim_parts`, np.linalg.pinv / eigh), compared at rtol 1e-6 with
+the scorer in 97-row chunks; a separate construct/fit/score per setting for `score_grid`
+(rtol 1e-9); by-hand norms on a rank-3 store."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
-from test_vim import (
-    assert_bad_dim_at_fit,
-    assert_bad_dim_construct_and_grid,
-    assert_dim_not_below_train_rows_refused,
-    ref_vim_parts,
-)
 
 from featstore import Store
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
+from tests.helpers.references import ref_vim_parts
+from tests.helpers.scoring import (
+    assert_bad_dim_at_fit,
+    assert_bad_dim_construct_and_grid,
+    assert_dim_not_below_train_rows_refused,
+)
 
 
 def ref_residual(store: Store, split: str, dim: int | None = None) -> np.ndarray:
     u, ns, _ = ref_vim_parts(store, dim)
-    return -np.linalg.norm((kit.feats(store, split) - u) @ ns, axis=1)
+    return -np.linalg.norm((refs.feats(store, split) - u) @ ns, axis=1)
 
 
 @pytest.mark.parametrize("params", [{}, {"dim": 5}], ids=["default", "dim=5"])

@@ -5,12 +5,13 @@ by the means of id/test and ood/far/faint. Chunks of 97 rows."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 from sklearn.covariance import EmpiricalCovariance
-from test_mds import class_distances, ref_class_maha, small_store_parts
 
 from scorers import list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
+from tests.helpers.references import class_distances, ref_class_maha, small_store_parts
 
 F64_RTOL = 1e-6
 
@@ -26,11 +27,11 @@ def ref_rmds(train, y, test) -> np.ndarray:
 
 def test_rmds_matches_loops(shared_store):
     st = shared_store
-    train, y = kit.feats(st, "id/train"), kit.labels(st, "id/train")
+    train, y = refs.feats(st, "id/train"), refs.labels(st, "id/train")
     scorer = kit.fitted("rmds", st)
     for name in kit.EVAL_SPLITS:
         np.testing.assert_allclose(scorer.score(st.split(name)),
-                                   ref_rmds(train, y, kit.feats(st, name)), rtol=F64_RTOL)
+                                   ref_rmds(train, y, refs.feats(st, name)), rtol=F64_RTOL)
 
 
 def test_rmds_fewer_train_rows_than_dims(make_store):
@@ -42,7 +43,7 @@ def test_rmds_fewer_train_rows_than_dims(make_store):
     mu0 = train.mean(axis=0)
     rmds = kit.fitted("rmds", st)
     for name in kit.EVAL_SPLITS:
-        test = kit.feats(st, name)
+        test = refs.feats(st, name)
         md = class_distances(test, means, prec)
         md0 = np.einsum("ij,jk,ik->i", test - mu0, prec0, test - mu0)
         np.testing.assert_allclose(rmds.score(st.split(name)), (md0[:, None] - md).max(axis=1),

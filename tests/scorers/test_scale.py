@@ -6,22 +6,24 @@ for `score_grid` (rtol 1e-9)."""
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 
 from featstore import Store
 from scorers import list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
+from tests.helpers import stores
 
 
 def ref_scale(store: Store, split: str, percentile: float = 85) -> np.ndarray:
     """Xu et al. 2024: h * exp(sum(h) / sum of the top-k activations), then energy."""
-    w, b = kit.head(store)
-    x = kit.feats(store, split)
+    w, b = refs.head(store)
+    x = refs.feats(store, split)
     d = x.shape[1]
     k = d - int(np.round(d * percentile / 100.0))
     s2 = np.array([np.sort(row)[::-1][:k].sum() for row in x])
-    return kit.energy((x * np.exp(x.sum(axis=1) / s2)[:, None]) @ w.T + b)
+    return refs.energy((x * np.exp(x.sum(axis=1) / s2)[:, None]) @ w.T + b)
 
 
 @pytest.mark.parametrize("params", [{}, {"percentile": 65}], ids=["default", "p=65"])
@@ -59,9 +61,10 @@ def test_scale_from_features_when_logits_are_not_the_head(tmp_path, percentile):
     """SCALE reads z = l - b off the stored logits only when they are the head's output; with
     logits of another head (scaled by 2) it multiplies the features with W and matches the
     float64 transcription (ref_scale) to 1e-9; with the head's own float32 logits, to 1e-6."""
-    arrays = kit.structured_arrays(seed=6)
+    arrays = stores.structured_arrays(seed=6)
     Store.from_arrays(tmp_path / "own", head=arrays["head"], splits=arrays["splits"])
-    Store.from_arrays(tmp_path / "other", head=arrays["head"], splits=kit.other_head_logits(arrays))
+    Store.from_arrays(tmp_path / "other", head=arrays["head"],
+                      splits=stores.other_head_logits(arrays))
     for name, rtol in (("own", 1e-6), ("other", 1e-9)):
         st = Store.open(tmp_path / name)
         scorer = kit.fitted("scale", st, percentile=percentile)

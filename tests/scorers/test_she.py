@@ -4,11 +4,12 @@ a Python loop (rtol 1e-6); sign by the means of id/test and ood/far/faint. Chunk
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 
 from featstore import Store
 from scorers import list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
 
 F64_RTOL = 1e-6
 
@@ -25,10 +26,11 @@ def ref_she(train, train_logits, y, test, test_logits) -> np.ndarray:
 
 def test_she_matches_loops(shared_store):
     st = shared_store
-    train, y, tl = kit.feats(st, "id/train"), kit.labels(st, "id/train"), kit.logits(st, "id/train")
+    train, y, tl = refs.feats(st, "id/train"), refs.labels(st, "id/train"), refs.logits(st,
+                                                                                        "id/train")
     scorer = kit.fitted("she", st)
     for name in kit.EVAL_SPLITS:
-        ref = ref_she(train, tl, y, kit.feats(st, name), kit.logits(st, name))
+        ref = ref_she(train, tl, y, refs.feats(st, name), refs.logits(st, name))
         np.testing.assert_allclose(scorer.score(st.split(name)), ref, rtol=F64_RTOL)
 
 
@@ -38,12 +40,12 @@ def test_she_falls_back_to_all_rows_of_a_class_without_correct_predictions(make_
     w, b = st0.head
     b = b.copy()
     b[0] = -1e6  # class 0 never wins the argmax
-    splits = {n: {"features": kit.feats(st0, n).astype(np.float32),
-                  "labels": kit.labels(st0, n)} for n in ("id/train", "id/test")}
+    splits = {n: {"features": refs.feats(st0, n).astype(np.float32),
+                  "labels": refs.labels(st0, n)} for n in ("id/train", "id/test")}
     st = Store.from_arrays(st0.path.parent / "biased", head=(w, b), splits=splits)
     scorer = kit.fitted("she", st)
     assert list(scorer.fallback_classes) == [0]
-    train, y = kit.feats(st, "id/train"), kit.labels(st, "id/train")
+    train, y = refs.feats(st, "id/train"), refs.labels(st, "id/train")
     np.testing.assert_allclose(scorer.patterns[0], train[y == 0].mean(axis=0), rtol=1e-12)
     assert np.all(np.isfinite(scorer.score(st.split("id/test"))))
 

@@ -7,7 +7,6 @@ p = max_k softmax(l / T)_k from scipy's log_softmax at the fitted T for the scor
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 from scipy.special import log_softmax as sp_log_softmax
@@ -16,6 +15,9 @@ from scipy.special import logsumexp as sp_logsumexp
 from featstore import Store
 from featstore.errors import FeatstoreError
 from scorers import get_scorer, list_scorers
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
+from tests.helpers.stores import store_without_id_val
 
 CASES = [{}]
 
@@ -36,7 +38,7 @@ def brute_force_temperature(logit_rows: np.ndarray, y: np.ndarray) -> float:
 
 
 def reference(params, store, scorer, split) -> np.ndarray:
-    log_p = sp_log_softmax(kit.logits(store, split) / scorer.fitted_temperature,
+    log_p = sp_log_softmax(refs.logits(store, split) / scorer.fitted_temperature,
                            axis=1).max(axis=1)
     return log_p - np.log(-np.expm1(log_p))  # log(p / (1 - p)) in log space
 
@@ -60,7 +62,7 @@ def test_temp_scaling_temperature_equals_brute_force(shared_store, make_store):
     for store in (shared_store, c12):
         scorer = get_scorer("temp_scaling").fit(store)
         val = store.split("id/val")
-        want = brute_force_temperature(kit.logits(store, "id/val"), np.asarray(val.labels))
+        want = brute_force_temperature(refs.logits(store, "id/val"), np.asarray(val.labels))
         assert scorer.fitted_temperature == pytest.approx(want, rel=1e-3)
         assert 0.01 < scorer.fitted_temperature < 100
 
@@ -101,19 +103,6 @@ def test_temp_scaling_warns_on_degenerate_fit(tmp_path):
     with pytest.warns(UserWarning, match="bound"):
         scorer = get_scorer("temp_scaling").fit(store)
     assert scorer.fitted_temperature == pytest.approx(100.0, rel=1e-2)
-
-
-def store_without_id_val(path) -> Store:
-    """id/train, id/test and an OOD split, no id/val (C=3, D=5)."""
-    rng = np.random.default_rng(0)
-    c, d = 3, 5
-    head = (rng.normal(size=(c, d)).astype(np.float32), np.zeros(c, np.float32))
-    splits = {
-        "id/train": {"features": rng.normal(size=(40, d)), "labels": np.arange(40) % c},
-        "id/test": {"features": rng.normal(size=(30, d)), "labels": np.arange(30) % c},
-        "ood/far/noise": {"features": rng.normal(size=(20, d))},
-    }
-    return Store.from_arrays(path, head=head, splits=splits)
 
 
 def test_fit_without_id_val_names_it(tmp_path):

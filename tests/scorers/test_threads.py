@@ -13,7 +13,6 @@ import os
 
 import numpy as np
 import pytest
-from conftest import run_cli, structured_arrays
 from threadpoolctl import threadpool_info
 
 from featstore import Store
@@ -31,6 +30,8 @@ from scorers.threads import (
     threads_for,
     user_threads,
 )
+from tests.helpers.cli import run_cli
+from tests.helpers.stores import structured_arrays
 
 #: scores under 1 and 2 threads agree within this, relative to max |score| on the split
 #: pair: the float64 paths (ViM's eigh, MDS/RMDS whitening) measured <= 3.3e-9, the float32

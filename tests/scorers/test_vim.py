@@ -5,41 +5,25 @@ plain full-matrix NumPy (np.linalg.pinv / eigh, `scipy.special.logsumexp`), comp
 
 from __future__ import annotations
 
-import conftest as kit
 import numpy as np
 import pytest
 
 from featstore import Store
-from featstore.errors import FeatstoreWarning
 from scorers import get_scorer, list_scorers
-
-
-def vim_dim(d: int, dim: int | None) -> int:
-    """The ViM paper's default principal dimension."""
-    if dim is not None:
-        return dim
-    return 1000 if d >= 2048 else 512 if d >= 768 else d // 2
-
-
-def ref_vim_parts(store: Store, dim: int | None):
-    """Wang et al. 2022: origin -pinv(W) b, null space of the uncentered covariance about it.
-    The structured head's rows sum to zero (rank C-1); its float32 rounding leaves a ~1e-8
-    singular value that pinv must treat as zero (float32 precision of the stored head)."""
-    w, b = kit.head(store)
-    u = -np.linalg.pinv(w, rtol=max(w.shape) * np.finfo(np.float32).eps) @ b
-    xtr = kit.feats(store, "id/train") - u
-    cov = xtr.T @ xtr / len(xtr)
-    evals, evecs = np.linalg.eigh(cov)
-    ns = evecs[:, np.argsort(-evals)[vim_dim(w.shape[1], dim):]]
-    max_logit = kit.logits(store, "id/train").max(axis=1).mean()
-    alpha = max_logit / np.linalg.norm(xtr @ ns, axis=1).mean()
-    return u, ns, alpha
+from tests.helpers import references as refs
+from tests.helpers import scoring as kit
+from tests.helpers.references import ref_vim_parts
+from tests.helpers.scoring import (
+    assert_bad_dim_at_fit,
+    assert_bad_dim_construct_and_grid,
+    assert_dim_not_below_train_rows_refused,
+)
 
 
 def ref_vim(store: Store, split: str, dim: int | None = None) -> np.ndarray:
     u, ns, alpha = ref_vim_parts(store, dim)
-    r = np.linalg.norm((kit.feats(store, split) - u) @ ns, axis=1)
-    return kit.energy(kit.logits(store, split)) - alpha * r
+    r = np.linalg.norm((refs.feats(store, split) - u) @ ns, axis=1)
+    return refs.energy(refs.logits(store, split)) - alpha * r
 
 
 @pytest.mark.parametrize("params", [{}, {"dim": 8}, {"dim": 27}],
@@ -97,24 +81,6 @@ def test_bad_vim_dim_at_fit(shared_store, dim):
     assert_bad_dim_at_fit(shared_store, "vim", dim)
 
 
-def assert_bad_dim_at_fit(store: Store, name: str, dim: int) -> None:
-    """dim >= D = 32 is refused at fit, naming the range and the value."""
-    scorer = get_scorer(name, dim=dim)
-    with pytest.raises(ValueError, match=rf"dim must satisfy 1 <= dim < D = 32 \(got {dim}\)"):
-        scorer.fit(store)
-
-
-def assert_bad_dim_construct_and_grid(store: Store, name: str) -> None:
-    """Non-integer or < 1 dims are refused at construction; the default grid (OpenOOD's
-    [256, 1000], for D > 1000) is refused on D = 32."""
-    for bad in (0, -3, 2.5, "16", True):
-        with pytest.raises(ValueError, match="dim"):
-            get_scorer(name, dim=bad)
-    scorer = kit.fitted(name, store)
-    with pytest.raises(ValueError, match=r"1 <= dim < D = 32 \(got 256\)"):
-        scorer.score_grid(store.split("id/test"))
-
-
 def test_bad_vim_dim_construct_and_grid(shared_store):
     assert_bad_dim_construct_and_grid(shared_store, "vim")
 
@@ -135,34 +101,6 @@ def test_vim_zero_residual_is_an_error_not_nan(tmp_path):
     assert np.isfinite(get_scorer("vim", dim=2).fit(st).score(st.split("id/test"))).all()
 
 
-def few_train_rows_store(path) -> Store:
-    """`structured_arrays(seed=0)` with only 12 id/train rows (D = 32)."""
-    arrays = kit.structured_arrays(seed=0)
-    splits = dict(arrays["splits"])
-    splits["id/train"] = {k: v[:12] for k, v in splits["id/train"].items()}
-    return Store.from_arrays(path, head=arrays["head"], splits=splits)
-
-
-def assert_dim_not_below_train_rows_refused(tmp_path, name: str) -> None:
-    """N = 12 id/train rows, D = 32: a given dim >= 12 is refused from the store's size (S has
-    rank <= 12) before the fit; the default dim (D // 2 = 16), which the user did not give, is
-    clamped by the one defaults rule (scorers.clamp) to N - 1 = 11 with a DEGENERATE warning,
-    and scores as dim = 11 given explicitly."""
-    st = few_train_rows_store(tmp_path / "s")
-    with pytest.raises(ValueError, match=rf"scorer '{name}': dim=12 is not below the 12 rows "
-                       r"of 'id/train' .*valid: 1 <= dim < min\(D, N\) = 12"):
-        get_scorer(name, dim=12).fit(st)
-    with pytest.warns(FeatstoreWarning, match=r"dim=16 -> dim=11 .*1 <= dim < min\(D, N\) = 12"
-                      r".*DEGENERATE at dim = N - 1"):
-        clamped = get_scorer(name).fit(st)  # the paper's default, D // 2 = 16
-    assert clamped.params["dim"] == 11
-    assert [a["used"] for a in clamped.adjusted] == [{"dim": 11}]
-    explicit = get_scorer(name, dim=11).fit(st)
-    scores = explicit.score(st.split("id/test"))
-    assert np.isfinite(scores).all()
-    np.testing.assert_array_equal(clamped.score(st.split("id/test")), scores)
-
-
 def test_dim_not_below_train_rows_is_refused_before_fit(tmp_path):
     assert_dim_not_below_train_rows_refused(tmp_path, "vim")
 
@@ -179,6 +117,6 @@ def test_float16_store_close_to_float32(make_store):
     for split in kit.EVAL_SPLITS:
         x32 = a.score(s32.split(split))
         x16 = b.score(s16.split(split))
-        lse = kit.energy(kit.logits(s32, split))
+        lse = refs.energy(refs.logits(s32, split))
         terms = np.abs(lse) + np.abs(lse - x32)        # |energy| + alpha * r
         assert np.all(np.abs(x16 - x32) <= 1e-3 * terms), np.max(np.abs(x16 - x32) / terms)

@@ -28,7 +28,7 @@ from featstore.extraction.zoo.lite0 import (
     Lite0Classifier,
     lite0_classifier,
 )
-from featstore.specs.benchmark import load_spec
+from featstore.specs.benchmark import BenchmarkSpec, load_spec
 from featstore.store.fileio import atomic_write_output
 
 logger = logging.getLogger(__name__)
@@ -64,11 +64,12 @@ def fit_linear_head(features: np.ndarray, labels: np.ndarray, num_classes: int,
     return clf.coef_.astype(np.float32), clf.intercept_.astype(np.float32)
 
 
-def train_pretrained_head(spec_path: Path, out_file: Path, num_classes: int) -> dict[str, Any]:
+def train_pretrained_head(spec_path: BenchmarkSpec | Path, out_file: Path,
+                          num_classes: int) -> dict[str, Any]:
     """Train the linear head on the spec's `id/train` split and save the whole classifier's
     state dict (backbone + head) to `out_file` atomically; returns the training summary."""
 
-    spec = load_spec(spec_path)
+    spec = spec_path if isinstance(spec_path, BenchmarkSpec) else load_spec(spec_path)
     train = next(s for s in spec.splits if s.name == "id/train")
     rows = rows_from_source(train.source)
     data = TransformedRows(rows, build_transform(spec.transform),

@@ -43,20 +43,21 @@ from featstore.errors import InputError, UsageError
 from featstore.extraction.datasets import TransformedRows, build_transform, rows_from_source
 from featstore.extraction.extract import ExtractOptions, Progress, extract
 from featstore.extraction.zoo.demo_resnet import DemoResNet
-from featstore.specs.benchmark import load_spec
-from featstore.specs.toml import toml_value
+from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec
 from featstore.store.fileio import atomic_write_output
-from featstore.store.store import Store
+from featstore.store.store import Store, default_usage
 from featstore.training.ce import random_shift, train_ce
 from featstore.training.config import TrainConfig
 from featstore.workflows.demo.pipeline import (
     ID_CLASSES,
     MODEL_SPECS,
     SCRATCH_EPOCHS,
+    demo_id_splits,
+    demo_transform,
     ensure_model,
     model_recipe,
     scaled_source,
-    spec_header,
+    spec_comment,
     store_model_differs,
 )
 
@@ -137,31 +138,35 @@ def _gbench_sources(patch_count: int, noise_count: int) -> list[tuple[str, dict[
     return out
 
 
-def gbench_spec_text(only: Sequence[str] | None = None, patch_count: int = PATCH_COUNT,
-                     noise_count: int = NOISE_COUNT, backbone: str = "scratch") -> str:
-    """The benchmark spec (TOML): the demo's ID splits and the mini-Gbench OOD splits for the
-    demo `backbone` (pretrained | scratch; `only`: a subset of OOD split names, in that
-    order; unknown names are an error)."""
+def gbench_spec(only: Sequence[str] | None = None, patch_count: int = PATCH_COUNT,
+                noise_count: int = NOISE_COUNT, backbone: str = "scratch") -> BenchmarkSpec:
+    """The benchmark spec: the demo's ID splits (not its CSID splits) and the mini-Gbench OOD
+    splits for the demo `backbone` (pretrained | scratch; `only`: a subset of OOD split
+    names, in that order; unknown names are an error)."""
     splits = dict(gbench_splits(patch_count, noise_count, backbone))
     names = list(splits) if only is None else list(only)
     unknown = [n for n in names if n not in splits]
     if unknown:
         raise UsageError(f"mini-Gbench has no OOD split {unknown[0]!r} "
                          f"(valid: {', '.join(splits)})")
-    text = spec_header(backbone).replace("# featstore demo benchmark",
-                                 "# featstore mini-Gbench (gscore)", 1)
-    # the demo's CSID splits are not part of the mini-Gbench: keep the ID splits only
-    text = text.split('[[split]]\nname = "csid/')[0].rstrip() + "\n"
-    for name in names:
-        text += f'\n[[split]]\nname = "{name}"\nsource = {toml_value(splits[name])}\n'
-    return text
+    id_splits = [s for s in demo_id_splits(backbone) if s.role == "id"]
+    ood = [SplitSpec(name, default_usage(name), splits[name]) for name in names]
+    return BenchmarkSpec(None, id_splits + ood, demo_transform(backbone),
+                         [str(c) for c in ID_CLASSES]).validated()
 
 
-def _train_backbone(spec_path: Path, out_file: Path, factory: Callable[[int], DemoResNet],
-                    seed: int, epochs: int) -> None:
+def gbench_spec_text(only: Sequence[str] | None = None, patch_count: int = PATCH_COUNT,
+                     noise_count: int = NOISE_COUNT, backbone: str = "scratch") -> str:
+    """`gbench_spec` as the TOML written to OUT/spec.toml."""
+    return gbench_spec(only, patch_count, noise_count, backbone).to_toml(
+        spec_comment(backbone, "featstore mini-Gbench (gscore)"))
+
+
+def _train_backbone(spec_path: BenchmarkSpec | Path, out_file: Path,
+                    factory: Callable[[int], DemoResNet], seed: int, epochs: int) -> None:
     """The demo's training recipe (featstore.workflows.demo.pipeline.train_demo_model) for another
     architecture and seed."""
-    spec = load_spec(spec_path)
+    spec = spec_path if isinstance(spec_path, BenchmarkSpec) else load_spec(spec_path)
     train = next(s for s in spec.splits if s.name == "id/train")
     rows = rows_from_source(train.source)
     data = TransformedRows(rows, build_transform(spec.transform), (3, 32, 32))
@@ -197,19 +202,21 @@ def build_gbench(out: str | Path, *, backbone: str = DEFAULT_BACKBONE,
     out.mkdir(parents=True, exist_ok=True)
     suffix = "" if backbone == DEFAULT_BACKBONE else f"_{backbone}"
     spec_path = out / f"spec{suffix}.toml"
-    text = gbench_spec_text(only, patch_count, noise_count, family)
+    spec = gbench_spec(only, patch_count, noise_count, family)
+    text = spec.to_toml(spec_comment(family, "featstore mini-Gbench (gscore)"))
     if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
         atomic_write_output(spec_path, text)
+    spec.path = spec_path
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     if weights is None:
         weights = out / f"model{suffix}.pt"
         if factory is None:
-            ensure_model(spec_path, weights, family, model_recipe(family, epochs),
+            ensure_model(spec, weights, family, model_recipe(family, epochs),
                          epochs=epochs)
         elif not weights.is_file():
-            logger.info(f"training the {backbone} ResNet on digits {ID_CLASSES} ({epochs} epochs, "
-                        "CPU)")
-            _train_backbone(spec_path, weights, factory, seed, epochs)
+            logger.info(f"training the {backbone} ResNet on digits {ID_CLASSES} ({epochs} "
+                        "epochs, CPU)")
+            _train_backbone(spec, weights, factory, seed, epochs)
         else:
             logger.info(f"reusing the trained model {weights}")
     elif not Path(weights).is_file():
@@ -219,5 +226,5 @@ def build_gbench(out: str | Path, *, backbone: str = DEFAULT_BACKBONE,
                           overwrite=store_model_differs(store, Path(weights)))
     if opts.overwrite:
         logger.info(f"replacing {store}: it was extracted with another model")
-    return extract(model_spec, spec_path, store, weights=weights, options=opts,
+    return extract(model_spec, spec, store, weights=weights, options=opts,
                    progress=progress)

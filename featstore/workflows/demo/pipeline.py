@@ -39,10 +39,9 @@ from featstore.extraction.datasets import TransformedRows, build_transform, rows
 from featstore.extraction.extract import ExtractOptions, Progress, extract
 from featstore.extraction.zoo import OWN_MODELS, lite0
 from featstore.extraction.zoo.demo_resnet import demo_resnet
-from featstore.specs.benchmark import load_spec
-from featstore.specs.toml import toml_value
+from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec
 from featstore.store.fileio import atomic_write_output, sha256_file
-from featstore.store.store import Store
+from featstore.store.store import Store, default_usage
 from featstore.training.ce import random_shift, train_ce
 from featstore.training.config import TrainConfig
 from featstore.workflows.demo import backbone as pretrained
@@ -108,45 +107,53 @@ def scaled_source(source: dict[str, Any], backbone: str, scale: float = 1.0) -> 
     return out
 
 
-def spec_header(backbone: str = "scratch", scale: float = 1.0) -> str:
-    """The spec's classes, transform, ID and CSID splits for `backbone`."""
+def demo_transform(backbone: str = "scratch") -> dict[str, Any]:
+    """The spec's [transform] for `backbone`."""
     t = _TRANSFORMS[check_backbone(backbone)]
-    which = "" if backbone == "scratch" else f" ({backbone} backbone)"
-    text = (f"# featstore demo benchmark{which}: real bundled data, generated offline.\n"
-            f"classes = {toml_value([str(c) for c in ID_CLASSES])}\n\n[transform]\n"
-            f"resize = {t['resize']}\ncrop = {t['crop']}\nmean = {toml_value(t['mean'])}\n"
-            f"std = {toml_value(t['std'])}\n")
+    return {k: t[k] for k in ("resize", "crop", "mean", "std")}
+
+
+def demo_id_splits(backbone: str = "scratch", scale: float = 1.0) -> list[SplitSpec]:
+    """The spec's ID (train / val / test) and CSID splits for `backbone`."""
     id_source = {"builtin": "digits", "classes": ID_CLASSES}
-    for part in ("train", "val", "test"):
-        src = scaled_source({**id_source, "part": part}, backbone, scale)
-        text += f'\n[[split]]\nname = "id/{part}"\nsource = {toml_value(src)}\n'
+    splits = [SplitSpec(f"id/{part}", part,
+                        scaled_source({**id_source, "part": part}, backbone, scale))
+              for part in ("train", "val", "test")]
     for name, shift in _CSID:
         src = scaled_source({**id_source, "part": "test", **shift}, backbone, scale)
-        text += f'\n[[split]]\nname = "csid/{name}"\nsource = {toml_value(src)}\n'
-    return text
+        splits.append(SplitSpec(f"csid/{name}", default_usage(f"csid/{name}"), src))
+    return splits
 
 
-#: the scratch backbone's header (classes, transform, ID and CSID splits)
-SPEC_TEMPLATE = spec_header("scratch")
-
-
-def demo_spec_text(backbone: str = "scratch", scale: float = 1.0) -> str:
-    """The demo's benchmark spec (TOML) for `backbone`; val parts are flagged
-    `usage = "val"`. (The default stays the scratch ResNet's spec: the ten-method demo's.)"""
-    text = spec_header(backbone, scale)
+def demo_spec(backbone: str = "scratch", scale: float = 1.0) -> BenchmarkSpec:
+    """The demo's benchmark spec for `backbone`; val parts have `usage = "val"`. (The default
+    stays the scratch ResNet's spec: the ten-method demo's.)"""
+    splits = demo_id_splits(backbone, scale)
     for group, name, source in _OOD_SPLITS:
         for part in ("val", "test"):
             split = f"ood/{group}/{name}" + ("_val" if part == "val" else "")
-            src = toml_value(scaled_source({**source, "part": part}, backbone, scale))
-            text += f'\n[[split]]\nname = "{split}"\nusage = "{part}"\nsource = {src}\n'
-    return text
+            splits.append(SplitSpec(split, part,
+                                    scaled_source({**source, "part": part}, backbone, scale)))
+    return BenchmarkSpec(None, splits, demo_transform(backbone),
+                         [str(c) for c in ID_CLASSES]).validated()
 
 
-def train_demo_model(spec_path: Path, out_file: Path, epochs: int = 12,
+def spec_comment(backbone: str, title: str = "featstore demo benchmark") -> str:
+    """The first line of a written demo spec."""
+    which = "" if backbone == "scratch" else f" ({backbone} backbone)"
+    return f"{title}{which}: real bundled data, generated offline."
+
+
+def demo_spec_text(backbone: str = "scratch", scale: float = 1.0) -> str:
+    """The demo's benchmark spec as the TOML written to OUT/spec.toml."""
+    return demo_spec(backbone, scale).to_toml(spec_comment(backbone))
+
+
+def train_demo_model(spec_path: BenchmarkSpec | Path, out_file: Path, epochs: int = 12,
                      progress: Progress | None = None) -> dict:
     """Train the demo ResNet on id/train of the spec and save its state dict atomically;
     `progress(name, done, total)` (optional) is told each finished epoch."""
-    spec = load_spec(spec_path)
+    spec = spec_path if isinstance(spec_path, BenchmarkSpec) else load_spec(spec_path)
     train = next(s for s in spec.splits if s.name == "id/train")
     rows = rows_from_source(train.source)
     data = TransformedRows(rows, build_transform(spec.transform), (3, 32, 32))
@@ -187,8 +194,8 @@ def model_recipe(backbone: str, epochs: int = SCRATCH_EPOCHS) -> dict[str, Any]:
     return recipe
 
 
-def ensure_model(spec_path: Path, weights: Path, backbone: str, recipe: dict[str, Any], *,
-                 epochs: int = SCRATCH_EPOCHS,
+def ensure_model(spec_path: BenchmarkSpec | Path, weights: Path, backbone: str,
+                 recipe: dict[str, Any], *, epochs: int = SCRATCH_EPOCHS,
                  progress: Progress | None = None) -> bool:
     """Train `backbone`'s model on the spec's id/train into `weights` unless `weights` and its
     recipe record (`weights` with suffix .json) already match `recipe`; True if trained."""
@@ -229,19 +236,21 @@ def run_demo(out: Path, *, backbone: str = DEFAULT_BACKBONE, scale: float = 1.0,
     scale = check_scale(scale)
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / "spec.toml"
-    text = demo_spec_text(backbone, scale)
+    spec = demo_spec(backbone, scale)
+    text = spec.to_toml(spec_comment(backbone))
     if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
         atomic_write_output(spec_path, text)
+    spec.path = spec_path
     weights = out / "model.pt"
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    ensure_model(spec_path, weights, backbone, model_recipe(backbone, epochs),
+    ensure_model(spec, weights, backbone, model_recipe(backbone, epochs),
                  epochs=epochs, progress=progress)
     store = out / "store"
     opts = ExtractOptions(device="cpu", batch_size=128, num_workers=0,
                           overwrite=store_model_differs(store, weights))
     if opts.overwrite:
         logger.info(f"replacing {store}: it was extracted with another model")
-    return extract(MODEL_SPECS[backbone], spec_path, store, weights=weights, options=opts,
+    return extract(MODEL_SPECS[backbone], spec, store, weights=weights, options=opts,
                    progress=progress)
 
 

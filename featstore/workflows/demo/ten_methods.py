@@ -41,9 +41,9 @@ from typing import Any
 import torch
 
 from featstore.extraction.extract import Progress
-from featstore.specs.toml import toml_value
+from featstore.specs.benchmark import BenchmarkSpec, SplitSpec
 from featstore.store.fileio import atomic_write_output
-from featstore.workflows.demo.pipeline import PHOTOS, TEXTURES, demo_spec_text
+from featstore.workflows.demo.pipeline import PHOTOS, TEXTURES, demo_spec, spec_comment
 from featstore.workflows.experiments.config import Experiment
 from featstore.workflows.experiments.presets import (
     AUX_IMAGES,
@@ -66,12 +66,18 @@ AUGMENT = "crop"
 SCRATCH_ARCH = "featstore.extraction.zoo.demo_resnet:demo_resnet"
 
 
-def ten_methods_spec_text() -> str:
-    """The demo spec plus the auxiliary outlier split (usage = "train")."""
+def ten_methods_spec() -> BenchmarkSpec:
+    """The demo spec plus the auxiliary outlier split (usage = "train": OE and MCD train on
+    it, it is never evaluated)."""
     assert not set(AUX_IMAGES) & set(PHOTOS + TEXTURES), "aux images overlap the OOD tests"
-    return (demo_spec_text() + f'\n# auxiliary outliers for OE and MCD (never evaluated)\n'
-            f'[[split]]\nname = "{AUX_SPLIT}"\nusage = "train"\n'
-            f'source = {toml_value(AUX_SOURCE)}\n')
+    spec = demo_spec()
+    spec.splits.append(SplitSpec(AUX_SPLIT, "train", dict(AUX_SOURCE)))
+    return spec.validated()
+
+
+def ten_methods_spec_text() -> str:
+    """`ten_methods_spec` as the TOML written to OUT/methods/spec.toml."""
+    return ten_methods_spec().to_toml(spec_comment("scratch"))
 
 
 def demo_train_settings(epochs: int = EPOCHS, finetune_epochs: int = FINETUNE_EPOCHS

@@ -37,9 +37,13 @@
     train_params = {}                       # the training method's parameters
     extract = { mc_samples = 5 }            # extraction extras this row needs
 
-Every (method row, data split, seed) is one run. Unknown keys are errors naming the valid ones.
+Every (method row, data split, seed) is one run. Unknown keys are errors naming the valid ones
+and the closest one; a value of the wrong type is an error naming it.
 
-The whole file is validated before anything trains (`parse_experiment`): every scorer name,
+The file is an object, `featstore.specs.experiment.Experiment` (`Experiment.load` reads it
+with the strict TOML reader of `featstore.specs.toml`: keys, types, seeds, paths; `to_toml`
+writes it). The whole file is validated before anything trains (`parse_experiment`, here: the
+checks that need the scorers, the training methods and the protocols): every scorer name,
 every fixed parameter and every grid value (each built with the scorer's own checks: an
 unknown or out-of-range parameter names the row and the valid ones), every training method
 and its parameters, the preset, the extraction extras each row's scorer reads (`mc_logits`
@@ -52,15 +56,29 @@ spec split with role ood and usage "train").
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import tomllib
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from featstore.errors import InputError, UsageError
 from featstore.specs.benchmark import load_spec
+from featstore.specs.experiment import (
+    DATA_KEYS,
+    EXTRACT_KEYS,
+    MAX_SEEDS,
+    METHOD_KEYS,
+    OSR_KEYS,
+    RUN_SEED_STRIDE,
+    TOP_KEYS,
+    TRAIN_KEYS,
+    TUNE_KEYS,
+    TUNE_RULES,
+    Experiment,
+    MethodRow,
+    parse_existing,
+    parse_experiment_data,
+)
+from featstore.specs.toml import read_toml
 from featstore.training.methods import get_method
 from featstore.training.presets import TRAIN_PRESETS, preset_values
 from featstore.workflows.protocols.osr import VAL_OPEN_MODES, parse_ratio
@@ -68,21 +86,11 @@ from scorers import REGISTRY, check_scorers, get_scorer
 from scorers.needs import Needs
 from scorers.sweep import check_select_by
 
-#: the most seeds an experiment may name (each one trains and extracts every model again)
-MAX_SEEDS = 10_000
-TOP_KEYS = ("name", "arch", "seeds", "runs", "device", "data", "train", "tune", "method",
-            "executor", "model", "checkpoint")
-#: run r of OSR division seed s trains with seed s + RUN_SEED_STRIDE * r
-RUN_SEED_STRIDE = 1000
-DATA_KEYS = ("spec", "osr", "stores", "aux", "aux_name")
-OSR_KEYS = ("data", "ratios", "root", "image_size", "fractions", "val_open")
-TRAIN_KEYS = ("preset", "epochs", "batch_size", "lr", "momentum", "weight_decay", "nesterov",
-              "schedule", "augment", "num_workers", "finetune", "finetune_epochs",
-              "finetune_lr")
-TUNE_KEYS = ("rule", "select_by")
-METHOD_KEYS = ("name", "train", "scorer", "params", "grid", "train_params", "extract")
-EXTRACT_KEYS = ("mc_samples", "odin_grid", "feature_maps")
-TUNE_RULES = ("val", "none")
+__all__ = ["DATA_KEYS", "EXTRACT_KEYS", "MAX_SEEDS", "METHOD_KEYS", "OSR_KEYS",
+           "RUN_SEED_STRIDE", "TOP_KEYS", "TRAIN_KEYS", "TUNE_KEYS", "TUNE_RULES",
+           "Experiment", "MethodRow", "check_experiment", "check_rows_untrained", "digest",
+           "load_experiment", "parse_existing", "parse_experiment"]
+
 #: A scorer's extra array -> (what provides it, how the row asks for it).
 EXTRA_SOURCES: dict[str, tuple[str, str]] = {
     "mc_logits": ("extract", "mc_samples"), "odin_logits": ("extract", "odin_grid"),
@@ -93,75 +101,10 @@ EXTRA_SOURCES: dict[str, tuple[str, str]] = {
 OUTLIER_METHODS = ("oe", "mcd")
 
 
-@dataclass(frozen=True)
-class MethodRow:
-    """One row of the results table: a training method and the scorer of its model."""
-
-    name: str
-    train: str
-    scorer: str
-    params: dict[str, Any] = field(default_factory=dict)
-    grid: dict[str, list[Any]] | None = None
-    train_params: dict[str, Any] = field(default_factory=dict)
-    extract: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Experiment:
-    """A parsed experiment file (see the module docstring)."""
-
-    name: str
-    arch: str | None
-    seeds: list[int]
-    rows: list[MethodRow]
-    spec: str | None = None
-    osr: dict[str, Any] | None = None
-    aux: dict[str, Any] | None = None
-    aux_name: str = "aux"
-    device: str = "auto"
-    train: dict[str, Any] = field(default_factory=dict)
-    tune_rule: str = "val"
-    select_by: str = "auroc"
-    path: str | None = None
-    runs: int = 1
-    stores: list[str] | None = None        # existing stores, one per seed (existing.py)
-    model: str | None = None               # an existing model: nothing is trained
-    checkpoints: list[str] | None = None   #   its checkpoints, one per seed
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["rows"] = [asdict(r) for r in self.rows]
-        return data
-
-    def train_methods(self) -> list[str]:
-        """The training methods the rows need, in row order; `ce` first when a row fine-tunes
-        it (finetune = true)."""
-        needed = list(dict.fromkeys(r.train for r in self.rows))
-        if self.train.get("finetune") and any(m != "ce" for m in needed) and "ce" not in needed:
-            needed.insert(0, "ce")
-        return needed
-
-    def extract_options(self, train_method: str) -> dict[str, Any]:
-        """The union of the extraction extras of the rows using `train_method`."""
-        merged: dict[str, Any] = {}
-        for r in self.rows:
-            if r.train == train_method:
-                merged.update(r.extract)
-        return merged
-
-
 def digest(value: Any) -> str:
     """A short stable hash of a JSON-able value (recipes, settings)."""
     text = json.dumps(value, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def _check_keys(table: dict[str, Any], valid: tuple[str, ...], where: str) -> None:
-    if not isinstance(table, dict):
-        raise InputError(f"{where}: expected a table")
-    unknown = sorted(set(table) - set(valid))
-    if unknown:
-        raise InputError(f"{where}: unknown key {unknown[0]!r} (valid: {', '.join(valid)})")
 
 
 def _check_scorer_settings(scorer: str, params: dict[str, Any], grid: Any, label: str) -> None:
@@ -173,14 +116,12 @@ def _check_scorer_settings(scorer: str, params: dict[str, Any], grid: Any, label
         raise InputError(f"{label}: params: {exc}") from None
     if grid is None:
         return
-    if not isinstance(grid, dict):
-        raise InputError(f"{label}: grid must be a table of lists, e.g. {{ K = [10, 50] }}")
     valid = sorted(REGISTRY[scorer].defaults)
     for key, values in grid.items():
         if key not in valid:
             raise InputError(f"{label}: grid: scorer {scorer!r} has no parameter {key!r} "
                              f"(valid: {', '.join(valid) or 'none'})")
-        for value in values if isinstance(values, list) else [values]:
+        for value in values:
             try:
                 get_scorer(scorer, **{**params, key: value})
             except (ValueError, UsageError) as exc:
@@ -199,107 +140,17 @@ def _check_extras(scorer: str, train: str, extract: dict[str, Any], label: str) 
                              f"{what!r} model has; set train = {what!r}")
 
 
-def _rows(raw: Any, where: str) -> list[MethodRow]:
-    if not isinstance(raw, list) or not raw:
-        raise InputError(f"{where}: expected at least one [[method]] table")
-    rows, names = [], set()
-    for i, item in enumerate(raw):
+def _check_rows(rows: list[MethodRow], where: str) -> None:
+    """Every row's scorer, its settings and extras, its training method and parameters."""
+    for i, row in enumerate(rows):
         label = f"{where}: [[method]] #{i + 1}"
-        _check_keys(item, METHOD_KEYS, label)
-        scorer = item.get("scorer")
-        if not isinstance(scorer, str):
-            raise InputError(f"{label}: missing 'scorer' (a post-hoc scorer name)")
-        check_scorers([scorer], label, InputError)
-        train = item.get("train", "ce")
+        check_scorers([row.scorer], label, InputError)
         try:
-            method = get_method(train)
-            method.resolve_params(item.get("train_params") or {})
+            get_method(row.train).resolve_params(row.train_params)
         except UsageError as exc:
             raise InputError(f"{label}: {exc}") from None
-        name = item.get("name") or (scorer if train == "ce" else f"{train}+{scorer}")
-        if name in names:
-            raise InputError(f"{label}: method name {name!r} is used twice")
-        names.add(name)
-        extract = dict(item.get("extract") or {})
-        _check_keys(extract, EXTRACT_KEYS, f"{label} extract")
-        grid = item.get("grid")
-        _check_scorer_settings(scorer, dict(item.get("params") or {}), grid, label)
-        _check_extras(scorer, train, extract, label)
-        rows.append(MethodRow(name, train, scorer, dict(item.get("params") or {}),
-                              {k: list(v) if isinstance(v, list) else [v]
-                               for k, v in grid.items()} if grid is not None else None,
-                              dict(item.get("train_params") or {}), extract))
-    return rows
-
-
-def _paths(value: Any, base: Path, what: str, where: str) -> list[str]:
-    items = value if isinstance(value, list) else [value]
-    if not items or not all(isinstance(v, str) and v for v in items):
-        raise InputError(f"{where}: {what} must be a path or a non-empty list of paths")
-    out = []
-    for v in items:
-        p = Path(v).expanduser()
-        out.append(str(p if p.is_absolute() else base / p))
-    return out
-
-
-def _check_module(model: str, where: str) -> None:
-    if ":" not in model:
-        return
-    module = model.split(":", 1)[0]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        raise InputError(f"{where}: model {model!r}: module {module!r} cannot be found "
-                         "(is it on PYTHONPATH?)")
-
-
-def parse_existing(data: dict[str, Any], data_t: dict[str, Any], base: Path,
-                   where: str) -> dict[str, Any]:
-    """{"stores", "model", "checkpoints", "seeds"} of an existing-model / existing-store file
-    (all None when the file trains); InputError naming the file and key otherwise."""
-    stores = model = checkpoints = None
-    if "stores" in data_t:
-        stores = _paths(data_t["stores"], base, "[data] stores", where)
-        for s in stores:
-            if not (Path(s) / "store.json").is_file():
-                raise InputError(f"{where} [data]: stores: {s!r} is not a featstore store "
-                                 "(no store.json)")
-        if "model" in data or "checkpoint" in data:
-            raise InputError(f"{where}: give [data] stores or model / checkpoint, not both")
-    if "checkpoint" in data:
-        checkpoints = _paths(data["checkpoint"], base, "checkpoint", where)
-        for c in checkpoints:
-            if not Path(c).is_file():
-                raise InputError(f"{where}: checkpoint {c!r}: file not found")
-    if "model" in data or checkpoints is not None:
-        model = data.get("model") or data.get("arch")
-        if not isinstance(model, str) or not model:
-            raise InputError(f"{where}: checkpoint needs model = \"module:callable\" or a "
-                             "torchvision name")
-        _check_module(model, where)
-        if checkpoints is None and ":" not in model:
-            raise InputError(f"{where}: model {model!r} without checkpoint would evaluate "
-                             "untrained weights; give checkpoint = \"model.pt\"")
-        if "spec" not in data_t:
-            raise InputError(f"{where}: an existing model is extracted over [data] spec; "
-                             "give spec = \"bench.toml\"")
-    if stores is None and model is None:
-        return {"stores": None, "model": None, "checkpoints": None, "seeds": None}
-    n = len(stores) if stores is not None else len(checkpoints or [None])
-    for key in ("train", "runs"):
-        if key in data:
-            raise InputError(f"{where}: {key!r} does not apply to existing "
-                             f"{'stores' if stores else 'models'} (nothing is trained)")
-    seeds = data.get("seeds", list(range(n)))
-    seeds = list(range(seeds)) if isinstance(seeds, int) and not isinstance(seeds, bool) \
-        else seeds
-    if not isinstance(seeds, list) or len(seeds) != n:
-        raise InputError(f"{where}: seeds must list one seed per "
-                         f"{'store' if stores else 'checkpoint'} ({n}), got {seeds!r}")
-    return {"stores": stores, "model": model, "checkpoints": checkpoints, "seeds": seeds}
+        _check_scorer_settings(row.scorer, row.params, row.grid, label)
+        _check_extras(row.scorer, row.train, row.extract, label)
 
 
 def check_rows_untrained(rows: list[Any], where: str) -> None:
@@ -310,102 +161,48 @@ def check_rows_untrained(rows: list[Any], where: str) -> None:
                              "rows over existing stores / models run post-hoc scorers only")
 
 
-def _data_source(data_t: dict[str, Any], base: Path,
-                 where: str) -> tuple[str | None, dict[str, Any] | None]:
-    """(spec path, osr table) of [data]; both None for [data] stores (existing.py)."""
-    spec = osr = None
-    if "spec" in data_t:
-        p = Path(str(data_t["spec"])).expanduser()
-        spec = str(p if p.is_absolute() else base / p)
-        if not Path(spec).is_file():
-            raise InputError(f"{where} [data]: spec {spec!r}: file not found")
-    elif "osr" in data_t:
-        osr = dict(data_t["osr"])
-        _check_keys(osr, OSR_KEYS, f"{where} [data] osr")
-        if "data" not in osr:
-            raise InputError(f"{where} [data] osr: missing 'data' (digits, an ImageFolder or "
-                             "an image list)")
-        if osr.setdefault("val_open", "heldout") not in VAL_OPEN_MODES:
-            raise InputError(f"{where} [data] osr: val_open {osr['val_open']!r} (valid: "
-                             f"{', '.join(VAL_OPEN_MODES)})")
-        ratios = osr.get("ratios", ["7/3", "6/4", "5/5"])
-        osr["ratios"] = [list(parse_ratio(r)) for r in
-                         (ratios if isinstance(ratios, list) else str(ratios).split(","))]
-        for key in ("data", "root"):
-            value = osr.get(key)
-            if isinstance(value, str) and value != "digits" and not Path(value).is_absolute():
-                osr[key] = str(base / value)
-    return spec, osr
+def _ratio(value: Any) -> list[int]:
+    """'7/3' (the file's form) or [7, 3] (as written back by `Experiment.to_toml`)."""
+    if (isinstance(value, list) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+        value = f"{value[0]}/{value[1]}"
+    return list(parse_ratio(str(value)))
+
+
+def _check_osr(osr: dict[str, Any], where: str) -> None:
+    """val_open (default "heldout") and the ratios (default 7/3, 6/4, 5/5) as [c, o] pairs."""
+    if osr.setdefault("val_open", "heldout") not in VAL_OPEN_MODES:
+        raise InputError(f"{where} [data] osr: val_open {osr['val_open']!r} (valid: "
+                         f"{', '.join(VAL_OPEN_MODES)})")
+    ratios = osr.get("ratios", ["7/3", "6/4", "5/5"])
+    osr["ratios"] = [_ratio(r) for r in
+                     (ratios if isinstance(ratios, list) else str(ratios).split(","))]
+
+
+def check_experiment(exp: Experiment, where: str) -> Experiment:
+    """The checks of the module docstring that need the scorers, the training methods and
+    the protocols; normalises the OSR table in place; returns `exp`."""
+    if exp.osr is not None:
+        _check_osr(exp.osr, where)
+    try:
+        preset_values(exp.train.get("preset"))
+    except UsageError:
+        raise InputError(f"{where} [train]: preset {exp.train.get('preset')!r} is not a "
+                         f"training preset (valid: {', '.join(TRAIN_PRESETS)})") from None
+    try:
+        check_select_by(exp.select_by)
+    except UsageError as exc:
+        raise InputError(f"{where} [tune]: {exc}") from None
+    _check_rows(exp.rows, where)
+    if exp.stores is not None or exp.model is not None:
+        check_rows_untrained(exp.rows, where)
+    _check_outliers(exp.rows, exp.spec, exp.aux, where)
+    return exp
 
 
 def parse_experiment(data: dict[str, Any], base: Path, where: str) -> Experiment:
     """Validate an experiment dict (as loaded from TOML); relative paths resolve to `base`."""
-    _check_keys(data, TOP_KEYS, where)
-    seeds = data.get("seeds", [0])
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
-        if not 1 <= seeds <= MAX_SEEDS:  # a count; never a list of 1e11 seeds in memory
-            raise InputError(f"{where}: seeds = {seeds}: a count of seeds must lie in "
-                             f"[1, {MAX_SEEDS}] (or give the list of seeds)")
-        seeds = list(range(seeds))
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0
-                                                           for s in seeds):
-        raise InputError(f"{where}: seeds must be a non-empty list of integers >= 0 (or a count)")
-    if len(set(seeds)) != len(seeds):
-        raise InputError(f"{where}: seeds {seeds} repeat a seed")
-    data_t = data.get("data")
-    if data_t is None:
-        raise InputError(f"{where}: missing [data] (spec = \"bench.toml\" or osr = {{...}})")
-    _check_keys(data_t, DATA_KEYS, f"{where} [data]")
-    if sum(k in data_t for k in ("spec", "osr", "stores")) != 1:
-        raise InputError(f"{where} [data]: give exactly one of spec, osr and stores")
-    existing = parse_existing(data, data_t, base, where)
-    if existing["seeds"] is not None:
-        seeds = existing["seeds"]
-        if not all(isinstance(s, int) and s >= 0 for s in seeds) or len(set(seeds)) < len(seeds):
-            raise InputError(f"{where}: seeds must be distinct integers >= 0, got {seeds}")
-    spec, osr = _data_source(data_t, base, where)
-    train = dict(data.get("train") or {})
-    _check_keys(train, TRAIN_KEYS, f"{where} [train]")
-    try:
-        preset_values(train.get("preset"))
-    except UsageError:
-        raise InputError(f"{where} [train]: preset {train.get('preset')!r} is not a training "
-                         f"preset (valid: {', '.join(TRAIN_PRESETS)})") from None
-    tune = dict(data.get("tune") or {})
-    _check_keys(tune, TUNE_KEYS, f"{where} [tune]")
-    rule = tune.get("rule", "val")
-    if rule not in TUNE_RULES:
-        raise InputError(f"{where} [tune]: rule {rule!r} (valid: {', '.join(TUNE_RULES)})")
-    select_by = tune.get("select_by", "auroc")
-
-    try:
-        check_select_by(select_by)
-    except UsageError as exc:
-        raise InputError(f"{where} [tune]: {exc}") from None
-    aux = data_t.get("aux")
-    if aux is not None and not isinstance(aux, dict):
-        raise InputError(f"{where} [data]: aux must be a source table, e.g. {{ imagefolder = "
-                         "\"outliers/\" }")
-    rows = _rows(data.get("method"), where)
-    if existing["seeds"] is not None:
-        check_rows_untrained(rows, where)
-    _check_outliers(rows, spec, aux, where)
-    runs = data.get("runs", 1)
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise InputError(f"{where}: runs must be an integer >= 1, got {runs!r}")
-    if runs > 1 and osr is None:
-        raise InputError(f"{where}: runs = {runs} applies to OSR class divisions; with a "
-                         "spec, list the training seeds in seeds")
-    if runs > 1 and max(seeds) >= RUN_SEED_STRIDE:
-        raise InputError(f"{where}: with runs > 1 the division seeds must be below "
-                         f"{RUN_SEED_STRIDE} (training seeds are seed + {RUN_SEED_STRIDE} r)")
-    return Experiment(name=str(data.get("name") or "experiment"), arch=data.get("arch"),
-                      seeds=[int(s) for s in seeds], rows=rows,
-                      spec=spec, osr=osr, aux=dict(aux) if aux else None,
-                      aux_name=str(data_t.get("aux_name", "aux")),
-                      device=str(data.get("device", "auto")), train=train, tune_rule=rule,
-                      select_by=select_by, runs=int(runs), stores=existing["stores"],
-                      model=existing["model"], checkpoints=existing["checkpoints"])
+    return check_experiment(parse_experiment_data(data, base, where), where)
 
 
 def _check_outliers(rows: list[MethodRow], spec: str | None, aux: Any, where: str) -> None:
@@ -421,15 +218,9 @@ def _check_outliers(rows: list[MethodRow], spec: str | None, aux: Any, where: st
                      "with role ood and usage = \"train\")")
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    """Read and validate an experiment TOML file."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"experiment {str(path)!r}: file not found")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"experiment {str(path)!r}: invalid TOML ({exc})") from None
-    exp = parse_experiment(data, path.parent.resolve(), f"experiment {str(path)!r}")
-    exp.path = str(path)
+def load_experiment(source: str | Path) -> Experiment:
+    """Read and validate an experiment (a path or TOML text)."""
+    doc = read_toml(source, "experiment")
+    exp = parse_experiment(doc.data, doc.base, doc.where)
+    exp.path = str(doc.path) if doc.path is not None else None
     return exp

@@ -38,14 +38,14 @@ import multiprocessing
 import subprocess
 import sys
 import time
-import tomllib
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from featstore.errors import FeatstoreError, InputError, UsageError
+from featstore.errors import FeatstoreError, UsageError
+from featstore.specs.toml import get, read_toml
 from featstore.workflows.experiments import unitstate
 from featstore.workflows.experiments.config import Experiment
 from featstore.workflows.experiments.runner import Log, _slug, run_tracked, run_unit_tracked
@@ -64,14 +64,8 @@ class UnitsFailed(FeatstoreError):
 
 def executor_options(path: str | Path) -> dict[str, Any]:
     """The `[executor]` table of an experiment file ({} when it has none)."""
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"experiment {str(path)!r}: {exc}") from None
-    table = data.get("executor", {})
-    if not isinstance(table, dict):
-        raise InputError(f"experiment {str(path)!r}: [executor] must be a table")
-    return dict(table)
+    doc = read_toml(Path(path), "experiment")
+    return dict(get(doc.data, "executor", "table", doc.where, {}))
 
 
 def make_executor(kind: str | None, options: dict[str, Any], where: str = "[executor]",

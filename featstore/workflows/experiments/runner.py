@@ -43,7 +43,7 @@ import json
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -51,8 +51,7 @@ import numpy as np
 
 from featstore.errors import FeatstoreError, InputError, UsageError
 from featstore.extraction.extract import ExtractOptions, extract
-from featstore.specs.benchmark import load_spec
-from featstore.specs.toml import toml_value
+from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec, parse_spec
 from featstore.store.extra_keys import parse_odin_grid
 from featstore.store.fileio import atomic_write_json, atomic_write_output, sha256_file
 from featstore.store.interrupts import raise_if_interrupted
@@ -73,7 +72,8 @@ from featstore.workflows.protocols.osr import (
     class_splits,
     load_data,
     open_val_test,
-    split_spec_text,
+    split_comment,
+    split_spec,
 )
 from scorers import REGISTRY
 from scorers.evaluate import evaluate
@@ -100,28 +100,15 @@ def _data_splits(exp: Experiment) -> list[dict[str, Any]]:
             for c, o in exp.osr["ratios"] for s in exp.seeds for r in range(exp.runs)]
 
 
-def _spec_text(exp: Experiment, split: dict[str, Any], directory: Path,
-               labelled: Any) -> tuple[str, dict[str, Any]]:
-    """The split's spec text and a description (OSR: closed / open classes)."""
+def run_spec(exp: Experiment, split: dict[str, Any], directory: Path,
+             labelled: Any) -> tuple[BenchmarkSpec, str, dict[str, Any]]:
+    """The split's benchmark spec, the comment its written copy starts with, and a
+    description (OSR: closed / open classes)."""
     info: dict[str, Any] = {}
     if exp.spec is not None:
         bench = load_spec(exp.spec)
-        lines = [f"# {one_line(exp.name)}: {one_line(exp.spec)}"]
-        if bench.classes:
-            lines.append(f"classes = {toml_value(bench.classes)}")
-        if getattr(bench, "wnids", None):
-            lines.append(f"wnids = {toml_value(bench.wnids)}")
-        if getattr(bench, "class_map", None):
-            lines.append(f"class_map = {toml_value(dict(bench.class_map))}")
-        if getattr(bench, "balance", False):
-            lines.append(f"balance = true\nbalance_seed = {int(bench.balance_seed)}")
-        if bench.transform:
-            lines += ["", "[transform]"] + [f"{k} = {toml_value(v)}"
-                                            for k, v in bench.transform.items()]
-        for s in bench.splits:
-            lines += ["", "[[split]]", f"name = {toml_value(s.name)}",
-                      f"usage = {toml_value(s.usage)}", f"source = {toml_value(s.source)}"]
-        text = "\n".join(lines) + "\n"
+        splits = list(bench.splits)
+        comment = f"{one_line(exp.name)}: {one_line(exp.spec)}"
     else:
         osr = exp.osr or {}
         division = class_splits(len(labelled.classes), split["ratio"], [split["seed"]])[0]
@@ -131,17 +118,18 @@ def _spec_text(exp: Experiment, split: dict[str, Any], directory: Path,
             transform.update({"resize": size, "crop": size})
 
         val_open = osr.get("val_open", "heldout")
-        text = split_spec_text(labelled, division, directory, transform, osr.get("fractions"),
-                               val_open)
+        bench = split_spec(labelled, division, directory, transform, osr.get("fractions"),
+                           val_open)
+        splits = list(bench.splits)
+        comment = split_comment(labelled, division, val_open)
         val_cls, test_cls = open_val_test(division, val_open)
         info = {"closed": [labelled.classes[i] for i in division.closed],
                 "open": [labelled.classes[i] for i in test_cls],
                 "open_val": [labelled.classes[i] for i in val_cls]}
-    if exp.aux is not None:
-        text += (f"\n# auxiliary outliers for OE / MCD (usage train: never evaluated)\n"
-                 f"[[split]]\nname = \"ood/{exp.aux_name}/outliers\"\nusage = \"train\"\n"
-                 f"source = {toml_value(exp.aux)}\n")
-    return text, info
+    if exp.aux is not None:   # auxiliary outliers for OE / MCD (usage train: never evaluated)
+        splits.append(SplitSpec(f"ood/{exp.aux_name}/outliers", "train", dict(exp.aux)))
+    spec = replace(bench, path=None, splits=splits).validated(directory, "run spec")
+    return spec, comment, info
 
 
 # ------------------------------------------------------------------------------- models
@@ -190,7 +178,7 @@ def _complete_digests(store_dir: Path) -> dict[str, Any]:
     return {k: v.get("sha256") for k, v in entries.items() if v.get("complete")}
 
 
-def _model(exp: Experiment, arch: str, method: str, run_dir: Path, spec_path: Path,
+def _model(exp: Experiment, arch: str, method: str, run_dir: Path, bench: BenchmarkSpec,
            seed: int, log: Log, train_progress: Any) -> dict[str, Any]:
     """Train (or reuse) and extract (or resume) one model; returns its record."""
     folder = run_dir / "models" / method
@@ -202,7 +190,7 @@ def _model(exp: Experiment, arch: str, method: str, run_dir: Path, spec_path: Pa
     extract_opts = _extract_options(exp, method)
     recipe = {"arch": arch, "method": method, "train": dict(settings),
               "init": sha256_file(init) if init is not None else None,
-              "spec": digest(spec_path.read_text(encoding="utf-8")),
+              "spec": digest(bench.to_data()),
               "extract": {k: list(v) if isinstance(v, tuple) else v
                           for k, v in extract_opts.items()}}
     key = digest(recipe)
@@ -218,10 +206,10 @@ def _model(exp: Experiment, arch: str, method: str, run_dir: Path, spec_path: Pa
         ctx = train_progress(f"train {method} seed {seed}") if train_progress else None
         t0 = time.perf_counter()
         if ctx is None:
-            trainer.train(method, arch, spec_path, ckpt, config)
+            trainer.train(method, arch, bench, ckpt, config)
         else:
             with ctx as progress:
-                trainer.train(method, arch, spec_path, ckpt, config, progress=progress)
+                trainer.train(method, arch, bench, ckpt, config, progress=progress)
         record = {"key": key, "recipe": recipe, "train_s": time.perf_counter() - t0}
         atomic_write_json(record_path, record)
     store_dir = folder / "store"
@@ -233,7 +221,7 @@ def _model(exp: Experiment, arch: str, method: str, run_dir: Path, spec_path: Pa
         if manifest.get("model", {}).get("sha256") != sha256_file(ckpt):
             opts.overwrite = True          # a store of an older checkpoint of this method
     t0 = time.perf_counter()
-    store = extract(arch, spec_path, store_dir, weights=ckpt, options=opts)
+    store = extract(arch, bench, store_dir, weights=ckpt, options=opts)
     store.close()
     if "extract_s" not in record or _complete_digests(store_dir) != before:
         record["extract_s"] = time.perf_counter() - t0
@@ -340,7 +328,9 @@ class Executor(Protocol):
 def plan_units(exp: Experiment, out: Path, arch: str, labelled: Any,
                per_method: bool) -> list[dict[str, Any]]:
     """The experiment's units in run order, each a (data split, seed, training methods) piece
-    with its rows; writes each split's spec (`OUT/runs/<split>/seed<s>/spec.toml`). One unit
+    with its rows and its benchmark spec (`spec`, as `BenchmarkSpec.to_data()`: the unit's
+    training and extraction take it as an object); writes a copy of each split's spec for the
+    user (`OUT/runs/<split>/seed<s>/spec.toml`). One unit
     per split and seed, or (`per_method`) one per training method too, except that fine-tuned
     methods stay in their `ce` model's unit."""
     units: list[dict[str, Any]] = []
@@ -350,7 +340,8 @@ def plan_units(exp: Experiment, out: Path, arch: str, labelled: Any,
         run_part = f"-run{split['run']}" if split["run"] else ""
         run_dir = out / "runs" / split["tag"] / f"seed{seed}{run_part}"
         run_dir.mkdir(parents=True, exist_ok=True)
-        text, info = _spec_text(exp, split, run_dir, labelled)
+        bench, comment, info = run_spec(exp, split, run_dir, labelled)
+        text = bench.to_toml(comment)
         spec_path = run_dir / "spec.toml"
         if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
             atomic_write_output(spec_path, text)
@@ -363,6 +354,7 @@ def plan_units(exp: Experiment, out: Path, arch: str, labelled: Any,
                     "label": f"{split['label']} seed {seed}{run_part.replace('-', ' ')}"
                              + (f" {'+'.join(group)}" if per_method else ""),
                     "split": split, "info": info, "run_dir": str(run_dir), "methods": group,
+                    "spec": bench.to_data(),
                     "rows": [r.name for r in exp.rows if r.train in group]}
             unit["key"] = digest({"experiment": ident, "arch": arch, "unit": unit})
             units.append(unit)
@@ -377,7 +369,9 @@ def run_unit(exp: Experiment, arch: str, unit: dict[str, Any], *, log: Log,
     split, info, seed = unit["split"], unit["info"], unit["split"]["seed"]
     train_seed = split["train_seed"]
     run_dir = Path(unit["run_dir"])
-    spec_path = run_dir / "spec.toml"
+    spec_path = run_dir / "spec.toml"   # the unit's spec, written for the user by plan_units
+    bench = parse_spec(unit["spec"], run_dir, f"spec {str(spec_path)!r}")
+    bench.path = spec_path
     log(f"{split['label']} seed {seed}" + (
         f" run {split['run']} (training seed {train_seed})" if exp.runs > 1 else "") + (
         f": closed {' '.join(info['closed'])} | open {' '.join(info['open'])}"
@@ -390,7 +384,7 @@ def run_unit(exp: Experiment, arch: str, unit: dict[str, Any], *, log: Log,
             failed[method] = f"the ce model it fine-tunes failed: {failed['ce']}"
             continue
         try:
-            models[method] = _model(exp, arch, method, run_dir, spec_path, train_seed,
+            models[method] = _model(exp, arch, method, run_dir, bench, train_seed,
                                     log, train_progress)
         except FeatstoreError as exc:
             raise_if_interrupted()

@@ -53,7 +53,7 @@ import numpy as np
 
 from featstore.errors import InputError, UsageError
 from featstore.extraction.datasets import imagefolder_rows, parse_image_list
-from featstore.specs.toml import toml_value
+from featstore.specs.benchmark import BenchmarkSpec, SplitSpec
 from featstore.store.fileio import atomic_write_output
 
 DEFAULT_FRACTIONS = {"train": 0.6, "val": 0.15, "test": 0.25}
@@ -205,11 +205,11 @@ def _write_list(path: Path, rel: Sequence[str], labels: Sequence[int]) -> Path:
     return path
 
 
-def split_spec_text(data: LabelledData, split: ClassSplit, directory: Path,
-                    transform: dict[str, Any] | None,
-                    fractions: dict[str, float] | None = None,
-                    val_open: str = "heldout") -> str:
-    """The benchmark spec (TOML) of one division; file data also gets its lists written.
+def split_spec(data: LabelledData, split: ClassSplit, directory: Path,
+               transform: dict[str, Any] | None,
+               fractions: dict[str, float] | None = None,
+               val_open: str = "heldout") -> BenchmarkSpec:
+    """The benchmark spec of one division; file data also gets its lists written.
     `fractions` (train / val / test shares per class, default `DEFAULT_FRACTIONS`; their sum
     may be below 1 to use fewer rows) cut every class the same way; `val_open` chooses the
     open classes of `ood/osr/open_val` and `ood/osr/open` (`open_val_test`)."""
@@ -245,16 +245,17 @@ def split_spec_text(data: LabelledData, split: ClassSplit, directory: Path,
             f = _write_list(lists / f"open_{part}.txt", [data.paths[r] for r in rows],
                             [-1] * len(rows))
             entries.append((name, part, {"imagelist": str(f), "root": str(data.root)}))
-    lines = [f"# OSR split {split.ratio[0]}/{split.ratio[1]} seed {split.seed} of "
-             f"{data.describe}",
-             f"# closed: {' '.join(closed_names)}",
-             f"# open: {' '.join(data.classes[i] for i in split.open)}",
-             f"# val_open = {val_open}: open_val {' '.join(data.classes[i] for i in val_cls)}"
-             f" | open (test) {' '.join(data.classes[i] for i in test_cls)}",
-             f"classes = {toml_value(closed_names)}"]
-    if transform:
-        lines += ["", "[transform]"] + [f"{k} = {toml_value(v)}" for k, v in transform.items()]
-    for name, usage, source in entries:
-        lines += ["", "[[split]]", f"name = {toml_value(name)}", f"usage = {toml_value(usage)}",
-                  f"source = {toml_value(source)}"]
-    return "\n".join(lines) + "\n"
+    return BenchmarkSpec(None, [SplitSpec(name, usage, source)
+                                for name, usage, source in entries],
+                         dict(transform or {}), closed_names).validated(directory)
+
+
+def split_comment(data: LabelledData, split: ClassSplit, val_open: str = "heldout") -> str:
+    """The lines a written division spec starts with: the division and its classes."""
+    val_cls, test_cls = open_val_test(split, val_open)
+    return "\n".join([
+        f"OSR split {split.ratio[0]}/{split.ratio[1]} seed {split.seed} of {data.describe}",
+        f"closed: {' '.join(data.classes[i] for i in split.closed)}",
+        f"open: {' '.join(data.classes[i] for i in split.open)}",
+        f"val_open = {val_open}: open_val {' '.join(data.classes[i] for i in val_cls)}"
+        f" | open (test) {' '.join(data.classes[i] for i in test_cls)}"])

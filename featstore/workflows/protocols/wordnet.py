@@ -57,8 +57,7 @@ from typing import Any
 
 from featstore.errors import InputError, UsageError
 from featstore.extraction.datasets import imagefolder_rows, parse_image_list, rows_from_source
-from featstore.specs.benchmark import load_spec
-from featstore.specs.toml import toml_value
+from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec
 from featstore.store.fileio import atomic_write_output
 
 WORDNET_DIRS = ("/usr/share/wordnet",)
@@ -471,13 +470,8 @@ def _write_spec(path: Path, tag: str, lists: dict[str, tuple[Path, int]],
             splits.append((f"csid/wordnet_{low}", "test", {"imagelist": str(id_file),
                                                              "root": "/"}))
     splits.append((f"ood/wordnet/{low}", "test", {"imagelist": str(ood_file), "root": "/"}))
-    lines = [f"# FACETS WordNet assignment {tag} over {base_spec}"]
-    if base.classes:
-        lines.append(f"classes = {toml_value(base.classes)}")
-    if base.transform:
-        lines += ["", "[transform]"] + [f"{k} = {toml_value(v)}" for k, v in base.transform.items()]
-    for name, usage, source in splits:
-        lines += ["", "[[split]]", f"name = {toml_value(name)}", f"usage = {toml_value(usage)}",
-                  f"source = {toml_value(source)}"]
-    atomic_write_output(path, "\n".join(lines) + "\n")
+    spec = BenchmarkSpec(None, [SplitSpec(*s) for s in splits], dict(base.transform),
+                         base.classes).validated(path.parent, f"spec {str(path)!r}")
+    atomic_write_output(path, spec.to_toml(f"FACETS WordNet assignment {tag} over "
+                                           f"{base_spec}"))
     return path

@@ -1,9 +1,13 @@
-"""Tiny real torch models for extraction tests (imported as `tiny_models:<callable>`)."""
+"""Tiny real torch models for extraction tests (imported as
+`tests.helpers.tiny_models:<callable>`)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+#: TinyCNN as `--arch` / `train()` name it
+ARCH = "tests.helpers.tiny_models:TinyCNN"
 
 
 class TinyCNN(nn.Module):

@@ -1,5 +1,5 @@
 """Users' own architectures for the extraction tests of tests/test_user_model.py, imported as
-`user_models:<callable>`: heads that are not "the last nn.Linear defined"."""
+`tests.helpers.user_models:<callable>`: heads that are not "the last nn.Linear defined"."""
 
 from __future__ import annotations
 
