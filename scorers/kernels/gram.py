@@ -1,5 +1,6 @@
 """Gram sums of streamed row chunks, sum_chunks x^T x (D x D, float64), for the covariances of
-ViM / Residual (`scorers.kernels.subspace`) and MDS / RMDS (`scorers.kernels.classstats`).
+ViM / Residual and MDS / RMDS (their id/train passes: `scorers.fitting.principal`,
+`scorers.fitting.classstats`).
 
 `GramSum.add(x)` is one BLAS dsyrk per chunk, C <- x^T x + C, into the upper triangle of a
 single Fortran-order matrix: no per-chunk D x D product matrix and no separate addition of it.
