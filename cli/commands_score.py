@@ -121,7 +121,7 @@ def score(
     from scorers.score_run import score_store
 
     params = parse_params(param)
-    check_params(method, params)
+    method = check_params(method, params)  # the registered name from here on
     with open_store(store) as st:
         names = split or st.splits()
         for name in names:

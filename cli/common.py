@@ -38,16 +38,18 @@ def check_methods(names: Iterable[str], what: str = "--method") -> list[str]:
     return check_scorers(names, what)
 
 
-def check_params(method: str, params: dict[str, Any], what: str = "--param") -> None:
-    """Build the scorer once so that an unknown parameter or a bad value is a usage error
-    before any work (rather than a method silently skipped)."""
-    from scorers import get_scorer
+def check_params(method: str, params: dict[str, Any], what: str = "--param") -> str:
+    """The method's registered name, after building the scorer once so that an unknown
+    parameter or a bad value is a usage error before any work (rather than a method silently
+    skipped)."""
+    from scorers import REGISTRY
 
-    check_methods([method], "--method")
+    name = check_methods([method], "--method")[0]
     try:
-        get_scorer(method, **params)
+        REGISTRY[name](**params)
     except UsageError as exc:
         raise UsageError(f"{what}: {exc}") from None
+    return name
 
 
 def method_params(items: list[str] | None, what: str = "--param") -> dict[str, dict[str, Any]]:

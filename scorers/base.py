@@ -116,10 +116,12 @@ class Scorer:
         self.diagnostics: dict[str, Any] = {}
         # the settings `fit(store, grid)` was told score_grid will ask for
         self.fit_settings: list[dict[str, Any]] = []
-        # NaN / inf in the fields this scorer reads are an error (featstore.store.values) unless
-        # this is True: then the values are used as they are (IEEE arithmetic propagates
-        # them; the metrics still refuse non-finite scores)
-        self.allow_nonfinite = False
+        # `fit` and `score` refuse NaN / inf in the fields this scorer reads
+        # (featstore.store.values) while this is True; False: the values are used as they are
+        # (IEEE arithmetic propagates them; the metrics still refuse non-finite scores), with
+        # --allow-nonfinite or where the caller checked them itself (scorers.evaluate: once
+        # per split per call)
+        self.check_finite = True
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
@@ -189,7 +191,7 @@ class Scorer:
         a further pass. Scores never depend on it."""
         check_needs(self, store)
         self._clamp_defaults(store)
-        if not self.allow_nonfinite:
+        if self.check_finite:
             for name in fit_split_names(self):
                 require_finite(store.split(name), value_fields(self), f"fitting {self.name!r}")
         self.check_params(self.params, store)
@@ -201,6 +203,16 @@ class Scorer:
             self._fit(store)
         self.fitted = True
         return self
+
+    def fix_defaults(self, store: StoreLike) -> list[dict[str, Any]]:
+        """The one defaults rule (scorers.adapt) applied on `store` ahead of `fit`, without
+        warnings: every default the store makes invalid is clamped, the caller's own values
+        never; returns the changes (also `self.adjusted`). Every parameter is then fixed (as
+        if given), so `fit` changes none. The scoring walk (`scorers.evaluate`) calls it
+        before its cache lookup, whose key holds the parameters."""
+        self.params, self.adjusted = adapt_params(self, self.params, set(self.given), store)
+        self.given = dict(self.params)
+        return self.adjusted
 
     def _clamp_defaults(self, store: StoreLike) -> None:
         """The one defaults rule (scorers.adapt) for API callers: every default the store
@@ -231,7 +243,7 @@ class Scorer:
                 raise FeatstoreError(
                     f"scorer {self.name!r} needs 'extra:{extra}' in split {split.name!r}",
                     need=f"extra:{extra}", how=library_how_to(f"extra:{extra}"))
-        if not self.allow_nonfinite:
+        if self.check_finite:
             require_finite(split, value_fields(self), f"{self.name!r} scores")
 
     def score(self, split: SplitLike, force: bool = False) -> np.ndarray:

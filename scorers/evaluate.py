@@ -18,12 +18,11 @@ from featstore.errors import FeatstoreError
 from featstore.store.interfaces import StoreLike
 from featstore.store.values import require_finite
 
-from .adapt import fit_defaults
 from .base import Scorer, fit_split_names, value_fields
 from .cache import ScoreCache, cache_off_reason
 from .metrics import OOD_METRIC_NAMES, id_accuracy_or_nan, misclassification_auroc, ood_metrics
 from .misclassification import misclassification_or_none
-from .registry import REGISTRY, code_digest, get_scorer, resolve, resolve_methods
+from .registry import REGISTRY, code_digest, resolve, resolve_methods
 from .results import EvaluationResult
 from .selective import selective_metrics
 from .skipping import check_supported, require_any, run_each, unsupported_reason
@@ -87,10 +86,19 @@ def score_splits(store: StoreLike, name: str, params: Mapping[str, Any], splits:
     built-in is cached under `name~<sha256 of its module's source>` (`registry.code_digest`),
     so editing it never reads stale scores; without readable source it is not cached."""
     name = resolve(name)
-    scorer = get_scorer(name, **params)
-    scorer.allow_nonfinite = allow_nonfinite
+    scorer = REGISTRY[name](**params)
     if not allow_nonfinite:
         require_finite_inputs(store, name, splits)
+    return _scores(store, name, scorer, splits, use_cache, diagnostics)
+
+
+def _scores(store: StoreLike, name: str, scorer: Scorer, splits: Sequence[str],
+            use_cache: bool, diagnostics: dict[str, Any] | None
+            ) -> tuple[dict[str, np.ndarray], float, float]:
+    """`score_splits` for a resolved `name` and its `scorer`, built once and configured, whose
+    inputs the caller has checked for NaN / inf (`require_finite_inputs`, once per split per
+    call) or allowed: the scorer's own checks in `fit` / `score` would repeat it, and are off."""
+    scorer.check_finite = False
     if use_cache and cache_off_reason(store) is not None:
         use_cache = False
     digest = code_digest(name)
@@ -137,17 +145,18 @@ def score_with_defaults(store: StoreLike, name: str, given: Mapping[str, Any],
                         allow_nonfinite: bool = False
                         ) -> tuple[dict[str, np.ndarray], float, float, dict[str, Any],
                                    list[dict[str, Any]]]:
-    """`score_splits` after `scorers.adapt.fit_defaults` (the user's `given` parameters
-    untouched, data-invalid defaults clamped): (scores, fit s, score s, params used,
-    adjustments). What `featstore score` runs, so that it follows eval's rule. Non-finite
-    inputs are checked first (`require_finite_inputs`) unless `allow_nonfinite`."""
-    name = resolve(name)
+    """`score_splits` with the user's `given` parameters untouched and data-invalid defaults
+    clamped (`Scorer.fix_defaults`, the rule of `scorers.adapt`): (scores, fit s, score s,
+    params used, adjustments). What `featstore score` runs (`scorers.score_run.score_store`,
+    which resolves the method to its registered `name`), so that it follows eval's rule: the
+    name is built into one scorer, and non-finite inputs are checked first
+    (`require_finite_inputs`), once per split, unless `allow_nonfinite`."""
     if not allow_nonfinite:
         require_finite_inputs(store, name, splits)
-    used, adjusted = fit_defaults(get_scorer(name, **given), given, store)
-    scores, fit_s, score_s = score_splits(store, name, used, splits, use_cache, diagnostics,
-                                          allow_nonfinite)
-    return scores, fit_s, score_s, dict(get_scorer(name, **used).params), adjusted
+    scorer = REGISTRY[name](**given)
+    adjusted = scorer.fix_defaults(store)
+    scores, fit_s, score_s = _scores(store, name, scorer, splits, use_cache, diagnostics)
+    return scores, fit_s, score_s, dict(scorer.params), adjusted
 
 
 def id_side_metrics(id_scores: np.ndarray, logits: np.ndarray, labels: np.ndarray
@@ -210,13 +219,12 @@ def evaluate(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | 
         check_supported(store, name)
         if not allow_nonfinite:
             require_finite_inputs(store, name, [ID_SPLIT, *ood])
-        given = params.get(name, {})
-        used, adjusted = fit_defaults(get_scorer(name, **given), given, store)
+        scorer = REGISTRY[name](**params.get(name, {}))
+        adjusted = scorer.fix_defaults(store)
         if progress:
             progress(name)
         diag: dict[str, Any] = {}
-        scores, fit_s, score_s = score_splits(store, name, used, [ID_SPLIT, *ood], use_cache,
-                                              diag, allow_nonfinite)
+        scores, fit_s, score_s = _scores(store, name, scorer, [ID_SPLIT, *ood], use_cache, diag)
         id_scores = scores[ID_SPLIT]
         per_split = {s: ood_metrics(id_scores, scores[s], id_name=ID_SPLIT, ood_name=s)
                      for s in ood}
@@ -224,7 +232,7 @@ def evaluate(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | 
         kept[name] = scores
         return {
             "misclassification": misclassification_or_none(id_scores, logits, labels),
-            "params": dict(get_scorer(name, **used).params), "adjusted": adjusted,
+            "params": dict(scorer.params), "adjusted": adjusted,
             "fit_seconds": fit_s, "score_seconds": score_s,
             "cached": fit_s == 0.0 and score_s == 0.0,
             "diagnostics": diag,

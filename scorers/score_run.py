@@ -42,7 +42,7 @@ def score_store(store: StoreLike, method: str, params: Mapping[str, Any], splits
     "diagnostics" (the fitted scorer's, e.g. an index's recall@K), "saved" (the .npz written,
     or None)}."""
     diagnostics: dict[str, Any] = {}
-    method = resolve(method)
+    method = resolve(method)  # the one resolution of the name in this call
     scores, fit_s, score_s, used, adjusted = score_with_defaults(
         store, method, dict(params), list(splits), use_cache, diagnostics, allow_nonfinite)
     if save is not None:

@@ -326,12 +326,12 @@ def test_debug_shows_the_traceback(capsys, stores):
 
 
 def test_unexpected_exception_is_one_line(capsys, stores, monkeypatch):
-    import scorers.evaluate
+    import scorers.score_run
 
     def boom(*_a, **_k):
         raise RuntimeError("disk on fire\nsecond line")
 
-    monkeypatch.setattr(scorers.evaluate, "score_splits", boom)
+    monkeypatch.setattr(scorers.score_run, "score_with_defaults", boom)
     line = assert_one_line_error(run(capsys, "score", stores["good"], "--method", "msp"), 1,
                                  "unexpected RuntimeError: disk on fire", "--debug")
     assert "second line" not in line

@@ -72,16 +72,16 @@ def test_default_and_quiet_hide_debug_and_the_handler_comes_off(store, capsys):
 def test_library_warning_records_show_even_with_quiet(store, capsys, monkeypatch):
     """A WARNING record of a library logger is one `warning: ...` line on stderr, at every
     level including -q (the INFO line of the same run only without -q)."""
-    import scorers.evaluate as ev
+    import scorers.score_run as score_run
 
-    real = ev.score_splits
+    real = score_run.score_with_defaults  # what `featstore score` calls
 
     def noisy(*a, **k):
         logging.getLogger("scorers.evaluate").info("an info line")
         logging.getLogger("scorers.evaluate").warning("a warning line")
         return real(*a, **k)
 
-    monkeypatch.setattr(ev, "score_splits", noisy)
+    monkeypatch.setattr(score_run, "score_with_defaults", noisy)
     code, out, err = _cli(capsys, *_args(store))
     assert code == 0 and err.splitlines()[:2] == ["an info line", "warning: a warning line"]
     code, out, err = _cli(capsys, "-q", *_args(store))

@@ -365,15 +365,15 @@ def test_every_command_has_json_and_quiet():
 
 
 def test_a_library_print_does_not_reach_stdout_under_json(capsys, store, monkeypatch):
-    import scorers.evaluate
+    import scorers.score_run
 
-    real = scorers.evaluate.score_splits
+    real = scorers.score_run.score_with_defaults
 
     def chatty(*args, **kwargs):
         print("chatter from a library")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(scorers.evaluate, "score_splits", chatty)
+    monkeypatch.setattr(scorers.score_run, "score_with_defaults", chatty)
     code, out, err = run(capsys, "score", store.path, "--method", "msp", "--json")
     assert code == 0 and json.loads(out)["method"] == "msp"
     assert "chatter" in err

@@ -599,7 +599,7 @@ def gbench_serial(tmp_path_factory) -> dict:
     try:
         res = {}
         for b in ("w8", "scratch"):
-            with build_gbench(out, backbone=b, log=lambda _m: None, **GBENCH_TINY) as st:
+            with build_gbench(out, backbone=b, **GBENCH_TINY) as st:
                 res[b] = build_summary(st, 0.0)
     finally:
         torch.set_num_threads(threads)    # build_gbench sets the machine's CPU count

@@ -304,15 +304,15 @@ def test_vim_fit_told_the_grid_prepares_every_dim(wide_store, monkeypatch):
 
     monkeypatch.setattr(type(split), "iter_chunks", spy)
     told = get_scorer("vim", dim=1000).fit(wide_store, {"dim": [256, 1000]})
-    assert sorted(told.state.mean_residual) == [256, 1000] and len(read) == 2
+    assert sorted(told.mean_residual) == [256, 1000] and len(read) == 2
     read.clear()
     grid_told = told.score_grid(wide_store.split("id/test"))
     assert read == []
     plain = get_scorer("vim", dim=1000).fit(wide_store)
-    assert sorted(plain.state.mean_residual) == [1000]
+    assert sorted(plain.mean_residual) == [1000]
     read.clear()
     grid_plain = plain.score_grid(wide_store.split("id/test"))
-    assert len(read) == 1 and sorted(plain.state.mean_residual) == [256, 1000]
+    assert len(read) == 1 and sorted(plain.mean_residual) == [256, 1000]
     for (setting, a), (_, b) in zip(grid_told, grid_plain, strict=True):
         if told.params["precision"] == "float64":
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=0, err_msg=str(setting))

@@ -1,24 +1,30 @@
-"""Numerical kernels shared by the scorers: each scorer module states its formula and its
-class, and takes the heavy lifting from here (NumPy / Numba only, no store I/O of their own
-beyond the chunks a scorer hands them, never torch).
+"""Numerical kernels shared by the scorers: pure array functions (NumPy / Numba / SciPy BLAS
+arrays in, arrays out; never a store, a split or a scorer, never torch). Each scorer module
+states its formula and its class and takes the heavy lifting from here; the passes that stream
+a store's rows through these kernels are `scorers.fitting` and `Scorer.map_rows`.
 
 - `softmax`:    row-wise softmax, logsumexp, max softmax, softmax with sum p log p, negative
                 entropy, GEN's top-M generalized entropies (the public API of `rowexp`)
 - `rowexp`:     the fused Numba row loops behind `softmax` (a vectorized float64 exp within
                 1 ulp; max, exp, sum, selection of the top M in one pass per row)
+- `rowfeat`:    fused float64 passes per feature row: L2 normalization (KNN, NNGuide), SHE's
+                pattern dot, NCI's proximity and L1 norm, fDBD's boundary sum and its table
 - `select`:     exact percentiles of a streamed float32 array by a two-pass radix select
 - `gather`:     row gathers of W.T into float64 sums (the sparse-product primitives) and the
                 sparse-versus-dense cost model
 - `bands`:      band sums over clip thresholds (ReAct) and over nested weight masks (DICE)
 - `topk`:       one descending sort per row shared by every kept count (ASH, SCALE), and
                 the running sums over nested kept sets
-- `subspace`:   the principal subspace of the id/train features about the head's origin
-                (ViM, Residual), and the numerical-rank cutoff
-- `classstats`: per-class sums and means, tied and global covariances, whitening factors and
-                class-conditional Mahalanobis distances (MDS, RMDS, KL matching), the mean
-                train feature (DICE, fDBD, NCI)
+- `gram`:       Gram sums x^T x of row chunks into one float64 matrix (one BLAS dsyrk each)
+- `subspace`:   the principal subspace about the head's origin u = -pinv(W) b (ViM,
+                Residual): eigendecomposition of S, residual norms for every dim of a grid
+- `classstats`: per-class and column sums, covariances as matrix or rows, whitening factors
+                and class-conditional Mahalanobis distances (MDS, RMDS, KL matching, SHE)
+- `minsqdist`:  the nearest center min_k ||z - c_k||^2: float32 GEMM pruning, float64
+                decision (MDS, RMDS)
 - `mincross`:   the minimum over templates of a cross-entropy -sum_j p_j log d_kj (KL
                 matching): float32 GEMM pruning, float64 sums for the candidates left
+- `iptopk`:     exact inner-product top-k by float32 sgemm + partition (NNGuide's bank)
 - `precision`:  the `precision` of the GEMM-bound scorers' scoring products (float32 sgemm
                 with float64 sums, or float64)
 

@@ -1,10 +1,10 @@
-"""Class statistics of the id/train features, in float64 over streamed chunks: the mean
-feature (DICE, fDBD, NCI), per-class sums (`add_class_sums`: MDS, RMDS, KL matching; and
-`add_class_sums_by_correctness`: the correctly and wrongly classified rows apart, SHE), class
-means with the tied within-class and the global (1/N) covariances (`fit_gaussian_stats`),
-their whitening factors (L with L L^T = pinvh(covariance), `whitener`) and the
-class-conditional Mahalanobis distance min_k (x - mu_k)^T P (x - mu_k)
-(`ClassMahalanobis`).
+"""Class statistics of feature rows, in float64, chunk by chunk: column sums (the mean
+feature of DICE, fDBD, NCI: `add_column_sums`), per-class sums (`add_class_sums`: MDS, RMDS, KL
+matching; and `add_class_sums_by_correctness`: the correctly and wrongly classified rows apart,
+SHE), covariances kept as a matrix or as their rows (`Scatter`), their whitening factors (L
+with L L^T = pinvh(covariance), `whitener`) and the class-conditional Mahalanobis distance
+min_k (x - mu_k)^T P (x - mu_k) (`ClassMahalanobis`). The passes that stream a store's
+id/train rows through them are `scorers.fitting.classstats`.
 """
 
 from __future__ import annotations
@@ -16,32 +16,10 @@ import scipy.linalg
 from numba import njit
 
 from featstore.errors import FeatstoreError
-from featstore.store.interfaces import StoreLike
 
-from ..base import Scorer
-from ..rowmap import read_chunk_rows
-from .gram import GramSum
 from .minsqdist import PrunedMinSq
 from .precision import Operand, matmul
 from .subspace import eig_cutoff
-
-FIT_SPLIT = "id/train"
-
-
-def train_mean(scorer: Scorer, store: StoreLike, split_name: str = FIT_SPLIT) -> np.ndarray:
-    """Mean feature of a split: float64 column sums per chunk (`add_column_sums`), added
-    chunk after chunk, divided by the row count."""
-    split = scorer.fit_split(store, split_name)
-    total = None
-    n = 0
-    for _, (x,) in scorer.chunks(split, "features"):
-        s = np.zeros(x.shape[1])
-        add_column_sums(x, s)
-        total = s if total is None else total + s
-        n += x.shape[0]
-    if n == 0 or total is None:
-        raise FeatstoreError(f"scorer {scorer.name!r}: split {split_name!r} has no rows to fit")
-    return total / n
 
 
 def add_class_sums(sums: np.ndarray, counts: np.ndarray, values: np.ndarray,
@@ -108,121 +86,52 @@ class Scatter:
     count: int
     matrix: np.ndarray | None = None   # (D, D) float64: sum_i r_i r_i^T / n
     rows: np.ndarray | None = None     # (n, D) float64: the r_i
+    source: str = ""                   # the split of the rows (named by the error message)
 
     def whitener(self) -> np.ndarray:
         """L with L L^T = pinvh of the covariance (`whitener` or `whitener_from_rows`). The
         D x D matrix is consumed (the eigensolver works in its memory: a fit's peak holds one
         D x D matrix less); call it once."""
         if self.rows is not None:
-            return whitener_from_rows(self.rows, self.count)
+            return whitener_from_rows(self.rows, self.count, self.source)
         assert self.matrix is not None, "Scatter.whitener: the matrix was consumed"
         matrix, self.matrix = self.matrix, None
-        return whitener(matrix, overwrite=True)
+        return whitener(matrix, overwrite=True, source=self.source)
 
 
-@dataclass
-class GaussianStats:
-    """Class means (of the classes present), their ids, the global mean, and the (1/N)
-    tied within-class covariance (rows x - mu_y) and global covariance (rows x - m) of the
-    labelled id/train rows (`global_cov` is None when not requested: `mds` does not use it)."""
-
-    classes: np.ndarray        # (C',) class ids with >= 1 row
-    means: np.ndarray          # (C', D) float64
-    global_mean: np.ndarray    # (D,) float64
-    within_cov: Scatter
-    global_cov: Scatter | None
-
-
-def fit_gaussian_stats(store: StoreLike, chunk_rows: int, scorer_name: str,
-                       with_global: bool = True) -> GaussianStats:
-    """Two streaming passes over id/train (features, labels) in float64. The global
-    covariance (one more N x D x D product in pass 2) only when `with_global`. With fewer
-    labelled rows than dimensions (N < D) pass 2 keeps the centered rows instead of summing
-    D x D scatter matrices (`Scatter`). float64 whatever the scorer's `precision`
-    (`kernels.precision` says why)."""
-    split = store.split(FIT_SPLIT)
-    chunk_rows = read_chunk_rows(split, ("features",), chunk_rows)
-    num_classes = int(split.dims["logits"]) if "logits" in split.dims else \
-        int(store.head[0].shape[0])  # C without reading the head (a store may have none)
-    dim = split.dims["features"]
-    sums = np.zeros((num_classes, dim))
-    counts = np.zeros(num_classes, dtype=np.int64)
-    for _, (feats, labels) in split.iter_chunks("features", "labels", chunk_rows=chunk_rows):
-        add_class_sums(sums, counts, feats, labels)  # skips labels outside [0, C)
-    total = int(counts.sum())
-    if total == 0:
-        raise FeatstoreError(
-            f"scorer {scorer_name!r}: split {FIT_SPLIT!r} has no labelled rows (labels in "
-            f"[0, {num_classes})); class statistics need labels"
-        )
-    present = np.flatnonzero(counts)
-    all_means = np.zeros((num_classes, dim))
-    all_means[present] = sums[present] / counts[present, None]
-    global_mean = sums.sum(axis=0) / total
-    as_rows = total < dim
-    within_parts: list[np.ndarray] = []
-    global_parts: list[np.ndarray] = []
-    within = None if as_rows else GramSum(dim)
-    glob = None if as_rows or not with_global else GramSum(dim)
-    for _, (feats, labels) in split.iter_chunks("features", "labels", chunk_rows=chunk_rows):
-        keep = (labels >= 0) & (labels < num_classes)
-        x = feats[keep].astype(np.float64)
-        g = x - global_mean if with_global else None
-        d = x
-        d -= all_means[labels[keep]]
-        if as_rows:
-            within_parts.append(d)
-            if g is not None:
-                global_parts.append(g)
-            continue
-        assert within is not None
-        within.add(d)
-        if glob is not None and g is not None:
-            glob.add(g)
-    if as_rows:
-        within_s = Scatter(total, rows=np.concatenate(within_parts))
-        global_s = Scatter(total, rows=np.concatenate(global_parts)) if with_global else None
-    else:
-        assert within is not None
-        within_s = Scatter(total, matrix=within.matrix(total))
-        global_s = None if glob is None else Scatter(total, matrix=glob.matrix(total))
-    return GaussianStats(classes=present, means=all_means[present], global_mean=global_mean,
-                         within_cov=within_s, global_cov=global_s)
-
-
-def whitener(cov: np.ndarray, overwrite: bool = False) -> np.ndarray:
+def whitener(cov: np.ndarray, overwrite: bool = False, source: str = "") -> np.ndarray:
     """L (D x r) with L L^T = the symmetric pseudo-inverse of a covariance, as sklearn's
     EmpiricalCovariance.precision_ (scipy pinvh): with cov = V diag(s) V^T (LAPACK syevd via
     scipy.linalg.eigh(driver="evd"); with `overwrite`, in cov's memory, which it destroys),
     keep the r eigenpairs with s > max|s| * D * eps(float64) (pinvh's default cutoff; a
     covariance is positive semi-definite, so the eigenvalues it drops and pinvh keeps would be
     rounding-negative ones beyond that cutoff) and return L = V_kept diag(1 / sqrt(s_kept)).
-    scipy's own pinvh goes through a slower eigensolver (evr: 14 s against 1.4 s for D = 2048
-    on the development machine); L L^T equals it to rounding (tests/scorers/test_mds.py checks
-    against pinvh)."""
+    scipy's own pinvh goes through a slower eigensolver (evr); L L^T equals it to rounding
+    (tests/scorers/test_mds.py checks against pinvh)."""
     s, v = scipy.linalg.eigh(cov, overwrite_a=overwrite, driver="evd", check_finite=False)
-    return _whitener_from_eig(s, v, cov.shape[0])
+    return _whitener_from_eig(s, v, cov.shape[0], source)
 
 
-def whitener_from_rows(rows: np.ndarray, count: int) -> np.ndarray:
+def whitener_from_rows(rows: np.ndarray, count: int, source: str = "") -> np.ndarray:
     """`whitener(rows.T @ rows / count)` without forming or eigendecomposing the D x D
     matrix: with the thin SVD rows = U diag(sigma) V^T (n x D, n < D: O(n^2 D) instead of
     eigh's O(D^3)), the covariance's eigenpairs are (sigma^2 / count, V) plus zeros; the same
     cutoff (max * D * eps) applies and L has r <= n columns. The SVD gets the small
     eigenvalues more accurately than eigh of the formed matrix (no squaring)."""
     _, sigma, vt = np.linalg.svd(rows, full_matrices=False)
-    return _whitener_from_eig(sigma * sigma / count, vt.T, rows.shape[1])
+    return _whitener_from_eig(sigma * sigma / count, vt.T, rows.shape[1], source)
 
 
-def _whitener_from_eig(s: np.ndarray, v: np.ndarray, size: int) -> np.ndarray:
+def _whitener_from_eig(s: np.ndarray, v: np.ndarray, size: int, source: str) -> np.ndarray:
     """V_kept diag(1 / sqrt(s_kept)) over s > max|s| * size * eps (size: the order D).
-    FeatstoreError when no eigenvalue is kept (a zero covariance: every id/train row equal to
-    its mean): every Mahalanobis distance would be 0 and every score equal, a 50.00 AUROC
-    that measures nothing."""
+    FeatstoreError (naming the rows' `source` split when given) when no eigenvalue is kept (a
+    zero covariance: every row equal to its mean): every Mahalanobis distance would be 0 and
+    every score equal, a 50.00 AUROC that measures nothing."""
     keep = s > eig_cutoff(s, size)
     if not keep.any() or not np.any(s > 0):
-        raise FeatstoreError(f"split {FIT_SPLIT!r}: the features' covariance is zero (every "
-                             "row equals its mean): Mahalanobis scores would all be equal")
+        where = f"split {source!r}: " if source else ""
+        raise FeatstoreError(f"{where}the features' covariance is zero (every row equals its "
+                             "mean): Mahalanobis scores would all be equal")
     return v[:, keep] / np.sqrt(s[keep])
 
 

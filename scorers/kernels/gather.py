@@ -14,8 +14,8 @@ from numba import njit
 
 # An entry accumulated row by row (`gather_add`: a row of W.T as float32 streamed from cache
 # into a float64 sum) costs about this many times its share (1 / D) of a dense float64 product
-# of the chunk with W.T (measured ~2.2-3x: ~8-10 G adds/s against ~25 GFMA/s for OpenBLAS
-# dgemm on one core of an AMD EPYC, more under other jobs' cache pressure); used to choose
+# of the chunk with W.T (a streamed add runs at a fraction of dgemm's FMA rate: see
+# benchmarks/results/gemm-fits.md); used to choose
 # between the sparse and the dense way, a choice that only depends on shapes and counts.
 SPARSE_COST = 3.0
 

@@ -1,12 +1,12 @@
 """Gram sums of streamed row chunks, sum_chunks x^T x (D x D, float64), for the covariances of
-ViM / Residual (`scorers.kernels.subspace`) and MDS / RMDS (`scorers.kernels.classstats`).
+ViM / Residual and MDS / RMDS (their id/train passes: `scorers.fitting.principal`,
+`scorers.fitting.classstats`).
 
 `GramSum.add(x)` is one BLAS dsyrk per chunk, C <- x^T x + C, into the upper triangle of a
 single Fortran-order matrix: no per-chunk D x D product matrix and no separate addition of it.
-With the read chunks of `scorers.rowmap` (512 rows of 2048 features) the NumPy form
-`acc += x.T @ x` cost 2.27 CPU s for 10,000 x 2048 rows against 1.34 for dsyrk
-(`benchmarks.bench_factorizations.gram_sums`; benchmarks/results/HISTORY.md, eighth session). The
-sum is float64 whatever the scorer's `precision` (`scorers.kernels.precision` says why).
+With the read chunks of `scorers.rowmap` the NumPy form `acc += x.T @ x` costs more than
+dsyrk (`benchmarks.bench_factorizations.gram_sums` measures both). The sum is float64
+whatever the scorer's `precision` (`scorers.kernels.precision` says why).
 Deterministic: the same chunks give the same bits.
 """
 

@@ -1,6 +1,6 @@
 """Exact inner-product top-k by float32 sgemm + partition: what `scorers.knn_index.KnnIndex`
 answers for an exact inner-product search on the CPU at k >= N / 10 (NNGuide's bank), where
-FAISS's per-query k-heaps cost ~2x the sgemm (benchmarks/results/HISTORY.md, "#19 eighth session").
+FAISS's per-query k-heaps cost more than the sgemm.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def exact_ip_search(bank: np.ndarray, queries: np.ndarray,
 def exact_ip_values(bank: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
     """The values of `exact_ip_search` alone, (n, k) float32 best first, the same bits (the
     same products; the k largest of a row are one multiset whatever the ids of ties), by
-    np.partition + np.sort (no index arrays: ~10x cheaper than the sort of the ids)."""
+    np.partition + np.sort (no index arrays: far cheaper than the sort of the ids)."""
     n, total = queries.shape[0], bank.shape[0]
     dist = np.empty((n, k), dtype=np.float32)
     for lo, sims in _ip_blocks(bank, queries):

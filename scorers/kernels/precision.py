@@ -1,4 +1,4 @@
-"""The `precision` of the GEMM-bound scorers' dense products (issue 19, decision 2): float32
+"""The `precision` of the GEMM-bound scorers' dense products: float32
 products with float64 accumulation, or the all-float64 path.
 
 `Operand(matrix, precision)` is a fitted right-hand factor of the scoring products (ViM /
@@ -13,10 +13,10 @@ their eigendecompositions, pinv(W), the class terms' values (MDS / RMDS prune th
 with float32 products and decide with float64 distances: `scorers.kernels.minsqdist`). The
 covariance was measured in float32 too (float32 Gram of each chunk, its mean taken out in
 float64, summed in float64): on the D = 1040 fidelity store ViM's scores then moved by 2.8e-5
-relative (the 1e-5 bar of the issue fails; the store's eigengap at dim = 512 is 1e-3 of the
+relative (past the 1e-5 bar; the store's eigengap at dim = 512 is 1e-3 of the
 eigenvalue there and 2e-7 of the largest, so the float32 rounding of the sums rotates the
-subspace), and 64-row Gram blocks, accurate enough (3.5e-6), ran 6x slower than one float64
-product (/tmp micro-run, D = 2048, 8192 rows). So the Gram is float64 BLAS (dsyrk) per chunk,
+subspace), and 64-row Gram blocks, accurate enough (3.5e-6), ran several times slower than
+one float64 product. So the Gram is float64 BLAS (dsyrk) per chunk,
 summed in float64 (`scorers.kernels.gram`).
 
 Determinism: row blocks are fixed by shapes (the scorer's chunks and `map_rows` blocks), so
@@ -30,8 +30,8 @@ import numpy as np
 from featstore.errors import UsageError
 
 PRECISIONS = ("float32", "float64")
-# the default of vim, residual and mds (docs/DESIGN.md section 5): float32 (issue 19, decision
-# 2). It meets the issue's bar against the float64 reference (scores within 1e-5 relative,
+# the default of vim, residual and mds (docs/DESIGN.md section 5): float32. It meets the 1e-5 bar
+# against the float64 reference (scores within 1e-5 relative,
 # AUROC within 0.01: tests/test_precision.py). A grid's float32 projection onto
 # V[:, min(dims):] rounds differently from a single dim's onto V[:, dim:] (~1e-7 relative:
 # BLAS panels start at different columns), so in float32 score_grid equals separate fits to

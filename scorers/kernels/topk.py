@@ -1,7 +1,8 @@
 """Top-k selection per row, shared by every kept count of a grid (ASH, SCALE).
 
 `keep_count(D, p) = D - int(np.round(D * p / 100))` (the official ASH code's kept count,
-numpy round-half-even). `RowSort` sorts each row of a chunk ONCE (numpy's sort of -h, values
+numpy round-half-even; the percentiles that keep at least one of a store's D activations are
+`scorers.fitting.topk`). `RowSort` sorts each row of a chunk ONCE (numpy's sort of -h, values
 only): the k-th largest value of a row gives its kept set for every k, and the sum of the top
 k for every k is a cumulative sum of the sorted values (descending order). The kept sets are
 nested, so `band_order` lists each row's kept entries band by band (band e = kept at the e-th
@@ -16,10 +17,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from featstore.errors import UsageError
-from featstore.store.interfaces import StoreLike
-
-from ..base import ValidRange
 from .gather import gather_add, gather_sum, sparse_pays
 from .softmax import logsumexp
 
@@ -27,40 +24,6 @@ from .softmax import logsumexp
 def keep_count(num_features: int, percentile: float) -> int:
     """k = D - round(D * p / 100), as the official ASH code computes it."""
     return num_features - int(np.round(num_features * percentile / 100.0))
-
-
-def check_keep(scorer_name: str, percentile: float, store: StoreLike | None) -> None:
-    """The percentile must keep at least one of the store's D activations."""
-    if store is None:
-        return
-    d = int(store.head[0].shape[1])
-    if keep_count(d, percentile) < 1:
-        raise UsageError(
-            f"scorer {scorer_name!r}: percentile {percentile!r} keeps no activation of D={d} "
-            f"features (k = D - round(D * percentile / 100) = 0); use a percentile in (0, "
-            f"{100.0 * (d - 0.5) / d:g})"
-        )
-
-
-def percentile_range(store: StoreLike) -> ValidRange:
-    """The percentiles that keep at least one of D activations, as a closed range: (0, 100 (D -
-    1) / D]; keep_count(D, 100 (D - 1) / D) = 1 (a slightly larger p may still keep one, but
-    this bound is exact for every D)."""
-    d = int(store.head[0].shape[1])
-    return ValidRange(0.0, 100.0 * (d - 1) / d,
-                      f"percentile <= 100 (D - 1) / D = {100.0 * (d - 1) / d:g} keeps at least "
-                      f"one of the D = {d} features")
-
-
-def percentile_degenerate(default: float, used: float, store: StoreLike) -> str:
-    """The DEGENERATE note of a percentile clamped to keep one activation (it always is: the
-    range's top keeps exactly one): the D the default percentile needs to keep one."""
-    d = int(store.head[0].shape[1])
-    if keep_count(d, used) > 1:
-        return ""
-    need = next(n for n in range(d + 1, 10 ** 6) if keep_count(n, default) >= 1)
-    return (f"percentile={used:g} keeps a single one of the D = {d} features; the store lacks "
-            f"features: the default percentile={default:g} needs D >= {need}")
 
 
 @njit(cache=True, nogil=True)

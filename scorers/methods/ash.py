@@ -60,18 +60,11 @@ from featstore.errors import UsageError
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer, ValidRange
+from ..fitting.topk import check_keep, percentile_degenerate, percentile_range
 from ..kernels.gather import exact_f32
 from ..kernels.select import check_percentile
 from ..kernels.softmax import logsumexp
-from ..kernels.topk import (
-    RowSort,
-    check_keep,
-    keep_count,
-    percentile_degenerate,
-    percentile_range,
-    plan_chain,
-    running_energies,
-)
+from ..kernels.topk import RowSort, keep_count, plan_chain, running_energies
 from ..paper import Paper
 
 VARIANTS = ("p", "b", "s")

@@ -45,8 +45,8 @@ import numpy as np
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
+from ..fitting.classstats import train_mean
 from ..kernels.bands import WeightBands, masked_running_sums
-from ..kernels.classstats import train_mean
 from ..kernels.gather import sparse_pays
 from ..kernels.select import check_percentile
 from ..kernels.softmax import logsumexp

@@ -37,7 +37,7 @@ from featstore.errors import UsageError
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
-from ..kernels.classstats import train_mean
+from ..fitting.classstats import train_mean
 from ..kernels.rowfeat import fdbd_rows, inverse_boundary_table
 from ..paper import Paper
 

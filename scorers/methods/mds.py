@@ -45,7 +45,8 @@ import numpy as np
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
-from ..kernels.classstats import ClassMahalanobis, fit_gaussian_stats
+from ..fitting.classstats import fit_gaussian_stats
+from ..kernels.classstats import ClassMahalanobis
 from ..kernels.precision import DEFAULT_PRECISION, check_precision
 from ..paper import Paper
 

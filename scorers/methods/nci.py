@@ -32,7 +32,7 @@ from featstore.errors import UsageError
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
-from ..kernels.classstats import train_mean
+from ..fitting.classstats import train_mean
 from ..kernels.rowfeat import nci_rows
 from ..paper import Paper
 

@@ -3,8 +3,9 @@ the ViM paper (Wang, Li, Feng, Zhang, "ViM: Out-Of-Distribution with Virtual-log
 CVPR 2022, section 3 / Table "Residual").
 
 Formula as implemented (float64 values; the products follow `precision`, "float32" default
-or "float64", exactly as `vim`'s), with the same fitted state as `vim` (imported from
-`scorers.kernels.subspace.PrincipalSpace`, one implementation):
+or "float64", exactly as `vim`'s), with the same fitted space as `vim`
+(`scorers.fitting.principal.fit_principal_space`, one implementation; its arrays are
+`scorers.kernels.subspace.PrincipalSpace`):
 
     u     = -pinv(W) @ b
     S     = (1/N) sum_{x in id/train} (x - u)(x - u)^T = V diag(lambda) V^T, lambda decreasing
@@ -12,7 +13,7 @@ or "float64", exactly as `vim`'s), with the same fitted state as `vim` (imported
 
 Higher is more in-distribution. `dim`: 1 <= dim < min(D, N) with N the id/train rows, and
 dim <= rank(S) after the fit (beyond it the top-`dim` space holds arbitrary null-space
-directions, `PrincipalSpace.check_spanned`); default None = the ViM paper's rule
+directions, `scorers.fitting.principal.check_spanned`); default None = the ViM paper's rule
 (1000 if D >= 2048, 512 if D >= 768, else D // 2). OpenOOD v1.5's `residual.yml` fixes
 `dim: 512` and has no sweep; the default sweep grid here is ViM's, OpenOOD v1.5 `vim.yml`
 `dim_list: [256, 1000]` (valid only for D > 1000). OpenOOD fits this baseline on its ID
@@ -31,8 +32,8 @@ import numpy as np
 
 from featstore.store.interfaces import SplitLike, StoreLike
 
+from ..fitting.principal import PrincipalScorer, check_spanned, fit_principal_space
 from ..kernels.precision import DEFAULT_PRECISION
-from ..kernels.subspace import PrincipalScorer, PrincipalSpace, setting_dims
 from ..paper import Paper
 
 
@@ -47,21 +48,21 @@ class Residual(PrincipalScorer):
                   note="Residual baseline")
 
     def _fit(self, store: StoreLike) -> None:
-        self.state = PrincipalSpace.fit(self, store)
+        self.space, _ = fit_principal_space(self, store)
 
     def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
     def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
-        state = self.state
-        dims = setting_dims(self, settings, state.basis.shape[0])
+        space = self.space
+        dims = self.setting_dims(settings, space.basis.shape[0])
         for k in dims:
-            state.check_spanned(self.name, k, need_residual=False)
+            check_spanned(space, self.name, k, need_residual=False)
         distinct = sorted(set(dims))
         column = {k: j for j, k in enumerate(distinct)}
 
         def block(x: np.ndarray) -> list[np.ndarray]:
-            tail = state.residual_sq(x, distinct)
+            tail = space.residual_sq(x, distinct)
             return [-np.sqrt(tail[:, column[k]]) for k in dims]
 
         return self.map_rows(split, ("features",), block, outputs=len(dims))

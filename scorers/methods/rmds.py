@@ -34,7 +34,8 @@ import numpy as np
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
-from ..kernels.classstats import ClassMahalanobis, fit_gaussian_stats
+from ..fitting.classstats import fit_gaussian_stats
+from ..kernels.classstats import ClassMahalanobis
 from ..paper import Paper
 
 

@@ -38,9 +38,10 @@ import numpy as np
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer, ValidRange, head_logits_usable, stored_logits_are_head
+from ..fitting.topk import check_keep, percentile_degenerate, percentile_range
 from ..kernels.select import check_percentile
 from ..kernels.softmax import logsumexp
-from ..kernels.topk import RowSort, check_keep, keep_count, percentile_degenerate, percentile_range
+from ..kernels.topk import RowSort, keep_count
 from ..paper import Paper
 
 

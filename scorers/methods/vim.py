@@ -27,18 +27,21 @@ paper's rule, 1000 if D >= 2048, 512 if D >= 768, else D // 2. Default sweep gri
 an explicit grid on smaller feature spaces).
 
 Sharing (DESIGN section 5): the fit does ONE eigendecomposition (the mean max-logit comes from
-the covariance pass) and then one pass over id/train for the mean residual norms of every dim
-it was told of (the scorer's own, plus those of `fit(store, grid)`), projecting each row once
-onto V[:, min(dims):] (eigenvectors by decreasing eigenvalue), or onto V[:, :max(dims)] when
-that has fewer columns: the squared residual norms of all those dims are the squared
-projections summed per segment between consecutive dims, accumulated from the
-smallest-eigenvalue end (or subtracted, accumulated, from ||x - u||^2:
-`PrincipalSpace.residual_sq`). A dim asked for later costs one more such pass. Scoring
-projects each row block (`map_rows`) once the same way and reads every requested dim's
-residual off the same segment sums. (OpenOOD's default dims [256, 1000] at D = 2048: 1000
-columns instead of 1792.)
-`residual.py` reuses `PrincipalSpace` (one implementation, `scorers.kernels.subspace`, with
-the dim rule and its checks).
+the covariance pass, `scorers.fitting.principal.fit_principal_space`) and then one pass over
+id/train for the mean residual norms of every dim it was told of (the scorer's own, plus those
+of `fit(store, grid)`; `mean_residuals`), projecting each row once onto V[:, min(dims):]
+(eigenvectors by decreasing eigenvalue), or onto V[:, :max(dims)] when that has fewer columns:
+the squared residual norms of all those dims are the squared projections summed per segment
+between consecutive dims, accumulated from the smallest-eigenvalue end (or subtracted,
+accumulated, from ||x - u||^2: `scorers.kernels.subspace.PrincipalSpace.residual_sq`). A dim
+asked for later costs one more such pass. Scoring projects each row block (`map_rows`) once the
+same way and reads every requested dim's residual off the same segment sums. (OpenOOD's default
+dims [256, 1000] at D = 2048: 1000 columns instead of 1792.)
+
+Where the formula lives: this module (alpha and the score), `scorers.fitting.principal` (the
+dim rule shared with `residual`, and the two id/train passes), `scorers.kernels.subspace` (u,
+the eigendecomposition, the residual norms), with `scorers.kernels.gram` (the dsyrk Gram sum)
+and `scorers.kernels.precision` (the float32 product) beneath.
 
 `precision` ("float32" default | "float64"): "float32" projects in float32 sgemm (the alpha
 pass and scoring), always onto the residual side V[:, dim:] (`scorers.kernels.precision`);
@@ -59,12 +62,23 @@ from typing import Any
 
 import numpy as np
 
+from featstore.errors import UsageError
 from featstore.store.interfaces import SplitLike, StoreLike
 
+from ..fitting.principal import (
+    FIT_SPLIT,
+    PrincipalScorer,
+    check_spanned,
+    feature_dim,
+    fit_principal_space,
+    mean_residuals,
+)
 from ..kernels.precision import DEFAULT_PRECISION
 from ..kernels.softmax import logsumexp
-from ..kernels.subspace import PrincipalScorer, PrincipalSpace, feature_dim, setting_dims
 from ..paper import Paper
+
+# A mean residual below this fraction of the mean ||x - u|| counts as zero (rank <= dim).
+_ZERO_RESIDUAL_RTOL = 1e-9
 
 
 class ViM(PrincipalScorer):
@@ -78,24 +92,43 @@ class ViM(PrincipalScorer):
 
     def _fit(self, store: StoreLike) -> None:
         d = feature_dim(store)
-        dims = {k for k in setting_dims(self, [{}, *self.fit_settings], d) if 1 <= k < d}
-        self.state = PrincipalSpace.fit(self, store, alpha_dims=sorted(dims))
+        dims = {k for k in self.setting_dims([{}, *self.fit_settings], d) if 1 <= k < d}
+        self.space, self.mean_max_logit = fit_principal_space(self, store, mean_max_logit=True)
+        self.mean_residual: dict[int, float] = {}   # dim -> mean r(x) over id/train
+        self._add_residuals(store, sorted(dims))
+
+    def _add_residuals(self, store: StoreLike, dims: list[int]) -> None:
+        """mean_{id/train} r(x) of every dim in `dims` not known yet (one pass for all)."""
+        missing = [k for k in dims if k not in self.mean_residual]
+        self.mean_residual.update(mean_residuals(self, store, self.space, missing))
+
+    def alpha(self, dim: int) -> float:
+        """alpha = mean_{id/train} max_j l_j / mean_{id/train} r(x)."""
+        assert self.mean_max_logit is not None
+        mean_r = self.mean_residual[dim]
+        if not mean_r > _ZERO_RESIDUAL_RTOL * self.space.rms_norm:
+            raise UsageError(
+                f"scorer {self.name!r}: dim={dim} leaves no residual on {FIT_SPLIT!r} (its "
+                f"features span at most {dim} principal directions), so alpha is undefined; "
+                f"choose a smaller dim"
+            )
+        return self.mean_max_logit / mean_r
 
     def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
     def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
-        state = self.state
-        dims = setting_dims(self, settings, state.basis.shape[0])
+        space = self.space
+        dims = self.setting_dims(settings, space.basis.shape[0])
         for k in dims:
-            state.check_spanned(self.name, k, need_residual=True)
-        state.ensure_residuals(self, self.fitted_store, dims)
-        alphas = [state.alpha(self.name, k) for k in dims]
+            check_spanned(space, self.name, k, need_residual=True)
+        self._add_residuals(self.fitted_store, dims)
+        alphas = [self.alpha(k) for k in dims]
         distinct = sorted(set(dims))
         column = {k: j for j, k in enumerate(distinct)}
 
         def block(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
-            tail = state.residual_sq(x, distinct)
+            tail = space.residual_sq(x, distinct)
             energy = logsumexp(logits)
             return [energy - alpha * np.sqrt(tail[:, column[k]])
                     for k, alpha in zip(dims, alphas, strict=True)]

@@ -121,11 +121,12 @@ def test_stored_logits_are_head_probe(tmp_path, make_store):
 
 def test_missing_extras_are_skipped_by_evaluate_and_named_by_score(shared_store):
     """A store without the training-time extras: `supported` names the extra, `score`
-    names the command that writes it, `evaluate` skips those scorers."""
+    names the library call that writes it (`extract with ...` / `train with ...`; the CLI's
+    wording is tests/test_error_wording.py's), `evaluate` skips those scorers."""
     for name in ("confbranch", "godin", "mcd", "mcdropout", "odin_perturbed", "ip_ts_mlv"):
         ok, why = supported(shared_store, name)
         assert not ok and "extra:" in why
-        with pytest.raises(FeatstoreError, match="featstore (extract|train)"):
+        with pytest.raises(FeatstoreError, match=r"(extract|train)( them)? with"):
             get_scorer(name).fit(shared_store).score(shared_store.split("id/test"))
     res = evaluate(shared_store, ["msp", "confbranch", "mcd"], use_cache=False)
     assert list(res["methods"]) == ["msp"] and set(res["skipped"]) == {"confbranch", "mcd"}

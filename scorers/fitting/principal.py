@@ -1,0 +1,187 @@
+"""What ViM and Residual share above the kernels: the rule for the principal-space dimension
+(`PrincipalScorer`, the base class of both) and the id/train passes of their fit.
+
+    S       = (1/N) sum_{x in id/train} (x - u)(x - u)^T     `fit_principal_space`: one chunked
+                                                             pass (float64 Gram sums, dsyrk),
+                                                             then one eigendecomposition
+    mean r  = mean_{id/train} ||(x - u) @ V[:, k:]||_2       `mean_residuals`: one pass for
+                                                             every k asked for
+
+(u = -pinv(W) @ b, V, lambda and the residual norms are `scorers.kernels.subspace`.)
+
+`dim` (k): 1 <= dim < min(D, N) before the fit (N: the id/train rows) and dim <= rank(S)
+(dim < rank(S) where a residual must remain) after it; default None = the ViM paper's rule
+(`default_dim`).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import FeatstoreError, UsageError
+from featstore.store.interfaces import StoreLike
+
+from ..base import Scorer, ValidRange
+from ..kernels.gram import GramSum
+from ..kernels.precision import check_precision
+from ..kernels.subspace import PrincipalSpace, head_origin
+
+FIT_SPLIT = "id/train"
+
+
+def default_dim(num_features: int) -> int:
+    """The ViM paper's principal-space dimension for a D-dimensional feature space."""
+    if num_features >= 2048:
+        return 1000
+    if num_features >= 768:
+        return 512
+    return num_features // 2
+
+
+def resolve_dim(dim: Any, num_features: int) -> int:
+    return default_dim(num_features) if dim is None else int(dim)
+
+
+def feature_dim(store: StoreLike) -> int:
+    """D, the head's input dimension."""
+    return int(store.head[0].shape[1])
+
+
+def check_dim(scorer_name: str, dim: Any, store: StoreLike | None = None) -> None:
+    """`dim` is None (paper rule) or an integer with 1 <= dim < D."""
+    if dim is None:
+        if store is not None and default_dim(feature_dim(store)) < 1:
+            raise UsageError(
+                f"scorer {scorer_name!r}: feature dimension D={feature_dim(store)} is too small "
+                "for a principal space (need D >= 2)"
+            )
+        if store is not None:
+            check_dim_below_rows(scorer_name, default_dim(feature_dim(store)), store)
+        return
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+        raise UsageError(
+            f"scorer {scorer_name!r}: dim must be an integer with 1 <= dim < D or None "
+            f"(got {dim!r})"
+        )
+    dim = int(dim)
+    if store is None:
+        if dim < 1:
+            raise UsageError(
+                f"scorer {scorer_name!r}: dim must satisfy 1 <= dim < D (got {dim})"
+            )
+        return
+    d = feature_dim(store)
+    if not 1 <= dim < d:
+        raise UsageError(
+            f"scorer {scorer_name!r}: dim must satisfy 1 <= dim < D = {d} (got {dim})"
+        )
+    check_dim_below_rows(scorer_name, dim, store)
+
+
+def check_dim_below_rows(scorer_name: str, dim: int, store: StoreLike) -> None:
+    """dim < N, the number of id/train rows: S is a sum of N rank-one terms, so its rank is
+    at most N, and a principal space of dim >= N directions would hold arbitrary directions
+    of S's null space (the residual, and ViM's alpha, would depend on LAPACK's choice of
+    them). Checked from the split's size alone, before any fit."""
+    if not store.has_split(FIT_SPLIT):
+        return
+    n = store.split(FIT_SPLIT).num_rows
+    if dim >= n:
+        d = feature_dim(store)
+        raise UsageError(
+            f"scorer {scorer_name!r}: dim={dim} is not below the {n} rows of {FIT_SPLIT!r} "
+            f"that span the principal space; valid: 1 <= dim < min(D, N) = {min(d, n)}"
+        )
+
+
+def dim_range(store: StoreLike) -> ValidRange:
+    """dim's data-dependent range: 1 <= dim < min(D, N) (N = id/train rows; see
+    `check_dim_below_rows`); shared by vim and residual."""
+    d = feature_dim(store)
+    n = store.split(FIT_SPLIT).num_rows if store.has_split(FIT_SPLIT) else d
+    degenerate = (f"; DEGENERATE at dim = N - 1 = {n - 1}: the principal space then holds "
+                  f"every {FIT_SPLIT} row (their residuals ~0, far below any test row's); the "
+                  f"store needs more {FIT_SPLIT} rows than D = {d}") if n <= d else ""
+    return ValidRange(1, min(d, n) - 1, f"1 <= dim < min(D, N) = {min(d, n)} (D = {d} "
+                                        f"features, N = {n} rows of {FIT_SPLIT!r}){degenerate}")
+
+
+class PrincipalScorer(Scorer):
+    """What vim and residual share about `dim`: the paper's default rule and its range."""
+
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
+        check_dim(self.name, params["dim"], store)
+        check_precision(self.name, params["precision"])
+
+    def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
+        return {"dim": dim_range(store)}
+
+    def resolve_default(self, param: str, value: Any, store: StoreLike) -> Any:
+        return resolve_dim(value, feature_dim(store)) if param == "dim" else value
+
+    def setting_dims(self, settings: list[dict[str, Any]], num_features: int) -> list[int]:
+        """The principal dimension of each setting (this scorer's own dim where a setting
+        has none), resolved by the paper rule where None."""
+        return [resolve_dim({**self.params, **s}["dim"], num_features) for s in settings]
+
+
+def check_spanned(space: PrincipalSpace, scorer_name: str, dim: int,
+                  need_residual: bool) -> None:
+    """The top-`dim` space is determined by S: dim <= rank(S); and, when the id/train rows
+    must keep a residual (ViM's alpha), dim < rank(S). Beyond the rank the principal space
+    would take arbitrary null-space directions of S (LAPACK's choice, not the data's)."""
+    limit = space.rank - 1 if need_residual else space.rank
+    if dim > limit:
+        what = ("leaves no residual on" if need_residual
+                else "is more than the principal directions spanned by")
+        raise UsageError(
+            f"scorer {scorer_name!r}: dim={dim} {what} {FIT_SPLIT!r} (its covariance "
+            f"about u has numerical rank {space.rank}: eigenvalues above max * D * eps); "
+            f"valid: 1 <= dim <= {limit}"
+        )
+
+
+def fit_principal_space(scorer: Scorer, store: StoreLike, mean_max_logit: bool = False
+                        ) -> tuple[PrincipalSpace, float | None]:
+    """One chunked pass over id/train for S about u (float64 Gram sums of the shifted rows)
+    and, with `mean_max_logit`, the mean over id/train of max_j l_j (ViM's alpha numerator,
+    None otherwise); then S's eigendecomposition. The products of the space follow the
+    scorer's `precision` (float64 where it has none)."""
+    weight, bias = store.head
+    origin = head_origin(weight, bias)
+    split = scorer.fit_split(store, FIT_SPLIT)
+    fields = ("features", "logits") if mean_max_logit else ("features",)
+    gram = GramSum(weight.shape[1])
+    sum_max_logit = 0.0
+    n = 0
+    for _, arrays in scorer.chunks(split, *fields):
+        xc = arrays[0].astype(np.float64)
+        xc -= origin
+        gram.add(xc)
+        n += xc.shape[0]
+        if mean_max_logit:
+            sum_max_logit += float(arrays[1].max(axis=1).astype(np.float64).sum())
+    if n == 0:
+        raise FeatstoreError(f"scorer {scorer.name!r}: split {FIT_SPLIT!r} has no rows to fit")
+    space = PrincipalSpace.from_covariance(origin, gram.matrix(n), n,
+                                           scorer.params.get("precision", "float64"))
+    return space, (sum_max_logit / n if mean_max_logit else None)
+
+
+def mean_residuals(scorer: Scorer, store: StoreLike, space: PrincipalSpace, dims: list[int]
+                   ) -> dict[int, float]:
+    """{k: mean_{id/train} ||(x - u) @ V[:, k:]||_2} for the distinct `dims`, from ONE chunked
+    pass that projects each row onto V[:, min(dims):] (`PrincipalSpace.residual_sq`); {} for
+    no dims (no pass)."""
+    wanted = sorted(set(dims))
+    if not wanted:
+        return {}
+    split = scorer.fit_split(store, FIT_SPLIT)
+    sums = np.zeros(len(wanted), dtype=np.float64)
+    for _, (x,) in scorer.chunks(split, "features"):
+        sums += np.sqrt(space.residual_sq(x, wanted)).sum(axis=0)
+    return {k: float(total) / space.num_rows for k, total in zip(wanted, sums, strict=True)}
