@@ -30,6 +30,7 @@ test: $(STAMP)
 	    apt-get install -y -qq $$missing; fi; \
 	fi
 	$(BIN)/ruff check featstore scorers cli tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q tests
 
 # The suite under every OpenBLAS kernel family this CPU can run (Prescott, Haswell, Zen,
@@ -51,8 +52,11 @@ bench-quick: $(STAMP)
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m benchmarks.bench_quick
 
+# ruff, then mypy over featstore/ and scorers/ (what it checks, and how strictly: pyproject.toml
+# [tool.mypy])
 lint: $(STAMP)
 	$(BIN)/ruff check featstore scorers cli tests benchmarks
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

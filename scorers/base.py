@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from featstore.errors import FeatstoreError, FeatstoreWarning, UsageError, wording
 from featstore.store.arraystore import ArrayStore
@@ -102,11 +103,9 @@ class Scorer:
             )
         self.params: dict[str, Any] = {**self.defaults, **params}
         # the parameters the caller gave (an instance handed to evaluate/sweep runs with them;
-        # the other defaults may be clamped to the store by scorers.adapt)
+        # `fit` clamps only the other defaults to the store: scorers.adapt, scorers.clamp)
         self.given: dict[str, Any] = dict(params)
         self.check_params(self.params)
-        # the caller's own parameters: `fit` clamps only the others (scorers.clamp)
-        self.given: dict[str, Any] = dict(params)
         # the defaults `fit` clamped on its store: [{"setting", "used", "reason"}]
         self.adjusted: list[dict[str, Any]] = []
         self.store: StoreLike | None = None
@@ -283,7 +282,7 @@ class Scorer:
         splits = {k: v for k, v in (("id/train", train), ("id/val", val)) if v is not None}
         return self.fit(ArrayStore(head, splits=splits), grid)
 
-    def score_arrays(self, features: Any, logits: Any | None = None,
+    def score_arrays(self, features: ArrayLike, logits: ArrayLike | None = None,
                      extras: Mapping[str, Any] | None = None) -> np.ndarray:
         """(N,) float64 scores of rows given as arrays (logits computed from the fitted
         store's head when absent), higher = more in-distribution."""
@@ -309,7 +308,7 @@ class Scorer:
         rows = read_chunk_rows(split, fields, self.chunk_rows)
         return split.iter_chunks(*fields, chunk_rows=rows)
 
-    def map_rows(self, split: SplitLike, fields: Sequence[str], fn: Any,
+    def map_rows(self, split: SplitLike, fields: Sequence[str], fn: Callable[..., Any],
                  outputs: int | None = None) -> Any:
         """(N,) float64 `fn(*blocks)` over row blocks of `fields` (or a list of `outputs`
         such arrays when fn returns that many per block), in parallel and streaming

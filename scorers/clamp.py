@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def _inside(value: Any, rng: ValidRange) -> bool:
-    return isinstance(value, numbers.Real) and rng.lo <= value <= rng.hi
+    return isinstance(value, numbers.Real) and rng.lo <= float(value) <= rng.hi
 
 
 def _clamp(value: Any, rng: ValidRange) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,8 @@ def supported(store: StoreLike, name: str) -> tuple[bool, str]:
     return why is None, why or ""
 
 
-def group_means(per_split: Mapping[str, Mapping[str, float]], store: StoreLike) -> dict[str, dict]:
+def group_means(per_split: Mapping[str, Mapping[str, float]],
+                store: StoreLike) -> dict[str, dict[str, float]]:
     """Unweighted mean of each metric over each group's splits."""
     groups: dict[str, list[str]] = {}
     for name in per_split:
@@ -174,8 +175,8 @@ def id_side_metrics(id_scores: np.ndarray, logits: np.ndarray, labels: np.ndarra
 
 def evaluate(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | None = None,
              params: Mapping[str, Mapping[str, Any]] | None = None,
-             use_cache: bool = True, progress: Any = None, strict: bool = False,
-             allow_nonfinite: bool = False, ci: BootstrapSpec | None = None,
+             use_cache: bool = True, progress: Callable[[str], object] | None = None,
+             strict: bool = False, allow_nonfinite: bool = False, ci: BootstrapSpec | None = None,
              keep_scores: dict[str, dict[str, np.ndarray]] | None = None) -> EvaluationResult:
     """Metrics of every method on every OOD test split of the store. A method is a
     registered name, `module:Class`, a `Scorer` subclass or an instance (run with its given
@@ -241,9 +242,10 @@ def evaluate(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | 
 
     done, skipped = run_each(methods, run, strict=strict)
     require_any(done, skipped, store)
-    result = {"store": str(store.path), "model_sha256": store.model_sha256,
-              "id_split": ID_SPLIT, "id_acc": id_accuracy_or_nan(logits, labels),
-              "ood_splits": ood, "methods": done, "skipped": skipped, "ci": None}
+    result: dict[str, Any] = {
+        "store": str(store.path), "model_sha256": store.model_sha256, "id_split": ID_SPLIT,
+        "id_acc": id_accuracy_or_nan(logits, labels), "ood_splits": ood, "methods": done,
+        "skipped": skipped, "ci": None}
     if ci is not None:
         add_intervals(result, kept, store, ci)
     return EvaluationResult(**result)

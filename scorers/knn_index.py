@@ -421,9 +421,11 @@ class KnnIndex:
 
     @staticmethod
     def _apply_width(index: Any, kind: str, width: int | None) -> None:
+        if width is None:  # exact search: no width
+            return
         if kind == "hnsw":
             index.hnsw.efSearch = int(width)
-        elif width is not None:
+        else:
             index.nprobe = int(width)
 
     def _host_index(self) -> Any:
@@ -439,6 +441,7 @@ class KnnIndex:
         (nprobe = nlist, exact distances for IVF-Flat) or HNSW's flat storage."""
         faiss = load_faiss()
 
+        assert self._calibration is not None  # called by width_for, with a recall target
         queries = self._calibration[0]
         index = self._host_index()
         if self.kind == "hnsw":
@@ -449,6 +452,7 @@ class KnnIndex:
     def width_for(self, k: int) -> tuple[int, float]:
         """(width, recall@k) calibrated to the recall target for searches at k (cached)."""
         if k not in self._widths:
+            assert self._calibration is not None, "width_for needs a recall target"
             queries, target = self._calibration
             index = self._host_index()
             exact = self._exact_calibration_ids(k)

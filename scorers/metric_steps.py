@@ -31,6 +31,7 @@ operation on the same operands whichever caller runs the step, so a resample's m
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -40,7 +41,7 @@ TPR_LEVEL = 0.95
 N_OOD_STATE = 18
 N_OOD = 9
 N_SEL_STATE = 8
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+_JIT: dict[str, Any] = {"cache": True, "nogil": True, "error_model": "numpy"}
 
 
 @njit(inline="always", **_JIT)

@@ -58,7 +58,7 @@ def discover() -> dict[str, type[Scorer]]:
     return dict(sorted(registry.items()))
 
 
-class _Registry(dict):
+class _Registry(dict[str, "type[Scorer]"]):
     """name -> class; a `module:Class` key is resolved (imported and registered) on lookup,
     so code that indexes the registry with what a user wrote accepts both spellings."""
 

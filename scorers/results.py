@@ -47,7 +47,7 @@ def plain(value: Any) -> Any:
     return value
 
 
-class ResultMapping(dict):
+class ResultMapping(dict[str, Any]):
     """Base of the typed results: a read-only dict view of the dataclass's fields."""
 
     _MUTATORS: ClassVar[tuple[str, ...]] = ()
@@ -99,7 +99,7 @@ class ResultMapping(dict):
                    if f.name not in doc and not f.metadata.get("optional")]
         if missing:
             raise ValueError(f"{cls.__name__}.from_json: missing key(s) {missing}")
-        return cls(**cls._typed(doc))  # type: ignore[call-arg]
+        return cls(**cls._typed(doc))
 
     @classmethod
     def _typed(cls, doc: dict[str, Any]) -> dict[str, Any]:

@@ -223,7 +223,7 @@ def plan_settings(store: StoreLike, method: str, grid: Mapping[str, Any] | None 
 
 def _split_metrics(plan: _Plan, scorer: Scorer, store: StoreLike, id_name: str,
                    ood_names: Sequence[str], keep: dict[str, np.ndarray] | None = None,
-                   keep_index: int = 0) -> tuple[list[np.ndarray], list[dict]]:
+                   keep_index: int = 0) -> tuple[list[np.ndarray], list[dict[str, Any]]]:
     """Scores of the ID split per setting, and per setting {ood split: metrics}. With `keep`,
     setting `keep_index`'s scores of every split are stored in it (for its intervals)."""
     id_scores = plan.score(scorer, store.split(id_name))
@@ -332,8 +332,9 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     t0 = time.perf_counter()
     _, val_split_metrics = _split_metrics(plan, scorer, store, VAL_ID_SPLIT, val_ood)
     val_s = time.perf_counter() - t0
-    val_rows = [{"mean": _mean(ps), "groups": group_means(ps, store), "splits": ps}
-                for ps in val_split_metrics]
+    val_rows: list[dict[str, Any]] = [
+        {"mean": _mean(ps), "groups": group_means(ps, store), "splits": ps}
+        for ps in val_split_metrics]
     index = choose([row["mean"][select_by] for row in val_rows], direction)
     chosen_setting = plan.settings[index]
     chosen_params = {**scorer.params, **chosen_setting}
@@ -401,7 +402,7 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
 
     done, skipped = run_each(methods, run, strict=strict)
     require_any(done, skipped, store)
-    result = {
+    result: dict[str, Any] = {
         "store": str(store.path), "model_sha256": store.model_sha256,
         "id_split": TEST_ID_SPLIT,
         "id_acc": id_accuracy_or_nan(np.asarray(id_split.logits), np.asarray(id_split.labels)),

@@ -26,7 +26,7 @@ Per batch, after the ordinary forward pass (whose head hook gives features and l
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -35,6 +35,11 @@ from torch import nn
 from featstore.errors import UsageError
 from featstore.extraction.heads import extra_head_names, extra_head_outputs
 from featstore.store.extra_keys import FEATURE_MAPS, MC_LOGITS, ROW_AXES, odin_name
+
+if TYPE_CHECKING:
+    from featstore.extraction.extract import ExtractOptions
+    from featstore.extraction.models import LoadedModel
+    from featstore.extraction.outputs import LayerHook
 
 _DROPOUT = nn.modules.dropout._DropoutNd
 
@@ -71,7 +76,8 @@ def find_feature_map_layer(module: nn.Module, head: nn.Module, images: torch.Ten
 class ExtraOutputs:
     """Computes one split's extras batch by batch (see the module docstring)."""
 
-    def __init__(self, loaded: Any, opts: Any, transform: dict[str, Any], split_name: str):
+    def __init__(self, loaded: LoadedModel, opts: ExtractOptions, transform: dict[str, Any],
+                 split_name: str):
         self.module: nn.Module = loaded.module
         self.head: nn.Module = loaded.feature_module
         self.split_name = split_name
@@ -88,7 +94,7 @@ class ExtraOutputs:
                              "train one with `featstore train --method mcdropout`")
         self.map_layer: str | None = None
         self._maps: torch.Tensor | None = None
-        self._map_handle = None
+        self._map_handle: torch.utils.hooks.RemovableHandle | None = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -123,7 +129,7 @@ class ExtraOutputs:
     def _capture_map(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
         self._maps = output.detach()
 
-    def compute(self, hook: Any, images: torch.Tensor, features: torch.Tensor,
+    def compute(self, hook: LayerHook, images: torch.Tensor, features: torch.Tensor,
                 logits: torch.Tensor, first_row: int) -> dict[str, np.ndarray]:
         """The batch's extras as NumPy arrays (call right after the ordinary forward pass)."""
         out: dict[str, np.ndarray] = {}
@@ -146,7 +152,7 @@ class ExtraOutputs:
         digest = hashlib.sha256(f"{self.split_name}:{first_row}".encode()).digest()
         return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
-    def _mc_logits(self, hook: Any, images: torch.Tensor, first_row: int) -> torch.Tensor:
+    def _mc_logits(self, hook: LayerHook, images: torch.Tensor, first_row: int) -> torch.Tensor:
         devices = [images.device] if images.device.type == "cuda" else []
         passes = []
         with torch.random.fork_rng(devices=devices):
@@ -164,7 +170,7 @@ class ExtraOutputs:
                     m.eval()
         return torch.stack(passes)
 
-    def _odin_logits(self, hook: Any, images: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _odin_logits(self, hook: LayerHook, images: torch.Tensor) -> dict[str, torch.Tensor]:
         std = self.std.to(images.device)
         out: dict[str, torch.Tensor] = {}
         temps = list(dict.fromkeys(t for t, _ in self.odin_grid))

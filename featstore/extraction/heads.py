@@ -30,7 +30,7 @@ models layer (tests/test_layers.py): it imports nothing of featstore but the err
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -96,7 +96,7 @@ class MethodNet(nn.Module):
     @property
     def head(self) -> nn.Linear:
         """The classifier head (the backbone's final Linear)."""
-        return self.backbone.get_submodule(self.head_layer)
+        return cast(nn.Linear, self.backbone.get_submodule(self.head_layer))
 
     def _capture(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
         self._features = inputs[0]
@@ -234,8 +234,10 @@ def checkpoint_method(obj: Any) -> dict[str, Any] | None:
     if not (isinstance(obj, dict) and isinstance(obj.get("method"), str)
             and isinstance(obj.get("state_dict"), dict)):
         return None
-    config = obj.get("config") if isinstance(obj.get("config"), dict) else {}
-    params = config.get("method_params") if isinstance(config.get("method_params"), dict) else {}
+    config = obj.get("config")
+    config = config if isinstance(config, dict) else {}
+    params = config.get("method_params")
+    params = params if isinstance(params, dict) else {}
     num_classes = obj.get("num_classes")
     return {"method": obj["method"], "params": dict(params),
             "num_classes": int(num_classes) if isinstance(num_classes, int) else None}

@@ -173,7 +173,7 @@ def build_torchvision(arch: str, num_classes: int | None) -> nn.Module:
     return torchvision.models.get_model(arch, **kwargs)
 
 
-def _accepts_num_classes(fn: object) -> bool:
+def _accepts_num_classes(fn: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -441,7 +441,7 @@ def load_model(
     """Build the model named by `spec`, load local weights strictly, find the head (or, with
     `no_head` or a non-Linear `feature_layer`, the feature layer only)."""
     weights_path = Path(weights) if weights is not None else None
-    if weights is not None and not weights_path.exists():
+    if weights_path is not None and not weights_path.exists():
         upper = str(weights)
         if upper.isupper() or "IMAGENET" in upper or upper == "DEFAULT":
             raise UsageError(
@@ -457,6 +457,7 @@ def load_model(
     path = Path(spec)
     arch_names = set(torchvision.models.list_models())
     build: Callable[[int | None], nn.Module] | None = None
+    module: nn.Module
     if ":" in spec and not path.exists():
         def build(n: int | None) -> nn.Module:
             return import_callable(spec, n)
@@ -466,14 +467,12 @@ def load_model(
             return build_torchvision(spec, n)
         kind, transform = "torchvision", torchvision_default_transform(spec)
     elif path.is_file():
-        module = _load_torchscript(path, feature_layer, no_head)
-        kind, arch = "torchscript", module.scripted_name
+        scripted = _load_torchscript(path, feature_layer, no_head)
+        module, kind, arch = scripted, "torchscript", scripted.scripted_name
         transform = default_transform()
     else:
-        raise UsageError(
-            f"--model {spec!r}: not a torchvision architecture, a module:callable or a "
-            "TorchScript file (e.g. resnet50, mypkg.models:build, model.ts)"
-        )
+        raise UsageError(f"--model {spec!r}: not a torchvision architecture, a module:callable "
+                         "or a TorchScript file (e.g. resnet50, mypkg.models:build, model.ts)")
     if build is not None:
         # With weights, build on the meta device (no random initialisation that the weights
         # would overwrite), then assign the loaded tensors; `_assign_state` falls back to a
@@ -508,6 +507,6 @@ def load_model(
         provenance["training_method"] = trained["method"]
     module.eval()
     loaded = LoadedModel(module, head_name, head, provenance, transform, feature_name)
-    if head is not None:
+    if head is not None and head_name is not None:
         loaded.set_head(head_name, head)
     return loaded

@@ -20,7 +20,7 @@ output as the feature (DESIGN §6).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -203,7 +203,8 @@ def resolve_layers(loaded: LoadedModel, crop: int, device: torch.device,
         return
     if matches and not explicit:
         name = matches[-1]
-        loaded.set_head(name, loaded.module.get_submodule(name))
+        # a Linear: `names` are the Linear layers (the recorded head matched no earlier)
+        loaded.set_head(name, cast(nn.Linear, loaded.module.get_submodule(name)))
         return
     raise mismatch_error(loaded, logits, outs.get(str(loaded.head_name)),
                          f"model {loaded.provenance.get('architecture', '?')}")

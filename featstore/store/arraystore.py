@@ -35,9 +35,9 @@ FIRST_ROWS = 10
 MEMORY_PATH = Path("<in-memory ArrayStore>")
 
 
-def _nonfinite(fields: Mapping[str, tuple[np.ndarray, int]]) -> dict[str, list]:
+def _nonfinite(fields: Mapping[str, tuple[np.ndarray, int]]) -> dict[str, list[Any]]:
     """{field: [rows holding NaN/inf, first such rows]} (`featstore.store.values`' record)."""
-    record: dict[str, list] = {}
+    record: dict[str, list[Any]] = {}
     for key, (arr, axis) in fields.items():
         if arr.dtype.kind != "f" or arr.size == 0:
             continue
@@ -82,8 +82,9 @@ class ArraySplit:
     def model_sha256(self) -> str:
         return self._store.model_sha256
 
-    def nonfinite_record(self) -> dict[str, list]:
-        return self.entry["nonfinite"]
+    def nonfinite_record(self) -> dict[str, list[Any]]:
+        record: dict[str, list[Any]] = self.entry["nonfinite"]
+        return record
 
     @property
     def features(self) -> np.ndarray:
@@ -127,7 +128,8 @@ class ArraySplit:
 
     def dataset(self, field: str) -> np.ndarray:
         if field in ("features", "logits", "labels"):
-            return getattr(self._arrays, field)
+            array: np.ndarray = getattr(self._arrays, field)
+            return array
         if field.startswith("extra:"):
             name = field[len("extra:"):]
             if self.extra_row_axis(name) != 0:

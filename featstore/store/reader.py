@@ -65,7 +65,7 @@ class Split:
 
     @property
     def path(self) -> Path:
-        return self._store.path / self.entry["file"]
+        return self._store.path / str(self.entry["file"])
 
     @property
     def model_sha256(self) -> str:
@@ -98,7 +98,7 @@ class Split:
             self._fh = fh
         return self._fh
 
-    def nonfinite_record(self) -> dict[str, list]:
+    def nonfinite_record(self) -> dict[str, list[Any]]:
         """{field: [rows holding NaN or inf, first such rows]} (featstore.store.values), from the
         record made at commit, or computed by streaming the file once when the manifest has
         none (a store written before the record existed)."""
@@ -138,7 +138,8 @@ class Split:
     @property
     def ids(self) -> np.ndarray:
         """(N,) sample ids (relative paths or dataset indices) as Python strings."""
-        return self._file()["ids"].asstr()[()]
+        ids: np.ndarray = self._file()["ids"].asstr()[()]
+        return ids
 
     def extra_names(self) -> list[str]:
         """Names of the extra arrays stored with this split."""
@@ -249,7 +250,8 @@ class Split:
 
     def _read_ds(self, ds: h5py.Dataset, index: Any) -> np.ndarray:
         try:
-            return ds[index]
+            rows: np.ndarray = ds[index]
+            return rows
         except OSError as exc:
             raise self._broken(f"cannot read {ds.name!r} ({exc})") from exc
 

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from featstore.store.interfaces import StoreLike
+
 #: accuracy within this many points above chance is "near chance"
 CHANCE_MARGIN = 5.0
 #: a relabelling that gains this many points means the class order is likely wrong
@@ -35,7 +37,7 @@ CHUNK_ROWS = 65536
 SPLITS = ("id/test", "id/val")
 
 
-def confusion(store: Any, name: str) -> np.ndarray:
+def confusion(store: StoreLike, name: str) -> np.ndarray:
     """M[true, predicted] over the split's labelled rows, read in chunks, (C, C) int64."""
     split = store.split(name)
     c = int(store.manifest["num_classes"])
@@ -76,9 +78,10 @@ def check_confusion(m: np.ndarray, classes: list[str] | None = None) -> dict[str
             "moves": moves, "warning": warning}
 
 
-def id_checks(store: Any) -> dict[str, dict[str, Any]]:
+def id_checks(store: StoreLike) -> dict[str, dict[str, Any]]:
     """{split: check_confusion(...)} for the store's id/test and id/val with labelled rows."""
-    classes = list(store.classes) if getattr(store, "classes", None) else None
+    names = getattr(store, "classes", None)  # Store and ArrayStore have class names
+    classes = list(names) if names else None
     out: dict[str, dict[str, Any]] = {}
     for name in SPLITS:
         if store.has_split(name) and "logits" in store.split(name).dims:

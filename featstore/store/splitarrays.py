@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from featstore.errors import UsageError
 from featstore.store.layout import FEATURE_DTYPES
@@ -25,7 +26,7 @@ from featstore.store.names import parse_split_name
 from featstore.store.values import check_float16_range
 
 
-def to_numpy(value: Any) -> np.ndarray:
+def to_numpy(value: ArrayLike) -> np.ndarray:
     """A NumPy array of `value`; a torch tensor (anything with `detach` and `cpu`) is moved to
     the CPU first, so a CUDA or autograd tensor works as well as an array."""
     if hasattr(value, "detach") and hasattr(value, "cpu"):
@@ -66,7 +67,7 @@ class SplitArrays:
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
-def _labels(name: str, labels: Any, n: int, classes: int, role: str) -> np.ndarray:
+def _labels(name: str, labels: ArrayLike | None, n: int, classes: int, role: str) -> np.ndarray:
     labels = np.full(n, -1, dtype=np.int64) if labels is None else to_numpy(labels)
     if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
         raise UsageError(f"split {name!r}: labels must be (N={n},) integers, got {labels.shape} "
@@ -81,8 +82,9 @@ def _labels(name: str, labels: Any, n: int, classes: int, role: str) -> np.ndarr
     return labels
 
 
-def prepare_split(name: str, head: tuple[np.ndarray, np.ndarray] | None, *, features: Any,
-                  logits: Any | None = None, labels: Any | None = None, ids: Any | None = None,
+def prepare_split(name: str, head: tuple[np.ndarray, np.ndarray] | None, *, features: ArrayLike,
+                  logits: ArrayLike | None = None, labels: ArrayLike | None = None,
+                  ids: ArrayLike | None = None,
                   extras: Mapping[str, Any] | None = None, usage: str | None = None,
                   dtype: str = "float32") -> SplitArrays:
     """Validate and normalize one split's arrays (module docstring); UsageError naming the

@@ -35,6 +35,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+from numpy.typing import ArrayLike
 
 from featstore.errors import FeatstoreError, InputError, NoHeadError, UsageError
 from featstore.store.fileio import (
@@ -103,7 +104,7 @@ class Store:
 
     # ----------------------------------------------------------------- construction
     @classmethod
-    def open(cls, path: str | os.PathLike, mode: str = "r") -> Store:
+    def open(cls, path: str | os.PathLike[str], mode: str = "r") -> Store:
         """Open an existing store; `mode='a'` allows adding splits."""
         if mode not in ("r", "a"):
             raise UsageError(f"Store.open: mode {mode!r} is not 'r' or 'a'")
@@ -133,7 +134,7 @@ class Store:
     @classmethod
     def create(
         cls,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         head: tuple[np.ndarray, np.ndarray] | None,
         classes: list[str] | None = None,
@@ -211,7 +212,7 @@ class Store:
     @classmethod
     def from_arrays(
         cls,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         head: tuple[np.ndarray, np.ndarray] | None,
         splits: Mapping[str, Mapping[str, Any]],
@@ -480,10 +481,10 @@ class Store:
         self,
         name: str,
         *,
-        features: Any,
-        logits: Any | None = None,
-        labels: Any | None = None,
-        ids: Any | None = None,
+        features: ArrayLike,
+        logits: ArrayLike | None = None,
+        labels: ArrayLike | None = None,
+        ids: ArrayLike | None = None,
         extras: Mapping[str, Any] | None = None,
         usage: str | None = None,
         source: Mapping[str, Any] | None = None,

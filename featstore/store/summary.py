@@ -5,9 +5,13 @@ dtype, extras, size on disk, skipped images; the hooked layers; the ID accuracy 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from featstore.store.interfaces import StoreLike
 from featstore.store.sanity import id_checks
+
+if TYPE_CHECKING:
+    from featstore.store.store import Store
 
 
 def human_bytes(n: float) -> str:
@@ -19,7 +23,7 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
-def split_summary(store: Any, name: str, entry: dict[str, Any]) -> dict[str, Any]:
+def split_summary(store: StoreLike, name: str, entry: dict[str, Any]) -> dict[str, Any]:
     """One manifest entry plus the split file's size on disk (0 when it has no file)."""
     path = store.path / entry["file"] if entry.get("file") else None
     return {
@@ -40,7 +44,7 @@ def layers(model: dict[str, Any], has_head: bool) -> dict[str, Any]:
             "taken": model.get("feature_taken", "input"), "has_head": has_head}
 
 
-def store_summary(store: Any) -> dict[str, Any]:
+def store_summary(store: StoreLike) -> dict[str, Any]:
     """Manifest facts plus sizes on disk: {"path", "format_version", "featstore_version",
     "model", "num_classes", "feature_dim", "layers", "id_checks", "splits": [split_summary,
     ...] in manifest order}."""
@@ -56,7 +60,7 @@ def store_summary(store: Any) -> dict[str, Any]:
                        for name, entry in manifest["splits"].items()]}
 
 
-def verified_summary(store: Any, verify: bool = False) -> dict[str, Any]:
+def verified_summary(store: Store, verify: bool = False) -> dict[str, Any]:
     """`store_summary`, and with `verify` the sha256 check of every split file
     (`Store.verify`) as "verify": {"ok", "problems"}."""
     summary = store_summary(store)

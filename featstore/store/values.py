@@ -49,7 +49,8 @@ def nonfinite_record(fh: h5py.File) -> dict[str, list]:
         rows = ds.shape[axis]
         row_bytes = max(1, ds.size // max(rows, 1) * ds.dtype.itemsize)
         step = max(1, _CHUNK_BYTES // row_bytes)
-        count, first = 0, []
+        count = 0
+        first: list[int] = []
         for start in range(0, rows, step):
             index = (slice(None),) * axis + (slice(start, min(rows, start + step)),)
             bad = _bad_rows(ds[index], axis) + start

@@ -50,10 +50,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h5py
 import numpy as np
+from numpy.typing import ArrayLike
 
 from featstore.errors import InputError, UsageError
 from featstore.store.arraystore import ArrayStore
@@ -63,6 +64,9 @@ from featstore.version import __version__
 from scorers.adapt import fit_defaults
 from scorers.base import Scorer, fit_split_names, value_fields
 from scorers.registry import REGISTRY, resolve, unknown_scorer
+
+if TYPE_CHECKING:
+    from featstore.extraction.models import LoadedModel
 
 FORMAT = "featstore-detector"
 FORMAT_VERSION = 1
@@ -92,12 +96,14 @@ class Detector:
     threshold: float
     rule: dict[str, Any]
     model: dict[str, Any] | None = None
-    _loaded: Any = field(default=None, repr=False, compare=False)
+    # ((model, weights) asked for, the model loaded for them): load_model's one-entry cache
+    _loaded: tuple[tuple[str | None, str | None], LoadedModel] | None = field(
+        default=None, repr=False, compare=False)
 
     @classmethod
-    def fit(cls, store: StoreLike, scorer: Any, *, params: dict[str, Any] | None = None,
-            target_tpr: float | None = None, target_fpr: float | None = None,
-            threshold_split: str = "id/val") -> Detector:
+    def fit(cls, store: StoreLike, scorer: str | type[Scorer] | Scorer, *,
+            params: dict[str, Any] | None = None, target_tpr: float | None = None,
+            target_fpr: float | None = None, threshold_split: str = "id/val") -> Detector:
         """Fit `scorer` on `store` and choose the threshold (module docstring)."""
         if target_tpr is not None and target_fpr is not None:
             raise UsageError("Detector.fit: give target_tpr or target_fpr, not both")
@@ -127,7 +133,7 @@ class Detector:
                    model_record(store, threshold_split))
 
     # ------------------------------------------------------------------ scoring
-    def score_features(self, features: Any, logits: Any | None = None,
+    def score_features(self, features: ArrayLike, logits: ArrayLike | None = None,
                        extras: dict[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(scores (N,) float64, in-distribution decisions (N,) bool: score >= threshold)
         of rows given as arrays or torch tensors; logits from the head when absent."""
@@ -149,12 +155,15 @@ class Detector:
         paths = image_paths(images)
         dev = resolve_device(device)
         loaded = self.load_model(model, weights)
+        rec = self.model
+        assert rec is not None  # load_model refuses a detector that records no model
         loaded.module.to(dev)
-        feats, logits = image_outputs(loaded, self.model["transform"], paths, device=dev,
+        feats, logits = image_outputs(loaded, rec["transform"], paths, device=dev,
                                       batch_size=batch_size, num_workers=num_workers)
-        return self.score_features(feats.astype(self.model.get("dtype", "float32")), logits)
+        return self.score_features(feats.astype(rec.get("dtype", "float32")), logits)
 
-    def load_model(self, model: str | None = None, weights: str | Path | None = None) -> Any:
+    def load_model(self, model: str | None = None,
+                   weights: str | Path | None = None) -> LoadedModel:
         """The recorded model as a `featstore.extraction.models.LoadedModel` (loaded once per
         (model, weights), then kept), checked to be the store's (module docstring)."""
         key = (model, None if weights is None else str(weights))
@@ -259,7 +268,8 @@ def model_record(store: StoreLike, split: str) -> dict[str, Any] | None:
     return record
 
 
-def check_model(loaded: Any, record: dict[str, Any], head: tuple[np.ndarray, np.ndarray]) -> None:
+def check_model(loaded: LoadedModel, record: dict[str, Any],
+                head: tuple[np.ndarray, np.ndarray]) -> None:
     """InputError unless `loaded` is the recorded model: same architecture (the torchvision
     name, the callable's class, the TorchScript's original name), sha256 and head (W, b)."""
     arch = loaded.provenance.get("architecture")
@@ -273,6 +283,9 @@ def check_model(loaded: Any, record: dict[str, Any], head: tuple[np.ndarray, np.
                          f"from the detector's {str(record['sha256'])[:12]}… (of the "
                          f"{record.get('sha256_of')}); load the model the store was "
                          "extracted with")
+    if loaded.head is None:
+        raise InputError(f"model {loaded.provenance['name']!r}: no classifier head (a Linear "
+                         "layer) to compare with the detector's head")
     weight = loaded.head.weight.detach().cpu().float().numpy()
     bias = loaded.head.bias.detach().cpu().float().numpy()
     if weight.shape != head[0].shape or not (np.array_equal(weight, head[0])

@@ -146,7 +146,7 @@ def load_features(sd: StorePools) -> None:
 
 
 def auto_eval_distances(stores: Sequence[StorePools], sets: MetaSets,
-                        offsets: Sequence[int]) -> np.ndarray:
+                        offsets: Sequence[int] | np.ndarray) -> np.ndarray:
     """The auto-evaluation baseline's predictor (Deng & Zheng, CVPR 2021): (M,) the Fréchet
     distance between the Gaussian of each set's store's id/train features and the Gaussian
     of the set's features (`frechet_distances`); a line fitted on meta-train sets maps it to

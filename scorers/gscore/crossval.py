@@ -58,8 +58,8 @@ def _fold_taus(opt: EvalOptions, sc: PooledScores, tr: MetaSets,
         for target in opt.targets:
             p = truth[rows, target_column(target)]
             for spec in specs:
-                res = search_tau(lambda ts, s=spec, r=rows: eng.gscores(s.modelling,
-                                                                        s.distance, ts)[:, r], p)
+                res = search_tau(lambda ts, s=spec, r=rows: eng.gscores(  # type: ignore[misc]
+                    s.modelling, s.distance, ts)[:, r], p)  # (mypy: a lambda's defaults)
                 out[(f, target, spec.label)] = res["tau"]
     return out
 
@@ -108,9 +108,10 @@ def run_cv_round(opt: EvalOptions, sc: PooledScores, tally: Tally, rnd: int,
     rng = np.random.default_rng([opt.seed, rnd, 0])
     fold = _folds(list(sc.names), opt.cv or 2, rng)
     pools = id_pools(sc.data, opt.id_train_fraction, rng)
-    draw = {"ratio": opt.main.ratio, "size": opt.main.size, "per_split": opt.sets_per_split,
-            "rng": np.random.default_rng([opt.seed, rnd, 1, 0]), "offsets": sc.offsets,
-            "heterogeneous": opt.main.heterogeneous}
+    draw: dict[str, Any] = {
+        "ratio": opt.main.ratio, "size": opt.main.size, "per_split": opt.sets_per_split,
+        "rng": np.random.default_rng([opt.seed, rnd, 1, 0]), "offsets": sc.offsets,
+        "heterogeneous": opt.main.heterogeneous}
     tr = draw_sets(sc.data, sc.names, pools[0], **draw)
     te = draw_sets(sc.data, sc.names, pools[1], **draw)
     f_tr, f_te = _fold_rows(tr, fold), _fold_rows(te, fold)

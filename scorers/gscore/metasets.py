@@ -209,7 +209,8 @@ def hetero_sizes(id_pool: int, ood_pool: int, rng: np.random.Generator,
 
 def draw_sets(stores: Sequence[StorePools], names: Sequence[str],
                id_pools: Sequence[np.ndarray], ratio: float, size: int | None,
-               per_split: int, rng: np.random.Generator, offsets: Sequence[int],
+               per_split: int, rng: np.random.Generator,
+               offsets: Sequence[int] | np.ndarray,
                heterogeneous: bool = False) -> MetaSets:
     """`per_split` seeded subsamples without replacement of every (store, OOD split): the ID
     rows from the store's `id_pools` entry (indices into its id/test rows), the OOD rows

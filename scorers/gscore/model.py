@@ -264,8 +264,9 @@ def fit_gscore(stores: Sequence[Any], method: str = "msp", target: str = "fpr95"
     spec = model if isinstance(model, ModelSpec) else parse_model(model, tau)
     if sets_per_split < 1:
         raise UsageError(f"sets_per_split {sets_per_split}: must be >= 1")
-    draw = {"ratio": parse_ratio(ratio), "size": size, "per_split": sets_per_split,
-            "rng": None, "heterogeneous": heterogeneous, "ude_kernel": ude_kernel}
+    draw: dict[str, Any] = {
+        "ratio": parse_ratio(ratio), "size": size, "per_split": sets_per_split,
+        "rng": None, "heterogeneous": heterogeneous, "ude_kernel": ude_kernel}
     check_same_model(stores, allow_other_model)
     params = dict(params or {})
     keep = select_splits([s for st in stores for s in ood_test_splits(st)], splits, exclude)

@@ -138,8 +138,9 @@ def _draw_setting(opt: EvalOptions, sc: PooledScores, tally: Tally, rep: int, ci
     auto-evaluation baseline at the main setting)."""
     t0 = time.perf_counter()
     rng = np.random.default_rng([opt.seed, rep, 1, ci])
-    draw = {"ratio": setting.ratio, "size": setting.size, "per_split": opt.sets_per_split,
-            "rng": rng, "offsets": sc.offsets, "heterogeneous": setting.heterogeneous}
+    draw: dict[str, Any] = {
+        "ratio": setting.ratio, "size": setting.size, "per_split": opt.sets_per_split,
+        "rng": rng, "offsets": sc.offsets, "heterogeneous": setting.heterogeneous}
     tr = draw_sets(sc.data, split_names[0], pools[0], **draw)
     te = draw_sets(sc.data, split_names[1], pools[1], **draw)
     check_disjoint(sorted(set(tr.split)), sorted(set(te.split)))
@@ -176,7 +177,8 @@ def _shared_taus(opt: EvalOptions, sc: PooledScores,
     for target in opt.targets:
         p = truth[:, target_column(target)]
         for spec in specs:
-            res = search_tau(lambda ts, s=spec: eng.gscores(s.modelling, s.distance, ts), p)
+            res = search_tau(lambda ts, s=spec: eng.gscores(  # type: ignore[misc]
+                s.modelling, s.distance, ts), p)  # (mypy cannot type a lambda's defaults)
             taus[(target, spec.label)] = res["tau"]
     return taus
 

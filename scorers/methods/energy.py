@@ -17,6 +17,7 @@ evaluates one logsumexp per temperature.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from numbers import Real
 from typing import Any, ClassVar
 
@@ -56,7 +57,7 @@ class TemperatureScorer(Scorer):
     def kernel(self, logits: np.ndarray, temperature: float) -> np.ndarray:
         raise NotImplementedError
 
-    def check_params(self, params: Any, store: StoreLike | None = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         check_temperature(self.name, params["temperature"])
 
     def _score(self, split: SplitLike) -> np.ndarray:

@@ -28,6 +28,7 @@ gamma, one exp pass over the top max(M) entries, whose running sums at each M gi
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from numbers import Integral, Real
 from typing import Any, ClassVar
 
@@ -68,7 +69,7 @@ class GEN(Scorer):
                   url="https://openaccess.thecvf.com/content/CVPR2023/html/Liu_GEN_Pushing_the_Limits_of_Softmax-Based_Out-of-Distribution_Detection_CVPR_2023_paper.html",
                   code="https://github.com/XixiLiu95/GEN")
 
-    def check_params(self, params: Any, store: StoreLike | None = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         gamma, m = params["gamma"], params["M"]
         if (isinstance(gamma, bool) or not isinstance(gamma, Real)
                 or not math.isfinite(float(gamma)) or float(gamma) <= 0):

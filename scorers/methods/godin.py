@@ -24,6 +24,7 @@ are different scores, not a hyperparameter).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -64,7 +65,7 @@ class GODIN(Scorer):
     def score_form(self) -> str:
         return "log_prob" if self.params["variant"] == "softmax" else ""
 
-    def check_params(self, params: Any, store: StoreLike | None = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         self.check_choice(params, "variant", VARIANTS)
 
     def _score(self, split: SplitLike) -> np.ndarray:

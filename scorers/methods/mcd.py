@@ -18,6 +18,7 @@ score = more in-distribution for both. No sweep grid.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -53,7 +54,7 @@ class MCD(Scorer):
                   authors=("Yu", "Aizawa"), venue="ICCV", year=2019,
                   url="https://arxiv.org/abs/1908.04951", code=None)
 
-    def check_params(self, params: Any, store: StoreLike | None = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         self.check_choice(params, "variant", VARIANTS)
 
     def _score(self, split: SplitLike) -> np.ndarray:

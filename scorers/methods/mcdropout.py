@@ -25,6 +25,7 @@ taken as 0). Higher = more in-distribution for every variant. No sweep grid.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -72,7 +73,7 @@ class MCDropout(Scorer):
     def score_form(self) -> str:
         return "" if self.params["variant"] == "entropy" else "log_prob"
 
-    def check_params(self, params: Any, store: StoreLike | None = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         self.check_choice(params, "variant", VARIANTS)
 
     def _score(self, split: SplitLike) -> np.ndarray:

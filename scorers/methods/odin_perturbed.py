@@ -25,6 +25,7 @@ without a grid scores every pair stored in the split. With eps = 0 the score equ
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from numbers import Real
 from typing import Any, ClassVar
 
@@ -34,7 +35,7 @@ from featstore.errors import UsageError
 from featstore.store.extra_keys import ODIN_GROUP, odin_name, parse_odin_name
 from featstore.store.interfaces import SplitLike, StoreLike
 
-from ..base import Scorer
+from ..base import Grid, Scorer
 from ..kernels.softmax import log_max_softmax
 from ..paper import Paper
 from .energy import check_temperature
@@ -70,7 +71,7 @@ class ODINPerturbed(Scorer):
     def score_form(self) -> str:
         return "log_prob"
 
-    def check_params(self, params: Any, store: StoreLike | None = None) -> None:
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         check_temperature(self.name, params["temperature"])
         eps = params["epsilon"]
         if isinstance(eps, bool) or not isinstance(eps, Real) or not math.isfinite(eps) \
@@ -78,7 +79,7 @@ class ODINPerturbed(Scorer):
             raise UsageError(f"scorer {self.name!r}: epsilon={eps!r} is out of range (valid: a "
                              "finite number >= 0)")
         if store is not None and store.has_split(ID_SPLIT):
-            self._require_pair(store.split(ID_SPLIT), params["temperature"], eps)
+            self._require_pair(store.split(ID_SPLIT), params["temperature"], float(eps))
 
     def _require_pair(self, split: SplitLike, temperature: float, epsilon: float) -> str:
         name = odin_name(temperature, epsilon)
@@ -105,7 +106,7 @@ class ODINPerturbed(Scorer):
         return [self._score_pair(split, p["temperature"], p["epsilon"])
                 for p in ({**self.params, **s} for s in settings)]
 
-    def score_grid(self, split: SplitLike, grid: Any = None,
+    def score_grid(self, split: SplitLike, grid: Grid | None = None,
                    force: bool = False) -> list[tuple[dict[str, Any], np.ndarray]]:
         """Every setting of `grid`; without a grid, every (T, eps) pair stored in `split`."""
         if grid is not None:

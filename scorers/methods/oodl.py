@@ -200,6 +200,7 @@ class OODL(Scorer):
         if missing:
             gram = None
             if prep.precomputed:
+                assert prep.x_sq is not None  # precomputed: no Nystroem map
                 gram = rbf_kernel(prep.x_fit, prep.x_fit, prep.gamma, prep.x_sq, prep.x_sq)
             seed = int(params[0]["seed"])
             for nu in missing:
@@ -217,6 +218,7 @@ class OODL(Scorer):
     def _support(models: list[Any], prep: _Prep) -> tuple[np.ndarray, np.ndarray, list]:
         """The union of the models' support vectors (rows of the fit matrix), their squared
         norms, and each model's columns in that union."""
+        assert prep.x_sq is not None  # exact RBF models only (no Nystroem map)
         union = np.unique(np.concatenate([m.support_ for m in models]))
         cols = [np.searchsorted(union, m.support_) for m in models]
         return prep.x_fit[union], prep.x_sq[union], cols

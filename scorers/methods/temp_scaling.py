@@ -112,4 +112,5 @@ class TemperatureScaling(Scorer):
 
     def _score(self, split: SplitLike) -> np.ndarray:
         t = self.fitted_temperature
+        assert t is not None  # fit sets it; Scorer.score refuses an unfitted scorer
         return self.map_rows(split, ("logits",), lambda logits: max_softmax_logodds(logits, t))

@@ -175,6 +175,7 @@ def bootstrap_evaluation(spec: BootstrapSpec, id_name: str,
     lab_ok = lab_bad = None
     mis_strata: tuple[Stratum, Stratum] | None = None
     if has_lab:
+        assert labelled is not None and correct is not None  # has_lab says so
         lab_ok = np.flatnonzero(labelled & correct)
         lab_bad = np.flatnonzero(labelled & ~correct)
         if lab_ok.size and lab_bad.size:
@@ -200,6 +201,7 @@ def bootstrap_evaluation(spec: BootstrapSpec, id_name: str,
         c_ood = np.concatenate([st.lanes(size) for st in ood_strata], axis=1)
         c_mis = (mis_strata[0].lanes(size), mis_strata[1].lanes(size)) if mis_strata else None
         if has_lab:
+            assert labelled is not None and lab_ok is not None  # has_lab says so
             dist.id_acc[sl] = (100.0 * lane_totals(c_id, lab_ok)[:size]
                                / lane_totals(c_id, np.flatnonzero(labelled))[:size])
         for m in scores:
@@ -298,6 +300,7 @@ def _intervals(spec: BootstrapSpec, dist: Distributions, pairs: Mapping[str, Map
                 res["misc"]["misclassification_auroc"] = [float(iv[0, 0]), float(iv[0, 1])]
             sel_jk = None
             if bca:  # strata: the ID split (an unlabelled row leaves the value unchanged)
+                assert labelled is not None and correct is not None  # mis_pairs has m
                 jc, jw = mp.jackknife("sel")
                 full = np.tile(mp.point("sel"), (labelled.size, 1))
                 full[np.flatnonzero(labelled & correct)] = jc

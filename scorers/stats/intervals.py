@@ -39,8 +39,8 @@ def percentile_interval(dist: np.ndarray, level: float = 0.95) -> np.ndarray:
 
 def acceleration(jackknife: Sequence[np.ndarray]) -> np.ndarray:
     """(M,) BCa acceleration from the leave-one-out values of every stratum, (n_j, M) each."""
-    num = 0.0
-    den = 0.0
+    num: float | np.ndarray = 0.0
+    den: float | np.ndarray = 0.0
     for t in jackknife:
         t = np.asarray(t, dtype=np.float64)
         n = float(t.shape[0])

@@ -17,6 +17,8 @@ Kinds: 0 = the 9 OOD metrics (``N_OOD`` columns), 1 = AURC and AUGRC (2), 2 = AU
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit, prange
 
@@ -36,7 +38,7 @@ from ..metric_steps import (
 LANES = 64
 #: Output columns per kind.
 WIDTH = (N_OOD, 2, 1)
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+_JIT: dict[str, Any] = {"cache": True, "nogil": True, "error_model": "numpy"}
 # rows of the flat state array after the walk state: group weights and lane totals
 _CI, _CJ, _NP, _NN = 0, 1, 2, 3
 

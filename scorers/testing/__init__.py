@@ -120,8 +120,10 @@ def check_module(cls: type[Scorer]) -> None:
                                    "as implemented: the phrase 'as implemented' and a line "
                                    "`score = ...` or `score(x) = ...`")
     for node in ast.walk(tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
         names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                 else [node.module or ""])
         if any(n.split(".")[0] == "torch" for n in names):
             raise _fail(cls, "module", f"{cls.__module__} imports torch (line {node.lineno}); "
                                        "scorers run on NumPy/SciPy/FAISS only")
@@ -213,16 +215,17 @@ def threads(count: int) -> Iterator[None]:
     from threadpoolctl import threadpool_limits
 
     numba_before = numba.get_num_threads()
+    numba_max = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]  # set at import
     env_before = os.environ.get("FEATSTORE_THREADS")
     os.environ["FEATSTORE_THREADS"] = str(count)
-    numba.set_num_threads(min(count, numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(min(count, numba_max))
     faiss.omp_set_num_threads(count)
     try:
         with threadpool_limits(limits=count):
             yield
     finally:
         numba.set_num_threads(numba_before)
-        faiss.omp_set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        faiss.omp_set_num_threads(numba_max)
         if env_before is None:
             os.environ.pop("FEATSTORE_THREADS", None)
         else:

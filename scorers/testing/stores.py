@@ -6,7 +6,9 @@ real HDF5 stores in float32 and float16 (`contract_stores`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +21,7 @@ ODIN_PAIRS = ((1000.0, 0.0014), (1000.0, 0.0), (10.0, 0.0028))
 
 
 def plain_arrays(seed: int = 0, num_classes: int = 6, dim: int = 48, n_train: int = 600,
-                 n_val: int = 120, n_test: int = 150, n_ood: int = 120) -> dict:
+                 n_val: int = 120, n_test: int = 150, n_ood: int = 120) -> dict[str, Any]:
     """ID classes live on the first dim - 8 channels (ReLU'd Gaussian clusters, head aligned
     with the centred class means); the OOD rows are active on the last 8 channels only, where
     the head's weights are 0: small, flat logits, features far from every class and outside
@@ -31,7 +33,7 @@ def plain_arrays(seed: int = 0, num_classes: int = 6, dim: int = 48, n_train: in
     centered = means - means.mean(axis=0)
     weight = (centered / np.linalg.norm(centered, axis=1, keepdims=True)).astype(np.float32)
     bias = rng.normal(0.0, 0.1, size=num_classes).astype(np.float32)
-    splits: dict[str, dict] = {}
+    splits: dict[str, dict[str, Any]] = {}
     for name, n in (("id/train", n_train), ("id/val", n_val), ("id/test", n_test)):
         y = np.arange(n) % num_classes
         x = np.maximum(means[y] + rng.normal(0.0, 0.6, size=(n, dim)), 0.0)
@@ -44,7 +46,7 @@ def plain_arrays(seed: int = 0, num_classes: int = 6, dim: int = 48, n_train: in
 
 
 def extras_arrays(seed: int = 1, num_classes: int = 4, dim: int = 16, hw: int = 3,
-                  n_id: int = 60, n_ood: int = 50) -> dict:
+                  n_id: int = 60, n_ood: int = 50) -> dict[str, Any]:
     """Every split extra, built so that ID rows look in-distribution to the method reading it:
     confident, agreeing logits (stored logits, godin_h, head2_logits, the MC passes, the
     ODIN-perturbed logits) with high confidence / g for ID; confident but mutually disagreeing
@@ -60,10 +62,11 @@ def extras_arrays(seed: int = 1, num_classes: int = 4, dim: int = 16, hw: int = 
     groups, places = np.arange(dim) % 3, np.arange(hw * hw) % 3
 
     def onehot(y: np.ndarray) -> np.ndarray:
-        return 4.0 * np.eye(c)[y] + rng.normal(0.0, 0.2, size=(len(y), c))
+        return np.asarray(4.0 * np.eye(c)[y] + rng.normal(0.0, 0.2, size=(len(y), c)))
 
-    def rows(n: int, iid: bool) -> dict:
+    def rows(n: int, iid: bool) -> dict[str, Any]:
         y = np.arange(n) % c
+        maps: np.ndarray
         if iid:
             maps = np.zeros((n, dim, hw * hw))
             for g in range(3):
@@ -90,7 +93,7 @@ def extras_arrays(seed: int = 1, num_classes: int = 4, dim: int = 16, hw: int = 
             **{odin_name(temp, eps): (1.5 * logits if iid else rng.normal(0.0, 0.5, (n, c)))
                for temp, eps in ODIN_PAIRS},
         }
-        out = {"features": maps.mean(axis=(2, 3)), "logits": logits,
+        out: dict[str, Any] = {"features": maps.mean(axis=(2, 3)), "logits": logits,
                "extras": {k: np.asarray(v, dtype=np.float32) for k, v in extras.items()}}
         if iid:
             out["labels"] = y
@@ -101,7 +104,8 @@ def extras_arrays(seed: int = 1, num_classes: int = 4, dim: int = 16, hw: int = 
     return {"head": (weight, bias), "splits": splits}
 
 
-BUILDERS = {"plain": plain_arrays, "extras": extras_arrays}
+BUILDERS: dict[str, Callable[[], dict[str, Any]]] = {"plain": plain_arrays,
+                                                     "extras": extras_arrays}
 
 
 def contract_stores(root: str | Path) -> dict[str, dict[str, Store]]:

@@ -66,7 +66,7 @@ class Lite0Classifier(nn.Module):
         backbone._dropout = nn.Identity()
         for p in backbone.parameters():
             p.requires_grad_(False)
-        self.backbone = backbone
+        self.backbone: Any = backbone  # an efficientnet_lite_pytorch EfficientNet (untyped)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(FEATURE_DIM, num_classes)
 

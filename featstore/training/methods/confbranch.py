@@ -23,10 +23,13 @@ lambda starts at 0.1 and budget beta = 0.3 (the paper's defaults; OpenOOD v1.5
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from featstore.extraction.heads import MethodNet
 from featstore.training.methods import StepResult, TrainContext, TrainMethod, register
 
 DEFAULT_LAMBDA = 0.1
@@ -81,7 +84,7 @@ class ConfBranch(TrainMethod):
 
     def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
              ctx: TrainContext) -> StepResult:
-        out = model.outputs(x)
+        out = cast(MethodNet, model).outputs(x)
         hints = (sample_hints(len(y), ctx.generator, y.device) if ctx.params["hints"]
                  else torch.zeros(len(y), device=y.device))
         total, _, conf = confbranch_loss(out["logits"], out["confidence_logit"], y,

@@ -23,7 +23,7 @@ optimizer for h without it): `no_weight_decay(model)` names those parameters and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -58,14 +58,14 @@ class GODIN(TrainMethod):
 
     def param_groups(self, model: nn.Module, ctx: TrainContext) -> Any:
         """h (the head) without weight decay, every other parameter with the config's."""
-        skip = set(no_weight_decay(model))
+        skip = set(no_weight_decay(cast(GodinNet, model)))
         named = list(model.named_parameters())
         return [{"params": [p for n, p in named if n not in skip]},
                 {"params": [p for n, p in named if n in skip], "weight_decay": 0.0}]
 
     def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
              ctx: TrainContext) -> StepResult:
-        out = model.outputs(x)
+        out = cast(GodinNet, model).outputs(x)
         f = godin_logits(out["logits"], out["godin_g"])
         return StepResult(F.cross_entropy(f, y), f)
 

@@ -28,11 +28,14 @@ heads' softmax outputs (scorers/methods/mcd.py).
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from featstore.errors import UsageError
+from featstore.extraction.heads import MethodNet
 from featstore.training.methods import StepResult, TrainContext, TrainMethod, register
 from featstore.training.methods.oe import aux_batch_size, aux_sampler
 
@@ -82,11 +85,12 @@ class MCD(TrainMethod):
 
     def step(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
              ctx: TrainContext) -> StepResult:
+        net = cast(MethodNet, model)
         if ctx.epoch < ctx.state["finetune_from"]:
-            out = model.outputs(x)
+            out = net.outputs(x)
             return StepResult(mcd_loss(out["logits"], out["head2_logits"], y), out["logits"])
         u = aux_sampler(ctx).next(aux_batch_size(ctx, len(x))).to(x.device)
-        out = model.outputs(torch.cat([x, u]))        # one pass: shared BatchNorm statistics
+        out = net.outputs(torch.cat([x, u]))        # one pass: shared BatchNorm statistics
         n = len(x)
         l1, l2 = out["logits"][:n], out["head2_logits"][:n]
         u1, u2 = out["logits"][n:], out["head2_logits"][n:]

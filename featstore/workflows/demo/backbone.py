@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ HEAD_MAX_ITER = 3000
 
 
 @torch.inference_mode()
-def backbone_features(model: Lite0Classifier, images: Callable[[int], torch.Tensor] | Any,
+def backbone_features(model: Lite0Classifier, images: TransformedRows,
                       count: int, batch_size: int = 128) -> np.ndarray:
     """(count, 1280) float32 penultimate features of images[0..count) (each a normalised
     (3, S, S) tensor, as featstore.extraction.datasets.TransformedRows returns at [i][0])."""

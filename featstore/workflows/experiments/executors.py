@@ -214,6 +214,8 @@ class _UnitCallExecutor:
     """An executor that runs every unit of `featstore run` through the subclass's `run_calls`
     (one job or task per unit): Slurm and Ray."""
 
+    run_calls: Callable[..., Outcome]
+
     def run(self, exp: Experiment, out: Path, arch: str, units: list[dict[str, Any]],
             log: Log) -> Outcome:
         return self.run_calls(out, units, functools.partial(run_unit_tracked, exp, out, arch),
@@ -252,11 +254,11 @@ class SlurmExecutor(_UnitCallExecutor):
             n = len(todo)
             jobs = ex.map_array(UnitJob(), [call] * n, todo, [str(out)] * n)
             return {u["id"]: j for u, j in zip(todo, jobs, strict=True)}
-        jobs = {}
+        by_id: dict[str, Any] = {}
         for u in todo:
             ex.update_parameters(name=f"{name}:{u['id']}")
-            jobs[u["id"]] = ex.submit(UnitJob(), call, u, str(out))
-        return jobs
+            by_id[u["id"]] = ex.submit(UnitJob(), call, u, str(out))
+        return by_id
 
     def run_calls(self, out: Path, units: list[dict[str, Any]], call: Callable[..., Any],
                   log: Log, title: str = "") -> dict[str, Any]:
@@ -272,9 +274,7 @@ class SlurmExecutor(_UnitCallExecutor):
         log(f"submitted {len(todo)} units to Slurm (jobs "
             f"{', '.join(j.job_id for j in jobs.values())})")
         failed = _wait_slurm(out, jobs, self.poll_s, log)
-        for uid in jobs:
-            if uid not in failed:
-                results[uid] = unitstate.done_records(out, uid, _key(units, uid))
+        _collect(out, units, list(jobs), failed, results)
         if failed:
             raise UnitsFailed(_failure_line(failed, len(units)))
         return results
@@ -282,6 +282,20 @@ class SlurmExecutor(_UnitCallExecutor):
 
 def _key(units: list[dict[str, Any]], uid: str) -> str:
     return next(u["key"] for u in units if u["id"] == uid)
+
+
+def _collect(out: Path, units: list[dict[str, Any]], uids: list[str], failed: dict[str, str],
+             results: Outcome) -> None:
+    """Into `results`, the records of each unit in `uids` not in `failed`; one whose state
+    does not say done with its key (no records to read back) goes into `failed`."""
+    for uid in uids:
+        if uid in failed:
+            continue
+        records = unitstate.done_records(out, uid, _key(units, uid))
+        if records is None:
+            failed[uid] = _why(out, uid, "its job ended without a done state holding its result")
+        else:
+            results[uid] = records
 
 
 def _queued() -> set[str] | None:
@@ -368,9 +382,7 @@ class RayExecutor(_UnitCallExecutor):
         finally:
             if started:
                 ray.shutdown()
-        for uid in refs.values():
-            if uid not in failed:
-                results[uid] = unitstate.done_records(out, uid, _key(units, uid))
+        _collect(out, units, list(refs.values()), failed, results)
         if failed:
             raise UnitsFailed(_failure_line(failed, len(units)))
         return results

@@ -55,11 +55,12 @@ def existing_models(exp: Experiment, out: Path, log: Log) -> list[tuple[int, dic
                                  "extract_s": 0.0}))
         return found
     assert exp.model is not None and exp.spec is not None
-    for i, (seed, ckpt) in enumerate(zip(exp.seeds, exp.checkpoints or [None], strict=True)):
+    ckpts: list[str | None] = list(exp.checkpoints) if exp.checkpoints else [None]
+    for i, (seed, ckpt) in enumerate(zip(exp.seeds, ckpts, strict=True)):
         folder = out / "runs" / "spec" / f"model{i}"
         folder.mkdir(parents=True, exist_ok=True)
         opts_raw = exp.extract_options("ce")
-        recipe = {"model": exp.model, "checkpoint": sha256_file(ckpt) if ckpt else None,
+        recipe = {"model": exp.model, "checkpoint": sha256_file(Path(ckpt)) if ckpt else None,
                   "spec": digest(Path(exp.spec).read_text(encoding="utf-8")),
                   "extract": opts_raw}
         record_path = folder / "model.json"

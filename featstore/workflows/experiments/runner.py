@@ -54,6 +54,7 @@ from featstore.extraction.extract import ExtractOptions, extract
 from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec, parse_spec
 from featstore.store.extra_keys import parse_odin_grid
 from featstore.store.fileio import atomic_write_json, atomic_write_output, sha256_file
+from featstore.store.interfaces import StoreLike
 from featstore.store.interrupts import (
     deferred,
     interrupted,
@@ -249,7 +250,7 @@ def _intervals(entry: dict[str, Any]) -> dict[str, Any]:
                                       "aurc_ci", "augrc", "augrc_ci", "ci")}
 
 
-def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
+def score_row(store: StoreLike, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
     """One row's numbers on one store: tuned on val (sweep) or at its parameters (evaluate).
     UsageError / FeatstoreError with the reason when it cannot run."""
 
@@ -260,7 +261,7 @@ def score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dic
             "id_warnings": warnings_of(id_checks(store))}  # featstore.store.sanity: flagged runs
 
 
-def _score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
+def _score_row(store: StoreLike, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
     tuned = tune_rule == "val" and _has_grid(row)
     if tuned:
         res = sweep(store, row.scorer, row.grid, select_by, row.params, ci=BootstrapSpec())
@@ -276,17 +277,17 @@ def _score_row(store: Any, row: MethodRow, tune_rule: str, select_by: str) -> di
                 **_intervals(test),
                 "groups": test["groups"], "splits": test["splits"],
                 "score_s": res["fit_seconds"] + res["val_seconds"] + res["test_seconds"]}
-    res = evaluate(store, [row.scorer], {row.scorer: row.params}, use_cache=False,
-                   strict=True,  # the scorer's own error (scorers.skipping) when it cannot run
-                   ci=BootstrapSpec())
-    m = res["methods"][row.scorer]
+    ev = evaluate(store, [row.scorer], {row.scorer: row.params}, use_cache=False,
+                  strict=True,  # the scorer's own error (scorers.skipping) when it cannot run
+                  ci=BootstrapSpec())
+    m = ev["methods"][row.scorer]
     mis = m["misclassification_auroc"]
     return {"params": m["params"], "chosen": None, "val": None, "tuned": False,
             "adjusted": m["adjusted"],
-            "id_acc": res["id_acc"],
+            "id_acc": ev["id_acc"],
             "misclassification_auroc": None if mis != mis else mis,
             "misclassification": m["misclassification"],
-            **_intervals({**m, "id_acc_ci": res.get("id_acc_ci"), "ci": res["ci"]}),
+            **_intervals({**m, "id_acc_ci": ev.get("id_acc_ci"), "ci": ev["ci"]}),
             "groups": m["groups"], "splits": m["splits"],
             "score_s": m["fit_seconds"] + m["score_seconds"]}
 
@@ -506,6 +507,7 @@ def _trained_runs(exp: Experiment, out: Path, log: Log,
     labelled = load_data(exp.osr["data"], exp.osr.get("root")) if exp.osr else None
     arch = _arch(exp, labelled)
     if exp.osr is not None:  # every division's open_val / open classes, before any training
+        assert labelled is not None  # loaded above when exp.osr is set
         for c, o in exp.osr["ratios"]:
             for division in class_splits(len(labelled.classes), (c, o), exp.seeds):
                 open_val_test(division, exp.osr.get("val_open", "heldout"))

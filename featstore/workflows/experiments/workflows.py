@@ -105,7 +105,7 @@ def facets_units(executor: Any, out: Path, stores: Sequence[tuple[str, str | Pat
     from featstore.workflows.protocols.facets import assemble_table, facets_params
 
     used = facets_params(methods, params)
-    units = []
+    units: list[dict[str, Any]] = []
     for i, (label, path) in enumerate(stores):
         path = str(Path(path).resolve())
         unit = {"id": _slug(f"facets-{i}-{label}"), "label": f"{label} ({path})",

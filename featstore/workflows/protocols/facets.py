@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from featstore.store.fileio import atomic_write_output
+from featstore.store.interfaces import StoreLike
 from scorers.evaluate import evaluate
 
 CELL_METRICS = (("fpr95", "min"), ("detection_error_tpr95", "min"), ("auroc", "max"))
@@ -66,7 +67,7 @@ def facets_table(stores: Sequence[tuple[str, Any]], methods: Sequence[str],
                                           for label, store in stores])
 
 
-def facets_dataset(label: str, store: Any, methods: Sequence[str],
+def facets_dataset(label: str, store: StoreLike, methods: Sequence[str],
                    used: Mapping[str, Mapping[str, Any]], use_cache: bool = True
                    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """One store's rows of the table (its OOD groups, then its misclassification row) and

@@ -51,6 +51,7 @@ import numpy as np
 
 from featstore.errors import InputError, UsageError
 from featstore.store.fileio import atomic_save_npz
+from featstore.store.interfaces import SplitLike, StoreLike
 from scorers.evaluate import ID_SPLIT, score_splits
 from scorers.knn_index import build_index, l2_normalize
 from scorers.metrics import OOD_METRIC_NAMES, ood_metrics, shift_sensitivity
@@ -201,7 +202,7 @@ def cells_from_degrees(scores: np.ndarray, sem: np.ndarray, cov: np.ndarray,
 
 
 # ---------------------------------------------------------------------------- stores
-def cell_of_split(store: Any, name: str) -> tuple[int, int] | None:
+def cell_of_split(store: StoreLike, name: str) -> tuple[int, int] | None:
     """(cov, sem) of a split in group `shift/cov{c}_sem{s}` (or DESIGN's `shift/sem{s}_cov{c}`),
     else None."""
     group = store.split(name).group or ""
@@ -248,7 +249,7 @@ def load_degrees(path: str | Path) -> Degrees:
     return Degrees(out, ids)
 
 
-def align_degrees(split: Any, degrees: np.ndarray, ids: np.ndarray | None) -> np.ndarray:
+def align_degrees(split: SplitLike, degrees: np.ndarray, ids: np.ndarray | None) -> np.ndarray:
     """`degrees` reordered to the split's rows by image id (every row of the split must have
     exactly one); without ids, the rows must already be in the split's order (same count)."""
     if ids is None:
@@ -268,7 +269,7 @@ def align_degrees(split: Any, degrees: np.ndarray, ids: np.ndarray | None) -> np
     return degrees[[pos[i] for i in store_ids]]
 
 
-def shift_grid(store: Any, method: str, params: Mapping[str, Any] | None = None,
+def shift_grid(store: StoreLike, method: str, params: Mapping[str, Any] | None = None,
                levels: int = DEFAULT_LEVELS, binning: str = "equal",
                min_count: int = DEFAULT_MIN_COUNT, degrees: Mapping[str, np.ndarray] | None = None,
                use_cache: bool = True,
@@ -280,20 +281,20 @@ def shift_grid(store: Any, method: str, params: Mapping[str, Any] | None = None,
     if not store.has_split(ID_SPLIT):
         raise UsageError(f"store {str(store.path)!r} has no {ID_SPLIT!r} split")
     ood = store.splits(role="ood", usage="test")
-    named = {n: cell_of_split(store, n) for n in ood}
-    cell_splits = [n for n, c in named.items() if c is not None]
+    named = {n: c for n in ood if (c := cell_of_split(store, n)) is not None}
+    cell_splits = list(named)
     if cell_splits and levels_edges is not None:
         raise UsageError("--levels-edges bins per-row shift degrees, but this store's cells come "
                          "from ood/shift/cov<c>_sem<s> splits (their levels are fixed)")
     if cell_splits:
         scores, _, _ = score_splits(store, method, params or {}, [ID_SPLIT, *cell_splits],
                                     use_cache)
-        found = max(max(c) for c in named.values() if c is not None) + 1
+        found = max(max(c) for c in named.values()) + 1
         grid_levels = max(found, levels)
-        cells: dict[tuple[int, int], list[np.ndarray]] = {}
+        by_cell: dict[tuple[int, int], list[np.ndarray]] = {}
         for n in cell_splits:
-            cells.setdefault(named[n], []).append(scores[n])
-        merged = {k: np.concatenate(v) for k, v in cells.items()}
+            by_cell.setdefault(named[n], []).append(scores[n])
+        merged = {k: np.concatenate(v) for k, v in by_cell.items()}
         grid = evaluate_cells(scores[ID_SPLIT], merged, grid_levels, min_count)
         return {"method": method, "source": "splits", "splits": cell_splits, "grid": grid,
                 "edges": None}
@@ -386,7 +387,7 @@ def parse_dims(text: str | None) -> slice | None:
     return slice(int(m.group(1)) if m.group(1) else None, int(m.group(2)) if m.group(2) else None)
 
 
-def store_degrees(store: Any, laid: np.ndarray | None = None, sem_dims: slice | None = None,
+def store_degrees(store: StoreLike, laid: np.ndarray | None = None, sem_dims: slice | None = None,
                   cov_dims: slice | None = None, k: int = DEFAULT_K,
                   id_split: str = "id/train") -> dict[str, np.ndarray]:
     """Degrees of every OOD test split of a (reference, e.g. CLIP) store vs `id_split`."""

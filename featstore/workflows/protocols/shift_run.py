@@ -18,6 +18,7 @@ import numpy as np
 
 from featstore.errors import InputError, UsageError
 from featstore.store.fileio import atomic_save_npy
+from featstore.store.interfaces import StoreLike
 from featstore.workflows.protocols import shift as sh
 from scorers.metrics import OOD_METRIC_NAMES
 
@@ -39,7 +40,7 @@ def grid_payload(result: Mapping[str, Any], metric: str) -> dict[str, Any]:
             "sensitivity": grid.sensitivity(metric)}
 
 
-def shift_grids(store: Any, methods: Sequence[str], metric: str = "auroc", *,
+def shift_grids(store: StoreLike, methods: Sequence[str], metric: str = "auroc", *,
                 params: Mapping[str, Mapping[str, Any]] | None = None,
                 levels: int = sh.DEFAULT_LEVELS, binning: str = "equal",
                 min_count: int = sh.DEFAULT_MIN_COUNT,
@@ -87,7 +88,7 @@ def load_npy(path: Path, what: str) -> np.ndarray:
     return arr
 
 
-def store_shift_degrees(store: Any, out: Path, *, laid: Path | None = None,
+def store_shift_degrees(store: StoreLike, out: Path, *, laid: Path | None = None,
                         sem_dims: str | None = None, cov_dims: str | None = None,
                         k: int = sh.DEFAULT_K, id_split: str = "id/train",
                         begin: Begin = _no_step) -> dict[str, Any]:
@@ -113,7 +114,7 @@ def fit_laid_files(standard: Path, semantic_shift: Path, covariate_shift: Path, 
                                                 (covariate_shift, "--covariate-shift"))]
     start = time.perf_counter()
     begin(f"fitting LAID ({config.steps} Adam steps)")
-    w = sh.fit_laid(*arrays, config)
+    w = sh.fit_laid(arrays[0], arrays[1], arrays[2], config)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     atomic_save_npy(out, w)
     orth = float(np.linalg.norm(w.T @ w - np.eye(len(w))))

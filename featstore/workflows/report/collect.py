@@ -116,13 +116,13 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
     if (source / "store.json").is_file():
         store = Store.open(source)
         if tune:
-            result = sweep_all(store, methods, params, strict=methods is not None)
-            for name in result["methods"]:
+            found = sweep_all(store, methods, params, strict=methods is not None)
+            for name in found["methods"]:
                 sweeps[name] = sweep(store, name, base_params=(params or {}).get(name))
         else:
-            result = evaluate(store, methods, params, strict=methods is not None,
-                              use_cache=use_cache)
-        result = dict(result)  # the report's own copy: it adds intervals and notes to it
+            found = evaluate(store, methods, params, strict=methods is not None,
+                             use_cache=use_cache)
+        result = dict(found)  # the report's own copy: it adds intervals and notes to it
     elif source.is_file():
         try:
             result = json.loads(source.read_text(encoding="utf-8"))

@@ -36,7 +36,7 @@ def rank_values(result: dict[str, Any], rank_by: str = "mean") -> tuple[str, dic
     """(label, {scorer: value}) of the ranking criterion (module docstring)."""
     groups = groups_of(result)
     if rank_by == "mean":
-        used = [g for g in ("near", "far") if g in groups]
+        used: list[str] = [g for g in ("near", "far") if g in groups]
         used = used if len(used) == 2 else groups
         label = f"mean AUROC↑ ({', '.join(used)})" if len(used) > 1 else f"{used[0]} AUROC↑"
     elif rank_by in groups:

@@ -77,7 +77,8 @@ def roc_pr_figure(split: str, curves: Mapping[str, Mapping[str, np.ndarray]],
     fig = Figure(figsize=(11.5 if many else 10.5, 4.2))
     FigureCanvasAgg(fig)
     ax1, ax2 = fig.subplots(1, 2)
-    colors = plt.cm.tab20.colors if many else plt.cm.tab10.colors
+    # tab10/tab20 are ListedColormaps (typed as Colormap, which has no .colors)
+    colors = plt.cm.tab20.colors if many else plt.cm.tab10.colors  # type: ignore[attr-defined]
     for i, (name, c) in enumerate(curves.items()):
         style = {"color": colors[i % len(colors)], "ls": "-" if i < len(colors) else "--",
                  "lw": 1.3, "label": name}
@@ -286,9 +287,9 @@ def cd_figure(title: str, mean_ranks: Mapping[str, float], cd: float,
     ax.set_ylim(-(top + 0.45 * rows + 0.3), 1.6)
     ax.axis("off")
     ax.plot([lo, hi], [0, 0], c="black", lw=1)
-    for r in range(lo, hi + 1):
-        ax.plot([r, r], [0, 0.12], c="black", lw=1)
-        ax.text(r, 0.22, str(r), ha="center", va="bottom", fontsize=8)
+    for tick in range(lo, hi + 1):
+        ax.plot([tick, tick], [0, 0.12], c="black", lw=1)
+        ax.text(tick, 0.22, str(tick), ha="center", va="bottom", fontsize=8)
     ax.plot([lo, lo + cd], [1.1, 1.1], c="tab:red", lw=2)
     ax.text(lo + cd / 2, 1.2, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=8,
             color="tab:red")
