@@ -39,7 +39,7 @@ from .wording import CLI_WORDING
 try:  # typer >= 0.24 vendors click as typer._click; older typer raises click's own exceptions
     from typer._click.exceptions import NoArgsIsHelpError
 except ImportError:  # pragma: no cover
-    from click.exceptions import NoArgsIsHelpError  # type: ignore[no-redef]
+    from click.exceptions import NoArgsIsHelpError  # type: ignore[assignment]
 try:
     import click as _click
 

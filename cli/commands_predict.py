@@ -16,8 +16,9 @@ def print_predictions(result: dict[str, Any]) -> None:
     table = Table(title=f"{result['scorer']} detector, threshold {result['threshold']:.6g} "
                         "(score >= threshold: in-distribution)", header_style="bold",
                   show_edge=False)
-    for col, justify in (("image", "left"), ("score", "right"), ("decision", "left")):
-        table.add_column(col, justify=justify, overflow="fold")
+    table.add_column("image", justify="left", overflow="fold")
+    table.add_column("score", justify="right", overflow="fold")
+    table.add_column("decision", justify="left", overflow="fold")
     for row in result["rows"]:
         table.add_row(row["image"], f"{row['score']:.6g}", "ID" if row["is_id"] else "OOD")
     out.print(table, highlight=False, markup=False)

@@ -64,8 +64,8 @@ def method_params(items: list[str] | None, what: str = "--param") -> dict[str, d
             raise UsageError(f"{what} {key!r}: expected <method>.<param>=<value> with a "
                              f"registered method ({why})")
         params.setdefault(check_scorers([name])[0], {})[p] = value
-    for name, p in params.items():
-        check_params(name, p, what)
+    for method, method_params in params.items():
+        check_params(method, method_params, what)
     return params
 
 

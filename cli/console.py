@@ -129,10 +129,11 @@ def _install_logging() -> None:
     """`HANDLER` on the library's loggers at `log_level()` (their records stop there: not
     propagated to a root handler as well); the loggers' settings are restored by reset()."""
     if _saved["loggers"] is None:
-        _saved["loggers"] = []
+        saved: list[tuple[logging.Logger, int, bool]] = []
+        _saved["loggers"] = saved
         for name in LIBRARY_LOGGERS:
             logger = logging.getLogger(name)
-            _saved["loggers"].append((logger, logger.level, logger.propagate))
+            saved.append((logger, logger.level, logger.propagate))
             logger.addHandler(HANDLER)
             logger.propagate = False
     for logger, _, _ in _saved["loggers"]:
@@ -199,8 +200,9 @@ def setup(json_: bool = False, quiet: bool = False, verbose: bool = False) -> Mo
         else:
             sys.stdout = sys.stderr
     if MODE.quiet and _saved["warnings"] is None:
-        _saved["warnings"] = warnings.catch_warnings()
-        _saved["warnings"].__enter__()
+        caught = warnings.catch_warnings()
+        _saved["warnings"] = caught
+        caught.__enter__()
         warnings.simplefilter("ignore")
     return MODE
 

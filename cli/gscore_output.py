@@ -59,7 +59,7 @@ def print_gscore_evaluation(res: dict) -> None:
         table.add_column("Unsup. eval. method")
         for m in methods:
             table.add_column(m, justify="right")
-        rows: list[tuple[str, list[dict | None]]] = []
+        rows: list[tuple[str, list[Any]]] = []
         base = res.get("baselines") or {}
         for key, label in (("confidence", "Confidence score (baseline)"),
                            ("auto_eval", "Auto evaluation (FD)")):
