@@ -641,7 +641,7 @@ def test_gbench_on_slurm_equals_serial(slurm, gbench_serial, tmp_path, capsys):
     minutes) = the in-process build (summary and arrays); `gscore gbench STORES --executor
     slurm --work DIR` (the Gbench protocol on two stores as one job) prints the in-process
     run's JSON, and the unit ran in its job."""
-    from test_gscore import graded_store
+    from tests.helpers.stores import graded_store
 
     from featstore.workflows.demo.gbench_units import gbench_builds
     from featstore.workflows.experiments.executors import SlurmExecutor
@@ -674,7 +674,7 @@ def test_gbench_executor_bad_input(tmp_path, capsys):
     """`gscore gbench`'s executor options: a backbone named twice, --weights for two
     backbones, an unknown executor, --workers with Ray and STORES on Slurm without --work
     are exit 2 naming the option, before anything is written."""
-    from test_gscore import graded_store
+    from tests.helpers.stores import graded_store
 
     out = tmp_path / "g"
     cases = [(["--backbone", "w8,w8"], "a backbone is named twice"),
