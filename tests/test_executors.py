@@ -641,10 +641,9 @@ def test_gbench_on_slurm_equals_serial(slurm, gbench_serial, tmp_path, capsys):
     minutes) = the in-process build (summary and arrays); `gscore gbench STORES --executor
     slurm --work DIR` (the Gbench protocol on two stores as one job) prints the in-process
     run's JSON, and the unit ran in its job."""
-    from tests.helpers.stores import graded_store
-
     from featstore.workflows.demo.gbench_units import gbench_builds
     from featstore.workflows.experiments.executors import SlurmExecutor
+    from tests.helpers.stores import graded_store
 
     got = gbench_builds(SlurmExecutor(cpus=1, time=10, poll_s=1), tmp_path / "g", ["w8"],
                         log=lambda _m: None, **GBENCH_TINY)
