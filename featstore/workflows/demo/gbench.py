@@ -40,10 +40,9 @@ from typing import Any
 import torch
 
 from featstore.errors import InputError, UsageError
-from featstore.extraction.datasets import TransformedRows, build_transform, rows_from_source
 from featstore.extraction.extract import ExtractOptions, Progress, extract
 from featstore.extraction.zoo.demo_resnet import DemoResNet
-from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec
+from featstore.specs.benchmark import BenchmarkSpec, SplitSpec
 from featstore.store.fileio import atomic_write_output
 from featstore.store.store import Store, default_usage
 from featstore.training.ce import random_shift, train_ce
@@ -55,6 +54,7 @@ from featstore.workflows.demo.pipeline import (
     demo_id_splits,
     demo_transform,
     ensure_model,
+    id_train_tensors,
     model_recipe,
     scaled_source,
     spec_comment,
@@ -166,12 +166,7 @@ def _train_backbone(spec_path: BenchmarkSpec | Path, out_file: Path,
                     factory: Callable[[int], DemoResNet], seed: int, epochs: int) -> None:
     """The demo's training recipe (featstore.workflows.demo.pipeline.train_demo_model) for another
     architecture and seed."""
-    spec = spec_path if isinstance(spec_path, BenchmarkSpec) else load_spec(spec_path)
-    train = next(s for s in spec.splits if s.name == "id/train")
-    rows = rows_from_source(train.source)
-    data = TransformedRows(rows, build_transform(spec.transform), (3, 32, 32))
-    images = torch.stack([data[i][0] for i in range(len(data))])
-    labels = torch.as_tensor(rows.labels)
+    images, labels = id_train_tensors(spec_path)
     torch.manual_seed(seed)
     model = factory(len(ID_CLASSES))
     train_ce(model, images, labels,

@@ -60,14 +60,8 @@ def build_unit(unit: dict[str, Any], log: Log) -> dict[str, Any]:
         st.close()
 
 
-def gbench_builds(executor: Any, out: str | Path, backbones: Sequence[str], *,
-                  weights: str | Path | None = None, epochs: int = 12,
-                  only: Sequence[str] | None = None, patch_count: int = PATCH_COUNT,
-                  noise_count: int = NOISE_COUNT, work: str | Path | None = None,
-                  log: Log = logger.info) -> list[dict[str, Any]]:
-    """Build the mini-Gbench store of every backbone in `backbones` (one unit each, on
-    `executor`) into `out`; their summaries in that order. `weights` applies to a single
-    backbone only; `work` (default `out`) holds the units' states and logs."""
+def check_backbones(backbones: Sequence[str], weights: str | Path | None) -> None:
+    """Every backbone known and named once; `weights` only with a single backbone."""
     unknown = [b for b in backbones if b not in BACKBONES]
     if unknown:
         raise UsageError(f"--backbone {unknown[0]!r}: expected one of {', '.join(BACKBONES)}")
@@ -76,6 +70,17 @@ def gbench_builds(executor: Any, out: str | Path, backbones: Sequence[str], *,
     if weights is not None and len(backbones) > 1:
         raise UsageError("--weights applies to one --backbone; got "
                          f"{len(backbones)} ({', '.join(backbones)})")
+
+
+def gbench_builds(executor: Any, out: str | Path, backbones: Sequence[str], *,
+                  weights: str | Path | None = None, epochs: int = 12,
+                  only: Sequence[str] | None = None, patch_count: int = PATCH_COUNT,
+                  noise_count: int = NOISE_COUNT, work: str | Path | None = None,
+                  log: Log = logger.info) -> list[dict[str, Any]]:
+    """Build the mini-Gbench store of every backbone in `backbones` (one unit each, on
+    `executor`) into `out`; their summaries in that order. `weights` applies to a single
+    backbone only; `work` (default `out`) holds the units' states and logs."""
+    check_backbones(backbones, weights)
     out = str(Path(out).resolve())
     nonce = uuid.uuid4().hex
     units = []

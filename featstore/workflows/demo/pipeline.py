@@ -149,16 +149,21 @@ def demo_spec_text(backbone: str = "scratch", scale: float = 1.0) -> str:
     return demo_spec(backbone, scale).to_toml(spec_comment(backbone))
 
 
-def train_demo_model(spec_path: BenchmarkSpec | Path, out_file: Path, epochs: int = 12,
-                     progress: Progress | None = None) -> dict:
-    """Train the demo ResNet on id/train of the spec and save its state dict atomically;
-    `progress(name, done, total)` (optional) is told each finished epoch."""
+def id_train_tensors(spec_path: BenchmarkSpec | Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images (N, 3, 32, 32), labels (N,)) of the spec's id/train split, transformed as the
+    spec says: what the demo's ResNets train on."""
     spec = spec_path if isinstance(spec_path, BenchmarkSpec) else load_spec(spec_path)
     train = next(s for s in spec.splits if s.name == "id/train")
     rows = rows_from_source(train.source)
     data = TransformedRows(rows, build_transform(spec.transform), (3, 32, 32))
-    images = torch.stack([data[i][0] for i in range(len(data))])
-    labels = torch.as_tensor(rows.labels)
+    return torch.stack([data[i][0] for i in range(len(data))]), torch.as_tensor(rows.labels)
+
+
+def train_demo_model(spec_path: BenchmarkSpec | Path, out_file: Path, epochs: int = 12,
+                     progress: Progress | None = None) -> dict:
+    """Train the demo ResNet on id/train of the spec and save its state dict atomically;
+    `progress(name, done, total)` (optional) is told each finished epoch."""
+    images, labels = id_train_tensors(spec_path)
     torch.manual_seed(0)
     model = demo_resnet(len(ID_CLASSES))
     config = TrainConfig(epochs=epochs, batch_size=64, lr=0.01, seed=0, nesterov=True,

@@ -19,11 +19,11 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from featstore.errors import InputError, UsageError
+from featstore.errors import InputError
 from featstore.store.store import Store
 from featstore.store.summary import store_summary
-from featstore.workflows.demo.gbench import BACKBONES, build_gbench
-from featstore.workflows.demo.gbench_units import build_summary, gbench_builds
+from featstore.workflows.demo.gbench import build_gbench
+from featstore.workflows.demo.gbench_units import build_summary, check_backbones, gbench_builds
 from featstore.workflows.demo.pipeline import (
     check_backbone,
     check_scale,
@@ -100,14 +100,7 @@ def build_gbench_command(out: Path, *, backbone: str | Sequence[str] = "pretrain
     plus "ood_splits" (how many) and "seconds"; several backbones: {"stores": [summary,
     ...], "seconds"}."""
     backbones = [backbone] if isinstance(backbone, str) else list(backbone)
-    for b in backbones:
-        if b not in BACKBONES:
-            raise UsageError(f"--backbone {b!r}: expected one of {', '.join(BACKBONES)}")
-    if len(set(backbones)) != len(backbones):
-        raise UsageError(f"--backbone {','.join(backbones)}: a backbone is named twice")
-    if weights is not None and len(backbones) > 1:
-        raise UsageError("--weights applies to one --backbone; got "
-                         f"{len(backbones)} ({', '.join(backbones)})")
+    check_backbones(backbones, weights)
     if weights is not None and not Path(weights).is_file():
         raise InputError(f"--weights {str(weights)!r}: file not found")
     start = time.perf_counter()
