@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from featstore import Store
+from tests.helpers.cli import last_line_error as _one_line
 from tests.helpers.cli import run_cli
 
 HERE = Path(__file__).parent
@@ -46,15 +47,6 @@ def _extract(capsys, tmp_path: Path, source: str):
                    tmp_path / "s.toml", "--out", tmp_path / "o", "--device", "cpu",
                    "--workers", "0")
 
-
-def _one_line(result, code: int, *fragments: str) -> None:
-    got, _out, err = result
-    assert got == code, err
-    lines = err.strip().splitlines()
-    assert lines and lines[-1].startswith("error: "), err
-    assert "unexpected" not in err and "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[-1], (fragment, lines[-1])
 
 
 def test_dangling_symlink_in_an_imagefolder_is_a_missing_image(tmp_path, capsys):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from featstore import Store
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_cli, single_line_error
 
 C, D = 3, 4
 
@@ -36,15 +36,11 @@ def _state(store: Path) -> dict:
             for p in sorted(store.rglob("*")) if p.is_file() and p.suffix in (".h5", ".json")}
 
 
+
+
 def _one_line_error(result, *fragments: str) -> str:
-    code, _out, err = result
-    assert code == 1, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "unexpected" not in lines[0] and "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
+    """The import failed with exit 1 and one `error:` line holding each fragment."""
+    return single_line_error(result, 1, *fragments)
 
 
 def test_overwrite_with_bad_arrays_keeps_the_old_store(tmp_path, capsys):

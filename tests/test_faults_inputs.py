@@ -26,6 +26,7 @@ from featstore.errors import InputError
 from featstore.extraction.extract import ExtractOptions, extract
 from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec
 from tests.helpers.cli import run_cli
+from tests.helpers.cli import single_line_error as _one_line
 from tests.helpers.extraction import OPTS, TRANSFORM
 from tests.helpers.stores import structured_arrays
 
@@ -38,16 +39,6 @@ DIGITS = '[[split]]\nname = "id/val"\nsource = { builtin = "digits" }\n'
 def _tiny_models_importable(monkeypatch):
     monkeypatch.syspath_prepend(str(HERE.parent))
 
-
-def _one_line(code_out_err, code: int, *fragments: str) -> str:
-    code_got, out, err = code_out_err
-    assert code_got == code, (code_got, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "unexpected" not in lines[0] and "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 # ------------------------------------------------------------------------------ strict specs

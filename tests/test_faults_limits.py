@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from featstore import Store
+from tests.helpers.cli import last_line_error as _one_line
 from tests.helpers.cli import run_cli
 from tests.helpers.stores import structured_arrays
 
@@ -72,16 +73,6 @@ def _env() -> dict:
     env["OMP_NUM_THREADS"] = "1"
     return env
 
-
-def _one_line(result, code: int, *fragments: str) -> str:
-    got, _out, err = result
-    assert got == code, err
-    lines = err.strip().splitlines()
-    assert lines and lines[-1].startswith("error: "), err
-    assert "unexpected" not in err and "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[-1], (fragment, lines[-1])
-    return lines[-1]
 
 
 @pytest.fixture

@@ -44,3 +44,29 @@ def run_cli_captured(*args) -> CliRun:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return CliRun(code, out.getvalue(), err.getvalue())
+
+
+def last_line_error(result: tuple[int, str, str], code: int, *fragments: str) -> str:
+    """A CLI run that exited `code` with its error as the last stderr line (`error: ...`,
+    holding each fragment, no traceback); returns that line."""
+    got, _out, err = result
+    assert got == code, err
+    lines = err.strip().splitlines()
+    assert lines and lines[-1].startswith("error: "), err
+    assert "unexpected" not in err and "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[-1], (fragment, lines[-1])
+    return lines[-1]
+
+
+def single_line_error(result: tuple[int, str, str], code: int, *fragments: str) -> str:
+    """A CLI run that exited `code` with exactly one stderr line, `error: ...`, holding each
+    fragment (no traceback); returns it."""
+    got, _out, err = result
+    assert got == code, (got, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "unexpected" not in lines[0] and "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
