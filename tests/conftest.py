@@ -11,7 +11,9 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from skimage import data as skdata
+from threadpoolctl import threadpool_limits
 
 from featstore import Store
 from tests.helpers.cli import CliRun, run_cli_captured
@@ -23,6 +25,10 @@ from tests.helpers.stores import open_built, structured_arrays
 RAM_TEMP_ROOT = Path("/dev/shm")
 #: free bytes RAM_TEMP_ROOT must have (a full session writes well under 1 GiB at once)
 RAM_TEMP_MIN_FREE = 4 << 30
+#: the thread-count variables every xdist worker and its children run with (one thread each)
+XDIST_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: the session fixtures over the one demo run (their tests share an xdist group)
+DEMO_FIXTURES = frozenset({"demo_json_run", "demo_dir", "demo_rerun"})
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -43,6 +49,32 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if os.access(RAM_TEMP_ROOT, os.W_OK) and fs.f_bavail * fs.f_frsize >= RAM_TEMP_MIN_FREE:
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(RAM_TEMP_ROOT)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under pytest-xdist (`make test` runs `pytest -n auto`: one worker per CPU), each worker
+    runs BLAS, OpenMP and torch on one thread, and so do the processes it starts (the CLI
+    subprocesses, torchrun, Slurm and Ray units inherit the variables): N workers x N threads
+    on N cores would make every OpenBLAS call spin-wait for a core (scorers/threads.py says
+    why). featstore's own policy (`scorers.threads`) still decides per call above this base;
+    the tests that exercise thread counts set them explicitly."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for var in XDIST_THREAD_VARS:
+        os.environ[var] = "1"
+    threadpool_limits(1)
+    torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for `pytest -n N --dist loadgroup`: the tests of one file run on one worker (its
+    module fixtures are built once, as without xdist), except that every test using the
+    session's demo run (`demo_json_run` and the fixtures over it) runs on one worker, so the
+    demo is built once and no other process reruns it under a reader."""
+    for item in items:
+        uses_demo = DEMO_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        group = "demo" if uses_demo else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture
