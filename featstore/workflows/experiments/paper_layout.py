@@ -39,6 +39,7 @@ from typing import Any
 from rich.table import Table
 
 from featstore.errors import InputError, UsageError
+from featstore.store.fileio import atomic_write_output
 from featstore.store.formatting import mean_std
 from featstore.store.textsafe import md_text, one_line
 
@@ -63,6 +64,8 @@ PAPER_METRICS = (("auroc", "AUROC", "max", 2, "group"),
 RESULTS_FILE = "results.json"
 #: a ten-methods output directory's list of its datasets' results (`ten_methods_run`)
 DATASETS_FILE = "datasets.json"
+#: the paper-layout Markdown beside an experiment's results.json
+PAPER_FILE = "results.paper.md"
 
 
 def check_layout(layout: str) -> str:
@@ -228,7 +231,29 @@ def paper_markdown(datasets: Sequence[tuple[str, Mapping[str, Any]]] | Mapping[s
             lines.append(f"| {md_text(row.dataset)} | {md_text(row.benchmark)} | " + " | ".join(
                 f"**{c.text}**" if c.top else c.text for c in row.cells) + " |")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + _notes(datasets))
+
+
+def _notes(datasets: Sequence[tuple[str, Mapping[str, Any]]] | Mapping[str, Any]) -> list[str]:
+    """Markdown lines: the flagged methods (`(!)`) and the skipped runs of every dataset."""
+    if isinstance(datasets, Mapping):
+        datasets = [(dataset_label(datasets), datasets)]
+    flags = [f"- {md_text(label)} {md_text(split)} {md_text(method)}: {md_text(flag)}"
+             for label, result in datasets for split, agg in result["aggregate"].items()
+             for method, entry in agg.items() for flag in entry.get("flags") or []]
+    lines = ["## Flagged methods (!): never marked", "", *flags, ""] if flags else []
+    skipped = [f"- {md_text(label)} {md_text(s['split'])} seed {s['seed']} "
+               f"{md_text(s['method'])}: {md_text(s['reason'])}"
+               for label, result in datasets for s in result.get("skipped") or []]
+    return lines + ["## Skipped runs (not in the means)", "",
+                    *(skipped or ["none: every run was scored."]), ""]
+
+
+def write_paper(datasets: Sequence[tuple[str, Mapping[str, Any]]] | Mapping[str, Any],
+                path: str | Path, title: str | None = None) -> Path:
+    """`paper_markdown` written to `path` (atomically); returns the path."""
+    atomic_write_output(Path(path), paper_markdown(datasets, title))
+    return Path(path)
 
 
 def rich_paper_tables(datasets: Sequence[tuple[str, Mapping[str, Any]]] | Mapping[str, Any]
