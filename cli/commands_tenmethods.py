@@ -5,7 +5,7 @@ tables; registered on `featstore protocol` (`cli.commands_protocol.protocol_app`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -76,8 +76,7 @@ def ten_methods(
     """
     setup(json_, quiet)
     from featstore.workflows.experiments.osr_run import osr_train_settings
-    from featstore.workflows.experiments.paper_layout import check_layout, rich_paper_tables
-    from featstore.workflows.experiments.render import rich_notes
+    from featstore.workflows.experiments.paper_layout import check_layout
     from featstore.workflows.experiments.ten_methods_run import run_ten_methods_bench
 
     check_layout(layout)
@@ -90,27 +89,33 @@ def ten_methods(
                                    device=device, log=log if show else None, executor=runner,
                                    train_progress=(lambda label: train_progress(True, label))
                                    if show else None)
-    datasets = list(result["datasets"].items())
-
-    def human() -> None:
-        if layout == "paper":
-            for table in rich_paper_tables(datasets):
-                out.print(table)
-            for _, r in datasets:
-                for table in rich_notes(r):
-                    out.print(table)
-        else:
-            for _, r in datasets:
-                print_experiment(r)
-        out.print(f"paper layout: {result['paper']}  ({result['seconds']:.1f} s)",
-                  highlight=False)
-
-    emit(result, human)
-    if not any(r["status"] == "ok" for _, res in datasets for r in res["runs"]):
+    emit(result, lambda: _print(result, layout))
+    if not any(r["status"] == "ok" for res in result["datasets"].values()
+               for r in res["runs"]):
         from featstore.errors import FeatstoreError
 
         raise FeatstoreError(f"protocol ten-methods: every run was skipped; see "
                              f"{result['out']}/*/results.json")
+
+
+def _print(result: dict[str, Any], layout: str) -> None:
+    """The paper's tables over every dataset (then each dataset's flagged methods and
+    skipped runs), or each dataset's default tables; where the paper layout was written."""
+    from featstore.workflows.experiments.paper_layout import rich_paper_tables
+    from featstore.workflows.experiments.render import rich_notes
+
+    datasets = list(result["datasets"].items())
+    if layout == "paper":
+        for table in rich_paper_tables(datasets):
+            out.print(table)
+        for _, r in datasets:
+            for table in rich_notes(r):
+                out.print(table)
+    else:
+        for _, r in datasets:
+            print_experiment(r)
+    out.print(f"paper layout: {result['paper']}  ({result['seconds']:.1f} s)",
+              highlight=False)
 
 
 def register(app: typer.Typer) -> None:
