@@ -79,6 +79,13 @@ def test_ten_methods_one_liner_and_paper_table(tmp_path, user_spec, capsys):
             assert f"| {label} | {group} | {cells[0]} | {cells[1]} |" in lines
         assert f"| {label} | simi+far |" in table          # the time table's row
         assert f"| {label} | ID |" in table                # the ID-ACC table's row
+    # the written experiment file is the same run: `featstore run` reads every run back
+    code, stdout, err = run(capsys, "run", out / "A" / "experiment.toml", "--out", out / "A",
+                            "--json")
+    assert code == 0, err
+    again = json.loads(stdout)
+    assert again["aggregate"] == result["datasets"]["A"]["aggregate"]
+    assert again["runs"] == result["datasets"]["A"]["runs"]
     # the same tables read back from the results, nothing recomputed
     code, stdout, err = run(capsys, "table", out, "--json")
     assert code == 0, err

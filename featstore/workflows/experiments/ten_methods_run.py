@@ -40,6 +40,7 @@ from featstore.errors import InputError, UsageError
 from featstore.specs.benchmark import load_spec
 from featstore.store.fileio import atomic_write_json, atomic_write_output
 from featstore.store.names import parse_split_name
+from featstore.store.textsafe import one_line
 from featstore.workflows.experiments.config import (
     OUTLIER_METHODS,
     Experiment,
@@ -171,9 +172,9 @@ def run_ten_methods_bench(specs: Sequence[str], out: Path, *, runs: int = DEFAUL
     for label, exp in exps.items():
         folder = out / label
         folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_output(folder / EXPERIMENT_FILE, exp.to_toml(
-            f"featstore protocol ten-methods: dataset {label}; rerun with `featstore run "
-            f"{EXPERIMENT_FILE} --out .`"))
+        atomic_write_output(folder / EXPERIMENT_FILE, exp.to_toml(one_line(
+            f"featstore protocol ten-methods: dataset {label}; the same run: featstore run "
+            f"{folder / EXPERIMENT_FILE} --out {folder}")))
         if log is not None:
             log(f"dataset {label}: {exp.spec}")
         results[label] = run_experiment(exp, folder, log=log, train_progress=train_progress,
