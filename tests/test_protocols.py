@@ -223,6 +223,8 @@ def test_osr_digits_end_to_end(tmp_path, capsys):
     (["--data", "digits", "--methods", "msp,nosuch"], "unknown scorer 'nosuch'"),
     (["--data", "digits", "--epochs", "0"], "--epochs 0: must be >= 1"),
     (["--data", "digits", "--runs", "0"], "--runs 0: must be >= 1"),
+    (["--data", "digits", "--runs", "2", "--seeds", "1001"], "--seeds 1001 with --runs 2: at "
+                                                              "most 1000 divisions"),
     (["--data", "digits", "--layout", "paper2"], "--layout 'paper2': expected one of"),
 ])
 def test_osr_bad_inputs(tmp_path, capsys, args, message):

@@ -135,3 +135,4 @@ def test_ten_methods_bad_specs_and_tables(tmp_path, user_spec, capsys):
     assert got == 1 and "not the results of `featstore run`" in err
     got, _, err = run(capsys, "table", tmp_path / "eval.json", "--layout", "x")
     assert got == 2 and "--layout 'x'" in err
+
