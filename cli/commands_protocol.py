@@ -15,6 +15,7 @@ from rich.table import Table
 
 from featstore.errors import InputError, UsageError
 
+from .commands_run import LayoutOpt
 from .commands_train import train_progress
 from .common import check_methods, method_params, require_rows
 from .console import JsonOpt, QuietOpt, emit, err, log, out, progress_enabled, setup, status
@@ -40,6 +41,8 @@ OsrDataOpt = Annotated[str, typer.Option(
     help="'digits' (the demo digits, 10 classes), an ImageFolder directory or an image list.")]
 OsrSeedsOpt = Annotated[int, typer.Option(
     help="Random class divisions per ratio (the training seed follows the division's).")]
+OsrRunsOpt = Annotated[int, typer.Option(
+    help="Training runs per division (seed s + 1000 r): the paper's 7 runs x 5 divisions.")]
 OsrMethodsOpt = Annotated[str, typer.Option(
     help="Comma-separated: 'all' or the ten rows (MSP, ViM, KNN, ConfBranch, LogitNorm, G-ODIN, "
          "OE, MCD, MC-Dropout, TempScaling: each trains its method) or any post-hoc scorer (on "
@@ -89,6 +92,7 @@ def osr(
     out_: OutDirOpt,
     ratios: Annotated[str, typer.Option(help="Closed/open class ratios.")] = "7/3,6/4,5/5",
     seeds: OsrSeedsOpt = 5,
+    runs: OsrRunsOpt = 1,
     methods: OsrMethodsOpt = "msp,vim,knn",
     arch: OsrArchOpt = None,
     preset: OsrPresetOpt = None,
@@ -110,6 +114,7 @@ def osr(
     executor: ExecutorOpt = None,
     executor_config: ExecutorConfigOpt = None,
     workers: WorkersOpt = None,
+    layout: LayoutOpt = "default",
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -117,30 +122,37 @@ def osr(
     closed/open class divisions per ratio and seed; every requested method trained on the
     closed classes with the division's seed, extracted, tuned on ood/osr/open_val (AUROC; by
     default open classes held out of the test, --val-open paper for the paper's choice),
-    evaluated on ood/osr/open; mean ± std over divisions; skipped runs listed with reasons.
-    A preset of `featstore run`; a rerun resumes; its units (division x seed x training
-    method) run where --executor says, sharing --out (README "Run on a cluster").
+    evaluated on ood/osr/open; mean ± std over --runs training runs x --seeds divisions;
+    skipped runs listed with reasons. --methods defaults to msp,vim,knn (one training per
+    division; the ten rows train 8 models and OE / MCD need --aux): the paper's Tables 5-10
+    are --methods all --runs 7 --seeds 5 --layout paper. A preset of `featstore run`; a
+    rerun resumes; its units (division x seed x training method) run where --executor says,
+    sharing --out (README "Run on a cluster").
 
     Example: featstore protocol osr --data digits --ratios 7/3,6/4,5/5 --seeds 5 --out runs/osr
     """
     setup(json_, quiet)
     from featstore.workflows.experiments.osr_run import osr_train_settings, run_osr
+    from featstore.workflows.experiments.paper_layout import check_layout
     from featstore.workflows.protocols.osr import parse_ratios
 
-    from .commands_run import print_experiment
+    from .commands_run import paper_file, print_experiment
 
+    check_layout(layout)
     parse_ratios(ratios)  # a bad ratio first, as before any other check
     params = method_params(param)
     train = osr_train_settings(data == "digits", preset, epochs, lr, batch_size, augment)
     show = progress_enabled()
     runner = make_cli_executor(executor, executor_config, workers, "protocol osr")
-    result = run_osr(data, out_, ratios=ratios, seeds=seeds, methods=methods, params=params,
+    result = run_osr(data, out_, ratios=ratios, seeds=seeds, runs=runs, methods=methods,
+                     params=params,
                      train=train, arch=arch, root=root, image_size=image_size, aux=aux,
                      tune=not no_tune, device=device, val_open=val_open,
                      log=log if show else None, executor=runner,
                      train_progress=(lambda label: train_progress(True, label))
                      if show else None)
-    emit(result, lambda: print_experiment(result))
+    paper_file(result, layout)
+    emit(result, lambda: print_experiment(result, layout))
 
 
 @protocol_app.command()
