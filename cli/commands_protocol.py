@@ -81,6 +81,20 @@ FacetsMethodOpt = Annotated[list[str] | None, typer.Option(
          "without perturbation, MLV = mls, ODIN = odin_perturbed, IP TS MLV = ip_ts_mlv, "
          "OODL = oodl).")]
 FACETS_METHODS = ["msp", "odin", "mls", "odin_perturbed", "ip_ts_mlv", "oodl"]
+NoBalanceOpt = Annotated[bool, typer.Option(
+    "--no-balance", help="Do not write balance = true (FACETS balances ID and OOD test "
+                         "rows at extraction).")]
+SampleSeedOpt = Annotated[int, typer.Option(help="Seed of the per-class draw and of the "
+                                                 "balance (sample_seed, balance_seed).")]
+
+
+def _sampling(per_class: int, no_balance: bool, seed: int):
+    """The written specs' sampling (`wordnet.Sampling`); per_class 0 = every image."""
+    from featstore.workflows.protocols.wordnet import Sampling
+
+    if per_class < 0:
+        raise UsageError(f"--per-class {per_class}: expected an integer >= 0 (0: every image)")
+    return Sampling(per_class or None, not no_balance, seed, seed)
 
 
 @protocol_app.command()
@@ -160,12 +174,18 @@ def wordnet(
     base_spec: Annotated[Path | None, typer.Option(help="Spec whose splits the written specs "
                                                         "extend.")] = None,
     out_: OptionalOutDirOpt = None,
+    per_class: Annotated[int, typer.Option(help="Images per ID-assigned candidate class "
+                                                "(FACETS Table IV: 50); 0 = every "
+                                                "image.")] = 50,
+    no_balance: NoBalanceOpt = False,
+    sample_seed: SampleSeedOpt = 0,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """FACETS WordNet class assignment: similarity (mean of path, normalised Leacock-Chodorow and
     Wu-Palmer, max over ID classes) of every candidate class to the ID label set, and its ID/OOD
-    assignment at each threshold; writes assignment files, image lists and specs with --out.
+    assignment at each threshold; writes assignment files, image lists and specs with --out
+    (as the paper: 50 images per ID-assigned class, balance = true).
 
     Example: featstore protocol wordnet --id-classes places.txt --candidates imagenet_wnids.txt
     --mapping places_synsets.txt --images imagenet/train --base-spec places.toml --out wn
@@ -175,7 +195,8 @@ def wordnet(
 
     result = wordnet_assignment(id_classes, candidates, mapping=mapping, auto_map=auto_map,
                                 thresholds=threshold, rule=rule, images=images,
-                                images_root=images_root, base_spec=base_spec, out=out_)
+                                images_root=images_root, base_spec=base_spec, out=out_,
+                                sampling=_sampling(per_class, no_balance, sample_seed))
     for what, key in (("ID", "id_classes"), ("candidate", "candidates")):
         if unmapped := result[key]["unmapped"]:
             err.print(f"unmapped {what} classes ({len(unmapped)}): {', '.join(unmapped)} "
@@ -216,11 +237,16 @@ def tiers(
     skip_untiered: Annotated[bool, typer.Option(
         "--skip-untiered", help="Leave out (and count) images of classes the tier file does "
                                 "not list, instead of stopping.")] = False,
+    per_class: Annotated[int, typer.Option(help="Images per ID-assigned class; 0 = every "
+                                                "image (FACETS Table V).")] = 0,
+    no_balance: NoBalanceOpt = False,
+    sample_seed: SampleSeedOpt = 0,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """FACETS OODness tiers: T1 (tiers 0-1 ID, 2-3 OOD) and T2 (tiers 0-2 ID, 3 OOD).
-    Images of a class without a tier stop the command unless --skip-untiered.
+    Images of a class without a tier stop the command unless --skip-untiered. Written specs
+    balance ID and OOD test rows (balance = true) as the paper.
 
     Example: featstore protocol tiers --tiers sun397_tiers.txt --images sun397/ --base-spec
     places.toml --out facets
@@ -229,7 +255,8 @@ def tiers(
     from featstore.workflows.protocols.wordnet_run import tier_assignment
 
     result = tier_assignment(tiers_file, images=images, images_root=images_root,
-                             base_spec=base_spec, out=out_, skip_untiered=skip_untiered)
+                             base_spec=base_spec, out=out_, skip_untiered=skip_untiered,
+                             sampling=_sampling(per_class, no_balance, sample_seed))
 
     def human() -> None:
         for tag, a in result["assignments"].items():

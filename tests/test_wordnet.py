@@ -157,13 +157,17 @@ def test_cli_writes_assignment_lists_and_spec(tmp_path, capsys, monkeypatch, out
     code, stdout, err = run(capsys, "protocol", "wordnet", "--id-classes",
                             str(tmp_path / "id.txt"), "--candidates", str(cands),
                             "--threshold", "0.40", "--images", str(cands), "--base-spec",
-                            str(tmp_path / "base.toml"), "--out", out_arg, "--json")
+                            str(tmp_path / "base.toml"), "--out", out_arg, "--no-balance",
+                            "--json")
     assert code == 0, err
     res = json.loads(stdout)
     assert res["assignments"]["T40"] == {"bathroom.n.01": "id", "cat.n.01": "ood",
                                          "n02818832": "ood"}
     assert res["candidates"]["how"]["n02818832"] == "wnid"
+    assert res["sampling"] == {"per_class": 50, "sample_seed": 0, "balance": False,
+                               "balance_seed": 0}
     spec = load_spec(tmp_path / "wn" / "T40.toml")
+    assert spec.balance is False
     assert [s.name for s in spec.splits] == ["id/train", "id/test", "ood/wordnet/t40"]
     test_list = Path(spec.splits[1].source["imagelist"]).read_text().splitlines()
     assert len(test_list) == 9 + 3
@@ -182,7 +186,54 @@ def test_cli_writes_assignment_lists_and_spec(tmp_path, capsys, monkeypatch, out
     assert (labels == -1).sum() == 3 and set(labels[labels >= 0].tolist()) == {0, 1, 2}
 
 
+def test_written_spec_samples_per_class_and_balances(tmp_path, capsys):
+    """FACETS' sampling in the written spec (Table IV: 50 images per ID-assigned class; ID
+    and OOD balanced): with --per-class 2 the ID candidate's 3 images become 2, drawn by the
+    documented rule (a seeded permutation of the class's rows, its first 2, in list order);
+    the spec says balance = true with the seed; extraction cuts the merged id/test (9 base
+    + 2 = 11 rows) to the 6 OOD rows by max_rows' rule (the first 6 of
+    default_rng(seed + 1)'s permutation, sorted). References: NumPy's generator by hand."""
+    (tmp_path / "id.txt").write_text("bedroom.n.01\ndog.n.01\n")
+    cands = _tree(tmp_path / "cands", ["bathroom.n.01", "cat.n.01", "n02818832"])
+    base = _tree(tmp_path / "base", ["bedroom", "dog", "kitchen"])
+    (tmp_path / "base.toml").write_text(
+        f'[[split]]\nname = "id/train"\nsource = {{ imagefolder = "{base}" }}\n\n'
+        f'[[split]]\nname = "id/test"\nsource = {{ imagefolder = "{base}" }}\n')
+    args = ["protocol", "wordnet", "--id-classes", str(tmp_path / "id.txt"), "--candidates",
+            str(cands), "--threshold", "0.40", "--images", str(cands), "--base-spec",
+            str(tmp_path / "base.toml"), "--json"]
+    code, stdout, err = run(capsys, *args, "--per-class", "2", "--sample-seed", "5", "--out",
+                            str(tmp_path / "wn"))
+    assert code == 0, err
+    assert json.loads(stdout)["sampling"] == {"per_class": 2, "sample_seed": 5,
+                                              "balance": True, "balance_seed": 5}
+    spec = load_spec(tmp_path / "wn" / "T40.toml")
+    text = (tmp_path / "wn" / "T40.toml").read_text()
+    assert (spec.balance, spec.balance_seed) == (True, 5) and "balance = true" in text
+    assert "2 images per ID-assigned candidate class (sample_seed 5)" in text
+    bath = sorted((cands / "bathroom.n.01").iterdir())
+    drawn = np.sort(np.random.default_rng(5).permutation(3)[:2])
+    id_list = (tmp_path / "wn" / "T40" / "id.txt").read_text().splitlines()
+    assert id_list == [f"{bath[i].resolve()} -1" for i in drawn]
+    merged = Path(spec.splits[1].source["imagelist"]).read_text().splitlines()
+    assert len(merged) == 9 + 2 and merged[9:] == id_list
+    from featstore.extraction.extract import ExtractOptions, extract
+
+    st = extract("tests.helpers.tiny_models:tiny_cnn", tmp_path / "wn" / "T40.toml",
+                 tmp_path / "store",
+                 options=ExtractOptions(device="cpu", batch_size=8, num_workers=0))
+    assert st.split("ood/wordnet/t40").num_rows == 6
+    kept = np.sort(np.random.default_rng(5 + 1).permutation(11)[:6])
+    assert list(st.split("id/test").ids) == [merged[i].rsplit(" ", 1)[0] for i in kept]
+    code, stdout, err = run(capsys, *args, "--per-class", "0", "--no-balance", "--out",
+                            str(tmp_path / "all"))
+    assert code == 0, err
+    assert not load_spec(tmp_path / "all" / "T40.toml").balance
+    assert len((tmp_path / "all" / "T40" / "id.txt").read_text().splitlines()) == 3
+
+
 @pytest.mark.parametrize("extra, message", [
+    (["--per-class", "-1"], "--per-class -1: expected an integer >= 0"),
     (["--rule", "nearest"], "--rule 'nearest'"),
     (["--threshold", "1.5"], "--threshold 1.5: must lie in [0, 1]"),
     (["--base-spec", "x.toml"], "--base-spec needs --images"),
@@ -203,6 +254,9 @@ def test_tiers_cli(tmp_path, capsys):
     assert a["T1"] == {"beach": "id", "boathouse": "id", "lighthouse_interior": "ood",
                        "sky": "ood"}
     assert a["T2"]["lighthouse_interior"] == "id" and a["T2"]["sky"] == "ood"
+    # FACETS' tier datasets take every image of a class (Table V) and balance ID vs OOD
+    assert json.loads(stdout)["sampling"] == {"per_class": None, "sample_seed": 0,
+                                              "balance": True, "balance_seed": 0}
     (tmp_path / "bad.txt").write_text("beach 4\n")
     code, _, err = run(capsys, "protocol", "tiers", "--tiers", str(tmp_path / "bad.txt"))
     assert code == 2 and "line 1: expected 'class_name tier' with tier 0-3" in err

@@ -39,6 +39,24 @@ so the threshold bounds a semantic *distance*, 1 - sim. Rule `distance` (default
 candidate is ID when 1 - sim <= T. Rule `similarity`: ID when sim >= T. OODness tiers
 (FACETS §IV, manual labels 0-3): T1 puts tiers 0-1 in ID and 2-3 in OOD, T2 puts tiers 0-2 in
 ID and 3 in OOD.
+
+Sampling (`Sampling`, written into each spec): FACETS takes 50 images per ID-assigned
+candidate class and balances the ID and OOD counts (the paper: ../shared/papers/
+facets-realistic-ood-benchmark-dsaa-2023.md). Per class: Places365-Standard val is "100
+labeled images per class" (line 188), 18,250 = 365 x 50 in each of val and test (Table II,
+line 181), and the ImageNet classes a WordNet threshold makes ID enter with 50 images each,
+2,800 = 56 x 50, 4,500 = 90 x 50, 7,000 = 140 x 50 (Table IV, lines 218, 223, 228); the
+OODness-tier datasets take no fixed count (SUN397's 46,851 ID images over 319 classes, Table
+V, line 248), so `protocol tiers` samples none by default. Balance: SVHN "randomly sampled"
+"to ensure consistency in sample size" (line 188; 18,250 / 18,250, Table II line 184), ImageNet
+OOD by "stratified random sampling" (line 190) to 18,108 against 18,250 (Table III, lines 201-202),
+and every WordNet and tier dataset's OOD total within 1.5% of its ID total (Table IV lines 219,
+224, 229; Table V lines 251, 258). As written: the ID-assigned candidate images are drawn per
+candidate class when the lists are written (`extraction.datasets.sample_rows`, seed
+`sample_seed`: they join id/test unlabelled, -1, where a `per_class` key could not count
+them), and `balance = true` / `balance_seed` go into the spec, so extraction cuts the larger
+of id/test and the OOD test splits to the smaller's size (`balance_id_ood`: uniform over the
+rows, stratified by class in expectation only).
 """
 
 from __future__ import annotations
@@ -55,8 +73,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from featstore.errors import InputError, UsageError
-from featstore.extraction.datasets import imagefolder_rows, parse_image_list, rows_from_source
+from featstore.extraction.datasets import (
+    imagefolder_rows,
+    parse_image_list,
+    rows_from_source,
+    sample_rows,
+)
 from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec
 from featstore.store.fileio import atomic_write_output
 
@@ -65,6 +90,8 @@ INSTALL_HINT = "apt-get install wordnet-base wordnet-sense-index"
 DEFAULT_THRESHOLDS = (0.40, 0.45, 0.50)
 RULES = ("distance", "similarity")
 TIERS = {"T1": 1, "T2": 2}  # highest tier that is still ID
+#: images per ID-assigned candidate class in FACETS' WordNet datasets (Table IV; module doc)
+PAPER_PER_CLASS = 50
 #: the 45 lexicographer files, numbered 00-44 (`man 5 lexnames`)
 LEXNAMES = (
     "adj.all", "adj.pert", "adv.all", "noun.Tops", "noun.act", "noun.animal", "noun.artifact",
@@ -369,6 +396,40 @@ def assign_tiers(tiers: Mapping[str, int], version: str) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------- outputs
+@dataclass(frozen=True)
+class Sampling:
+    """What a written spec samples (module docstring): `per_class` images per ID-assigned
+    candidate class (None: all), drawn with `sample_seed`; `balance` (with `balance_seed`)
+    written into the spec for extraction."""
+
+    per_class: int | None = PAPER_PER_CLASS
+    balance: bool = True
+    sample_seed: int = 0
+    balance_seed: int = 0
+
+    def __post_init__(self) -> None:
+        pc = self.per_class
+        if pc is not None and (isinstance(pc, bool) or not isinstance(pc, int) or pc < 1):
+            raise UsageError(f"--per-class {pc!r}: expected an integer >= 1 (0: every image)")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"per_class": self.per_class, "sample_seed": self.sample_seed,
+                "balance": self.balance, "balance_seed": self.balance_seed}
+
+
+def sample_id_images(assignment: Mapping[str, str], images: Mapping[str, Sequence[str]],
+                     per_class: int | None, seed: int) -> list[str]:
+    """The ID-assigned candidates' images, in class (sorted) then list order: with
+    `per_class`, `sample_rows(labels, per_class, seed=seed)` over the class index of each
+    image (a seeded permutation per class, its first `per_class` rows; the extraction rule)."""
+    paths = [p for c, a in sorted(assignment.items()) if a == "id" for p in images.get(c, [])]
+    if per_class is None or not paths:
+        return paths
+    labels = np.concatenate([np.full(len(images.get(c, [])), i) for i, (c, a) in
+                             enumerate(sorted(assignment.items())) if a == "id"])
+    return [paths[int(i)] for i in sample_rows(labels, per_class, seed=seed)]
+
+
 def read_class_list(source: str | Path) -> list[str]:
     """Class names: a directory's sub-directories (ImageFolder, sorted) or a text file with one
     class per line ('#' comments; an `index name` line keeps the name)."""
@@ -415,12 +476,17 @@ def candidate_images(source: str | Path, classes: Sequence[str],
 
 def write_assignment(out_dir: Path, tag: str, assignment: Mapping[str, str],
                      images: Mapping[str, Sequence[str]] | None,
-                     base_spec: str | Path | None) -> dict[str, str]:
+                     base_spec: str | Path | None,
+                     sampling: Sampling | None = None) -> dict[str, str]:
     """Write `<tag>/assignment.txt` (`class id|ood` lines) and, with images, `<tag>/id.txt`
-    and `<tag>/ood.txt` image lists (absolute paths, label -1) and, with a base spec,
-    `<tag>.toml`: the base spec's splits plus `ood/wordnet/<tag>` (OOD-assigned candidates)
-    and the ID-assigned candidates merged into `id/test` when that split is an image list or
-    ImageFolder (FACETS counts them as ID test samples), else `csid/wordnet_<tag>`."""
+    (the ID-assigned candidates' images, `sampling.per_class` per class: `sample_id_images`)
+    and `<tag>/ood.txt` (every OOD-assigned image) image lists (absolute paths, label -1) and,
+    with a base spec, `<tag>.toml`: the base spec's splits plus `ood/wordnet/<tag>`
+    (OOD-assigned candidates) and the ID-assigned candidates merged into `id/test` when that
+    split is an image list or ImageFolder (FACETS counts them as ID test samples), else
+    `csid/wordnet_<tag>`; `balance` / `balance_seed` from `sampling` (default: `Sampling()`,
+    the paper's)."""
+    sampling = sampling or Sampling()
     # absolute: the written spec's list paths are resolved against the spec's own directory,
     # so a relative --out would be applied twice (out/out/T50/...)
     out_dir = Path(out_dir).resolve()
@@ -433,18 +499,21 @@ def write_assignment(out_dir: Path, tag: str, assignment: Mapping[str, str],
         return files
     lists = {}
     for role in ("id", "ood"):
-        paths = [p for c, a in sorted(assignment.items()) if a == role for p in images.get(c, [])]
+        paths = (sample_id_images(assignment, images, sampling.per_class, sampling.sample_seed)
+                 if role == "id" else [p for c, a in sorted(assignment.items()) if a == role
+                                       for p in images.get(c, [])])
         f = d / f"{role}.txt"
         atomic_write_output(f, "".join(f"{p} -1\n" for p in paths))
         lists[role] = (f, len(paths))
         files[role] = str(f)
     if base_spec is not None:
-        files["spec"] = str(_write_spec(out_dir / f"{tag}.toml", tag, lists, base_spec))
+        files["spec"] = str(_write_spec(out_dir / f"{tag}.toml", tag, lists, base_spec,
+                                        sampling))
     return files
 
 
 def _write_spec(path: Path, tag: str, lists: dict[str, tuple[Path, int]],
-                base_spec: str | Path) -> Path:
+                base_spec: str | Path, sampling: Sampling) -> Path:
     base = load_spec(base_spec)
     low = tag.lower().replace(".", "_")
     splits = [(s.name, s.usage, dict(s.source)) for s in base.splits]
@@ -471,7 +540,12 @@ def _write_spec(path: Path, tag: str, lists: dict[str, tuple[Path, int]],
                                                              "root": "/"}))
     splits.append((f"ood/wordnet/{low}", "test", {"imagelist": str(ood_file), "root": "/"}))
     spec = BenchmarkSpec(None, [SplitSpec(*s) for s in splits], dict(base.transform),
-                         base.classes).validated(path.parent, f"spec {str(path)!r}")
-    atomic_write_output(path, spec.to_toml(f"FACETS WordNet assignment {tag} over "
-                                           f"{base_spec}"))
+                         base.classes, base.wnids, dict(base.class_map), sampling.balance,
+                         sampling.balance_seed).validated(path.parent, f"spec {str(path)!r}")
+    drawn = (f"{sampling.per_class} images per ID-assigned candidate class (sample_seed "
+             f"{sampling.sample_seed})" if sampling.per_class is not None
+             else "every image of the ID-assigned candidate classes")
+    atomic_write_output(path, spec.to_toml(
+        f"FACETS assignment {tag} over {base_spec}\nsampling: {drawn}; balance = "
+        f"{str(sampling.balance).lower()} (ID vs OOD test rows, at extraction)"))
     return path
