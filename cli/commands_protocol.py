@@ -442,6 +442,9 @@ def facets_table_cmd(
     method: FacetsMethodOpt = None,
     param: MethodParamOpt = None,
     out_: Annotated[Path | None, typer.Option("--out", help="Markdown file to write.")] = None,
+    no_tune: Annotated[bool, typer.Option("--no-tune", help="Every column at its default "
+                                          "parameters (no tuning on val splits).")] = False,
+    select_by: Annotated[str, typer.Option(help="Metric that chooses on val.")] = "auroc",
     no_cache: NoCacheOpt = False,
     executor: ExecutorOpt = None,
     executor_config: ExecutorConfigOpt = None,
@@ -454,8 +457,10 @@ def facets_table_cmd(
     FPR@95%TPR / Detection Error / AUROC, and each dataset's misclassification detection on
     id/test; best values marked; methods a store cannot score listed with the reason. As the
     paper: Detection Error = 0.5 (1 - 0.95) + 0.5 FPR@95%TPR (`detection_error_tpr95`), the
-    columns named as its methods (TS = softmax at T = 1000 without perturbation). With
-    --executor / --workers, one unit per store.
+    columns named as its methods (TS = softmax at T = 1000 without perturbation); methods
+    with hyperparameters tuned on each store's id/val vs val OOD splits (chosen values
+    printed; a store without them is scored at defaults, and says so). With --executor /
+    --workers, one unit per store.
 
     Example: featstore protocol facets-table T40=runs/t40 T45=runs/t45 --method msp
     --method ip_ts_mlv --out facets.md
@@ -463,12 +468,15 @@ def facets_table_cmd(
     setup(json_, quiet)
     from featstore import Store
     from featstore.workflows.protocols.facets import facets_table, write_markdown_table
+    from scorers.sweep import check_select_by
 
     methods = check_methods(method or FACETS_METHODS)
     params = method_params(param)
+    check_select_by(select_by)
+    tuning = {"tune": not no_tune, "select_by": select_by}
     runner = make_cli_executor(executor, executor_config, workers, "protocol facets-table")
     if runner is not None:
-        table = _facets_units(runner, stores, methods, params, no_cache, work)
+        table = _facets_units(runner, stores, methods, params, no_cache, work, tuning)
         if out_ is not None:
             table["report"] = str(write_markdown_table(out_, table))
         emit(table, lambda: _print_facets(table, methods, out_))
@@ -483,14 +491,14 @@ def facets_table_cmd(
             opened.append((label, st))
         with status() as begin:
             begin(f"FACETS table over {len(opened)} store(s)")
-            table = facets_table(opened, methods, params, use_cache=not no_cache)
+            table = facets_table(opened, methods, params, use_cache=not no_cache, **tuning)
     if out_ is not None:
         table["report"] = str(write_markdown_table(out_, table))
     emit(table, lambda: _print_facets(table, methods, out_))
 
 
 def _facets_units(runner, stores: list[str], methods: list[str], params: dict,
-                  no_cache: bool, work: Path | None) -> dict:
+                  no_cache: bool, work: Path | None, tuning: dict) -> dict:
     """facets-table on an executor: the stores checked here, one unit per store."""
     from featstore import Store
     from featstore.workflows.experiments.workflows import facets_units
@@ -503,11 +511,11 @@ def _facets_units(runner, stores: list[str], methods: list[str], params: dict,
             require_rows(st)
         labelled.append((label, path))
     with work_dir(runner, work, "protocol facets-table") as wd:
-        return facets_units(runner, wd, labelled, methods, params, not no_cache, log)
+        return facets_units(runner, wd, labelled, methods, params, not no_cache, log, **tuning)
 
 
 def _print_facets(table: dict, methods: list[str], out_: Path | None) -> None:
-    from featstore.workflows.protocols.facets import cell_text
+    from featstore.workflows.protocols.facets import cell_text, tuning_notes
 
     t = Table(title="FACETS layout: FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑ (%), best in "
                     "bold", header_style="bold", show_edge=False)
@@ -520,6 +528,8 @@ def _print_facets(table: dict, methods: list[str], out_: Path | None) -> None:
         t.add_row(r["dataset"], what, *[cell_text(r["cells"][m], r["best"], m,
                                                   ("[bold]", "[/]")) for m in methods])
     out.print(t)
+    for line in tuning_notes(table):
+        out.print(line, highlight=False)
     for r in table["rows"]:
         for m, w in r["warnings"].items():
             err.print(f"warning: {r['dataset']} {m}: {w}", highlight=False)
