@@ -88,13 +88,9 @@ SampleSeedOpt = Annotated[int, typer.Option(help="Seed of the per-class draw and
                                                  "balance (sample_seed, balance_seed).")]
 
 
-def _sampling(per_class: int, no_balance: bool, seed: int):
-    """The written specs' sampling (`wordnet.Sampling`); per_class 0 = every image."""
-    from featstore.workflows.protocols.wordnet import Sampling
+ValFractionOpt = Annotated[float, typer.Option(help="Share of each class's images in the val "
+                                                   "lists (FACETS: val/test halves); 0 = none.")]
 
-    if per_class < 0:
-        raise UsageError(f"--per-class {per_class}: expected an integer >= 0 (0: every image)")
-    return Sampling(per_class or None, not no_balance, seed, seed)
 
 
 @protocol_app.command()
@@ -179,6 +175,7 @@ def wordnet(
                                                 "image.")] = 50,
     no_balance: NoBalanceOpt = False,
     sample_seed: SampleSeedOpt = 0,
+    val_fraction: ValFractionOpt = 0.5,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -191,12 +188,14 @@ def wordnet(
     --mapping places_synsets.txt --images imagenet/train --base-spec places.toml --out wn
     """
     setup(json_, quiet)
+    from featstore.workflows.protocols.facets_sampling import Sampling
     from featstore.workflows.protocols.wordnet_run import wordnet_assignment
 
     result = wordnet_assignment(id_classes, candidates, mapping=mapping, auto_map=auto_map,
                                 thresholds=threshold, rule=rule, images=images,
                                 images_root=images_root, base_spec=base_spec, out=out_,
-                                sampling=_sampling(per_class, no_balance, sample_seed))
+                                sampling=Sampling.of(per_class, not no_balance, sample_seed,
+                                                     val_fraction))
     for what, key in (("ID", "id_classes"), ("candidate", "candidates")):
         if unmapped := result[key]["unmapped"]:
             err.print(f"unmapped {what} classes ({len(unmapped)}): {', '.join(unmapped)} "
@@ -241,6 +240,7 @@ def tiers(
                                                 "image (FACETS Table V).")] = 0,
     no_balance: NoBalanceOpt = False,
     sample_seed: SampleSeedOpt = 0,
+    val_fraction: ValFractionOpt = 0.5,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -252,11 +252,13 @@ def tiers(
     places.toml --out facets
     """
     setup(json_, quiet)
+    from featstore.workflows.protocols.facets_sampling import Sampling
     from featstore.workflows.protocols.wordnet_run import tier_assignment
 
     result = tier_assignment(tiers_file, images=images, images_root=images_root,
                              base_spec=base_spec, out=out_, skip_untiered=skip_untiered,
-                             sampling=_sampling(per_class, no_balance, sample_seed))
+                             sampling=Sampling.of(per_class, not no_balance, sample_seed,
+                                                  val_fraction))
 
     def human() -> None:
         for tag, a in result["assignments"].items():

@@ -40,23 +40,9 @@ candidate is ID when 1 - sim <= T. Rule `similarity`: ID when sim >= T. OODness 
 (FACETS §IV, manual labels 0-3): T1 puts tiers 0-1 in ID and 2-3 in OOD, T2 puts tiers 0-2 in
 ID and 3 in OOD.
 
-Sampling (`Sampling`, written into each spec): FACETS takes 50 images per ID-assigned
-candidate class and balances the ID and OOD counts (the paper: ../shared/papers/
-facets-realistic-ood-benchmark-dsaa-2023.md). Per class: Places365-Standard val is "100
-labeled images per class" (line 188), 18,250 = 365 x 50 in each of val and test (Table II,
-line 181), and the ImageNet classes a WordNet threshold makes ID enter with 50 images each,
-2,800 = 56 x 50, 4,500 = 90 x 50, 7,000 = 140 x 50 (Table IV, lines 218, 223, 228); the
-OODness-tier datasets take no fixed count (SUN397's 46,851 ID images over 319 classes, Table
-V, line 248), so `protocol tiers` samples none by default. Balance: SVHN "randomly sampled"
-"to ensure consistency in sample size" (line 188; 18,250 / 18,250, Table II line 184), ImageNet
-OOD by "stratified random sampling" (line 190) to 18,108 against 18,250 (Table III, lines 201-202),
-and every WordNet and tier dataset's OOD total within 1.5% of its ID total (Table IV lines 219,
-224, 229; Table V lines 251, 258). As written: the ID-assigned candidate images are drawn per
-candidate class when the lists are written (`extraction.datasets.sample_rows`, seed
-`sample_seed`: they join id/test unlabelled, -1, where a `per_class` key could not count
-them), and `balance = true` / `balance_seed` go into the spec, so extraction cuts the larger
-of id/test and the OOD test splits to the smaller's size (`balance_id_ood`: uniform over the
-rows, stratified by class in expectation only).
+Sampling: the written lists and specs divide each class's images into val and test halves,
+take 50 images per ID-assigned candidate class in each and balance ID and OOD test rows, as
+the paper (`featstore.workflows.protocols.facets_sampling`, with its line citations).
 """
 
 from __future__ import annotations
@@ -73,25 +59,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from featstore.errors import InputError, UsageError
-from featstore.extraction.datasets import (
-    imagefolder_rows,
-    parse_image_list,
-    rows_from_source,
-    sample_rows,
-)
+from featstore.extraction.datasets import imagefolder_rows, parse_image_list, rows_from_source
 from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec
 from featstore.store.fileio import atomic_write_output
+from featstore.workflows.protocols.facets_sampling import Sampling, candidate_parts
 
 WORDNET_DIRS = ("/usr/share/wordnet",)
 INSTALL_HINT = "apt-get install wordnet-base wordnet-sense-index"
 DEFAULT_THRESHOLDS = (0.40, 0.45, 0.50)
 RULES = ("distance", "similarity")
 TIERS = {"T1": 1, "T2": 2}  # highest tier that is still ID
-#: images per ID-assigned candidate class in FACETS' WordNet datasets (Table IV; module doc)
-PAPER_PER_CLASS = 50
 #: the 45 lexicographer files, numbered 00-44 (`man 5 lexnames`)
 LEXNAMES = (
     "adj.all", "adj.pert", "adv.all", "noun.Tops", "noun.act", "noun.animal", "noun.artifact",
@@ -396,40 +374,6 @@ def assign_tiers(tiers: Mapping[str, int], version: str) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------- outputs
-@dataclass(frozen=True)
-class Sampling:
-    """What a written spec samples (module docstring): `per_class` images per ID-assigned
-    candidate class (None: all), drawn with `sample_seed`; `balance` (with `balance_seed`)
-    written into the spec for extraction."""
-
-    per_class: int | None = PAPER_PER_CLASS
-    balance: bool = True
-    sample_seed: int = 0
-    balance_seed: int = 0
-
-    def __post_init__(self) -> None:
-        pc = self.per_class
-        if pc is not None and (isinstance(pc, bool) or not isinstance(pc, int) or pc < 1):
-            raise UsageError(f"--per-class {pc!r}: expected an integer >= 1 (0: every image)")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"per_class": self.per_class, "sample_seed": self.sample_seed,
-                "balance": self.balance, "balance_seed": self.balance_seed}
-
-
-def sample_id_images(assignment: Mapping[str, str], images: Mapping[str, Sequence[str]],
-                     per_class: int | None, seed: int) -> list[str]:
-    """The ID-assigned candidates' images, in class (sorted) then list order: with
-    `per_class`, `sample_rows(labels, per_class, seed=seed)` over the class index of each
-    image (a seeded permutation per class, its first `per_class` rows; the extraction rule)."""
-    paths = [p for c, a in sorted(assignment.items()) if a == "id" for p in images.get(c, [])]
-    if per_class is None or not paths:
-        return paths
-    labels = np.concatenate([np.full(len(images.get(c, [])), i) for i, (c, a) in
-                             enumerate(sorted(assignment.items())) if a == "id"])
-    return [paths[int(i)] for i in sample_rows(labels, per_class, seed=seed)]
-
-
 def read_class_list(source: str | Path) -> list[str]:
     """Class names: a directory's sub-directories (ImageFolder, sorted) or a text file with one
     class per line ('#' comments; an `index name` line keeps the name)."""
@@ -478,14 +422,15 @@ def write_assignment(out_dir: Path, tag: str, assignment: Mapping[str, str],
                      images: Mapping[str, Sequence[str]] | None,
                      base_spec: str | Path | None,
                      sampling: Sampling | None = None) -> dict[str, str]:
-    """Write `<tag>/assignment.txt` (`class id|ood` lines) and, with images, `<tag>/id.txt`
-    (the ID-assigned candidates' images, `sampling.per_class` per class: `sample_id_images`)
-    and `<tag>/ood.txt` (every OOD-assigned image) image lists (absolute paths, label -1) and,
-    with a base spec, `<tag>.toml`: the base spec's splits plus `ood/wordnet/<tag>`
-    (OOD-assigned candidates) and the ID-assigned candidates merged into `id/test` when that
-    split is an image list or ImageFolder (FACETS counts them as ID test samples), else
-    `csid/wordnet_<tag>`; `balance` / `balance_seed` from `sampling` (default: `Sampling()`,
-    the paper's)."""
+    """Write `<tag>/assignment.txt` (`class id|ood` lines) and, with images, the image lists
+    (absolute paths, label -1) of `facets_sampling.candidate_parts` (default `Sampling()`,
+    the paper's): `<tag>/id.txt` and `<tag>/ood.txt` (test), `<tag>/id_val.txt` and
+    `<tag>/ood_val.txt` (val, when `val_fraction` > 0) and, with a base spec, `<tag>.toml`:
+    the base spec's splits plus `ood/wordnet/<tag>` (OOD-assigned candidates) and the
+    ID-assigned candidates merged into `id/test` when that split is an image list or
+    ImageFolder (FACETS counts them as ID test samples), else `csid/wordnet_<tag>`; when the
+    base has an `id/val`, `ood/wordnet/<tag>_val` (usage val) and the ID val candidates merged
+    into `id/val` (left out when it is another source kind); `balance` from `sampling`."""
     sampling = sampling or Sampling()
     # absolute: the written spec's list paths are resolved against the spec's own directory,
     # so a relative --out would be applied twice (out/out/T50/...)
@@ -497,19 +442,40 @@ def write_assignment(out_dir: Path, tag: str, assignment: Mapping[str, str],
                         "".join(f"{c} {a}\n" for c, a in sorted(assignment.items())))
     if images is None:
         return files
-    lists = {}
-    for role in ("id", "ood"):
-        paths = (sample_id_images(assignment, images, sampling.per_class, sampling.sample_seed)
-                 if role == "id" else [p for c, a in sorted(assignment.items()) if a == role
-                                       for p in images.get(c, [])])
-        f = d / f"{role}.txt"
-        atomic_write_output(f, "".join(f"{p} -1\n" for p in paths))
-        lists[role] = (f, len(paths))
-        files[role] = str(f)
+    lists: dict[str, tuple[Path, int]] = {}
+    for part, by_role in candidate_parts(assignment, images, sampling).items():
+        if part == "val" and not sampling.val_fraction:
+            continue
+        for role, paths in by_role.items():
+            key = role if part == "test" else f"{role}_val"
+            f = d / f"{key}.txt"
+            atomic_write_output(f, "".join(f"{p} -1\n" for p in paths))
+            lists[key] = (f, len(paths))
+            files[key] = str(f)
     if base_spec is not None:
         files["spec"] = str(_write_spec(out_dir / f"{tag}.toml", tag, lists, base_spec,
                                         sampling))
     return files
+
+
+def _merge_into(splits: list[tuple[str, str, dict[str, Any]]], name: str,
+                id_file: Path, merged: Path) -> bool:
+    """Replace split `name` by an image list of its rows (absolute paths, their labels) then
+    the lines of `id_file`; False (nothing changed) when `name` is absent or not an image
+    list or ImageFolder."""
+    i = next((i for i, s in enumerate(splits) if s[0] == name), None)
+    if i is None or not ("imagelist" in splits[i][2] or "imagefolder" in splits[i][2]):
+        return False
+    source = splits[i][2]
+    rows = rows_from_source(source)
+    base_root = Path(source.get("root") or source.get("imagefolder")
+                     or Path(source["imagelist"]).parent)
+    lines = [f"{(base_root / rel).resolve()} {int(y)}"
+             for rel, y in zip(rows.ids, rows.labels, strict=True)]
+    lines += id_file.read_text(encoding="utf-8").splitlines()
+    atomic_write_output(merged, "\n".join(lines) + "\n")
+    splits[i] = (name, splits[i][1], {"imagelist": str(merged), "root": "/"})
+    return True
 
 
 def _write_spec(path: Path, tag: str, lists: dict[str, tuple[Path, int]],
@@ -521,31 +487,25 @@ def _write_spec(path: Path, tag: str, lists: dict[str, tuple[Path, int]],
     ood_file, ood_count = lists["ood"]
     if ood_count == 0:
         raise UsageError(f"{tag}: no candidate image is assigned OOD; nothing to evaluate")
-    if id_count:
-        test = next((i for i, s in enumerate(splits) if s[0] == "id/test"), None)
-        files_kind = test is not None and ("imagelist" in splits[test][2]
-                                           or "imagefolder" in splits[test][2])
-        if test is not None and files_kind:
-            rows = rows_from_source(splits[test][2])
-            base_root = Path(splits[test][2].get("root") or splits[test][2].get("imagefolder")
-                             or Path(splits[test][2]["imagelist"]).parent)
-            merged = path.parent / tag / "id_test_merged.txt"
-            lines = [f"{(base_root / rel).resolve()} {int(y)}"
-                     for rel, y in zip(rows.ids, rows.labels, strict=True)]
-            lines += id_file.read_text(encoding="utf-8").splitlines()
-            atomic_write_output(merged, "\n".join(lines) + "\n")
-            splits[test] = ("id/test", "test", {"imagelist": str(merged), "root": "/"})
-        else:
-            splits.append((f"csid/wordnet_{low}", "test", {"imagelist": str(id_file),
-                                                             "root": "/"}))
+    if id_count and not _merge_into(splits, "id/test", id_file,
+                                    path.parent / tag / "id_test_merged.txt"):
+        splits.append((f"csid/wordnet_{low}", "test", {"imagelist": str(id_file),
+                                                         "root": "/"}))
     splits.append((f"ood/wordnet/{low}", "test", {"imagelist": str(ood_file), "root": "/"}))
+    notes = [sampling.describe()]
+    if "ood_val" in lists and any(s[0] == "id/val" for s in splits):
+        if lists["id_val"][1] and not _merge_into(splits, "id/val", lists["id_val"][0],
+                                                  path.parent / tag / "id_val_merged.txt"):
+            notes.append("the base's id/val is not an image list or ImageFolder: the ID val "
+                         "candidates are left out of it")
+        if lists["ood_val"][1]:
+            splits.append((f"ood/wordnet/{low}_val", "val",
+                           {"imagelist": str(lists["ood_val"][0]), "root": "/"}))
+    elif "ood_val" in lists:
+        notes.append("the base spec has no id/val: the val lists are not in this spec")
     spec = BenchmarkSpec(None, [SplitSpec(*s) for s in splits], dict(base.transform),
                          base.classes, base.wnids, dict(base.class_map), sampling.balance,
                          sampling.balance_seed).validated(path.parent, f"spec {str(path)!r}")
-    drawn = (f"{sampling.per_class} images per ID-assigned candidate class (sample_seed "
-             f"{sampling.sample_seed})" if sampling.per_class is not None
-             else "every image of the ID-assigned candidate classes")
-    atomic_write_output(path, spec.to_toml(
-        f"FACETS assignment {tag} over {base_spec}\nsampling: {drawn}; balance = "
-        f"{str(sampling.balance).lower()} (ID vs OOD test rows, at extraction)"))
+    atomic_write_output(path, spec.to_toml("\n".join([f"FACETS assignment {tag} over "
+                                                      f"{base_spec}", *notes])))
     return path

@@ -10,10 +10,11 @@ each threshold (`rule`: distance, ID when 1 - sim <= T; similarity, ID when sim 
 floats with 6 decimals, written atomically) and per threshold the assignment files, image
 lists and specs (`wordnet.write_assignment`).
 
-Sampling (`wordnet.Sampling`, FACETS' counts; the `wordnet` module docstring cites the paper):
-the WordNet datasets take `per_class` = 50 images per ID-assigned candidate class (Table IV)
-and the tier datasets every image (Table V); both balance ID and OOD test rows (`balance =
-true` in the written specs). The result's "sampling" records what was written."""
+Sampling (`facets_sampling.Sampling`, FACETS' counts; that module cites the paper): both
+divide each class's images into val and test halves and balance ID and OOD test rows
+(`balance = true` in the written specs); the WordNet datasets take `per_class` = 50 images
+per ID-assigned candidate class in each half (Table IV), the tier datasets every image
+(Table V). The result's "sampling" records what was written."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from typing import Any
 from featstore.errors import UsageError
 from featstore.store.fileio import atomic_write_output
 from featstore.workflows.protocols import wordnet as wnp
+from featstore.workflows.protocols.facets_sampling import Sampling
 
 SIMILARITY_COLUMNS = ("class", "synset", "sim", "path", "lch_norm", "wup", "nearest_id_class",
                       "nearest_synset")
@@ -46,14 +48,14 @@ def wordnet_assignment(id_classes: str, candidates: str, *, mapping: Path | None
                        auto_map: bool = False, thresholds: Sequence[float] | None = None,
                        rule: str = "distance", images: str | None = None,
                        images_root: Path | None = None, base_spec: Path | None = None,
-                       out: Path | None = None, sampling: wnp.Sampling | None = None
+                       out: Path | None = None, sampling: Sampling | None = None
                        ) -> dict[str, Any]:
     """The WordNet pipeline (module docstring); returns {"rule", "thresholds": {tag: T},
     "id_classes", "candidates" (each {"mapped", "unmapped", "how"}), "scores" (one dict per
     candidate, CandidateScore's fields), "assignments": {tag: {candidate: "id"|"ood"}},
     "files": {tag: what write_assignment wrote} (empty without `out`), "sampling"}.
-    `sampling` defaults to the paper's (`wordnet.Sampling()`: 50 per class, balanced)."""
-    sampling = sampling or wnp.Sampling()
+    `sampling` defaults to the paper's (`Sampling()`: val/test halves, 50 per class, balanced)."""
+    sampling = sampling or Sampling()
     thresholds = list(thresholds or wnp.DEFAULT_THRESHOLDS)
     for t in thresholds:
         wnp.assign_threshold([], t, rule)  # a bad rule or threshold before any work
@@ -83,7 +85,7 @@ def wordnet_assignment(id_classes: str, candidates: str, *, mapping: Path | None
 def tier_assignment(tiers_file: Path, *, images: str | None = None,
                     images_root: Path | None = None, base_spec: Path | None = None,
                     out: Path | None = None, skip_untiered: bool = False,
-                    sampling: wnp.Sampling | None = None) -> dict[str, Any]:
+                    sampling: Sampling | None = None) -> dict[str, Any]:
     """FACETS' OODness tiers: {"tiers": {class: tier}, "assignments": {T1, T2: {class:
     "id"|"ood"}}, "files", "untiered": {class: images}, "sampling"}: T1 takes tiers 0-1 as
     ID, T2 tiers 0-2 (`wordnet.assign_tiers`); with `out`, the assignment files, image lists
@@ -91,7 +93,7 @@ def tier_assignment(tiers_file: Path, *, images: str | None = None,
     dropped silently: a UsageError naming them, or with `skip_untiered` left out and counted
     in "untiered". `sampling` defaults to the paper's for the tier datasets (every image,
     balanced: `Sampling(per_class=None)`)."""
-    sampling = sampling or wnp.Sampling(per_class=None)
+    sampling = sampling or Sampling(per_class=None)
     if base_spec is not None and images is None:
         raise UsageError("--base-spec needs --images (the candidate images to assign)")
     tier_map = wnp.read_tiers(tiers_file)
