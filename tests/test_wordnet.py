@@ -284,6 +284,30 @@ def test_written_spec_has_val_and_test_halves(tmp_path, capsys):
         tmp_path / "nv" / "T40.toml").read_text()
 
 
+def test_merged_id_list_keeps_head_classes(tmp_path, capsys):
+    """A base id/test ImageFolder whose folders are not in the head's order (`classes =
+    ["kitchen", "bedroom", "dog"]`): the merged image list labels each image with its head
+    class by name (bedroom 1, dog 2, kitchen 0; by hand), not its folder index (0, 1, 2),
+    which an image list would take as it is. With a class_map but no classes the command
+    stops, naming the split."""
+    (tmp_path / "id.txt").write_text("bedroom.n.01\ndog.n.01\n")
+    cands = _tree(tmp_path / "cands", ["bathroom.n.01", "cat.n.01"])
+    base = _tree(tmp_path / "base", ["bedroom", "dog", "kitchen"])
+    split = f'[[split]]\nname = "id/test"\nsource = {{ imagefolder = "{base}" }}\n'
+    (tmp_path / "base.toml").write_text('classes = ["kitchen", "bedroom", "dog"]\n' + split)
+    args = ["protocol", "wordnet", "--id-classes", str(tmp_path / "id.txt"), "--candidates",
+            str(cands), "--threshold", "0.40", "--images", str(cands), "--base-spec",
+            str(tmp_path / "base.toml"), "--out", str(tmp_path / "wn")]
+    code, _, err = run(capsys, *args)
+    assert code == 0, err
+    merged = (tmp_path / "wn" / "T40" / "id_test_merged.txt").read_text().splitlines()
+    got = {(Path(ln.split()[0]).parent.name, int(ln.split()[1])) for ln in merged[:9]}
+    assert got == {("bedroom", 1), ("dog", 2), ("kitchen", 0)}
+    (tmp_path / "base.toml").write_text("class_map = { bedroom = 2 }\n" + split)
+    code, _, err = run(capsys, *args)
+    assert code == 2 and "'id/test' is an ImageFolder mapped by class_map alone" in err
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--per-class", "-1"], "--per-class -1: expected an integer >= 0"),
     (["--val-fraction", "1"], "--val-fraction 1.0: expected a number in [0, 1)"),

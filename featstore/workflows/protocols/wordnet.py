@@ -59,7 +59,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from featstore.errors import InputError, UsageError
+from featstore.extraction.classmap import map_folders
 from featstore.extraction.datasets import imagefolder_rows, parse_image_list, rows_from_source
 from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec
 from featstore.store.fileio import atomic_write_output
@@ -459,19 +462,31 @@ def write_assignment(out_dir: Path, tag: str, assignment: Mapping[str, str],
 
 
 def _merge_into(splits: list[tuple[str, str, dict[str, Any]]], name: str,
-                id_file: Path, merged: Path) -> bool:
-    """Replace split `name` by an image list of its rows (absolute paths, their labels) then
-    the lines of `id_file`; False (nothing changed) when `name` is absent or not an image
-    list or ImageFolder."""
+                id_file: Path, merged: Path, base: BenchmarkSpec) -> bool:
+    """Replace split `name` by an image list of its rows (absolute paths, their head class
+    labels) then the lines of `id_file`; False (nothing changed) when `name` is absent or not
+    an image list or ImageFolder. An ImageFolder's folder indices become head classes by
+    extraction's rule (`extraction.classmap.map_folders` over the base's classes, wnids and
+    class_map; folder order without them), since an image list's labels are taken as they
+    are; a class_map without classes (the head's size unknown here) is an error."""
     i = next((i for i, s in enumerate(splits) if s[0] == name), None)
     if i is None or not ("imagelist" in splits[i][2] or "imagefolder" in splits[i][2]):
         return False
     source = splits[i][2]
     rows = rows_from_source(source)
+    labels = rows.labels
+    if "imagefolder" in source and (base.classes or base.class_map):
+        if not base.classes:
+            raise UsageError(f"base spec: {name!r} is an ImageFolder mapped by class_map "
+                             "alone; list the head's classes (`classes = [...]`) so its "
+                             "images keep their head classes in the merged image list")
+        labels = np.asarray(map_folders(rows.class_names or [], len(base.classes), split=name,
+                                        classes=base.classes, wnids=base.wnids,
+                                        class_map=base.class_map))[labels]
     base_root = Path(source.get("root") or source.get("imagefolder")
                      or Path(source["imagelist"]).parent)
     lines = [f"{(base_root / rel).resolve()} {int(y)}"
-             for rel, y in zip(rows.ids, rows.labels, strict=True)]
+             for rel, y in zip(rows.ids, labels, strict=True)]
     lines += id_file.read_text(encoding="utf-8").splitlines()
     atomic_write_output(merged, "\n".join(lines) + "\n")
     splits[i] = (name, splits[i][1], {"imagelist": str(merged), "root": "/"})
@@ -488,14 +503,15 @@ def _write_spec(path: Path, tag: str, lists: dict[str, tuple[Path, int]],
     if ood_count == 0:
         raise UsageError(f"{tag}: no candidate image is assigned OOD; nothing to evaluate")
     if id_count and not _merge_into(splits, "id/test", id_file,
-                                    path.parent / tag / "id_test_merged.txt"):
+                                    path.parent / tag / "id_test_merged.txt", base):
         splits.append((f"csid/wordnet_{low}", "test", {"imagelist": str(id_file),
                                                          "root": "/"}))
     splits.append((f"ood/wordnet/{low}", "test", {"imagelist": str(ood_file), "root": "/"}))
     notes = [sampling.describe()]
     if "ood_val" in lists and any(s[0] == "id/val" for s in splits):
         if lists["id_val"][1] and not _merge_into(splits, "id/val", lists["id_val"][0],
-                                                  path.parent / tag / "id_val_merged.txt"):
+                                                  path.parent / tag / "id_val_merged.txt",
+                                                  base):
             notes.append("the base's id/val is not an image list or ImageFolder: the ID val "
                          "candidates are left out of it")
         if lists["ood_val"][1]:
