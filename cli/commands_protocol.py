@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -487,7 +487,7 @@ def facets_table_cmd(
     methods = check_methods(method or FACETS_METHODS)
     params = method_params(param)
     check_select_by(select_by)
-    tuning = {"tune": not no_tune, "select_by": select_by}
+    tuning: dict[str, Any] = {"tune": not no_tune, "select_by": select_by}
     runner = make_cli_executor(executor, executor_config, workers, "protocol facets-table")
     if runner is not None:
         table = _facets_units(runner, stores, methods, params, no_cache, work, tuning)
