@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from featstore import Store
 from tests.helpers.cli import CliRun, run_cli_captured
 from tests.helpers.demo import DEMO_TEST_SCALE, DemoRerun
 from tests.helpers.images import random_crop_tree
+from tests.helpers.scheduling import DEMO_TEST_FILES, make_scheduler, scope_rank
 from tests.helpers.stores import open_built, structured_arrays
 
 #: the RAM-backed filesystem the session's temporary directories go to when it has room
@@ -27,7 +29,7 @@ RAM_TEMP_ROOT = Path("/dev/shm")
 RAM_TEMP_MIN_FREE = 4 << 30
 #: the thread-count variables every xdist worker and its children run with (one thread each)
 XDIST_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-#: the session fixtures over the one demo run (their tests share an xdist group)
+#: the session fixtures over the one demo run (their tests share one xdist scope)
 DEMO_FIXTURES = frozenset({"demo_json_run", "demo_dir", "demo_rerun"})
 
 
@@ -67,14 +69,23 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Groups for `pytest -n N --dist loadgroup`: the tests of one file run on one worker (its
-    module fixtures are built once, as without xdist), except that every test using the
-    session's demo run (`demo_json_run` and the fixtures over it) runs on one worker, so the
-    demo is built once and no other process reruns it under a reader."""
+    """The heaviest test files first (tests.helpers.scheduling: what `pytest -n N` hands out
+    first; each file's own order is kept), and a test using the session's demo run only from
+    a file of DEMO_TEST_FILES (its scope under xdist)."""
     for item in items:
-        uses_demo = DEMO_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-        group = "demo" if uses_demo else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        path = item.nodeid.split("::", 1)[0]
+        if DEMO_FIXTURES.intersection(getattr(item, "fixturenames", ())) and \
+                path not in DEMO_TEST_FILES:
+            raise pytest.UsageError(f"{item.nodeid} uses the session's demo run: add {path} "
+                                    "to DEMO_TEST_FILES in tests/helpers/scheduling.py")
+    order = {id(item): (scope_rank(item.nodeid), i) for i, item in enumerate(items)}
+    items.sort(key=lambda item: order[id(item)])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`pytest -n N`: one scope per file, the demo-run files one scope, heaviest first."""
+    return make_scheduler(config, log)
 
 
 @pytest.fixture
