@@ -403,7 +403,7 @@ def _log_rest(z, first):
     return z2 + math.log(acc)
 
 
-@njit(error_model="numpy")
+@njit(fastmath={"contract"}, error_model="numpy")
 def _gen_products(z, e, s, key, top, qv, lt, tiny):
     """GEN's qv[k] = p_k (1 - p_k) of the kept entries key[:top] (p_k = exp(key_k) / s), a
     largest entry (key_k = 0) as (1 / s) (r / s), r = s - 1 summed without the first
@@ -418,25 +418,25 @@ def _gen_products(z, e, s, key, top, qv, lt, tiny):
     e[first] = 0.0
     r = _row_sum(e, c)
     e[first] = e_top
-    found = False
+    q_top = r / s / s
+    count = 0
+    for k in range(top):  # branch-free (selects), so it vectorizes
+        p = exp_nonpos(key[k]) / s
+        v = q_top if key[k] == 0.0 else p * (1.0 - p)
+        qv[k] = v
+        count += v < _TINY
+    if count == 0:
+        return False
+    ls = math.log1p(r)
+    logr = math.log(r) if r >= _TINY else _log_rest(z, first)
     for k in range(top):
-        if key[k] == 0.0:
-            qv[k] = r / s / s
-        else:
-            p = exp_nonpos(key[k]) / s
-            qv[k] = p * (1.0 - p)
         tiny[k] = qv[k] < _TINY
-        found = found or tiny[k]
-    if found:
-        ls = math.log1p(r)
-        logr = math.log(r) if r >= _TINY else _log_rest(z, first)
-        for k in range(top):
-            if tiny[k]:
-                if key[k] == 0.0:
-                    lt[k] = logr - 2.0 * ls
-                else:
-                    lt[k] = key[k] - ls + math.log1p(-exp_nonpos(key[k]) / s)
-    return found
+        if tiny[k]:
+            if key[k] == 0.0:
+                lt[k] = logr - 2.0 * ls
+            else:
+                lt[k] = key[k] - ls + math.log1p(-exp_nonpos(key[k]) / s)
+    return True
 
 
 @njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
