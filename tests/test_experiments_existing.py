@@ -170,3 +170,29 @@ def test_ten_method_preset_scores_mcd_by_the_papers_eq14():
     p1 = np.exp(l1) / np.exp(l1).sum()
     h1, h2 = -(p1 * np.log(p1)).sum(), np.log(3.0)
     assert mcd_scores(l1, l2, row.params["variant"])[0] == pytest.approx(-(h1 - h2), abs=1e-12)
+
+
+def test_vim_row_on_rank_deficient_features_is_clamped_not_skipped(tmp_path, monkeypatch,
+                                                                   capsys):
+    """An existing store whose D = 63 features have rank 60: the ViM row (tuned on val over
+    the default grid) runs at dim = 59 = rank - 1 instead of being skipped, the run says so
+    (a warning line naming dim=256 -> dim=59, "adjusted" in the run's JSON), and its AUROC is
+    that of `featstore sweep`'s choice (the same rule)."""
+    import json
+
+    from scorers.sweep import sweep
+    from tests.helpers.stores import rank_deficient_store
+
+    _no_training(monkeypatch)
+    rank_deficient_store(tmp_path / "s0", 60).close()
+    exp = tmp_path / "exp.toml"
+    exp.write_text('[data]\nstores = ["s0"]\n[[method]]\nname = "ViM"\nscorer = "vim"\n')
+    code, text, err = run(capsys, "run", exp, "--out", tmp_path / "out", "--json")
+    assert code == 0, err
+    (vim,) = [r for r in json.loads(text)["runs"] if r["method"] == "ViM"]
+    assert vim["status"] == "ok" and vim["chosen"] == {"dim": 59}
+    assert {a["used"]["dim"] for a in vim["adjusted"]} == {59}
+    assert "dim=256 -> dim=59" in err + text and "rank(S) - 1 = 59" in err + text
+    with Store.open(tmp_path / "s0") as st:
+        want = sweep(st, "vim")["test"]["splits"]["ood/near/t"]["auroc"]
+    assert vim["splits"]["ood/near/t"]["auroc"] == pytest.approx(want, abs=1e-9)

@@ -27,6 +27,7 @@ from featstore.store.extra_keys import odin_name
 from scorers import REGISTRY, get_scorer
 from scorers.base import Scorer, expand_grid
 from scorers.evaluate import evaluate
+from scorers.fitting import principal
 from scorers.metrics import METRIC_DIRECTIONS, OOD_METRIC_NAMES
 from scorers.sweep import choose, plan_settings, sweep, sweep_all
 from tests.helpers.cli import run_cli as run
@@ -303,6 +304,7 @@ def test_vim_fit_told_the_grid_prepares_every_dim(wide_store, monkeypatch):
         return orig_iter(self, *a, **k)
 
     monkeypatch.setattr(type(split), "iter_chunks", spy)
+    principal._SPACES.pop(wide_store, None)  # a fresh fit (not the space an earlier one kept)
     told = get_scorer("vim", dim=1000).fit(wide_store, {"dim": [256, 1000]})
     assert sorted(told.mean_residual) == [256, 1000] and len(read) == 2
     read.clear()

@@ -50,10 +50,15 @@ Scores are within 1e-5 relative of the float64 path on the fidelity stores
 (tests/test_precision.py); "float64" is the all-float64 path.
 
 Validity beyond 1 <= dim < D: dim < N (the id/train rows span S, so its rank is at most N),
-checked from the store's size before any fit; and, after the fit, dim < rank(S) (numerical
-rank: eigenvalues above max * D * eps): at dim >= rank the id/train features have no
-residual, alpha is undefined, and the principal space would contain arbitrary null-space
-directions. Both are UsageErrors naming dim and the valid range, never a NaN.
+checked from the store's size; and dim < rank(S) (numerical rank: eigenvalues above max * D *
+eps): at dim >= rank the id/train features have no residual, alpha is undefined, and the
+principal space would contain arbitrary null-space directions. Both are known before the fit
+(the rank from the fitted space itself, `scorers.fitting.principal.shared_space`, which the
+fit then uses), so dim's valid range is 1 <= dim <= min(D, N, rank(S)) - 1: a DEFAULT dim
+(the paper's rule, a default-grid value) beyond it is clamped to it by the one defaults rule
+(`scorers.adapt`: listed in the result's "adjusted" with the rank, a FeatstoreWarning from
+`fit`), e.g. D = 63 features of rank 60 sweep OpenOOD's [256, 1000] as dim = 59; a dim the
+user gave beyond it is a UsageError naming dim, the rank and the valid range, never a NaN.
 """
 
 from __future__ import annotations
@@ -70,8 +75,8 @@ from ..fitting.principal import (
     PrincipalScorer,
     check_spanned,
     feature_dim,
-    fit_principal_space,
     mean_residuals,
+    shared_space,
 )
 from ..kernels.precision import DEFAULT_PRECISION
 from ..kernels.softmax import logsumexp
@@ -86,6 +91,7 @@ class ViM(PrincipalScorer):
     needs = ("features", "logits", "head", "fit:id/train")
     defaults = {"dim": None, "precision": DEFAULT_PRECISION}
     grid = {"dim": [256, 1000]}
+    needs_residual = True
     paper = Paper(title="ViM: Out-Of-Distribution with Virtual-logit Matching",
                   authors=("Wang", "Li", "Feng", "Zhang"), venue="CVPR", year=2022,
                   url="https://arxiv.org/abs/2203.10807", code="https://github.com/haoqiwang/vim")
@@ -93,7 +99,7 @@ class ViM(PrincipalScorer):
     def _fit(self, store: StoreLike) -> None:
         d = feature_dim(store)
         dims = {k for k in self.setting_dims([{}, *self.fit_settings], d) if 1 <= k < d}
-        self.space, self.mean_max_logit = fit_principal_space(self, store, mean_max_logit=True)
+        self.space, self.mean_max_logit = shared_space(self, store, self.params["precision"])
         self.mean_residual: dict[int, float] = {}   # dim -> mean r(x) over id/train
         self._add_residuals(store, sorted(dims))
 
