@@ -159,6 +159,10 @@ def fit_rank(scorer: Scorer, store: StoreLike, precision: str) -> int | None:
     itself must say what is wrong (no id/train rows, no head, NaN / inf in them)."""
     if not store.has_split(FIT_SPLIT) or store.manifest.get("has_head", True) is False:
         return None
+    try:
+        _ = store.head
+    except FeatstoreError:  # no head (an ArrayStore without one): the fit names the need
+        return None
     split = store.split(FIT_SPLIT)
     record: dict[str, Any] = getattr(split, "nonfinite_record", dict)()  # store.values
     if not split.num_rows or any(k in ("features", "logits") for k in record):

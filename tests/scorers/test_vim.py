@@ -55,8 +55,8 @@ def test_sign_id_above_far_ood(shared_store):
 
 
 def test_vim_default_grid_equals_separate_runs(wide_store):
-    """ViM's default grid (OpenOOD dim_list [256, 1000]) needs D > 1000."""
-    assert get_scorer("vim").grid == {"dim": [256, 1000]}
+    """ViM's raw default grid (dims up to 1000, for D = 2048) on D = 1040."""
+    assert get_scorer("vim").grid == {"dim": [42, 128, 256, 512, 1000]}
     kit.assert_grid_equals_separate(wide_store, "vim", {})
 
 
@@ -74,7 +74,7 @@ def test_explicit_grid_equals_separate_runs(shared_store, grid, precision):
 def test_default_grid_and_defaults_are_documented():
     row = {r["name"]: r for r in list_scorers()}["vim"]
     assert row["defaults"] == {"dim": None, "precision": "float32"}
-    assert row["grid"] == {"dim": [256, 1000]}
+    assert row["grid"] == {"dim": [42, 128, 256, 512, 1000]}
     assert row["paper"]
 
 
@@ -110,26 +110,28 @@ def test_vim_dim_beyond_rank_refused_when_given_clamped_when_default(tmp_path):
     np.testing.assert_array_equal(clamped.score(st.split("id/test")), given)
 
 
-def test_vim_rank_deficient_store_default_grid_clamped_to_rank(tmp_path):
-    """D = 63, rank 60: the default grid (OpenOOD's 256, 1000) is clamped to dim = 59 =
-    rank - 1 (not D - 1 = 62, which leaves no residual and used to skip the scorer), listed
-    with the rank in "adjusted"; the scores equal the plain NumPy ViM at dim = 59
-    (`ref_vim`, rtol 1e-6) and the test AUROC equals scikit-learn's on them."""
-    from sklearn.metrics import roc_auc_score
-
-    from scorers.sweep import sweep
+def test_vim_rank_deficient_store_clamps_a_default_dim_to_rank(tmp_path):
+    """D = 63, rank 60: dim's valid range is [1, 59] = rank - 1 (not D - 1 = 62, which leaves
+    no residual: the dim OpenOOD's 256 / 1000 used to clamp to, failing the scorer); a
+    default dim of 62 (a default-grid value, not the user's) is clamped to 59 by the defaults
+    rule with the rank in its reason, a given dim = 62 is refused naming the rank, and the
+    clamped scorer equals the plain NumPy ViM at dim = 59 (`ref_vim`, rtol 1e-6)."""
+    from scorers.adapt import adapt_params
 
     st = stores.rank_deficient_store(tmp_path / "s", 60)
-    res = sweep(st, "vim", base_params={"precision": "float64"})
-    assert res["chosen"]["setting"] == {"dim": 59}
-    assert [a["used"] for a in res["adjusted"]] == [{"dim": 59}, {"dim": 59}]
-    assert all("rank(S) - 1 = 59" in a["reason"] and "span 60 directions" in a["reason"]
-               for a in res["adjusted"])
-    ref_id, ref_ood = ref_vim(st, "id/test", 59), ref_vim(st, "ood/near/t", 59)
-    got = get_scorer("vim", dim=59, precision="float64").fit(st)
-    np.testing.assert_allclose(got.score(st.split("ood/near/t")), ref_ood, rtol=1e-6)
-    want = 100 * roc_auc_score(np.r_[np.ones(80), np.zeros(80)], np.r_[ref_id, ref_ood])
-    assert res["test"]["splits"]["ood/near/t"]["auroc"] == pytest.approx(want, abs=1e-9)
+    probe = get_scorer("vim", precision="float64")
+    rng = probe.valid_ranges(probe.params, st)["dim"]
+    assert (rng.lo, rng.hi) == (1, 59)
+    params, adjusted = adapt_params(probe, {**probe.params, "dim": 62}, {"precision"}, st)
+    assert params["dim"] == 59 and [a["used"] for a in adjusted] == [{"dim": 59}]
+    assert "rank(S) - 1 = 59" in adjusted[0]["reason"]
+    assert "span 60 directions" in adjusted[0]["reason"]
+    with pytest.raises(ValueError, match=r"dim=62 leaves no residual .*span 60 directions"):
+        get_scorer("vim", dim=62).fit(st)
+    scorer = get_scorer("vim", **params).fit(st)
+    for split in ("id/test", "ood/near/t"):
+        np.testing.assert_allclose(scorer.score(st.split(split)), ref_vim(st, split, 59),
+                                   rtol=1e-6)
 
 
 def test_vim_rank_below_the_paper_rule_clamps_the_default(tmp_path):
