@@ -139,10 +139,8 @@ def shared_space(scorer: Scorer, store: StoreLike, precision: str
     `precision`, computed once per store object and key (id/train's manifest sha256 and row
     count, the model, the scorer's chunk rows, the precision and the fit's BLAS thread
     count, under which it runs: what decides its bits); later calls get the same object."""
-    entry = store.manifest.get("splits", {}).get(FIT_SPLIT, {})
     work = fit_work(store, fit_split_names(scorer), value_fields(scorer))
-    key = (store.model_sha256, entry.get("sha256"), store.split(FIT_SPLIT).num_rows,
-           scorer.chunk_rows, precision, threads_for(work))
+    key = (*_content_key(store), scorer.chunk_rows, precision, threads_for(work))
     try:
         memo = _SPACES.setdefault(store, {})
     except TypeError:  # a store object that cannot be weakly referenced: no sharing
@@ -167,8 +165,22 @@ def fit_rank(scorer: Scorer, store: StoreLike, precision: str) -> int | None:
     record: dict[str, Any] = getattr(split, "nonfinite_record", dict)()  # store.values
     if not split.num_rows or any(k in ("features", "logits") for k in record):
         return None
+    content = _content_key(store)
+    try:
+        known = _SPACES.get(store) or {}
+    except TypeError:
+        known = {}
+    for key, (space, _) in known.items():  # any space of this content: the rank is an
+        if key[:len(content)] == content:  # integer whatever the chunking or threads
+            return space.rank
     space, _ = shared_space(scorer, store, precision)
     return space.rank
+
+
+def _content_key(store: StoreLike) -> tuple[Any, ...]:
+    """What identifies id/train's rows: the model, the manifest's sha256 and the row count."""
+    entry = store.manifest.get("splits", {}).get(FIT_SPLIT, {})
+    return (store.model_sha256, entry.get("sha256"), store.split(FIT_SPLIT).num_rows)
 
 
 class PrincipalScorer(Scorer):
