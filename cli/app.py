@@ -31,6 +31,7 @@ from . import (
     commands_scorers,
     commands_store,
     commands_sweep,
+    commands_tenmethods,
     commands_train,
 )
 from .console import JsonOpt, QuietOpt, errors, reset, setup
@@ -94,6 +95,7 @@ commands_sweep.register(app)
 commands_gscore.register(app)
 commands_train.register(app)
 commands_protocol.register(app)
+commands_tenmethods.register(app)
 commands_report.register(app)
 commands_run.register(app)
 commands_compare.register(app)

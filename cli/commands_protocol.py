@@ -8,13 +8,14 @@ from __future__ import annotations
 import math
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from featstore.errors import InputError, UsageError
 
+from .commands_run import LayoutOpt
 from .commands_train import train_progress
 from .common import check_methods, method_params, require_rows
 from .console import JsonOpt, QuietOpt, emit, err, log, out, progress_enabled, setup, status
@@ -40,6 +41,8 @@ OsrDataOpt = Annotated[str, typer.Option(
     help="'digits' (the demo digits, 10 classes), an ImageFolder directory or an image list.")]
 OsrSeedsOpt = Annotated[int, typer.Option(
     help="Random class divisions per ratio (the training seed follows the division's).")]
+OsrRunsOpt = Annotated[int, typer.Option(
+    help="Training runs per division (seed s + 1000 r): the paper's 7 runs x 5 divisions.")]
 OsrMethodsOpt = Annotated[str, typer.Option(
     help="Comma-separated: 'all' or the ten rows (MSP, ViM, KNN, ConfBranch, LogitNorm, G-ODIN, "
          "OE, MCD, MC-Dropout, TempScaling: each trains its method) or any post-hoc scorer (on "
@@ -81,6 +84,16 @@ FacetsMethodOpt = Annotated[list[str] | None, typer.Option(
          "without perturbation, MLV = mls, ODIN = odin_perturbed, IP TS MLV = ip_ts_mlv, "
          "OODL = oodl).")]
 FACETS_METHODS = ["msp", "odin", "mls", "odin_perturbed", "ip_ts_mlv", "oodl"]
+NoBalanceOpt = Annotated[bool, typer.Option(
+    "--no-balance", help="Do not write balance = true (FACETS balances ID and OOD test "
+                         "rows at extraction).")]
+SampleSeedOpt = Annotated[int, typer.Option(help="Seed of the per-class draw and of the "
+                                                 "balance (sample_seed, balance_seed).")]
+
+
+ValFractionOpt = Annotated[float, typer.Option(help="Share of each class's images in the val "
+                                                   "lists (FACETS: val/test halves); 0 = none.")]
+
 
 
 @protocol_app.command()
@@ -89,6 +102,7 @@ def osr(
     out_: OutDirOpt,
     ratios: Annotated[str, typer.Option(help="Closed/open class ratios.")] = "7/3,6/4,5/5",
     seeds: OsrSeedsOpt = 5,
+    runs: OsrRunsOpt = 1,
     methods: OsrMethodsOpt = "msp,vim,knn",
     arch: OsrArchOpt = None,
     preset: OsrPresetOpt = None,
@@ -110,6 +124,7 @@ def osr(
     executor: ExecutorOpt = None,
     executor_config: ExecutorConfigOpt = None,
     workers: WorkersOpt = None,
+    layout: LayoutOpt = "default",
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -117,30 +132,37 @@ def osr(
     closed/open class divisions per ratio and seed; every requested method trained on the
     closed classes with the division's seed, extracted, tuned on ood/osr/open_val (AUROC; by
     default open classes held out of the test, --val-open paper for the paper's choice),
-    evaluated on ood/osr/open; mean ± std over divisions; skipped runs listed with reasons.
-    A preset of `featstore run`; a rerun resumes; its units (division x seed x training
-    method) run where --executor says, sharing --out (README "Run on a cluster").
+    evaluated on ood/osr/open; mean ± std over --runs training runs x --seeds divisions;
+    skipped runs listed with reasons. --methods defaults to msp,vim,knn (one training per
+    division; the ten rows train 8 models and OE / MCD need --aux): the paper's Tables 5-10
+    are --methods all --runs 7 --seeds 5 --layout paper. A preset of `featstore run`; a
+    rerun resumes; its units (division x seed x training method) run where --executor says,
+    sharing --out (README "Run on a cluster").
 
     Example: featstore protocol osr --data digits --ratios 7/3,6/4,5/5 --seeds 5 --out runs/osr
     """
     setup(json_, quiet)
     from featstore.workflows.experiments.osr_run import osr_train_settings, run_osr
+    from featstore.workflows.experiments.paper_layout import check_layout
     from featstore.workflows.protocols.osr import parse_ratios
 
-    from .commands_run import print_experiment
+    from .commands_run import paper_file, print_experiment
 
+    check_layout(layout)
     parse_ratios(ratios)  # a bad ratio first, as before any other check
     params = method_params(param)
     train = osr_train_settings(data == "digits", preset, epochs, lr, batch_size, augment)
     show = progress_enabled()
     runner = make_cli_executor(executor, executor_config, workers, "protocol osr")
-    result = run_osr(data, out_, ratios=ratios, seeds=seeds, methods=methods, params=params,
+    result = run_osr(data, out_, ratios=ratios, seeds=seeds, runs=runs, methods=methods,
+                     params=params,
                      train=train, arch=arch, root=root, image_size=image_size, aux=aux,
                      tune=not no_tune, device=device, val_open=val_open,
                      log=log if show else None, executor=runner,
                      train_progress=(lambda label: train_progress(True, label))
                      if show else None)
-    emit(result, lambda: print_experiment(result))
+    paper_file(result, layout)
+    emit(result, lambda: print_experiment(result, layout))
 
 
 @protocol_app.command()
@@ -160,22 +182,32 @@ def wordnet(
     base_spec: Annotated[Path | None, typer.Option(help="Spec whose splits the written specs "
                                                         "extend.")] = None,
     out_: OptionalOutDirOpt = None,
+    per_class: Annotated[int, typer.Option(help="Images per ID-assigned candidate class "
+                                                "(FACETS Table IV: 50); 0 = every "
+                                                "image.")] = 50,
+    no_balance: NoBalanceOpt = False,
+    sample_seed: SampleSeedOpt = 0,
+    val_fraction: ValFractionOpt = 0.5,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """FACETS WordNet class assignment: similarity (mean of path, normalised Leacock-Chodorow and
     Wu-Palmer, max over ID classes) of every candidate class to the ID label set, and its ID/OOD
-    assignment at each threshold; writes assignment files, image lists and specs with --out.
+    assignment at each threshold; writes assignment files, image lists and specs with --out
+    (as the paper: 50 images per ID-assigned class, balance = true).
 
     Example: featstore protocol wordnet --id-classes places.txt --candidates imagenet_wnids.txt
     --mapping places_synsets.txt --images imagenet/train --base-spec places.toml --out wn
     """
     setup(json_, quiet)
+    from featstore.workflows.protocols.facets_sampling import Sampling
     from featstore.workflows.protocols.wordnet_run import wordnet_assignment
 
     result = wordnet_assignment(id_classes, candidates, mapping=mapping, auto_map=auto_map,
                                 thresholds=threshold, rule=rule, images=images,
-                                images_root=images_root, base_spec=base_spec, out=out_)
+                                images_root=images_root, base_spec=base_spec, out=out_,
+                                sampling=Sampling.of(per_class, not no_balance, sample_seed,
+                                                     val_fraction))
     for what, key in (("ID", "id_classes"), ("candidate", "candidates")):
         if unmapped := result[key]["unmapped"]:
             err.print(f"unmapped {what} classes ({len(unmapped)}): {', '.join(unmapped)} "
@@ -216,20 +248,29 @@ def tiers(
     skip_untiered: Annotated[bool, typer.Option(
         "--skip-untiered", help="Leave out (and count) images of classes the tier file does "
                                 "not list, instead of stopping.")] = False,
+    per_class: Annotated[int, typer.Option(help="Images per ID-assigned class; 0 = every "
+                                                "image (FACETS Table V).")] = 0,
+    no_balance: NoBalanceOpt = False,
+    sample_seed: SampleSeedOpt = 0,
+    val_fraction: ValFractionOpt = 0.5,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """FACETS OODness tiers: T1 (tiers 0-1 ID, 2-3 OOD) and T2 (tiers 0-2 ID, 3 OOD).
-    Images of a class without a tier stop the command unless --skip-untiered.
+    Images of a class without a tier stop the command unless --skip-untiered. Written specs
+    balance ID and OOD test rows (balance = true) as the paper.
 
     Example: featstore protocol tiers --tiers sun397_tiers.txt --images sun397/ --base-spec
     places.toml --out facets
     """
     setup(json_, quiet)
+    from featstore.workflows.protocols.facets_sampling import Sampling
     from featstore.workflows.protocols.wordnet_run import tier_assignment
 
     result = tier_assignment(tiers_file, images=images, images_root=images_root,
-                             base_spec=base_spec, out=out_, skip_untiered=skip_untiered)
+                             base_spec=base_spec, out=out_, skip_untiered=skip_untiered,
+                             sampling=Sampling.of(per_class, not no_balance, sample_seed,
+                                                  val_fraction))
 
     def human() -> None:
         for tag, a in result["assignments"].items():
@@ -415,6 +456,9 @@ def facets_table_cmd(
     method: FacetsMethodOpt = None,
     param: MethodParamOpt = None,
     out_: Annotated[Path | None, typer.Option("--out", help="Markdown file to write.")] = None,
+    no_tune: Annotated[bool, typer.Option("--no-tune", help="Every column at its default "
+                                          "parameters (no tuning on val splits).")] = False,
+    select_by: Annotated[str, typer.Option(help="Metric that chooses on val.")] = "auroc",
     no_cache: NoCacheOpt = False,
     executor: ExecutorOpt = None,
     executor_config: ExecutorConfigOpt = None,
@@ -427,8 +471,10 @@ def facets_table_cmd(
     FPR@95%TPR / Detection Error / AUROC, and each dataset's misclassification detection on
     id/test; best values marked; methods a store cannot score listed with the reason. As the
     paper: Detection Error = 0.5 (1 - 0.95) + 0.5 FPR@95%TPR (`detection_error_tpr95`), the
-    columns named as its methods (TS = softmax at T = 1000 without perturbation). With
-    --executor / --workers, one unit per store.
+    columns named as its methods (TS = softmax at T = 1000 without perturbation); methods
+    with hyperparameters tuned on each store's id/val vs val OOD splits (chosen values
+    printed; a store without them is scored at defaults, and says so). With --executor /
+    --workers, one unit per store.
 
     Example: featstore protocol facets-table T40=runs/t40 T45=runs/t45 --method msp
     --method ip_ts_mlv --out facets.md
@@ -436,12 +482,15 @@ def facets_table_cmd(
     setup(json_, quiet)
     from featstore import Store
     from featstore.workflows.protocols.facets import facets_table, write_markdown_table
+    from scorers.sweep import check_select_by
 
     methods = check_methods(method or FACETS_METHODS)
     params = method_params(param)
+    check_select_by(select_by)
+    tuning: dict[str, Any] = {"tune": not no_tune, "select_by": select_by}
     runner = make_cli_executor(executor, executor_config, workers, "protocol facets-table")
     if runner is not None:
-        table = _facets_units(runner, stores, methods, params, no_cache, work)
+        table = _facets_units(runner, stores, methods, params, no_cache, work, tuning)
         if out_ is not None:
             table["report"] = str(write_markdown_table(out_, table))
         emit(table, lambda: _print_facets(table, methods, out_))
@@ -456,14 +505,14 @@ def facets_table_cmd(
             opened.append((label, st))
         with status() as begin:
             begin(f"FACETS table over {len(opened)} store(s)")
-            table = facets_table(opened, methods, params, use_cache=not no_cache)
+            table = facets_table(opened, methods, params, use_cache=not no_cache, **tuning)
     if out_ is not None:
         table["report"] = str(write_markdown_table(out_, table))
     emit(table, lambda: _print_facets(table, methods, out_))
 
 
 def _facets_units(runner, stores: list[str], methods: list[str], params: dict,
-                  no_cache: bool, work: Path | None) -> dict:
+                  no_cache: bool, work: Path | None, tuning: dict) -> dict:
     """facets-table on an executor: the stores checked here, one unit per store."""
     from featstore import Store
     from featstore.workflows.experiments.workflows import facets_units
@@ -476,11 +525,11 @@ def _facets_units(runner, stores: list[str], methods: list[str], params: dict,
             require_rows(st)
         labelled.append((label, path))
     with work_dir(runner, work, "protocol facets-table") as wd:
-        return facets_units(runner, wd, labelled, methods, params, not no_cache, log)
+        return facets_units(runner, wd, labelled, methods, params, not no_cache, log, **tuning)
 
 
 def _print_facets(table: dict, methods: list[str], out_: Path | None) -> None:
-    from featstore.workflows.protocols.facets import cell_text
+    from featstore.workflows.protocols.facets import cell_text, tuning_notes
 
     t = Table(title="FACETS layout: FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑ (%), best in "
                     "bold", header_style="bold", show_edge=False)
@@ -493,6 +542,8 @@ def _print_facets(table: dict, methods: list[str], out_: Path | None) -> None:
         t.add_row(r["dataset"], what, *[cell_text(r["cells"][m], r["best"], m,
                                                   ("[bold]", "[/]")) for m in methods])
     out.print(t)
+    for line in tuning_notes(table):
+        out.print(line, highlight=False)
     for r in table["rows"]:
         for m, w in r["warnings"].items():
             err.print(f"warning: {r['dataset']} {m}: {w}", highlight=False)

@@ -1,5 +1,6 @@
 """`featstore run EXPERIMENT.toml`: an experiment (methods x splits x seeds, tuned on val,
-mean ± std, resumable) from one file; see featstore.workflows.experiments."""
+mean ± std, resumable) from one file; `featstore table`: finished experiments' tables read
+back from their results.json (the paper's layout); see featstore.workflows.experiments."""
 
 from __future__ import annotations
 
@@ -12,15 +13,33 @@ import typer
 from .commands_train import train_progress
 from .console import JsonOpt, QuietOpt, emit, log, out, progress_enabled, setup
 
+LayoutOpt = Annotated[str, typer.Option(
+    "--layout", help="default: one table per data split, rows metric x group | paper: the "
+    "remote-sensing paper's (one table per metric, rows dataset x ratio or group, methods "
+    "under their family, top three in bold), also written to OUT/results.paper.md.")]
 
-def print_experiment(result: dict[str, Any]) -> None:
-    """The runner's tables (one per data split, then the skipped runs) and where it wrote."""
-    from featstore.workflows.experiments.render import rich_tables
 
-    for table in rich_tables(result):
+def print_experiment(result: dict[str, Any], layout: str = "default") -> None:
+    """The runner's tables in `layout` (then the flagged methods and the skipped runs) and
+    where it wrote."""
+    from featstore.workflows.experiments.paper_layout import rich_paper_tables
+    from featstore.workflows.experiments.render import rich_notes, rich_tables
+
+    tables = (rich_paper_tables(result) + rich_notes(result) if layout == "paper"
+              else rich_tables(result))
+    for table in tables:
         out.print(table)
-    out.print(f"results: {Path(result['out']) / 'results.json'} and results.md  "
+    extra = " and results.paper.md" if layout == "paper" else ""
+    out.print(f"results: {Path(result['out']) / 'results.json'}, results.md{extra}  "
               f"({result['wall_s']:.1f} s)", highlight=False)
+
+
+def paper_file(result: dict[str, Any], layout: str) -> None:
+    """With `--layout paper`: OUT/results.paper.md beside the run's results.json."""
+    if layout == "paper":
+        from featstore.workflows.experiments.paper_layout import PAPER_FILE, write_paper
+
+        write_paper(result, Path(result["out"]) / PAPER_FILE, result["experiment"]["name"])
 
 
 def print_status(st: dict[str, Any]) -> None:
@@ -51,6 +70,7 @@ def run(
     status: Annotated[Path | None, typer.Option(
         "--status", help="Show each unit of the run in DIR (done, running, interrupted, "
         "stale, failed, pending) and exit.")] = None,
+    layout: LayoutOpt = "default",
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -63,7 +83,9 @@ def run(
     """
     setup(json_, quiet)
     from featstore.errors import UsageError
+    from featstore.workflows.experiments.paper_layout import check_layout
 
+    check_layout(layout)
     if status is not None:
         from featstore.workflows.experiments.unitstate import status as unit_status
 
@@ -87,7 +109,8 @@ def run(
     result = run_experiment(exp, out_, log=log if show else None, train_progress=progress,
                             executor=runner)
     result["seconds"] = time.perf_counter() - start
-    emit(result, lambda: print_experiment(result))
+    paper_file(result, layout)
+    emit(result, lambda: print_experiment(result, layout))
     if not any(r["status"] == "ok" for r in result["runs"]):
         from featstore.errors import FeatstoreError
 
@@ -97,5 +120,61 @@ def run(
                              f"{first['reason']}); see {result['out']}/results.json")
 
 
+def table(
+    results: Annotated[list[str], typer.Argument(
+        help="[LABEL=]PATH: a results.json of `featstore run` / `protocol osr`, its output "
+        "directory, or a `protocol ten-methods` output directory (all its datasets); "
+        "LABEL names the rows (default: the data's or the spec's file name).")],
+    layout: LayoutOpt = "paper",
+    out_: Annotated[Path | None, typer.Option(
+        "--out", help="Write the tables as Markdown to this file.")] = None,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """The tables of finished experiments, read back from their results.json (nothing is
+    recomputed): the paper's layout (default here) over one or several datasets, or the
+    default layout of each.
+
+    Example: featstore table UCM=runs/ucm AID=runs/aid --out tables.md
+    """
+    setup(json_, quiet)
+    from featstore.store.fileio import atomic_write_output
+    from featstore.workflows.experiments.paper_layout import (
+        check_layout,
+        load_datasets,
+        paper_markdown,
+        paper_tables,
+        rich_paper_tables,
+    )
+    from featstore.workflows.experiments.render import markdown_report, rich_notes, rich_tables
+
+    check_layout(layout)
+    datasets = load_datasets(results)
+    if layout == "paper":
+        text = paper_markdown(datasets)
+        shown = rich_paper_tables(datasets) + [t for _, r in datasets for t in rich_notes(r)]
+    else:
+        text = "\n".join(markdown_report(r) for _, r in datasets)
+        shown = [t for _, r in datasets for t in rich_tables(r)]
+    if out_ is not None:
+        atomic_write_output(out_, text)
+    doc = {"layout": layout, "datasets": [label for label, _ in datasets], "markdown": text,
+           "tables": [{"metric": t.key, "title": t.title, "better": t.better,
+                       "columns": [list(c) for c in t.columns],
+                       "rows": [{"dataset": r.dataset, "benchmark": r.benchmark,
+                                 "cells": [[c.text, c.top] for c in r.cells]}
+                                for r in t.rows]}
+                      for t in paper_tables(datasets)] if layout == "paper" else None}
+
+    def human() -> None:
+        for t in shown:
+            out.print(t)
+        if out_ is not None:
+            out.print(f"written: {out_}", highlight=False)
+
+    emit(doc, human)
+
+
 def register(app: typer.Typer) -> None:
     app.command()(run)
+    app.command()(table)

@@ -374,7 +374,8 @@ def test_osr_runs_times_divisions_and_all_skipped_exits_nonzero(tmp_path, capsys
             '[tune]\nrule = "none"\n')
     exp = tmp_path / "runs.toml"
     exp.write_text(body + '[[method]]\nscorer = "msp"\n')
-    code, stdout, err = run(capsys, "run", str(exp), "--out", str(tmp_path / "o"), "--json")
+    code, stdout, err = run(capsys, "run", str(exp), "--out", str(tmp_path / "o"), "--json",
+                            "--layout", "paper")
     assert code == 0, err
     res = json.loads(stdout)
     got = [(r["seed"], r["run"], r["train_seed"]) for r in res["runs"]]
@@ -387,6 +388,9 @@ def test_osr_runs_times_divisions_and_all_skipped_exits_nonzero(tmp_path, capsys
     vals = np.array([r["groups"]["osr"]["auroc"] for r in res["runs"]])
     assert agg["groups"]["osr"]["auroc"]["mean"] == pytest.approx(vals.mean(), abs=1e-12)
     assert agg["groups"]["osr"]["auroc"]["std"] == pytest.approx(vals.std(), abs=1e-12)
+    cell = f"{vals.mean():.2f} ± {vals.std():.2f}"     # --layout paper: rows digits x ratio
+    cell = f"{cell} (!)" if agg["flags"] else f"**{cell}**"   # flagged: never marked
+    assert f"| digits | 7/3 | {cell} |" in (tmp_path / "o" / "results.paper.md").read_text()
     recipe = json.loads((tmp_path / "o" / "runs" / "r7-3" / "seed1-run1" / "models" / "ce"
                          / "train.json").read_text())["recipe"]
     assert recipe["train"]["preset"] == "remote-sensing" and recipe["train"]["seed"] == 1001

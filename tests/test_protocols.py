@@ -208,9 +208,13 @@ def test_osr_digits_end_to_end(tmp_path, capsys):
     code, stdout, err = run(capsys, "protocol", "osr", "--data", "digits", "--ratios", "7/3",
                             "--seeds", "2", "--epochs", "1", "--methods", "msp,knn,confbranch",
                             "--arch", "tests.helpers.tiny_models:TinyCNN", "--device", "cpu",
-                            "--out", str(out))
-    assert code == 0, err
-    assert "ConfBranch" in stdout and "OSR 7/3" in stdout
+                            "--out", str(out), "--layout", "paper")
+    assert code == 0, err   # read back; the paper's layout: family headers, a row per ratio
+    assert "Training-Time" in stdout and "ConfBranch" in stdout and "7/3" in stdout
+    paper = (out / "results.paper.md").read_text()
+    mean, std = summary["mean"], summary["std"]
+    assert f"| digits | 7/3 | **{mean:.2f} ± {std:.2f}**" in paper or (
+        f"| digits | 7/3 | {mean:.2f} ± {std:.2f} (!)" in paper)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -218,6 +222,10 @@ def test_osr_digits_end_to_end(tmp_path, capsys):
     (["--data", "/no/such/data"], "--data '/no/such/data'"),
     (["--data", "digits", "--methods", "msp,nosuch"], "unknown scorer 'nosuch'"),
     (["--data", "digits", "--epochs", "0"], "--epochs 0: must be >= 1"),
+    (["--data", "digits", "--runs", "0"], "--runs 0: must be >= 1"),
+    (["--data", "digits", "--runs", "2", "--seeds", "1001"], "--seeds 1001 with --runs 2: at "
+                                                              "most 1000 divisions"),
+    (["--data", "digits", "--layout", "paper2"], "--layout 'paper2': expected one of"),
 ])
 def test_osr_bad_inputs(tmp_path, capsys, args, message):
     code, _, err = run(capsys, "protocol", "osr", *args, "--out", str(tmp_path / "o"),

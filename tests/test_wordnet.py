@@ -157,13 +157,17 @@ def test_cli_writes_assignment_lists_and_spec(tmp_path, capsys, monkeypatch, out
     code, stdout, err = run(capsys, "protocol", "wordnet", "--id-classes",
                             str(tmp_path / "id.txt"), "--candidates", str(cands),
                             "--threshold", "0.40", "--images", str(cands), "--base-spec",
-                            str(tmp_path / "base.toml"), "--out", out_arg, "--json")
+                            str(tmp_path / "base.toml"), "--out", out_arg, "--no-balance",
+                            "--val-fraction", "0", "--json")
     assert code == 0, err
     res = json.loads(stdout)
     assert res["assignments"]["T40"] == {"bathroom.n.01": "id", "cat.n.01": "ood",
                                          "n02818832": "ood"}
     assert res["candidates"]["how"]["n02818832"] == "wnid"
+    assert res["sampling"] == {"per_class": 50, "sample_seed": 0, "balance": False,
+                               "balance_seed": 0, "val_fraction": 0.0}
     spec = load_spec(tmp_path / "wn" / "T40.toml")
+    assert spec.balance is False
     assert [s.name for s in spec.splits] == ["id/train", "id/test", "ood/wordnet/t40"]
     test_list = Path(spec.splits[1].source["imagelist"]).read_text().splitlines()
     assert len(test_list) == 9 + 3
@@ -182,7 +186,131 @@ def test_cli_writes_assignment_lists_and_spec(tmp_path, capsys, monkeypatch, out
     assert (labels == -1).sum() == 3 and set(labels[labels >= 0].tolist()) == {0, 1, 2}
 
 
+def test_written_spec_samples_per_class_and_balances(tmp_path, capsys):
+    """FACETS' sampling in the written spec (Table IV: 50 images per ID-assigned class; ID
+    and OOD balanced): with --per-class 2 the ID candidate's 3 images become 2, drawn by the
+    documented rule (a seeded permutation of the class's rows, its first 2, in list order);
+    the spec says balance = true with the seed; extraction cuts the merged id/test (9 base
+    + 2 = 11 rows) to the 6 OOD rows by max_rows' rule (the first 6 of
+    default_rng(seed + 1)'s permutation, sorted). References: NumPy's generator by hand."""
+    (tmp_path / "id.txt").write_text("bedroom.n.01\ndog.n.01\n")
+    cands = _tree(tmp_path / "cands", ["bathroom.n.01", "cat.n.01", "n02818832"])
+    base = _tree(tmp_path / "base", ["bedroom", "dog", "kitchen"])
+    (tmp_path / "base.toml").write_text(
+        f'[[split]]\nname = "id/train"\nsource = {{ imagefolder = "{base}" }}\n\n'
+        f'[[split]]\nname = "id/test"\nsource = {{ imagefolder = "{base}" }}\n')
+    args = ["protocol", "wordnet", "--id-classes", str(tmp_path / "id.txt"), "--candidates",
+            str(cands), "--threshold", "0.40", "--images", str(cands), "--base-spec",
+            str(tmp_path / "base.toml"), "--val-fraction", "0", "--json"]
+    code, stdout, err = run(capsys, *args, "--per-class", "2", "--sample-seed", "5", "--out",
+                            str(tmp_path / "wn"))
+    assert code == 0, err
+    assert json.loads(stdout)["sampling"] == {"per_class": 2, "sample_seed": 5,
+                                              "balance": True, "balance_seed": 5,
+                                              "val_fraction": 0.0}
+    spec = load_spec(tmp_path / "wn" / "T40.toml")
+    text = (tmp_path / "wn" / "T40.toml").read_text()
+    assert (spec.balance, spec.balance_seed) == (True, 5) and "balance = true" in text
+    assert "2 images per ID-assigned candidate class in each part (sample_seed 5)" in text
+    bath = sorted((cands / "bathroom.n.01").iterdir())
+    drawn = np.sort(np.random.default_rng(5).permutation(3)[:2])
+    id_list = (tmp_path / "wn" / "T40" / "id.txt").read_text().splitlines()
+    assert id_list == [f"{bath[i].resolve()} -1" for i in drawn]
+    merged = Path(spec.splits[1].source["imagelist"]).read_text().splitlines()
+    assert len(merged) == 9 + 2 and merged[9:] == id_list
+    from featstore.extraction.extract import ExtractOptions, extract
+
+    st = extract("tests.helpers.tiny_models:tiny_cnn", tmp_path / "wn" / "T40.toml",
+                 tmp_path / "store",
+                 options=ExtractOptions(device="cpu", batch_size=8, num_workers=0))
+    assert st.split("ood/wordnet/t40").num_rows == 6
+    kept = np.sort(np.random.default_rng(5 + 1).permutation(11)[:6])
+    assert list(st.split("id/test").ids) == [merged[i].rsplit(" ", 1)[0] for i in kept]
+    code, stdout, err = run(capsys, *args, "--per-class", "0", "--no-balance", "--out",
+                            str(tmp_path / "all"))
+    assert code == 0, err
+    assert not load_spec(tmp_path / "all" / "T40.toml").balance
+    assert len((tmp_path / "all" / "T40" / "id.txt").read_text().splitlines()) == 3
+
+
+def test_written_spec_has_val_and_test_halves(tmp_path, capsys):
+    """FACETS' separate val and test sets (line 262, "(val/test)" tables): each candidate
+    class's 3 images divide into floor(3 / 2) = 1 val and 2 test images by the documented
+    rule (per role, one default_rng(seed) over the classes in sorted order, each class's
+    permutation's first rows to val); with an id/val in the base spec the ID val candidate
+    joins it and the OOD val images become ood/wordnet/t40_val (usage val); without one, the
+    val lists are written but kept out of the spec, said in its header. Reference: NumPy's
+    generator by hand."""
+    (tmp_path / "id.txt").write_text("bedroom.n.01\ndog.n.01\n")
+    cands = _tree(tmp_path / "cands", ["bathroom.n.01", "cat.n.01", "n02818832"])
+    base = _tree(tmp_path / "base", ["bedroom", "dog", "kitchen"])
+    body = (f'[[split]]\nname = "id/test"\nsource = {{ imagefolder = "{base}" }}\n\n'
+            f'[[split]]\nname = "id/val"\nsource = {{ imagefolder = "{base}" }}\n')
+    (tmp_path / "base.toml").write_text(body)
+    args = ["protocol", "wordnet", "--id-classes", str(tmp_path / "id.txt"), "--candidates",
+            str(cands), "--threshold", "0.40", "--images", str(cands), "--sample-seed", "3"]
+    code, _, err = run(capsys, *args, "--base-spec", str(tmp_path / "base.toml"), "--out",
+                       str(tmp_path / "wn"))
+    assert code == 0, err
+    imgs = {c: [str(p.resolve()) for p in sorted((cands / c).iterdir())]
+            for c in ("bathroom.n.01", "cat.n.01", "n02818832")}
+    rng = np.random.default_rng(3)
+    id_val = [imgs["bathroom.n.01"][rng.permutation(3)[0]]]
+    rng = np.random.default_rng(3)
+    ood_val = [imgs["cat.n.01"][rng.permutation(3)[0]],
+               imgs["n02818832"][rng.permutation(3)[0]]]
+    d = tmp_path / "wn" / "T40"
+
+    def read(name: str) -> list[str]:
+        return [ln.rsplit(" ", 1)[0] for ln in (d / name).read_text().splitlines()]
+
+    assert read("id_val.txt") == id_val and read("ood_val.txt") == ood_val
+    assert read("id.txt") == [p for p in imgs["bathroom.n.01"] if p not in id_val]
+    assert sorted(read("ood.txt")) == sorted(
+        p for c in ("cat.n.01", "n02818832") for p in imgs[c] if p not in ood_val)
+    spec = load_spec(tmp_path / "wn" / "T40.toml")
+    got = {s.name: s.usage for s in spec.splits}
+    assert got == {"id/test": "test", "id/val": "val", "ood/wordnet/t40": "test",
+                   "ood/wordnet/t40_val": "val"}
+    val_list = Path(spec.splits[1].source["imagelist"]).read_text().splitlines()
+    assert len(val_list) == 9 + 1 and val_list[-1] == f"{id_val[0]} -1"
+    (tmp_path / "base.toml").write_text(body.split("\n\n")[0] + "\n")
+    code, _, err = run(capsys, *args, "--base-spec", str(tmp_path / "base.toml"), "--out",
+                       str(tmp_path / "nv"))
+    assert code == 0, err
+    assert [s.name for s in load_spec(tmp_path / "nv" / "T40.toml").splits] == [
+        "id/test", "ood/wordnet/t40"]
+    assert "no id/val: the val lists are not in this spec" in (
+        tmp_path / "nv" / "T40.toml").read_text()
+
+
+def test_merged_id_list_keeps_head_classes(tmp_path, capsys):
+    """A base id/test ImageFolder whose folders are not in the head's order (`classes =
+    ["kitchen", "bedroom", "dog"]`): the merged image list labels each image with its head
+    class by name (bedroom 1, dog 2, kitchen 0; by hand), not its folder index (0, 1, 2),
+    which an image list would take as it is. With a class_map but no classes the command
+    stops, naming the split."""
+    (tmp_path / "id.txt").write_text("bedroom.n.01\ndog.n.01\n")
+    cands = _tree(tmp_path / "cands", ["bathroom.n.01", "cat.n.01"])
+    base = _tree(tmp_path / "base", ["bedroom", "dog", "kitchen"])
+    split = f'[[split]]\nname = "id/test"\nsource = {{ imagefolder = "{base}" }}\n'
+    (tmp_path / "base.toml").write_text('classes = ["kitchen", "bedroom", "dog"]\n' + split)
+    args = ["protocol", "wordnet", "--id-classes", str(tmp_path / "id.txt"), "--candidates",
+            str(cands), "--threshold", "0.40", "--images", str(cands), "--base-spec",
+            str(tmp_path / "base.toml"), "--out", str(tmp_path / "wn")]
+    code, _, err = run(capsys, *args)
+    assert code == 0, err
+    merged = (tmp_path / "wn" / "T40" / "id_test_merged.txt").read_text().splitlines()
+    got = {(Path(ln.split()[0]).parent.name, int(ln.split()[1])) for ln in merged[:9]}
+    assert got == {("bedroom", 1), ("dog", 2), ("kitchen", 0)}
+    (tmp_path / "base.toml").write_text("class_map = { bedroom = 2 }\n" + split)
+    code, _, err = run(capsys, *args)
+    assert code == 2 and "'id/test' is an ImageFolder mapped by class_map alone" in err
+
+
 @pytest.mark.parametrize("extra, message", [
+    (["--per-class", "-1"], "--per-class -1: expected an integer >= 0"),
+    (["--val-fraction", "1"], "--val-fraction 1.0: expected a number in [0, 1)"),
     (["--rule", "nearest"], "--rule 'nearest'"),
     (["--threshold", "1.5"], "--threshold 1.5: must lie in [0, 1]"),
     (["--base-spec", "x.toml"], "--base-spec needs --images"),
@@ -203,6 +331,10 @@ def test_tiers_cli(tmp_path, capsys):
     assert a["T1"] == {"beach": "id", "boathouse": "id", "lighthouse_interior": "ood",
                        "sky": "ood"}
     assert a["T2"]["lighthouse_interior"] == "id" and a["T2"]["sky"] == "ood"
+    # FACETS' tier datasets take every image of a class (Table V) and balance ID vs OOD
+    assert json.loads(stdout)["sampling"] == {"per_class": None, "sample_seed": 0,
+                                              "balance": True, "balance_seed": 0,
+                                              "val_fraction": 0.5}
     (tmp_path / "bad.txt").write_text("beach 4\n")
     code, _, err = run(capsys, "protocol", "tiers", "--tiers", str(tmp_path / "bad.txt"))
     assert code == 2 and "line 1: expected 'class_name tier' with tier 0-3" in err
@@ -216,7 +348,7 @@ def test_tiers_never_drop_untiered_images_silently(tmp_path, capsys):
     cands = _tree(tmp_path / "cands", ["beach", "sky", "crane"])
     (tmp_path / "t.txt").write_text("beach 0\nsky 3\n")
     args = ["protocol", "tiers", "--tiers", str(tmp_path / "t.txt"), "--images", str(cands),
-            "--out", str(tmp_path / "o")]
+            "--out", str(tmp_path / "o"), "--val-fraction", "0"]
     code, _, err = run(capsys, *args)
     assert code == 2 and "3 images of 1 classes have no tier" in err and "crane" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()

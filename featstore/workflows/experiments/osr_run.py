@@ -16,7 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from featstore.errors import UsageError
 from featstore.training.presets import make_config
+from featstore.workflows.experiments.config import RUN_SEED_STRIDE
 from featstore.workflows.experiments.presets import (
     AUX_SOURCE,
     osr_experiment,
@@ -47,7 +49,8 @@ def osr_train_settings(digits: bool, preset: str | None = None, epochs: int | No
 
 
 def run_osr(data: str, out: Path, *, ratios: str = "7/3,6/4,5/5", seeds: int = 5,
-            methods: str = "msp,vim,knn", params: Mapping[str, Mapping[str, Any]] | None = None,
+            runs: int = 1, methods: str = "msp,vim,knn",
+            params: Mapping[str, Mapping[str, Any]] | None = None,
             train: Mapping[str, Any] | None = None, arch: str | None = None,
             root: Path | None = None, image_size: int | None = None, aux: Path | None = None,
             tune: bool = True, device: str = "auto", val_open: str = "heldout",
@@ -60,6 +63,11 @@ def run_osr(data: str, out: Path, *, ratios: str = "7/3,6/4,5/5", seeds: int = 5
     `osr_train_settings(data == "digits")` when not given. `executor` runs the units
     (`executors.make_executor`; None: here, in order)."""
     ratio_list = parse_ratios(ratios)
+    if runs < 1:
+        raise UsageError(f"--runs {runs}: must be >= 1")
+    if runs > 1 and seeds > RUN_SEED_STRIDE:
+        raise UsageError(f"--seeds {seeds} with --runs {runs}: at most {RUN_SEED_STRIDE} "
+                         f"divisions (training seeds are seed + {RUN_SEED_STRIDE} r)")
     rows = select_rows(methods, ten_method_rows(finetune=False), allow_scorers=True)
     params = params or {}
     rows = [replace(r, params={**r.params, **params.get(r.scorer, {})}) for r in rows]
@@ -71,6 +79,7 @@ def run_osr(data: str, out: Path, *, ratios: str = "7/3,6/4,5/5", seeds: int = 5
                          root=str(root) if root else None, image_size=image_size,
                          aux=aux_source, device=device, tune_rule="val" if tune else "none",
                          val_open=val_open)
+    exp.runs = runs
     start = time.perf_counter()
     result = run_experiment(exp, out, log=log, train_progress=train_progress,
                             executor=executor)

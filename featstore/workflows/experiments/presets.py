@@ -33,6 +33,7 @@ from typing import Any
 
 from featstore.errors import UsageError
 from featstore.workflows.experiments.config import Experiment, MethodRow
+from featstore.workflows.experiments.paper_layout import FAMILIES as FAMILIES  # the families
 from featstore.workflows.protocols.osr import VAL_OPEN_MODES
 from scorers import REGISTRY, unknown_scorer
 
@@ -65,12 +66,6 @@ def ten_method_rows(finetune: bool = False) -> list[MethodRow]:
         MethodRow("MC-Dropout", "mcdropout", "mcdropout", extract={"mc_samples": MC_SAMPLES}),
         MethodRow("TempScaling", "ce", "temp_scaling"),
     ]
-
-
-FAMILIES = {"MSP": "post hoc", "ViM": "post hoc", "KNN": "post hoc",
-            "ConfBranch": "train-time", "LogitNorm": "train-time", "G-ODIN": "train-time",
-            "OE": "outlier", "MCD": "outlier", "MC-Dropout": "model unc.",
-            "TempScaling": "model unc."}
 
 
 def select_rows(methods: str | Sequence[str], rows: Sequence[MethodRow],

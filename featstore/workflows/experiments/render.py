@@ -117,6 +117,12 @@ def rich_tables(result: dict[str, Any]) -> list[Any]:
             t.add_row(label, group, *[f"[bold green]{c}[/]" if best else c
                                       for c, best in cells])
         tables.append(t)
+    return tables + rich_notes(result)
+
+
+def rich_notes(result: dict[str, Any]) -> list[Any]:
+    """The tables under every layout: the flagged methods (when any) and the skipped runs."""
+    tables = []
     flags = flagged_methods(result)
     if flags:
         t = Table(title="flagged methods (!): never marked best", header_style="bold red",

@@ -93,14 +93,16 @@ def facets_unit(unit: dict[str, Any], log: Log) -> dict[str, Any]:
 
     log(f"FACETS rows of {unit['label']}")
     with Store.open(unit["store"]) as st:
-        rows, skipped = facets_dataset(unit["dataset"], st, unit["methods"], unit["used"],
-                                       unit["use_cache"])
-    return {"rows": rows, "skipped": skipped}
+        rows, skipped, tuning = facets_dataset(unit["dataset"], st, unit["methods"],
+                                               unit["used"], unit["use_cache"], unit["tune"],
+                                               unit["select_by"])
+    return {"rows": rows, "skipped": skipped, "tuning": tuning}
 
 
 def facets_units(executor: Any, out: Path, stores: Sequence[tuple[str, str | Path]],
                  methods: Sequence[str], params: Mapping[str, Mapping[str, Any]] | None,
-                 use_cache: bool, log: Log) -> dict[str, Any]:
+                 use_cache: bool, log: Log, tune: bool = True,
+                 select_by: str = "auroc") -> dict[str, Any]:
     """`facets.facets_table` with one unit per (label, store path)."""
     from featstore.workflows.protocols.facets import assemble_table, facets_params
 
@@ -110,9 +112,9 @@ def facets_units(executor: Any, out: Path, stores: Sequence[tuple[str, str | Pat
         path = str(Path(path).resolve())
         unit = {"id": _slug(f"facets-{i}-{label}"), "label": f"{label} ({path})",
                 "dataset": label, "store": path, "methods": list(methods), "used": used,
-                "use_cache": use_cache}
+                "use_cache": use_cache, "tune": tune, "select_by": select_by}
         unit["key"] = digest({"store": store_fingerprint(path), "unit": unit})
         units.append(unit)
     parts = run_units(executor, out, "facets-table", units, facets_unit, log)
-    return assemble_table(methods, used, [(u["dataset"], p["rows"], p["skipped"])
+    return assemble_table(methods, used, [(u["dataset"], p["rows"], p["skipped"], p["tuning"])
                                           for u, p in zip(units, parts, strict=True)])

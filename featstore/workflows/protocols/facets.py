@@ -14,6 +14,22 @@ the paper's method names (`PAPER_NAMES`): MSP = `msp`; TS = `odin` at T = 1000 w
 perturbation (the paper cites ODIN [21] for TS, and its TS column tracks MLV, as softmax at
 T = 1000 does); MLV = `mls`; ODIN = `odin_perturbed`; IP TS MLV = `ip_ts_mlv`; OODL = `oodl`.
 A method outside the map is labelled with its scorer name.
+
+Tuning on validation sets, as the paper (../shared/papers/facets-realistic-ood-benchmark-
+dsaa-2023.md): its methods use OOD samples "mainly [for] parameter selection" (line 159), ODIN's
+hyperparameters are T and eps (line 165), OODL's the kernel approximation, nu and the layer
+(line 167), and "both ID and OOD samples may be necessary for hyperparameter tuning. Separate
+validation and test sets for each setup were established" (line 262; every table is
+"(val/test)", lines 179-258). It names no grid and no criterion, so each method with
+hyperparameters is tuned over its scorer's default grid (`featstore scorers`: ODIN and IP TS
+MLV T x eps among the stored perturbed pairs, OODL nu) on `id/val` against the store's OOD
+splits flagged usage val, by `select_by` (AUROC unless told), through featstore's one tuner
+(`scorers.sweep.sweep_all`, test splits scored only after the choice). TS stays at T = 1000,
+its definition (`PAPER_PARAMS` and a user's `params` are fixed, outside the grid); MSP and MLV
+have no hyperparameter. A store without `id/val` or without a val OOD split is scored at the
+default parameters and its "tuning" entry says so with the reason (printed under the table);
+`tune=False` scores every store at the defaults. OODL's kernel approximation and layer are not
+tuned (the store holds one feature layer; `approx` stays at its default).
 """
 
 from __future__ import annotations
@@ -25,6 +41,7 @@ from typing import Any
 from featstore.store.fileio import atomic_write_output
 from featstore.store.interfaces import StoreLike
 from scorers.evaluate import evaluate
+from scorers.sweep import VAL_ID_SPLIT, format_setting, sweep_all
 
 CELL_METRICS = (("fpr95", "min"), ("detection_error_tpr95", "min"), ("auroc", "max"))
 #: Also kept in each cell's JSON (not printed): ODIN's min-over-thresholds detection error.
@@ -54,26 +71,57 @@ def facets_params(methods: Sequence[str],
 
 def facets_table(stores: Sequence[tuple[str, Any]], methods: Sequence[str],
                  params: Mapping[str, Mapping[str, Any]] | None = None,
-                 use_cache: bool = True) -> dict[str, Any]:
+                 use_cache: bool = True, tune: bool = True,
+                 select_by: str = "auroc") -> dict[str, Any]:
     """{"methods", "labels": {method: paper name}, "params", "rows": [{"dataset", "kind"
     ("ood" | "misclassification"), "group", "cells": {method: {fpr95, detection_error_tpr95,
     auroc, detection_error} | None}, "best": {metric: [methods]}, "warnings": {method:
-    text}}], "skipped": {dataset: {method: reason}}}. `params` override `PAPER_PARAMS`.
-    Each store's rows are `facets_dataset`'s (independent: an executor may run them apart,
-    `featstore.workflows.experiments.workflows`), put together by `assemble_table`."""
+    text}}], "skipped": {dataset: {method: reason}}, "tuning": {dataset: `tuning`}}.
+    `params` override `PAPER_PARAMS` (fixed, never tuned). With `tune`, each store with val
+    splits is tuned on them (module docstring). Each store's rows are `facets_dataset`'s
+    (independent: an executor may run them apart, `featstore.workflows.experiments.
+    workflows`), put together by `assemble_table`."""
     used = facets_params(methods, params)
     return assemble_table(methods, used, [(label, *facets_dataset(label, store, methods, used,
-                                                                  use_cache))
+                                                                  use_cache, tune, select_by))
                                           for label, store in stores])
 
 
+def untuned_reason(store: StoreLike) -> str | None:
+    """Why a store cannot be tuned on validation splits (None: it can)."""
+    missing = ([] if store.has_split(VAL_ID_SPLIT) else [f"no {VAL_ID_SPLIT} split"]) + (
+        [] if store.splits(role="ood", usage="val") else ["no OOD split flagged usage val"])
+    return " and ".join(missing) or None
+
+
+def tuned_scores(store: StoreLike, methods: Sequence[str],
+                 used: Mapping[str, Mapping[str, Any]], use_cache: bool, tune: bool,
+                 select_by: str) -> tuple[Mapping[str, Any], dict[str, Any]]:
+    """The store's evaluation and its "tuning" entry: with `tune` and val splits,
+    `sweep_all` (each method's chosen setting on val, its test metrics) and {"tuned": True,
+    "select_by", "val_splits", "methods": {method: {"setting" (the chosen grid values),
+    "params" (every parameter used), "val" (the chosen setting's mean val metric), "grid",
+    "adjusted"}}}; else `evaluate` at `used` and {"tuned": False, "reason"}."""
+    reason = untuned_reason(store) if tune else "not asked (tune=False)"
+    if reason is not None:
+        return (evaluate(store, list(methods), dict(used), use_cache=use_cache),
+                {"tuned": False, "reason": reason})
+    res = sweep_all(store, list(methods), dict(used), select_by=select_by)
+    chosen = {m: {"setting": r["chosen"], "params": r["params"], "val": r["val"][select_by],
+                  "grid": r["grid"], "adjusted": r["adjusted"]}
+              for m, r in res["methods"].items()}
+    return res, {"tuned": True, "select_by": select_by, "val_splits": res["val_splits"],
+                 "methods": chosen}
+
+
 def facets_dataset(label: str, store: StoreLike, methods: Sequence[str],
-                   used: Mapping[str, Mapping[str, Any]], use_cache: bool = True
-                   ) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """One store's rows of the table (its OOD groups, then its misclassification row) and
-    the methods it could not score ({method: reason})."""
+                   used: Mapping[str, Mapping[str, Any]], use_cache: bool = True,
+                   tune: bool = True, select_by: str = "auroc"
+                   ) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, Any]]:
+    """One store's rows of the table (its OOD groups, then its misclassification row), the
+    methods it could not score ({method: reason}) and its "tuning" entry (`tuned_scores`)."""
     rows: list[dict[str, Any]] = []
-    res = evaluate(store, list(methods), dict(used), use_cache=use_cache)
+    res, tuning = tuned_scores(store, methods, used, use_cache, tune, select_by)
     scored = res["methods"]
     groups: list[str] = []
     for m in scored.values():
@@ -93,17 +141,36 @@ def facets_dataset(label: str, store: StoreLike, methods: Sequence[str],
             warnings[m] = "misclassification metrics undefined (no error or no correct row)"
     rows.append({"dataset": label, "kind": "misclassification", "group": "id/test",
                  "cells": cells, "best": _best(cells), "warnings": warnings})
-    return rows, dict(res["skipped"] or {})
+    return rows, dict(res["skipped"] or {}), tuning
 
 
 def assemble_table(methods: Sequence[str], used: Mapping[str, Any],
-                   parts: Sequence[tuple[str, list[dict[str, Any]], Mapping[str, str]]]
-                   ) -> dict[str, Any]:
-    """The table of `facets_table` from each dataset's (label, rows, skipped), in order."""
-    rows = [r for _, part_rows, _ in parts for r in part_rows]
-    skipped = {label: dict(sk) for label, _, sk in parts if sk}
+                   parts: Sequence[tuple[str, list[dict[str, Any]], Mapping[str, str],
+                                         Mapping[str, Any]]]) -> dict[str, Any]:
+    """The table of `facets_table` from each dataset's (label, rows, skipped, tuning), in
+    order."""
+    rows = [r for _, part_rows, _, _ in parts for r in part_rows]
+    skipped = {label: dict(sk) for label, _, sk, _ in parts if sk}
     return {"methods": list(methods), "labels": {m: column_label(m) for m in methods},
-            "params": dict(used), "rows": rows, "skipped": skipped}
+            "params": dict(used), "rows": rows, "skipped": skipped,
+            "tuning": {label: dict(t) for label, _, _, t in parts}}
+
+
+def tuning_notes(table: Mapping[str, Any]) -> list[str]:
+    """One line per dataset: the parameters each tuned column chose on val (methods with a
+    grid), or why its columns are at the default parameters."""
+    lines = []
+    for label, t in table.get("tuning", {}).items():
+        if not t["tuned"]:
+            lines.append(f"{label}: not tuned ({t['reason']}): every column at its default "
+                         "parameters")
+            continue
+        picks = [f"{column_label(m)} {format_setting(c['setting'])}"
+                 for m, c in t["methods"].items() if c["grid"]]
+        lines.append(f"{label}: tuned on {t['val_splits']['id']} vs "
+                     f"{', '.join(t['val_splits']['ood'])} by {t['select_by']}: "
+                     + ("; ".join(picks) if picks else "no column has a grid"))
+    return lines
 
 
 def _best(cells: Mapping[str, Mapping[str, float] | None]) -> dict[str, list[str]]:
@@ -139,8 +206,9 @@ def markdown_table(table: dict[str, Any]) -> str:
                 else f"OOD {r['group']}")
         lines.append(f"| {r['dataset']} | {what} | " + " | ".join(
             cell_text(r["cells"][m], r["best"], m, ("**", "**")) for m in methods) + " |")
-    notes = [f"- {r['dataset']} {m}: {w}" for r in table["rows"]
-             for m, w in r["warnings"].items()]
+    notes = [f"- {line}" for line in tuning_notes(table)]
+    notes += [f"- {r['dataset']} {m}: {w}" for r in table["rows"]
+              for m, w in r["warnings"].items()]
     notes += [f"- {d} {m}: skipped ({why})" for d, ms in table["skipped"].items()
               for m, why in ms.items()]
     if notes:

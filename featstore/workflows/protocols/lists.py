@@ -17,7 +17,10 @@ NAME=PATH`). Rules, first match wins:
    its name and its last path part); a class index is taken as the model's own only for the
    sources named in `own_index_sources` (CLI `--own-index-source places365`), since another
    dataset's indices mean other classes. Anything else is an error naming the list line:
-   labels are never reinterpreted.
+   labels are never reinterpreted. The spec gets no sampling keys (`per_class`, `balance`):
+   FACETS' released lists are the paper's own val/test samples, already drawn and balanced
+   (Tables II-V of ../shared/papers/facets-realistic-ood-benchmark-dsaa-2023.md, lines
+   179-258), and a second draw would change them.
 3. OpenOOD `benchmark_imglist` names `<part>_<name>.txt` with part train | val | test:
    - `<name>` equal to the ID dataset (`--id NAME`, else the list's nearest enclosing
      directory that is not a group directory, DIR itself included, as in

@@ -39,6 +39,10 @@ so the threshold bounds a semantic *distance*, 1 - sim. Rule `distance` (default
 candidate is ID when 1 - sim <= T. Rule `similarity`: ID when sim >= T. OODness tiers
 (FACETS §IV, manual labels 0-3): T1 puts tiers 0-1 in ID and 2-3 in OOD, T2 puts tiers 0-2 in
 ID and 3 in OOD.
+
+Sampling: the written lists and specs divide each class's images into val and test halves,
+take 50 images per ID-assigned candidate class in each and balance ID and OOD test rows, as
+the paper (`featstore.workflows.protocols.facets_sampling`, with its line citations).
 """
 
 from __future__ import annotations
@@ -55,10 +59,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from featstore.errors import InputError, UsageError
+from featstore.extraction.classmap import map_folders
 from featstore.extraction.datasets import imagefolder_rows, parse_image_list, rows_from_source
 from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec
 from featstore.store.fileio import atomic_write_output
+from featstore.workflows.protocols.facets_sampling import Sampling, candidate_parts
 
 WORDNET_DIRS = ("/usr/share/wordnet",)
 INSTALL_HINT = "apt-get install wordnet-base wordnet-sense-index"
@@ -415,12 +423,18 @@ def candidate_images(source: str | Path, classes: Sequence[str],
 
 def write_assignment(out_dir: Path, tag: str, assignment: Mapping[str, str],
                      images: Mapping[str, Sequence[str]] | None,
-                     base_spec: str | Path | None) -> dict[str, str]:
-    """Write `<tag>/assignment.txt` (`class id|ood` lines) and, with images, `<tag>/id.txt`
-    and `<tag>/ood.txt` image lists (absolute paths, label -1) and, with a base spec,
-    `<tag>.toml`: the base spec's splits plus `ood/wordnet/<tag>` (OOD-assigned candidates)
-    and the ID-assigned candidates merged into `id/test` when that split is an image list or
-    ImageFolder (FACETS counts them as ID test samples), else `csid/wordnet_<tag>`."""
+                     base_spec: str | Path | None,
+                     sampling: Sampling | None = None) -> dict[str, str]:
+    """Write `<tag>/assignment.txt` (`class id|ood` lines) and, with images, the image lists
+    (absolute paths, label -1) of `facets_sampling.candidate_parts` (default `Sampling()`,
+    the paper's): `<tag>/id.txt` and `<tag>/ood.txt` (test), `<tag>/id_val.txt` and
+    `<tag>/ood_val.txt` (val, when `val_fraction` > 0) and, with a base spec, `<tag>.toml`:
+    the base spec's splits plus `ood/wordnet/<tag>` (OOD-assigned candidates) and the
+    ID-assigned candidates merged into `id/test` when that split is an image list or
+    ImageFolder (FACETS counts them as ID test samples), else `csid/wordnet_<tag>`; when the
+    base has an `id/val`, `ood/wordnet/<tag>_val` (usage val) and the ID val candidates merged
+    into `id/val` (left out when it is another source kind); `balance` from `sampling`."""
+    sampling = sampling or Sampling()
     # absolute: the written spec's list paths are resolved against the spec's own directory,
     # so a relative --out would be applied twice (out/out/T50/...)
     out_dir = Path(out_dir).resolve()
@@ -431,20 +445,56 @@ def write_assignment(out_dir: Path, tag: str, assignment: Mapping[str, str],
                         "".join(f"{c} {a}\n" for c, a in sorted(assignment.items())))
     if images is None:
         return files
-    lists = {}
-    for role in ("id", "ood"):
-        paths = [p for c, a in sorted(assignment.items()) if a == role for p in images.get(c, [])]
-        f = d / f"{role}.txt"
-        atomic_write_output(f, "".join(f"{p} -1\n" for p in paths))
-        lists[role] = (f, len(paths))
-        files[role] = str(f)
+    lists: dict[str, tuple[Path, int]] = {}
+    for part, by_role in candidate_parts(assignment, images, sampling).items():
+        if part == "val" and not sampling.val_fraction:
+            continue
+        for role, paths in by_role.items():
+            key = role if part == "test" else f"{role}_val"
+            f = d / f"{key}.txt"
+            atomic_write_output(f, "".join(f"{p} -1\n" for p in paths))
+            lists[key] = (f, len(paths))
+            files[key] = str(f)
     if base_spec is not None:
-        files["spec"] = str(_write_spec(out_dir / f"{tag}.toml", tag, lists, base_spec))
+        files["spec"] = str(_write_spec(out_dir / f"{tag}.toml", tag, lists, base_spec,
+                                        sampling))
     return files
 
 
+def _merge_into(splits: list[tuple[str, str, dict[str, Any]]], name: str,
+                id_file: Path, merged: Path, base: BenchmarkSpec) -> bool:
+    """Replace split `name` by an image list of its rows (absolute paths, their head class
+    labels) then the lines of `id_file`; False (nothing changed) when `name` is absent or not
+    an image list or ImageFolder. An ImageFolder's folder indices become head classes by
+    extraction's rule (`extraction.classmap.map_folders` over the base's classes, wnids and
+    class_map; folder order without them), since an image list's labels are taken as they
+    are; a class_map without classes (the head's size unknown here) is an error."""
+    i = next((i for i, s in enumerate(splits) if s[0] == name), None)
+    if i is None or not ("imagelist" in splits[i][2] or "imagefolder" in splits[i][2]):
+        return False
+    source = splits[i][2]
+    rows = rows_from_source(source)
+    labels = rows.labels
+    if "imagefolder" in source and (base.classes or base.class_map):
+        if not base.classes:
+            raise UsageError(f"base spec: {name!r} is an ImageFolder mapped by class_map "
+                             "alone; list the head's classes (`classes = [...]`) so its "
+                             "images keep their head classes in the merged image list")
+        labels = np.asarray(map_folders(rows.class_names or [], len(base.classes), split=name,
+                                        classes=base.classes, wnids=base.wnids,
+                                        class_map=base.class_map))[labels]
+    base_root = Path(source.get("root") or source.get("imagefolder")
+                     or Path(source["imagelist"]).parent)
+    lines = [f"{(base_root / rel).resolve()} {int(y)}"
+             for rel, y in zip(rows.ids, labels, strict=True)]
+    lines += id_file.read_text(encoding="utf-8").splitlines()
+    atomic_write_output(merged, "\n".join(lines) + "\n")
+    splits[i] = (name, splits[i][1], {"imagelist": str(merged), "root": "/"})
+    return True
+
+
 def _write_spec(path: Path, tag: str, lists: dict[str, tuple[Path, int]],
-                base_spec: str | Path) -> Path:
+                base_spec: str | Path, sampling: Sampling) -> Path:
     base = load_spec(base_spec)
     low = tag.lower().replace(".", "_")
     splits = [(s.name, s.usage, dict(s.source)) for s in base.splits]
@@ -452,26 +502,26 @@ def _write_spec(path: Path, tag: str, lists: dict[str, tuple[Path, int]],
     ood_file, ood_count = lists["ood"]
     if ood_count == 0:
         raise UsageError(f"{tag}: no candidate image is assigned OOD; nothing to evaluate")
-    if id_count:
-        test = next((i for i, s in enumerate(splits) if s[0] == "id/test"), None)
-        files_kind = test is not None and ("imagelist" in splits[test][2]
-                                           or "imagefolder" in splits[test][2])
-        if test is not None and files_kind:
-            rows = rows_from_source(splits[test][2])
-            base_root = Path(splits[test][2].get("root") or splits[test][2].get("imagefolder")
-                             or Path(splits[test][2]["imagelist"]).parent)
-            merged = path.parent / tag / "id_test_merged.txt"
-            lines = [f"{(base_root / rel).resolve()} {int(y)}"
-                     for rel, y in zip(rows.ids, rows.labels, strict=True)]
-            lines += id_file.read_text(encoding="utf-8").splitlines()
-            atomic_write_output(merged, "\n".join(lines) + "\n")
-            splits[test] = ("id/test", "test", {"imagelist": str(merged), "root": "/"})
-        else:
-            splits.append((f"csid/wordnet_{low}", "test", {"imagelist": str(id_file),
-                                                             "root": "/"}))
+    if id_count and not _merge_into(splits, "id/test", id_file,
+                                    path.parent / tag / "id_test_merged.txt", base):
+        splits.append((f"csid/wordnet_{low}", "test", {"imagelist": str(id_file),
+                                                         "root": "/"}))
     splits.append((f"ood/wordnet/{low}", "test", {"imagelist": str(ood_file), "root": "/"}))
+    notes = [sampling.describe()]
+    if "ood_val" in lists and any(s[0] == "id/val" for s in splits):
+        if lists["id_val"][1] and not _merge_into(splits, "id/val", lists["id_val"][0],
+                                                  path.parent / tag / "id_val_merged.txt",
+                                                  base):
+            notes.append("the base's id/val is not an image list or ImageFolder: the ID val "
+                         "candidates are left out of it")
+        if lists["ood_val"][1]:
+            splits.append((f"ood/wordnet/{low}_val", "val",
+                           {"imagelist": str(lists["ood_val"][0]), "root": "/"}))
+    elif "ood_val" in lists:
+        notes.append("the base spec has no id/val: the val lists are not in this spec")
     spec = BenchmarkSpec(None, [SplitSpec(*s) for s in splits], dict(base.transform),
-                         base.classes).validated(path.parent, f"spec {str(path)!r}")
-    atomic_write_output(path, spec.to_toml(f"FACETS WordNet assignment {tag} over "
-                                           f"{base_spec}"))
+                         base.classes, base.wnids, dict(base.class_map), sampling.balance,
+                         sampling.balance_seed).validated(path.parent, f"spec {str(path)!r}")
+    atomic_write_output(path, spec.to_toml("\n".join([f"FACETS assignment {tag} over "
+                                                      f"{base_spec}", *notes])))
     return path
