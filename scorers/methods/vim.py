@@ -32,7 +32,8 @@ rs-ood-ten-methods-remote-sensing-2024.txt line 627):
      256   OpenOOD v1.5 vim.yml dim / dim_list; scripts/ood/vim/cifar10_, cifar100_,
            tiny_inat_test_ood_vim.sh (--postprocessor.postprocessor_args.dim 256)
      128   OpenOOD scripts/ood/vim/sweep_osr.py (OSR CIFAR6 / CIFAR50 / TIN20)
-      42   OpenOOD v1.0 vim.yml dim; scripts/ood/vim/mnist_test_osr_vim.sh (LeNet)
+      42   OpenOOD's earlier vim.yml dim (commit 37787e9); scripts/ood/vim/
+           mnist_test_osr_vim.sh (LeNet)
 
 read as dims of a D = 2048 feature space (`GRID_D`: ResNet-50, the benchmark's backbone and
 the largest D they were chosen for). On a smaller D, `fit_grid` scales each by D / 2048
