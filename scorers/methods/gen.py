@@ -90,6 +90,9 @@ class GEN(Scorer):
                 "values above the number of classes C use all C classes)"
             )
 
+    def score_form(self) -> str:
+        return "unsaturated"  # scores cached by the saturating computation are not read back
+
     def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 

@@ -76,6 +76,10 @@ class MCD(Scorer):
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         self.check_choice(params, "variant", VARIANTS)
 
+    def score_form(self) -> str:
+        # "l1": scores cached by the saturating computation are not read back
+        return "unsaturated" if self.params["variant"] == "l1" else ""
+
     def _score(self, split: SplitLike) -> np.ndarray:
         variant = self.params["variant"]
         return self.map_rows(split, ("logits", f"extra:{HEAD2_LOGITS}"),

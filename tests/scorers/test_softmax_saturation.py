@@ -238,3 +238,19 @@ def test_gen_equals_the_plain_formula_on_normal_logits():
         for q, m in enumerate([40, 10, 1]):
             old = -np.sum((top[:, -m:] * (1.0 - top[:, -m:])) ** gamma, axis=1)
             np.testing.assert_allclose(got[:, g, q], old, rtol=1e-12)
+
+
+def test_gen_and_mcd_scores_cached_by_the_saturating_computation_are_not_read_back(tmp_path):
+    """A scores.h5 entry of gen / mcd written before the unsaturated computation (same params,
+    no form) is a miss: score_splits recomputes (score_form "unsaturated" is in the key)."""
+    lid, lood = _logits(300.0, np.random.default_rng(1))
+    st = _store(tmp_path / "c", lid, lood, lambda lg: {"head2_logits": lg[:, ::-1].copy()})
+    split = st.split("id/test")
+    for name in ("gen", "mcd"):
+        stale = np.zeros(split.num_rows)          # what the saturated rows used to be
+        ScoreCache(st).put(name, get_scorer(name).params, split, stale)
+        got, _, _ = score_splits(st, name, {}, ["id/test"], True)
+        assert get_scorer(name).score_form() == "unsaturated"
+        np.testing.assert_array_equal(got["id/test"],
+                                      get_scorer(name).fit(st).score(split))
+        assert np.any(got["id/test"] != 0.0)
