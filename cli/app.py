@@ -22,6 +22,7 @@ from featstore.store.textsafe import one_line
 
 from . import (
     commands_compare,
+    commands_facets,
     commands_gscore,
     commands_predict,
     commands_protocol,
@@ -96,6 +97,7 @@ commands_gscore.register(app)
 commands_train.register(app)
 commands_protocol.register(app)
 commands_tenmethods.register(app)
+commands_facets.register(app)
 commands_report.register(app)
 commands_run.register(app)
 commands_compare.register(app)

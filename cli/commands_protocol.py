@@ -6,9 +6,8 @@ and prints."""
 from __future__ import annotations
 
 import math
-from contextlib import ExitStack
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -79,11 +78,6 @@ ClassesOpt = Annotated[str | None, typer.Option(
 OwnIndexOpt = Annotated[list[str] | None, typer.Option(
     help="FACETS source whose class indices are the model's own (e.g. places365); "
          "repeatable.")]
-FacetsMethodOpt = Annotated[list[str] | None, typer.Option(
-    help="Scorer; repeatable (default: FACETS' columns MSP = msp, TS = odin at T = 1000 "
-         "without perturbation, MLV = mls, ODIN = odin_perturbed, IP TS MLV = ip_ts_mlv, "
-         "OODL = oodl).")]
-FACETS_METHODS = ["msp", "odin", "mls", "odin_perturbed", "ip_ts_mlv", "oodl"]
 NoBalanceOpt = Annotated[bool, typer.Option(
     "--no-balance", help="Do not write balance = true (FACETS balances ID and OOD test "
                          "rows at extraction).")]
@@ -446,112 +440,6 @@ def laid_fit(
     rows, cols = result["shape"]
     emit(result, lambda: out.print(f"wrote {out_}  ({rows} x {cols}, ||W^T W - I||_F = "
                                    f"{result['orthogonality_error']:.4f})"))
-
-
-@protocol_app.command("facets-table")
-def facets_table_cmd(
-    stores: Annotated[list[str], typer.Argument(help="Stores, one per dataset (e.g. the T40, "
-                                                     "T45, T50 stores); LABEL=PATH names a "
-                                                     "row.")],
-    method: FacetsMethodOpt = None,
-    param: MethodParamOpt = None,
-    out_: Annotated[Path | None, typer.Option("--out", help="Markdown file to write.")] = None,
-    no_tune: Annotated[bool, typer.Option("--no-tune", help="Every column at its default "
-                                          "parameters (no tuning on val splits).")] = False,
-    select_by: Annotated[str, typer.Option(help="Metric that chooses on val.")] = "auroc",
-    no_cache: NoCacheOpt = False,
-    executor: ExecutorOpt = None,
-    executor_config: ExecutorConfigOpt = None,
-    workers: WorkersOpt = None,
-    work: WorkOpt = None,
-    json_: JsonOpt = False,
-    quiet: QuietOpt = False,
-) -> None:
-    """FACETS' results layout (Tables VI-VII): per dataset and OOD group, per method,
-    FPR@95%TPR / Detection Error / AUROC, and each dataset's misclassification detection on
-    id/test; best values marked; methods a store cannot score listed with the reason. As the
-    paper: Detection Error = 0.5 (1 - 0.95) + 0.5 FPR@95%TPR (`detection_error_tpr95`), the
-    columns named as its methods (TS = softmax at T = 1000 without perturbation); methods
-    with hyperparameters tuned on each store's id/val vs val OOD splits (chosen values
-    printed; a store without them is scored at defaults, and says so). With --executor /
-    --workers, one unit per store.
-
-    Example: featstore protocol facets-table T40=runs/t40 T45=runs/t45 --method msp
-    --method ip_ts_mlv --out facets.md
-    """
-    setup(json_, quiet)
-    from featstore import Store
-    from featstore.workflows.protocols.facets import facets_table, write_markdown_table
-    from scorers.sweep import check_select_by
-
-    methods = check_methods(method or FACETS_METHODS)
-    params = method_params(param)
-    check_select_by(select_by)
-    tuning: dict[str, Any] = {"tune": not no_tune, "select_by": select_by}
-    runner = make_cli_executor(executor, executor_config, workers, "protocol facets-table")
-    if runner is not None:
-        table = _facets_units(runner, stores, methods, params, no_cache, work, tuning)
-        if out_ is not None:
-            table["report"] = str(write_markdown_table(out_, table))
-        emit(table, lambda: _print_facets(table, methods, out_))
-        return
-    with ExitStack() as stack:
-        opened = []
-        for item in stores:
-            label, sep, path = item.partition("=")
-            label, path = (label, path) if sep else (Path(item).name, item)
-            st = stack.enter_context(Store.open(path))
-            require_rows(st)
-            opened.append((label, st))
-        with status() as begin:
-            begin(f"FACETS table over {len(opened)} store(s)")
-            table = facets_table(opened, methods, params, use_cache=not no_cache, **tuning)
-    if out_ is not None:
-        table["report"] = str(write_markdown_table(out_, table))
-    emit(table, lambda: _print_facets(table, methods, out_))
-
-
-def _facets_units(runner, stores: list[str], methods: list[str], params: dict,
-                  no_cache: bool, work: Path | None, tuning: dict) -> dict:
-    """facets-table on an executor: the stores checked here, one unit per store."""
-    from featstore import Store
-    from featstore.workflows.experiments.workflows import facets_units
-
-    labelled = []
-    for item in stores:
-        label, sep, path = item.partition("=")
-        label, path = (label, path) if sep else (Path(item).name, item)
-        with Store.open(path) as st:
-            require_rows(st)
-        labelled.append((label, path))
-    with work_dir(runner, work, "protocol facets-table") as wd:
-        return facets_units(runner, wd, labelled, methods, params, not no_cache, log, **tuning)
-
-
-def _print_facets(table: dict, methods: list[str], out_: Path | None) -> None:
-    from featstore.workflows.protocols.facets import cell_text, tuning_notes
-
-    t = Table(title="FACETS layout: FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑ (%), best in "
-                    "bold", header_style="bold", show_edge=False)
-    t.add_column("dataset")
-    t.add_column("rows")
-    for m in methods:
-        t.add_column(table["labels"][m], justify="right")
-    for r in table["rows"]:
-        what = "misclassification" if r["kind"] == "misclassification" else f"OOD {r['group']}"
-        t.add_row(r["dataset"], what, *[cell_text(r["cells"][m], r["best"], m,
-                                                  ("[bold]", "[/]")) for m in methods])
-    out.print(t)
-    for line in tuning_notes(table):
-        out.print(line, highlight=False)
-    for r in table["rows"]:
-        for m, w in r["warnings"].items():
-            err.print(f"warning: {r['dataset']} {m}: {w}", highlight=False)
-    for d, ms in table["skipped"].items():
-        for m, why in ms.items():
-            out.print(f"{d}: {m} skipped ({why})", highlight=False)
-    if out_ is not None:
-        out.print(f"wrote {out_}", highlight=False)
 
 
 @protocol_app.command()

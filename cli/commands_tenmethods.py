@@ -66,7 +66,7 @@ def ten_methods(
 
     Per dataset, every method trained --runs times (seeds 0..R-1, the
     remote-sensing preset, ResNet-50), extracted, tuned on the OOD val splits by AUROC
-    (KNN's K; ViM at the paper's dimension rule; MCD by eq. 14), evaluated per OOD group of
+    (KNN's K; ViM's principal dim; MCD by eq. 14), evaluated per OOD group of
     the spec; mean ± std over the runs. Everything is checked before the first training
     step; a rerun resumes. Writes OUT/LABEL/ (experiment.toml, results.json, results.md)
     per dataset and OUT/results.paper.md (the paper's layout: rows dataset x group).

@@ -90,8 +90,10 @@ class Scorer:
     def score_form(self) -> str:
         """"" for a score used as it is; "log_prob" where the score is the log of a
         probability (exp gives the probability back: `msp`, `odin`, ...), "log_odds" where it
-        is log(p / (1 - p)). Part of the score-cache key, so scores cached in another form
-        are never read back."""
+        is log(p / (1 - p)); "unsaturated" for a score in its paper's form whose earlier
+        computation lost digits where p rounds to 1.0 (`gen`, `mcd` l1). Part of the
+        score-cache key, so scores cached in another form (or by that computation) are never
+        read back."""
         return ""
 
     def __init__(self, **params: Any):

@@ -117,7 +117,7 @@ def shared_store(tmp_path_factory) -> Store:
 
 @pytest.fixture(scope="session")
 def wide_store(tmp_path_factory) -> Store:
-    """D=1040 > 1000, so that ViM's default grid (OpenOOD dim_list [256, 1000]) is valid."""
+    """D=1040 > 1000, so that ViM's and Residual's default grids (dims up to 1000) are valid."""
     arrays = structured_arrays(seed=3, num_classes=6, dim=1040, n_train=1200, n_val=40,
                                n_test=150, n_ood=80)
     return open_built(tmp_path_factory.mktemp("wide") / "store", arrays)

@@ -50,7 +50,7 @@ def test_scorers_json_is_the_registry(capsys):
             "url": p.url, "code": p.code, "note": p.note})
     vim = next(d for d in doc if d["name"] == "vim")
     assert vim["needs"] == ["features", "logits", "head", "fit:id/train"]
-    assert vim["grid"] == {"dim": [256, 1000]}
+    assert vim["grid"] == {"dim": [42, 128, 256, 512, 1000]}
 
 
 def test_scorers_human_table_names_every_scorer(capsys):

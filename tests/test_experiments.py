@@ -107,6 +107,8 @@ def test_remote_sensing_osr_protocol_tiny(tmp_path, capsys):
         assert r["closed"] and r["open"] and not set(r["closed"]) & set(r["open"])
         if r["method"] == "KNN":   # tuned on ood/osr/open_val: the chosen K is recorded
             assert r["tuned"] and "K" in r["chosen"]
+        if r["method"] == "ViM":   # tuned too (the paper's five values), its dim recorded
+            assert r["tuned"] and "dim" in r["chosen"]
         if r["method"] == "MSP":
             st = Store.open(r["store"])
             ref = 100 * roc_auc_score(

@@ -170,3 +170,64 @@ def test_ten_method_preset_scores_mcd_by_the_papers_eq14():
     p1 = np.exp(l1) / np.exp(l1).sum()
     h1, h2 = -(p1 * np.log(p1)).sum(), np.log(3.0)
     assert mcd_scores(l1, l2, row.params["variant"])[0] == pytest.approx(-(h1 - h2), abs=1e-12)
+
+
+def test_vim_row_on_rank_deficient_features_is_clamped_not_skipped(tmp_path, monkeypatch,
+                                                                   capsys):
+    """An existing store whose D = 63 features have rank 20: the ViM row (tuned on val over
+    its default dims, scaled to D = 63: [1, 4, 8, 16, 31]) runs with 31 clamped to 19 =
+    rank - 1 instead of being skipped, the run says so (a warning line naming dim=1000 ->
+    dim=19 and the rank, "adjusted" in the run's JSON), and its AUROC is that of `featstore
+    sweep`'s choice (the same rule)."""
+    import json
+
+    from scorers.sweep import sweep
+    from tests.helpers.stores import rank_deficient_store
+
+    _no_training(monkeypatch)
+    rank_deficient_store(tmp_path / "s0", 20).close()
+    exp = tmp_path / "exp.toml"
+    exp.write_text('[data]\nstores = ["s0"]\n[[method]]\nname = "ViM"\nscorer = "vim"\n')
+    code, text, err = run(capsys, "run", exp, "--out", tmp_path / "out", "--json")
+    assert code == 0, err
+    (vim,) = [r for r in json.loads(text)["runs"] if r["method"] == "ViM"]
+    assert vim["status"] == "ok"
+    assert [a["used"]["dim"] for a in vim["adjusted"]] == [1, 4, 8, 16, 19]
+    assert "dim=1000 -> dim=19" in err + text and "rank(S) - 1 = 19" in err + text
+    with Store.open(tmp_path / "s0") as st:
+        res = sweep(st, "vim")
+    assert vim["chosen"] == res["chosen"]["setting"]
+    assert vim["splits"]["ood/near/t"]["auroc"] == pytest.approx(
+        res["test"]["splits"]["ood/near/t"]["auroc"], abs=1e-9)
+
+
+def test_ten_method_preset_tunes_vim_over_five_dims_on_val_auroc(tmp_path):
+    """The ten-method preset's ViM row is tuned on val by AUROC over ViM's five default dims,
+    on D = 63 (rank 60) scaled by 63 / 2048 to [1, 4, 8, 16, 31] (by hand: round(42 * 63 /
+    2048) = 1, ...); the chosen dim is the argmax of the val AUROC (id/val vs ood/near/v)
+    computed independently: the plain NumPy ViM (`references.ref_vim_parts`) and
+    scikit-learn's roc_auc_score (the best dim wins by > 0.5 points, above float32 noise)."""
+    from featstore.workflows.experiments.presets import ten_method_rows
+    from featstore.workflows.experiments.runner import score_row
+    from tests.helpers import references as refs
+    from tests.helpers.stores import rank_deficient_store
+
+    (row,) = [r for r in ten_method_rows() if r.name == "ViM"]
+    assert row.grid is None and row.params == {}   # the scorer's default grid, tuned
+    st = rank_deficient_store(tmp_path / "s", 60)
+    dims = [1, 4, 8, 16, 31]
+    val = []
+    for dim in dims:
+        u, ns, alpha = refs.ref_vim_parts(st, dim)
+
+        def vim(split, u=u, ns=ns, alpha=alpha):
+            r = np.linalg.norm((refs.feats(st, split) - u) @ ns, axis=1)
+            return refs.energy(refs.logits(st, split)) - alpha * r
+        a, b = vim("id/val"), vim("ood/near/v")
+        val.append(100 * roc_auc_score(np.r_[np.ones(a.size), np.zeros(b.size)], np.r_[a, b]))
+    best = int(np.argmax(val))
+    assert sorted(val)[-1] - sorted(val)[-2] > 0.5
+    got = score_row(st, row, "val", "auroc")
+    assert got["tuned"] and got["chosen"] == {"dim": dims[best]}
+    assert got["val"]["auroc"] == pytest.approx(val[best], abs=0.05)
+    assert [a["used"] for a in got["adjusted"]] == [{"dim": d} for d in dims]

@@ -22,7 +22,7 @@ from featstore.errors import FeatstoreError, UsageError
 from scorers import REGISTRY, get_scorer
 from scorers.adapt import fit_defaults
 from scorers.evaluate import evaluate
-from scorers.sweep import sweep, sweep_all
+from scorers.sweep import plan_settings, sweep, sweep_all
 from tests.helpers.cli import run_cli as run
 
 NUM_HEAD, DIM, NUM_ID = 1000, 150, 5
@@ -159,8 +159,10 @@ def test_defaults_are_clamped_by_one_rule(head_store):
     assert "1 <= dim < min(D, N) = 60" in res["methods"]["vim"]["adjusted"][0]["reason"]
     sw = sweep(st, "nnguide")
     assert sw["chosen"]["params"]["K"] == 1 and sw["adjusted"][0]["used"] == {"K": 1, "alpha": 0.01}
-    tuned = sweep_all(st, ["vim"])
-    assert tuned["methods"]["vim"]["chosen"] == {"dim": 59}
+    tuned = sweep_all(st, ["vim"])   # ViM's dims scaled to D = 150 (x 150 / 2048), the last
+    settings = plan_settings(st, "vim")[1]    # (1000 -> 73) clamped to 59
+    assert [s["dim"] for s in settings] == [3, 9, 19, 38, 59]
+    assert tuned["methods"]["vim"]["chosen"] == sweep(st, "vim")["chosen"]["setting"]
 
 
 def test_score_command_follows_the_same_rule(head_store, capsys):

@@ -2,8 +2,8 @@
 
 References: (1) a separate construct/fit/score per setting for `score_grid` (every registered
 scorer with a default grid, on its DEFAULT grid: the store is D=1040 wide with 1100 train rows
-so that ViM/Residual's [256, 1000] and KNN's K up to 1000 are valid, and it stores
-ODIN-perturbed logits for odin_perturbed's whole default grid; NNGuide alone gets the
+so that ViM's dims [42, ..., 1000], Residual's [256, 1000] and KNN's K up to 1000 are valid,
+and it stores ODIN-perturbed logits for odin_perturbed's whole default grid; NNGuide alone gets the
 explicit grid K [5, 11] x alpha [0.01, 0.1], because its default grid's 1% bank (11 rows here)
 cannot hold its default K=100 below 10,000 train rows; oodl runs with max_train=300, for speed);
 (2) logit stores built so that the val and test OOD splits prefer different energy
@@ -27,6 +27,7 @@ from featstore.store.extra_keys import odin_name
 from scorers import REGISTRY, get_scorer
 from scorers.base import Scorer, expand_grid
 from scorers.evaluate import evaluate
+from scorers.fitting import principal
 from scorers.metrics import METRIC_DIRECTIONS, OOD_METRIC_NAMES
 from scorers.sweep import choose, plan_settings, sweep, sweep_all
 from tests.helpers.cli import run_cli as run
@@ -303,8 +304,10 @@ def test_vim_fit_told_the_grid_prepares_every_dim(wide_store, monkeypatch):
         return orig_iter(self, *a, **k)
 
     monkeypatch.setattr(type(split), "iter_chunks", spy)
-    told = get_scorer("vim", dim=1000).fit(wide_store, {"dim": [256, 1000]})
-    assert sorted(told.mean_residual) == [256, 1000] and len(read) == 2
+    principal._SPACES.pop(wide_store, None)  # a fresh fit (not the space an earlier one kept)
+    dims = get_scorer("vim").grid["dim"]  # the default grid score_grid asks for below
+    told = get_scorer("vim", dim=1000).fit(wide_store, {"dim": dims})
+    assert sorted(told.mean_residual) == dims and len(read) == 2
     read.clear()
     grid_told = told.score_grid(wide_store.split("id/test"))
     assert read == []
@@ -312,7 +315,7 @@ def test_vim_fit_told_the_grid_prepares_every_dim(wide_store, monkeypatch):
     assert sorted(plain.mean_residual) == [1000]
     read.clear()
     grid_plain = plain.score_grid(wide_store.split("id/test"))
-    assert len(read) == 1 and sorted(plain.mean_residual) == [256, 1000]
+    assert len(read) == 1 and sorted(plain.mean_residual) == dims
     for (setting, a), (_, b) in zip(grid_told, grid_plain, strict=True):
         if told.params["precision"] == "float64":
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=0, err_msg=str(setting))
@@ -532,14 +535,14 @@ def test_plan_settings_is_what_sweep_scores(store):
 
 
 def test_default_grid_clamped_settings_merge(store):
-    """D = 32: both default dims (256, 1000) clamp to the largest valid dim, 31 = min(D, N) - 1,
-    and are scored once; the scores equal an explicit dim=31 sweep's."""
-    result = sweep(store, "vim")
+    """D = 32: both of residual's default dims (256, 1000) clamp to the largest valid dim,
+    31 = min(D, N) - 1, and are scored once; the scores equal an explicit dim=31 sweep's."""
+    result = sweep(store, "residual")
     assert [r["setting"] for r in result["settings"]] == [{"dim": 31}]
     assert [(a["setting"], a["used"]) for a in result["adjusted"]] == [
         ({"dim": 256}, {"dim": 31}), ({"dim": 1000}, {"dim": 31})]
     assert "1 <= dim < min(D, N) = 32" in result["adjusted"][0]["reason"]
-    explicit = sweep(store, "vim", {"dim": [31]})
+    explicit = sweep(store, "residual", {"dim": [31]})
     assert explicit["adjusted"] == [] and explicit["chosen"]["val"] == result["chosen"]["val"]
 
 
@@ -626,8 +629,11 @@ def test_sweep_all_is_the_evaluate_structure(store):
     assert set(tuned["methods"]) == {"energy", "knn", "vim"}
     assert set(tuned["skipped"]) == {"rankfeat"} and "extra:feature_maps" in tuned["skipped"][
         "rankfeat"]
-    assert tuned["methods"]["vim"]["chosen"] == {"dim": 31}
-    assert tuned["methods"]["vim"]["settings_scored"] == 1
+    # eval --tune sweeps ViM's default grid as `featstore sweep` does: its five dims scaled
+    # to D = 32 by 32 / 2048 (round(42 / 64) = 1, 2, 4, 8, round(1000 / 64) = 16)
+    assert [s["dim"] for s in plan_settings(store, "vim")[1]] == [1, 2, 4, 8, 16]
+    assert tuned["methods"]["vim"]["settings_scored"] == 5
+    assert tuned["methods"]["vim"]["chosen"] == sweep(store, "vim")["chosen"]["setting"]
     energy = tuned["methods"]["energy"]
     assert set(plain["methods"]["energy"]) <= set(energy)
     assert energy["chosen"] == sweep(store, "energy")["chosen"]["setting"]
@@ -701,7 +707,8 @@ def test_cli_eval_tune(store, capsys):
                          "--method", "vim", "--param", "knn.K=7")
     assert code == 0, err
     assert "settings chosen on val" in out and "K=7 (fixed)" in out and "OOD detection vs" in out
-    assert "vim: adjusted to this store: dim=256 -> dim=31" in out
+    assert ("vim: adjusted to this store: dim=256 -> dim=4 (ViM's default dims are set for "
+            "D = 2048; scaled by this store's D 32/2048)") in " ".join(out.split())
     # a scorer named by --method that cannot run is an error (exit 1), not a quiet skip
     code, out, err = run(capsys, "eval", str(store.path), "--tune", "--method", "knn",
                          "--method", "rankfeat")

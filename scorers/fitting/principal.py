@@ -12,23 +12,34 @@
 `dim` (k): 1 <= dim < min(D, N) before the fit (N: the id/train rows) and dim <= rank(S)
 (dim < rank(S) where a residual must remain) after it; default None = the ViM paper's rule
 (`default_dim`).
+
+ViM (`PrincipalScorer.needs_residual`) also knows rank(S) BEFORE its fit: its `valid_ranges`
+is 1 <= dim <= min(D, N, rank(S)) - 1, so a default dim the id/train features cannot support
+(rank-deficient features: D = 63 at rank 60) is clamped by the one defaults rule
+(`scorers.adapt`, listed in "adjusted", a warning from `Scorer.fit`) instead of failing the
+scorer, and a dim the user gave above it is refused at fit, naming the rank. The space that
+tells the rank is the one the fit uses (`shared_space`: one id/train pass and one
+eigendecomposition per store object, kept while the store object lives, computed under the
+fit's thread limit, so the bits are the fit's whichever asks first).
 """
 
 from __future__ import annotations
 
 import numbers
+import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
 from featstore.store.interfaces import StoreLike
 
-from ..base import Scorer, ValidRange
+from ..base import Scorer, ValidRange, fit_split_names, value_fields
 from ..kernels.gram import GramSum
 from ..kernels.precision import check_precision
 from ..kernels.subspace import PrincipalSpace, head_origin
+from ..threads import blas_threads, fit_work, threads_for
 
 FIT_SPLIT = "id/train"
 
@@ -98,11 +109,17 @@ def check_dim_below_rows(scorer_name: str, dim: int, store: StoreLike) -> None:
         )
 
 
-def dim_range(store: StoreLike) -> ValidRange:
+def dim_range(store: StoreLike, rank: int | None = None) -> ValidRange:
     """dim's data-dependent range: 1 <= dim < min(D, N) (N = id/train rows; see
-    `check_dim_below_rows`); shared by vim and residual."""
+    `check_dim_below_rows`); shared by vim and residual. With `rank` (ViM: rank(S), known
+    before the fit) and rank < min(D, N): 1 <= dim <= rank - 1, a residual left on id/train."""
     d = feature_dim(store)
     n = store.split(FIT_SPLIT).num_rows if store.has_split(FIT_SPLIT) else d
+    if rank is not None and rank < min(d, n):
+        return ValidRange(1, rank - 1, f"1 <= dim <= rank(S) - 1 = {rank - 1}: the "
+                                       f"{FIT_SPLIT!r} features span {rank} directions about "
+                                       f"u (numerical rank of S, D = {d}, N = {n}), and ViM's "
+                                       f"alpha needs a residual on them")
     degenerate = (f"; DEGENERATE at dim = N - 1 = {n - 1}: the principal space then holds "
                   f"every {FIT_SPLIT} row (their residuals ~0, far below any test row's); the "
                   f"store needs more {FIT_SPLIT} rows than D = {d}") if n <= d else ""
@@ -110,15 +127,84 @@ def dim_range(store: StoreLike) -> ValidRange:
                                         f"features, N = {n} rows of {FIT_SPLIT!r}){degenerate}")
 
 
+# store object -> {key: (space, mean max logit)}: ViM's fitted space, shared by the rank its
+# range needs before the fit and the fit itself (module docstring)
+_SPACES: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[PrincipalSpace, float | None]]]
+_SPACES = weakref.WeakKeyDictionary()
+
+
+def shared_space(scorer: Scorer, store: StoreLike, precision: str
+                 ) -> tuple[PrincipalSpace, float | None]:
+    """`fit_principal_space(scorer, store, mean_max_logit=True)` with products in
+    `precision`, computed once per store object and key (id/train's manifest sha256 and row
+    count, the model, the scorer's chunk rows, the precision and the fit's BLAS thread
+    count, under which it runs: what decides its bits); later calls get the same object."""
+    work = fit_work(store, fit_split_names(scorer), value_fields(scorer))
+    key = (*_content_key(store), scorer.chunk_rows, precision, threads_for(work))
+    try:
+        memo = _SPACES.setdefault(store, {})
+    except TypeError:  # a store object that cannot be weakly referenced: no sharing
+        memo = {}
+    if key not in memo:
+        with blas_threads(work):
+            memo[key] = fit_principal_space(scorer, store, mean_max_logit=True,
+                                            precision=precision)
+    return memo[key]
+
+
+def fit_rank(scorer: Scorer, store: StoreLike, precision: str) -> int | None:
+    """rank(S) of `store`'s id/train features about u (`shared_space`), or None where the fit
+    itself must say what is wrong (no id/train rows, no head, NaN / inf in them)."""
+    if not store.has_split(FIT_SPLIT) or store.manifest.get("has_head", True) is False:
+        return None
+    try:
+        _ = store.head
+    except FeatstoreError:  # no head (an ArrayStore without one): the fit names the need
+        return None
+    split = store.split(FIT_SPLIT)
+    record: dict[str, Any] = getattr(split, "nonfinite_record", dict)()  # store.values
+    if not split.num_rows or any(k in ("features", "logits") for k in record):
+        return None
+    content = _content_key(store)
+    try:
+        known = _SPACES.get(store) or {}
+    except TypeError:
+        known = {}
+    for key, (space, _) in known.items():  # any space of this content: the rank is an
+        if key[:len(content)] == content:  # integer whatever the chunking or threads
+            return space.rank
+    space, _ = shared_space(scorer, store, precision)
+    return space.rank
+
+
+def _content_key(store: StoreLike) -> tuple[Any, ...]:
+    """What identifies id/train's rows: the model, the manifest's sha256 and the row count."""
+    entry = store.manifest.get("splits", {}).get(FIT_SPLIT, {})
+    return (store.model_sha256, entry.get("sha256"), store.split(FIT_SPLIT).num_rows)
+
+
 class PrincipalScorer(Scorer):
-    """What vim and residual share about `dim`: the paper's default rule and its range."""
+    """What vim and residual share about `dim`: the paper's default rule and its range.
+    `needs_residual` (ViM): the range also holds dim < rank(S), known before the fit."""
+
+    needs_residual: ClassVar[bool] = False
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         check_dim(self.name, params["dim"], store)
         check_precision(self.name, params["precision"])
+        if store is not None and self.needs_residual:
+            rank = fit_rank(self, store, params["precision"])
+            dim = resolve_dim(params["dim"], feature_dim(store))
+            if rank is not None and dim > rank - 1:
+                raise UsageError(
+                    f"scorer {self.name!r}: dim={dim} leaves no residual on {FIT_SPLIT!r} "
+                    f"(its features span {rank} directions about u: the numerical rank of "
+                    f"their covariance, eigenvalues above max * D * eps); valid: "
+                    f"1 <= dim <= {rank - 1}")
 
     def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
-        return {"dim": dim_range(store)}
+        rank = fit_rank(self, store, params["precision"]) if self.needs_residual else None
+        return {"dim": dim_range(store, rank)}
 
     def resolve_default(self, param: str, value: Any, store: StoreLike) -> Any:
         return resolve_dim(value, feature_dim(store)) if param == "dim" else value
@@ -145,12 +231,12 @@ def check_spanned(space: PrincipalSpace, scorer_name: str, dim: int,
         )
 
 
-def fit_principal_space(scorer: Scorer, store: StoreLike, mean_max_logit: bool = False
-                        ) -> tuple[PrincipalSpace, float | None]:
+def fit_principal_space(scorer: Scorer, store: StoreLike, mean_max_logit: bool = False,
+                        precision: str | None = None) -> tuple[PrincipalSpace, float | None]:
     """One chunked pass over id/train for S about u (float64 Gram sums of the shifted rows)
     and, with `mean_max_logit`, the mean over id/train of max_j l_j (ViM's alpha numerator,
-    None otherwise); then S's eigendecomposition. The products of the space follow the
-    scorer's `precision` (float64 where it has none)."""
+    None otherwise); then S's eigendecomposition. The products of the space follow
+    `precision`, else the scorer's (float64 where it has none)."""
     weight, bias = store.head
     origin = head_origin(weight, bias)
     split = scorer.fit_split(store, FIT_SPLIT)
@@ -167,8 +253,9 @@ def fit_principal_space(scorer: Scorer, store: StoreLike, mean_max_logit: bool =
             sum_max_logit += float(arrays[1].max(axis=1).astype(np.float64).sum())
     if n == 0:
         raise FeatstoreError(f"scorer {scorer.name!r}: split {FIT_SPLIT!r} has no rows to fit")
-    space = PrincipalSpace.from_covariance(origin, gram.matrix(n), n,
-                                           scorer.params.get("precision", "float64"))
+    space = PrincipalSpace.from_covariance(
+        origin, gram.matrix(n), n,
+        precision if precision is not None else scorer.params.get("precision", "float64"))
     return space, (sum_max_logit / n if mean_max_logit else None)
 
 

@@ -384,6 +384,61 @@ def _power_half_steps(q, n, half_steps, out, work):
                 work[k] *= work[k]
 
 
+_TINY = 1e-300  # a p (1 - p) below this is carried as its log (GEN)
+
+
+@njit(error_model="numpy")
+def _log_rest(z, first):
+    """log sum_{j != first} exp(z_j) from the second-largest z (no underflow); -inf if none."""
+    z2 = -np.inf
+    for j in range(z.shape[0]):
+        if j != first and z[j] > z2:
+            z2 = z[j]
+    if z2 == -np.inf:
+        return -np.inf
+    acc = 0.0
+    for j in range(z.shape[0]):
+        if j != first:
+            acc += exp_nonpos(z[j] - z2)
+    return z2 + math.log(acc)
+
+
+@njit(fastmath={"contract"}, error_model="numpy")
+def _gen_products(z, e, s, key, top, qv, lt, tiny):
+    """GEN's qv[k] = p_k (1 - p_k) of the kept entries key[:top] (p_k = exp(key_k) / s), a
+    largest entry (key_k = 0) as (1 / s) (r / s), r = s - 1 summed without the first
+    argmax's e = 1 (1 - p never rounds to 0); where qv[k] < _TINY, tiny[k] is set and
+    lt[k] = log(p_k (1 - p_k)) from logs: log r - 2 log1p(r) (log r from the second-largest z
+    when r is tiny) or z - log1p(r) + log1p(-p). Returns whether any entry is tiny."""
+    c = z.shape[0]
+    first = 0
+    while first < c - 1 and z[first] != 0.0:  # z = 0 at the max (NaN rows: any index)
+        first += 1
+    e_top = e[first]
+    e[first] = 0.0
+    r = _row_sum(e, c)
+    e[first] = e_top
+    q_top = r / s / s
+    count = 0
+    for k in range(top):  # branch-free (selects), so it vectorizes
+        p = exp_nonpos(key[k]) / s
+        v = q_top if key[k] == 0.0 else p * (1.0 - p)
+        qv[k] = v
+        count += v < _TINY
+    if count == 0:
+        return False
+    ls = math.log1p(r)
+    logr = math.log(r) if r >= _TINY else _log_rest(z, first)
+    for k in range(top):
+        tiny[k] = qv[k] < _TINY
+        if tiny[k]:
+            if key[k] == 0.0:
+                lt[k] = logr - 2.0 * ls
+            else:
+                lt[k] = key[k] - ls + math.log1p(-exp_nonpos(key[k]) / s)
+    return True
+
+
 @njit(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
 def gen_rows(x, gammas, ms, out):
     """GEN over the rows of x (T = 1): out[i, g, q] = -sum over the top ms[q] probabilities
@@ -398,7 +453,11 @@ def gen_rows(x, gammas, ms, out):
     multiple of 1/2). Per gamma: one exp pass w_k = exp(gamma lq_k) = (p_k (1 - p_k))^gamma
     over the kept entries, or, for gamma a multiple of 1/2 up to 32, products and a sqrt of
     p_k (1 - p_k) (`_power_half_steps`); summed in key order; the sum for ms[q] is the
-    running sum at ms[q]."""
+    running sum at ms[q]. Without saturation (`_gen_products`): a largest entry's
+    p (1 - p) is (1 / s) (r / s), r the sum of the other e (never 1 - 1.0), and a product
+    below `_TINY` is carried as its log (log r - 2 log1p(r), or z - log1p(r) + log1p(-p)),
+    so (p (1 - p))^gamma = exp(gamma lq) stays exact where p rounds to 1.0 or exp(z)
+    underflows, until gamma lq itself underflows (< -745)."""
     n, c = x.shape
     n_m = ms.shape[0]
     top = ms[0]
@@ -418,6 +477,8 @@ def gen_rows(x, gammas, ms, out):
         exact = twice == np.floor(twice) and twice <= _MAX_HALF_STEPS
         half_steps[g] = np.int64(twice) if exact else -1
         need_log = need_log or not exact
+    tiny = np.empty(c, dtype=np.bool_)
+    lt = np.empty(c)
     for i in range(n):
         _row_exp(x, i, 1.0, z, e)
         s = _row_sum(e, c)
@@ -428,17 +489,23 @@ def gen_rows(x, gammas, ms, out):
             _keep_largest(key, _keep_top(z, top, key, sample), top, buf_a, buf_b)
         for q in range(1, n_m):
             _keep_largest(key, ms[q - 1], ms[q], buf_a, buf_b)
-        for k in range(top):
-            p = exp_nonpos(key[k]) / s
-            qv[k] = p * (1.0 - p)
+        any_tiny = _gen_products(z, e, s, key, top, qv, lt, tiny)
         if need_log:
             for k in range(top):
                 lq[k] = log_nonneg(qv[k])
+            if any_tiny:
+                for k in range(top):
+                    if tiny[k]:
+                        lq[k] = lt[k]
         for g in range(gammas.shape[0]):
+            gamma = gammas[g]
             if half_steps[g] >= 0:  # e is free after the row's sum
                 _power_half_steps(qv, top, half_steps[g], e, z)  # z is free too
+                if any_tiny:
+                    for k in range(top):
+                        if tiny[k]:
+                            e[k] = exp_nonpos(gamma * lt[k])
             else:
-                gamma = gammas[g]
                 for k in range(top):
                     e[k] = exp_nonpos(gamma * lq[k])
             acc = 0.0

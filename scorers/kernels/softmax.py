@@ -15,6 +15,8 @@ and s = sum_j e_j:
     softmax_plogp(l)  = (softmax(l), sum_k p_k log p_k), sum_k p_k log p_k = (sum_k e_k z_k) / s
                         - log s   (log p_k = z_k - log s: an underflowed p_k contributes 0)
     neg_entropy(l)    = sum_k p_k log p_k alone (no probability matrix)
+    max_softmax_complement(l) = (argmax, 1 - max_k softmax(l)_k) with 1 - p = r / (1 + r), r the
+                        sum of e_j over every j but the first argmax (never 1.0 - 1.0)
     gen_entropies(l, gammas, ms) = GEN's -sum over the top M probabilities of (p (1 - p))^gamma
 
 Inputs of any real dtype: float32 and float64 arrays are used as they are (made contiguous),
@@ -123,6 +125,21 @@ def max_softmax_logodds(logits: np.ndarray, temperature: float = 1.0) -> np.ndar
     x /= t
     np.exp(x, out=x)
     return (m1 - m2) / t - np.log(x.sum(axis=1))
+
+
+def max_softmax_complement(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise (argmax, 1 - max_k softmax(l)_k), float64: 1 - p = r / (1 + r) with r =
+    sum_{j != argmax} exp(l_j - max l) summed without the max's own exp(0) = 1, so it keeps
+    its digits where p rounds to 1.0 (1.0 - p would be 0): exact to a few ulp until r
+    underflows (top-logit gap ~745). The first argmax on ties (the others are in r)."""
+    x = np.array(_rows(logits), dtype=np.float64)
+    rows = np.arange(x.shape[0])
+    top = np.argmax(x, axis=1)
+    x -= x[rows, top][:, None]
+    np.exp(x, out=x)
+    x[rows, top] = 0.0
+    r = x.sum(axis=1)
+    return top, r / (1.0 + r)
 
 
 def gen_entropies(logits: np.ndarray, gammas: np.ndarray, ms: np.ndarray) -> np.ndarray:

@@ -23,6 +23,13 @@ entries, lq = log(p (1 - p)) once per selected entry, and per gamma one exp pass
 `score_grid` shares the work: per row, one exp pass and nested selections of the top M for
 every distinct M of the grid (the largest first, then within it) and the logs; per distinct
 gamma, one exp pass over the top max(M) entries, whose running sums at each M give every M.
+
+No saturation: the largest probability's 1 - p is r / (1 + r), r the other classes'
+exponentials summed without the max's exp(0) = 1 (not 1.0 - p, which is 0 once the top-logit
+gap exceeds ~36.7), and a p (1 - p) below 1e-300 (p rounded to 1.0, or exp(z) underflowed) is
+carried as its logarithm, so each term exp(gamma log(p (1 - p))) is exact until it underflows
+itself: rows keep their order at logits x 300 where the plain formula loses every term but
+the largest (tests/scorers/test_softmax_saturation.py, against mpmath).
 """
 
 from __future__ import annotations
@@ -82,6 +89,9 @@ class GEN(Scorer):
                 f"scorer {self.name!r}: M={m!r} is out of range (valid: an integer >= 1; "
                 "values above the number of classes C use all C classes)"
             )
+
+    def score_form(self) -> str:
+        return "unsaturated"  # scores cached by the saturating computation are not read back
 
     def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]

@@ -64,6 +64,10 @@ BUILTIN_GRID_RTOL: dict[str, tuple[float, str]] = {
                     "own), in blocks sized by that union; BLAS may round the same entry "
                     "differently for another shape (1.4e-17 with OpenBLAS's SkylakeX "
                     "kernels; the decision values are O(1e-2..1e2))"),
+    "vim": (1e-6, "a grid's residual norms are segment sums of ONE projection onto "
+                  "V[:, min(dims):] (float32 by default), a separate fit's the sum of its own "
+                  "onto V[:, dim:] (scorers/kernels/subspace.py; DESIGN §5 precision: "
+                  "GRID_RTOL, measured <= 2e-7)"),
 }
 # built-ins that need parameters making the determinism check do real threaded work
 BUILTIN_THREAD_PARAMS = {"nnguide": {"alpha": 0.1, "K": 5}}

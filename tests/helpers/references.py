@@ -123,3 +123,21 @@ def class_distances(test: np.ndarray, means: dict, prec: np.ndarray) -> np.ndarr
 def hand_sim(d: int, wup: float) -> float:
     """(path + LCH / LCH_max + Wu-Palmer) / 3 with D = 19."""
     return (1.0 / (d + 1) + 1.0 - math.log(d + 1) / math.log(38.0) + wup) / 3.0
+
+
+def gen_score(logit_rows: np.ndarray, gamma: float, m: int) -> np.ndarray:
+    """GEN (Liu, Lochman & Zach 2023): -sum over the top-M probabilities of p^g (1 - p)^g,
+    transcribed in logs with SciPy so that no term saturates: log p = log_softmax (np.sort's
+    top M, M > C keeping all C as the paper's code), log(1 - p) = log1p(-p) for every entry
+    but the largest, whose 1 - p is the sum of the others' probabilities (logsumexp of their
+    log p), and each term exp(g (log p + log(1 - p)))."""
+    from scipy.special import log_softmax
+    from scipy.special import logsumexp as sp_logsumexp
+
+    lp = np.sort(log_softmax(np.asarray(logit_rows, dtype=np.float64), axis=1), axis=1)
+    rest = sp_logsumexp(lp[:, :-1], axis=1) if lp.shape[1] > 1 else np.full(len(lp), -np.inf)
+    with np.errstate(divide="ignore"):
+        log1m = np.log1p(-np.exp(lp))
+    log1m[:, -1] = rest
+    top = (lp + log1m)[:, -m:]
+    return -np.exp(gamma * top).sum(axis=1)

@@ -212,13 +212,14 @@ def assert_bad_dim_at_fit(store: Store, name: str, dim: int) -> None:
 
 
 def assert_bad_dim_construct_and_grid(store: Store, name: str) -> None:
-    """Non-integer or < 1 dims are refused at construction; the default grid (OpenOOD's
-    [256, 1000], for D > 1000) is refused on D = 32."""
+    """Non-integer or < 1 dims are refused at construction; the raw default grid (its first
+    value: 42 for vim, 256 for residual; both grids are for large D) is refused on D = 32."""
     for bad in (0, -3, 2.5, "16", True):
         with pytest.raises(ValueError, match="dim"):
             get_scorer(name, dim=bad)
     scorer = fitted(name, store)
-    with pytest.raises(ValueError, match=r"1 <= dim < D = 32 \(got 256\)"):
+    first = get_scorer(name).grid["dim"][0]
+    with pytest.raises(ValueError, match=rf"1 <= dim < D = 32 \(got {first}\)"):
         scorer.score_grid(store.split("id/test"))
 
 

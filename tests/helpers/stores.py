@@ -141,3 +141,27 @@ def graded_store(path, seed: int = 0, n_ood: int = 8, rows: int = 120, sha: str 
     prov = {"sha256": sha} if sha else None
     Store.from_arrays(path, head=arrays["head"], splits=splits, provenance=prov)
     return Store.open(path)
+
+
+def rank_deficient_store(path, rank: int) -> Store:
+    """D = 63 features of rank `rank` >= 12: rows in a random `rank`-dim subspace (bias 0, so
+    the origin u = 0 and S has that rank), coordinates of std 3 * 0.9^j along its basis
+    (so the principal directions come in that order); C = 10, id/train 300 rows, id/val and
+    id/test 80 (labels i % C); one val and one test OOD split, 80 rows each, shifted by 1.5
+    along directions 6..11 (so ViM's residual sees the shift at small dims only)."""
+    rng = np.random.default_rng(rank)
+    d, c = 63, 10
+    basis = np.linalg.qr(rng.normal(size=(d, rank)))[0]          # (63, rank) orthonormal
+    weight = rng.normal(size=(c, d)).astype(np.float32)
+    std = 3.0 * 0.9 ** np.arange(rank)
+
+    def rows(n, shift=0.0):
+        z = rng.normal(size=(n, rank)) * std
+        z[:, 6:12] += shift
+        return (z @ basis.T).astype(np.float32)
+
+    splits = {name: {"features": rows(n), "labels": np.arange(n) % c}
+              for name, n in (("id/train", 300), ("id/val", 80), ("id/test", 80))}
+    splits |= {"ood/near/v": {"features": rows(80, 1.5), "usage": "val"},
+               "ood/near/t": {"features": rows(80, 1.5)}}
+    return Store.from_arrays(path, head=(weight, np.zeros(c, np.float32)), splits=splits)

@@ -1,5 +1,6 @@
 """GEN (scorers/methods/gen.py). Reference: Liu, Lochman & Zach 2023's -sum over the top-M
-probabilities of p^g (1 - p)^g, with `scipy.special.softmax` and np.sort; a separate
+probabilities of p^g (1 - p)^g in logs (`tests.helpers.references.gen_score`: SciPy
+log_softmax, np.sort); mpmath at 80 digits where p rounds to 1.0; a separate
 construct/fit/score per setting for `score_grid`; OpenOOD v1.5's gen.yml for the default grid;
 scikit-learn `roc_auc_score` for the sign."""
 
@@ -18,9 +19,7 @@ CASES = [{}, {"gamma": 0.5, "M": 3}, {"gamma": 2, "M": 1}, {"gamma": 0.01, "M": 
 
 def ref_gen(logit_rows: np.ndarray, gamma: float, m: int) -> np.ndarray:
     """Liu, Lochman & Zach 2023: -sum over the top-M probabilities of p^g (1 - p)^g."""
-    probs = sp_softmax(logit_rows, axis=1)
-    top = np.sort(probs, axis=1)[:, -m:]  # like the paper's code; M > C keeps all C
-    return -np.sum(top**gamma * (1.0 - top) ** gamma, axis=1)
+    return refs.gen_score(logit_rows, gamma, m)
 
 
 def reference(params, store, scorer, split) -> np.ndarray:

@@ -137,3 +137,120 @@ def test_scores_cached_in_probability_form_are_not_read_back(tmp_path):
     np.testing.assert_allclose(got["id/test"], np.log(max_softmax(lid)), rtol=1e-12)
     again, _, _ = score_splits(st, "msp", {}, ["id/test"], True)  # now cached, log form
     np.testing.assert_array_equal(again["id/test"], got["id/test"])
+
+
+def _mp_probs(row: np.ndarray) -> tuple[list, list]:
+    """(p, 1 - p) of a row at the working precision, 1 - p as the sum of the other classes'
+    probabilities (an identity; 1 - p itself would round to 0 at 80 digits where p is
+    within 1e-80 of 1)."""
+    z = [mp.mpf(float(v)) for v in row]
+    top = max(z)
+    e = [mp.exp(v - top) for v in z]
+    s = mp.fsum(e)
+    p = [v / s for v in e]
+    return p, [mp.fsum(p[:k] + p[k + 1:]) for k in range(len(p))]
+
+
+def _mp_gen(row: np.ndarray, gamma: float, m: int) -> float:
+    """GEN at 80 digits: -sum over the top-M probabilities of (p (1 - p))^gamma."""
+    with mp.workdps(80):
+        p, q = _mp_probs(row)
+        order = sorted(range(len(p)), key=lambda k: -p[k])[:m]
+        return float(-mp.fsum((p[k] * q[k]) ** mp.mpf(gamma) for k in order))
+
+
+def _mp_mcd_l1(row1: np.ndarray, row2: np.ndarray) -> float:
+    """MCD's L1 discrepancy at 80 digits: -sum_c |p1_c - p2_c|, a term whose two p are above
+    1/2 as |(1 - p2) - (1 - p1)| (equal in exact arithmetic; |p1 - p2| loses its digits
+    where both p round to 1 at 80 digits)."""
+    with mp.workdps(80):
+        (p1, q1), (p2, q2) = _mp_probs(row1), _mp_probs(row2)
+        return float(-mp.fsum(abs(d - c) if min(a, b) > 0.5 else abs(a - b)
+                              for a, b, c, d in zip(p1, p2, q1, q2, strict=True)))
+
+
+@pytest.mark.parametrize("scale", [30.0, 300.0, 3e4])
+@pytest.mark.parametrize(("gamma", "m"), [(0.1, 5), (0.5, 2), (0.01, 1)])
+def test_gen_keeps_the_order_where_p_rounds_to_one(scale, gamma, m):
+    """GEN with logits x 30 / 300 / 3e4: equal to mpmath's value to 1e-9 relative (the top
+    class's 1 - p and the tiny p's of the others from logs), AUROC equal to that of the exact
+    scores; the naive float64 formula (1 - p of a p that rounds to 1.0, exp(z) underflowed) is
+    off by far more than that there."""
+    from scorers.kernels.softmax import gen_entropies, softmax
+
+    lid, lood = _logits(scale, np.random.default_rng(4))
+    x = np.r_[lid, lood].astype(np.float64)
+    ref = np.array([_mp_gen(r, gamma, m) for r in x])
+    got = gen_entropies(x, np.array([gamma]), np.array([m]))[:, 0, 0]
+    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-300)
+    y = np.r_[np.ones(80), np.zeros(80)]
+    assert roc_auc_score(y, got) == roc_auc_score(y, ref)
+    top = np.sort(softmax(x), axis=1)[:, -m:]
+    naive = -np.sum((top * (1.0 - top)) ** gamma, axis=1)
+    if scale <= 300.0:  # beyond, gamma log(p (1 - p)) itself underflows for most rows
+        assert np.any(np.abs(naive - ref) > 1e-3 * np.abs(ref))
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0, 3e4])
+def test_mcd_l1_keeps_the_order_where_p_rounds_to_one(tmp_path, scale):
+    """MCD "l1" on a store with two heads (mostly agreeing, some not) at logits x 1 / 30 /
+    3e4: equal to mpmath's -sum |p1 - p2| to 1e-9 relative, AUROC equal to that of the exact
+    scores; at x 30 the naive |p1 - p2| of probabilities that round to 1.0 drops a term."""
+    from scorers.kernels.softmax import softmax
+
+    rng = np.random.default_rng(6)
+    lid, lood = _logits(scale, rng)
+    noise = {"id": 0.05, "ood": 1.0}
+
+    def extras(lg):
+        kind = "id" if lg is lid else "ood"
+        return {"head2_logits": (lg + scale * noise[kind] * rng.normal(size=lg.shape)
+                                 ).astype(np.float32)}
+    st = _store(tmp_path / "s", lid, lood, extras)
+    s = get_scorer("mcd").fit(st)
+    got, ref, naive = [], [], []
+    for name in ("id/test", "ood/far/x"):
+        sp = st.split(name)
+        l1 = np.asarray(sp.logits, np.float64)
+        l2 = np.asarray(sp.extra("head2_logits"), np.float64)
+        got.append(s.score(sp))
+        ref.append([_mp_mcd_l1(a, b) for a, b in zip(l1, l2, strict=True)])
+        naive.append(-np.abs(softmax(l1) - softmax(l2)).sum(axis=1))
+    got_a, ref_a, naive_a = np.concatenate(got), np.concatenate(ref), np.concatenate(naive)
+    np.testing.assert_allclose(got_a, ref_a, rtol=1e-9, atol=1e-300)
+    y = np.r_[np.ones(len(got[0])), np.zeros(len(got[1]))]
+    assert roc_auc_score(y, got_a) == roc_auc_score(y, ref_a)
+    if scale == 30.0:  # the naive form drops the shared top class's term (p1 - p2 = 0)
+        assert np.any(np.abs(naive_a - ref_a) > 0.4 * np.abs(ref_a))
+    if scale == 1.0:  # normal logits: the scores as before (the naive form is exact here)
+        np.testing.assert_allclose(got_a, naive_a, rtol=1e-12)
+
+
+def test_gen_equals_the_plain_formula_on_normal_logits():
+    """Normal logits (x 2, 40 classes): GEN as it was computed before (p (1 - p) of the float64
+    softmax) to 1e-12 relative, for the products path (gamma 0.5, 2) and the exp path."""
+    from scorers.kernels.softmax import gen_entropies, softmax
+
+    x = 2.0 * np.random.default_rng(8).normal(size=(200, 40))
+    top = np.sort(softmax(x), axis=1)
+    got = gen_entropies(x, np.array([0.01, 0.1, 0.5, 2.0]), np.array([40, 10, 1]))
+    for g, gamma in enumerate([0.01, 0.1, 0.5, 2.0]):
+        for q, m in enumerate([40, 10, 1]):
+            old = -np.sum((top[:, -m:] * (1.0 - top[:, -m:])) ** gamma, axis=1)
+            np.testing.assert_allclose(got[:, g, q], old, rtol=1e-12)
+
+
+def test_gen_and_mcd_scores_cached_by_the_saturating_computation_are_not_read_back(tmp_path):
+    """A scores.h5 entry of gen / mcd written before the unsaturated computation (same params,
+    no form) is a miss: score_splits recomputes (score_form "unsaturated" is in the key)."""
+    lid, lood = _logits(300.0, np.random.default_rng(1))
+    st = _store(tmp_path / "c", lid, lood, lambda lg: {"head2_logits": lg[:, ::-1].copy()})
+    split = st.split("id/test")
+    for name in ("gen", "mcd"):
+        stale = np.zeros(split.num_rows)          # what the saturated rows used to be
+        ScoreCache(st).put(name, get_scorer(name).params, split, stale)
+        got, _, _ = score_splits(st, name, {}, ["id/test"], True)
+        assert get_scorer(name).score_form() == "unsaturated"
+        np.testing.assert_array_equal(got["id/test"],
+                                      get_scorer(name).fit(st).score(split))
+        assert np.any(got["id/test"] != 0.0)

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from featstore import Store
+from featstore.errors import FeatstoreWarning
 from scorers import get_scorer, list_scorers
 from tests.helpers import references as refs
 from tests.helpers import scoring as kit
+from tests.helpers import stores
 from tests.helpers.references import ref_vim_parts
 from tests.helpers.scoring import (
     assert_bad_dim_at_fit,
@@ -53,8 +55,8 @@ def test_sign_id_above_far_ood(shared_store):
 
 
 def test_vim_default_grid_equals_separate_runs(wide_store):
-    """ViM's default grid (OpenOOD dim_list [256, 1000]) needs D > 1000."""
-    assert get_scorer("vim").grid == {"dim": [256, 1000]}
+    """ViM's raw default grid (dims up to 1000, for D = 2048) on D = 1040."""
+    assert get_scorer("vim").grid == {"dim": [42, 128, 256, 512, 1000]}
     kit.assert_grid_equals_separate(wide_store, "vim", {})
 
 
@@ -72,7 +74,7 @@ def test_explicit_grid_equals_separate_runs(shared_store, grid, precision):
 def test_default_grid_and_defaults_are_documented():
     row = {r["name"]: r for r in list_scorers()}["vim"]
     assert row["defaults"] == {"dim": None, "precision": "float32"}
-    assert row["grid"] == {"dim": [256, 1000]}
+    assert row["grid"] == {"dim": [42, 128, 256, 512, 1000]}
     assert row["paper"]
 
 
@@ -85,9 +87,11 @@ def test_bad_vim_dim_construct_and_grid(shared_store):
     assert_bad_dim_construct_and_grid(shared_store, "vim")
 
 
-def test_vim_zero_residual_is_an_error_not_nan(tmp_path):
-    """Train features spanning 3 directions (bias 0, so the origin is 0): dim >= 3 leaves no
-    residual and alpha = mean max-logit / 0 would be inf/NaN."""
+def test_vim_dim_beyond_rank_refused_when_given_clamped_when_default(tmp_path):
+    """Train features spanning 3 directions (bias 0, so the origin is 0): a given dim >= 3
+    leaves no residual (alpha = mean max-logit / 0) and is refused at fit, naming the rank;
+    the paper's default (D // 2 = 4) is clamped to rank - 1 = 2 with a warning, and scores
+    as dim = 2 given."""
     rng = np.random.default_rng(1)
     weight = rng.normal(size=(3, 8)).astype(np.float32)
     bias = np.zeros(3, dtype=np.float32)
@@ -95,10 +99,53 @@ def test_vim_zero_residual_is_an_error_not_nan(tmp_path):
     x[:, :3] = np.abs(rng.normal(size=(50, 3)))
     st = Store.from_arrays(tmp_path / "s", head=(weight, bias),
                            splits={"id/train": {"features": x}, "id/test": {"features": x}})
-    scorer = get_scorer("vim", dim=5).fit(st)
-    with pytest.raises(ValueError, match="dim=5 leaves no residual"):
-        scorer.score(st.split("id/test"))
-    assert np.isfinite(get_scorer("vim", dim=2).fit(st).score(st.split("id/test"))).all()
+    with pytest.raises(ValueError, match=r"dim=5 leaves no residual .*span 3 directions.*"
+                                         r"valid: 1 <= dim <= 2"):
+        get_scorer("vim", dim=5).fit(st)
+    with pytest.warns(FeatstoreWarning, match=r"dim=4 -> dim=2 .*rank\(S\) - 1 = 2"):
+        clamped = get_scorer("vim").fit(st)
+    assert clamped.params["dim"] == 2
+    given = get_scorer("vim", dim=2).fit(st).score(st.split("id/test"))
+    assert np.isfinite(given).all()
+    np.testing.assert_array_equal(clamped.score(st.split("id/test")), given)
+
+
+def test_vim_rank_deficient_store_clamps_a_default_dim_to_rank(tmp_path):
+    """D = 63, rank 60: dim's valid range is [1, 59] = rank - 1 (not D - 1 = 62, which leaves
+    no residual: the dim OpenOOD's 256 / 1000 used to clamp to, failing the scorer); a
+    default dim of 62 (a default-grid value, not the user's) is clamped to 59 by the defaults
+    rule with the rank in its reason, a given dim = 62 is refused naming the rank, and the
+    clamped scorer equals the plain NumPy ViM at dim = 59 (`ref_vim`, rtol 1e-6)."""
+    from scorers.adapt import adapt_params
+
+    st = stores.rank_deficient_store(tmp_path / "s", 60)
+    probe = get_scorer("vim", precision="float64")
+    rng = probe.valid_ranges(probe.params, st)["dim"]
+    assert (rng.lo, rng.hi) == (1, 59)
+    params, adjusted = adapt_params(probe, {**probe.params, "dim": 62}, {"precision"}, st)
+    assert params["dim"] == 59 and [a["used"] for a in adjusted] == [{"dim": 59}]
+    assert "rank(S) - 1 = 59" in adjusted[0]["reason"]
+    assert "span 60 directions" in adjusted[0]["reason"]
+    with pytest.raises(ValueError, match=r"dim=62 leaves no residual .*span 60 directions"):
+        get_scorer("vim", dim=62).fit(st)
+    scorer = get_scorer("vim", **params).fit(st)
+    for split in ("id/test", "ood/near/t"):
+        np.testing.assert_allclose(scorer.score(st.split(split)), ref_vim(st, split, 59),
+                                   rtol=1e-6)
+
+
+def test_vim_rank_below_the_paper_rule_clamps_the_default(tmp_path):
+    """D = 63, rank 20: the paper's rule (D // 2 = 31) is clamped to 19 at fit with a
+    FeatstoreWarning naming both dims; the scores equal the plain NumPy ViM at dim = 19."""
+    st = stores.rank_deficient_store(tmp_path / "s", 20)
+    with pytest.warns(FeatstoreWarning, match=r"dim=31 -> dim=19 .*span 20 directions"):
+        scorer = get_scorer("vim", precision="float64").fit(st)
+    assert scorer.params["dim"] == 19
+    assert scorer.adjusted == [{"setting": {"dim": 31}, "used": {"dim": 19},
+                                "reason": scorer.adjusted[0]["reason"]}]
+    for split in ("id/test", "ood/near/t"):
+        np.testing.assert_allclose(scorer.score(st.split(split)), ref_vim(st, split, 19),
+                                   rtol=1e-6)
 
 
 def test_dim_not_below_train_rows_is_refused_before_fit(tmp_path):

@@ -9,10 +9,12 @@ The ten rows, in the paper's four families (score of each method as the benchmar
     model unc.      MC-Dropout (MC-averaged entropy), TempScaling (fitted on id/val)
 
 Tuning (the paper, §2.5: "explored only the five most common values and selected
-hyperparameters based on the performance of AUROC on the validation set"): rows whose scorer
-has a sweep grid (KNN: K) are tuned on the val splits by AUROC; ViM is scored at the
-paper's dimension rule (`scorers.methods.vim`: D // 2 below D = 768), since its default grid
-(256, 1000) does not fit small feature spaces; the other rows have no hyperparameter.
+hyperparameters based on the performance of AUROC on the validation set"; shared/papers/
+rs-ood-ten-methods-remote-sensing-2024.txt line 627): rows whose scorer has a sweep grid are
+tuned on the val splits by AUROC over the scorer's default grid, the grid `featstore sweep`
+and `featstore eval --tune` use: KNN over K, ViM over its five most common principal dims
+(42, 128, 256, 512, 1000 at D = 2048, scaled to the store's D: `scorers.methods.vim`, where
+each value's source is listed); the other rows have no hyperparameter.
 MC-Dropout is extracted with `MC_SAMPLES` stochastic passes. OE and MCD read the auxiliary
 outliers of the experiment's [data] aux.
 
@@ -54,7 +56,7 @@ def ten_method_rows(finetune: bool = False) -> list[MethodRow]:
     mcd = {"warmup_fraction": 0.0, "aux_ratio": 1.0} if finetune else {}
     return [
         MethodRow("MSP", "ce", "msp"),
-        MethodRow("ViM", "ce", "vim", grid={}),
+        MethodRow("ViM", "ce", "vim"),
         MethodRow("KNN", "ce", "knn"),
         MethodRow("ConfBranch", "confbranch", "confbranch"),
         MethodRow("LogitNorm", "logitnorm", "msp"),

@@ -82,6 +82,7 @@ from featstore.workflows.protocols.osr import (
     split_spec,
 )
 from scorers import REGISTRY
+from scorers.adapt import describe
 from scorers.evaluate import evaluate
 from scorers.metrics import id_accuracy
 from scorers.skipping import unsupported_reason
@@ -576,5 +577,7 @@ def _run_row(exp: Experiment, row: MethodRow, base: dict[str, Any],
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, record)
     groups = record["groups"]
+    for adjustment in record.get("adjusted") or []:  # a clamped default (e.g. ViM's dim)
+        log(f"  {row.name}: warning: adjusted to this store: {describe(adjustment)}")
     log(f"  {row.name}: " + "  ".join(f"{g} AUROC {v['auroc']:.2f}" for g, v in groups.items()))
     return record
