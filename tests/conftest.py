@@ -27,8 +27,6 @@ from tests.helpers.stores import open_built, structured_arrays
 RAM_TEMP_ROOT = Path("/dev/shm")
 #: free bytes RAM_TEMP_ROOT must have (a full session writes well under 1 GiB at once)
 RAM_TEMP_MIN_FREE = 4 << 30
-#: the thread-count variables every xdist worker and its children run with (one thread each)
-XDIST_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 #: the session fixtures over the one demo run (their tests share one xdist scope)
 DEMO_FIXTURES = frozenset({"demo_json_run", "demo_dir", "demo_rerun"})
 
@@ -55,15 +53,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Under pytest-xdist (`make test` runs `pytest -n auto`: one worker per CPU), each worker
-    runs BLAS, OpenMP and torch on one thread, and so do the processes it starts (the CLI
-    subprocesses, torchrun, Slurm and Ray units inherit the variables): N workers x N threads
-    on N cores would make every OpenBLAS call spin-wait for a core (scorers/threads.py says
-    why). featstore's own policy (`scorers.threads`) still decides per call above this base;
-    the tests that exercise thread counts set them explicitly."""
+    runs the BLAS / OpenMP libraries loaded so far and torch on one thread: N workers x N
+    threads on N cores would make every OpenBLAS call spin-wait for a core (scorers/threads.py
+    says why). featstore's own policy (`scorers.threads`) still sets its count inside every
+    fit and score. No thread variable is exported: a library loaded later (FAISS's OpenBLAS,
+    an OpenMP runtime) would start with it, outside the policy's controller."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    for var in XDIST_THREAD_VARS:
-        os.environ[var] = "1"
     threadpool_limits(1)
     torch.set_num_threads(1)
 
