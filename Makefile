@@ -31,7 +31,7 @@ test: $(STAMP)
 	fi
 	$(BIN)/ruff check featstore scorers cli tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n auto tests
 
 # The suite under every OpenBLAS kernel family this CPU can run (Prescott, Haswell, Zen,
 # SkylakeX, ... as its flags allow) with 1 and 2 BLAS threads: six runs of the suite on an

@@ -9,20 +9,26 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 from skimage import data as skdata
+from threadpoolctl import threadpool_limits
 
 from featstore import Store
 from tests.helpers.cli import CliRun, run_cli_captured
 from tests.helpers.demo import DEMO_TEST_SCALE, DemoRerun
 from tests.helpers.images import random_crop_tree
+from tests.helpers.scheduling import DEMO_TEST_FILES, make_scheduler, scope_rank
 from tests.helpers.stores import open_built, structured_arrays
 
 #: the RAM-backed filesystem the session's temporary directories go to when it has room
 RAM_TEMP_ROOT = Path("/dev/shm")
 #: free bytes RAM_TEMP_ROOT must have (a full session writes well under 1 GiB at once)
 RAM_TEMP_MIN_FREE = 4 << 30
+#: the session fixtures over the one demo run (their tests share one xdist scope)
+DEMO_FIXTURES = frozenset({"demo_json_run", "demo_dir", "demo_rerun"})
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -43,6 +49,39 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if os.access(RAM_TEMP_ROOT, os.W_OK) and fs.f_bavail * fs.f_frsize >= RAM_TEMP_MIN_FREE:
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(RAM_TEMP_ROOT)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under pytest-xdist (`make test` runs `pytest -n auto`: one worker per CPU), each worker
+    runs the BLAS / OpenMP libraries loaded so far and torch on one thread: N workers x N
+    threads on N cores would make every OpenBLAS call spin-wait for a core (scorers/threads.py
+    says why). featstore's own policy (`scorers.threads`) still sets its count inside every
+    fit and score. No thread variable is exported: a library loaded later (FAISS's OpenBLAS,
+    an OpenMP runtime) would start with it, outside the policy's controller."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    threadpool_limits(1)
+    torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The heaviest test files first (tests.helpers.scheduling: what `pytest -n N` hands out
+    first; each file's own order is kept), and a test using the session's demo run only from
+    a file of DEMO_TEST_FILES (its scope under xdist)."""
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if DEMO_FIXTURES.intersection(getattr(item, "fixturenames", ())) and \
+                path not in DEMO_TEST_FILES:
+            raise pytest.UsageError(f"{item.nodeid} uses the session's demo run: add {path} "
+                                    "to DEMO_TEST_FILES in tests/helpers/scheduling.py")
+    order = {id(item): (scope_rank(item.nodeid), i) for i, item in enumerate(items)}
+    items.sort(key=lambda item: order[id(item)])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`pytest -n N`: one scope per file, the demo-run files one scope, heaviest first."""
+    return make_scheduler(config, log)
 
 
 @pytest.fixture

@@ -122,7 +122,8 @@ def test_policy_limits_every_library_inside_fit_and_score(wide, monkeypatch, cou
     RecordingViM.seen = []
     scorer = RecordingViM(dim=64).fit(wide)
     scorer.score(wide.split("id/test"))
-    assert RecordingViM.seen == [("fit", {count}), ("score", {count})]
+    assert RecordingViM.seen == [("fit", {count}), ("score", {count})], [
+        (lib["filepath"], lib["num_threads"]) for lib in threadpool_info()]
 
 
 def test_small_fit_runs_one_thread_by_default(shared_store, monkeypatch):
