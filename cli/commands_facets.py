@@ -78,9 +78,7 @@ def facets_table_cmd(
         return
     with ExitStack() as stack:
         opened = []
-        for item in stores:
-            label, sep, path = item.partition("=")
-            label, path = (label, path) if sep else (Path(item).name, item)
+        for label, path in _labelled(stores):
             st = stack.enter_context(Store.open(path))
             require_rows(st)
             opened.append((label, st))
@@ -92,6 +90,15 @@ def facets_table_cmd(
     emit(table, lambda: _print_facets(table, methods, out_))
 
 
+def _labelled(stores: list[str]) -> list[tuple[str, str]]:
+    """(label, path) per STORES item: LABEL=PATH, or PATH labelled by its directory name."""
+    pairs = []
+    for item in stores:
+        label, sep, path = item.partition("=")
+        pairs.append((label, path) if sep else (Path(item).name, item))
+    return pairs
+
+
 def _facets_units(runner, stores: list[str], methods: list[str], params: dict,
                   no_cache: bool, work: Path | None, tuning: dict) -> dict:
     """facets-table on an executor: the stores checked here, one unit per store."""
@@ -99,9 +106,7 @@ def _facets_units(runner, stores: list[str], methods: list[str], params: dict,
     from featstore.workflows.experiments.workflows import facets_units
 
     labelled = []
-    for item in stores:
-        label, sep, path = item.partition("=")
-        label, path = (label, path) if sep else (Path(item).name, item)
+    for label, path in _labelled(stores):
         with Store.open(path) as st:
             require_rows(st)
         labelled.append((label, path))

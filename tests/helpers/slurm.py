@@ -48,6 +48,9 @@ def _config(d: Path, node: str) -> str:
         "JobCompType=jobcomp/none", "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU", "SchedulerType=sched/backfill", "ReturnToService=2",
         "MpiDefault=none", "SwitchType=switch/none", "MinJobAge=2",
+        # schedule pending jobs (a requeued job released with StartTime=now) within a
+        # second instead of Slurm's periodic passes (60 s main, 30 s backfill)
+        "SchedulerParameters=sched_interval=1,bf_interval=1",
         f"NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} State=UNKNOWN",
         f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP", ""])
 
