@@ -10,8 +10,9 @@ The demo's images are generated (builtin sources), so the test writes the rows o
 `id/test` and `ood/far/textures` splits as PNG files (lossless: the generator's uint8 RGB
 pixels), exactly the rows extraction read, in the split's row order.
 
-Reference: `featstore score STORE --method M --split S --save` (the CLI, in a subprocess) on
-the demo store, i.e. the fitted scorer on the features and logits extraction stored.
+Reference: `featstore score STORE --method M --split S --save` (the real CLI entry point, run
+in-process: the detector under test is the one in a fresh process) on the demo store, i.e. the
+fitted scorer on the features and logits extraction stored.
 Tolerance: the detector recomputes features and logits by a forward pass over the PNG files in
 other batch shapes (7 images) than extraction (128), so the conv/GEMM kernels may round
 differently in float32 (on the development machine they are bit-equal: measured for vim,
@@ -36,7 +37,7 @@ from featstore.extraction.datasets import rows_from_source
 from featstore.extraction.zoo import OWN_MODELS
 from featstore.specs.benchmark import load_spec
 from featstore.workflows.demo.pipeline import run_demo
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_cli, run_cli_captured
 
 SPLITS = ("id/test", "ood/far/textures")
 RTOL, ATOL = 1e-5, 1e-5
@@ -63,12 +64,12 @@ def demo(tmp_path_factory) -> tuple[featstore.Store, dict[str, Path]]:
 
 
 def cli_scores(store: featstore.Store, method: str, out: Path) -> np.ndarray:
-    """`featstore score` in a subprocess: the scores of SPLITS, concatenated in that order."""
+    """`featstore score` (the CLI's entry point, in-process): the scores of SPLITS,
+    concatenated in that order."""
     args = [a for s in SPLITS for a in ("--split", s)]
-    run = subprocess.run([sys.executable, "-m", "featstore", "score", str(store.path),
-                          "--method", method, *args, "--save", str(out), "--no-cache",
-                          "--json"], capture_output=True, text=True, env=ENV)
-    assert run.returncode == 0, run.stderr
+    run = run_cli_captured("score", store.path, "--method", method, *args, "--save", out,
+                           "--no-cache", "--json")
+    assert run.code == 0, run.err
     saved = np.load(out)
     return np.concatenate([saved[s.replace("/", "__")] for s in SPLITS])
 
