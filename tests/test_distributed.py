@@ -225,11 +225,15 @@ def test_rank_killed_mid_split_resumes_identically(tmp_path):
     proc = subprocess.Popen(_torchrun(model, spec, victim), env=_env(tag),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     parts = victim / "splits" / "ood__far__big.parts"
-    deadline = time.time() + 180
-    while time.time() < deadline and not (parts / f"part-{rank1_first:06d}.h5").exists():
+    # rank 1's pid is looked up before its first part appears (a /proc scan takes long on a
+    # busy machine), so that the kill follows the part's appearance at once, mid-split
+    deadline, pid = time.time() + 180, None
+    while time.time() < deadline:
         assert proc.poll() is None, "torchrun ended before rank 1 wrote a part"
+        pid = pid or _rank_pid(tag, 1)
+        if pid is not None and (parts / f"part-{rank1_first:06d}.h5").exists():
+            break
         time.sleep(0.01)
-    pid = _rank_pid(tag, 1)
     assert pid is not None, "rank 1's process not found"
     os.kill(pid, signal.SIGKILL)
     _, stderr = proc.communicate(timeout=120)
