@@ -10,8 +10,21 @@
   `min(4 * sqrt(N), N // 39)`, at least 1: FAISS wants >= 39 training points per cell);
   a query visits `nprobe` cells (default `max(8, nlist // 16)`, at most `nlist`).
 - `ivf_pq`: `IndexIVFPQ`, the same inverted file with product-quantized residuals: `pq_m`
-  sub-quantizers (default: the largest divisor of D that is <= D // 4, i.e. sub-vectors of
-  >= 4 dims) of `pq_nbits` bits each (default 8, lowered to floor(log2 N) for tiny banks).
+  sub-quantizers (default: the largest divisor of D that is <= D // 8, i.e. sub-vectors of
+  >= 8 dims: 256 bytes a row at D = 2048 against 8 KiB of float32) of `pq_nbits` bits each
+  (default 8, lowered to floor(log2 N) for tiny banks), trained (FAISS's 25 k-means
+  iterations per sub-quantizer) on at most `train_points_per_list` points per code, as the
+  coarse quantizer is, since FAISS's PQ k-means costs ~0.5 s a sub-quantizer at its own 256,
+  re-ranked exactly (`rerank_factor`, default 10: the re-ranking costs 10 k exact distances
+  a query, little beside the scan, and 4 stayed below recall 0.95 on near-isotropic
+  64-dim data where 8 and 10 reached it): a search at k takes the
+  `rerank_factor * k` best candidates by quantized distance from the inverted lists and
+  returns the k best of them by exact distance, computed from a flat copy of the bank
+  (`IndexRefine` over an `IndexFlat`), so the distances a scorer sees are exact (float32)
+  and only the neighbour set is approximate. The flat copy is the bank's only full-precision
+  copy (the index then holds the bank plus N * pq_m * pq_nbits / 8 bytes of codes); the
+  scan of the probed lists reads the codes, not the vectors. `rerank_factor = 0` keeps the
+  quantized distances (codes only, no flat copy: the memory-lean form).
 - `hnsw`: `IndexHNSWFlat` graph with `hnsw_m` links per node (default 32),
   `ef_construction` (default 200) and `ef_search` (default 256; a search uses
   max(ef_search, k)).
@@ -37,7 +50,9 @@ build (recorded in `options`: `nprobe` / `ef_search`, `recall_target`; its recal
 does not depend on k, the width does. The recall is measured on the queries it was
 calibrated on (their mean, >= the bound); held-out queries are checked in the tests and in
 benchmarks/bench_ann.py. Every step is a deterministic search, so the choice is
-too. `ivf_pq` ignores the target (see `check_recall_target`).
+too. `ivf_pq` is calibrated the same way (its nprobe; the exact top k from the re-ranking
+flat copy); without re-ranking (`rerank_factor = 0`) it ignores the target (see
+`check_recall_target`).
 
 Determinism: IVF k-means (coarse quantizer and PQ codebooks) is trained with the fixed seed
 `seed` (`ClusteringParameters.seed` of the index and of its PQ). HNSW draws node levels from
@@ -47,7 +62,8 @@ restored afterwards). Searches are deterministic.
 
 GPU: when `faiss.get_num_gpus() > 0` (and `use_gpu` is not False), flat and IVF indexes are
 moved to GPU 0 after training and adding on the CPU; HNSW has no GPU version and stays on the
-CPU. A configuration the GPU build refuses (e.g. an unsupported PQ size) stays on the CPU.
+CPU, and so does a re-ranked IVF-PQ index (FAISS moves no `IndexRefine` to a GPU). A
+configuration the GPU build refuses (e.g. an unsupported PQ size) stays on the CPU.
 GPU k-selection is limited to k <= 2048; a larger k searches a CPU copy of the index, made
 (once) on first need.
 
@@ -63,12 +79,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
 
-from featstore.errors import FeatstoreError, UsageError
+from featstore.errors import FeatstoreError, FeatstoreWarning, UsageError
 
 from .kernels.iptopk import exact_ip_search, exact_ip_values
 from .kernels.rowfeat import l2_normalize_rows
@@ -82,6 +99,7 @@ DEFAULT_EF_SEARCH = 256
 # exact inner-product search on the CPU at k >= N / 10 uses own sgemm + partition
 OWN_IP_SEARCH_FRACTION = 10
 DEFAULT_TRAIN_POINTS_PER_LIST = 64
+DEFAULT_RERANK_FACTOR = 10  # ivf_pq: exact re-ranking of 10 k candidates per query
 MIN_TRAIN_POINTS_PER_LIST = 39
 RECALL_CONFIDENCE_Z = 1.645  # one-sided 95% lower bound on the calibrated recall
 
@@ -216,10 +234,12 @@ def calibrate_width(recall_of: Callable[[int], float], lo: int, hi: int,
 
 def check_recall_target(recall_target: float | None, kind: str, nprobe: int | None,
                         ef_search: int | None, recall_queries: np.ndarray | None,
-                        recall_k: int) -> float | None:
+                        recall_k: int, rerank_factor: int = DEFAULT_RERANK_FACTOR
+                        ) -> float | None:
     """`recall_target` as a float in (0, 1], or None: no calibration, also for `exact` (its
-    recall is 1) and `ivf_pq` (its distances are quantized, so the exact neighbours cannot be
-    recomputed from the index, and its recall is bounded by the quantization, not by nprobe).
+    recall is 1) and `ivf_pq` without re-ranking (`rerank_factor = 0`: its distances are
+    quantized, so the exact neighbours cannot be recomputed from the index, and its recall is
+    bounded by the quantization, not by nprobe).
     UsageError for a value out of range, a target without recall queries, or a target
     together with the width it would choose (nprobe / ef_search)."""
     if recall_target is None:
@@ -228,7 +248,7 @@ def check_recall_target(recall_target: float | None, kind: str, nprobe: int | No
             or not 0.0 < float(recall_target) <= 1.0):
         raise UsageError(f"knn index: recall_target={recall_target!r} must satisfy "
                          "0 < recall_target <= 1")
-    if kind in ("exact", "ivf_pq"):
+    if kind == "exact" or (kind == "ivf_pq" and rerank_factor == 0):
         return None
     if recall_queries is None or not len(recall_queries) or recall_k < 1:
         raise UsageError("knn index: recall_target needs recall_queries (>= 1 row) and "
@@ -245,7 +265,7 @@ def _default_nlist(n: int) -> int:
 
 
 def _default_pq_m(d: int) -> int:
-    target = max(1, d // 4)
+    target = max(1, d // 8)
     for m in range(target, 0, -1):
         if d % m == 0:
             return m
@@ -257,13 +277,48 @@ def _flat(faiss: Any, metric: str, d: int) -> Any:
     return faiss.IndexFlatL2(d) if metric == "l2" else faiss.IndexFlatIP(d)
 
 
+def check_rerank_factor(rerank_factor: int | None, kind: str) -> int:
+    """`rerank_factor` as an int >= 0 (None: DEFAULT_RERANK_FACTOR for ivf_pq); UsageError
+    for another value, or a factor given to an index kind that has no quantized distances."""
+    if rerank_factor is None:
+        return DEFAULT_RERANK_FACTOR if kind == "ivf_pq" else 0
+    if (isinstance(rerank_factor, bool) or not isinstance(rerank_factor, numbers.Integral)
+            or rerank_factor < 0):
+        raise UsageError(f"knn index: rerank_factor={rerank_factor!r} must be an integer >= 0 "
+                         "(0: quantized distances, no re-ranking)")
+    if kind != "ivf_pq" and rerank_factor:
+        raise UsageError(f"knn index: rerank_factor={rerank_factor} applies to ivf_pq only "
+                         f"(index {kind!r} computes exact distances)")
+    return int(rerank_factor)
+
+
+def ivf_part(index: Any) -> Any:
+    """The IVF index inside `index`: itself, or the base of an exact re-ranking wrapper."""
+    base = getattr(index, "base_index", None)
+    if base is None:
+        return index
+    return load_faiss().downcast_index(base)
+
+
+def _with_rerank(faiss: Any, index: Any, bank: BankStream, metric: str, factor: int) -> Any:
+    """`index` (filled) wrapped in an exact re-ranking `IndexRefine` whose flat copy of the
+    bank is filled chunk by chunk into storage sized once; `index` itself when factor is 0."""
+    if not factor:
+        return index
+    flat = _flat(faiss, metric, bank.dim)
+    fill_flat(flat, flat, bank)
+    refined = faiss.IndexRefine(index, flat)
+    refined.k_factor = float(factor)
+    return refined
+
+
 def _build_ivf(faiss: Any, bank: BankStream, kind: str, metric: str, nlist: int | None,
                nprobe: int | None, pq_m: int | None, pq_nbits: int | None, seed: int,
                train_points_per_list: int, options: dict[str, Any]) -> Any:
     """A trained IVF-Flat or IVF-PQ index holding `bank` (trained on a seeded sample of
     `train_points_per_list * nlist` rows, filled chunk by chunk: `scorers.knn_bank`); the
     options it chose go into `options` (nlist, nprobe, train_points_per_list; pq_m,
-    pq_nbits)."""
+    pq_nbits). An IVF-PQ index is returned bare (the caller adds the re-ranking)."""
     n, d = bank.rows, bank.dim
     faiss_metric = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
     nlist = _default_nlist(n) if nlist is None else int(nlist)
@@ -288,6 +343,7 @@ def _build_ivf(faiss: Any, bank: BankStream, kind: str, metric: str, nlist: int 
                              "1 <= pq_nbits <= 16")
         index = faiss.IndexIVFPQ(quantizer, d, nlist, pq_m, pq_nbits, faiss_metric)
         index.pq.cp.seed = int(seed)
+        index.pq.cp.max_points_per_centroid = int(train_points_per_list)
         options.update(pq_m=pq_m, pq_nbits=pq_nbits)
     if train_points_per_list < MIN_TRAIN_POINTS_PER_LIST:
         raise UsageError(f"knn index: train_points_per_list={train_points_per_list} must be "
@@ -345,6 +401,7 @@ class KnnIndex:
         nprobe: int | None = None,
         pq_m: int | None = None,
         pq_nbits: int | None = None,
+        rerank_factor: int | None = None,
         hnsw_m: int = 32,
         ef_construction: int = 200,
         ef_search: int | None = None,
@@ -374,8 +431,9 @@ class KnnIndex:
                              f"{(0, bank.dim)}")
         if query_chunk < 1:
             raise UsageError(f"knn index: query_chunk={query_chunk} must be >= 1")
+        rerank = check_rerank_factor(rerank_factor, kind)
         target = check_recall_target(recall_target, kind, nprobe, ef_search, recall_queries,
-                                     recall_k)
+                                     recall_k, rerank)
         ef_search = DEFAULT_EF_SEARCH if ef_search is None else ef_search
         n, d = bank.rows, bank.dim
         self.metric = metric
@@ -391,6 +449,9 @@ class KnnIndex:
         elif kind in ("ivf_flat", "ivf_pq"):
             index = _build_ivf(faiss, bank, kind, metric, nlist, nprobe, pq_m, pq_nbits, seed,
                                train_points_per_list, self.options)
+            if kind == "ivf_pq":
+                index = _with_rerank(faiss, index, bank, metric, rerank)
+                self.options["rerank_factor"] = rerank
         else:
             index = _build_hnsw(faiss, bank, metric, hnsw_m, ef_construction, ef_search,
                                 deterministic, self.options)
@@ -405,7 +466,7 @@ class KnnIndex:
         if kind != "exact" and recall_queries is not None and len(recall_queries) and recall_k:
             self._measure_recall(faiss, index, bank, recall_queries, recall_k, target)
         want_gpu = (num_gpus() > 0) if use_gpu is None else bool(use_gpu)
-        if want_gpu and kind != "hnsw" and num_gpus() > 0:
+        if want_gpu and kind != "hnsw" and not rerank and num_gpus() > 0:
             self._move_to_gpu(faiss, index)
 
     def _width(self, k: int) -> int | None:
@@ -426,7 +487,7 @@ class KnnIndex:
         if kind == "hnsw":
             index.hnsw.efSearch = int(width)
         else:
-            index.nprobe = int(width)
+            ivf_part(index).nprobe = int(width)
 
     def _host_index(self) -> Any:
         """The CPU index (made once from the GPU index when searching on a GPU)."""
@@ -438,7 +499,8 @@ class KnnIndex:
 
     def _exact_calibration_ids(self, k: int) -> np.ndarray:
         """Exact top-k ids of the calibration queries from the index itself: every IVF list
-        (nprobe = nlist, exact distances for IVF-Flat) or HNSW's flat storage."""
+        (nprobe = nlist, exact distances for IVF-Flat), HNSW's flat storage, or the flat copy
+        that re-ranks IVF-PQ."""
         faiss = load_faiss()
 
         assert self._calibration is not None  # called by width_for, with a recall target
@@ -446,6 +508,8 @@ class KnnIndex:
         index = self._host_index()
         if self.kind == "hnsw":
             return faiss.downcast_index(index.storage).search(queries, k)[1]
+        if self.kind == "ivf_pq":
+            return faiss.downcast_index(index.refine_index).search(queries, k)[1]
         index.nprobe = index.nlist
         return index.search(queries, k)[1]
 
@@ -466,7 +530,8 @@ class KnnIndex:
                 means[width] = float(per_query.mean())
                 return recall_lower_bound(per_query)
 
-            lo, hi = (k, max(k, self.ntotal)) if self.kind == "hnsw" else (1, index.nlist)
+            lo, hi = ((k, max(k, self.ntotal)) if self.kind == "hnsw"
+                      else (1, ivf_part(index).nlist))
             width, _ = calibrate_width(bound_of, lo, hi, target)
             self._widths[k] = (width, means[width])
         return self._widths[k]
@@ -483,6 +548,12 @@ class KnnIndex:
             width, self.recall = self.width_for(k)
             self.options.update({"ef_search" if self.kind == "hnsw" else "nprobe": width,
                                  "recall_target": target})
+            if self.recall < target:
+                warnings.warn(
+                    f"knn index {self.kind}: recall@{k} {self.recall:.3f} stays below the "
+                    f"recall_target {target} even at the widest search ({width}); "
+                    + ("raise rerank_factor or pq_m" if self.kind == "ivf_pq"
+                       else "the index cannot reach it"), FeatstoreWarning, stacklevel=3)
         else:
             exact = exact_knn(faiss, queries, bank, k, self.metric)
             self._apply_width(index, self.kind, self._width(k))
