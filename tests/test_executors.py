@@ -135,7 +135,7 @@ def test_ray_equals_local_and_killed_unit_redone(ray_cluster, experiment, local_
     def drive():
         try:
             box["res"] = run_experiment(load_experiment(experiment), out,
-                                        executor=RayExecutor(poll_s=0.5, retries=2))
+                                        executor=RayExecutor(poll_s=0.1, retries=2))
         except BaseException as exc:   # noqa: BLE001 (re-raised in the test thread)
             box["exc"] = exc
 
@@ -156,7 +156,7 @@ def test_ray_equals_local_and_killed_unit_redone(ray_cluster, experiment, local_
     code, stdout, err = run(capsys, "run", "--status", str(out), "--json")
     assert code == 0, err
     assert json.loads(stdout)["counts"]["done"] == 2, stdout
-    again = run_experiment(load_experiment(experiment), out, executor=RayExecutor(poll_s=0.5))
+    again = run_experiment(load_experiment(experiment), out, executor=RayExecutor(poll_s=0.1))
     assert _comparable(again) == _comparable(local_result)
     assert {u: read_state(out, u)["pid"] for u in UNITS} == pids     # read back, not rerun
 
@@ -475,7 +475,7 @@ def test_protocol_osr_on_ray_equals_local(ray_cluster, tmp_path, capsys):
     assert code == 0, err
     local = json.loads(stdout)
     cfg = tmp_path / "ray.toml"
-    cfg.write_text('[executor]\nkind = "ray"\npoll_s = 0.5\n')
+    cfg.write_text('[executor]\nkind = "ray"\npoll_s = 0.1\n')
     torch.set_num_threads(1)
     try:
         code, stdout, err = run(capsys, *args, "--out", str(tmp_path / "ray"),
@@ -596,7 +596,23 @@ def _same_store_arrays(got: str | Path, ref: str | Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def gbench_serial(tmp_path_factory) -> dict:
+def gbench_one_thread():
+    """$FEATSTORE_THREADS=1 for the rest of the module: `build_gbench` trains and extracts on
+    that many torch threads (`pipeline.demo_threads`) here, in the pool's spawned processes
+    and in the Slurm jobs (which inherit the environment), so every build runs on the same
+    count as the reference (same bits) and none spin-waits for a core the other test worker
+    holds (two threads took ~6x longer than one on this busy 2-core machine)."""
+    old = os.environ.get("FEATSTORE_THREADS")
+    os.environ["FEATSTORE_THREADS"] = "1"
+    yield
+    if old is None:
+        os.environ.pop("FEATSTORE_THREADS", None)
+    else:
+        os.environ["FEATSTORE_THREADS"] = old
+
+
+@pytest.fixture(scope="module")
+def gbench_serial(gbench_one_thread, tmp_path_factory) -> dict:
     """The reference: the tiny mini-Gbench (2 OOD splits, 1 training epoch) of the w8 and
     scratch backbones built one after the other in this process (`gbench.build_gbench`, as
     `gscore gbench` without an executor), {backbone: summary}."""
@@ -608,11 +624,28 @@ def gbench_serial(tmp_path_factory) -> dict:
     try:
         res = {}
         for b in ("w8", "scratch"):
+            torch.set_num_threads(2)
             with build_gbench(out, backbone=b, **GBENCH_TINY) as st:
+                assert torch.get_num_threads() == 1      # $FEATSTORE_THREADS, not the CPUs
                 res[b] = build_summary(st, 0.0)
     finally:
-        torch.set_num_threads(threads)    # build_gbench sets the machine's CPU count
+        torch.set_num_threads(threads)    # build_gbench sets $FEATSTORE_THREADS' count
     return res
+
+
+def test_demo_threads_follow_featstore_threads(monkeypatch):
+    """The demo's and mini-Gbench's torch threads (`pipeline.demo_threads`): $FEATSTORE_THREADS
+    when set, else os.cpu_count(); a bad value is a UsageError naming the variable."""
+    from featstore.errors import UsageError
+    from featstore.workflows.demo.pipeline import demo_threads
+
+    monkeypatch.setenv("FEATSTORE_THREADS", "3")
+    assert demo_threads() == 3
+    monkeypatch.delenv("FEATSTORE_THREADS")
+    assert demo_threads() == max(1, os.cpu_count() or 1)
+    monkeypatch.setenv("FEATSTORE_THREADS", "zero")
+    with pytest.raises(UsageError, match="FEATSTORE_THREADS"):
+        demo_threads()
 
 
 def test_gbench_builds_in_a_pool_equal_serial(gbench_serial, tmp_path):
