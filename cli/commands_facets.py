@@ -33,7 +33,8 @@ FACETS_METHODS = ["msp", "odin", "mls", "odin_perturbed", "ip_ts_mlv", "oodl"]
 def facets_table_cmd(
     stores: Annotated[list[str], typer.Argument(help="Stores, one per dataset (e.g. the T40, "
                                                      "T45, T50 stores); LABEL=PATH names a "
-                                                     "row.")],
+                                                     "row (default: the store's folder "
+                                                     "name).")],
     method: FacetsMethodOpt = None,
     param: MethodParamOpt = None,
     out_: Annotated[Path | None, typer.Option("--out", help="Markdown file to write.")] = None,
@@ -62,6 +63,7 @@ def facets_table_cmd(
     """
     setup(json_, quiet)
     from featstore import Store
+    from featstore.specs.labels import labelled_paths
     from featstore.workflows.protocols.facets import facets_table, write_markdown_table
     from scorers.sweep import check_select_by
 
@@ -78,7 +80,7 @@ def facets_table_cmd(
         return
     with ExitStack() as stack:
         opened = []
-        for label, path in _labelled(stores):
+        for label, path in labelled_paths(stores, "STORES"):
             st = stack.enter_context(Store.open(path))
             require_rows(st)
             opened.append((label, st))
@@ -90,23 +92,15 @@ def facets_table_cmd(
     emit(table, lambda: _print_facets(table, methods, out_))
 
 
-def _labelled(stores: list[str]) -> list[tuple[str, str]]:
-    """(label, path) per STORES item: LABEL=PATH, or PATH labelled by its directory name."""
-    pairs = []
-    for item in stores:
-        label, sep, path = item.partition("=")
-        pairs.append((label, path) if sep else (Path(item).name, item))
-    return pairs
-
-
 def _facets_units(runner, stores: list[str], methods: list[str], params: dict,
                   no_cache: bool, work: Path | None, tuning: dict) -> dict:
     """facets-table on an executor: the stores checked here, one unit per store."""
     from featstore import Store
+    from featstore.specs.labels import labelled_paths
     from featstore.workflows.experiments.workflows import facets_units
 
     labelled = []
-    for label, path in _labelled(stores):
+    for label, path in labelled_paths(stores, "STORES"):
         with Store.open(path) as st:
             require_rows(st)
         labelled.append((label, path))

@@ -124,7 +124,7 @@ def table(
     results: Annotated[list[str], typer.Argument(
         help="[LABEL=]PATH: a results.json of `featstore run` / `protocol osr`, its output "
         "directory, or a `protocol ten-methods` output directory (all its datasets); "
-        "LABEL names the rows (default: the data's or the spec's file name).")],
+        "LABEL names the rows (default: the data's or the spec's file name less .toml).")],
     layout: LayoutOpt = "paper",
     out_: Annotated[Path | None, typer.Option(
         "--out", help="Write the tables as Markdown to this file.")] = None,

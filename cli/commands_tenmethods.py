@@ -32,7 +32,7 @@ def ten_methods(
         "--spec", help="[LABEL=]bench.toml: a dataset's benchmark spec (id/train, id/val, "
         "id/test, OOD test splits ood/<group>/<name>: the groups, e.g. simi, near, far, come "
         "from the spec; OOD val splits to tune on); repeatable, one per dataset. LABEL names "
-        "its rows and OUT/LABEL (default: the file name).")],
+        "its rows and OUT/LABEL (default: the file name less .toml).")],
     out_: OutDirOpt,
     runs: Annotated[int, typer.Option(
         help="Training runs per dataset (seeds 0..R-1): the paper's 7.")] = 7,

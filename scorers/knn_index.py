@@ -10,8 +10,21 @@
   `min(4 * sqrt(N), N // 39)`, at least 1: FAISS wants >= 39 training points per cell);
   a query visits `nprobe` cells (default `max(8, nlist // 16)`, at most `nlist`).
 - `ivf_pq`: `IndexIVFPQ`, the same inverted file with product-quantized residuals: `pq_m`
-  sub-quantizers (default: the largest divisor of D that is <= D // 4, i.e. sub-vectors of
-  >= 4 dims) of `pq_nbits` bits each (default 8, lowered to floor(log2 N) for tiny banks).
+  sub-quantizers (default: the largest divisor of D that is <= D // 8, i.e. sub-vectors of
+  >= 8 dims: 256 bytes a row at D = 2048 against 8 KiB of float32) of `pq_nbits` bits each
+  (default 8, lowered to floor(log2 N) for tiny banks), trained (FAISS's 25 k-means
+  iterations per sub-quantizer) on at most `train_points_per_list` points per code, as the
+  coarse quantizer is, since FAISS's PQ k-means costs ~0.5 s a sub-quantizer at its own 256,
+  re-ranked exactly (`rerank_factor`, default 10: the re-ranking costs 10 k exact distances
+  a query, little beside the scan, and 4 stayed below recall 0.95 on near-isotropic
+  64-dim data where 8 and 10 reached it): a search at k takes the
+  `rerank_factor * k` best candidates by quantized distance from the inverted lists and
+  returns the k best of them by exact distance, computed from a flat copy of the bank
+  (`IndexRefine` over an `IndexFlat`), so the distances a scorer sees are exact (float32)
+  and only the neighbour set is approximate. The flat copy is the bank's only full-precision
+  copy (the index then holds the bank plus N * pq_m * pq_nbits / 8 bytes of codes); the
+  scan of the probed lists reads the codes, not the vectors. `rerank_factor = 0` keeps the
+  quantized distances (codes only, no flat copy: the memory-lean form).
 - `hnsw`: `IndexHNSWFlat` graph with `hnsw_m` links per node (default 32),
   `ef_construction` (default 200) and `ef_search` (default 256; a search uses
   max(ef_search, k)).
@@ -22,22 +35,10 @@ list; FAISS's own default is 256), drawn with numpy's default_rng(`seed`): k-mea
 N = 100k, and 64 points per centroid keep the centroids (and the recall) close to a full
 training at a quarter of the cost (measured in benchmarks/results/knn-ann.md).
 
-Recall calibration (`recall_target`, with `recall_queries` and `recall_k`; ivf_flat and
-hnsw): the search width (IVF `nprobe`, HNSW `ef_search`) for searches at k is the smallest
-width w, found by doubling from the lowest width (nprobe 1; ef_search k) and then bisecting
-between the last width below the target and the first at or above it, at which a one-sided
-95% lower confidence bound on recall@k, mean - 1.645 sd / sqrt(n) of the per-query recalls
-of the n recall queries against their exact top k (from the index itself: IVF-Flat scanning
-every list, nprobe = nlist; HNSW's flat storage), is >= `recall_target` (the bound, not the
-mean: with the mean, the smallest passing width is the one whose sample recall happens to
-be high, and new queries came out ~0.015 below the target at 20k x 2048); the widest setting
-(nprobe = nlist; ef_search = N) ends the doubling. The width is calibrated for `recall_k` at
-build (recorded in `options`: `nprobe` / `ef_search`, `recall_target`; its recall in
-`recall`) and, the first time another k is searched (a K grid), for that k: the index build
-does not depend on k, the width does. The recall is measured on the queries it was
-calibrated on (their mean, >= the bound); held-out queries are checked in the tests and in
-benchmarks/bench_ann.py. Every step is a deterministic search, so the choice is
-too. `ivf_pq` ignores the target (see `check_recall_target`).
+Recall calibration (`recall_target`, with `recall_queries` and `recall_k`; ivf_flat, ivf_pq
+re-ranked and hnsw): the search width (IVF `nprobe`, HNSW `ef_search`) is the smallest one
+whose lower confidence bound on recall@k reaches the target (`scorers.knn_recall`), recorded
+in `options`; its recall in `recall`.
 
 Determinism: IVF k-means (coarse quantizer and PQ codebooks) is trained with the fixed seed
 `seed` (`ClusteringParameters.seed` of the index and of its PQ). HNSW draws node levels from
@@ -47,7 +48,8 @@ restored afterwards). Searches are deterministic.
 
 GPU: when `faiss.get_num_gpus() > 0` (and `use_gpu` is not False), flat and IVF indexes are
 moved to GPU 0 after training and adding on the CPU; HNSW has no GPU version and stays on the
-CPU. A configuration the GPU build refuses (e.g. an unsupported PQ size) stays on the CPU.
+CPU, and so does a re-ranked IVF-PQ index (FAISS moves no `IndexRefine` to a GPU). A
+configuration the GPU build refuses (e.g. an unsupported PQ size) stays on the CPU.
 GPU k-selection is limited to k <= 2048; a larger k searches a CPU copy of the index, made
 (once) on first need.
 
@@ -63,16 +65,24 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Hashable
+import warnings
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
 
-from featstore.errors import FeatstoreError, UsageError
+from featstore.errors import FeatstoreError, FeatstoreWarning, UsageError
 
 from .kernels.iptopk import exact_ip_search, exact_ip_values
 from .kernels.rowfeat import l2_normalize_rows
 from .knn_bank import BankStream, exact_knn, fill_flat, fill_ivf, sample_rows
+from .knn_recall import (
+    calibrate_width,
+    check_recall_target,
+    query_recalls,
+    recall_at_k,
+    recall_lower_bound,
+)
 
 INDEX_KINDS = ("exact", "ivf_flat", "ivf_pq", "hnsw")
 METRICS = ("l2", "ip")
@@ -82,8 +92,8 @@ DEFAULT_EF_SEARCH = 256
 # exact inner-product search on the CPU at k >= N / 10 uses own sgemm + partition
 OWN_IP_SEARCH_FRACTION = 10
 DEFAULT_TRAIN_POINTS_PER_LIST = 64
+DEFAULT_RERANK_FACTOR = 10  # ivf_pq: exact re-ranking of 10 k candidates per query
 MIN_TRAIN_POINTS_PER_LIST = 39
-RECALL_CONFIDENCE_Z = 1.645  # one-sided 95% lower bound on the calibrated recall
 
 
 def load_faiss() -> Any:
@@ -153,99 +163,12 @@ def subsample_rows(n: int, fraction: float, seed: int) -> np.ndarray | None:
     return np.sort(rng.choice(n, size=size, replace=False))
 
 
-def query_recalls(approx_idx: np.ndarray, exact_idx: np.ndarray) -> np.ndarray:
-    """Per query |approx neighbours ∩ exact neighbours| / k (both (n, k) ids), float64 (n,).
-
-    Ids of -1 (FAISS's "not found") never count as hits."""
-    approx_idx = np.asarray(approx_idx)
-    exact_idx = np.asarray(exact_idx)
-    if approx_idx.shape != exact_idx.shape or approx_idx.ndim != 2:
-        raise ValueError(
-            f"recall_at_k: expected two (n, k) arrays of the same shape, got "
-            f"{approx_idx.shape} and {exact_idx.shape}"
-        )
-    n, k = exact_idx.shape
-    if k == 0:
-        return np.ones(n)
-    hits = [np.intersect1d(a[a >= 0], e[e >= 0]).size
-            for a, e in zip(approx_idx, exact_idx, strict=True)]
-    return np.asarray(hits, dtype=np.float64) / k
-
-
-def recall_at_k(approx_idx: np.ndarray, exact_idx: np.ndarray) -> float:
-    """Mean over queries of |approx neighbours ∩ exact neighbours| / k (both (n, k) ids)."""
-    per_query = query_recalls(approx_idx, exact_idx)
-    return float(per_query.mean()) if per_query.size else 1.0
-
-
-def recall_lower_bound(per_query: np.ndarray, z: float = RECALL_CONFIDENCE_Z) -> float:
-    """mean - z * sd / sqrt(n) of per-query recalls (sd with ddof = 1; 0 for one query): a
-    one-sided lower confidence bound on the mean recall of queries like these (z = 1.645:
-    95%)."""
-    n = per_query.size
-    sd = float(per_query.std(ddof=1)) if n > 1 else 0.0
-    return float(per_query.mean()) - z * sd / math.sqrt(max(n, 1))
-
-
-def calibrate_width(recall_of: Callable[[int], float], lo: int, hi: int,
-                    target: float) -> tuple[int, float]:
-    """(width, recall_of(width)): the smallest width in [lo, hi] reaching `target`, found by
-    doubling from `lo` and then bisecting between the last width below the target and the
-    first at or above it; (hi, its recall) when even `hi` stays below. Each width is
-    evaluated at most once."""
-    seen: dict[int, float] = {}
-
-    def at(width: int) -> float:
-        if width not in seen:
-            seen[width] = recall_of(width)
-        return seen[width]
-
-    below, width = lo - 1, lo
-    while at(width) < target and width < hi:
-        below, width = width, min(2 * width, hi)
-    if at(width) < target:
-        return width, at(width)
-    while width - below > 1:
-        mid = (below + width) // 2
-        if at(mid) >= target:
-            width = mid
-        else:
-            below = mid
-    return width, at(width)
-
-
-def check_recall_target(recall_target: float | None, kind: str, nprobe: int | None,
-                        ef_search: int | None, recall_queries: np.ndarray | None,
-                        recall_k: int) -> float | None:
-    """`recall_target` as a float in (0, 1], or None: no calibration, also for `exact` (its
-    recall is 1) and `ivf_pq` (its distances are quantized, so the exact neighbours cannot be
-    recomputed from the index, and its recall is bounded by the quantization, not by nprobe).
-    UsageError for a value out of range, a target without recall queries, or a target
-    together with the width it would choose (nprobe / ef_search)."""
-    if recall_target is None:
-        return None
-    if (isinstance(recall_target, bool) or not isinstance(recall_target, numbers.Real)
-            or not 0.0 < float(recall_target) <= 1.0):
-        raise UsageError(f"knn index: recall_target={recall_target!r} must satisfy "
-                         "0 < recall_target <= 1")
-    if kind in ("exact", "ivf_pq"):
-        return None
-    if recall_queries is None or not len(recall_queries) or recall_k < 1:
-        raise UsageError("knn index: recall_target needs recall_queries (>= 1 row) and "
-                         "recall_k >= 1 to calibrate on")
-    width_name, width = ("ef_search", ef_search) if kind == "hnsw" else ("nprobe", nprobe)
-    if width is not None:
-        raise UsageError(f"knn index: {width_name}={width} and recall_target="
-                         f"{recall_target} are exclusive (the target chooses {width_name})")
-    return float(recall_target)
-
-
 def _default_nlist(n: int) -> int:
     return max(1, min(int(4 * math.sqrt(n)), n // 39))
 
 
 def _default_pq_m(d: int) -> int:
-    target = max(1, d // 4)
+    target = max(1, d // 8)
     for m in range(target, 0, -1):
         if d % m == 0:
             return m
@@ -257,13 +180,48 @@ def _flat(faiss: Any, metric: str, d: int) -> Any:
     return faiss.IndexFlatL2(d) if metric == "l2" else faiss.IndexFlatIP(d)
 
 
+def check_rerank_factor(rerank_factor: int | None, kind: str) -> int:
+    """`rerank_factor` as an int >= 0 (None: DEFAULT_RERANK_FACTOR for ivf_pq); UsageError
+    for another value, or a factor given to an index kind that has no quantized distances."""
+    if rerank_factor is None:
+        return DEFAULT_RERANK_FACTOR if kind == "ivf_pq" else 0
+    if (isinstance(rerank_factor, bool) or not isinstance(rerank_factor, numbers.Integral)
+            or rerank_factor < 0):
+        raise UsageError(f"knn index: rerank_factor={rerank_factor!r} must be an integer >= 0 "
+                         "(0: quantized distances, no re-ranking)")
+    if kind != "ivf_pq" and rerank_factor:
+        raise UsageError(f"knn index: rerank_factor={rerank_factor} applies to ivf_pq only "
+                         f"(index {kind!r} computes exact distances)")
+    return int(rerank_factor)
+
+
+def ivf_part(index: Any) -> Any:
+    """The IVF index inside `index`: itself, or the base of an exact re-ranking wrapper."""
+    base = getattr(index, "base_index", None)
+    if base is None:
+        return index
+    return load_faiss().downcast_index(base)
+
+
+def _with_rerank(faiss: Any, index: Any, bank: BankStream, metric: str, factor: int) -> Any:
+    """`index` (filled) wrapped in an exact re-ranking `IndexRefine` whose flat copy of the
+    bank is filled chunk by chunk into storage sized once; `index` itself when factor is 0."""
+    if not factor:
+        return index
+    flat = _flat(faiss, metric, bank.dim)
+    fill_flat(flat, flat, bank)
+    refined = faiss.IndexRefine(index, flat)
+    refined.k_factor = float(factor)
+    return refined
+
+
 def _build_ivf(faiss: Any, bank: BankStream, kind: str, metric: str, nlist: int | None,
                nprobe: int | None, pq_m: int | None, pq_nbits: int | None, seed: int,
                train_points_per_list: int, options: dict[str, Any]) -> Any:
     """A trained IVF-Flat or IVF-PQ index holding `bank` (trained on a seeded sample of
     `train_points_per_list * nlist` rows, filled chunk by chunk: `scorers.knn_bank`); the
     options it chose go into `options` (nlist, nprobe, train_points_per_list; pq_m,
-    pq_nbits)."""
+    pq_nbits). An IVF-PQ index is returned bare (the caller adds the re-ranking)."""
     n, d = bank.rows, bank.dim
     faiss_metric = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
     nlist = _default_nlist(n) if nlist is None else int(nlist)
@@ -288,6 +246,7 @@ def _build_ivf(faiss: Any, bank: BankStream, kind: str, metric: str, nlist: int 
                              "1 <= pq_nbits <= 16")
         index = faiss.IndexIVFPQ(quantizer, d, nlist, pq_m, pq_nbits, faiss_metric)
         index.pq.cp.seed = int(seed)
+        index.pq.cp.max_points_per_centroid = int(train_points_per_list)
         options.update(pq_m=pq_m, pq_nbits=pq_nbits)
     if train_points_per_list < MIN_TRAIN_POINTS_PER_LIST:
         raise UsageError(f"knn index: train_points_per_list={train_points_per_list} must be "
@@ -345,6 +304,7 @@ class KnnIndex:
         nprobe: int | None = None,
         pq_m: int | None = None,
         pq_nbits: int | None = None,
+        rerank_factor: int | None = None,
         hnsw_m: int = 32,
         ef_construction: int = 200,
         ef_search: int | None = None,
@@ -374,8 +334,9 @@ class KnnIndex:
                              f"{(0, bank.dim)}")
         if query_chunk < 1:
             raise UsageError(f"knn index: query_chunk={query_chunk} must be >= 1")
+        rerank = check_rerank_factor(rerank_factor, kind)
         target = check_recall_target(recall_target, kind, nprobe, ef_search, recall_queries,
-                                     recall_k)
+                                     recall_k, rerank)
         ef_search = DEFAULT_EF_SEARCH if ef_search is None else ef_search
         n, d = bank.rows, bank.dim
         self.metric = metric
@@ -391,6 +352,9 @@ class KnnIndex:
         elif kind in ("ivf_flat", "ivf_pq"):
             index = _build_ivf(faiss, bank, kind, metric, nlist, nprobe, pq_m, pq_nbits, seed,
                                train_points_per_list, self.options)
+            if kind == "ivf_pq":
+                index = _with_rerank(faiss, index, bank, metric, rerank)
+                self.options["rerank_factor"] = rerank
         else:
             index = _build_hnsw(faiss, bank, metric, hnsw_m, ef_construction, ef_search,
                                 deterministic, self.options)
@@ -405,7 +369,7 @@ class KnnIndex:
         if kind != "exact" and recall_queries is not None and len(recall_queries) and recall_k:
             self._measure_recall(faiss, index, bank, recall_queries, recall_k, target)
         want_gpu = (num_gpus() > 0) if use_gpu is None else bool(use_gpu)
-        if want_gpu and kind != "hnsw" and num_gpus() > 0:
+        if want_gpu and kind != "hnsw" and not rerank and num_gpus() > 0:
             self._move_to_gpu(faiss, index)
 
     def _width(self, k: int) -> int | None:
@@ -426,7 +390,7 @@ class KnnIndex:
         if kind == "hnsw":
             index.hnsw.efSearch = int(width)
         else:
-            index.nprobe = int(width)
+            ivf_part(index).nprobe = int(width)
 
     def _host_index(self) -> Any:
         """The CPU index (made once from the GPU index when searching on a GPU)."""
@@ -438,7 +402,8 @@ class KnnIndex:
 
     def _exact_calibration_ids(self, k: int) -> np.ndarray:
         """Exact top-k ids of the calibration queries from the index itself: every IVF list
-        (nprobe = nlist, exact distances for IVF-Flat) or HNSW's flat storage."""
+        (nprobe = nlist, exact distances for IVF-Flat), HNSW's flat storage, or the flat copy
+        that re-ranks IVF-PQ."""
         faiss = load_faiss()
 
         assert self._calibration is not None  # called by width_for, with a recall target
@@ -446,6 +411,8 @@ class KnnIndex:
         index = self._host_index()
         if self.kind == "hnsw":
             return faiss.downcast_index(index.storage).search(queries, k)[1]
+        if self.kind == "ivf_pq":
+            return faiss.downcast_index(index.refine_index).search(queries, k)[1]
         index.nprobe = index.nlist
         return index.search(queries, k)[1]
 
@@ -466,7 +433,8 @@ class KnnIndex:
                 means[width] = float(per_query.mean())
                 return recall_lower_bound(per_query)
 
-            lo, hi = (k, max(k, self.ntotal)) if self.kind == "hnsw" else (1, index.nlist)
+            lo, hi = ((k, max(k, self.ntotal)) if self.kind == "hnsw"
+                      else (1, ivf_part(index).nlist))
             width, _ = calibrate_width(bound_of, lo, hi, target)
             self._widths[k] = (width, means[width])
         return self._widths[k]
@@ -483,6 +451,12 @@ class KnnIndex:
             width, self.recall = self.width_for(k)
             self.options.update({"ef_search" if self.kind == "hnsw" else "nprobe": width,
                                  "recall_target": target})
+            if self.recall < target:
+                warnings.warn(
+                    f"knn index {self.kind}: recall@{k} {self.recall:.3f} stays below the "
+                    f"recall_target {target} even at the widest search ({width}); "
+                    + ("raise rerank_factor or pq_m" if self.kind == "ivf_pq"
+                       else "the index cannot reach it"), FeatstoreWarning, stacklevel=3)
         else:
             exact = exact_knn(faiss, queries, bank, k, self.metric)
             self._apply_width(index, self.kind, self._width(k))

@@ -164,6 +164,12 @@ class BankScorer(Scorer):
                      f"this store's bank {size}/{self.grid_bank} ({n} rows of {FIT_SPLIT} x "
                      f"{fp} {self.params[fp]})")
 
+    def score_form(self) -> str:
+        """"reranked" with `index` = ivf_pq, whose distances are exact after re-ranking
+        (`scorers.knn_index`): scores cached from its earlier quantized distances are never
+        read back; "" otherwise."""
+        return "reranked" if self.params.get("index") == "ivf_pq" else ""
+
     # ------------------------------------------------------------------ subclass hooks
     def _build(self, store: StoreLike, params: Mapping[str, Any]) -> KnnIndex:
         raise NotImplementedError

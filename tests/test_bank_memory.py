@@ -58,7 +58,9 @@ if case in ("knn", "nnguide"):
     rows = fitted.bank_size
 else:  # an approximate index over a quarter of the bank, from the same stream
     stream = knn_stream(store, 0.5, 0, 8192)
-    options = {"nlist": 64} if case == "ivf_flat" else {"hnsw_m": 8, "ef_construction": 40}
+    options = {"ivf_flat": {"nlist": 64},
+               "ivf_pq": {"nlist": 64, "pq_m": 16, "pq_nbits": 4},  # re-ranked: flat + codes
+               "hnsw": {"hnsw_m": 8, "ef_construction": 40}}[case]
     fitted = KnnIndex(stream, kind=case, **options)
     rows = fitted.ntotal
 print(json.dumps({"growth": rss("VmHWM") - base, "rows": int(rows)}))
@@ -89,7 +91,7 @@ def _fit_growth(path: Path, case: str) -> tuple[float, int]:
     return out["growth"], out["rows"]
 
 
-@pytest.mark.parametrize("case", ["knn", "nnguide", "ivf_flat", "hnsw"])
+@pytest.mark.parametrize("case", ["knn", "nnguide", "ivf_flat", "ivf_pq", "hnsw"])
 def test_bank_fit_holds_one_copy(bank_store, case):
     growth, rows = _fit_growth(bank_store, case)
     bank = rows * DIM * 4

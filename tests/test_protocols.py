@@ -217,6 +217,38 @@ def test_osr_digits_end_to_end(tmp_path, capsys):
         f"| digits | 7/3 | {mean:.2f} ± {std:.2f} (!)" in paper)
 
 
+def test_osr_runs_on_the_command_line(tmp_path, capsys):
+    """`protocol osr --runs 2 --seeds 1` on the digits (tiny CNN at 8 px, 1 epoch, MSP; one
+    division keeps it cheap, and unequal counts catch the two options swapped): results.json
+    holds runs x divisions = 2 x 1 runs of 7/3, run r of division s trained with seed
+    s + 1000 r (the --runs help, `runner`), so the two runs share the division's classes and
+    differ in training seed and model; each run's checkpoint holds its training seed; the
+    aggregate is NumPy's mean and population std over the 2 AUROCs. (2 x 2 divisions through
+    an experiment file: tests/test_experiments.py.)"""
+    out = tmp_path / "osr"
+    code, _, err = run(capsys, "protocol", "osr", "--data", "digits", "--ratios", "7/3",
+                       "--seeds", "1", "--runs", "2", "--epochs", "1", "--methods", "msp",
+                       "--image-size", "8", "--batch-size", "128",
+                       "--arch", "tests.helpers.tiny_models:TinyCNN", "--device", "cpu",
+                       "--out", str(out), "--quiet")
+    assert code == 0, err
+    result = json.loads((out / "results.json").read_text())
+    assert result["experiment"]["runs"] == 2 and result["experiment"]["seeds"] == [0]
+    runs = result["runs"]
+    assert [(r["seed"], r["run"], r["train_seed"]) for r in runs] == [(0, 0, 0), (0, 1, 1000)]
+    assert all(r["status"] == "ok" and r["method"] == "MSP" for r in runs)
+    assert runs[0]["closed"] == runs[1]["closed"] and len(runs[0]["closed"]) == 7
+    assert runs[0]["model_sha256"] != runs[1]["model_sha256"]
+    for r in runs:
+        ckpt = torch.load(Path(r["store"]).parent / "model.pt", weights_only=True)
+        assert ckpt["config"]["seed"] == r["train_seed"]
+    agg = result["aggregate"]["7/3"]["MSP"]
+    assert agg["n"] == 2 and agg["train_seeds"] == [0, 1000]
+    vals = np.array([r["groups"]["osr"]["auroc"] for r in runs])
+    assert agg["groups"]["osr"]["auroc"]["mean"] == pytest.approx(vals.mean(), abs=1e-12)
+    assert agg["groups"]["osr"]["auroc"]["std"] == pytest.approx(vals.std(), abs=1e-12)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--data", "digits", "--ratios", "7-3"], "--ratios: '7-3'"),
     (["--data", "/no/such/data"], "--data '/no/such/data'"),

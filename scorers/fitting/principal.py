@@ -9,18 +9,21 @@
 
 (u = -pinv(W) @ b, V, lambda and the residual norms are `scorers.kernels.subspace`.)
 
-`dim` (k): 1 <= dim < min(D, N) before the fit (N: the id/train rows) and dim <= rank(S)
-(dim < rank(S) where a residual must remain) after it; default None = the ViM paper's rule
-(`default_dim`).
+`dim` (k): 1 <= dim < min(D, N) (N: the id/train rows) and dim <= rank(S) (dim < rank(S)
+where a residual must remain: ViM, `PrincipalScorer.needs_residual`); default None = the ViM
+paper's rule (`default_dim`).
 
-ViM (`PrincipalScorer.needs_residual`) also knows rank(S) BEFORE its fit: its `valid_ranges`
-is 1 <= dim <= min(D, N, rank(S)) - 1, so a default dim the id/train features cannot support
-(rank-deficient features: D = 63 at rank 60) is clamped by the one defaults rule
-(`scorers.adapt`, listed in "adjusted", a warning from `Scorer.fit`) instead of failing the
-scorer, and a dim the user gave above it is refused at fit, naming the rank. The space that
-tells the rank is the one the fit uses (`shared_space`: one id/train pass and one
-eigendecomposition per store object, kept while the store object lives, computed under the
-fit's thread limit, so the bits are the fit's whichever asks first).
+Both scorers know rank(S) BEFORE their fit: `valid_ranges` is 1 <= dim <= min(D, N, rank(S))
+- 1, so a default dim the id/train features cannot support (rank-deficient features: D = 63
+at rank 60) is clamped to rank(S) - 1 by the one defaults rule (`scorers.adapt`, listed in
+"adjusted", a warning from `Scorer.fit`) instead of failing the scorer, and a dim the user
+gave above the limit (ViM: rank(S) - 1, Residual: rank(S)) is refused at fit, naming the rank
+(`check_rank`). Residual's default is clamped to rank(S) - 1 too, not to rank(S): at dim =
+rank(S) every id/train row's residual is 0, and so is every row's where the deficiency is the
+features' own (dead units), a score of rounding noise; a dim = rank(S) the user gives is
+kept. The space that tells the rank is the one the fit uses (`shared_space`: one id/train
+pass and one eigendecomposition per store object, kept while the store object lives,
+computed under the fit's thread limit, so the bits are the fit's whichever asks first).
 """
 
 from __future__ import annotations
@@ -111,15 +114,17 @@ def check_dim_below_rows(scorer_name: str, dim: int, store: StoreLike) -> None:
 
 def dim_range(store: StoreLike, rank: int | None = None) -> ValidRange:
     """dim's data-dependent range: 1 <= dim < min(D, N) (N = id/train rows; see
-    `check_dim_below_rows`); shared by vim and residual. With `rank` (ViM: rank(S), known
-    before the fit) and rank < min(D, N): 1 <= dim <= rank - 1, a residual left on id/train."""
+    `check_dim_below_rows`); shared by vim and residual. With `rank` (rank(S), known before
+    the fit) and rank < min(D, N): 1 <= dim <= rank - 1, a residual left on id/train."""
     d = feature_dim(store)
     n = store.split(FIT_SPLIT).num_rows if store.has_split(FIT_SPLIT) else d
     if rank is not None and rank < min(d, n):
         return ValidRange(1, rank - 1, f"1 <= dim <= rank(S) - 1 = {rank - 1}: the "
                                        f"{FIT_SPLIT!r} features span {rank} directions about "
-                                       f"u (numerical rank of S, D = {d}, N = {n}), and ViM's "
-                                       f"alpha needs a residual on them")
+                                       f"u (numerical rank of S, D = {d}, N = {n}), and a "
+                                       f"default dim keeps a residual on them (ViM's alpha "
+                                       f"divides by it; at dim = rank every {FIT_SPLIT} "
+                                       f"residual is 0)")
     degenerate = (f"; DEGENERATE at dim = N - 1 = {n - 1}: the principal space then holds "
                   f"every {FIT_SPLIT} row (their residuals ~0, far below any test row's); the "
                   f"store needs more {FIT_SPLIT} rows than D = {d}") if n <= d else ""
@@ -135,19 +140,22 @@ _SPACES = weakref.WeakKeyDictionary()
 
 def shared_space(scorer: Scorer, store: StoreLike, precision: str
                  ) -> tuple[PrincipalSpace, float | None]:
-    """`fit_principal_space(scorer, store, mean_max_logit=True)` with products in
-    `precision`, computed once per store object and key (id/train's manifest sha256 and row
-    count, the model, the scorer's chunk rows, the precision and the fit's BLAS thread
-    count, under which it runs: what decides its bits); later calls get the same object."""
-    work = fit_work(store, fit_split_names(scorer), value_fields(scorer))
-    key = (*_content_key(store), scorer.chunk_rows, precision, threads_for(work))
+    """`fit_principal_space(scorer, store, mean_max_logit)` with products in `precision`
+    (`mean_max_logit` where the scorer reads logits: ViM, not Residual), computed once per
+    store object and key (id/train's manifest sha256 and row count, the model, the scorer's
+    chunk rows, the precision, the logits pass and the fit's BLAS thread count, under which
+    it runs: what decides its bits); later calls get the same object."""
+    fields = value_fields(scorer)
+    work = fit_work(store, fit_split_names(scorer), fields)
+    with_logits = "logits" in fields
+    key = (*_content_key(store), scorer.chunk_rows, precision, with_logits, threads_for(work))
     try:
         memo = _SPACES.setdefault(store, {})
     except TypeError:  # a store object that cannot be weakly referenced: no sharing
         memo = {}
     if key not in memo:
         with blas_threads(work):
-            memo[key] = fit_principal_space(scorer, store, mean_max_logit=True,
+            memo[key] = fit_principal_space(scorer, store, mean_max_logit=with_logits,
                                             precision=precision)
     return memo[key]
 
@@ -163,7 +171,7 @@ def fit_rank(scorer: Scorer, store: StoreLike, precision: str) -> int | None:
         return None
     split = store.split(FIT_SPLIT)
     record: dict[str, Any] = getattr(split, "nonfinite_record", dict)()  # store.values
-    if not split.num_rows or any(k in ("features", "logits") for k in record):
+    if not split.num_rows or any(k in value_fields(scorer) for k in record):
         return None
     content = _content_key(store)
     try:
@@ -184,27 +192,23 @@ def _content_key(store: StoreLike) -> tuple[Any, ...]:
 
 
 class PrincipalScorer(Scorer):
-    """What vim and residual share about `dim`: the paper's default rule and its range.
-    `needs_residual` (ViM): the range also holds dim < rank(S), known before the fit."""
+    """What vim and residual share about `dim`: the paper's default rule and its range, with
+    rank(S) known before the fit (module docstring). `needs_residual` (ViM): a dim the user
+    gives must also leave a residual, dim < rank(S) (Residual: dim <= rank(S))."""
 
     needs_residual: ClassVar[bool] = False
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         check_dim(self.name, params["dim"], store)
         check_precision(self.name, params["precision"])
-        if store is not None and self.needs_residual:
+        if store is not None:
             rank = fit_rank(self, store, params["precision"])
-            dim = resolve_dim(params["dim"], feature_dim(store))
-            if rank is not None and dim > rank - 1:
-                raise UsageError(
-                    f"scorer {self.name!r}: dim={dim} leaves no residual on {FIT_SPLIT!r} "
-                    f"(its features span {rank} directions about u: the numerical rank of "
-                    f"their covariance, eigenvalues above max * D * eps); valid: "
-                    f"1 <= dim <= {rank - 1}")
+            if rank is not None:
+                dim = resolve_dim(params["dim"], feature_dim(store))
+                check_rank(self.name, dim, rank, self.needs_residual)
 
     def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
-        rank = fit_rank(self, store, params["precision"]) if self.needs_residual else None
-        return {"dim": dim_range(store, rank)}
+        return {"dim": dim_range(store, fit_rank(self, store, params["precision"]))}
 
     def resolve_default(self, param: str, value: Any, store: StoreLike) -> Any:
         return resolve_dim(value, feature_dim(store)) if param == "dim" else value
@@ -217,17 +221,22 @@ class PrincipalScorer(Scorer):
 
 def check_spanned(space: PrincipalSpace, scorer_name: str, dim: int,
                   need_residual: bool) -> None:
+    """`check_rank` with the rank of the fitted space."""
+    check_rank(scorer_name, dim, space.rank, need_residual)
+
+
+def check_rank(scorer_name: str, dim: int, rank: int, need_residual: bool) -> None:
     """The top-`dim` space is determined by S: dim <= rank(S); and, when the id/train rows
     must keep a residual (ViM's alpha), dim < rank(S). Beyond the rank the principal space
     would take arbitrary null-space directions of S (LAPACK's choice, not the data's)."""
-    limit = space.rank - 1 if need_residual else space.rank
+    limit = rank - 1 if need_residual else rank
     if dim > limit:
         what = ("leaves no residual on" if need_residual
                 else "is more than the principal directions spanned by")
         raise UsageError(
-            f"scorer {scorer_name!r}: dim={dim} {what} {FIT_SPLIT!r} (its covariance "
-            f"about u has numerical rank {space.rank}: eigenvalues above max * D * eps); "
-            f"valid: 1 <= dim <= {limit}"
+            f"scorer {scorer_name!r}: dim={dim} {what} {FIT_SPLIT!r} (its features span "
+            f"{rank} directions about u: their covariance has numerical rank {rank}, "
+            f"eigenvalues above max * D * eps); valid: 1 <= dim <= {limit}"
         )
 
 

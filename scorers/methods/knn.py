@@ -28,8 +28,10 @@ Parameters (defaults with sources):
   training set, "alpha"). Valid: 0 < bank_fraction <= 1; bank size = ceil(fraction * N).
 - `seed` = 0: the subsample's seed (and IVF k-means seed).
 - `index` = "exact": "exact" (IndexFlatL2) | "ivf_flat" | "ivf_pq" | "hnsw", with the
-  approximate indexes' parameters at their `scorers.knn_index` defaults. With an approximate
-  index, fit measures recall@K against exact search on 256 id/val rows (`diagnostics`).
+  approximate indexes' parameters at their `scorers.knn_index` defaults (ivf_pq re-ranks its
+  10 K best quantized candidates by exact distance, so its distances are exact). With an
+  approximate index, fit measures recall@K against exact search on 256 id/val rows
+  (`diagnostics`).
 - `recall_target` = 0.95 (approximate indexes only): the IVF nprobe / HNSW ef_search is
   calibrated at fit to the smallest width reaching this recall@K on those rows
   (`scorers.neighbours`); null keeps the fixed default width. Valid: 0 < recall_target <= 1.

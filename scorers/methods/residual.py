@@ -12,11 +12,19 @@ or "float64", exactly as `vim`'s), with the same fitted space as `vim`
     score = -||(x - u) @ V[:, dim:]||_2
 
 Higher is more in-distribution. `dim`: 1 <= dim < min(D, N) with N the id/train rows, and
-dim <= rank(S) after the fit (beyond it the top-`dim` space holds arbitrary null-space
-directions, `scorers.fitting.principal.check_spanned`); default None = the ViM paper's rule
-(1000 if D >= 2048, 512 if D >= 768, else D // 2). OpenOOD v1.5's `residual.yml` fixes
-`dim: 512` and has no sweep; the default sweep grid here is ViM's, OpenOOD v1.5 `vim.yml`
-`dim_list: [256, 1000]` (valid only for D > 1000). OpenOOD fits this baseline on its ID
+dim <= rank(S), the numerical rank of S (beyond it the top-`dim` space holds arbitrary
+null-space directions, `scorers.fitting.principal.check_rank`); default None = the ViM
+paper's rule (1000 if D >= 2048, 512 if D >= 768, else D // 2). rank(S) is known before the
+fit (`scorers.fitting.principal.shared_space`, the space the fit then uses), and the rule is
+ViM's (`PrincipalScorer`): a DEFAULT dim (the paper's rule, a default-grid value) above the
+rank is clamped to rank(S) - 1 by the one defaults rule (`scorers.adapt`: the used value in
+`params`, the change in "adjusted" with the rank, a FeatstoreWarning from `fit`), leaving a
+residual on id/train (at dim = rank(S) every id/train residual is 0, and so is every row's
+where the features themselves are rank-deficient, e.g. dead units: a score of rounding
+noise); a dim the user gave above the rank is a UsageError at fit naming the rank, and one
+equal to it is scored. OpenOOD v1.5's `residual.yml` fixes `dim: 512` and has no sweep; the
+default sweep grid here is OpenOOD v1.5 `vim.yml`'s `dim_list: [256, 1000]` (valid only for
+D > 1000; `vim`'s own grid is five dims scaled to D). OpenOOD fits this baseline on its ID
 validation loader; here, like ViM, on id/train.
 
 Sharing: one eigendecomposition at fit; one projection per block onto V[:, min(dims):] (or
@@ -32,7 +40,7 @@ import numpy as np
 
 from featstore.store.interfaces import SplitLike, StoreLike
 
-from ..fitting.principal import PrincipalScorer, check_spanned, fit_principal_space
+from ..fitting.principal import PrincipalScorer, check_spanned, shared_space
 from ..kernels.precision import DEFAULT_PRECISION
 from ..paper import Paper
 
@@ -48,7 +56,7 @@ class Residual(PrincipalScorer):
                   note="Residual baseline")
 
     def _fit(self, store: StoreLike) -> None:
-        self.space, _ = fit_principal_space(self, store)
+        self.space, _ = shared_space(self, store, self.params["precision"])
 
     def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]

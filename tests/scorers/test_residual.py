@@ -2,7 +2,8 @@
 with u and NS from the full-matrix NumPy transcription of ViM's fit
 (`tests.helpers.references.ref_vim_parts`, np.linalg.pinv / eigh), compared at rtol 1e-6 with
 the scorer in 97-row chunks; a separate construct/fit/score per setting for `score_grid`
-(rtol 1e-9); by-hand norms on a rank-3 store."""
+(rtol 1e-9); by-hand norms on a rank-3 store; the same transcription at the clamped dim on
+rank-deficient stores (D = 63, rank 60 and 20)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ import numpy as np
 import pytest
 
 from featstore import Store
+from featstore.errors import FeatstoreWarning
 from scorers import get_scorer, list_scorers
+from scorers.adapt import adapt_params
+from scorers.sweep import sweep
 from tests.helpers import references as refs
 from tests.helpers import scoring as kit
+from tests.helpers import stores
 from tests.helpers.references import ref_vim_parts
 from tests.helpers.scoring import (
     assert_bad_dim_at_fit,
@@ -99,3 +104,45 @@ def test_residual_dim_beyond_rank_is_an_error(tmp_path):
 
 def test_dim_not_below_train_rows_is_refused_before_fit(tmp_path):
     assert_dim_not_below_train_rows_refused(tmp_path, "residual")
+
+
+def test_residual_rank_deficient_store_clamps_a_default_dim(tmp_path):
+    """D = 63, rank 60 (`stores.rank_deficient_store`): as ViM, a default dim above the rank
+    (62: a default-grid value clamped to D - 1, where the scorer used to fail at scoring) is
+    clamped to rank - 1 = 59 by the defaults rule with the rank in its reason; a given
+    dim = 62 is refused at fit naming the rank (valid up to the rank itself, 60); the clamped
+    scorer equals the plain NumPy residual at dim = 59 (`ref_residual`, rtol 1e-6), and the
+    default grid [256, 1000] sweeps as dim = 59."""
+    st = stores.rank_deficient_store(tmp_path / "s", 60)
+    probe = get_scorer("residual", precision="float64")
+    rng = probe.valid_ranges(probe.params, st)["dim"]
+    assert (rng.lo, rng.hi) == (1, 59)
+    params, adjusted = adapt_params(probe, {**probe.params, "dim": 62}, {"precision"}, st)
+    assert params["dim"] == 59 and [a["used"] for a in adjusted] == [{"dim": 59}]
+    assert "rank(S) - 1 = 59" in adjusted[0]["reason"]
+    assert "span 60 directions" in adjusted[0]["reason"]
+    with pytest.raises(ValueError, match=r"dim=62 is more than the principal directions "
+                       r"spanned by 'id/train' .*span 60 directions.*valid: 1 <= dim <= 60"):
+        get_scorer("residual", dim=62).fit(st)
+    scorer = get_scorer("residual", **params).fit(st)
+    for split in ("id/test", "ood/near/t"):
+        np.testing.assert_allclose(scorer.score(st.split(split)), ref_residual(st, split, 59),
+                                   rtol=1e-6)
+    swept = sweep(st, "residual", base_params={"precision": "float64"})
+    assert [a["used"] for a in swept.adjusted] == [{"dim": 59}, {"dim": 59}]
+    assert swept.chosen["params"]["dim"] == 59
+
+
+def test_residual_rank_below_the_paper_rule_clamps_the_default(tmp_path):
+    """D = 63, rank 20: the paper's rule (D // 2 = 31) is clamped to 19 at fit, the used value
+    in `params`, the change in `adjusted`, a FeatstoreWarning naming both dims; the scores
+    equal the plain NumPy residual at dim = 19."""
+    st = stores.rank_deficient_store(tmp_path / "s", 20)
+    with pytest.warns(FeatstoreWarning, match=r"dim=31 -> dim=19 .*span 20 directions"):
+        scorer = get_scorer("residual", precision="float64").fit(st)
+    assert scorer.params["dim"] == 19
+    assert scorer.adjusted == [{"setting": {"dim": 31}, "used": {"dim": 19},
+                                "reason": scorer.adjusted[0]["reason"]}]
+    for split in ("id/test", "ood/near/t"):
+        np.testing.assert_allclose(scorer.score(st.split(split)), ref_residual(st, split, 19),
+                                   rtol=1e-6)

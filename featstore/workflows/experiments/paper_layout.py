@@ -39,6 +39,7 @@ from typing import Any
 from rich.table import Table
 
 from featstore.errors import InputError, UsageError
+from featstore.specs.labels import check_unique, default_label, split_item
 from featstore.store.fileio import atomic_write_output
 from featstore.store.formatting import mean_std
 from featstore.store.textsafe import md_text, one_line
@@ -204,13 +205,13 @@ def paper_tables(datasets: Sequence[tuple[str, Mapping[str, Any]]] | Mapping[str
 
 
 def dataset_label(result: Mapping[str, Any]) -> str:
-    """A dataset's default label: the OSR data's or the spec's file name (without .toml),
-    else the experiment's name."""
+    """A dataset's default label (`featstore.specs.labels.default_label`): the OSR data's or
+    the spec's file name less .toml, else the experiment's name."""
     exp = result["experiment"]
     if exp.get("osr"):
-        return Path(str(exp["osr"]["data"])).name
+        return default_label(str(exp["osr"]["data"]))
     if exp.get("spec"):
-        return Path(str(exp["spec"])).stem
+        return default_label(str(exp["spec"]))
     return str(exp.get("name") or "results")
 
 
@@ -297,30 +298,27 @@ def load_results(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def load_datasets(items: Iterable[str]) -> list[tuple[str, dict[str, Any]]]:
-    """[(label, results)] of `[LABEL=]PATH` items: PATH a results.json, an output directory
-    holding one, or a `protocol ten-methods` output directory (its datasets.json: every
-    dataset, under its own label). Labels are unique."""
-    out: list[tuple[str, dict[str, Any]]] = []
+def load_datasets(items: Iterable[str], what: str = "RESULTS"
+                  ) -> list[tuple[str, dict[str, Any]]]:
+    """[(label, results)] of `[LABEL=]PATH` items (`featstore.specs.labels`; `what` names the
+    argument in errors): PATH a results.json, an output directory holding one, or a `protocol
+    ten-methods` output directory (its datasets.json: every dataset, under its own label).
+    Without LABEL, the label is `dataset_label`'s. Labels are unique."""
+    out: list[tuple[str, dict[str, Any], str]] = []
     for item in items:
-        label, eq, path = item.partition("=")
-        if not eq:
-            label, path = "", item
-        p = Path(path)
+        given = split_item(item, what)
+        p = Path(given.path)
         if p.is_dir() and (p / DATASETS_FILE).is_file() and not (p / RESULTS_FILE).is_file():
             listed = _read_json(p / DATASETS_FILE, "datasets")
             if not isinstance(listed, dict) or not isinstance(listed.get("datasets"), dict):
                 raise InputError(f"datasets {str(p / DATASETS_FILE)!r}: expected "
                                  "{\"datasets\": {label: results path}}")
-            out += [(name, load_results(p / str(rel)))
+            out += [(name, load_results(p / str(rel)), item)
                     for name, rel in listed["datasets"].items()]
             continue
         result = load_results(p)
-        out.append((label or dataset_label(result), result))
-    labels = [name for name, _ in out]
-    for name in labels:
-        if labels.count(name) > 1:
-            raise UsageError(f"dataset label {name!r} is used twice; name them LABEL=PATH")
+        out.append((given.label or dataset_label(result), result, item))
     if not out:
-        raise UsageError("give at least one results.json (or its directory)")
-    return out
+        raise UsageError(f"{what}: give at least one results.json (or its directory)")
+    check_unique([(label, item) for label, _, item in out], what)
+    return [(label, result) for label, result, _ in out]

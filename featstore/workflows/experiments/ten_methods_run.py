@@ -38,6 +38,7 @@ from typing import Any
 
 from featstore.errors import InputError, UsageError
 from featstore.specs.benchmark import load_spec
+from featstore.specs.labels import labelled_paths
 from featstore.store.fileio import atomic_write_json, atomic_write_output
 from featstore.store.names import parse_split_name
 from featstore.store.textsafe import one_line
@@ -67,20 +68,16 @@ _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
 def parse_datasets(items: Sequence[str]) -> dict[str, Path]:
-    """`[LABEL=]SPEC` items -> {label: spec path}; the label defaults to the spec's file name
-    without .toml. A label is a folder name (letters, digits, `_.+-`), used once."""
+    """`[LABEL=]SPEC` items -> {label: spec path} (`featstore.specs.labels`: the label
+    defaults to the spec's file name less .toml). A label is a folder name (letters, digits,
+    `_.+-`), used once."""
     if not items:
         raise UsageError("--spec: give at least one benchmark spec (LABEL=bench.toml)")
     out: dict[str, Path] = {}
-    for item in items:
-        label, eq, path = item.partition("=")
-        if not eq:
-            label, path = Path(item).stem, item
+    for (label, path), item in zip(labelled_paths(items, "--spec"), items, strict=True):
         if not _LABEL.fullmatch(label):
             raise UsageError(f"--spec {item!r}: label {label!r} must match "
                              "[A-Za-z0-9][A-Za-z0-9_.+-]* (it names OUT/<LABEL>)")
-        if label in out:
-            raise UsageError(f"--spec {item!r}: label {label!r} is used twice")
         if not Path(path).is_file():
             raise InputError(f"--spec {item!r}: spec {path!r}: file not found")
         out[label] = Path(path).resolve()
