@@ -23,6 +23,9 @@ from scipy.linalg.lapack import dsyevd
 
 from .precision import Operand, matmul
 
+#: the largest order whose dsyevd workspace (1 + 6n + 2n^2) fits a 32-bit LAPACK integer
+LAPACK32_MAX_ORDER = 32766
+
 
 def eig_cutoff(eigvals: np.ndarray, size: int) -> float:
     """max |eigenvalue| * size * eps(float64): scipy pinvh's default cutoff for a symmetric
@@ -114,7 +117,12 @@ def eigh_upper(upper: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     numpy.linalg.eigh calls) reads that triangle only and overwrites `upper` with the
     eigenvectors. Returns (eigenvalues ascending, eigenvectors as columns: `upper` itself
     when it was Fortran-contiguous). numpy.linalg.LinAlgError where dsyevd does not
-    converge, as numpy's."""
+    converge, as numpy's. SciPy's LAPACK takes 32-bit sizes: above `LAPACK32_MAX_ORDER`
+    (dsyevd's workspace, 1 + 6n + 2n^2 doubles, would overflow them) the triangle is
+    mirrored and numpy.linalg.eigh (64-bit sizes) decomposes it instead."""
+    if upper.shape[0] > LAPACK32_MAX_ORDER:
+        full = np.triu(upper) + np.triu(upper, 1).T
+        return np.linalg.eigh(full)
     eigvals, eigvecs, info = dsyevd(upper, compute_v=1, lower=0, overwrite_a=1)
     if info != 0:
         raise np.linalg.LinAlgError(f"Eigenvalues did not converge (LAPACK dsyevd info={info})")

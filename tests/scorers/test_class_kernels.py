@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from scorers.kernels import subspace
 from scorers.kernels.classstats import add_class_sums
 from scorers.kernels.gram import GramSum
 from scorers.kernels.minsqdist import PrunedMinSq
@@ -98,13 +99,14 @@ def test_head_origin_equals_pinv_with_its_cutoff():
     assert np.array_equal(head_origin(np.zeros((3, 5)), np.ones(3)), np.zeros(5))
 
 
-def test_principal_space_from_upper_matches_numpy_eigh():
+def test_principal_space_from_upper_matches_numpy_eigh(monkeypatch):
     """PrincipalSpace.from_upper on a GramSum's accumulator (only its upper triangle read:
     the lower one is set to NaN first) against numpy.linalg.eigh of the full symmetric
     x.T @ x / n, eigenpairs reversed: the eigenvalues, the top-k projectors V_k V_k^T (signs
     of eigenvectors are LAPACK's choice), sqrt(trace S), the rank, a C-contiguous
     orthonormal basis. Shapes: an odd D, D = 130 (not a multiple of the 64-column tiles of
-    the in-place transpose) and N < D (rank N)."""
+    the in-place transpose) and N < D (rank N); and the same through numpy's eigh of the
+    mirrored triangle where D exceeds the 32-bit LAPACK limit (lowered to 100 here)."""
     rng = np.random.default_rng(6)
     for n, d in ((400, 37), (600, 130), (50, 130)):
         x = rng.normal(size=(n, d)) * rng.uniform(0.2, 3.0, size=d)
@@ -127,3 +129,13 @@ def test_principal_space_from_upper_matches_numpy_eigh():
             np.testing.assert_allclose(got_p, want_p, rtol=0, atol=1e-10)
         assert space.rank == min(n, d)
         np.testing.assert_allclose(space.rms_norm, np.sqrt((x * x).sum() / n), rtol=1e-12)
+    # above the 32-bit LAPACK limit (lowered here to 100) numpy's eigh of the mirrored triangle
+    monkeypatch.setattr(subspace, "LAPACK32_MAX_ORDER", 100)
+    gram = GramSum(130)
+    gram.add(x)
+    space = PrincipalSpace.from_upper(np.zeros(130), gram.upper_matrix(50), 50)
+    np.testing.assert_allclose(space.eigvals, want_vals, rtol=0, atol=1e-12 * top)
+    k = 25
+    np.testing.assert_allclose(space.basis[:, :k] @ space.basis[:, :k].T,
+                               want_vecs[:, :k] @ want_vecs[:, :k].T, rtol=0, atol=1e-10)
+    assert space.basis.flags["C_CONTIGUOUS"]
