@@ -8,8 +8,9 @@ Mahalanobis / RMD peers cost O(C D^2) per row: at the quick sizes ~20-60 min eac
 Per thread count t, every measurement is a fresh child interpreter
 (`benchmarks.bench_scorers`' featstore and peer children) with FEATSTORE_THREADS,
 OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS set to t (torch reads
-OMP_NUM_THREADS at start). Ratio = pytorch-ood CPU s (torch.load from its own cache + fit +
-score) / featstore CPU s (fit + score from the store), as in bench_quick's section 3. At 1
+OMP_NUM_THREADS at start). Ratio = pytorch-ood CPU s (torch.load from its own cache +
+construction + fit + score; ViM's constructor computes pinv(W)) / featstore CPU s (fit +
+score from the store), as in bench_quick's section 3. At 1
 thread CPU s ~ wall s, and the ratio moves little with the machine's load; at 2 threads both
 sides' thread pools wait for busy cores, so it moves with the load (record it beside).
 

@@ -33,13 +33,15 @@ its data ready:
   loading its inputs (their size is listed in the notes).
 
 Then the child records its resident set size (VmRSS), resets the kernel's RSS high-water
-mark (``echo 5 > /proc/self/clear_refs``), runs fit once and score once on id/test plus the 4
-OOD splits (90k rows at full size), and reads the high-water mark (VmHWM, what
-``getrusage(RUSAGE_SELF).ru_maxrss`` reports). "peak MB" = VmHWM - VmRSS before fit: the
-most memory the method added beyond imports and its (mapped or loaded) inputs, in MiB. One
-repeat. pytorch-ood fits in torch's default grad mode (TemperatureScaling's L-BFGS needs it)
-and is called on each split as one tensor (its ``predict_logits`` / ``predict_features`` /
-``predict_feature_maps``) under ``torch.no_grad()`` (GradNorm: with gradients), except:
+mark (``echo 5 > /proc/self/clear_refs``), runs fit once (pytorch-ood: the detector's
+construction with it, where ViM computes u = -pinv(W) b as featstore's fit does) and score
+once on id/test plus the 4 OOD splits (90k rows at full size), and reads the high-water mark
+(VmHWM, what ``getrusage(RUSAGE_SELF).ru_maxrss`` reports). "peak MB" = VmHWM - VmRSS
+before fit: the most memory the method added beyond imports and its (mapped or loaded)
+inputs, in MiB. One repeat. pytorch-ood fits in torch's default grad mode
+(TemperatureScaling's L-BFGS needs it) and is called on each split as one tensor (its
+``predict_logits`` / ``predict_features`` / ``predict_feature_maps``) under
+``torch.no_grad()`` (GradNorm: with gradients), except:
 
 - DICE: in batches of 64 rows (it builds a (B, C, D) tensor: 0.5 GB per batch of 64);
 - Mahalanobis / RMD (O(C N D^2): a (N, D) x (D, D) product per class), DICE and GradNorm
@@ -419,14 +421,14 @@ def _child_peer(spec: dict[str, Any]) -> dict[str, Any]:
         head(tiny).softmax(1).topk(2, dim=1)
         tiny.T @ tiny
 
-    built = peers.build(name, pod, head, params)
-    det, predict = built.det, built.predict
-    fit = None if built.fit is None else (lambda: built.fit(fit_x, fit_y))
-
     base, reset = _mem_baseline()
     clock = Clock()
-    if fit is not None:  # default grad mode (TemperatureScaling's L-BFGS needs gradients)
-        fit()
+    # construction is timed with the fit: ViM's constructor computes u = -pinv(W) b, which
+    # featstore's fit computes too (the other detectors' constructors only store arguments)
+    built = peers.build(name, pod, head, params)
+    det, predict = built.det, built.predict
+    if built.fit is not None:  # default grad mode (TemperatureScaling's L-BFGS needs gradients)
+        built.fit(fit_x, fit_y)
     clock.mark()
     with torch.set_grad_enabled(grad_needed):
         outs = [predict(x).detach().double().numpy() for x in inputs.values()]

@@ -262,8 +262,8 @@ def fit_principal_space(scorer: Scorer, store: StoreLike, mean_max_logit: bool =
             sum_max_logit += float(arrays[1].max(axis=1).astype(np.float64).sum())
     if n == 0:
         raise FeatstoreError(f"scorer {scorer.name!r}: split {FIT_SPLIT!r} has no rows to fit")
-    space = PrincipalSpace.from_covariance(
-        origin, gram.matrix(n), n,
+    space = PrincipalSpace.from_upper(
+        origin, gram.upper_matrix(n), n,
         precision if precision is not None else scorer.params.get("precision", "float64"))
     return space, (sum_max_logit / n if mean_max_logit else None)
 

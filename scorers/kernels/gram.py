@@ -41,6 +41,14 @@ class GramSum:
         _mirror_upper(upper)
         return upper.T  # symmetric: the transpose of the Fortran array is C-contiguous
 
+    def upper_matrix(self, count: float = 1.0) -> np.ndarray:
+        """The sum divided by `count` as the Fortran-order accumulator itself, of which only
+        the UPPER triangle holds the matrix (the lower one is left as it is): for LAPACK
+        routines that read one triangle (`kernels.subspace.eigh_upper`), with no mirroring
+        and no copy. Consumes the accumulator, as `matrix` does."""
+        self.upper /= count
+        return self.upper
+
 
 @njit(cache=True, nogil=True)
 def _mirror_upper(a):

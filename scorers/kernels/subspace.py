@@ -6,18 +6,25 @@ arrays out.
     S      = (1/N) sum_x (x - u)(x - u)^T = V diag(lambda) V^T, lambda decreasing
     r_k(x) = ||(x - u) @ V[:, k:]||_2           the residual outside the top-k space
 
-`PrincipalSpace.from_covariance(u, S, N)` is one eigendecomposition (numpy.linalg.eigh) of the
-float64 covariance its caller summed (`scorers.fitting.principal` streams the id/train rows
-through `kernels.gram.GramSum`); `residual_sq` projects a block once and reads every k of a
-grid off the segment sums of the squared projections. `eig_cutoff` is the numerical-rank
-cutoff (scipy pinvh's).
+`PrincipalSpace.from_upper(u, S, N)` is one eigendecomposition of the float64 covariance its
+caller summed (`scorers.fitting.principal` streams the id/train rows through
+`kernels.gram.GramSum`), done in the memory of the sum (`eigh_upper`: LAPACK dsyevd, the
+driver of numpy.linalg.eigh, on the upper triangle; the eigenvectors are then put in
+decreasing order and C order in place, `_descending_c`): no D x D copy in or out;
+`residual_sq` projects a block once and reads every k of a grid off the segment sums of the
+squared projections. `eig_cutoff` is the numerical-rank cutoff (scipy pinvh's).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
+from scipy.linalg.lapack import dsyevd
 
 from .precision import Operand, matmul
+
+#: the largest order whose dsyevd workspace (1 + 6n + 2n^2) fits a 32-bit LAPACK integer
+LAPACK32_MAX_ORDER = 32766
 
 
 def eig_cutoff(eigvals: np.ndarray, size: int) -> float:
@@ -63,13 +70,16 @@ class PrincipalSpace:
         self.rank = int(np.count_nonzero(eigvals > eig_cutoff(eigvals, eigvals.size)))
 
     @classmethod
-    def from_covariance(cls, origin: np.ndarray, cov: np.ndarray, num_rows: int,
-                        precision: str = "float64") -> PrincipalSpace:
-        """The space of S = `cov` (D x D float64, about `origin`, over `num_rows` rows): one
-        numpy.linalg.eigh, its eigenpairs reversed to decreasing order."""
-        eigvals, eigvecs = np.linalg.eigh(cov)            # ascending
-        return cls(origin, np.ascontiguousarray(eigvecs[:, ::-1]), eigvals[::-1].copy(),
-                   num_rows, float(np.sqrt(max(np.trace(cov), 0.0))), precision)
+    def from_upper(cls, origin: np.ndarray, upper: np.ndarray, num_rows: int,
+                   precision: str = "float64") -> PrincipalSpace:
+        """The space of S (D x D float64, about `origin`, over `num_rows` rows) held in the
+        upper triangle of the Fortran-order `upper` (`GramSum.upper_matrix`), which it
+        consumes: one `eigh_upper` in place, the eigenpairs reversed to decreasing order
+        (the basis C-contiguous, in the same memory)."""
+        rms_norm = float(np.sqrt(max(np.trace(upper), 0.0)))
+        eigvals, eigvecs = eigh_upper(upper)              # ascending
+        return cls(origin, _descending_c(eigvecs), eigvals[::-1].copy(), num_rows, rms_norm,
+                   precision)
 
     def residual_sq(self, x: np.ndarray, dims: list[int]) -> np.ndarray:
         """(n, len(dims)) for `dims` ascending: column j is ||(x - u) @ V[:, dims[j]:]||^2,
@@ -99,3 +109,51 @@ class PrincipalSpace:
         q *= q
         seg = np.add.reduceat(q, [k - dims[0] for k in dims], axis=1)
         return np.cumsum(seg[:, ::-1], axis=1)[:, ::-1]
+
+
+def eigh_upper(upper: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """numpy.linalg.eigh of the symmetric matrix held in the upper triangle of the
+    Fortran-order float64 `upper`, in place: LAPACK dsyevd (divide and conquer, the driver
+    numpy.linalg.eigh calls) reads that triangle only and overwrites `upper` with the
+    eigenvectors. Returns (eigenvalues ascending, eigenvectors as columns: `upper` itself
+    when it was Fortran-contiguous). numpy.linalg.LinAlgError where dsyevd does not
+    converge, as numpy's. SciPy's LAPACK takes 32-bit sizes: above `LAPACK32_MAX_ORDER`
+    (dsyevd's workspace, 1 + 6n + 2n^2 doubles, would overflow them) the triangle is
+    mirrored and numpy.linalg.eigh (64-bit sizes) decomposes it instead."""
+    if upper.shape[0] > LAPACK32_MAX_ORDER:
+        full = np.triu(upper) + np.triu(upper, 1).T
+        return np.linalg.eigh(full)
+    eigvals, eigvecs, info = dsyevd(upper, compute_v=1, lower=0, overwrite_a=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"Eigenvalues did not converge (LAPACK dsyevd info={info})")
+    return eigvals, eigvecs
+
+
+def _descending_c(eigvecs: np.ndarray) -> np.ndarray:
+    """np.ascontiguousarray(eigvecs[:, ::-1]) for a square Fortran-order `eigvecs`, made in
+    its own memory (which it consumes): viewed as the C-order array A = eigvecs.T (row k =
+    eigenvector k), the rows are reversed, then A is transposed in place."""
+    if not eigvecs.flags.f_contiguous:
+        return np.ascontiguousarray(eigvecs[:, ::-1])
+    a = eigvecs.T
+    _flip_rows_transpose(a)
+    return a
+
+
+@njit(cache=True, nogil=True)
+def _flip_rows_transpose(a):
+    """a <- (a[::-1, :])^T in place, for a square C-order a (row swaps, then a transpose in
+    64 x 64 tiles)."""
+    n = a.shape[0]
+    for r in range(n // 2):
+        for c in range(n):
+            t = a[r, c]
+            a[r, c] = a[n - 1 - r, c]
+            a[n - 1 - r, c] = t
+    for ib in range(0, n, 64):
+        for jb in range(ib, n, 64):
+            for i in range(ib, min(ib + 64, n)):
+                for j in range(max(jb, i + 1), min(jb + 64, n)):
+                    t = a[i, j]
+                    a[i, j] = a[j, i]
+                    a[j, i] = t

@@ -6,7 +6,8 @@ see below), with h the penultimate feature, l the stored logits and (W, b) the h
 
     u      = -pinv(W) @ b                                  origin of the feature space (*)
     S      = (1/N) sum_{x in id/train} (x - u)(x - u)^T      uncentered covariance about u
-    S      = V diag(lambda) V^T,  lambda_1 >= ... >= lambda_D  (numpy.linalg.eigh)
+    S      = V diag(lambda) V^T,  lambda_1 >= ... >= lambda_D  (LAPACK dsyevd, as in
+                                                      numpy.linalg.eigh)
     NS     = V[:, dim:]                                     complement of the top-`dim` space
     r(x)   = ||(x - u) @ NS||_2                             residual norm
     alpha  = mean_{id/train} max_j l_j / mean_{id/train} r(x)

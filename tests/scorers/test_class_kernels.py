@@ -2,8 +2,10 @@
 `scorers.kernels.minsqdist` (float32-pruned, float64-exact min_k ||z - c_k||^2),
 `scorers.kernels.gram.GramSum` (dsyrk Gram sums of chunks) and
 `scorers.kernels.classstats.add_class_sums` (labelled row sums), and ViM / Residual's origin
-`scorers.kernels.subspace.head_origin`. References: numpy.linalg.pinv with the same cutoff
-(rtol 1e-9) for the origin; a float64
+`scorers.kernels.subspace.head_origin` and eigendecomposition `PrincipalSpace.from_upper`.
+References: numpy.linalg.pinv with the same cutoff (rtol 1e-9) for the origin;
+numpy.linalg.eigh of the full symmetric x.T @ x / n for the space (eigenvalues 1e-12 of the
+largest, top-k projectors 1e-10); a float64
 NumPy brute force over every center (rtol 1e-12), x.T @ x of the whole array in float64
 (rtol 1e-12), per-class masked NumPy sums."""
 
@@ -11,10 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from scorers.kernels import subspace
 from scorers.kernels.classstats import add_class_sums
 from scorers.kernels.gram import GramSum
 from scorers.kernels.minsqdist import PrunedMinSq
-from scorers.kernels.subspace import head_origin
+from scorers.kernels.subspace import PrincipalSpace, head_origin
 
 
 def brute_min_sq(z: np.ndarray, centers: np.ndarray) -> np.ndarray:
@@ -94,3 +97,45 @@ def test_head_origin_equals_pinv_with_its_cutoff():
         want = -(np.linalg.pinv(w, rcond=max(w.shape) * eps32) @ b)
         np.testing.assert_allclose(head_origin(w, b), want, rtol=1e-9, atol=1e-12)
     assert np.array_equal(head_origin(np.zeros((3, 5)), np.ones(3)), np.zeros(5))
+
+
+def test_principal_space_from_upper_matches_numpy_eigh(monkeypatch):
+    """PrincipalSpace.from_upper on a GramSum's accumulator (only its upper triangle read:
+    the lower one is set to NaN first) against numpy.linalg.eigh of the full symmetric
+    x.T @ x / n, eigenpairs reversed: the eigenvalues, the top-k projectors V_k V_k^T (signs
+    of eigenvectors are LAPACK's choice), sqrt(trace S), the rank, a C-contiguous
+    orthonormal basis. Shapes: an odd D, D = 130 (not a multiple of the 64-column tiles of
+    the in-place transpose) and N < D (rank N); and the same through numpy's eigh of the
+    mirrored triangle where D exceeds the 32-bit LAPACK limit (lowered to 100 here)."""
+    rng = np.random.default_rng(6)
+    for n, d in ((400, 37), (600, 130), (50, 130)):
+        x = rng.normal(size=(n, d)) * rng.uniform(0.2, 3.0, size=d)
+        gram = GramSum(d)
+        gram.add(x[: n // 2])
+        gram.add(x[n // 2:])
+        upper = gram.upper_matrix(n)
+        upper[np.tril_indices(d, -1)] = np.nan
+        space = PrincipalSpace.from_upper(np.zeros(d), upper, n)
+        want_vals, want_vecs = np.linalg.eigh(x.T @ x / n)
+        want_vals, want_vecs = want_vals[::-1], want_vecs[:, ::-1]
+        top = float(want_vals[0])
+        np.testing.assert_allclose(space.eigvals, want_vals, rtol=0, atol=1e-12 * top)
+        basis = space.basis
+        assert basis.flags["C_CONTIGUOUS"] and basis.shape == (d, d)
+        np.testing.assert_allclose(basis.T @ basis, np.eye(d), rtol=0, atol=1e-12)
+        for k in (1, min(n, d) // 2, min(n, d) - 1):
+            got_p = basis[:, :k] @ basis[:, :k].T
+            want_p = want_vecs[:, :k] @ want_vecs[:, :k].T
+            np.testing.assert_allclose(got_p, want_p, rtol=0, atol=1e-10)
+        assert space.rank == min(n, d)
+        np.testing.assert_allclose(space.rms_norm, np.sqrt((x * x).sum() / n), rtol=1e-12)
+    # above the 32-bit LAPACK limit (lowered here to 100) numpy's eigh of the mirrored triangle
+    monkeypatch.setattr(subspace, "LAPACK32_MAX_ORDER", 100)
+    gram = GramSum(130)
+    gram.add(x)
+    space = PrincipalSpace.from_upper(np.zeros(130), gram.upper_matrix(50), 50)
+    np.testing.assert_allclose(space.eigvals, want_vals, rtol=0, atol=1e-12 * top)
+    k = 25
+    np.testing.assert_allclose(space.basis[:, :k] @ space.basis[:, :k].T,
+                               want_vecs[:, :k] @ want_vecs[:, :k].T, rtol=0, atol=1e-10)
+    assert space.basis.flags["C_CONTIGUOUS"]
