@@ -125,9 +125,13 @@ def demo_json_run(tmp_path_factory) -> tuple[Path, CliRun]:
     DIR --scale DEMO_TEST_SCALE` in a fresh directory (the default backbone: frozen ImageNet
     EfficientNet-Lite0 + a linear head trained on the digits; extraction, the evaluation of
     every scorer, the HTML report). Every demo test shares this run (its JSON, its store, its
-    report) instead of running the demo again. Returns (DIR, the run)."""
+    report) instead of running the demo again. Returns (DIR, the run). It runs with
+    $FEATSTORE_THREADS=1 (torch, BLAS and FAISS on one thread, as the test process's own
+    references under xdist): two threads spin-wait for the core the other test worker holds."""
     out = tmp_path_factory.mktemp("demo")
-    run = run_cli_captured("demo", "--json", "--out", out, "--scale", DEMO_TEST_SCALE)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FEATSTORE_THREADS", "1")
+        run = run_cli_captured("demo", "--json", "--out", out, "--scale", DEMO_TEST_SCALE)
     if run.code != 0:
         raise RuntimeError(f"featstore demo failed (exit {run.code}): {run.err[-3000:]}")
     return out, run
@@ -148,8 +152,10 @@ def demo_rerun(demo_json_run) -> DemoRerun:
     before = (json.loads((out / "store" / "store.json").read_text(encoding="utf-8")),
               json.loads((out / "model.json").read_text(encoding="utf-8")),
               (out / "model.pt").read_bytes())
-    return DemoRerun(run_cli_captured("demo", "--out", out, "--scale", DEMO_TEST_SCALE),
-                     *before)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FEATSTORE_THREADS", "1")      # as the first run (demo_json_run)
+        return DemoRerun(run_cli_captured("demo", "--out", out, "--scale", DEMO_TEST_SCALE),
+                         *before)
 
 
 @pytest.fixture

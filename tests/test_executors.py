@@ -122,45 +122,6 @@ def _check_done(out: Path, executor: str) -> None:
     assert st["counts"]["done"] == 2 and sum(st["counts"].values()) == 2
 
 
-def test_ray_equals_local_and_killed_unit_redone(ray_cluster, experiment, local_result,
-                                                 tmp_path, capsys):
-    """2 Ray tasks (one per split x seed x training method); the worker running the
-    LogitNorm unit is SIGKILLed while the unit runs (its state file says running, its pid the
-    worker's); Ray re-runs the task (max_retries), the unit redoes what its files do not hold.
-    results.json (the other unit uninterrupted, this one redone) = the local one; `run
-    --status` lists the 2 units done; a rerun reads every unit back (no task)."""
-    out = tmp_path / "ray"
-    box: dict = {}
-
-    def drive():
-        try:
-            box["res"] = run_experiment(load_experiment(experiment), out,
-                                        executor=RayExecutor(poll_s=0.5, retries=2))
-        except BaseException as exc:   # noqa: BLE001 (re-raised in the test thread)
-            box["exc"] = exc
-
-    victim = _interrupt_when_running(drive, out, {"r7-3-seed0-logitnorm": lambda st: os.kill(
-        st["pid"], signal.SIGKILL)})["r7-3-seed0-logitnorm"]
-    if "exc" in box:
-        raise box["exc"]
-    after = read_state(out, "r7-3-seed0-logitnorm")
-    assert after["state"] == "done" and after["pid"] != victim["pid"]
-    res = box["res"]
-    assert _comparable(res) == _comparable(local_result)
-    assert _comparable(json.loads((out / "results.json").read_text())) == \
-        _comparable(local_result)
-    _check_done(out, "ray")
-    pids = {u: read_state(out, u)["pid"] for u in UNITS}
-    assert os.getpid() not in pids.values()          # the units ran in Ray's workers
-    capsys.readouterr()                               # what Ray printed while the unit died
-    code, stdout, err = run(capsys, "run", "--status", str(out), "--json")
-    assert code == 0, err
-    assert json.loads(stdout)["counts"]["done"] == 2, stdout
-    again = run_experiment(load_experiment(experiment), out, executor=RayExecutor(poll_s=0.5))
-    assert _comparable(again) == _comparable(local_result)
-    assert {u: read_state(out, u)["pid"] for u in UNITS} == pids     # read back, not rerun
-
-
 def _interrupt_when_running(drive, out: Path, interrupts: dict) -> dict:
     """Run `drive` in a thread; once unit `uid`'s state file says running, call
     `interrupts[uid](state)` once, in a thread of its own (the units run at once); wait for
@@ -324,13 +285,18 @@ from featstore.workflows.experiments.slurm_unit import UnitJob
 
 def body(unit, log):
     log("unit body starts")
-    if sys.argv[2] == "sleep":
-        time.sleep(120)
+    time.sleep(120)
     return {"answer": 42}
 
 out = sys.argv[1]
 print(UnitJob()(Tracked(body, out), {"id": "u1", "key": "k1", "label": "u1"}, out))
 """
+
+
+def _answer_body(unit: dict, log) -> dict:
+    """The restarted job's body: UNIT_JOB's without the sleep."""
+    log("unit body starts")
+    return {"answer": 42}
 
 
 def _failing_body(unit: dict, log) -> dict:
@@ -342,13 +308,20 @@ def test_unit_job_sigterm_then_restart(tmp_path, caplog):
     SIGTERM (what Slurm sends a job it requeues or preempts) stops the unit at once, its
     state `interrupted` with reason SIGTERM; the restarted job runs it again (attempt 2, the
     first start kept in `attempts` with its pid) to done; a job started after that reads the
-    unit back without running its body (which would fail)."""
+    unit back without running its body (which would fail). The first job is an interpreter
+    of its own (killed by the signal); the restarted and the late one are called here, as
+    submitit calls them (no further interpreter start-ups)."""
     pytest.importorskip("submitit", reason="the optional extra featstore[slurm]")
+    from featstore.store import interrupts
+    from featstore.workflows.experiments.executors import Tracked
+    from featstore.workflows.experiments.slurm_unit import UnitJob
+
+    unit = {"id": "u1", "key": "k1", "label": "u1"}
     script = tmp_path / "job.py"
     script.write_text(UNIT_JOB)
     env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, str(script), str(out), "sleep"], env=env,
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     end = time.monotonic() + 120
     while (read_state(out, "u1") or {}).get("state") != "running":
@@ -360,23 +333,21 @@ def test_unit_job_sigterm_then_restart(tmp_path, caplog):
     assert proc.wait(60) != 0                     # stopped long before its 120 s sleep
     stopped = read_state(out, "u1")
     assert stopped["state"] == "interrupted" and stopped["reason"] == "SIGTERM"
-    again = subprocess.run([sys.executable, str(script), str(out), "ok"], env=env,
-                           capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0, again.stderr
+    try:                                          # UnitJob installs the SIGTERM handler
+        again = UnitJob()(Tracked(_answer_body, str(out)), unit, str(out))
+    finally:
+        interrupts.uninstall()
+    assert again == {"answer": 42}
     done = read_state(out, "u1")
     assert done["state"] == "done" and done["records"] == {"answer": 42}
     assert done["attempt"] == 2 and done["pid"] != proc.pid
     assert [(a["pid"], a["reason"]) for a in done["attempts"]] == [(proc.pid, "SIGTERM")]
     log = unitstate.log_path(out, "u1").read_text()
     assert log.count("unit body starts") == 2 and "interrupted (SIGTERM)" in log
-    # the late job, called here as submitit calls it (no third interpreter): its body
-    # would raise, so returning the records means it read them back without running it
-    from featstore.workflows.experiments.executors import Tracked
-    from featstore.workflows.experiments.slurm_unit import UnitJob
-
+    # the late job: its body would raise, so returning the records means it read them back
+    # without running it
     caplog.set_level(logging.INFO, logger="featstore.workflows.experiments.slurm_unit")
-    late = UnitJob()(Tracked(_failing_body, str(out)), {"id": "u1", "key": "k1",
-                                                         "label": "u1"}, str(out))
+    late = UnitJob()(Tracked(_failing_body, str(out)), unit, str(out))
     assert late == {"answer": 42} and "read back, not rerun" in caplog.text
     assert read_state(out, "u1") == done
     st = status_of_one(out)
@@ -456,112 +427,6 @@ def test_local_pool_equals_sequential(experiment, local_result, tmp_path, capsys
     assert code == 2 and "unknown ray executor key 'workers'" in err
 
 
-def test_protocol_osr_on_ray_equals_local(ray_cluster, tmp_path, capsys):
-    """`protocol osr --executor-config` (kind = ray: 2 units, the MSP and LogitNorm models of
-    one division at 8x8, each a task on the Ray workers already started) prints the results
-    of the in-process run (both on 1 torch thread). The OSR preset trains with random-shift
-    crops, Nesterov and a cosine schedule: the same bits in another process. (The local
-    process pool is `test_local_pool_equals_sequential`'s.)"""
-    args = ["protocol", "osr", "--data", "digits", "--ratios", "7/3", "--seeds", "1",
-            "--methods", "MSP,LogitNorm", "--arch", "tests.helpers.tiny_models:TinyCNN",
-            "--epochs", "1",
-            "--batch-size", "64", "--image-size", "8", "--device", "cpu", "--no-tune", "--json"]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        code, stdout, err = run(capsys, *args, "--out", str(tmp_path / "local"))
-    finally:
-        torch.set_num_threads(threads)
-    assert code == 0, err
-    local = json.loads(stdout)
-    cfg = tmp_path / "ray.toml"
-    cfg.write_text('[executor]\nkind = "ray"\npoll_s = 0.5\n')
-    torch.set_num_threads(1)
-    try:
-        code, stdout, err = run(capsys, *args, "--out", str(tmp_path / "ray"),
-                                "--executor-config", str(cfg))
-    finally:
-        torch.set_num_threads(threads)
-    assert code == 0, err
-    got = json.loads(stdout)
-    assert len(got["runs"]) == 2 and all(r["status"] == "ok" for r in got["runs"])
-    # model_sha256 digests the checkpoint's bytes: its tensors and fields are equal, but the
-    # pickle inside torch.save memoizes by object identity (shared strings), which differs
-    # between a worker process and this one; every number is compared
-    for r in got["runs"] + local["runs"]:
-        r.pop("model_sha256")
-    assert _comparable(got) == _comparable(local)
-    st = status(tmp_path / "ray")
-    assert st["executor"] == "ray" and st["counts"]["done"] == 2
-    assert os.getpid() not in {u["pid"] for u in st["units"]}
-
-
-def _shift_store(path: Path) -> Path:
-    """A store with id/test and one OOD split whose rows carry (sem, cov) shift degrees."""
-    from featstore import Store
-
-    rng = np.random.default_rng(3)
-    w, b = rng.normal(size=(3, 5)).astype(np.float32), np.zeros(3, dtype=np.float32)
-    sem = np.r_[np.zeros(40), np.ones(40)] + rng.uniform(0, 0.4, 80)
-    cov = np.tile(np.r_[np.zeros(20), np.ones(20)], 2) + rng.uniform(0, 0.4, 80)
-    splits = {"id/train": {"features": rng.normal(size=(50, 5)).astype(np.float32) * 2,
-                           "labels": rng.integers(0, 3, 50)},
-              "id/test": {"features": rng.normal(size=(60, 5)).astype(np.float32) * 2,
-                          "labels": rng.integers(0, 3, 60)},
-              "ood/shift/x": {"features": rng.normal(size=(80, 5)).astype(np.float32),
-                              "extras": {"sem_shift": sem, "cov_shift": cov}}}
-    Store.from_arrays(path, head=(w, b), splits=splits)
-    return path
-
-
-def test_shift_grid_on_ray_equals_local(ray_cluster, tmp_path, capsys):
-    """`protocol shift-grid --executor ray --work DIR`: one Ray task per scorer; the JSON
-    printed is the in-process run's, text for text; `run --status DIR` lists the units."""
-    store = _shift_store(tmp_path / "s")
-    args = ["protocol", "shift-grid", str(store), "--method", "msp", "--method", "mls",
-            "--levels", "2", "--no-cache", "--json"]
-    code, local, err = run(capsys, *args)
-    assert code == 0, err
-    code, got, err = run(capsys, *args, "--executor", "ray", "--work", str(tmp_path / "w"))
-    assert code == 0, err
-    assert got == local and len(json.loads(got)["results"]) == 2
-    st = status(tmp_path / "w")
-    assert st["executor"] == "ray" and [u["id"] for u in st["units"]] == ["shift-msp",
-                                                                          "shift-mls"]
-    assert st["counts"]["done"] == 2
-    code, _, err = run(capsys, *args, "--executor", "slurm")
-    assert code == 2 and "--executor slurm needs --work DIR" in err
-
-
-def test_facets_table_on_ray_equals_local(ray_cluster, tmp_path, capsys):
-    """`protocol facets-table --executor ray`: one Ray task per store; JSON and the Markdown
-    file equal the in-process run's; a rerun reads both units back (same pids)."""
-    from featstore import Store
-    from tests.helpers.stores import structured_arrays
-
-    paths = []
-    for seed in (0, 1):
-        arrays = structured_arrays(seed=seed, n_train=60, n_val=20, n_test=40, n_ood=30)
-        Store.from_arrays(tmp_path / f"s{seed}", head=arrays["head"], splits=arrays["splits"])
-        paths.append(f"D{seed}={tmp_path / f's{seed}'}")
-    args = ["protocol", "facets-table", *paths, "--method", "msp", "--method", "mls",
-            "--no-cache", "--json"]
-    code, local, err = run(capsys, *args, "--out", str(tmp_path / "local.md"))
-    assert code == 0, err
-    work = tmp_path / "w"
-    code, got, err = run(capsys, *args, "--out", str(tmp_path / "ray.md"), "--executor", "ray",
-                         "--work", str(work))
-    assert code == 0, err
-    assert json.loads(got) == json.loads(local) | {"report": str(tmp_path / "ray.md")}
-    assert (tmp_path / "ray.md").read_text() == (tmp_path / "local.md").read_text()
-    pids = {u["id"]: u["pid"] for u in status(work)["units"]}
-    assert len(pids) == 2 and os.getpid() not in pids.values()
-    code, again, _ = run(capsys, *args, "--out", str(tmp_path / "ray.md"), "--executor", "ray",
-                         "--work", str(work))
-    assert code == 0 and again == got
-    assert {u["id"]: u["pid"] for u in status(work)["units"]} == pids
-
-
 # ------------------------------------------------------------------- gscore gbench (units)
 GBENCH_TINY = {"epochs": 1, "only": ["ood/near/digit6", "ood/noise/gaussian"],
                "patch_count": 8, "noise_count": 8}
@@ -596,7 +461,24 @@ def _same_store_arrays(got: str | Path, ref: str | Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def gbench_serial(tmp_path_factory) -> dict:
+def gbench_one_thread():
+    """$FEATSTORE_THREADS=1 for the rest of the module: `build_gbench` trains and extracts on
+    that many torch threads (`pipeline.demo_threads`) here, in the pool's spawned processes
+    and in the Slurm jobs (which inherit the environment), so every build runs on the same
+    count as the reference (same bits) and none spin-waits for a core the other test worker
+    holds (two threads took ~6x longer than one on this busy 2-core machine). The Ray tests
+    after them run with it too, on both sides of each comparison."""
+    old = os.environ.get("FEATSTORE_THREADS")
+    os.environ["FEATSTORE_THREADS"] = "1"
+    yield
+    if old is None:
+        os.environ.pop("FEATSTORE_THREADS", None)
+    else:
+        os.environ["FEATSTORE_THREADS"] = old
+
+
+@pytest.fixture(scope="module")
+def gbench_serial(gbench_one_thread, tmp_path_factory) -> dict:
     """The reference: the tiny mini-Gbench (2 OOD splits, 1 training epoch) of the w8 and
     scratch backbones built one after the other in this process (`gbench.build_gbench`, as
     `gscore gbench` without an executor), {backbone: summary}."""
@@ -608,11 +490,28 @@ def gbench_serial(tmp_path_factory) -> dict:
     try:
         res = {}
         for b in ("w8", "scratch"):
+            torch.set_num_threads(2)
             with build_gbench(out, backbone=b, **GBENCH_TINY) as st:
+                assert torch.get_num_threads() == 1      # $FEATSTORE_THREADS, not the CPUs
                 res[b] = build_summary(st, 0.0)
     finally:
-        torch.set_num_threads(threads)    # build_gbench sets the machine's CPU count
+        torch.set_num_threads(threads)    # build_gbench sets $FEATSTORE_THREADS' count
     return res
+
+
+def test_demo_threads_follow_featstore_threads(monkeypatch):
+    """The demo's and mini-Gbench's torch threads (`pipeline.demo_threads`): $FEATSTORE_THREADS
+    when set, else os.cpu_count(); a bad value is a UsageError naming the variable."""
+    from featstore.errors import UsageError
+    from featstore.workflows.demo.pipeline import demo_threads
+
+    monkeypatch.setenv("FEATSTORE_THREADS", "3")
+    assert demo_threads() == 3
+    monkeypatch.delenv("FEATSTORE_THREADS")
+    assert demo_threads() == max(1, os.cpu_count() or 1)
+    monkeypatch.setenv("FEATSTORE_THREADS", "zero")
+    with pytest.raises(UsageError, match="FEATSTORE_THREADS"):
+        demo_threads()
 
 
 def test_gbench_builds_in_a_pool_equal_serial(gbench_serial, tmp_path):
@@ -698,3 +597,150 @@ def test_gbench_executor_bad_input(tmp_path, capsys):
     code, _, err = run(capsys, "gscore", "gbench", a.path, "--executor", "slurm")
     assert code == 2 and "--executor slurm needs --work DIR" in err
     assert not out.exists()
+
+
+# ------------------------------------------- on Ray (last: its cluster idles at ~10 % of a core
+# until the module ends, so it starts only for these tests)
+def test_ray_equals_local_and_killed_unit_redone(ray_cluster, experiment, local_result,
+                                                 tmp_path, capsys):
+    """2 Ray tasks (one per split x seed x training method); the worker running the
+    LogitNorm unit is SIGKILLed while the unit runs (its state file says running, its pid the
+    worker's); Ray re-runs the task (max_retries), the unit redoes what its files do not hold.
+    results.json (the other unit uninterrupted, this one redone) = the local one; `run
+    --status` lists the 2 units done; a rerun reads every unit back (no task)."""
+    out = tmp_path / "ray"
+    box: dict = {}
+
+    def drive():
+        try:
+            box["res"] = run_experiment(load_experiment(experiment), out,
+                                        executor=RayExecutor(poll_s=0.1, retries=2))
+        except BaseException as exc:   # noqa: BLE001 (re-raised in the test thread)
+            box["exc"] = exc
+
+    victim = _interrupt_when_running(drive, out, {"r7-3-seed0-logitnorm": lambda st: os.kill(
+        st["pid"], signal.SIGKILL)})["r7-3-seed0-logitnorm"]
+    if "exc" in box:
+        raise box["exc"]
+    after = read_state(out, "r7-3-seed0-logitnorm")
+    assert after["state"] == "done" and after["pid"] != victim["pid"]
+    res = box["res"]
+    assert _comparable(res) == _comparable(local_result)
+    assert _comparable(json.loads((out / "results.json").read_text())) == \
+        _comparable(local_result)
+    _check_done(out, "ray")
+    pids = {u: read_state(out, u)["pid"] for u in UNITS}
+    assert os.getpid() not in pids.values()          # the units ran in Ray's workers
+    capsys.readouterr()                               # what Ray printed while the unit died
+    code, stdout, err = run(capsys, "run", "--status", str(out), "--json")
+    assert code == 0, err
+    assert json.loads(stdout)["counts"]["done"] == 2, stdout
+    again = run_experiment(load_experiment(experiment), out, executor=RayExecutor(poll_s=0.1))
+    assert _comparable(again) == _comparable(local_result)
+    assert {u: read_state(out, u)["pid"] for u in UNITS} == pids     # read back, not rerun
+
+
+def test_protocol_osr_on_ray_equals_local(ray_cluster, tmp_path, capsys):
+    """`protocol osr --executor-config` (kind = ray: 2 units, the MSP and LogitNorm models of
+    one division at 8x8, each a task on the Ray workers already started) prints the results
+    of the in-process run (both on 1 torch thread). The OSR preset trains with random-shift
+    crops, Nesterov and a cosine schedule: the same bits in another process. (The local
+    process pool is `test_local_pool_equals_sequential`'s.)"""
+    args = ["protocol", "osr", "--data", "digits", "--ratios", "7/3", "--seeds", "1",
+            "--methods", "MSP,LogitNorm", "--arch", "tests.helpers.tiny_models:TinyCNN",
+            "--epochs", "1",
+            "--batch-size", "64", "--image-size", "8", "--device", "cpu", "--no-tune", "--json"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        code, stdout, err = run(capsys, *args, "--out", str(tmp_path / "local"))
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, err
+    local = json.loads(stdout)
+    cfg = tmp_path / "ray.toml"
+    cfg.write_text('[executor]\nkind = "ray"\npoll_s = 0.1\n')
+    torch.set_num_threads(1)
+    try:
+        code, stdout, err = run(capsys, *args, "--out", str(tmp_path / "ray"),
+                                "--executor-config", str(cfg))
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, err
+    got = json.loads(stdout)
+    assert len(got["runs"]) == 2 and all(r["status"] == "ok" for r in got["runs"])
+    # model_sha256 digests the checkpoint's bytes: its tensors and fields are equal, but the
+    # pickle inside torch.save memoizes by object identity (shared strings), which differs
+    # between a worker process and this one; every number is compared
+    for r in got["runs"] + local["runs"]:
+        r.pop("model_sha256")
+    assert _comparable(got) == _comparable(local)
+    st = status(tmp_path / "ray")
+    assert st["executor"] == "ray" and st["counts"]["done"] == 2
+    assert os.getpid() not in {u["pid"] for u in st["units"]}
+
+
+def _shift_store(path: Path) -> Path:
+    """A store with id/test and one OOD split whose rows carry (sem, cov) shift degrees."""
+    from featstore import Store
+
+    rng = np.random.default_rng(3)
+    w, b = rng.normal(size=(3, 5)).astype(np.float32), np.zeros(3, dtype=np.float32)
+    sem = np.r_[np.zeros(40), np.ones(40)] + rng.uniform(0, 0.4, 80)
+    cov = np.tile(np.r_[np.zeros(20), np.ones(20)], 2) + rng.uniform(0, 0.4, 80)
+    splits = {"id/train": {"features": rng.normal(size=(50, 5)).astype(np.float32) * 2,
+                           "labels": rng.integers(0, 3, 50)},
+              "id/test": {"features": rng.normal(size=(60, 5)).astype(np.float32) * 2,
+                          "labels": rng.integers(0, 3, 60)},
+              "ood/shift/x": {"features": rng.normal(size=(80, 5)).astype(np.float32),
+                              "extras": {"sem_shift": sem, "cov_shift": cov}}}
+    Store.from_arrays(path, head=(w, b), splits=splits)
+    return path
+
+
+def test_shift_grid_on_ray_equals_local(ray_cluster, tmp_path, capsys):
+    """`protocol shift-grid --executor ray --work DIR`: one Ray task per scorer; the JSON
+    printed is the in-process run's, text for text; `run --status DIR` lists the units."""
+    store = _shift_store(tmp_path / "s")
+    args = ["protocol", "shift-grid", str(store), "--method", "msp", "--method", "mls",
+            "--levels", "2", "--no-cache", "--json"]
+    code, local, err = run(capsys, *args)
+    assert code == 0, err
+    code, got, err = run(capsys, *args, "--executor", "ray", "--work", str(tmp_path / "w"))
+    assert code == 0, err
+    assert got == local and len(json.loads(got)["results"]) == 2
+    st = status(tmp_path / "w")
+    assert st["executor"] == "ray" and [u["id"] for u in st["units"]] == ["shift-msp",
+                                                                          "shift-mls"]
+    assert st["counts"]["done"] == 2
+    code, _, err = run(capsys, *args, "--executor", "slurm")
+    assert code == 2 and "--executor slurm needs --work DIR" in err
+
+
+def test_facets_table_on_ray_equals_local(ray_cluster, tmp_path, capsys):
+    """`protocol facets-table --executor ray`: one Ray task per store; JSON and the Markdown
+    file equal the in-process run's; a rerun reads both units back (same pids)."""
+    from featstore import Store
+    from tests.helpers.stores import structured_arrays
+
+    paths = []
+    for seed in (0, 1):
+        arrays = structured_arrays(seed=seed, n_train=60, n_val=20, n_test=40, n_ood=30)
+        Store.from_arrays(tmp_path / f"s{seed}", head=arrays["head"], splits=arrays["splits"])
+        paths.append(f"D{seed}={tmp_path / f's{seed}'}")
+    args = ["protocol", "facets-table", *paths, "--method", "msp", "--method", "mls",
+            "--no-cache", "--json"]
+    code, local, err = run(capsys, *args, "--out", str(tmp_path / "local.md"))
+    assert code == 0, err
+    work = tmp_path / "w"
+    code, got, err = run(capsys, *args, "--out", str(tmp_path / "ray.md"), "--executor", "ray",
+                         "--work", str(work))
+    assert code == 0, err
+    assert json.loads(got) == json.loads(local) | {"report": str(tmp_path / "ray.md")}
+    assert (tmp_path / "ray.md").read_text() == (tmp_path / "local.md").read_text()
+    pids = {u["id"]: u["pid"] for u in status(work)["units"]}
+    assert len(pids) == 2 and os.getpid() not in pids.values()
+    code, again, _ = run(capsys, *args, "--out", str(tmp_path / "ray.md"), "--executor", "ray",
+                         "--work", str(work))
+    assert code == 0 and again == got
+    assert {u["id"]: u["pid"] for u in status(work)["units"]} == pids

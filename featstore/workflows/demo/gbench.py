@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ from featstore.workflows.demo.pipeline import (
     MODEL_SPECS,
     SCRATCH_EPOCHS,
     demo_id_splits,
+    demo_threads,
     demo_transform,
     ensure_model,
     id_train_tensors,
@@ -202,7 +202,7 @@ def build_gbench(out: str | Path, *, backbone: str = DEFAULT_BACKBONE,
     if not spec_path.is_file() or spec_path.read_text(encoding="utf-8") != text:
         atomic_write_output(spec_path, text)
     spec.path = spec_path
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(demo_threads())
     if weights is None:
         weights = out / f"model{suffix}.pt"
         if factory is None:

@@ -45,6 +45,7 @@ from featstore.store.store import Store, default_usage
 from featstore.training.ce import random_shift, train_ce
 from featstore.training.config import TrainConfig
 from featstore.workflows.demo import backbone as pretrained
+from scorers.threads import user_threads
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,14 @@ def check_backbone(backbone: str) -> str:
     if backbone not in BACKBONES:
         raise UsageError(f"--backbone {backbone!r}: expected one of {', '.join(BACKBONES)}")
     return backbone
+
+
+def demo_threads() -> int:
+    """Torch's thread count for the demo's and mini-Gbench's training and extraction:
+    $FEATSTORE_THREADS when set (`scorers.threads.user_threads`), else every CPU
+    (`os.cpu_count()`). Never the machine's load: training's sums, hence its weights' bits,
+    depend on the count."""
+    return user_threads() or max(1, os.cpu_count() or 1)
 
 
 def check_scale(scale: float) -> float:
@@ -247,7 +256,7 @@ def run_demo(out: Path, *, backbone: str = DEFAULT_BACKBONE, scale: float = 1.0,
         atomic_write_output(spec_path, text)
     spec.path = spec_path
     weights = out / "model.pt"
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(demo_threads())
     ensure_model(spec, weights, backbone, model_recipe(backbone, epochs),
                  epochs=epochs, progress=progress)
     store = out / "store"

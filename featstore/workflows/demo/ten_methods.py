@@ -32,7 +32,6 @@ in OUT/methods: a rerun recomputes nothing that finished.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -43,7 +42,13 @@ import torch
 from featstore.extraction.extract import Progress
 from featstore.specs.benchmark import BenchmarkSpec, SplitSpec
 from featstore.store.fileio import atomic_write_output
-from featstore.workflows.demo.pipeline import PHOTOS, TEXTURES, demo_spec, spec_comment
+from featstore.workflows.demo.pipeline import (
+    PHOTOS,
+    TEXTURES,
+    demo_spec,
+    demo_threads,
+    spec_comment,
+)
 from featstore.workflows.experiments.config import Experiment
 from featstore.workflows.experiments.presets import (
     AUX_IMAGES,
@@ -114,7 +119,7 @@ def run_ten_methods(out: Path, methods: str | Sequence[str] = "all", *, epochs: 
     """Train, extract, tune and score the selected rows; the runner's results (also written
     to OUT/methods/results.json and results.md)."""
 
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(demo_threads())
     exp = ten_methods_experiment(out, methods, epochs=epochs, finetune_epochs=finetune_epochs)
     return run_experiment(exp, Path(out) / "methods", log=logger.info,
                           train_progress=_train_progress(progress) if progress else None)
