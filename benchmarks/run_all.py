@@ -37,6 +37,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "profile_small_fits": [],
     "bench_sweep": [],
     "bench_ann": [],
+    "bench_ann_scale": [],  # 100k x 2048; the 1M table: --rows 1000000 (knn-ann.md)
     "bench_gscore": [],
     "bench_gscore_cv": ["--store", f"{OUT}/gbench/store"],
     "bench_gscore_idsize": ["--store", f"{OUT}/gbench/store", "--large-out", f"{OUT}/gbench_bigid"],

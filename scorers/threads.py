@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -173,24 +174,41 @@ def blas_controller() -> Any:
     return _CONTROLLER
 
 
-_IN_EFFECT: list[int] = []  # the counts of the enclosing limit_threads blocks (innermost last)
+_LOCAL = threading.local()  # .blocks: this thread's enclosing limit_threads counts
+
+
+def _blocks() -> list[int]:
+    """The counts of this thread's enclosing limit_threads blocks (innermost last). Per
+    thread: a block another thread holds (a scorer run in a background thread) says nothing
+    about the limits this thread's code runs under."""
+    blocks = getattr(_LOCAL, "blocks", None)
+    if blocks is None:
+        blocks = _LOCAL.blocks = []
+    return blocks
+
+
+def _controller_stale() -> bool:
+    """FAISS was imported after the controller was made (its OpenBLAS is not in it yet)."""
+    return "faiss" in sys.modules and not _CONTROLLER_SAW_FAISS
 
 
 @contextmanager
 def limit_threads(count: int) -> Iterator[int]:
     """BLAS and OpenMP limited to `count` threads inside (restored after); yields count. Inside
-    a block of the same count (a score inside score_grid) nothing is set again (a limit
-    queries and sets every library)."""
+    a block of this thread with the same count (a score inside score_grid) nothing is set
+    again (a limit queries and sets every library), unless FAISS was loaded since (a KNN fit
+    imports it inside its block): then its libraries are limited too."""
     count = int(count)
-    if _IN_EFFECT and _IN_EFFECT[-1] == count:
+    blocks = _blocks()
+    if blocks and blocks[-1] == count and not _controller_stale():
         yield count
         return
     with blas_controller().limit(limits=count):
-        _IN_EFFECT.append(count)
+        blocks.append(count)
         try:
             yield count
         finally:
-            _IN_EFFECT.pop()
+            blocks.pop()
 
 
 @contextmanager

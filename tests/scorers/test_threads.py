@@ -26,6 +26,7 @@ from scorers.threads import (
     cores_free,
     fit_work,
     free_cores,
+    limit_threads,
     set_user_threads,
     threads_for,
     user_threads,
@@ -162,3 +163,35 @@ def test_cli_threads_option(shared_store, capsys, monkeypatch):
                            "--threads", "1", "--no-cache", "--json")
     assert code == 0, err
     assert os.environ[THREADS_ENV] == "1"
+
+
+def test_a_block_held_by_another_thread_does_not_skip_this_threads_limit(monkeypatch):
+    """limit_threads' "already in a block of this count" shortcut is per thread: while a
+    background thread sits inside limit_threads(1), this thread's limit_threads(1) still sets
+    every BLAS / OpenMP library to 1 (reference: threadpoolctl's own report), and the
+    libraries are back at their counts after both blocks."""
+    import threading
+
+    import faiss  # noqa: F401  (its OpenBLAS and OpenMP are among the libraries checked)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(2):  # every library at 2 outside the blocks
+        entered, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with limit_threads(1):
+                entered.set()
+                release.wait(30)
+
+        worker = threading.Thread(target=hold)
+        worker.start()
+        try:
+            assert entered.wait(30)
+            with threadpool_limits(2):  # as if the other thread's block were not there
+                with limit_threads(1):
+                    inside = _counts()
+        finally:
+            release.set()
+            worker.join(30)
+        assert inside == {1}
+        assert _counts() == {2}
