@@ -119,6 +119,19 @@ def clustered_features(rng: np.random.Generator, n: int, centres: np.ndarray,
     return out
 
 
+def clustered_model(rng: np.random.Generator, rows: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(class centres, offset, noise sd) of the `clustered` data for a bank of `rows` rows
+    (module docstring), drawn from `rng`."""
+    lam = 1.0 / (1.0 + np.arange(DIM))
+    lam = rng.permutation(lam / lam.mean())
+    offset = (rng.standard_normal(DIM) * 0.3 + 0.2).astype(np.float32)
+    classes = max(10, rows // ROWS_PER_CLASS)
+    centres = (rng.standard_normal((classes, DIM)) * np.sqrt(BETWEEN * lam)).astype(np.float32)
+    noise_sd = np.sqrt((1.0 - BETWEEN) * lam).astype(np.float32)
+    return centres, offset, noise_sd
+
+
 def generate(kind: str, rows: int, queries: int, seed: int) -> dict[str, np.ndarray]:
     """id/train (the bank), id/val (calibration rows) and id/test (the queries) features."""
     val = CALIBRATION_ROWS
@@ -128,12 +141,7 @@ def generate(kind: str, rows: int, queries: int, seed: int) -> dict[str, np.ndar
         data = bs.generate(bs.Sizes(train=rows, val=val, test=queries, ood=1), seed)
         return {s: data["splits"][s]["features"] for s in ("id/train", "id/val", "id/test")}
     rng = np.random.default_rng(seed)
-    lam = 1.0 / (1.0 + np.arange(DIM))
-    lam = rng.permutation(lam / lam.mean())
-    offset = (rng.standard_normal(DIM) * 0.3 + 0.2).astype(np.float32)
-    classes = max(10, rows // ROWS_PER_CLASS)
-    centres = (rng.standard_normal((classes, DIM)) * np.sqrt(BETWEEN * lam)).astype(np.float32)
-    noise_sd = np.sqrt((1.0 - BETWEEN) * lam).astype(np.float32)
+    centres, offset, noise_sd = clustered_model(rng, rows)
     return {s: clustered_features(rng, n, centres, offset, noise_sd)
             for s, n in (("id/train", rows), ("id/val", val), ("id/test", queries))}
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.bench_ann import BETWEEN, DIM, ROWS_PER_CLASS, clustered_features, progress
+from benchmarks.bench_ann import DIM, clustered_features, clustered_model, progress
 
 CALIBRATION = 256
 CHUNK_ROWS = 4096
@@ -66,12 +66,7 @@ def write_data(paths: dict[str, Path], rows: int, queries: int, seed: int) -> No
     if all(p.exists() for p in paths.values()):
         return
     rng = np.random.default_rng(seed)
-    lam = 1.0 / (1.0 + np.arange(DIM))
-    lam = rng.permutation(lam / lam.mean())
-    offset = (rng.standard_normal(DIM) * 0.3 + 0.2).astype(np.float32)
-    classes = max(10, rows // ROWS_PER_CLASS)
-    centres = (rng.standard_normal((classes, DIM)) * np.sqrt(BETWEEN * lam)).astype(np.float32)
-    noise_sd = np.sqrt((1.0 - BETWEEN) * lam).astype(np.float32)
+    centres, offset, noise_sd = clustered_model(rng, rows)
     progress(f"writing a {rows} x {DIM} bank to {paths['bank']}")
     tmp = paths["bank"].with_suffix(".part")
     with open(tmp, "wb") as f:

@@ -284,3 +284,20 @@ def assert_reports_recall(store: Store, name: str, kind: str) -> None:
     assert diag["recall_at_k"] == pytest.approx(recall_at_k(approx_ids, exact_ids), abs=0.01)
     assert 0.0 < diag["recall_at_k"] <= 1.0
     assert "recall_at_k" not in fitted(name, store, **{**params, "index": "exact"}).diagnostics
+
+
+def assert_rank_clamps_default(tmp_path, name: str, reference) -> None:
+    """D = 63, rank 20: the paper's rule (D // 2 = 31) is clamped to 19 at fit, the used value
+    in `params`, the change in `adjusted`, a FeatstoreWarning naming both dims; the scores
+    equal `reference(store, split, 19)` (the scorer's plain NumPy transcription)."""
+    from tests.helpers.stores import rank_deficient_store
+
+    st = rank_deficient_store(tmp_path / "s", 20)
+    with pytest.warns(FeatstoreWarning, match=r"dim=31 -> dim=19 .*span 20 directions"):
+        scorer = get_scorer(name, precision="float64").fit(st)
+    assert scorer.params["dim"] == 19
+    assert scorer.adjusted == [{"setting": {"dim": 31}, "used": {"dim": 19},
+                                "reason": scorer.adjusted[0]["reason"]}]
+    for split in ("id/test", "ood/near/t"):
+        np.testing.assert_allclose(scorer.score(st.split(split)), reference(st, split, 19),
+                                   rtol=1e-6)

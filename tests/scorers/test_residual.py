@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from featstore import Store
-from featstore.errors import FeatstoreWarning
 from scorers import get_scorer, list_scorers
 from scorers.adapt import adapt_params
 from scorers.sweep import sweep
@@ -23,6 +22,7 @@ from tests.helpers.scoring import (
     assert_bad_dim_at_fit,
     assert_bad_dim_construct_and_grid,
     assert_dim_not_below_train_rows_refused,
+    assert_rank_clamps_default,
 )
 
 
@@ -134,15 +134,5 @@ def test_residual_rank_deficient_store_clamps_a_default_dim(tmp_path):
 
 
 def test_residual_rank_below_the_paper_rule_clamps_the_default(tmp_path):
-    """D = 63, rank 20: the paper's rule (D // 2 = 31) is clamped to 19 at fit, the used value
-    in `params`, the change in `adjusted`, a FeatstoreWarning naming both dims; the scores
-    equal the plain NumPy residual at dim = 19."""
-    st = stores.rank_deficient_store(tmp_path / "s", 20)
-    with pytest.warns(FeatstoreWarning, match=r"dim=31 -> dim=19 .*span 20 directions"):
-        scorer = get_scorer("residual", precision="float64").fit(st)
-    assert scorer.params["dim"] == 19
-    assert scorer.adjusted == [{"setting": {"dim": 31}, "used": {"dim": 19},
-                                "reason": scorer.adjusted[0]["reason"]}]
-    for split in ("id/test", "ood/near/t"):
-        np.testing.assert_allclose(scorer.score(st.split(split)), ref_residual(st, split, 19),
-                                   rtol=1e-6)
+    """D = 63, rank 20: the default dim 31 is clamped to 19 (reference: ref_residual)."""
+    assert_rank_clamps_default(tmp_path, "residual", ref_residual)

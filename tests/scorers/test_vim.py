@@ -19,6 +19,7 @@ from tests.helpers.scoring import (
     assert_bad_dim_at_fit,
     assert_bad_dim_construct_and_grid,
     assert_dim_not_below_train_rows_refused,
+    assert_rank_clamps_default,
 )
 
 
@@ -135,17 +136,8 @@ def test_vim_rank_deficient_store_clamps_a_default_dim_to_rank(tmp_path):
 
 
 def test_vim_rank_below_the_paper_rule_clamps_the_default(tmp_path):
-    """D = 63, rank 20: the paper's rule (D // 2 = 31) is clamped to 19 at fit with a
-    FeatstoreWarning naming both dims; the scores equal the plain NumPy ViM at dim = 19."""
-    st = stores.rank_deficient_store(tmp_path / "s", 20)
-    with pytest.warns(FeatstoreWarning, match=r"dim=31 -> dim=19 .*span 20 directions"):
-        scorer = get_scorer("vim", precision="float64").fit(st)
-    assert scorer.params["dim"] == 19
-    assert scorer.adjusted == [{"setting": {"dim": 31}, "used": {"dim": 19},
-                                "reason": scorer.adjusted[0]["reason"]}]
-    for split in ("id/test", "ood/near/t"):
-        np.testing.assert_allclose(scorer.score(st.split(split)), ref_vim(st, split, 19),
-                                   rtol=1e-6)
+    """D = 63, rank 20: the default dim 31 is clamped to 19 (reference: ref_vim)."""
+    assert_rank_clamps_default(tmp_path, "vim", ref_vim)
 
 
 def test_dim_not_below_train_rows_is_refused_before_fit(tmp_path):
