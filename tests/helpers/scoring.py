@@ -301,3 +301,22 @@ def assert_rank_clamps_default(tmp_path, name: str, reference) -> None:
     for split in ("id/test", "ood/near/t"):
         np.testing.assert_allclose(scorer.score(st.split(split)), reference(st, split, 19),
                                    rtol=1e-6)
+
+
+def assert_rank_60_range_and_default(tmp_path, name: str) -> tuple[Store, dict[str, Any]]:
+    """D = 63, rank 60 (`stores.rank_deficient_store`): dim's valid range is [1, 59] =
+    rank - 1, and a default dim of 62 (a default-grid value, not the user's) is clamped to 59
+    by the defaults rule with the rank in its reason. Returns (the store, the clamped
+    parameters)."""
+    from scorers.adapt import adapt_params
+    from tests.helpers.stores import rank_deficient_store
+
+    st = rank_deficient_store(tmp_path / "s", 60)
+    probe = get_scorer(name, precision="float64")
+    rng = probe.valid_ranges(probe.params, st)["dim"]
+    assert (rng.lo, rng.hi) == (1, 59)
+    params, adjusted = adapt_params(probe, {**probe.params, "dim": 62}, {"precision"}, st)
+    assert params["dim"] == 59 and [a["used"] for a in adjusted] == [{"dim": 59}]
+    assert "rank(S) - 1 = 59" in adjusted[0]["reason"]
+    assert "span 60 directions" in adjusted[0]["reason"]
+    return st, params

@@ -12,16 +12,15 @@ import pytest
 
 from featstore import Store
 from scorers import get_scorer, list_scorers
-from scorers.adapt import adapt_params
 from scorers.sweep import sweep
 from tests.helpers import references as refs
 from tests.helpers import scoring as kit
-from tests.helpers import stores
 from tests.helpers.references import ref_vim_parts
 from tests.helpers.scoring import (
     assert_bad_dim_at_fit,
     assert_bad_dim_construct_and_grid,
     assert_dim_not_below_train_rows_refused,
+    assert_rank_60_range_and_default,
     assert_rank_clamps_default,
 )
 
@@ -113,14 +112,7 @@ def test_residual_rank_deficient_store_clamps_a_default_dim(tmp_path):
     dim = 62 is refused at fit naming the rank (valid up to the rank itself, 60); the clamped
     scorer equals the plain NumPy residual at dim = 59 (`ref_residual`, rtol 1e-6), and the
     default grid [256, 1000] sweeps as dim = 59."""
-    st = stores.rank_deficient_store(tmp_path / "s", 60)
-    probe = get_scorer("residual", precision="float64")
-    rng = probe.valid_ranges(probe.params, st)["dim"]
-    assert (rng.lo, rng.hi) == (1, 59)
-    params, adjusted = adapt_params(probe, {**probe.params, "dim": 62}, {"precision"}, st)
-    assert params["dim"] == 59 and [a["used"] for a in adjusted] == [{"dim": 59}]
-    assert "rank(S) - 1 = 59" in adjusted[0]["reason"]
-    assert "span 60 directions" in adjusted[0]["reason"]
+    st, params = assert_rank_60_range_and_default(tmp_path, "residual")
     with pytest.raises(ValueError, match=r"dim=62 is more than the principal directions "
                        r"spanned by 'id/train' .*span 60 directions.*valid: 1 <= dim <= 60"):
         get_scorer("residual", dim=62).fit(st)

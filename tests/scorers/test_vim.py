@@ -13,12 +13,12 @@ from featstore.errors import FeatstoreWarning
 from scorers import get_scorer, list_scorers
 from tests.helpers import references as refs
 from tests.helpers import scoring as kit
-from tests.helpers import stores
 from tests.helpers.references import ref_vim_parts
 from tests.helpers.scoring import (
     assert_bad_dim_at_fit,
     assert_bad_dim_construct_and_grid,
     assert_dim_not_below_train_rows_refused,
+    assert_rank_60_range_and_default,
     assert_rank_clamps_default,
 )
 
@@ -117,16 +117,7 @@ def test_vim_rank_deficient_store_clamps_a_default_dim_to_rank(tmp_path):
     default dim of 62 (a default-grid value, not the user's) is clamped to 59 by the defaults
     rule with the rank in its reason, a given dim = 62 is refused naming the rank, and the
     clamped scorer equals the plain NumPy ViM at dim = 59 (`ref_vim`, rtol 1e-6)."""
-    from scorers.adapt import adapt_params
-
-    st = stores.rank_deficient_store(tmp_path / "s", 60)
-    probe = get_scorer("vim", precision="float64")
-    rng = probe.valid_ranges(probe.params, st)["dim"]
-    assert (rng.lo, rng.hi) == (1, 59)
-    params, adjusted = adapt_params(probe, {**probe.params, "dim": 62}, {"precision"}, st)
-    assert params["dim"] == 59 and [a["used"] for a in adjusted] == [{"dim": 59}]
-    assert "rank(S) - 1 = 59" in adjusted[0]["reason"]
-    assert "span 60 directions" in adjusted[0]["reason"]
+    st, params = assert_rank_60_range_and_default(tmp_path, "vim")
     with pytest.raises(ValueError, match=r"dim=62 leaves no residual .*span 60 directions"):
         get_scorer("vim", dim=62).fit(st)
     scorer = get_scorer("vim", **params).fit(st)
