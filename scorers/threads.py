@@ -154,23 +154,31 @@ def threads_for(flops: float) -> int:
 
 
 _CONTROLLER: Any = None
-_CONTROLLER_SAW_FAISS = False
+# modules that bring BLAS / OpenMP libraries of their own when first imported: FAISS's
+# OpenBLAS and OpenMP, torch's libgomp, scikit-learn's libgomp, Numba's OpenMP threading layer
+LIBRARY_PACKAGES = ("faiss", "torch", "sklearn", "numba.np.ufunc.omppool")
+_CONTROLLER_SAW: tuple[bool, ...] = ()
+
+
+def _packages_loaded() -> tuple[bool, ...]:
+    return tuple(name in sys.modules for name in LIBRARY_PACKAGES)
 
 
 def blas_controller() -> Any:
     """One `threadpoolctl.ThreadpoolController` over the loaded BLAS and OpenMP libraries
-    (NumPy's, SciPy's, and FAISS's once FAISS is imported: it is made again the first time it
-    is asked for after that import). `threadpool_limits` rediscovers the libraries on every
-    call (it reads /proc/self/maps, which dominated sweeps over small stores); the controller
-    discovers them once."""
-    global _CONTROLLER, _CONTROLLER_SAW_FAISS
-    has_faiss = "faiss" in sys.modules
-    if _CONTROLLER is None or (has_faiss and not _CONTROLLER_SAW_FAISS):
+    (NumPy's, SciPy's, and those of FAISS, torch and scikit-learn once they are imported: it
+    is made again the first time it is asked for after one of LIBRARY_PACKAGES is imported).
+    `threadpool_limits` rediscovers the libraries on every call (it reads /proc/self/maps,
+    which dominated sweeps over small stores); the controller discovers them once per set of
+    imported LIBRARY_PACKAGES."""
+    global _CONTROLLER, _CONTROLLER_SAW
+    loaded = _packages_loaded()
+    if _CONTROLLER is None or loaded != _CONTROLLER_SAW:
         import scipy.linalg  # noqa: F401  (loads SciPy's BLAS before the inspection)
         from threadpoolctl import ThreadpoolController  # lazy: on first use (above)
 
         _CONTROLLER = ThreadpoolController()
-        _CONTROLLER_SAW_FAISS = has_faiss
+        _CONTROLLER_SAW = loaded
     return _CONTROLLER
 
 
@@ -188,16 +196,18 @@ def _blocks() -> list[int]:
 
 
 def _controller_stale() -> bool:
-    """FAISS was imported after the controller was made (its OpenBLAS is not in it yet)."""
-    return "faiss" in sys.modules and not _CONTROLLER_SAW_FAISS
+    """One of LIBRARY_PACKAGES was imported after the controller was made (its libraries are
+    not in it yet)."""
+    return _packages_loaded() != _CONTROLLER_SAW
 
 
 @contextmanager
 def limit_threads(count: int) -> Iterator[int]:
     """BLAS and OpenMP limited to `count` threads inside (restored after); yields count. Inside
     a block of this thread with the same count (a score inside score_grid) nothing is set
-    again (a limit queries and sets every library), unless FAISS was loaded since (a KNN fit
-    imports it inside its block): then its libraries are limited too."""
+    again (a limit queries and sets every library), unless one of LIBRARY_PACKAGES was
+    imported since (a KNN fit imports FAISS inside its block): then its libraries are limited
+    too."""
     count = int(count)
     blocks = _blocks()
     if blocks and blocks[-1] == count and not _controller_stale():

@@ -195,3 +195,37 @@ def test_a_block_held_by_another_thread_does_not_skip_this_threads_limit(monkeyp
             worker.join(30)
         assert inside == {1}
         assert _counts() == {2}
+
+
+LATE_IMPORT = r"""
+import json
+from threadpoolctl import threadpool_info
+import faiss
+from scorers.threads import blas_controller, limit_threads
+blas_controller()               # made after FAISS, before torch and scikit-learn are imported
+import sklearn.cluster, torch   # each brings its own OpenMP runtime (libgomp)
+from threadpoolctl import threadpool_limits
+with threadpool_limits(2):
+    with limit_threads(1):
+        inside = sorted((lib["filepath"], lib["num_threads"]) for lib in threadpool_info()
+                        if lib["user_api"] in ("blas", "openmp"))
+print(json.dumps(inside))
+"""
+
+
+def test_libraries_imported_after_the_controller_are_limited():
+    """A fresh interpreter imports FAISS, makes the controller, then imports scikit-learn and
+    torch (their libgomp copies load then): limit_threads(1) still holds every BLAS and
+    OpenMP library at 1 (reference: threadpoolctl's own report, which rediscovers them)."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", THREADS_ENV)}
+    proc = subprocess.run([sys.executable, "-c", LATE_IMPORT], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    inside = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(inside) >= 3, inside
+    assert {count for _, count in inside} == {1}, inside
