@@ -35,7 +35,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -44,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.bench_ann import DIM, clustered_features, clustered_model, progress
+from benchmarks.bench_ann import DIM, clustered_features, clustered_model, cpu_s, progress
 
 CALIBRATION = 256
 CHUNK_ROWS = 4096
@@ -100,11 +99,6 @@ def status_bytes(key: str) -> int:
             if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     raise KeyError(key)
-
-
-def cpu_s() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
 
 
 def parse_kind(spec: str) -> tuple[str, dict[str, int]]:
@@ -163,17 +157,13 @@ def run_kind(kind: str, args: argparse.Namespace, workdir: Path) -> dict:
     return result
 
 
-def recall_vs(ids: np.ndarray, truth: np.ndarray) -> float:
-    from scorers.knn_index import recall_at_k
-
-    return recall_at_k(ids, truth)
-
-
 def eval_cost(r: dict, q: int) -> float:
     return r["build_cpu_s"] + q * r["search_cpu_s"] / r["queries"]
 
 
 def table(results: list[dict], k: int) -> str:
+    from scorers.knn_recall import recall_at_k
+
     exact = next((r for r in results if r["kind"] == "exact"), None)
     truth = np.load(exact["ids"]) if exact else None
     lines = [f"| index (options) | build + calibration CPU s (wall) | width | recall@{k} "
@@ -185,7 +175,7 @@ def table(results: list[dict], k: int) -> str:
         width = opts.get("nprobe", opts.get("ef_search", "-"))
         shown = ", ".join(f"{key} {v}" for key, v in opts.items()
                           if key not in ("nprobe", "ef_search", "recall_target", "recall_k"))
-        held = recall_vs(np.load(r["ids"]), truth) if truth is not None else float("nan")
+        held = recall_at_k(np.load(r["ids"]), truth) if truth is not None else float("nan")
         cost = eval_cost(r, EVAL_QUERIES)
         ratio = eval_cost(exact, EVAL_QUERIES) / cost if exact else float("nan")
         cal = r["calibration_recall"]

@@ -12,11 +12,11 @@
 - `ivf_pq`: `IndexIVFPQ`, the same inverted file with product-quantized residuals: `pq_m`
   sub-quantizers (default: the largest divisor of D that is <= D // 8, i.e. sub-vectors of
   >= 8 dims: 256 bytes a row at D = 2048 against 8 KiB of float32) of `pq_nbits` bits each
-  (default 8, lowered to floor(log2 N) for tiny banks), trained (FAISS's 25 k-means
-  iterations per sub-quantizer) on at most `train_points_per_list` points per code, as the
-  coarse quantizer is, since FAISS's PQ k-means costs ~0.5 s a sub-quantizer at its own 256,
-  re-ranked exactly (`rerank_factor`, default 10: the re-ranking costs 10 k exact distances
-  a query, little beside the scan, and 4 stayed below recall 0.95 on near-isotropic
+  (default 8, lowered to floor(log2 N) for tiny banks). The codebooks are trained (FAISS's
+  25 k-means iterations per sub-quantizer) on at most `train_points_per_list` points per
+  code, as the coarse quantizer is: at FAISS's own 256 a sub-quantizer costs ~0.5 s.
+  Searches are re-ranked exactly (`rerank_factor`, default 10: 10 k exact distances a
+  query cost little beside the scan, and 4 stayed below recall 0.95 on near-isotropic
   64-dim data where 8 and 10 reached it): a search at k takes the
   `rerank_factor * k` best candidates by quantized distance from the inverted lists and
   returns the k best of them by exact distance, computed from a flat copy of the bank

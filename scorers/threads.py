@@ -164,6 +164,12 @@ def _packages_loaded() -> tuple[bool, ...]:
     return tuple(name in sys.modules for name in LIBRARY_PACKAGES)
 
 
+def _controller_stale() -> bool:
+    """One of LIBRARY_PACKAGES was imported after the controller was made (its libraries are
+    not in it yet)."""
+    return _packages_loaded() != _CONTROLLER_SAW
+
+
 def blas_controller() -> Any:
     """One `threadpoolctl.ThreadpoolController` over the loaded BLAS and OpenMP libraries
     (NumPy's, SciPy's, and those of FAISS, torch and scikit-learn once they are imported: it
@@ -172,13 +178,12 @@ def blas_controller() -> Any:
     which dominated sweeps over small stores); the controller discovers them once per set of
     imported LIBRARY_PACKAGES."""
     global _CONTROLLER, _CONTROLLER_SAW
-    loaded = _packages_loaded()
-    if _CONTROLLER is None or loaded != _CONTROLLER_SAW:
+    if _CONTROLLER is None or _controller_stale():
         import scipy.linalg  # noqa: F401  (loads SciPy's BLAS before the inspection)
         from threadpoolctl import ThreadpoolController  # lazy: on first use (above)
 
         _CONTROLLER = ThreadpoolController()
-        _CONTROLLER_SAW = loaded
+        _CONTROLLER_SAW = _packages_loaded()
     return _CONTROLLER
 
 
@@ -193,12 +198,6 @@ def _blocks() -> list[int]:
     if blocks is None:
         blocks = _LOCAL.blocks = []
     return blocks
-
-
-def _controller_stale() -> bool:
-    """One of LIBRARY_PACKAGES was imported after the controller was made (its libraries are
-    not in it yet)."""
-    return _packages_loaded() != _CONTROLLER_SAW
 
 
 @contextmanager
