@@ -80,12 +80,9 @@ def local_result(experiment, tmp_path_factory) -> dict:
 def worker_env():
     """Workers (Ray's, Slurm's jobs) import the worktree and tests/helpers/tiny_models."""
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS.parent)] + ([old] if old else []))
-    yield
-    if old is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = old
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS.parent)] + ([old] if old else [])))
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -468,13 +465,9 @@ def gbench_one_thread():
     count as the reference (same bits) and none spin-waits for a core the other test worker
     holds (two threads took ~6x longer than one on this busy 2-core machine). The Ray tests
     after them run with it too, on both sides of each comparison."""
-    old = os.environ.get("FEATSTORE_THREADS")
-    os.environ["FEATSTORE_THREADS"] = "1"
-    yield
-    if old is None:
-        os.environ.pop("FEATSTORE_THREADS", None)
-    else:
-        os.environ["FEATSTORE_THREADS"] = old
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FEATSTORE_THREADS", "1")
+        yield
 
 
 @pytest.fixture(scope="module")
