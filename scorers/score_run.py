@@ -40,7 +40,7 @@ def save_scores(path: str | Path, scores: Mapping[str, np.ndarray],
         return atomic_save_npz(path, {k.replace("/", "__"): v for k, v in scores.items()})
     if store is None:
         raise ValueError(f"save_scores: {fmt} rows need the store (ids and labels)")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, values in scores.items():
         split = store.split(name)
         ids, labels = np.asarray(split.ids), np.asarray(split.labels)
