@@ -28,6 +28,7 @@ from .common import (
     method_params,
     open_store,
     parse_params,
+    relabel_outcomes,
     require_rows,
 )
 from .completion import scorer_names, split_names
@@ -203,8 +204,10 @@ def eval_(
         use_cache = cache_note(st, no_cache)
         n_scored = 1 + len(st.splits(role="ood", usage="test"))
         with status() as begin:
+            lines: dict[str, int] = {}
+
             def step(name: str) -> None:
-                begin(("tuning " if tune else "") + fit_label(st, name, n_scored))
+                lines[name] = begin(fit_label(st, name, n_scored, "tuning" if tune else ""))
 
             if tune:
                 result = sweep_all(st, methods, params, select_by or "auroc", progress=step,
@@ -212,6 +215,7 @@ def eval_(
             else:
                 result = evaluate(st, methods, params, use_cache=use_cache, progress=step,
                                   strict=strict, allow_nonfinite=allow_nonfinite, ci=spec)
+            relabel_outcomes(begin, lines, result)
     if out_ is not None:
         from scorers.tabular import write_result
 

@@ -202,7 +202,7 @@ def sweep_cmd(
     with open_store(store) as st:
         require_rows(st)
         with status() as begin:
-            begin("sweeping " + fit_label(st, method))
+            begin(fit_label(st, method, verb="sweeping"))
             result = sweep(st, method, grid_, select_by, params, ci=spec)
     if out_ is not None:
         from scorers.tabular import write_result
