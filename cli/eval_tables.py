@@ -2,10 +2,10 @@
 
 Compact (default): every cell is `value±h`, h = half the width of the bootstrap interval
 (`(hi - lo) / 2`; the bounds themselves are in `--json` and `--wide`), or `value [lo, hi]`
-where the interval is not symmetric about the value (`featstore.store.formatting.compact`), columns that do not fit
-the terminal are dropped lowest priority first and named in a note, empty columns are hidden,
-the scorer name is never cut. `--wide`: every column, `value [lo, hi]`, all four metrics per
-split.
+where the interval is not symmetric about the value (`featstore.store.formatting.compact`);
+columns that do not fit the terminal are dropped lowest priority first and named in a note,
+empty columns are hidden, the scorer name is never cut. `--wide`: every column,
+`value [lo, hi]`, all four metrics per split.
 
 Conventions in the headers: AUROC↑; FPR95↓ = FPR at 95% TPR with ID as the positive class
 (the share of OOD samples accepted at the threshold that keeps 95% of ID samples; OpenOOD

@@ -130,3 +130,15 @@ def test_shell_lines_name_real_commands_and_options():
                             f"{where}: {line!r}: `{name}` has no option {opt}")
                 checked += 1
     assert checked >= 10
+
+
+def test_readme_speaks_to_users_not_to_the_tracker():
+    """The README names no issue number and no path outside the repository (issue 47: it
+    named 'issue 19' and '../shared/DESIGN.md'); its layout line names the packages'
+    sub-packages as they are on disk."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert not re.search(r"\bissues? #?\d+|(?<![\w/])#\d{1,3}\b", text, re.I)
+    assert "../shared" not in text
+    for package in sorted(p.name for p in (ROOT / "featstore").iterdir()
+                          if p.is_dir() and (p / "__init__.py").is_file()):
+        assert f"`{package}/`" in text, package
