@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "bench_trust": [],
     "bench_extract": [],
     "bench_predict": [],
+    "bench_startup": [],
     "bench_scorers": [],
     "bench_factorizations": [],
     "profile_small_fits": [],

@@ -119,9 +119,29 @@ def _click_error(exc: Any) -> str:
     return message
 
 
+PIPED_HELP_WIDTH = 120  # help boxes when stdout is no terminal (rich's default there is 80)
+_TYPER_WIDTH: list[int | None] = []  # typer's own MAX_WIDTH ($TERMINAL_WIDTH), read once
+
+
+def _help_width() -> None:
+    """Help piped into a file or a pager keeps readable boxes: rich would squash them to 80
+    columns there; a terminal's own width, $COLUMNS or $TERMINAL_WIDTH (typer's) win. Decided
+    anew for every run of `main` (the same process may run it on a terminal and a pipe)."""
+    import os
+
+    from typer import rich_utils
+
+    if not _TYPER_WIDTH:
+        _TYPER_WIDTH.append(rich_utils.MAX_WIDTH)
+    piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+    own = _TYPER_WIDTH[0]
+    rich_utils.MAX_WIDTH = own if own is not None or not piped else PIPED_HELP_WIDTH
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; FeatstoreError -> one line on stderr and its exit code (2 usage, 1 failure)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    _help_width()
     debug = "--debug" in args
     while "--debug" in args:
         args.remove("--debug")

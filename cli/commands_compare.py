@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from featstore.errors import UsageError
-from featstore.store.fileio import atomic_write_result_json
+from featstore.store.tabular_io import output_format
 
 from .common import (
     BootOpt,
@@ -89,7 +89,9 @@ def compare(
     ci_method: CiMethodOpt = "percentile",
     boot_seed: BootSeedOpt = 0,
     ci: CiOpt = 0.95,
-    out_: Annotated[Path | None, typer.Option("--out", help="Write the JSON.")] = None,
+    out_: Annotated[Path | None, typer.Option(
+        "--out", help="Write the result to this file: .json (the JSON document), .csv "
+        "or .jsonl (one row per method and split / group; docs/RESULTS.md).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache",
                                            help="Do not read/write scores.h5.")] = False,
     threads: ThreadsOpt = None,
@@ -103,6 +105,8 @@ def compare(
     Example: featstore compare runs/demo/store --method msp --method energy --method knn
     """
     setup(json_, quiet)
+    if out_ is not None:
+        output_format(out_)  # a bad suffix fails before any work
     apply_threads(threads)
     from scorers.compare import TESTED_METRICS
     from scorers.compare import compare as run_compare
@@ -120,7 +124,9 @@ def compare(
             result = run_compare(st, methods, params, spec, not no_cache,
                                  tuple(metric) if metric else TESTED_METRICS)
     if out_ is not None:
-        atomic_write_result_json(out_, result)
+        from scorers.tabular import write_result
+
+        write_result(out_, result)
     emit(result, lambda: print_compare(result))
 
 

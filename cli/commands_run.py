@@ -127,7 +127,9 @@ def table(
         "LABEL names the rows (default: the data's or the spec's file name less .toml).")],
     layout: LayoutOpt = "paper",
     out_: Annotated[Path | None, typer.Option(
-        "--out", help="Write the tables as Markdown to this file.")] = None,
+        "--out", help="Write the tables to this file: Markdown (.md or any other name), or "
+        "the aggregate's numbers as .csv / .jsonl rows (dataset, unit, method, group: mean, "
+        "std, n of every metric).")] = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -149,6 +151,11 @@ def table(
     from featstore.workflows.experiments.render import markdown_report, rich_notes, rich_tables
 
     check_layout(layout)
+    rows_format = None
+    if out_ is not None and out_.suffix.lower() in (".csv", ".jsonl", ".ndjson"):
+        from featstore.store.tabular_io import output_format
+
+        rows_format = output_format(out_)
     datasets = load_datasets(results)
     if layout == "paper":
         text = paper_markdown(datasets)
@@ -156,7 +163,12 @@ def table(
     else:
         text = "\n".join(markdown_report(r) for _, r in datasets)
         shown = [t for _, r in datasets for t in rich_tables(r)]
-    if out_ is not None:
+    if out_ is not None and rows_format is not None:
+        from featstore.store.tabular_io import write_rows
+        from featstore.workflows.experiments.tabular import aggregate_records
+
+        write_rows(out_, aggregate_records(datasets), rows_format)
+    elif out_ is not None:
         atomic_write_output(out_, text)
     doc = {"layout": layout, "datasets": [label for label, _ in datasets], "markdown": text,
            "tables": [{"metric": t.key, "title": t.title, "better": t.better,

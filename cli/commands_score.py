@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from featstore.errors import UsageError
-from featstore.store.fileio import atomic_write_result_json
+from featstore.store.tabular_io import output_format
 
 from .common import (
     ALLOW_NONFINITE_HELP,
@@ -28,6 +28,7 @@ from .common import (
     method_params,
     open_store,
     parse_params,
+    relabel_outcomes,
     require_rows,
 )
 from .completion import scorer_names, split_names
@@ -104,8 +105,9 @@ def score(
     split: Annotated[list[str] | None, typer.Option(help="Split to score; repeatable "
                                                          "(default: all).",
                                                     autocompletion=split_names)] = None,
-    save: Annotated[Path | None, typer.Option("--save", help="Write the scores to this "
-                                                             ".npz.")] = None,
+    save: Annotated[Path | None, typer.Option(
+        "--save", help="Write the scores to this file: .npz (one array per split), .csv or "
+        ".jsonl (one row per scored row: split, row, id, label, score).")] = None,
     no_cache: NoCacheOpt = False,
     allow_nonfinite: AllowNonfiniteOpt = False,
     threads: ThreadsOpt = None,
@@ -158,7 +160,9 @@ def eval_(
     method: EvalMethodOpt = None,
     all_: AllOpt = False,
     param: MethodParamOpt = None,
-    out_: Annotated[Path | None, typer.Option("--out", help="Write results JSON.")] = None,
+    out_: Annotated[Path | None, typer.Option(
+        "--out", help="Write the result to this file: .json (the JSON document), .csv "
+        "or .jsonl (one row per method and split / group; docs/RESULTS.md).")] = None,
     no_cache: NoCacheOpt = False,
     per_split: Annotated[bool, typer.Option(help="Also print the per-split table.")] = True,
     tune: TuneOpt = False,
@@ -181,6 +185,8 @@ def eval_(
     Example: featstore eval runs/demo/store --method msp --method vim --out results.json
     """
     setup(json_, quiet)
+    if out_ is not None:
+        output_format(out_)  # a bad suffix fails before any work
     apply_threads(threads)
     from scorers.evaluate import evaluate
     from scorers.sweep import check_select_by, sweep_all
@@ -198,8 +204,10 @@ def eval_(
         use_cache = cache_note(st, no_cache)
         n_scored = 1 + len(st.splits(role="ood", usage="test"))
         with status() as begin:
+            lines: dict[str, int] = {}
+
             def step(name: str) -> None:
-                begin(("tuning " if tune else "") + fit_label(st, name, n_scored))
+                lines[name] = begin(fit_label(st, name, n_scored, "tuning" if tune else ""))
 
             if tune:
                 result = sweep_all(st, methods, params, select_by or "auroc", progress=step,
@@ -207,8 +215,11 @@ def eval_(
             else:
                 result = evaluate(st, methods, params, use_cache=use_cache, progress=step,
                                   strict=strict, allow_nonfinite=allow_nonfinite, ci=spec)
+            relabel_outcomes(begin, lines, result)
     if out_ is not None:
-        atomic_write_result_json(out_, result)
+        from scorers.tabular import write_result
+
+        write_result(out_, result)
     emit(result, lambda: print_eval(result, per_split, tune, wide))
 
 

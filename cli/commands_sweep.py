@@ -10,8 +10,8 @@ import typer
 from rich.table import Table
 
 from featstore.errors import UsageError
-from featstore.store.fileio import atomic_write_result_json
 from featstore.store.formatting import number
+from featstore.store.tabular_io import output_format
 
 from .common import (
     BootOpt,
@@ -165,7 +165,9 @@ def sweep_cmd(
     select_by: Annotated[str, typer.Option(
         help="Val metric that chooses: auroc, aupr_in, aupr_out, ap_in, ap_out, fpr95, "
              "fpr95_ood, detection_error.")] = "auroc",
-    out_: Annotated[Path | None, typer.Option("--out", help="Write the result JSON.")] = None,
+    out_: Annotated[Path | None, typer.Option(
+        "--out", help="Write the result to this file: .json (the JSON document), .csv "
+        "or .jsonl (one row per method and split / group; docs/RESULTS.md).")] = None,
     ci: CiOpt = 0.95,
     boot: BootOpt = 1000,
     ci_method: CiMethodOpt = "percentile",
@@ -182,6 +184,8 @@ def sweep_cmd(
     Example: featstore sweep runs/demo/store --method knn --grid K=1,5,10,50 --select-by fpr95
     """
     setup(json_, quiet)
+    if out_ is not None:
+        output_format(out_)  # a bad suffix fails before any work
     apply_threads(threads)
     from scorers.sweep import check_grid, check_select_by, sweep
 
@@ -198,10 +202,12 @@ def sweep_cmd(
     with open_store(store) as st:
         require_rows(st)
         with status() as begin:
-            begin("sweeping " + fit_label(st, method))
+            begin(fit_label(st, method, verb="sweeping"))
             result = sweep(st, method, grid_, select_by, params, ci=spec)
     if out_ is not None:
-        atomic_write_result_json(out_, result)
+        from scorers.tabular import write_result
+
+        write_result(out_, result)
     emit(result, lambda: print_sweep(result))
 
 

@@ -23,7 +23,8 @@ def train_progress(enabled: bool = True, label: str = "train") -> Iterator[Any]:
         yield None
         return
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[status]}"), TimeRemainingColumn(),
+                        TextColumn("{task.fields[status]}"),
+                        TimeRemainingColumn(elapsed_when_finished=True),
                         console=err, transient=False, redirect_stdout=False,
                         redirect_stderr=False)
     state: dict[str, Any] = {}

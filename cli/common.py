@@ -108,17 +108,29 @@ def fit_splits(method: str) -> list[str]:
     return Needs.of(REGISTRY[method]).fit_splits
 
 
-def fit_label(store: Store, method: str, scored: int | None = None) -> str:
-    """`fitting knn on id/train (100,000 x 2048), scoring 5 splits` for the spinner."""
+def fit_label(store: Store, method: str, scored: int | None = None, verb: str = "") -> str:
+    """The spinner's label of one scorer's step: `knn: fitting on id/train (100,000 x 2048),
+    scoring 5 splits`, `msp: nothing to fit, scoring 5 splits`; `verb` ("tuning",
+    "sweeping") leads: `tuning knn: fitting on ...`."""
     parts = []
     for name in fit_splits(method):
         if store.has_split(name):
             sp = store.split(name)
             parts.append(f"{name} ({sp.num_rows:,} x {sp.dims.get('features', '?')})")
-    text = f"fitting {method} on {', '.join(parts)}" if parts else f"{method} (nothing to fit)"
+    text = f"fitting on {', '.join(parts)}" if parts else "nothing to fit"
     if scored is not None:
         text += f", scoring {scored} split{'s' if scored != 1 else ''}"
-    return text
+    return f"{verb + ' ' if verb else ''}{method}: {text}"
+
+
+def relabel_outcomes(steps: Any, labels: dict[str, int], result: Any) -> None:
+    """After an evaluation, say on each scorer's spinner line what happened where its label
+    ("fitting ...") no longer holds: its scores came from the cache, or it was skipped."""
+    for name, index in labels.items():
+        if name in (result.get("skipped") or {}):
+            steps.relabel(index, f"{name}: skipped (the reason is listed below)")
+        elif (result.get("methods") or {}).get(name, {}).get("cached"):
+            steps.relabel(index, f"{name}: cached scores (nothing fitted or scored)")
 
 
 ThreadsOpt = Annotated[int | None, typer.Option(

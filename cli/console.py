@@ -152,6 +152,7 @@ def reset() -> None:
     """Back to the default mode; undo setup()'s redirections (idempotent)."""
     MODE.json = MODE.quiet = MODE.verbose = False
     out.quiet = err.quiet = False
+    _warned.clear()
     _uninstall_logging()
     if _saved["stdout"] is not None:
         sys.stdout = _saved["stdout"]
@@ -165,15 +166,20 @@ def reset() -> None:
 
 
 _python_showwarning = warnings.showwarning
+_warned: set[str] = set()  # the featstore warnings shown in this run (reset() empties it)
 
 
 def _showwarning(message: Any, category: type[Warning], filename: str, lineno: int,
                  file: Any = None, line: str | None = None) -> None:
-    """featstore's own warnings as one `warning: ...` line on stderr (silent with --quiet);
-    any other warning as Python prints it."""
+    """featstore's own warnings as one `warning: ...` line on stderr (silent with --quiet),
+    each text once per run however many places raise it; any other warning as Python prints
+    it."""
     from featstore.errors import FeatstoreWarning
 
     if issubclass(category, FeatstoreWarning):
+        if str(message) in _warned:
+            return
+        _warned.add(str(message))
         err.print(f"warning: {message}", highlight=False)
     else:
         _python_showwarning(message, category, filename, lineno, file, line)
@@ -309,7 +315,9 @@ def split_progress(enabled: bool = True) -> Iterator[Any]:
         yield None
         return
     progress = _progress(TextColumn("{task.description:<28}"), BarColumn(),
-                         MofNCompleteColumn(), RateColumn(), TimeRemainingColumn())
+                         MofNCompleteColumn(), RateColumn(),
+                         # a finished bar shows its elapsed time, not a remaining 0:00:00
+                         TimeRemainingColumn(elapsed_when_finished=True))
     tasks: dict[str, Any] = {}
 
     def update(name: str, done: int, total: int) -> None:
@@ -347,28 +355,47 @@ def step_progress(label: str, enabled: bool = True) -> Iterator[Any]:
         yield update
 
 
+class Steps:
+    """The step lines of `status()`: call with a label to start the next step."""
+
+    def __init__(self, progress: Any) -> None:
+        self.progress = progress
+        self.tasks: list[Any] = []
+        self.running: Any = None
+
+    def finish(self) -> None:
+        """End the running step (its line keeps its final time)."""
+        if self.progress is not None and self.running is not None:
+            self.progress.update(self.running, total=1, completed=1)
+            self.progress.stop_task(self.running)
+            self.running = None
+
+    def __call__(self, label: str) -> int:
+        if self.progress is None:
+            return len(self.tasks)
+        self.finish()
+        self.running = self.progress.add_task(label, total=None, start=True)
+        self.tasks.append(self.running)
+        return len(self.tasks) - 1
+
+    def relabel(self, index: int, label: str) -> None:
+        if self.progress is not None and 0 <= index < len(self.tasks):
+            self.progress.update(self.tasks[index], description=label)
+
+
 @contextmanager
-def status(enabled: bool = True) -> Iterator[Callable[[str], None]]:
+def status(enabled: bool = True) -> Iterator[Steps]:
     """Spinners with elapsed time on stderr, one line per step: `begin(label)` ends the
-    previous step (its line keeps its final time) and starts the next. With --quiet (or
-    `enabled=False`) `begin` does nothing."""
+    previous step (its line keeps its final time), starts the next and returns its index;
+    `begin.relabel(index, label)` rewrites a step's line once its outcome is known (a cached
+    result, a skipped scorer) before the lines are printed for good. With --quiet (or
+    `enabled=False`) both do nothing."""
     if not enabled or not progress_enabled():
-        yield lambda _label: None
+        yield Steps(None)
         return
     progress = _progress(SpinnerColumn(finished_text="[green]✓[/]"),
                          TextColumn("{task.description}"), TimeElapsedColumn())
-    current: list[Any] = []
-
-    def finish() -> None:
-        if current:
-            progress.update(current[0], total=1, completed=1)
-            progress.stop_task(current[0])
-            current.clear()
-
-    def begin(label: str) -> None:
-        finish()
-        current.append(progress.add_task(label, total=None, start=True))
-
+    steps = Steps(progress)
     with run_progress(progress):
-        yield begin
-        finish()
+        yield steps
+        steps.finish()

@@ -1,10 +1,11 @@
 """The terminal tables of an evaluation (`featstore eval`, `demo`): one line per scorer.
 
 Compact (default): every cell is `value±h`, h = half the width of the bootstrap interval
-(`(hi - lo) / 2`; the bounds themselves are in `--json` and `--wide`), columns that do not fit
-the terminal are dropped lowest priority first and named in a note, empty columns are hidden,
-the scorer name is never cut. `--wide`: every column, `value [lo, hi]`, all four metrics per
-split.
+(`(hi - lo) / 2`; the bounds themselves are in `--json` and `--wide`), or `value [lo, hi]`
+where the interval is not symmetric about the value (`featstore.store.formatting.compact`);
+columns that do not fit the terminal are dropped lowest priority first and named in a note,
+empty columns are hidden, the scorer name is never cut. `--wide`: every column,
+`value [lo, hi]`, all four metrics per split.
 
 Conventions in the headers: AUROC↑; FPR95↓ = FPR at 95% TPR with ID as the positive class
 (the share of OOD samples accepted at the threshold that keeps 95% of ID samples; OpenOOD
@@ -108,8 +109,8 @@ def print_group_table(result: dict, wide: bool = False) -> None:
     hidden = print_fitted(out, group_columns(result, wide), title, wide)
     say(CONVENTION)
     if has_ci and not wide:
-        say(f"±h: half the width of the {100 * result['ci']['level']:g}% interval "
-            "([lo, hi] with --wide or --json)")
+        say(f"±h: half the width of the {100 * result['ci']['level']:g}% interval, where it "
+            "is symmetric about the value; [lo, hi] where not (all bounds: --wide or --json)")
     if (note := hidden_note(hidden)) is not None:
         say(note)
     acc = with_interval(result["id_acc"], result.get("id_acc_ci"))

@@ -10,6 +10,10 @@ values (dicts, lists, numbers, strings, None). Fields marked optional are absent
 mapping and from the JSON when None (e.g. `id_acc_ci`, present only with intervals).
 Assigning a field or a key is a TypeError: build a changed copy with `dataclasses.replace`.
 
+`records()` flattens it into one row per method and split / group (per setting for a sweep,
+per pair and test for a comparison: `scorers.tabular`, what `--out FILE.csv` writes), and
+`to_frame()` makes a pandas DataFrame of those rows where pandas is installed.
+
 `to_json()` writes the mapping as JSON text (NumPy scalars and arrays as numbers and lists;
 non-finite floats as Python's json writes them, NaN / Infinity, so that the round trip is
 exact); `from_json(text or mapping)` reads it back, and raises ValueError naming an unknown
@@ -77,6 +81,20 @@ class ResultMapping(dict[str, Any]):
     def to_json(self, indent: int | None = None) -> str:
         """The result as JSON text (module docstring)."""
         return json.dumps(plain(self), indent=indent)
+
+    # ------------------------------------------------------------------ tables
+    def records(self) -> list[dict[str, Any]]:
+        """The result's flat rows (`scorers.tabular.records`): what `--out FILE.csv` writes."""
+        from .tabular import records
+
+        return records(self)
+
+    def to_frame(self) -> Any:
+        """The rows of `records()` as a pandas DataFrame (ImportError naming the install
+        command where pandas is not installed)."""
+        from .tabular import to_frame
+
+        return to_frame(self.records())
 
     @classmethod
     def field_names(cls) -> list[str]:

@@ -2,9 +2,10 @@
 by the one rule of `scorers.adapt`), summarise each split's scores, optionally save them.
 
 `score_stats` is the per-split summary the command prints: n, mean, population std
-(`np.std`, ddof 0), min and max of the float64 scores. `save_scores` writes the scores as an
-.npz (one array per split, `/` in split names as `__`) atomically
-(`featstore.store.fileio.atomic_save_npz`)."""
+(`np.std`, ddof 0), min and max of the float64 scores. `save_scores` writes the scores
+atomically in the format the file's suffix names: an .npz (one array per split, `/` in split
+names as `__`; `featstore.store.fileio.atomic_save_npz`), or one row per scored row as CSV or
+JSON lines (`.csv`, `.jsonl`: split, row, id, label, score; `featstore.store.tabular_io`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from featstore.store.fileio import atomic_save_npz
 from featstore.store.interfaces import StoreLike
+from featstore.store.tabular_io import SCORE_FORMATS, output_format, write_rows
 
 from .evaluate import score_with_defaults
 from .registry import resolve
@@ -27,10 +29,24 @@ def score_stats(scores: np.ndarray) -> dict[str, float | int]:
             "min": float(scores.min()), "max": float(scores.max())}
 
 
-def save_scores(path: str | Path, scores: Mapping[str, np.ndarray]) -> Path:
-    """Write {split: scores} as an .npz (keys: split names with `/` -> `__`; `.npz` appended
-    to a name without it, as np.savez does), atomically."""
-    return atomic_save_npz(path, {k.replace("/", "__"): v for k, v in scores.items()})
+def save_scores(path: str | Path, scores: Mapping[str, np.ndarray],
+                store: StoreLike | None = None) -> Path:
+    """Write {split: scores}, atomically, as the suffix of `path` says: an .npz (keys: split
+    names with `/` -> `__`; `.npz` appended to a name without a suffix, as np.savez does), or
+    .csv / .jsonl rows {split, row, id, label, score} (ids and labels read from `store`,
+    required for those)."""
+    fmt = output_format(path, "--save", SCORE_FORMATS)
+    if fmt == "npz":
+        return atomic_save_npz(path, {k.replace("/", "__"): v for k, v in scores.items()})
+    if store is None:
+        raise ValueError(f"save_scores: {fmt} rows need the store (ids and labels)")
+    rows: list[dict[str, Any]] = []
+    for name, values in scores.items():
+        split = store.split(name)
+        ids, labels = np.asarray(split.ids), np.asarray(split.labels)
+        rows.extend({"split": name, "row": i, "id": str(ids[i]), "label": int(labels[i]),
+                     "score": float(values[i])} for i in range(values.size))
+    return write_rows(path, rows, fmt)
 
 
 def score_store(store: StoreLike, method: str, params: Mapping[str, Any], splits: Sequence[str],
@@ -42,11 +58,13 @@ def score_store(store: StoreLike, method: str, params: Mapping[str, Any], splits
     "diagnostics" (the fitted scorer's, e.g. an index's recall@K), "saved" (the .npz written,
     or None)}."""
     diagnostics: dict[str, Any] = {}
+    if save is not None:
+        output_format(save, "--save", SCORE_FORMATS)  # a bad suffix fails before any work
     method = resolve(method)  # the one resolution of the name in this call
     scores, fit_s, score_s, used, adjusted = score_with_defaults(
         store, method, dict(params), list(splits), use_cache, diagnostics, allow_nonfinite)
     if save is not None:
-        save_scores(save, scores)
+        save_scores(save, scores, store)
     return {"store": str(store.path) if label is None else label, "method": method,
             "params": dict(params), "params_used": used, "adjusted": adjusted,
             "fit_seconds": fit_s, "score_seconds": score_s,

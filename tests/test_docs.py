@@ -4,7 +4,9 @@ holding a small demo-shaped store at runs/demo/store), and every `featstore ...`
 shell block names a real command and only options that command has.
 
 A block that cannot run here is marked just above it with `<!-- not run: REASON -->` (e.g. it
-needs a GPU or a dataset that is not bundled); the reason is the skip message."""
+needs a GPU or a dataset that is not bundled); the reason is the skip message. A block that
+states its output in `# prints: TEXT` comments (one per printed line, in order) must print
+exactly those lines: the numbers the text around it explains are the numbers it prints."""
 
 from __future__ import annotations
 
@@ -63,7 +65,23 @@ def test_python_block_runs(where, code, why, demo_folder, monkeypatch, capsys):
     if why:
         pytest.skip(f"{where}: {why}")
     monkeypatch.chdir(demo_folder)
+    capsys.readouterr()
     exec(compile(code, where, "exec"), {"__name__": "__docs__"})  # noqa: S102
+    stated = PRINTS.findall(code)
+    if stated:
+        assert capsys.readouterr().out.splitlines() == stated, (
+            f"{where}: its `# prints:` comments no longer match what it prints")
+
+
+PRINTS = re.compile(r"#\s*prints:\s*(.*?)\s*$", re.M)
+
+
+def test_the_quickstart_states_what_it_prints():
+    """The README's and api.md's first Python blocks (the first code a user runs) state their
+    output, so the check above holds them to it (issue 47: they printed AUROC 45 and 0.0)."""
+    firsts = {where.split("#")[0]: code for where, code, _ in reversed(blocks("python"))}
+    for page in ("README.md", "docs/api.md"):
+        assert len(PRINTS.findall(firsts[page])) >= 2, page
 
 
 def _commands() -> dict[str, set[str]]:
@@ -112,3 +130,15 @@ def test_shell_lines_name_real_commands_and_options():
                             f"{where}: {line!r}: `{name}` has no option {opt}")
                 checked += 1
     assert checked >= 10
+
+
+def test_readme_speaks_to_users_not_to_the_tracker():
+    """The README names no issue number and no path outside the repository (issue 47: it
+    named 'issue 19' and '../shared/DESIGN.md'); its layout line names the packages'
+    sub-packages as they are on disk."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert not re.search(r"\bissues? #?\d+|(?<![\w/])#\d{1,3}\b", text, re.I)
+    assert "../shared" not in text
+    for package in sorted(p.name for p in (ROOT / "featstore").iterdir()
+                          if p.is_dir() and (p / "__init__.py").is_file()):
+        assert f"`{package}/`" in text, package

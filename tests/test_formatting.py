@@ -40,6 +40,14 @@ def test_numbers_and_intervals():
     assert number(3) == "3.00"
     assert compact(80.94, [77.2, 84.6]) == "80.9±3.7"          # h = (84.6 - 77.2) / 2 = 3.7
     assert compact(80.94) == compact(80.94, [None, 84.6]) == "80.9"
+    # lopsided intervals (issue 47: `100.0±46.7` for [53.3, 100.0]) print their bounds; by hand:
+    # centre 76.65, h 23.35, |100 - 76.65| = 23.35 > h / 4
+    assert compact(100.0, [53.3, 100.0]) == "100.0 [53.3, 100.0]"
+    # |87.31 - 87.045| = 0.265 <= h / 4 = 1.21: roughly symmetric, compact
+    assert compact(87.31, [82.12, 91.97]) == "87.3±4.9"
+    # |90 - 86| = 4 > h / 4 = 2.5: the value sits in the upper quarter
+    assert compact(90.0, [76.0, 96.0]) == "90.0 [76.0, 96.0]"
+    assert compact(100.0, [99.98, 100.0]) == "100.0±0.0"   # h rounds to 0.0: nothing to show
     assert with_interval(72.954, [68.84, 77.04]) == "72.95 [68.8, 77.0]"
     assert with_interval(72.954, (68.84, 77.04), 1, 2) == "73.0 [68.84, 77.04]"
     assert with_interval(72.954, []) == "72.95"

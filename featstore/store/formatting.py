@@ -8,7 +8,11 @@ Conventions:
 - Metrics are in percent already; no `%` sign is added to table cells.
 - An interval `[lo, hi]` is shown either compactly as `value±h`, h = (hi - lo) / 2 (one
   decimal each), or in full as `value [lo, hi]` (the value with two decimals, the bounds with
-  one); an interval with a missing bound is left out.
+  one); an interval with a missing bound is left out. The compact form is used only where the
+  interval is roughly symmetric about the value: the value lies within h / 4 of the interval's
+  centre (the two sides differ by at most h / 2; `LOPSIDED`), or h rounds to 0.0. A lopsided
+  interval (a value at a bound, `100.0` with `[53.3, 100.0]`) prints as `value [lo, hi]` with
+  one decimal each, never as a `±` that claims a side the interval does not have.
 
 Torch-free and scorer-free (NumPy is not needed either), so that every layer and the light CLI
 commands import it without loading Numba or torch.
@@ -23,6 +27,9 @@ from typing import Any
 
 #: the text of a missing value
 MISSING = "–"
+
+#: `compact` prints `value±h` only while |value - centre| <= LOPSIDED * h
+LOPSIDED = 0.25
 
 #: column headers of the per-scorer metrics, with the better direction (↑ higher, ↓ lower)
 METRIC_HEADER = {"auroc": "AUROC↑", "fpr95": "FPR95↓",
@@ -57,14 +64,20 @@ def _bounds(interval: Sequence[Any] | None) -> tuple[float, float] | None:
 
 
 def compact(value: Any, interval: Sequence[Any] | None = None) -> str:
-    """`80.9±3.7` (h = half the interval's width), `80.9` without an interval, `–` missing."""
+    """`80.9±3.7` (h = half the interval's width) for an interval symmetric about the value at
+    one decimal, `100.0 [53.3, 100.0]` for a lopsided one, `80.9` without an interval, `–`
+    missing."""
     v = real(value)
     if v is None:
         return MISSING
     bounds = _bounds(interval)
     if bounds is None:
         return f"{v:.1f}"
-    return f"{v:.1f}±{(bounds[1] - bounds[0]) / 2:.1f}"
+    lo, hi = bounds
+    h = (hi - lo) / 2
+    if abs(v - (lo + hi) / 2) > LOPSIDED * h and f"{h:.1f}" != "0.0":
+        return f"{v:.1f} [{lo:.1f}, {hi:.1f}]"
+    return f"{v:.1f}±{h:.1f}"
 
 
 def with_interval(value: Any, interval: Sequence[Any] | None = None, digits: int = 2,

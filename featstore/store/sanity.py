@@ -24,7 +24,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from featstore.store.interfaces import StoreLike
 
@@ -59,6 +58,8 @@ def check_confusion(m: np.ndarray, classes: list[str] | None = None) -> dict[str
         return None
     accuracy = 100.0 * float(np.trace(m)) / n
     chance = 100.0 * float(m.sum(axis=1).max()) / n
+    from scipy.optimize import linear_sum_assignment  # lazy: every CLI command imports this module
+
     rows, cols = linear_sum_assignment(m, maximize=True)
     permuted = 100.0 * float(m[rows, cols].sum()) / n
     name = (lambda i: classes[i]) if classes else str

@@ -35,7 +35,6 @@ import warnings
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from featstore.errors import FeatstoreError
 from featstore.store.interfaces import SplitLike, StoreLike
@@ -95,6 +94,8 @@ class TemperatureScaling(Scorer):
             return self.nll(split, math.exp(log_t))
 
         lo, hi = math.log(T_BOUNDS[0]), math.log(T_BOUNDS[1])
+        from scipy.optimize import minimize_scalar  # lazy: half a second of import
+
         res = minimize_scalar(objective, bounds=(lo, hi), method="bounded",
                               options={"xatol": LOG_T_TOL, "maxiter": 500})
         log_t = float(res.x)
