@@ -15,9 +15,10 @@ featstore's group means); the covariate-shifted ID sets of full-spectrum OOD as
 A list line is read as OpenOOD's `ImglistDataset.getitem` reads it (openood/datasets/
 imglist_dataset.py at the commit of the data files): `line.strip('\\n').split(' ', 1)` ->
 image name (relative to the data_dir; one starting with '/' is refused, as OpenOOD refuses
-it) and label (an integer; a dict literal gives label 0, as in OpenOOD); featstore's list
-reader (`featstore.extraction.datasets.parse_image_list`) must read the same path and label,
-else the line is refused by name. `check_tree` reads every list and checks every image before
+it) and an integer label, the two things featstore's list reader
+(`featstore.extraction.datasets.parse_image_list`) then reads from the same line; a line either
+would read otherwise (no label, a label that is not an integer, OpenOOD's dict-of-extras form)
+is refused by name. `check_tree` reads every list and checks every image before
 anything is extracted: a missing list or image is one InputError naming the file (and how many
 more are missing).
 
@@ -125,13 +126,11 @@ def parse_openood_line(line: str, where: str) -> tuple[str, int]:
             value = ast.literal_eval(extra.strip())
         except (ValueError, SyntaxError):
             value = None
-        if not isinstance(value, dict):
-            raise InputError(f"{where}: label {extra.strip()!r} is neither an integer nor a "
-                             "dict (OpenOOD's two label forms)") from None
-        label = 0  # OpenOOD: a dict of extras sets label 0
-    if len(line.split()) != 2 and not extra.strip().startswith("{"):
-        raise InputError(f"{where}: {line.strip()!r} has more than one space-separated field "
-                         "after the path; featstore's list reader would split it elsewhere")
+        if isinstance(value, dict):  # OpenOOD reads it as label 0 with extras
+            raise InputError(f"{where}: label {extra.strip()!r} is a dict of extras (OpenOOD "
+                             "reads it as label 0); featstore's list reader takes an integer "
+                             "label per line") from None
+        raise InputError(f"{where}: label {extra.strip()!r} is not an integer") from None
     return image, label
 
 
