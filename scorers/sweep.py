@@ -351,13 +351,11 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     (`scorers.uncertainty.add_intervals`; test["ci"] echoes the method). `keep_scores`, if
     given, receives the chosen setting's test scores {split: scores}.
 
-    `rule` ("featstore" | "openood", `check_rule`): featstore's selection (module docstring)
-    or OpenOOD v1.5's automatic parameter search (`scorers.openood_aps`: OpenOOD's grid or,
-    without APS, its fixed arguments, in place of the default grid; AUROC of id/val against
-    the pooled val OOD splits as OpenOOD computes it; first best in OpenOOD's order; an
-    explicit `grid` is searched the same way). With "openood", `select_by` must be "auroc"
-    and the result carries "openood": {"postprocessor", "aps", "source", "commit", "note",
-    "val_auroc": [per setting, a fraction]}.
+    `rule`: featstore's selection (module docstring) or "openood", OpenOOD v1.5's search
+    (`scorers.openood_aps`: its grid, or without APS its fixed arguments, for the default
+    grid; AUROC of id/val vs the pooled val OOD splits, OpenOOD's arithmetic and order; an
+    explicit `grid` is searched the same way; `select_by` must be "auroc"), recorded in
+    "openood": {"postprocessor", "aps", "source", "commit", "note", "val_auroc"}.
 
     Returns a `scorers.results.SweepResult` (a read-only dict too): {"store",
     "model_sha256", "method", "select_by", "direction", "grid",
@@ -394,11 +392,8 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     val_rows: list[dict[str, Any]] = [
         {"mean": _mean(ps), "groups": group_means(ps, store), "splits": ps}
         for ps in val_split_metrics]
-    openood = None
-    if rule == "openood":
-        index, openood = _openood_choice(plan, scorer, store, val_ood)
-    else:
-        index = choose([row["mean"][select_by] for row in val_rows], direction)
+    index, openood = (_openood_choice(plan, scorer, store, val_ood) if rule == "openood" else
+                      (choose([row["mean"][select_by] for row in val_rows], direction), None))
     chosen_setting = plan.settings[index]
     chosen_params = {**scorer.params, **chosen_setting}
 
@@ -483,5 +478,5 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
     return EvaluationResult(**result)
 
 
-__all__ = ["TUNING_RULES", "check_rule", "check_select_by", "choose", "format_setting", "plan_settings", "sweep", "sweep_all",
-           "val_splits"]
+__all__ = ["TUNING_RULES", "check_rule", "check_select_by", "choose", "format_setting",
+           "plan_settings", "sweep", "sweep_all", "val_splits"]

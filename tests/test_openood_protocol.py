@@ -158,7 +158,7 @@ def test_tree_check_names_the_missing_file_before_extraction(tmp_path):
     assert [s.name for s, _, _ in plan.used] == [
         "id/train", "id/val", "id/test", "ood/val/tin", "ood/near/cifar100", "ood/near/tin",
         "ood/far/mnist", "ood/far/svhn", "ood/far/texture", "ood/far/places365"]
-    for s, path, rows in plan.used:
+    for _, path, rows in plan.used:
         lines = path.read_text().splitlines()
         assert [_getitem_line(x) for x in lines] == parse_image_list(str(path))
         assert rows == len(lines)

@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-
 COLUMNS = ("FPR@95", "AUROC", "AUPR_IN", "AUPR_OUT", "ACC")
 #: OpenOOD column -> featstore metric key
 METRIC_OF = {"FPR@95": "fpr95_ood", "AUROC": "auroc", "AUPR_IN": "aupr_in",
