@@ -255,6 +255,29 @@ def test_miniature_openood_tree_end_to_end(tmp_path, capsys):
     lo, hi = ref["msp"]["near_auroc_ci"]
     assert ref["msp"]["near_auroc_outside"] == (not lo <= 88.03 <= hi)
     assert doc["modes"]["openood"]["summary"][1]["chosen"] is not None
+    assert "| msp |" in (out / "table.md").read_text()
+    # featstore table re-renders the run; --reference on a run made without it
+    code, stdout, _ = run_cli(capsys, "table", str(out), "--reference", "openood-v1.5",
+                              "--json")
+    assert code == 0 and "88.03" in json.loads(stdout)["markdown"]
+    # --tune-rule openood on eval and sweep, over the same store
+    code, stdout, _ = run_cli(capsys, "eval", str(out / "store"), "--method", "react",
+                              "--tune", "--tune-rule", "openood", "--ci", "0", "--json")
+    tuned = json.loads(stdout)
+    assert code == 0 and tuned["rule"] == "openood"
+    assert tuned["methods"]["react"]["chosen"] == doc["modes"]["openood"]["summary"][1]["chosen"]
+    code, stdout, _ = run_cli(capsys, "sweep", str(out / "store"), "--method", "react",
+                              "--tune-rule", "openood", "--ci", "0", "--json")
+    assert code == 0 and json.loads(stdout)["grid"] == {"percentile": [85, 90, 95, 99]}
+    for args, needle in ((["eval", str(out / "store"), "--tune-rule", "openood"], "needs --tune"),
+                         (["sweep", str(out / "store"), "--method", "react", "--tune-rule",
+                           "x"], "not a tuning rule"),
+                         (["sweep", str(out / "store"), "--method", "react", "--tune-rule",
+                           "openood", "--select-by", "fpr95"], "AUROC only"),
+                         (["table", str(tmp_path), "--reference", "openood-v1.5"],
+                          "not a `protocol openood` run")):
+        code, _, err = run_cli(capsys, *args)
+        assert code == 2 and needle in err, (args, err)
     shutil.rmtree(out)
 
 

@@ -14,7 +14,8 @@
    set together, as OpenOOD's `eval_ood(fsood=True)`; no intervals: the bootstrap resamples
    one ID split); a summary per mode (near / far AUROC and FPR@95 with intervals, the chosen
    setting), and with `reference`, OpenOOD's published value beside the primary mode's
-   (`published.reference_rows`). Everything in `OUT/results.json`.
+   (`published.reference_rows`). Everything in `OUT/results.json`, the Markdown in
+   `OUT/table.md` (`render.openood_markdown`; `featstore table OUT` prints it again).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from scorers.sweep import sweep_all
 
 from .definitions import OpenoodBenchmark, build_spec, check_tree, load_benchmark
 from .published import CAUSES, check_reference, reference_rows
+from .render import openood_markdown
 from .table import METRIC_OF, intervals_csv, method_rows, ood_csv
 
 logger = logging.getLogger(__name__)
@@ -175,6 +177,7 @@ def openood_run(benchmark: str, data_root: str | Path, model: str, out: str | Pa
            "splits": [{"name": s.name, "list": str(p), "rows": n} for s, p, n in plan.used],
            "modes": reports, "primary": primary, "reference": ref}
     atomic_write_output(out / "results.json", json.dumps(doc, indent=1, default=_json))
+    atomic_write_output(out / "table.md", openood_markdown(doc))
     return doc
 
 
