@@ -247,7 +247,15 @@ def test_miniature_openood_tree_end_to_end(tmp_path, capsys):
     acc = 100 * np.mean(np.argmax(st.split("id/test").logits, 1) == labels)
     assert got["tin"][4] == pytest.approx(acc, abs=0.006)
     assert (out / "openood/ood/msp.ci.csv").is_file()
-    assert (out / "openood/fsood/react.csv").is_file()
+    # full-spectrum: ID = id/test + csid/cifar10c (OpenOOD's eval_ood(fsood=True))
+    fs = {r[0]: r[1:] for r in csv.reader((out / "openood/fsood/msp.csv").read_text()
+                                          .splitlines())}
+    id_fs, tin = np.concatenate([idc, msp("csid/cifar10c")]), msp("ood/near/tin")
+    label = np.concatenate([np.zeros(len(id_fs), int), -np.ones(len(tin), int)])
+    np.testing.assert_allclose([float(v) for v in fs["tin"][:4]], 100 * np.array(
+        _openood_metrics(np.concatenate([id_fs, tin]), label)), atol=0.006)
+    fs_ci = list(csv.reader((out / "openood/fsood/react.ci.csv").read_text().splitlines()))
+    assert fs_ci[3][0] == "nearood" and float(fs_ci[3][3]) <= float(fs_ci[3][4])
     # the reference column: OpenOOD's published CIFAR-10 MSP (results/cifar10.csv line 3)
     ref = {r["method"]: r for r in doc["reference"]["rows"]}
     assert (ref["msp"]["near_auroc_published"], ref["msp"]["far_auroc_published"]) == (88.03,

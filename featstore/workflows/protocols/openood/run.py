@@ -11,8 +11,8 @@
 4. Per mode and method, OpenOOD's table (`table.method_rows`), written as OpenOOD writes it:
    `OUT/<mode>/ood/<method>.csv` (intervals in `<method>.ci.csv` beside it); with `fsood`,
    the full-spectrum table too (`OUT/<mode>/fsood/<method>.csv`: ID = id/test and every csid
-   set together, as OpenOOD's `eval_ood(fsood=True)`; no intervals: the bootstrap resamples
-   one ID split); a summary per mode (near / far AUROC and FPR@95 with intervals, the chosen
+   set together, as OpenOOD's `eval_ood(fsood=True)`, resampled as one ID stratum for its
+   intervals); a summary per mode (near / far AUROC and FPR@95 with intervals, the chosen
    setting), and with `reference`, OpenOOD's published value beside the primary mode's
    (`published.reference_rows`). Everything in `OUT/results.json`, the Markdown in
    `OUT/table.md` (`render.openood_markdown`; `featstore table OUT` prints it again).
@@ -36,8 +36,9 @@ from scorers import get_scorer
 from scorers.evaluate import evaluate
 from scorers.metrics import id_accuracy_or_nan, ood_metrics
 from scorers.openood_aps import OPENOOD_APS
-from scorers.stats.bootstrap import BootstrapSpec
+from scorers.stats.bootstrap import BootstrapSpec, bootstrap_evaluation
 from scorers.sweep import sweep_all
+from scorers.uncertainty import id_correctness
 
 from .definitions import OpenoodBenchmark, build_spec, check_tree, load_benchmark
 from .published import CAUSES, check_reference, reference_rows
@@ -70,28 +71,50 @@ def evaluate_mode(store: StoreLike, mode: str, methods: Sequence[str],
     return dict(result)
 
 
+FSOOD_ID = "id/test+csid"
+
+
 def fsood_entry(store: StoreLike, method: str, params: Mapping[str, Any],
-                groups: Mapping[str, Sequence[str]]) -> tuple[dict[str, Any], float]:
+                groups: Mapping[str, Sequence[str]], ci: BootstrapSpec | None
+                ) -> tuple[dict[str, Any], float, list[float] | None]:
     """Full-spectrum metrics of one method at `params`: ID = id/test and every csid split
-    concatenated (OpenOOD's `eval_ood(fsood=True)`); returns ({"splits", "groups"}, ACC over
-    the same ID rows)."""
+    concatenated (OpenOOD's `eval_ood(fsood=True)`), one bootstrap stratum for that ID side
+    (`scorers.stats.bootstrap_evaluation`, with `ci`); returns ({"splits", "groups"} with
+    "<metric>_ci" beside each value, ACC over the same ID rows, its interval)."""
     scorer = get_scorer(method, **dict(params))
     scorer.fit(store)
     id_names = ["id/test", *store.splits(role="csid")]
-    id_scores = np.concatenate([scorer.score(store.split(n)) for n in id_names])
+    scores = {FSOOD_ID: np.concatenate([scorer.score(store.split(n)) for n in id_names])}
     logits = np.concatenate([np.asarray(store.split(n).logits) for n in id_names])
     labels = np.concatenate([np.asarray(store.split(n).labels) for n in id_names])
+    names = {g: [f"ood/{g}/{d}" for d in ds if store.has_split(f"ood/{g}/{d}")]
+             for g, ds in groups.items()}
+    names = {g: n for g, n in names.items() if n}
     splits: dict[str, Any] = {}
-    group_metrics: dict[str, Any] = {}
-    for group, datasets in groups.items():
-        names = [f"ood/{group}/{d}" for d in datasets if store.has_split(f"ood/{group}/{d}")]
-        for name in names:
-            splits[name] = ood_metrics(id_scores, scorer.score(store.split(name)),
-                                       id_name="id/test+csid", ood_name=name)
-        if names:
-            group_metrics[group] = {k: float(np.mean([splits[n][k] for n in names]))
-                                    for k in METRIC_OF.values()}
-    return {"splits": splits, "groups": group_metrics}, id_accuracy_or_nan(logits, labels)
+    for name in (n for ns in names.values() for n in ns):
+        scores[name] = scorer.score(store.split(name))
+        splits[name] = ood_metrics(scores[FSOOD_ID], scores[name], id_name=FSOOD_ID,
+                                   ood_name=name)
+    group_metrics = {g: {k: float(np.mean([splits[n][k] for n in ns]))
+                         for k in METRIC_OF.values()} for g, ns in names.items()}
+    acc_ci = None
+    if ci is not None:
+        correct, labelled = id_correctness(logits, labels)
+        _, iv = bootstrap_evaluation(ci, FSOOD_ID, {method: scores}, names, correct, labelled)
+        for where, target in (("splits", splits), ("groups", group_metrics)):
+            for key, by_metric in iv["methods"][method][where].items():
+                for metric, bounds in by_metric.items():
+                    if metric in target[key]:
+                        target[key][f"{metric}_ci"] = _bounds(bounds)
+        acc_ci = _bounds(iv["id_acc"])
+    return ({"splits": splits, "groups": group_metrics}, id_accuracy_or_nan(logits, labels),
+            acc_ci)
+
+
+def _bounds(bounds: Sequence[float] | None) -> list[float] | None:
+    if bounds is None or any(b != b for b in bounds):
+        return None
+    return [float(b) for b in bounds]
 
 
 def summary_row(method: str, entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,12 +135,11 @@ def _write_tables(out: Path, mode: str, kind: str, tables: Mapping[str, list[dic
     folder.mkdir(parents=True, exist_ok=True)
     for method, rows in tables.items():
         atomic_write_output(folder / f"{method}.csv", ood_csv(rows))
-        if kind == "ood":
-            atomic_write_output(folder / f"{method}.ci.csv", intervals_csv(rows))
+        atomic_write_output(folder / f"{method}.ci.csv", intervals_csv(rows))
 
 
-def mode_report(store: StoreLike, bench: OpenoodBenchmark, mode: str, result: Mapping[str, Any],
-                fsood: bool) -> dict[str, Any]:
+def mode_report(store: StoreLike, bench: OpenoodBenchmark, result: Mapping[str, Any],
+                fsood: bool, ci: BootstrapSpec | None) -> dict[str, Any]:
     """Tables and summary of one mode's evaluation."""
     groups = bench.groups()
     tables, fs_tables, summary = {}, {}, []
@@ -126,8 +148,8 @@ def mode_report(store: StoreLike, bench: OpenoodBenchmark, mode: str, result: Ma
                                      result.get("id_acc_ci"))
         summary.append(summary_row(method, entry))
         if fsood and store.splits(role="csid"):
-            fs_entry, acc = fsood_entry(store, method, entry["params"], groups)
-            fs_tables[method] = method_rows(fs_entry, groups, acc)
+            fs_entry, acc, acc_ci = fsood_entry(store, method, entry["params"], groups, ci)
+            fs_tables[method] = method_rows(fs_entry, groups, acc, acc_ci)
     return {"tables": tables, "fsood_tables": fs_tables or None, "summary": summary}
 
 
@@ -161,7 +183,7 @@ def openood_run(benchmark: str, data_root: str | Path, model: str, out: str | Pa
     for mode in modes:
         logger.info("evaluating: %s", mode)
         result = evaluate_mode(store, mode, methods or DEFAULT_METHODS, ci)
-        report = mode_report(store, bench, mode, result, fsood)
+        report = mode_report(store, bench, result, fsood, ci)
         _write_tables(out, mode, "ood", report["tables"])
         if report["fsood_tables"]:
             _write_tables(out, mode, "fsood", report["fsood_tables"])
