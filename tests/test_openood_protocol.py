@@ -25,7 +25,7 @@ import pytest
 from sklearn import metrics as skm
 
 from featstore import ArrayStore, Store
-from featstore.errors import InputError
+from featstore.errors import InputError, UsageError
 from featstore.extraction.datasets import parse_image_list
 from featstore.workflows.protocols.openood.definitions import (
     BENCHMARKS,
@@ -33,7 +33,9 @@ from featstore.workflows.protocols.openood.definitions import (
     load_benchmark,
     parse_openood_line,
 )
-from featstore.workflows.protocols.openood.published import load_published
+from featstore.workflows.protocols.openood.published import infer_benchmark, load_published
+from featstore.workflows.report.collect import ReportData
+from featstore.workflows.report.reference import reference_table
 from scorers import get_scorer
 from scorers.openood_aps import openood_choose, openood_order, openood_rank
 from scorers.sweep import sweep
@@ -277,13 +279,23 @@ def test_miniature_openood_tree_end_to_end(tmp_path, capsys):
     code, stdout, _ = run_cli(capsys, "sweep", str(out / "store"), "--method", "react",
                               "--tune-rule", "openood", "--ci", "0", "--json")
     assert code == 0 and json.loads(stdout)["grid"] == {"percentile": [85, 90, 95, 99]}
+    # the report's reference table over that evaluation (the benchmark told from its splits)
+    title, _, ref_rows, notes = reference_table(ReportData(result=tuned, provenance={}),
+                                                "openood-v1.5", 10)
+    assert title == "OpenOOD v1.5 published results (cifar10)"
+    assert ref_rows[0][0] == "react" and ref_rows[0][2].startswith("87.11")
+    assert ref_rows[0][5].startswith("zjysteven/OpenOOD results/cifar10.csv:")
     for args, needle in ((["eval", str(out / "store"), "--tune-rule", "openood"], "needs --tune"),
                          (["sweep", str(out / "store"), "--method", "react", "--tune-rule",
                            "x"], "not a tuning rule"),
                          (["sweep", str(out / "store"), "--method", "react", "--tune-rule",
                            "openood", "--select-by", "fpr95"], "AUROC only"),
                          (["table", str(tmp_path), "--reference", "openood-v1.5"],
-                          "not a `protocol openood` run")):
+                          "not a `protocol openood` run"),
+                         (["report", str(out / "store"), "--reference", "openood-v2"],
+                          "expected one of openood-v1.5"),
+                         (["report", str(out / "store"), "--tune-rule", "openood"],
+                          "needs --tune")):
         code, _, err = run_cli(capsys, *args)
         assert code == 2 and needle in err, (args, err)
     shutil.rmtree(out)
@@ -309,3 +321,14 @@ def test_published_file_rows():
     assert (ce["cifar100", "knn"]["near_auroc"], ce["cifar100", "knn"]["far_auroc_std"]) == (
         80.18, 0.17)
     assert ce["imagenet200", "ash"]["far_auroc"] == 93.90
+
+
+def test_benchmark_told_from_splits():
+    near_far = ["ood/near/ssb_hard", "ood/near/ninco", "ood/far/inaturalist",
+                "ood/far/textures", "ood/far/openimage_o"]
+    assert infer_benchmark(near_far, 1000) == "imagenet1k"
+    assert infer_benchmark(near_far, 200) == "imagenet200"
+    with pytest.raises(UsageError, match="both imagenet200 and imagenet1k fit"):
+        infer_benchmark(near_far, None)
+    with pytest.raises(UsageError, match="cannot tell"):
+        infer_benchmark(["ood/far/faint"], 10)

@@ -26,6 +26,8 @@ from typing import Any
 
 from featstore.errors import UsageError
 
+from .definitions import BENCHMARKS, load_benchmark
+
 PUBLISHED_FILE = Path(__file__).parent / "published" / "openood_v1.5.csv"
 REFERENCES = ("openood-v1.5",)
 #: the likely causes of a gap between a result and OpenOOD's published number
@@ -94,3 +96,24 @@ def reference_rows(summary: Sequence[Mapping[str, Any]], benchmark: str,
                          f"{pub['commit'][:12]}" if pub else None)
         out.append(new)
     return out
+
+
+def infer_benchmark(ood_splits: Sequence[str], num_classes: int | None) -> str:
+    """The OpenOOD benchmark whose near / far test splits (featstore names, as `protocol
+    openood` writes them) are all among `ood_splits`, told apart by `num_classes` where two
+    share them (ImageNet-200 and ImageNet-1k); UsageError when none or several fit."""
+    have = set(ood_splits)
+    fits = []
+    for name in BENCHMARKS:
+        bench = load_benchmark(name)
+        wanted = {s.name for s in bench.splits if s.group in ("near", "far")}
+        if wanted <= have and num_classes in (None, bench.num_classes):
+            fits.append(name)
+    if len(fits) != 1:
+        raise UsageError(
+            "cannot tell which OpenOOD v1.5 benchmark these results are "
+            + (f"(both {' and '.join(fits)} fit)" if fits else
+               "(their OOD splits are not one benchmark's ood/near/... and ood/far/... as "
+               "`featstore protocol openood` names them)"), param="reference",
+            value="openood-v1.5")
+    return fits[0]

@@ -43,7 +43,7 @@ from scorers.uncertainty import id_correctness
 from .definitions import OpenoodBenchmark, build_spec, check_tree, load_benchmark
 from .published import CAUSES, check_reference, reference_rows
 from .render import openood_markdown
-from .table import METRIC_OF, intervals_csv, method_rows, ood_csv
+from .table import METRIC_OF, intervals_csv, method_rows, ood_csv, summary_row
 
 logger = logging.getLogger(__name__)
 
@@ -115,18 +115,6 @@ def _bounds(bounds: Sequence[float] | None) -> list[float] | None:
     if bounds is None or any(b != b for b in bounds):
         return None
     return [float(b) for b in bounds]
-
-
-def summary_row(method: str, entry: Mapping[str, Any]) -> dict[str, Any]:
-    """near / far AUROC and FPR@95 (OpenOOD's, `fpr95_ood`) with intervals, and the setting."""
-    row: dict[str, Any] = {"method": method, "params": entry.get("params"),
-                           "chosen": entry.get("chosen")}
-    for group in ("near", "far"):
-        metrics = entry["groups"].get(group, {})
-        for key, metric in (("auroc", "auroc"), ("fpr95", "fpr95_ood")):
-            row[f"{group}_{key}"] = metrics.get(metric)
-            row[f"{group}_{key}_ci"] = metrics.get(f"{metric}_ci")
-    return row
 
 
 def _write_tables(out: Path, mode: str, kind: str, tables: Mapping[str, list[dict[str, Any]]]

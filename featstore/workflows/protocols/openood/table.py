@@ -79,3 +79,15 @@ def intervals_csv(rows: Sequence[Mapping[str, Any]]) -> str:
         lines.append(",".join([r["row"], *cells]))
     return "\n".join(lines) + "\n"
 
+
+def summary_row(method: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """One method of an evaluation as near / far AUROC and OpenOOD's FPR@95 (`fpr95_ood`),
+    each with its interval, and the setting (`params`, `chosen` when tuned)."""
+    row: dict[str, Any] = {"method": method, "params": entry.get("params"),
+                           "chosen": entry.get("chosen")}
+    for group in ("near", "far"):
+        metrics = entry["groups"].get(group, {})
+        for key, metric in (("auroc", "auroc"), ("fpr95", "fpr95_ood")):
+            row[f"{group}_{key}"] = metrics.get(metric)
+            row[f"{group}_{key}_ci"] = metrics.get(f"{metric}_ci")
+    return row
