@@ -90,13 +90,14 @@ def fsood_entry(store: StoreLike, method: str, params: Mapping[str, Any],
     names = {g: [f"ood/{g}/{d}" for d in ds if store.has_split(f"ood/{g}/{d}")]
              for g, ds in groups.items()}
     names = {g: n for g, n in names.items() if n}
-    splits: dict[str, Any] = {}
+    splits: dict[str, dict[str, Any]] = {}
     for name in (n for ns in names.values() for n in ns):
         scores[name] = scorer.score(store.split(name))
-        splits[name] = ood_metrics(scores[FSOOD_ID], scores[name], id_name=FSOOD_ID,
-                                   ood_name=name)
-    group_metrics = {g: {k: float(np.mean([splits[n][k] for n in ns]))
-                         for k in METRIC_OF.values()} for g, ns in names.items()}
+        splits[name] = dict(ood_metrics(scores[FSOOD_ID], scores[name], id_name=FSOOD_ID,
+                                        ood_name=name))
+    group_metrics: dict[str, dict[str, Any]] = {
+        g: {k: float(np.mean([splits[n][k] for n in ns])) for k in METRIC_OF.values()}
+        for g, ns in names.items()}
     acc_ci = None
     if ci is not None:
         correct, labelled = id_correctness(logits, labels)
