@@ -27,6 +27,7 @@ from sklearn import metrics as skm
 from featstore import ArrayStore, Store
 from featstore.errors import InputError, UsageError
 from featstore.extraction.datasets import parse_image_list
+from featstore.workflows.experiments import load_experiment
 from featstore.workflows.protocols.openood.definitions import (
     BENCHMARKS,
     check_tree,
@@ -279,6 +280,17 @@ def test_miniature_openood_tree_end_to_end(tmp_path, capsys):
     code, stdout, _ = run_cli(capsys, "sweep", str(out / "store"), "--method", "react",
                               "--tune-rule", "openood", "--ci", "0", "--json")
     assert code == 0 and json.loads(stdout)["grid"] == {"percentile": [85, 90, 95, 99]}
+    # an experiment file's [tune] rule = "openood" (featstore run over the existing store)
+    exp = tmp_path / "exp.toml"
+    exp.write_text(f'name = "oo"\n[data]\nstores = ["{out / "store"}"]\n[tune]\nrule = '
+                   '"openood"\n[[method]]\nname = "ReAct"\nscorer = "react"\n')
+    code, stdout, _ = run_cli(capsys, "run", str(exp), "--out", str(tmp_path / "exp"), "--json")
+    assert code == 0 and [r["chosen"] for r in json.loads(stdout)["runs"]] == [
+        tuned["methods"]["react"]["chosen"]]
+    exp.write_text(exp.read_text().replace('rule = "openood"', 'rule = "openood"\n'
+                                           'select_by = "fpr95"'))
+    with pytest.raises(InputError, match=r"\[tune\]: select_by='fpr95': OpenOOD's"):
+        load_experiment(exp)
     # the report's reference table over that evaluation (the benchmark told from its splits)
     title, _, ref_rows, notes = reference_table(ReportData(result=tuned, provenance={}),
                                                 "openood-v1.5", 10)
