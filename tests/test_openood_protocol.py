@@ -35,6 +35,7 @@ from featstore.workflows.protocols.openood.definitions import (
     parse_openood_line,
 )
 from featstore.workflows.protocols.openood.published import infer_benchmark, load_published
+from featstore.workflows.protocols.openood.run import openood_run
 from featstore.workflows.report.collect import ReportData
 from featstore.workflows.report.reference import reference_table
 from scorers import get_scorer
@@ -165,6 +166,9 @@ def test_tree_check_names_the_missing_file_before_extraction(tmp_path):
         lines = path.read_text().splitlines()
         assert [_getitem_line(x) for x in lines] == parse_image_list(str(path))
         assert rows == len(lines)
+    with pytest.raises(UsageError, match=r"model has 3 outputs; OpenOOD's cifar10 has 10"):
+        openood_run("cifar10", root, "tests.helpers.tiny_models:tiny_cnn", tmp_path / "o")
+    assert not (tmp_path / "o").exists()
     (root / "images_classic/svhn/test/1.png").unlink()
     with pytest.raises(InputError, match=r"images_classic/svhn/test/1\.png.*test_svhn\.txt"
                        r".*ood/far/svhn.*file not found"):

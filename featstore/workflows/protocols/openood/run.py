@@ -27,9 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from featstore.errors import UsageError
 from featstore.extraction.extract import ExtractOptions, extract
+from featstore.extraction.models import load_model
+from featstore.extraction.outputs import resolve_layers
 from featstore.store.fileio import atomic_write_output
 from featstore.store.interfaces import StoreLike
 from scorers import get_scorer
@@ -50,6 +53,19 @@ logger = logging.getLogger(__name__)
 TUNE_MODES = ("defaults", "featstore", "openood")
 #: the scorers run by default: every featstore scorer OpenOOD has a config for
 DEFAULT_METHODS = tuple(OPENOOD_APS)
+
+
+def check_model_classes(model: str, weights: str | Path | None,
+                        bench: OpenoodBenchmark) -> None:
+    """UsageError unless the model's head has the benchmark's class count (OpenOOD's labels
+    index its classes: a 1000-way model on ImageNet-200 would score other classes), checked on
+    a CPU probe before any extraction."""
+    loaded = load_model(model, weights)
+    resolve_layers(loaded, int(bench.preprocess["img_size"]), torch.device("cpu"), False)
+    if loaded.num_classes != bench.num_classes:
+        raise UsageError(f"the model has {loaded.num_classes} outputs; OpenOOD's "
+                         f"{bench.benchmark} has {bench.num_classes} classes (its lists' "
+                         "labels index them)", param="model", value=model)
 
 
 def check_tune(tune: Sequence[str]) -> list[str]:
@@ -158,6 +174,7 @@ def openood_run(benchmark: str, data_root: str | Path, model: str, out: str | Pa
         check_reference(reference)
     bench = load_benchmark(benchmark)
     plan = check_tree(bench, data_root, imglists, fsood)  # every list and image, first
+    check_model_classes(model, weights, bench)
     spec = build_spec(plan, data_root)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
