@@ -104,14 +104,18 @@ def print_openood(result: dict[str, Any]) -> None:
         chosen = [f"{s['method']}: {setting_text(s['chosen'], '(defaults)')}"
                   for s in report["summary"] if s.get("chosen")]
         if chosen:
-            out.print(f"{mode} tuning chose: " + "; ".join(chosen), highlight=False)
+            out.print(f"{mode} tuning chose: " + term_text("; ".join(chosen)), highlight=False,
+                      markup=False)
     if ref:
-        out.print("* published value outside your 95% interval; likely causes: "
-                  + " | ".join(ref["causes"]), highlight=False)
+        out.print("* published value outside your 95% interval; likely causes:",
+                  highlight=False)
+        for cause in ref["causes"]:
+            out.print(f"  - {cause}", highlight=False, markup=False)
     for name, why in result["left_out"].items():
-        out.print(f"left out: {name}: {why}", highlight=False)
-    out.print(f"wrote {result['spec']}, {result['store']} and the tables beside them",
-              highlight=False)
+        out.print(f"left out: {term_text(name)}: {term_text(why)}", highlight=False,
+                  markup=False)
+    out.print(f"wrote {term_text(result['spec'])}, {term_text(result['store'])} and the tables "
+              "beside them", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:
