@@ -172,7 +172,7 @@ class _Plan:
         # rule_grid: (source, grid, implicit params) of a tuning rule other than featstore's
         # (OpenOOD's: scorers.openood_aps), clamped to the store as a default grid is
         source, default_grid, implicit = rule_grid or ("default", probe.grid, {})
-        implicit = {k: v for k, v in implicit.items() if k not in base}
+        implicit = {k: v for k, v in implicit.items() if k not in base and k not in (grid or {})}
         if grid is None:
             self.source = source
             self.grid = {k: list(v) for k, v in default_grid.items() if k not in base}

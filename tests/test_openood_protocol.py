@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from sklearn import metrics as skm
 
+from cli.commands_openood import print_openood
 from featstore import ArrayStore, Store
 from featstore.errors import InputError, UsageError
 from featstore.extraction.datasets import parse_image_list
@@ -271,6 +272,9 @@ def test_miniature_openood_tree_end_to_end(tmp_path, capsys):
     assert ref["msp"]["near_auroc_outside"] == (not lo <= 88.03 <= hi)
     assert doc["modes"]["openood"]["summary"][1]["chosen"] is not None
     assert "| msp |" in (out / "table.md").read_text()
+    print_openood(doc)  # the terminal's table: the published column marked where outside
+    shown = capsys.readouterr().out
+    assert "near pub." in shown and "88.03" in shown and "likely causes:" in shown
     # featstore table re-renders the run; --reference on a run made without it
     code, stdout, _ = run_cli(capsys, "table", str(out), "--reference", "openood-v1.5",
                               "--json")
