@@ -35,7 +35,11 @@ from featstore.workflows.protocols.openood.definitions import (
     load_benchmark,
     parse_openood_line,
 )
-from featstore.workflows.protocols.openood.published import infer_benchmark, load_published
+from featstore.workflows.protocols.openood.published import (
+    infer_benchmark,
+    load_published,
+    published_for,
+)
 from featstore.workflows.protocols.openood.run import openood_run
 from featstore.workflows.report.collect import ReportData
 from featstore.workflows.report.reference import reference_table
@@ -341,6 +345,10 @@ def test_published_file_rows():
     assert (ce["cifar100", "knn"]["near_auroc"], ce["cifar100", "knn"]["far_auroc_std"]) == (
         80.18, 0.17)
     assert ce["imagenet200", "ash"]["far_auroc"] == 93.90
+    # a training method's own scorer: its row is that training's (results/cifar10.csv)
+    assert published_for("cifar10", "confbranch")["training"] == "confbranch"
+    assert published_for("cifar10", "msp", "logitnorm")["training"] == "logitnorm"
+    assert published_for("cifar10", "entropy") is None
 
 
 def test_benchmark_told_from_splits():

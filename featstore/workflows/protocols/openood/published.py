@@ -64,11 +64,15 @@ def check_reference(name: str) -> str:
 
 
 def published_for(benchmark: str, method: str, training: str = "ce") -> dict[str, Any] | None:
-    """The published row of (benchmark, featstore scorer, training), or None."""
-    for r in load_published():
-        if (r["benchmark"], r["featstore_method"], r["training"]) == (benchmark, method,
-                                                                        training):
-            return r
+    """The published row of (benchmark, featstore scorer, training), or None. A scorer that
+    is a training method's own (confbranch, godin, mcd) has its row under that training only:
+    with training "ce" that row is the one."""
+    rows = [r for r in load_published()
+            if (r["benchmark"], r["featstore_method"]) == (benchmark, method)]
+    for want in (training, method if training == "ce" else None):
+        for r in rows:
+            if r["training"] == want:
+                return r
     return None
 
 
