@@ -171,6 +171,13 @@ def test_tree_check_names_the_missing_file_before_extraction(tmp_path):
         lines = path.read_text().splitlines()
         assert [_getitem_line(x) for x in lines] == parse_image_list(str(path))
         assert rows == len(lines)
+    # --imglists: the user's copy of benchmark_imglist elsewhere
+    moved = shutil.move(root / "benchmark_imglist", tmp_path / "lists")
+    assert [p for _, p, _ in check_tree(bench, root, moved).used][0] == \
+        tmp_path / "lists/cifar10/train_cifar10.txt"
+    with pytest.raises(InputError, match=r"benchmark_imglist/cifar10/train_cifar10\.txt"):
+        check_tree(bench, root, None)
+    shutil.move(moved, root / "benchmark_imglist")
     with pytest.raises(UsageError, match=r"model has 3 outputs; OpenOOD's cifar10 has 10"):
         openood_run("cifar10", root, "tests.helpers.tiny_models:tiny_cnn", tmp_path / "o")
     assert not (tmp_path / "o").exists()
