@@ -24,6 +24,7 @@ from . import (
     commands_compare,
     commands_facets,
     commands_gscore,
+    commands_openood,
     commands_predict,
     commands_protocol,
     commands_report,
@@ -98,6 +99,7 @@ commands_train.register(app)
 commands_protocol.register(app)
 commands_tenmethods.register(app)
 commands_facets.register(app)
+commands_openood.register(app)
 commands_report.register(app)
 commands_run.register(app)
 commands_compare.register(app)

@@ -7,13 +7,17 @@ from typing import Annotated
 
 import typer
 
+from featstore.errors import UsageError
+
 from .common import (
     BootOpt,
     BootSeedOpt,
     CiMethodOpt,
     CiOpt,
+    TuneRuleOpt,
     cache_note,
     check_methods,
+    check_tune_rule,
     ci_spec,
     method_params,
     open_store,
@@ -36,6 +40,10 @@ def report(
         help="method.k=v parameter, e.g. knn.K=10; repeatable.")] = None,
     tune: Annotated[bool, typer.Option("--tune", help="Sweep every scorer on val first and "
                                             "plot the sweep curves.")] = False,
+    tune_rule: TuneRuleOpt = "featstore",
+    reference: Annotated[str | None, typer.Option(
+        help="openood-v1.5: OpenOOD's published near/far AUROC beside the leaderboard's "
+             "(the benchmark told from the OOD splits of `protocol openood`).")] = None,
     include: Annotated[list[Path] | None, typer.Option(
         help="Extra result JSON to add (gscore evaluate, shift grid); "
              "repeatable.")] = None,
@@ -63,6 +71,13 @@ def report(
 
     if method:
         check_methods(method)
+    if tune_rule != "featstore" and not tune:
+        raise UsageError("--tune-rule chooses how to tune: it needs --tune")
+    check_tune_rule(tune_rule, None)
+    if reference is not None:
+        from featstore.workflows.protocols.openood.published import check_reference
+
+        check_reference(reference)
     params = method_params(param)
     use_cache = not no_cache
     spec = ci_spec(ci, boot, ci_method, boot_seed)
@@ -75,7 +90,8 @@ def report(
               f"{', '.join(method) if method else 'every scorer'} for the report")
         html_path, md_path = write_report(source, out_, methods=method, tune=tune,
                                           include=include, params=params,
-                                          use_cache=use_cache, ci=spec, rank_by=rank_by)
+                                          use_cache=use_cache, ci=spec, rank_by=rank_by,
+                                          tune_rule=tune_rule, reference=reference)
     emit({"source": str(source), "html": str(html_path), "markdown": str(md_path)},
          lambda: out.print(f"report: {html_path}  (markdown: {md_path})"))
 

@@ -130,16 +130,25 @@ def table(
         "--out", help="Write the tables to this file: Markdown (.md or any other name), or "
         "the aggregate's numbers as .csv / .jsonl rows (dataset, unit, method, group: mean, "
         "std, n of every metric).")] = None,
+    reference: Annotated[str | None, typer.Option(
+        help="openood-v1.5: OpenOOD's published values beside a `protocol openood` run's "
+             "(marked where outside its 95% interval).")] = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
     """The tables of finished experiments, read back from their results.json (nothing is
     recomputed): the paper's layout (default here) over one or several datasets, or the
-    default layout of each.
+    default layout of each; a `protocol openood` run's OpenOOD tables.
 
     Example: featstore table UCM=runs/ucm AID=runs/aid --out tables.md
     """
     setup(json_, quiet)
+    from featstore.workflows.protocols.openood.render import load_run
+
+    runs = [load_run(r.partition("=")[2] or r) for r in results]
+    if any(runs) or reference is not None:
+        _openood_tables(results, runs, reference, out_)
+        return
     from featstore.store.fileio import atomic_write_output
     from featstore.workflows.experiments.paper_layout import (
         check_layout,
@@ -185,6 +194,25 @@ def table(
             out.print(f"written: {out_}", highlight=False)
 
     emit(doc, human)
+
+
+def _openood_tables(results: list[str], runs: list[Any], reference: str | None,
+                    out_: Path | None) -> None:
+    """`featstore table` of `protocol openood` runs: their Markdown, with the reference."""
+    from featstore.errors import UsageError
+    from featstore.store.fileio import atomic_write_output
+    from featstore.workflows.protocols.openood.render import openood_markdown, with_reference
+
+    if not all(runs):
+        bad = [r for r, doc in zip(results, runs, strict=True) if not doc]
+        raise UsageError(f"{bad[0]!r} is not a `protocol openood` run: --reference and "
+                         "OpenOOD's tables need one (OUT/results.json of protocol openood)")
+    docs = [with_reference(d, reference) if reference else d for d in runs]
+    text = "\n".join(openood_markdown(d) for d in docs)
+    if out_ is not None:
+        atomic_write_output(out_, text)
+    emit({"markdown": text, "runs": docs}, lambda: out.print(text, markup=False,
+                                                             highlight=False))
 
 
 def register(app: typer.Typer) -> None:

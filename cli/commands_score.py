@@ -18,10 +18,12 @@ from .common import (
     CiMethodOpt,
     CiOpt,
     ThreadsOpt,
+    TuneRuleOpt,
     apply_threads,
     cache_note,
     check_methods,
     check_params,
+    check_tune_rule,
     ci_spec,
     fit_label,
     fit_splits,
@@ -167,6 +169,7 @@ def eval_(
     per_split: Annotated[bool, typer.Option(help="Also print the per-split table.")] = True,
     tune: TuneOpt = False,
     select_by: SelectByOpt = None,
+    tune_rule: TuneRuleOpt = "featstore",
     allow_nonfinite: AllowNonfiniteOpt = False,
     ci: CiOpt = 0.95,
     boot: BootOpt = 1000,
@@ -197,8 +200,11 @@ def eval_(
     strict = methods is not None  # a scorer named by --method must run
     if select_by is not None and not tune:
         raise UsageError("--select-by chooses hyperparameters: it needs --tune")
+    if tune_rule != "featstore" and not tune:
+        raise UsageError("--tune-rule chooses how to tune: it needs --tune")
     if tune:
         check_select_by(select_by or "auroc")
+        check_tune_rule(tune_rule, select_by)
     with open_store(store) as st:
         require_rows(st)
         use_cache = cache_note(st, no_cache)
@@ -211,7 +217,7 @@ def eval_(
 
             if tune:
                 result = sweep_all(st, methods, params, select_by or "auroc", progress=step,
-                                   strict=strict, ci=spec)
+                                   strict=strict, ci=spec, rule=tune_rule)
             else:
                 result = evaluate(st, methods, params, use_cache=use_cache, progress=step,
                                   strict=strict, allow_nonfinite=allow_nonfinite, ci=spec)

@@ -19,8 +19,10 @@ from .common import (
     CiMethodOpt,
     CiOpt,
     ThreadsOpt,
+    TuneRuleOpt,
     apply_threads,
     check_params,
+    check_tune_rule,
     ci_line,
     ci_spec,
     fit_label,
@@ -73,9 +75,12 @@ def print_sweep(result: dict) -> None:
     groups = list(test["groups"]) if test else []
     arrow = "↑" if result["direction"] == "max" else "↓"
     nval = len(result["val_splits"]["ood"])
-    table = Table(title=f"sweep {result['method']}  ·  chosen by val {_label(sel)}{arrow} "
-                        f"(mean over {nval} val OOD split{'s' if nval != 1 else ''} vs "
-                        f"{result['val_splits']['id']}); test columns are reported only",
+    how = (f"chosen by OpenOOD's search (val AUROC, {nval} val OOD split"
+           f"{'s' if nval != 1 else ''} pooled, first best in OpenOOD's order)"
+           if result.get("rule") == "openood" else
+           f"chosen by val {_label(sel)}{arrow} (mean over {nval} val OOD split"
+           f"{'s' if nval != 1 else ''} vs {result['val_splits']['id']})")
+    table = Table(title=f"sweep {result['method']}  ·  {how}; test columns are reported only",
                   header_style="bold", show_edge=False)
     table.add_column("#", justify="right")
     table.add_column("setting")
@@ -165,6 +170,7 @@ def sweep_cmd(
     select_by: Annotated[str, typer.Option(
         help="Val metric that chooses: auroc, aupr_in, aupr_out, ap_in, ap_out, fpr95, "
              "fpr95_ood, detection_error.")] = "auroc",
+    tune_rule: TuneRuleOpt = "featstore",
     out_: Annotated[Path | None, typer.Option(
         "--out", help="Write the result to this file: .json (the JSON document), .csv "
         "or .jsonl (one row per method and split / group; docs/RESULTS.md).")] = None,
@@ -193,6 +199,7 @@ def sweep_cmd(
         check_select_by(select_by)
     except UsageError as exc:
         raise UsageError(f"--select-by: {exc}") from None
+    check_tune_rule(tune_rule, select_by)
     grid_ = parse_grid(grid)
     params = parse_params(param)
     spec = ci_spec(ci, boot, ci_method, boot_seed)
@@ -203,7 +210,7 @@ def sweep_cmd(
         require_rows(st)
         with status() as begin:
             begin(fit_label(st, method, verb="sweeping"))
-            result = sweep(st, method, grid_, select_by, params, ci=spec)
+            result = sweep(st, method, grid_, select_by, params, ci=spec, rule=tune_rule)
     if out_ is not None:
         from scorers.tabular import write_result
 

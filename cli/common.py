@@ -183,3 +183,19 @@ def ci_line(result: dict) -> str | None:
         return None
     return (f"[lo, hi]: {100 * ci['level']:g}% {ci['method']} intervals, {ci['resampling']}, "
             f"{ci['resamples']} resamples, seed {ci['seed']}")
+
+
+TuneRuleOpt = Annotated[str, typer.Option(
+    "--tune-rule", help="featstore | openood: OpenOOD v1.5's parameter search instead (its "
+                        "configs' grids, AUROC on id/val vs the pooled val OOD splits, first "
+                        "best in its order; scorers.openood_aps).")]
+
+
+def check_tune_rule(rule: str, select_by: str | None) -> None:
+    """`scorers.sweep.check_rule` worded as the options."""
+    from scorers.sweep import check_rule
+
+    try:
+        check_rule(rule, select_by or "auroc")
+    except UsageError as exc:
+        raise UsageError(f"--tune-rule {rule!r}: {exc}") from None

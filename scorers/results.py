@@ -145,6 +145,7 @@ class EvaluationResult(ResultMapping):
     val_splits: dict[str, Any] | None = optional()
     ci: dict[str, Any] | None = None
     id_acc_ci: list[float | None] | None = optional()
+    rule: str | None = optional()
 
 
 @dataclass(frozen=True, eq=False, repr=True)
@@ -168,6 +169,8 @@ class SweepResult(ResultMapping):
     fit_seconds: float
     val_seconds: float
     test_seconds: float
+    rule: str | None = optional()
+    openood: dict[str, Any] | None = optional()
 
 
 @dataclass(frozen=True, eq=False, repr=True)

@@ -58,6 +58,15 @@ from .metrics import (
     ood_metrics,
 )
 from .misclassification import misclassification_or_none
+from .openood_aps import (
+    OPENOOD_COMMIT,
+    OPENOOD_REPOSITORY,
+    aps_config,
+    openood_auroc,
+    openood_choose,
+    openood_grid,
+    openood_rank,
+)
 from .registry import REGISTRY, get_scorer, resolve, resolve_methods
 from .results import EvaluationResult, SweepResult
 from .skipping import check_supported, require_any, run_each
@@ -65,6 +74,8 @@ from .stats.bootstrap import BootstrapSpec
 from .uncertainty import add_intervals
 
 VAL_ID_SPLIT = "id/val"
+#: the tuning rules `sweep` / `sweep_all` take: featstore's (this module) and OpenOOD v1.5's
+TUNING_RULES = ("featstore", "openood")
 TEST_ID_SPLIT = "id/test"
 _FLAG_HINT = ('flag OOD splits for validation with `usage = "val"` in the benchmark spec '
               '(or usage="val" in Store.from_arrays / write_split)')
@@ -155,11 +166,16 @@ class _Plan:
     defaults clamped to this store (`scorers.adapt`)."""
 
     def __init__(self, probe: Scorer, grid: Mapping[str, Any] | None,
-                 base: Mapping[str, Any], store: StoreLike):
+                 base: Mapping[str, Any], store: StoreLike,
+                 rule_grid: tuple[str, Mapping[str, Any], Mapping[str, Any]] | None = None):
         name = probe.name
+        # rule_grid: (source, grid, implicit params) of a tuning rule other than featstore's
+        # (OpenOOD's: scorers.openood_aps), clamped to the store as a default grid is
+        source, default_grid, implicit = rule_grid or ("default", probe.grid, {})
+        implicit = {k: v for k, v in implicit.items() if k not in base and k not in (grid or {})}
         if grid is None:
-            self.source = "default"
-            self.grid = {k: list(v) for k, v in probe.grid.items() if k not in base}
+            self.source = source
+            self.grid = {k: list(v) for k, v in default_grid.items() if k not in base}
         else:
             self.source = "explicit"
             check_grid_keys(probe, grid)
@@ -169,11 +185,14 @@ class _Plan:
                                  "fixed parameter and in the grid; give it once")
             self.grid = {k: _as_values(k, v) for k, v in grid.items()}
         # the parameters outside the grid: the user's `base`, the rest defaults (clamped)
-        params, self.adjusted = adapt_params(probe, probe.params, {*base, *self.grid}, store)
-        self.base = {k: v for k, v in params.items() if k in base or v != probe.params[k]}
+        params, self.adjusted = adapt_params(probe, {**probe.params, **implicit},
+                                             {*base, *self.grid}, store)
+        self.base = {k: v for k, v in params.items()
+                     if k in base or k in implicit or v != probe.params[k]}
         probe = type(probe)(**self.base)
-        if self.source == "default":
-            settings, grid_adjusted = adapt_grid(probe, self.grid, set(base), store)
+        if self.source != "explicit":
+            settings, grid_adjusted = adapt_grid(probe, self.grid, set(base), store,
+                                                 fit_to_store=self.source == "default")
             self.adjusted += grid_adjusted
         else:
             settings = expand_grid(self.grid) if self.grid else [{}]
@@ -288,12 +307,42 @@ def _test_report(plan: _Plan, scorer: Scorer, store: StoreLike, method: str, ind
     return test_ood, test_rows, test, test_s
 
 
+def check_rule(rule: str, select_by: str = "auroc") -> None:
+    """UsageError unless `rule` is a tuning rule ("featstore", "openood") and, for OpenOOD's,
+    `select_by` is its metric (AUROC)."""
+    if rule not in TUNING_RULES:
+        raise UsageError(f"rule={rule!r} is not a tuning rule (valid: "
+                         f"{', '.join(TUNING_RULES)})")
+    if rule == "openood" and select_by != "auroc":
+        raise UsageError(f"select_by={select_by!r}: OpenOOD's parameter search selects by "
+                         "AUROC only; drop select_by or use rule='featstore'")
+
+
+def _openood_choice(plan: _Plan, scorer: Scorer, store: StoreLike, val_ood: Sequence[str]
+                    ) -> tuple[int, dict[str, Any]]:
+    """OpenOOD's choice among `plan.settings` (`scorers.openood_aps`): per setting the AUROC
+    (a fraction, OpenOOD's arithmetic) of id/val against the val OOD splits pooled into one
+    set, the first best in OpenOOD's order of the grid."""
+    id_scores = plan.score(scorer, store.split(VAL_ID_SPLIT))
+    per_split = [plan.score(scorer, store.split(name)) for name in val_ood]
+    aurocs = [openood_auroc(id_scores[i], np.concatenate([s[i] for s in per_split]))
+              for i in range(len(plan.settings))]
+    ranks = [openood_rank(s, plan.pruned) for s in plan.settings]
+    index = openood_choose(aurocs, ranks)
+    cfg = aps_config(scorer.name)
+    return index, {
+        "postprocessor": cfg.postprocessor if cfg else None, "aps": bool(cfg and cfg.aps),
+        "source": (f"{OPENOOD_REPOSITORY} {cfg.source}" if cfg else
+                   "not an OpenOOD postprocessor: featstore's defaults"),
+        "commit": OPENOOD_COMMIT, "note": cfg.note if cfg else "", "val_auroc": aurocs}
+
+
 # --------------------------------------------------------------------------- API
 def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
           grid: Mapping[str, Any] | None = None,
           select_by: str = "auroc", base_params: Mapping[str, Any] | None = None,
-          ci: BootstrapSpec | None = None, keep_scores: dict[str, np.ndarray] | None = None
-          ) -> SweepResult:
+          ci: BootstrapSpec | None = None, keep_scores: dict[str, np.ndarray] | None = None,
+          rule: str = "featstore") -> SweepResult:
     """Choose `method`'s setting on the val splits, then report its test metrics. `method`
     is a registered name, `module:Class`, a Scorer subclass or an instance (whose given
     parameters are fixed, outside the grid).
@@ -302,18 +351,25 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     (`scorers.uncertainty.add_intervals`; test["ci"] echoes the method). `keep_scores`, if
     given, receives the chosen setting's test scores {split: scores}.
 
+    `rule`: featstore's selection (module docstring) or "openood", OpenOOD v1.5's search
+    (`scorers.openood_aps`: its grid, or without APS its fixed arguments, for the default
+    grid; AUROC of id/val vs the pooled val OOD splits, OpenOOD's arithmetic and order; an
+    explicit `grid` is searched the same way; `select_by` must be "auroc"), recorded in
+    "openood": {"postprocessor", "aps", "source", "commit", "note", "val_auroc"}.
+
     Returns a `scorers.results.SweepResult` (a read-only dict too): {"store",
     "model_sha256", "method", "select_by", "direction", "grid",
-    "grid_source" ("default"|"explicit"), "base_params", "val_splits": {"id", "ood"},
+    "grid_source" ("default"|"explicit"|"openood"), "base_params", "val_splits": {"id", "ood"},
     "test_splits": {"id", "ood"} | None, "chosen": {"index", "setting", "params", "val"},
     "test": {"params", "fit_seconds", "score_seconds", "cached", "diagnostics" (the fitted
     scorer's, e.g. an approximate index's recall@K), "misclassification_auroc",
     "misclassification", "aurc", "augrc", "splits", "groups"} | None, "settings":
     [{"setting", "params", "val": {"mean", "groups", "splits"}, "test": {"groups", "splits"}
     | None}],
-    "adjusted": [{"setting", "used", "reason"}],
+    "adjusted": [{"setting", "used", "reason"}], "rule",
     "fit_seconds", "val_seconds", "test_seconds"}; see the module docstring."""
     direction = check_select_by(select_by)
+    check_rule(rule, select_by)
     base = dict(base_params or {})
     if isinstance(method, Scorer):  # an instance: its given parameters are fixed
         base = {**method.given, **base}
@@ -321,7 +377,8 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     probe = get_scorer(method, **base)   # an unknown method or parameter: UsageError here
     require_finite_inputs(store, method, [])  # before any data-dependent range: NaN named
     val_ood = val_splits(store)
-    plan = _Plan(probe, grid, base, store)
+    rule_grid = ("openood", *openood_grid(method)) if rule == "openood" else None
+    plan = _Plan(probe, grid, base, store, rule_grid)
 
     scorer = get_scorer(method, **{**plan.base, **plan.settings[0]})
     t0 = time.perf_counter()
@@ -335,7 +392,8 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     val_rows: list[dict[str, Any]] = [
         {"mean": _mean(ps), "groups": group_means(ps, store), "splits": ps}
         for ps in val_split_metrics]
-    index = choose([row["mean"][select_by] for row in val_rows], direction)
+    index, openood = (_openood_choice(plan, scorer, store, val_ood) if rule == "openood" else
+                      (choose([row["mean"][select_by] for row in val_rows], direction), None))
     chosen_setting = plan.settings[index]
     chosen_params = {**scorer.params, **chosen_setting}
 
@@ -356,7 +414,8 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
         "settings": [{"setting": _plain(s), "params": _plain({**scorer.params, **s}),
                       "val": v, "test": t}
                      for s, v, t in zip(plan.settings, val_rows, test_rows, strict=True)],
-        "adjusted": plan.adjusted,
+        "adjusted": plan.adjusted, "rule": rule if rule != "featstore" else None,
+        "openood": openood,
         "fit_seconds": fit_s, "val_seconds": val_s, "test_seconds": test_s,
     })
 
@@ -365,7 +424,8 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
               params: Mapping[str, Mapping[str, Any]] | None = None,
               select_by: str = "auroc",
               progress: Callable[[str], None] | None = None,
-              strict: bool = False, ci: BootstrapSpec | None = None) -> EvaluationResult:
+              strict: bool = False, ci: BootstrapSpec | None = None,
+              rule: str = "featstore") -> EvaluationResult:
     """Sweep every method over its default grid on val; the tuned leaderboard on test.
 
     Returns `scorers.evaluate.evaluate`'s `EvaluationResult` ({"store", "model_sha256", "id_split",
@@ -376,8 +436,10 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
     test metrics with intervals from one bootstrap over every method, common resamples).
     `params[name]` fixes parameters of a method (they leave its grid). A method that cannot
     run on this store is skipped with the reason (`scorers.skipping`), or, with `strict`,
-    raises; when none ran, FeatstoreError lists every reason."""
+    raises; when none ran, FeatstoreError lists every reason. `rule` is `sweep`'s (each
+    method's "openood" record is kept beside "chosen"; the result echoes "rule")."""
     check_select_by(select_by)
+    check_rule(rule, select_by)
     methods, params = resolve_methods(methods or list(REGISTRY), params)
     if not store.has_split(TEST_ID_SPLIT):
         raise FeatstoreError(f"store {str(store.path)!r} has no complete {TEST_ID_SPLIT!r} "
@@ -395,10 +457,11 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
             progress(name)
         kept[name] = {}
         res = sweep(store, name, None, select_by, params.get(name, {}),
-                    keep_scores=kept[name])
+                    keep_scores=kept[name], rule=rule)
+        extra = {"openood": res["openood"]} if rule == "openood" else {}
         return {**res["test"], "chosen": res["chosen"]["setting"], "fixed": res["base_params"],
                 "val": res["chosen"]["val"], "grid": res["grid"],
-                "settings_scored": len(res["settings"]), "adjusted": res["adjusted"]}
+                "settings_scored": len(res["settings"]), "adjusted": res["adjusted"], **extra}
 
     done, skipped = run_each(methods, run, strict=strict)
     require_any(done, skipped, store)
@@ -408,12 +471,12 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
         "id_acc": id_accuracy_or_nan(np.asarray(id_split.logits), np.asarray(id_split.labels)),
         "ood_splits": test_ood, "methods": done, "skipped": skipped, "tuned": True,
         "select_by": select_by, "val_splits": {"id": VAL_ID_SPLIT, "ood": val_ood},
-        "ci": None,
+        "ci": None, **({"rule": rule} if rule != "featstore" else {}),
     }
     if ci is not None:  # one bootstrap over every method: the same resamples for all
         add_intervals(result, kept, store, ci)
     return EvaluationResult(**result)
 
 
-__all__ = ["check_select_by", "choose", "format_setting", "plan_settings", "sweep", "sweep_all",
-           "val_splits"]
+__all__ = ["TUNING_RULES", "check_rule", "check_select_by", "choose", "format_setting",
+           "plan_settings", "sweep", "sweep_all", "val_splits"]

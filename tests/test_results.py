@@ -67,7 +67,7 @@ def test_dict_style_read_access(results):
     assert ev.get("tuned") is None and "tuned" not in ev     # optional, absent while None
     assert ev["id_acc_ci"] == ev.id_acc_ci and len(ev.id_acc_ci) == 2
     assert list(ev) == [f.name for f in dataclasses.fields(ev) if f.name != "tuned"
-                        and f.name not in ("select_by", "val_splits")]
+                        and f.name not in ("select_by", "val_splits", "rule")]
     tuned = results["sweep_all"]
     assert tuned["tuned"] is True and tuned.select_by == "auroc" and tuned["ci"] is None
     assert sw["chosen"]["setting"]["K"] in (1, 5) and sw.method == "knn"

@@ -39,7 +39,7 @@ TRAIN_KEYS = tuple(TRAIN_TYPES)
 TUNE_KEYS = ("rule", "select_by")
 METHOD_KEYS = ("name", "train", "scorer", "params", "grid", "train_params", "extract")
 EXTRACT_KEYS = ("mc_samples", "odin_grid", "feature_maps")
-TUNE_RULES = ("val", "none")
+TUNE_RULES = ("val", "openood", "none")
 
 
 @dataclass(frozen=True)

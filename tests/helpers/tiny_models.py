@@ -123,3 +123,8 @@ def tiny_with_constants(num_classes: int = 3) -> TinyWithConstants:
 def tiny_cnn_1000() -> TinyCNN:
     """TinyCNN with an ImageNet-1k-sized head (1000 outputs)."""
     return TinyCNN(num_classes=1000)
+
+
+def tiny_cnn10() -> TinyCNN:
+    """TinyCNN with CIFAR-10's ten outputs (the miniature OpenOOD tree's model)."""
+    return TinyCNN(10)

@@ -26,7 +26,8 @@
 
     [tune]
     rule = "val"                            # val: grid search on id/val vs the val OOD splits
-    select_by = "auroc"                     #   only (the paper's rule); none: defaults
+    select_by = "auroc"                     #   only (the paper's rule); none: defaults;
+                                            #   openood: OpenOOD v1.5's search (AUROC)
 
     [[method]]                              # one row of the results table
     name = "KNN"
@@ -84,7 +85,7 @@ from featstore.training.presets import TRAIN_PRESETS, preset_values
 from featstore.workflows.protocols.osr import VAL_OPEN_MODES, parse_ratio
 from scorers import REGISTRY, check_scorers, get_scorer
 from scorers.needs import Needs
-from scorers.sweep import check_select_by
+from scorers.sweep import check_rule, check_select_by
 
 __all__ = ["DATA_KEYS", "EXTRACT_KEYS", "MAX_SEEDS", "METHOD_KEYS", "OSR_KEYS",
            "RUN_SEED_STRIDE", "TOP_KEYS", "TRAIN_KEYS", "TUNE_KEYS", "TUNE_RULES",
@@ -191,6 +192,8 @@ def check_experiment(exp: Experiment, where: str) -> Experiment:
                          f"training preset (valid: {', '.join(TRAIN_PRESETS)})") from None
     try:
         check_select_by(exp.select_by)
+        if exp.tune_rule == "openood":
+            check_rule("openood", exp.select_by)
     except UsageError as exc:
         raise InputError(f"{where} [tune]: {exc}") from None
     _check_rows(exp.rows, where)

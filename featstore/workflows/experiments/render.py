@@ -66,6 +66,7 @@ def title(result: dict[str, Any], split: str) -> str:
     over = (f"{runs} training runs x {seeds} class divisions ({runs * seeds} runs)"
             if runs > 1 else f"{seeds} seed(s)")
     tune = (f"tuned on val by {exp['select_by']}" if exp["tune_rule"] == "val"
+            else "tuned on val by OpenOOD v1.5's search" if exp["tune_rule"] == "openood"
             else "default parameters")
     return (f"{exp['name']} — {where}: mean ± std (population) over {over}, in %, "
             f"{tune}; times in s")

@@ -263,9 +263,12 @@ def score_row(store: StoreLike, row: MethodRow, tune_rule: str, select_by: str) 
 
 
 def _score_row(store: StoreLike, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
-    tuned = tune_rule == "val" and _has_grid(row)
+    # openood: OpenOOD v1.5's search (scorers.openood_aps), which also sets the fixed
+    # arguments of its methods without a search; val: featstore's rule over the grid
+    tuned = tune_rule == "openood" or (tune_rule == "val" and _has_grid(row))
     if tuned:
-        res = sweep(store, row.scorer, row.grid, select_by, row.params, ci=BootstrapSpec())
+        res = sweep(store, row.scorer, row.grid, select_by, row.params, ci=BootstrapSpec(),
+                    rule="openood" if tune_rule == "openood" else "featstore")
         test = res["test"]
         if test is None:
             raise FeatstoreError("the store has no id/test or OOD test split")

@@ -100,7 +100,7 @@ def _statistics(data: ReportData, store: Store | None, ci: Any) -> None:
 def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
             include: list[Path] | None = None,
             params: dict[str, dict[str, Any]] | None = None,
-            use_cache: bool = True, ci: Any = None) -> ReportData:
+            use_cache: bool = True, ci: Any = None, rule: str = "featstore") -> ReportData:
     """Build the report data from a store directory or a results JSON file.
 
     From a store: every scorer when `methods` is None (one that cannot run is listed under
@@ -109,16 +109,18 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
     scorer's parameters; defaults the store makes invalid are clamped (`scorers.adapt`).
     `use_cache=False`: scores.h5 is neither read nor written.
     With `ci` (a scorers.stats.BootstrapSpec) every metric carries its interval and the report
-    has the paired tests; rankings are computed whenever there are enough scorers and splits."""
+    has the paired tests; rankings are computed whenever there are enough scorers and splits.
+    `rule`: the tuning rule with `tune` (`scorers.sweep`)."""
     source = Path(source)
     store: Store | None = None
     sweeps: dict[str, dict[str, Any]] = {}
     if (source / "store.json").is_file():
         store = Store.open(source)
         if tune:
-            found = sweep_all(store, methods, params, strict=methods is not None)
+            found = sweep_all(store, methods, params, strict=methods is not None, rule=rule)
             for name in found["methods"]:
-                sweeps[name] = sweep(store, name, base_params=(params or {}).get(name))
+                sweeps[name] = sweep(store, name, base_params=(params or {}).get(name),
+                                     rule=rule)
         else:
             found = evaluate(store, methods, params, strict=methods is not None,
                              use_cache=use_cache)
