@@ -19,7 +19,16 @@ import pytest
 from featstore import Store
 from scorers import get_scorer
 from scorers import gscore as G
-from scorers.gscore.metasets import gscore_scores, ood_test_splits
+from scorers.gscore.engine import GscoreEngine, pack
+from scorers.gscore.metasets import (
+    MetaSets,
+    gscore_scores,
+    load_scores,
+    method_key,
+    ood_test_splits,
+    store_pools,
+)
+from scorers.gscore.regression import predict_line
 from scorers.scoreform import paper_form
 from tests.helpers.cli import run_cli
 from tests.helpers.stores import graded_store
@@ -85,23 +94,47 @@ def test_predict_equals_evaluate_on_the_same_sets(tmp_path):
         assert out["truth"] == pytest.approx(true, rel=1e-12), split
 
 
+def _evaluate_path(store: Store, model: G.GscoreModel, split: str) -> tuple[float, float]:
+    """(Gscore, prediction) of the set id/test + every row of `split` computed as `gscore
+    evaluate` computes a meta-set's: the store's pooled scores (`load_scores`), the set as
+    an index matrix into them (`MetaSets`), the engine over it, the model's line."""
+    sd = store_pools(0, store)
+    key = method_key(model.scorer, model.scorer_params)
+    load_scores(sd, key, model.scorer, model.scorer_params, True)
+    rows = np.concatenate([np.arange(sd.n_id), sd.offset[split] + np.arange(sd.sizes[split])])
+    idx, n = pack([rows])
+    sets = MetaSets(idx.astype(np.int64), n, np.array([sd.n_id]), np.zeros(1, np.int64), [split])
+    mu, sd_val, _ = sd.ref[key]
+    eng = GscoreEngine(sets.values(sd.scores[key]), sets.n, np.array([mu]), np.array([sd_val]),
+                       ude_kernel=model.ude_kernel)
+    g = eng.gscore(model.modelling, model.distance, model.tau)
+    return float(g[0]), float(predict_line(model.theta1, model.theta0, g, model.clip)[0])
+
+
 def test_demo_predicted_fpr95_within_its_interval(demo_dir, tmp_path, capsys):
     """The demo store, as a user runs it: `gscore fit STORE --method msp --target fpr95
     --model ude-wasserstein`, then `gscore predict MODEL STORE --split id/test --split
-    ood/far/<s> --truth` for every far split: the true FPR95 lies in the printed 95%
-    interval (on main at 0e00b04 textures predicted 0.00 [0.00, 11.79] for a true 61.25)."""
+    ood/far/<s> --truth` for every far test split: the Gscore and the prediction are those
+    the evaluation protocol computes for the same set (`_evaluate_path`), and the true
+    FPR95 lies in the printed 95% interval (on main at 0e00b04 predict modelled log p
+    against a fit on p: textures predicted 0.00 [0.00, 11.79] for a true 61.25 there)."""
     store = demo_dir / "store"
-    model = tmp_path / "g.json"
+    path = tmp_path / "g.json"
     code, _, err = run_cli(capsys, "gscore", "fit", store, "--method", "msp", "--target",
-                           "fpr95", "--model", "ude-wasserstein", "--out", model)
+                           "fpr95", "--model", "ude-wasserstein", "--out", path)
     assert code == 0, err
-    far = [s for s in Store.open(store).splits(role="ood") if s.startswith("ood/far/")]
+    st = Store.open(store)
+    model = G.GscoreModel.load(path)
+    far = [s for s in st.splits(role="ood", usage="test") if s.startswith("ood/far/")]
     assert len(far) >= 3
     for split in far:
-        code, stdout, err = run_cli(capsys, "gscore", "predict", model, store, "--split",
+        code, stdout, err = run_cli(capsys, "gscore", "predict", path, store, "--split",
                                     "id/test", "--split", split, "--truth", "--json")
         assert code == 0, err
         out = json.loads(stdout)
+        g, pred = _evaluate_path(st, model, split)
+        assert out["gscore"] == pytest.approx(g, rel=1e-9, abs=1e-12), split
+        assert out["predicted"] == pytest.approx(pred, rel=1e-9, abs=1e-9), split
         lo, hi = out["interval"]
         assert lo <= out["truth"] <= hi, (split, out["predicted"], out["interval"],
                                           out["truth"])
