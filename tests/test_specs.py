@@ -160,8 +160,8 @@ def test_experiment_files_round_trip(tmp_path):
     assert load_experiment(exp.to_toml()) == exp
     assert Experiment.load(exp.to_toml()) == exp
     osr = tmp_path / "osr.toml"
-    osr.write_text('seeds = 2\nruns = 2\nthreads = 4\n[data]\nosr = { data = "digits", ratios = ["7/3", '
-                   '"5/5"], fractions = { train = 0.3, val = 0.1, test = 0.1 } }\n'
+    osr.write_text('seeds = 2\nruns = 2\nthreads = 4\n[data]\nosr = { data = "digits", '
+                   'ratios = ["7/3", "5/5"], fractions = { train = 0.3, val = 0.1, test = 0.1 } }\n'
                    '[tune]\nrule = "none"\n[[method]]\nscorer = "msp"\n'
                    '[executor]\nkind = "local"\n')
     exp = load_experiment(osr)
