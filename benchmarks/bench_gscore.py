@@ -284,11 +284,12 @@ def em_check_section(stores: list[tuple[str, Any]]) -> None:
 
 def write_em_corpus(store: Any, path: Path, use_cache: bool = True) -> None:
     """The EM test corpus (tests/test_gscore_em.py): every scorer the store supports (no
-    extras needed) on id/test and every OOD test split, saved as `<scorer>|<split>` arrays
-    (`use_cache=False`: scored afresh, the store's scores.h5 untouched, so another run may
-    use the store meanwhile)."""
+    extras needed) on id/test and every OOD test split, as Gscore models them
+    (`scorers.gscore.metasets.gscore_scores`: the paper's form), saved as `<scorer>|<split>`
+    arrays (`use_cache=False`: scored afresh, the store's scores.h5 untouched, so another
+    run may use the store meanwhile)."""
     from scorers import REGISTRY
-    from scorers.evaluate import score_splits
+    from scorers.gscore.metasets import gscore_scores
     from scorers.needs import Needs
 
     arrays = {}
@@ -297,7 +298,7 @@ def write_em_corpus(store: Any, path: Path, use_cache: bool = True) -> None:
         if Needs.of(REGISTRY[name]).extras:
             continue
         params = {"nnguide": {"alpha": 1.0}}.get(name, {})
-        scores, _, _ = score_splits(store, name, params, ["id/test", *oods], use_cache)
+        scores = gscore_scores(store, name, params, ["id/test", *oods], use_cache)
         arrays.update({f"{name}|{s}": v.astype(np.float64) for s, v in scores.items()})
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(path, **arrays)

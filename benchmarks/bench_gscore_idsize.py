@@ -113,12 +113,13 @@ def build_large_id(out: Path, fractions: dict[str, float], count: int) -> Any:
 
 
 def split_truth(store: Any, method: str) -> dict[str, dict[str, float]]:
-    """Each OOD split's true FPR95 / AUROC on all of id/test and the whole split."""
-    from scorers.evaluate import score_splits
+    """Each OOD split's true FPR95 / AUROC on all of id/test and the whole split, on the
+    scores Gscore models (`gscore_scores`: the paper's form, as its targets)."""
+    from scorers.gscore.metasets import gscore_scores
     from scorers.metrics import ood_metrics
 
     oods = store.splits(role="ood", usage="test")
-    scores, _, _ = score_splits(store, method, {}, ["id/test", *oods])
+    scores = gscore_scores(store, method, {}, ["id/test", *oods], True)
     return {s: ood_metrics(scores["id/test"], scores[s]) for s in oods}
 
 

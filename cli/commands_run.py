@@ -67,6 +67,10 @@ def run(
     workers: Annotated[int | None, typer.Option(
         "--workers", help="Local executor: run the units in a pool of N processes (default: "
         "the run file's [executor] workers, else 1: one after the other).")] = None,
+    threads: Annotated[int | None, typer.Option(
+        "--threads", min=1, help="Threads every unit computes on, wherever it runs (default: "
+        "the run file's threads, else $FEATSTORE_THREADS, else 1); recorded in results.json. "
+        "The count, not the CPUs a unit gets, decides the bits.")] = None,
     status: Annotated[Path | None, typer.Option(
         "--status", help="Show each unit of the run in DIR (done, running, interrupted, "
         "stale, failed, pending) and exit.")] = None,
@@ -107,7 +111,7 @@ def run(
                            progress)
     start = time.perf_counter()
     result = run_experiment(exp, out_, log=log if show else None, train_progress=progress,
-                            executor=runner)
+                            executor=runner, threads=threads)
     result["seconds"] = time.perf_counter() - start
     paper_file(result, layout)
     emit(result, lambda: print_experiment(result, layout))

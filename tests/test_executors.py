@@ -6,7 +6,12 @@ bit for bit once the wall-clock times and the output paths are left out (`_compa
 A unit killed mid-run (its Ray worker SIGKILLed) is redone by Ray, and units whose Slurm jobs
 are requeued mid-run (Slurm's `scontrol requeue`, submitit's USR2) are redone in the
 restarted jobs; the aggregate is unchanged. Tiny: OSR 7/3 on digits at 8x8, a tiny CNN,
-1 epoch, 1 seed, 2 training methods (2 units)."""
+1 epoch, 1 seed, 2 training methods (2 units).
+
+Every test runs under a user's defaults: no $FEATSTORE_THREADS (removed for the module if
+the caller's shell set one), torch, Ray and Slurm at their own thread counts, the experiment
+file without `threads`. The plan gives every unit its count (1 by default,
+`unitthreads.plan_threads`), which is what makes the executors' bits equal."""
 
 from __future__ import annotations
 
@@ -61,18 +66,27 @@ def experiment(tmp_path_factory) -> Path:
     return d / "exp.toml"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def user_defaults():
+    """A user's defaults: no $FEATSTORE_THREADS in the environment of the module's tests."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("FEATSTORE_THREADS", raising=False)
+        yield
+
+
 @pytest.fixture(scope="module")
 def local_result(experiment, tmp_path_factory) -> dict:
-    """The reference: the experiment in this process, unit after unit, on 1 thread as each
-    Ray task (num_cpus = 1) and Slurm job (cpus = 1) below: torch's training sums in another
-    order on another thread count (weights 1e-8 apart), so the same bits need the same."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        res = run_experiment(load_experiment(experiment), tmp_path_factory.mktemp("local"))
-    finally:
-        torch.set_num_threads(threads)
+    """The reference: the experiment in this process, unit after unit, at its default
+    settings: every unit on the plan's count, 1 (each unit's log says so), recorded in
+    results.json; this process's torch count is as it was after."""
+    before = torch.get_num_threads()
+    res = run_experiment(load_experiment(experiment), tmp_path_factory.mktemp("local"))
+    assert torch.get_num_threads() == before
+    assert res["threads"] == 1 and res["experiment"]["threads"] is None
     assert len(res["runs"]) == 3 and not res["skipped"], res["skipped"]
+    logs = sorted((Path(res["out"]) / "logs").glob("*.log"))
+    assert len(logs) == 1          # in process: one unit for both training methods
+    assert "computing on 1 threads (the plan's)" in logs[0].read_text()
     return res
 
 
@@ -403,16 +417,11 @@ def test_executor_bad_input(experiment, tmp_path, capsys):
 # ------------------------------------------------- the other workflows on the same executors
 def test_local_pool_equals_sequential(experiment, local_result, tmp_path, capsys):
     """`featstore run --workers 2`: the units (one per training method) in a pool of 2
-    spawned processes with the driver's torch thread count (1 here, as the reference):
-    results.json = the sequential run's; the units ran outside this process."""
+    spawned processes, each on the plan's thread count: results.json = the sequential
+    run's; the units ran outside this process."""
     out = tmp_path / "pool"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        code, stdout, err = run(capsys, "run", str(experiment), "--out", str(out), "--workers",
-                                "2", "--json")
-    finally:
-        torch.set_num_threads(threads)
+    code, stdout, err = run(capsys, "run", str(experiment), "--out", str(out), "--workers",
+                            "2", "--json")
     assert code == 0, err
     assert _comparable(json.loads(stdout)) == _comparable(local_result)
     _check_done(out, "local")
@@ -458,38 +467,23 @@ def _same_store_arrays(got: str | Path, ref: str | Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def gbench_one_thread():
-    """$FEATSTORE_THREADS=1 for the rest of the module: `build_gbench` trains and extracts on
-    that many torch threads (`pipeline.demo_threads`) here, in the pool's spawned processes
-    and in the Slurm jobs (which inherit the environment), so every build runs on the same
-    count as the reference (same bits) and none spin-waits for a core the other test worker
-    holds (two threads took ~6x longer than one on this busy 2-core machine). The Ray tests
-    after them run with it too, on both sides of each comparison."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FEATSTORE_THREADS", "1")
-        yield
-
-
-@pytest.fixture(scope="module")
-def gbench_serial(gbench_one_thread, tmp_path_factory) -> dict:
+def gbench_serial(tmp_path_factory) -> dict:
     """The reference: the tiny mini-Gbench (2 OOD splits, 1 training epoch) of the w8 and
-    scratch backbones built one after the other in this process (`gbench.build_gbench`, as
-    `gscore gbench` without an executor), {backbone: summary}."""
-    from featstore.workflows.demo.gbench import build_gbench
-    from featstore.workflows.demo.gbench_units import build_summary
+    scratch backbones built by the local executor, one unit after the other in this process
+    (`gbench_units.gbench_builds`, as `gscore gbench --executor local`), {backbone:
+    summary}; this process's torch count is left as it was."""
+    from featstore.workflows.demo.gbench_units import gbench_builds
+    from featstore.workflows.experiments.executors import make_executor
 
     out = tmp_path_factory.mktemp("gbench_serial")
-    threads = torch.get_num_threads()
-    try:
-        res = {}
-        for b in ("w8", "scratch"):
-            torch.set_num_threads(2)
-            with build_gbench(out, backbone=b, **GBENCH_TINY) as st:
-                assert torch.get_num_threads() == 1      # $FEATSTORE_THREADS, not the CPUs
-                res[b] = build_summary(st, 0.0)
-    finally:
-        torch.set_num_threads(threads)    # build_gbench sets $FEATSTORE_THREADS' count
-    return res
+    before = torch.get_num_threads()
+    got = gbench_builds(make_executor("local", {}), out, ["w8", "scratch"],
+                        log=lambda _m: None, **GBENCH_TINY)
+    assert torch.get_num_threads() == before
+    for b in ("w8", "scratch"):
+        assert "computing on 1 threads" in unitstate.log_path(out, f"gbench-build-{b}") \
+            .read_text()
+    return dict(zip(("w8", "scratch"), got, strict=True))
 
 
 def test_demo_threads_follow_featstore_threads(monkeypatch):
@@ -510,8 +504,9 @@ def test_demo_threads_follow_featstore_threads(monkeypatch):
 def test_gbench_builds_in_a_pool_equal_serial(gbench_serial, tmp_path):
     """`gbench_units.gbench_builds` on the local pool (2 workers): the w8 and scratch builds
     are one unit each, in spawned processes; each store's summary and arrays equal the
-    in-process builds'; a backbone named twice, --weights for two backbones and an unknown
-    backbone are UsageErrors naming them, before anything runs."""
+    builds of the local executor in this process; a backbone named twice, --weights for
+    two backbones and an unknown backbone are UsageErrors naming them, before anything
+    runs."""
     from featstore.errors import UsageError
     from featstore.workflows.demo.gbench_units import gbench_builds
     from featstore.workflows.experiments.executors import make_executor
@@ -637,28 +632,19 @@ def test_protocol_osr_on_ray_equals_local(ray_cluster, tmp_path, capsys):
     """`protocol osr --executor-config` (kind = ray: 2 units, the MSP and LogitNorm models of
     one division at 8x8, each a task on the Ray workers already started) prints the results
     of the in-process run (both on 1 torch thread). The OSR preset trains with random-shift
-    crops, Nesterov and a cosine schedule: the same bits in another process. (The local
-    process pool is `test_local_pool_equals_sequential`'s.)"""
+    crops, Nesterov and a cosine schedule: the same bits in another process, both on the
+    plan's count. (The local process pool is `test_local_pool_equals_sequential`'s.)"""
     args = ["protocol", "osr", "--data", "digits", "--ratios", "7/3", "--seeds", "1",
             "--methods", "MSP,LogitNorm", "--arch", "tests.helpers.tiny_models:TinyCNN",
             "--epochs", "1",
             "--batch-size", "64", "--image-size", "8", "--device", "cpu", "--no-tune", "--json"]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        code, stdout, err = run(capsys, *args, "--out", str(tmp_path / "local"))
-    finally:
-        torch.set_num_threads(threads)
+    code, stdout, err = run(capsys, *args, "--out", str(tmp_path / "local"))
     assert code == 0, err
     local = json.loads(stdout)
     cfg = tmp_path / "ray.toml"
     cfg.write_text('[executor]\nkind = "ray"\npoll_s = 0.1\n')
-    torch.set_num_threads(1)
-    try:
-        code, stdout, err = run(capsys, *args, "--out", str(tmp_path / "ray"),
-                                "--executor-config", str(cfg))
-    finally:
-        torch.set_num_threads(threads)
+    code, stdout, err = run(capsys, *args, "--out", str(tmp_path / "ray"),
+                            "--executor-config", str(cfg))
     assert code == 0, err
     got = json.loads(stdout)
     assert len(got["runs"]) == 2 and all(r["status"] == "ok" for r in got["runs"])
@@ -737,3 +723,31 @@ def test_facets_table_on_ray_equals_local(ray_cluster, tmp_path, capsys):
                          "--work", str(work))
     assert code == 0 and again == got
     assert {u["id"]: u["pid"] for u in status(work)["units"]} == pids
+
+
+def test_units_compute_on_the_plans_count_whatever_their_process(ray_cluster, tmp_path,
+                                                                monkeypatch):
+    """The plan's count wins over the unit's environment: planned with $FEATSTORE_THREADS=3,
+    a unit on a Ray task of num_cpus 1 (whose process Ray starts with OMP_NUM_THREADS=1)
+    computes with torch on 3 threads and $FEATSTORE_THREADS=3; planned without it (a
+    user's default) a unit in this process computes on 1, and this process's count and
+    environment are as they were after."""
+    from featstore.workflows.experiments.executors import RayExecutor, make_executor
+    from featstore.workflows.experiments.unitthreads import plan_threads
+    from featstore.workflows.experiments.workflows import run_units
+    from tests.helpers.units import threads_seen
+
+    assert plan_threads() == 1 and plan_threads(4) == 4
+    monkeypatch.setenv("FEATSTORE_THREADS", "3")
+    assert plan_threads() == 3 and plan_threads(2) == 2
+    before = torch.get_num_threads()
+    unit = [{"id": "t", "key": "k", "label": "threads"}]
+    (ray,) = run_units(RayExecutor(poll_s=0.1), tmp_path / "ray", "t", unit, threads_seen,
+                       lambda _m: None)
+    assert ray["pid"] != os.getpid() and ray["omp"] == "1"
+    assert (ray["torch"], ray["env"]) == (3, "3")
+    monkeypatch.delenv("FEATSTORE_THREADS")
+    here = run_units(make_executor("local", {}), tmp_path / "here", "t", unit, threads_seen,
+                     lambda _m: None)[0]
+    assert (here["torch"], here["env"], here["pid"]) == (1, "1", os.getpid())
+    assert torch.get_num_threads() == before and "FEATSTORE_THREADS" not in os.environ

@@ -15,9 +15,9 @@ from scipy import stats
 
 from featstore import Store
 from scorers import REGISTRY, get_scorer
-from scorers.evaluate import score_splits
 from scorers.gscore.clustering import GMM_COLUMNS, _best_cut, gmm_params
 from scorers.gscore.engine import pack
+from scorers.gscore.metasets import gscore_scores
 from scorers.gscore.spec import SIGMA_FLOOR_REL
 
 CORPUS = __import__("pathlib").Path(__file__).parent / "data" / "gscore_em_corpus.npz"
@@ -166,14 +166,15 @@ def _supported(store: Store) -> list[str]:
 
 
 def test_em_corpus_demo_store(demo_dir):
-    """Every OOD split of the demo store x every scorer the store supports, alone and with
-    the id/test rows mixed in (sklearn on a fixed half covering every scorer and split)."""
+    """Every OOD split of the demo store x every scorer the store supports, as Gscore models
+    them (`gscore_scores`: the paper's form, MSP as probabilities), alone and with the id/test
+    rows mixed in (sklearn on a fixed half covering every scorer and split)."""
     st = Store.open(demo_dir / "store")
     oods = st.splits(role="ood")
     sets, names, sk = [], [], []
     for i, method in enumerate(_supported(st)):
         params = {"nnguide": {"alpha": 1.0}}.get(method, {})
-        scores, _, _ = score_splits(st, method, params, ["id/test", *oods])
+        scores = gscore_scores(st, method, params, ["id/test", *oods], True)
         for j, split in enumerate(oods):
             sets += [scores[split], np.concatenate([scores["id/test"], scores[split]])]
             names += [f"{method} {split}", f"{method} id/test+{split}"]

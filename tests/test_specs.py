@@ -160,13 +160,13 @@ def test_experiment_files_round_trip(tmp_path):
     assert load_experiment(exp.to_toml()) == exp
     assert Experiment.load(exp.to_toml()) == exp
     osr = tmp_path / "osr.toml"
-    osr.write_text('seeds = 2\nruns = 2\n[data]\nosr = { data = "digits", ratios = ["7/3", '
-                   '"5/5"], fractions = { train = 0.3, val = 0.1, test = 0.1 } }\n'
+    osr.write_text('seeds = 2\nruns = 2\nthreads = 4\n[data]\nosr = { data = "digits", '
+                   'ratios = ["7/3", "5/5"], fractions = { train = 0.3, val = 0.1, test = 0.1 } }\n'
                    '[tune]\nrule = "none"\n[[method]]\nscorer = "msp"\n'
                    '[executor]\nkind = "local"\n')
     exp = load_experiment(osr)
     assert exp.osr is not None and exp.osr["ratios"] == [[7, 3], [5, 5]]
-    assert exp.osr["val_open"] == "heldout" and exp.seeds == [0, 1]
+    assert exp.osr["val_open"] == "heldout" and exp.seeds == [0, 1] and exp.threads == 4
     assert load_experiment(exp.to_toml()) == exp
     assert "executor" not in exp.to_json() and exp.executor == {"kind": "local"}
 
@@ -177,8 +177,12 @@ def test_experiment_files_round_trip(tmp_path):
     ('[data]\nosr = { data = "digits" }\n[train]\nepochs = "3"\n[[method]]\nscorer = "msp"\n',
      " [train]: epochs = '3': expected an integer"),
     ('nmae = "x"\n[data]\nosr = { data = "digits" }\n[[method]]\nscorer = "msp"\n',
-     ": unknown key 'nmae' (valid: name, arch, seeds, runs, device, data, train, tune, "
-     "method, executor, model, checkpoint); did you mean 'name'?"),
+     ": unknown key 'nmae' (valid: name, arch, seeds, runs, device, threads, data, train, "
+     "tune, method, executor, model, checkpoint); did you mean 'name'?"),
+    ('threads = 0\n[data]\nosr = { data = "digits" }\n[[method]]\nscorer = "msp"\n',
+     ": threads = 0: expected an integer >= 1"),
+    ('threads = "2"\n[data]\nosr = { data = "digits" }\n[[method]]\nscorer = "msp"\n',
+     ": threads = '2': expected an integer"),
     ('[data]\nosr = { data = "digits" }\n[[method]]\nscorer = "msp"\nparams = 3\n',
      ": [[method]] #1: params = 3: expected a table"),
 ])

@@ -25,8 +25,8 @@ from featstore.specs.toml import check_keys, dumps, get, plain, read_toml
 MAX_SEEDS = 10_000
 #: run r of OSR division seed s trains with seed s + RUN_SEED_STRIDE * r
 RUN_SEED_STRIDE = 1000
-TOP_KEYS = ("name", "arch", "seeds", "runs", "device", "data", "train", "tune", "method",
-            "executor", "model", "checkpoint")
+TOP_KEYS = ("name", "arch", "seeds", "runs", "device", "threads", "data", "train", "tune",
+            "method", "executor", "model", "checkpoint")
 DATA_KEYS = ("spec", "osr", "stores", "aux", "aux_name")
 OSR_KEYS = ("data", "ratios", "root", "image_size", "fractions", "val_open")
 #: the [train] keys and their TOML types (`featstore.specs.toml.KINDS`)
@@ -85,6 +85,7 @@ class Experiment:
     model: str | None = None               # an existing model: nothing is trained
     checkpoints: list[str] | None = None   #   its checkpoints, one per seed
     executor: dict[str, Any] | None = None  # the [executor] table (executors.py)
+    threads: int | None = None             # every unit's thread count (unitthreads.py)
 
     @classmethod
     def load(cls, source: str | Path, base: str | Path | None = None) -> Experiment:
@@ -103,7 +104,7 @@ class Experiment:
         data = {"name": self.name, "arch": self.arch, "model": self.model,
                 "checkpoint": self.checkpoints, "seeds": list(self.seeds),
                 "runs": self.runs if self.runs != 1 else None, "device": self.device,
-                "data": {k: v for k, v in data_t.items() if v is not None},
+                "threads": self.threads, "data": {k: v for k, v in data_t.items() if v is not None},
                 "train": plain(self.train) or None,
                 "tune": {"rule": self.tune_rule, "select_by": self.select_by},
                 "executor": plain(self.executor),
@@ -318,6 +319,9 @@ def parse_experiment_data(data: dict[str, Any], base: Path, where: str) -> Exper
     if runs > 1 and max(seeds) >= RUN_SEED_STRIDE:
         raise InputError(f"{where}: with runs > 1 the division seeds must be below "
                          f"{RUN_SEED_STRIDE} (training seeds are seed + {RUN_SEED_STRIDE} r)")
+    threads = get(data, "threads", "int", where)
+    if threads is not None and threads < 1:
+        raise InputError(f"{where}: threads = {threads}: expected an integer >= 1")
     return Experiment(name=str(get(data, "name", "str", where) or "experiment"),
                       arch=get(data, "arch", "str", where),
                       seeds=[int(s) for s in seeds], rows=rows,
@@ -328,4 +332,4 @@ def parse_experiment_data(data: dict[str, Any], base: Path, where: str) -> Exper
                       select_by=get(tune, "select_by", "str", f"{where} [tune]", "auroc"),
                       runs=int(runs), stores=existing["stores"],
                       model=existing["model"], checkpoints=existing["checkpoints"],
-                      executor=get(data, "executor", "table", where))
+                      executor=get(data, "executor", "table", where), threads=threads)

@@ -22,6 +22,7 @@ from featstore.store.interfaces import StoreLike
 from ..evaluate import score_splits
 from ..metrics import ood_metrics
 from ..registry import get_scorer
+from ..scoreform import paper_forms
 from .engine import GscoreEngine, pack
 from .spec import FPR_AT_TPR, HETERO_MIN, ID_TEST, ID_VAL, TRUTH_COLUMNS
 
@@ -146,24 +147,31 @@ def method_key(method: str, params: Mapping[str, Any]) -> str:
     return method if not params else method + json.dumps(dict(params), sort_keys=True)
 
 
-def load_scores(sd: StorePools, key: str, method: str, params: Mapping[str, Any],
-                 use_cache: bool) -> float:
-    """Score id/val, id/test and every OOD test split once (`scorers.evaluate.score_splits`,
-    cached in scores.h5); a scorer whose score form is "log_prob" has its scores
-    exponentiated back to probabilities. Returns the seconds spent."""
-    if key in sd.scores:
-        return 0.0
-    t0 = time.perf_counter()
-    names = [ID_VAL, ID_TEST, *sd.ood]
-    scores, _, _ = score_splits(sd.store, method, params, names, use_cache)
-    if get_scorer(method, **params).score_form() == "log_prob":
-        # Gscore models these scores as probabilities (MSP > 0.9, UDE's and GMM's fits on
-        # [0, 1]): the one place the log-space scores become probabilities again
-        scores = {name: np.exp(s) for name, s in scores.items()}
+def gscore_scores(store: StoreLike, method: str, params: Mapping[str, Any],
+                  names: Sequence[str], use_cache: bool) -> dict[str, np.ndarray]:
+    """The scores Gscore models, of every named split: the scorer's scores
+    (`scorers.evaluate.score_splits`, cached in scores.h5) in its paper's form
+    (`scorers.scoreform.paper_form`: exp of a "log_prob" score, the probability of a
+    "log_odds" one), each checked finite. What fit, evaluate, predict and gbench all load."""
+    scores, _, _ = score_splits(store, method, params, names, use_cache)
+    form = get_scorer(method, **params).score_form()
+    scores = paper_forms(scores, form, f"scorer {method!r}")
     for name, s in scores.items():
         bad = int((~np.isfinite(s)).sum())
         if bad:
             raise FeatstoreError(f"scorer {method!r}: {bad} non-finite scores in split {name!r}")
+    return scores
+
+
+def load_scores(sd: StorePools, key: str, method: str, params: Mapping[str, Any],
+                use_cache: bool) -> float:
+    """Pool the scores Gscore models (`gscore_scores`) of id/val, id/test and every OOD test
+    split once: id/test and the OOD splits concatenated in `sd.scores[key]`, the id/val
+    (mean, sd, n) in `sd.ref[key]`. Returns the seconds spent."""
+    if key in sd.scores:
+        return 0.0
+    t0 = time.perf_counter()
+    scores = gscore_scores(sd.store, method, params, [ID_VAL, ID_TEST, *sd.ood], use_cache)
     sd.scores[key] = np.concatenate([scores[ID_TEST], *[scores[s] for s in sd.ood]])
     val = scores[ID_VAL]
     sd.ref[key] = (float(val.mean()), float(val.std()), int(val.size))

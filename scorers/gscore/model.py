@@ -19,12 +19,12 @@ from featstore.store.interfaces import StoreLike
 from featstore.version import __version__
 from scorers.registry import check_scorers
 
-from ..evaluate import score_splits
 from ..metrics import ood_metrics
 from .engine import GscoreEngine
 from .metasets import (
     check_same_model,
     draw_sets,
+    gscore_scores,
     load_scores,
     method_key,
     ood_test_splits,
@@ -317,10 +317,12 @@ def predict_gscore(model: GscoreModel, store: StoreLike, splits: Sequence[str], 
                    with_truth: bool = False) -> dict[str, Any]:
     """Predicted metric of the unlabelled set made of the named splits' rows (labels ignored),
     with a 95% prediction interval: ± the 95% quantile of the fit's cross-validated absolute
-    residuals (`_fit_cv`; None for a model saved without them).
+    residuals (`_fit_cv`; None for a model saved without them). The set's scores are the
+    ones the fit modelled (`metasets.gscore_scores`: the scorer's paper form), so a set the
+    fit drew gets the Gscore the fit computed for it.
 
     With `with_truth`, when the set holds both id/* and ood/* rows, the true metric (roles as
-    labels) is reported beside the prediction."""
+    labels, on the same scores, as the fit's targets) is reported beside the prediction."""
     if store.model_sha256 not in model.model_sha256s and not force:
         raise UsageError(
             f"the gscore model was fitted on stores of model {model.model_sha256[:12]}… but "
@@ -338,7 +340,7 @@ def predict_gscore(model: GscoreModel, store: StoreLike, splits: Sequence[str], 
             raise UsageError(f"store {str(store.path)!r} has no id/val split: UDE takes its "
                              "reference Gaussian from the scorer's id/val scores")
         names = list(dict.fromkeys([ID_VAL, *names]))
-    scores, _, _ = score_splits(store, model.scorer, model.scorer_params, names, use_cache)
+    scores = gscore_scores(store, model.scorer, model.scorer_params, names, use_cache)
     x = np.concatenate([scores[s] for s in splits])
     ref = None
     if need_ref:

@@ -16,7 +16,7 @@ from typing import Any
 #: demo_dir, demo_rerun); conftest refuses a test using it from another file
 DEMO_TEST_FILES = frozenset({
     "tests/test_cli_output.py", "tests/test_demo_and_eval.py", "tests/test_gscore_em.py",
-    "tests/test_report.py"})
+    "tests/test_report.py", "tests/test_gscore_predict.py"})
 DEMO_SCOPE = "demo run"
 #: the scopes handed out first, heaviest first: the slowest files of a serial
 #: `python -m pytest -q --durations=0 tests` (benchmarks/results/test-suite.md); the other

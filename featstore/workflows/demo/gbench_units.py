@@ -15,9 +15,11 @@
 
 The units' states, logs and plan.json live in the work directory (OUT for builds, `--work`
 for evaluations; `featstore run --status DIR` reads them). Each unit calls the function a
-run without an executor calls, in a process with the driver's torch thread count (the local
-pool) or its own CPUs (Slurm, Ray; `build_gbench` sets its own thread count either way), so
-its result equals the in-process run's.
+run without an executor calls, on the plan's thread count wherever it runs (the driver, a
+pool process, a Slurm job, a Ray task: `unitthreads`, $FEATSTORE_THREADS, else 1), which
+`build_gbench` takes through `pipeline.demo_threads`, so every executor builds the same
+bits. A build without an executor trains on `demo_threads()` (the CPUs unless
+$FEATSTORE_THREADS is set): the units' bits where that count is the plan's.
 """
 
 from __future__ import annotations

@@ -122,7 +122,8 @@ def run_ten_methods(out: Path, methods: str | Sequence[str] = "all", *, epochs: 
     torch.set_num_threads(demo_threads())
     exp = ten_methods_experiment(out, methods, epochs=epochs, finetune_epochs=finetune_epochs)
     return run_experiment(exp, Path(out) / "methods", log=logger.info,
-                          train_progress=_train_progress(progress) if progress else None)
+                          train_progress=_train_progress(progress) if progress else None,
+                          threads=demo_threads())   # its units' plan: the demo's count
 
 
 def _step_bar(progress: Progress | None, label: str) -> Any:

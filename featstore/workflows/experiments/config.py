@@ -7,6 +7,9 @@
                                             #   division seed s trains with seed s + 1000 r
                                             #   (the remote-sensing paper: 7 runs x 5 splits)
     device = "auto"                         # auto | cpu | cuda[:N]
+    threads = 1                             # every unit's torch / BLAS threads, wherever it
+                                            #   runs (default: $FEATSTORE_THREADS, else 1;
+                                            #   `featstore run --threads N` wins; unitthreads.py)
 
     [data]                                  # exactly one of spec / osr
     spec = "bench.toml"                     # a benchmark spec (relative: to this file)

@@ -30,8 +30,11 @@ Every executor also runs other workflows' units (`run_calls(out, units, call, lo
 `featstore.workflows.demo.gbench_units`: Gbench builds and evaluations): `call(unit,
 log=...)` is a picklable callable (`Tracked`: a module-level body with the unit's state and
 log in `out`) returning the unit's JSON result; the same read-back, failure and waiting rules.
-The local pool (`workers` > 1) runs units in spawned processes, each with the driver's torch
-thread count, so a unit computes what it computes in the driver (the same bits).
+The local pool (`workers` > 1) runs units in spawned processes. Wherever a unit runs (the
+driver, a pool process, a Slurm job, a Ray task) it computes on the thread count its plan
+gives it (`unit["threads"]`, set by `runner.run_tracked`: `unitthreads`), never on the count
+its process would get by default, so every executor's results are the local run's, bit for
+bit.
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -141,14 +143,6 @@ def _invoke(call: Callable[..., Any], unit: dict[str, Any]) -> Any:
     return call(unit)
 
 
-def _pool_init(threads: int | None) -> None:
-    """A pool worker computes with the driver's torch thread count (the same bits)."""
-    if threads is not None:
-        import torch  # lazy: only when the driver had torch loaded
-
-        torch.set_num_threads(threads)
-
-
 class LocalExecutor:
     """Every unit here: one after the other, in order (`workers` = 1), or in a pool of
     `workers` spawned processes; a failing unit is reported and the others go on."""
@@ -191,11 +185,8 @@ class LocalExecutor:
                 except Exception:
                     failed[u["id"]] = _why(out, u["id"], "failed")
         else:
-            torch = sys.modules.get("torch")
-            threads = torch.get_num_threads() if torch is not None else None
             with ProcessPoolExecutor(min(self.workers, len(todo)),
-                                     mp_context=multiprocessing.get_context("spawn"),
-                                     initializer=_pool_init, initargs=(threads,)) as pool:
+                                     mp_context=multiprocessing.get_context("spawn")) as pool:
                 futures = {u["id"]: pool.submit(_invoke, call, u) for u in todo}
                 for uid, fut in futures.items():
                     try:

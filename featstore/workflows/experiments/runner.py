@@ -72,6 +72,7 @@ from featstore.workflows.experiments.aggregate import aggregate_runs
 from featstore.workflows.experiments.config import RUN_SEED_STRIDE, Experiment, MethodRow, digest
 from featstore.workflows.experiments.existing import existing_models
 from featstore.workflows.experiments.render import markdown_report
+from featstore.workflows.experiments.unitthreads import plan_threads, unit_threads
 from featstore.workflows.protocols.osr import (
     DIGITS_ARCH,
     DIGITS_TRANSFORM,
@@ -186,8 +187,9 @@ def _complete_digests(store_dir: Path) -> dict[str, Any]:
 
 
 def _model(exp: Experiment, arch: str, method: str, run_dir: Path, bench: BenchmarkSpec,
-           seed: int, log: Log, train_progress: Any) -> dict[str, Any]:
-    """Train (or reuse) and extract (or resume) one model; returns its record."""
+           seed: int, log: Log, train_progress: Any, threads: int | None) -> dict[str, Any]:
+    """Train (or reuse) and extract (or resume) one model on the unit's `threads` (part of
+    its recipe: another count trains other weights); returns its record."""
     folder = run_dir / "models" / method
     folder.mkdir(parents=True, exist_ok=True)
     ckpt, record_path = folder / "model.pt", folder / "train.json"
@@ -195,7 +197,7 @@ def _model(exp: Experiment, arch: str, method: str, run_dir: Path, bench: Benchm
     finetune = settings.pop("finetune")
     init = run_dir / "models" / "ce" / "model.pt" if finetune else None
     extract_opts = _extract_options(exp, method)
-    recipe = {"arch": arch, "method": method, "train": dict(settings),
+    recipe = {"arch": arch, "method": method, "train": dict(settings), "threads": threads,
               "init": sha256_file(init) if init is not None else None,
               "spec": digest(bench.to_data()),
               "extract": {k: list(v) if isinstance(v, tuple) else v
@@ -336,11 +338,12 @@ class Executor(Protocol):
 
 
 def plan_units(exp: Experiment, out: Path, arch: str, labelled: Any,
-               per_method: bool) -> list[dict[str, Any]]:
+               per_method: bool, threads: int | None = None) -> list[dict[str, Any]]:
     """The experiment's units in run order, each a (data split, seed, training methods) piece
-    with its rows and its benchmark spec (`spec`, as `BenchmarkSpec.to_data()`: the unit's
-    training and extraction take it as an object); writes a copy of each split's spec for the
-    user (`OUT/runs/<split>/seed<s>/spec.toml`). One unit
+    with its rows, its thread count (`threads`: `unitthreads`) and its benchmark spec
+    (`spec`, as `BenchmarkSpec.to_data()`: the unit's training and extraction take it as an
+    object); writes a copy of each split's spec for the user
+    (`OUT/runs/<split>/seed<s>/spec.toml`). One unit
     per split and seed, or (`per_method`) one per training method too, except that fine-tuned
     methods stay in their `ce` model's unit."""
     units: list[dict[str, Any]] = []
@@ -364,7 +367,7 @@ def plan_units(exp: Experiment, out: Path, arch: str, labelled: Any,
                     "label": f"{split['label']} seed {seed}{run_part.replace('-', ' ')}"
                              + (f" {'+'.join(group)}" if per_method else ""),
                     "split": split, "info": info, "run_dir": str(run_dir), "methods": group,
-                    "spec": bench.to_data(),
+                    "spec": bench.to_data(), "threads": threads,
                     "rows": [r.name for r in exp.rows if r.train in group]}
             unit["key"] = digest({"experiment": ident, "arch": arch, "unit": unit})
             units.append(unit)
@@ -395,7 +398,7 @@ def run_unit(exp: Experiment, arch: str, unit: dict[str, Any], *, log: Log,
             continue
         try:
             models[method] = _model(exp, arch, method, run_dir, bench, train_seed,
-                                    log, train_progress)
+                                    log, train_progress, unit.get("threads"))
         except FeatstoreError as exc:
             raise_if_interrupted()
             failed[method] = f"training/extraction of {method!r} failed: {_error_line(exc)}"
@@ -434,7 +437,10 @@ def run_tracked(out: Path, unit: dict[str, Any], body: Callable[[dict[str, Any],
             if log is not None:
                 log(message)
         try:
-            result = body(unit, tee)
+            with unit_threads(unit.get("threads")) as count:   # the plan's (unitthreads)
+                if count is not None:
+                    tee(f"computing on {count} threads (the plan's)")
+                result = body(unit, tee)
         except Exception as exc:
             if interrupted():                # a signal that surfaced as another error
                 _stopped(out, unit, tee, received() or "KeyboardInterrupt")
@@ -473,9 +479,12 @@ def run_unit_tracked(exp: Experiment, out: Path, arch: str, unit: dict[str, Any]
 def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
                    train_progress: Callable[[str], Any] | None = None,
                    on_run: Callable[[dict[str, Any]], None] | None = None,
-                   executor: Executor | None = None) -> dict[str, Any]:
+                   executor: Executor | None = None,
+                   threads: int | None = None) -> dict[str, Any]:
     """Run (or resume) `exp` into `out`; returns and writes `OUT/results.json` (and the
-    Markdown report `OUT/results.md`). `on_run(record)` is called after each run is
+    Markdown report `OUT/results.md`). Every unit, and the scoring of existing stores,
+    computes on `unitthreads.plan_threads(threads or exp.threads)` threads, recorded as
+    `threads`. `on_run(record)` is called after each run is
     finished (computed or read back; in this process only). `executor` runs the units
     (`featstore.workflows.experiments.executors`); None: here, one after the other, in order (an
     exception stops the run). The aggregation runs when every unit is done. See the module
@@ -484,13 +493,15 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    count = plan_threads(threads if threads is not None else exp.threads)
     if exp.stores is not None or exp.model is not None:
         arch: str | None = exp.model  # existing stores / models: scored here, no units
-        runs = _existing_runs(exp, out, log, on_run)
+        with unit_threads(count):
+            runs = _existing_runs(exp, out, log, on_run)
     else:
-        arch, runs = _trained_runs(exp, out, log, train_progress, on_run, executor)
+        arch, runs = _trained_runs(exp, out, log, train_progress, on_run, executor, count)
     result = {
-        "experiment": exp.to_json(), "arch": arch, "out": str(out),
+        "experiment": exp.to_json(), "arch": arch, "threads": count, "out": str(out),
         "runs": runs,
         "skipped": [{k: r[k] for k in ("split", "seed", "method", "reason")}
                     for r in runs if r["status"] != "ok"],
@@ -506,7 +517,7 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
 def _trained_runs(exp: Experiment, out: Path, log: Log,
                   train_progress: Callable[[str], Any] | None,
                   on_run: Callable[[dict[str, Any]], None] | None,
-                  executor: Executor | None) -> tuple[str, list[dict[str, Any]]]:
+                  executor: Executor | None, threads: int) -> tuple[str, list[dict[str, Any]]]:
     """(arch, run records in unit and row order) of an experiment that trains."""
     labelled = load_data(exp.osr["data"], exp.osr.get("root")) if exp.osr else None
     arch = _arch(exp, labelled)
@@ -515,7 +526,8 @@ def _trained_runs(exp: Experiment, out: Path, log: Log,
         for c, o in exp.osr["ratios"]:
             for division in class_splits(len(labelled.classes), (c, o), exp.seeds):
                 open_val_test(division, exp.osr.get("val_open", "heldout"))
-    units = plan_units(exp, out, arch, labelled, executor is not None and executor.per_method)
+    units = plan_units(exp, out, arch, labelled, executor is not None and executor.per_method,
+                       threads)
     unitstate.write_plan(out, executor.name if executor is not None else "local", units)
     if executor is None:
         by_unit = {u["id"]: run_unit_tracked(exp, out, arch, u, log=log,

@@ -18,21 +18,18 @@ SLURM_RESTART_COUNT). A job restarted after its unit finished (a requeue that ca
 reads the unit's records back and runs nothing: the unit is never run twice over a result
 the driver may already be aggregating.
 
-The unit's torch runs on the CPUs the job was given (`SLURM_CPUS_PER_TASK` threads, as Ray's
-`num_cpus` sets OMP_NUM_THREADS), so its numbers are those of a local run with as many
-threads."""
+The unit computes on its plan's thread count (`unit["threads"]`, `unitthreads`), not on the
+CPUs the job was given: its numbers are those of a local run."""
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import submitit
-import torch
 
 from featstore.store import interrupts
 from featstore.workflows.experiments import unitstate
@@ -45,9 +42,6 @@ class UnitJob(submitit.helpers.Checkpointable):
     arguments."""
 
     def __call__(self, call: Callable[..., Any], unit: dict[str, Any], out: str) -> Any:
-        cpus = os.environ.get("SLURM_CPUS_PER_TASK", "")
-        if cpus.isdigit() and int(cpus) > 0:
-            torch.set_num_threads(int(cpus))
         # the job is its own process: the unit's log lines go to the job's output file
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
         records = unitstate.done_records(Path(out), unit["id"], unit["key"])

@@ -9,7 +9,8 @@ scores.h5, is written as by a local run), computes its part with the same functi
 run calls and returns it as JSON, which `executors.Tracked` writes atomically into
 `WORK/units/<id>.json` (its log in `WORK/logs/<id>.log`; `WORK/plan.json` lists the units,
 so `featstore run --status WORK` shows them). The driver assembles the parts in the local
-order when all are done, so the result equals the local run's. A unit's key digests its
+order when all are done, so the result equals the local run's (every unit on the plan's
+thread count, `unitthreads`). A unit's key digests its
 settings and its store's manifest (model and split sha256s): a rerun reads back a finished
 unit only when neither changed."""
 
@@ -26,6 +27,7 @@ from featstore.workflows.experiments import unitstate
 from featstore.workflows.experiments.config import digest
 from featstore.workflows.experiments.executors import Tracked
 from featstore.workflows.experiments.runner import Log, _slug
+from featstore.workflows.experiments.unitthreads import plan_threads
 
 
 def store_fingerprint(path: str | Path) -> str:
@@ -37,7 +39,11 @@ def store_fingerprint(path: str | Path) -> str:
 def run_units(executor: Any, out: Path, title: str, units: list[dict[str, Any]],
               body: Any, log: Log) -> list[Any]:
     """Run `body(unit, log)` for every unit on `executor` (plan in `out`); results in unit
-    order."""
+    order. Every unit computes on the plan's thread count (`unitthreads.plan_threads()`:
+    $FEATSTORE_THREADS, else 1), which its key holds."""
+    count = plan_threads()
+    units = [{**u, "threads": count, "key": digest({"key": u["key"], "threads": count})}
+             for u in units]
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     unitstate.write_plan(out, executor.name, units)
