@@ -12,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -64,7 +62,7 @@ def _plant_nan(store: Path, split: str, key: str, rows: list[int]) -> None:
     (store / ".featstore.stat").unlink(missing_ok=True)
 
 
-# ----------------------------------------------------------------------- item 1: NaN behind the record
+# ------------------------------------------------------------- item 1: NaN behind the record
 
 
 def test_nan_rows_behind_a_consistent_manifest_fail_knn_eval_naming_split_and_rows(
@@ -121,7 +119,7 @@ def test_an_array_store_changed_after_creation_is_caught_where_read():
         scorer.score(split)
 
 
-# ----------------------------------------------------------------------- item 2: vim on NaN train rows
+# ------------------------------------------------------------- item 2: vim on NaN train rows
 
 
 def test_vim_names_the_nan_rows_of_id_train_not_a_rank_problem(tmp_path, capsys):
@@ -135,7 +133,7 @@ def test_vim_names_the_nan_rows_of_id_train_not_a_rank_problem(tmp_path, capsys)
     assert "dim" not in line and "span" not in line and "unexpected" not in line
 
 
-# ----------------------------------------------------------------------- item 3: every writer escapes
+# ------------------------------------------------------------- item 3: every writer escapes
 
 
 def _flagged_store(path: Path) -> Path:
@@ -183,7 +181,7 @@ def test_every_markdown_and_html_writer_escapes_user_text(tmp_path):
     assert html_text('<img onerror="x">\x1b') == "&lt;img onerror=&quot;x&quot;&gt;\\x1b"
 
 
-# ----------------------------------------------------------------------- item 4: one class, all NaN
+# ------------------------------------------------------------- item 4: one class, all NaN
 
 
 def _one_class_store(path: Path) -> Path:
@@ -230,7 +228,7 @@ def test_all_nan_scores_under_allow_nonfinite_are_one_clear_error(tmp_path, caps
     assert line.startswith("error: split 'id/test': 40 non-finite scores (NaN/inf) of 40")
 
 
-# ----------------------------------------------------------------------- item 5: grid values
+# ------------------------------------------------------------- item 5: grid values
 
 
 def test_every_grid_value_is_checked_by_the_scorers_own_checks_at_validation(tmp_path):
@@ -247,7 +245,23 @@ def test_every_grid_value_is_checked_by_the_scorers_own_checks_at_validation(tmp
             load_experiment(exp)
 
 
-# ----------------------------------------------------------------------- item 7: matplotlib
+# ------------------------------------------------------------- item 6: FAISS
+
+
+def test_faiss_that_cannot_load_names_the_cpu_build_to_install():
+    """Issue 48 item 6 (the real `ulimit -v` run: tests/test_faults_limits.py): the message
+    names the command that puts faiss-cpu in place of the GPU wheel, which is the `faiss`
+    module as well (the two cannot sit side by side)."""
+    from scorers.knn_index import _faiss_distributions, faiss_install_hint
+
+    hint = faiss_install_hint(["faiss-gpu"])
+    assert "`pip uninstall -y faiss-gpu && pip install faiss-cpu`" in hint
+    assert 'README "CPU-only install"' in hint and "raise the limit" in hint
+    assert faiss_install_hint([]).startswith("install the CPU build (`pip install faiss-cpu`")
+    assert any(n.startswith("faiss") for n in _faiss_distributions())   # FAISS is installed
+
+
+# ------------------------------------------------------------- item 7: matplotlib
 
 
 def test_matplotlib_gets_a_private_dir_when_only_its_cache_dir_is_unusable(tmp_path,
