@@ -7,11 +7,10 @@ dictionary lookup instead of a pass over the data. The record is not trusted alo
 row-chunk reader (`Split.read`, `Split.read_into`, hence `iter_chunks` and
 `scorers.rowmap.map_rows`; the same for `ArraySplit`) runs `check_read_finite` on each floating
 chunk it has just read, one `np.isfinite(chunk).all()` (0.17 ms per 8 MB float32 chunk against
-0.25 ms to copy it, load 1.1), so a file
-whose NaN / inf the record does not list (changed after commit with the manifest made to agree)
-is an error naming the split, the field and the rows, not a score. Float16 holds magnitudes up
-to 65504: a finite float32 value beyond that would silently become inf, so writing one is an
-error.
+0.25 ms to copy it, load 1.1), so a file whose NaN / inf the record does not list (changed
+after commit with the manifest made to agree) is an error naming the split, the field and the
+rows, not a score. Float16 holds magnitudes up to 65504: a finite float32 value beyond that
+would silently become inf, so writing one is an error.
 """
 
 from __future__ import annotations
