@@ -9,6 +9,7 @@ line on stderr starting with `error:`; `--debug` shows the traceback instead.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated, Any
 
@@ -36,7 +37,7 @@ from . import (
     commands_tenmethods,
     commands_train,
 )
-from .console import JsonOpt, QuietOpt, errors, reset, setup
+from .console import JsonOpt, QuietOpt, errors, escape_help, reset, setup
 from .wording import CLI_WORDING
 
 try:  # typer >= 0.24 vendors click as typer._click; older typer raises click's own exceptions
@@ -106,6 +107,14 @@ commands_compare.register(app)
 commands_predict.register(app)
 
 
+def _command() -> Any:
+    """The app as click runs it (what `app(...)` builds), its help texts' brackets escaped
+    for typer's rich markup (`cli.console.escape_help`); shell completion, which prints the
+    help texts raw, gets them unescaped."""
+    command = typer.main.get_command(app)
+    return command if "_FEATSTORE_COMPLETE" in os.environ else escape_help(command)
+
+
 def _error(message: str) -> None:
     errors.print(Text.assemble(("error: ", "bold red"), one_line(" ".join(message.split("\n")))),
                  highlight=False, soft_wrap=True)
@@ -157,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         # completion (`--show-completion`, `--install-completion`, _FEATSTORE_COMPLETE) and
         # --help exit by themselves
         with use_wording(CLI_WORDING):  # library errors and hints name options (cli.wording)
-            rv = app(args=args, prog_name="featstore", standalone_mode=False)
+            rv = _command()(args=args, prog_name="featstore", standalone_mode=False)
         interrupts.raise_if_interrupted()  # a Ctrl-C swallowed on the way is still 130
         if isinstance(rv, int) and rv:
             sys.exit(rv)

@@ -11,6 +11,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from featstore.store.textsafe import markup_text
+
 from .commands_protocol import MethodParamOpt, NoCacheOpt, protocol_app
 from .common import check_methods, method_params, require_rows
 from .console import JsonOpt, QuietOpt, emit, err, log, out, setup, status
@@ -119,17 +121,17 @@ def _print_facets(table: dict, methods: list[str], out_: Path | None) -> None:
         t.add_column(table["labels"][m], justify="right")
     for r in table["rows"]:
         what = "misclassification" if r["kind"] == "misclassification" else f"OOD {r['group']}"
-        t.add_row(r["dataset"], what, *[cell_text(r["cells"][m], r["best"], m,
-                                                  ("[bold]", "[/]")) for m in methods])
+        t.add_row(markup_text(r["dataset"]), markup_text(what),
+                  *[cell_text(r["cells"][m], r["best"], m, ("[bold]", "[/]")) for m in methods])
     out.print(t)
     for line in tuning_notes(table):
-        out.print(line, highlight=False)
+        out.print(line, highlight=False, markup=False)
     for r in table["rows"]:
         for m, w in r["warnings"].items():
-            err.print(f"warning: {r['dataset']} {m}: {w}", highlight=False)
+            err.print(f"warning: {r['dataset']} {m}: {w}", highlight=False, markup=False)
     for d, ms in table["skipped"].items():
         for m, why in ms.items():
-            out.print(f"{d}: {m} skipped ({why})", highlight=False)
+            out.print(f"{d}: {m} skipped ({why})", highlight=False, markup=False)
     if out_ is not None:
         out.print(f"wrote {out_}", highlight=False)
 

@@ -205,12 +205,12 @@ def wordnet(
     for what, key in (("ID", "id_classes"), ("candidate", "candidates")):
         if unmapped := result[key]["unmapped"]:
             err.print(f"unmapped {what} classes ({len(unmapped)}): {', '.join(unmapped)} "
-                      "(map them with --mapping or --auto-map)", highlight=False)
+                      "(map them with --mapping or --auto-map)", highlight=False, markup=False)
         for cls, senses in result[key]["ambiguous"].items():
             err.print(f"warning: --auto-map: {what} class {cls!r} has {len(senses)} noun "
                       f"senses; used {senses[0]} (others: {', '.join(senses[1:4])}"
                       f"{', ...' if len(senses) > 4 else ''}); pin it with --mapping",
-                      highlight=False)
+                      highlight=False, markup=False)
     emit(result, lambda: _print_wordnet(result))
 
 

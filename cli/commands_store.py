@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from featstore.errors import InputError
 from featstore.store.summary import human_bytes, store_summary, verified_summary
+from featstore.store.textsafe import markup_text
 
 from .commands_score import print_evaluation
 from .common import open_store, parse_params
@@ -24,13 +24,14 @@ def print_store_summary(summary: dict, wide: bool = False, id_accuracy: bool = T
     ID split's accuracy check (`id_accuracy=False`: its warnings only, where the caller prints
     the accuracy itself, as the demo's evaluation does with its interval)."""
     model = summary["model"]
-    out.print(f"[bold]store[/] {summary['path']}  (format v{summary['format_version']}, "
-              f"featstore {summary['featstore_version']})")
-    out.print(f"[bold]model[/] {model.get('name', '?')} [{model.get('architecture', '?')}]  "
+    out.print(f"[bold]store[/] {markup_text(summary['path'])}  (format "
+              f"v{summary['format_version']}, featstore {summary['featstore_version']})")
+    out.print(f"[bold]model[/] {markup_text(model.get('name', '?'))} "
+              f"{markup_text('[' + str(model.get('architecture', '?')) + ']')}  "
               f"sha256 {model['sha256'][:16]}…  D={summary['feature_dim']} "
               f"C={summary['num_classes']}", highlight=False)
     if model.get("transform"):
-        out.print(f"[bold]transform[/] {model['transform']}", highlight=False)
+        out.print(f"[bold]transform[/] {markup_text(model['transform'])}", highlight=False)
     print_layers(summary.get("layers") or {})
     splits = summary["splits"]
     dims = [s["dims"] or {} for s in splits]
@@ -55,11 +56,12 @@ def print_store_summary(summary: dict, wide: bool = False, id_accuracy: bool = T
         out.print(note, highlight=False)
     for name, check in (summary.get("id_checks") or {}).items():
         if id_accuracy:
-            out.print(f"[bold]{name}[/] ID accuracy {check['accuracy']:.2f}% over {check['rows']:,}"
-                      f" rows (chance {check['chance']:.2f}%)", highlight=False)
+            out.print(f"[bold]{markup_text(name)}[/] ID accuracy {check['accuracy']:.2f}% over "
+                      f"{check['rows']:,} rows (chance {check['chance']:.2f}%)", highlight=False)
         if check.get("warning"):
             # escaped: the text names spec keys in brackets ("[transform]"), not rich markup
-            out.print(f"[bold red]WARNING[/] {name}: {escape(check['warning'])}",
+            out.print(f"[bold red]WARNING[/] {markup_text(name)}: "
+                      f"{markup_text(check['warning'])}",
                       highlight=False)
 
 
@@ -75,7 +77,7 @@ def print_layers(layers: dict) -> None:
         text = "no head (W, b): features and logits only"
     else:
         return
-    out.print(f"[bold]layers[/] {text}", highlight=False)
+    out.print(f"[bold]layers[/] {markup_text(text)}", highlight=False)
 
 
 StoreArg = Annotated[Path, typer.Argument(help="Store directory.")]

@@ -50,7 +50,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from featstore.store.textsafe import term_text
+from featstore.store.textsafe import markup_text, term_text
 
 
 class SafeConsole(Console):
@@ -60,6 +60,24 @@ class SafeConsole(Console):
 
     def render_str(self, text: str, **kwargs: Any) -> Text:
         return super().render_str(term_text(text), **kwargs)
+
+
+def escape_help(command: Any) -> Any:
+    """`command` (the app's click command tree, `typer.main.get_command(app)`) with every
+    help text, short help and epilog of every command and parameter passed through
+    `featstore.store.textsafe.markup_text`: typer renders help in rich markup mode, where a
+    literal `[transform]` or `[executor]` would be taken for a style tag and vanish. Help
+    texts carry no markup of their own. Returns the same command."""
+    for attr in ("help", "short_help", "epilog"):
+        value = getattr(command, attr, None)
+        if isinstance(value, str):
+            setattr(command, attr, markup_text(value))
+    for param in getattr(command, "params", []):
+        if isinstance(getattr(param, "help", None), str):
+            param.help = markup_text(param.help)
+    for sub in getattr(command, "commands", {}).values():
+        escape_help(sub)
+    return command
 
 
 def _console(stderr: bool) -> Console:
@@ -176,11 +194,11 @@ def _showwarning(message: Any, category: type[Warning], filename: str, lineno: i
     it."""
     from featstore.errors import FeatstoreWarning
 
-    if issubclass(category, FeatstoreWarning):
+    if issubclass(category, FeatstoreWarning):  # its text as written (no rich markup)
         if str(message) in _warned:
             return
         _warned.add(str(message))
-        err.print(f"warning: {message}", highlight=False)
+        err.print(f"warning: {message}", highlight=False, markup=False)
     else:
         _python_showwarning(message, category, filename, lineno, file, line)
 
@@ -258,8 +276,9 @@ def emit(result: Any, human: Callable[[], None] | None = None) -> None:
 
 
 def log(message: str) -> None:
-    """A progress/log line on stderr (silent with --quiet)."""
-    err.print(message, highlight=False)
+    """A progress/log line on stderr (silent with --quiet), as written: the library's
+    messages name spec tables in brackets (`[transform]`), never rich markup."""
+    err.print(message, highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------- progress
@@ -314,7 +333,7 @@ def split_progress(enabled: bool = True) -> Iterator[Any]:
     if not enabled or not progress_enabled():
         yield None
         return
-    progress = _progress(TextColumn("{task.description:<28}"), BarColumn(),
+    progress = _progress(TextColumn("{task.description:<28}", markup=False), BarColumn(),
                          MofNCompleteColumn(), RateColumn(),
                          # a finished bar shows its elapsed time, not a remaining 0:00:00
                          TimeRemainingColumn(elapsed_when_finished=True))
@@ -336,7 +355,8 @@ def step_progress(label: str, enabled: bool = True) -> Iterator[Any]:
     if not enabled or not progress_enabled():
         yield None
         return
-    progress = _progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    progress = _progress(TextColumn("{task.description}", markup=False), BarColumn(),
+                         MofNCompleteColumn(),
                          TimeElapsedColumn(), TimeRemainingColumn())
     task = progress.add_task(label, total=None)
 
@@ -394,7 +414,7 @@ def status(enabled: bool = True) -> Iterator[Steps]:
         yield Steps(None)
         return
     progress = _progress(SpinnerColumn(finished_text="[green]✓[/]"),
-                         TextColumn("{task.description}"), TimeElapsedColumn())
+                         TextColumn("{task.description}", markup=False), TimeElapsedColumn())
     steps = Steps(progress)
     with run_progress(progress):
         yield steps

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from featstore.store.formatting import METRIC_HEADER, compact, with_interval
+from featstore.store.textsafe import markup_text
 
 from .common import ci_line
 from .console import out
@@ -142,5 +143,5 @@ def skipped_table(result: dict) -> Table | None:
     table.add_column("scorer", no_wrap=True)
     table.add_column("reason", overflow="fold")
     for name, why in skipped.items():
-        table.add_row(name, why)
+        table.add_row(markup_text(name), markup_text(why))   # reasons name files, [tables]
     return table

@@ -13,8 +13,9 @@ from rich.table import Table
 from featstore.store.formatting import TARGET_TITLE as _TARGET_TITLE
 from featstore.store.formatting import cell_number as _num
 from featstore.store.formatting import mean_interval as _pm
+from featstore.store.textsafe import markup_text
 
-from .console import err, log, out
+from .console import err, out
 
 _DESCRIBE = (("preset", "preset"), ("ood_splits", "OOD splits"), ("id_pools", "ID pools"),
              ("meta_sets", "meta-sets"), ("models", "models"), ("tau", "tau"),
@@ -25,23 +26,23 @@ _DESCRIBE = (("preset", "preset"), ("ood_splits", "OOD splits"), ("id_pools", "I
 def _config_lines(d: dict, print_: Any) -> None:
     for key, label in _DESCRIBE:
         if key in d:
-            print_(f"  {label}: {escape(d[key])}")
+            print_(f"  {label}: {markup_text(d[key])}")
 
 
 def announce_config(methods: list[str], targets: list[str]) -> Any:
     """The `announce` callback: the configuration on stderr before any work is done."""
     def announce(d: dict) -> None:
-        log(f"[bold]gscore evaluate[/]  detectors {', '.join(methods)}; targets "
-            f"{', '.join(targets)}")
-        _config_lines(d, log)
+        err.print(f"[bold]gscore evaluate[/]  detectors {markup_text(', '.join(methods))}; "
+                  f"targets {markup_text(', '.join(targets))}", highlight=False)
+        _config_lines(d, lambda t: err.print(t, highlight=False))
     return announce
 
 
 def _print_config(res: dict) -> None:
     """The first lines: everything that decided the numbers (JSON `config.describe`)."""
     cfg = res["config"]
-    out.print(f"[bold]gscore evaluate[/]  detectors {', '.join(cfg['methods'])}; targets "
-              f"{', '.join(cfg['targets'])}", highlight=False)
+    out.print(f"[bold]gscore evaluate[/]  detectors {markup_text(', '.join(cfg['methods']))}; "
+              f"targets {markup_text(', '.join(cfg['targets']))}", highlight=False)
     _config_lines(cfg.get("describe") or {}, lambda t: out.print(t, highlight=False))
 
 

@@ -86,6 +86,9 @@ class Scorer:
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
     paper: ClassVar[Paper | str] = ""  # scorers.paper.Paper (every built-in) or free text
+    # the fewest classes the score is defined for: 2 where one class makes it a constant
+    # (a softmax over one logit is 1 on every row) or undefined; fewer is a missing need
+    min_classes: ClassVar[int] = 1
 
     def score_form(self) -> str:
         """"" for a score used as it is; "log_prob" where the score is the log of a
@@ -395,8 +398,30 @@ def fit_split_names(scorer: Scorer | type[Scorer]) -> list[str]:
     return Needs.of(scorer).fit_splits
 
 
+def store_classes(store: StoreLike) -> int:
+    """The store's class count C (the manifest's `num_classes`, else the logits' width)."""
+    count = store.manifest.get("num_classes")
+    if count is None:
+        names = list(store.manifest.get("splits") or {})
+        return int(store.split(names[0]).dims["logits"]) if names else 0
+    return int(count)
+
+
+def too_few_classes(scorer: Scorer | type[Scorer], store: StoreLike) -> str | None:
+    """Why `store` has too few classes for the scorer (`Scorer.min_classes`), or None."""
+    classes = store_classes(store)
+    if classes >= scorer.min_classes:
+        return None
+    return (f"needs at least {scorer.min_classes} classes (the store has {classes}: with "
+            "fewer its score is the same on every row, or undefined)")
+
+
 def check_needs(scorer: Scorer, store: StoreLike) -> None:
     """Raise FeatstoreError naming the first missing need and how to produce it."""
+    few = too_few_classes(scorer, store)
+    if few is not None:
+        raise FeatstoreError(f"scorer {scorer.name!r} {few} (store {str(store.path)!r})",
+                             need="classes")
     needs = Needs.of(scorer)
     for need in needs:
         if need.kind == "head" and store.manifest.get("has_head", True) is False:

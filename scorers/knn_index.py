@@ -66,7 +66,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -96,20 +96,43 @@ DEFAULT_RERANK_FACTOR = 10  # ivf_pq: exact re-ranking of 10 k candidates per qu
 MIN_TRAIN_POINTS_PER_LIST = 39
 
 
+def _faiss_distributions() -> list[str]:
+    """The installed distributions that provide the `faiss` module (faiss-gpu, faiss-cpu,
+    faiss-gpu-cu12, ...), by name."""
+    from importlib.metadata import distributions
+
+    names = {str(d.metadata["Name"] or "") for d in distributions()}
+    return sorted(n for n in names if n.lower().startswith("faiss"))
+
+
+def faiss_install_hint(found: Sequence[str]) -> str:
+    """What to install where FAISS cannot load: the CPU build in place of a GPU one (the two
+    provide the same `faiss` module, so one replaces the other), with the command."""
+    gpu = [n for n in found if "gpu" in n.lower()]
+    if gpu:
+        return (f"{', '.join(gpu)} loads its CUDA libraries at import, which a CPU-only "
+                "machine or a memory limit (ulimit -v) may not allow: install the CPU build in "
+                f"its place (`pip uninstall -y {' '.join(gpu)} && pip install faiss-cpu`, "
+                "README \"CPU-only install\"), or raise the limit")
+    return ("install the CPU build (`pip install faiss-cpu`, README \"CPU-only install\"), "
+            "or raise the memory limit if one is set (ulimit -v)")
+
+
 def load_faiss() -> Any:
     """The faiss module, imported on first use (keeps `import scorers` fast). A FAISS that
     cannot load (the faiss-gpu wheel dlopens its CUDA libraries at import, which fails under a
     memory limit such as `ulimit -v`, or a broken install) is a FeatstoreError saying what to
-    do, so a run over many scorers skips the neighbour scorers with that reason and a scorer
-    named with --method exits 1, never `unexpected RuntimeError`."""
+    install (`faiss_install_hint`: faiss-cpu in place of the GPU build), so a run over many
+    scorers skips the neighbour scorers with that reason and a scorer named with --method
+    exits 1, never `unexpected RuntimeError`. Where faiss-cpu is installed it is the `faiss`
+    module, and loads under the limit."""
     try:
         import faiss  # lazy: keeps `import scorers` fast
     except (ImportError, RuntimeError, OSError) as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FeatstoreError(
-            f"FAISS (nearest-neighbour search) cannot be loaded: {text}; under a memory limit "
-            "(ulimit -v) faiss-gpu's CUDA libraries do not fit: raise the limit, or install "
-            "faiss-cpu in place of faiss-gpu for CPU-only machines") from exc
+            f"FAISS (nearest-neighbour search) cannot be loaded: {text}; "
+            f"{faiss_install_hint(_faiss_distributions())}") from exc
     return faiss
 
 

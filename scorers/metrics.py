@@ -60,6 +60,8 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
+from featstore.errors import InputError
+
 from .metric_steps import ood_walk
 
 __all__ = [
@@ -115,20 +117,23 @@ def _count_nonfinite(x: np.ndarray) -> int:
 
 
 def _sorted_finite(scores: object, name: str) -> np.ndarray:
-    """A sorted float64 copy of ``scores``; ValueError naming ``name`` if empty or non-finite."""
+    """A sorted float64 copy of ``scores``; InputError (a ValueError, exit 1 on the command
+    line) naming ``name`` if empty or non-finite: scores of NaN / inf inputs scored as they are
+    (--allow-nonfinite) end here, as one error line, never as a metric."""
     x = np.asarray(scores)
     if x.ndim != 1:
-        raise ValueError(f"split {name!r}: scores must be 1-D, got shape {x.shape}")
+        raise InputError(f"split {name!r}: scores must be 1-D, got shape {x.shape}")
     if x.size == 0:
-        raise ValueError(f"split {name!r}: no scores (empty array)")
+        raise InputError(f"split {name!r}: no scores (empty array)")
     if x.dtype.kind not in "biuf":
-        raise ValueError(f"split {name!r}: scores must be numeric, got dtype {x.dtype}")
+        raise InputError(f"split {name!r}: scores must be numeric, got dtype {x.dtype}")
     x = x.astype(np.float64, copy=True)
     bad = int(_count_nonfinite(x))
     if bad:
-        raise ValueError(
-            f"split {name!r}: {bad} non-finite scores (NaN/inf); "
-            "scorers must return finite values"
+        raise InputError(
+            f"split {name!r}: {bad} non-finite scores (NaN/inf) of {x.size}; the metrics need "
+            "finite scores (NaN / inf inputs scored as they are, --allow-nonfinite, give "
+            "NaN scores)"
         )
     x.sort()
     return x

@@ -23,7 +23,7 @@ from featstore.errors import FeatstoreError
 from featstore.store.interfaces import StoreLike
 from featstore.store.interrupts import raise_if_interrupted
 
-from .base import Scorer, how_to
+from .base import Scorer, how_to, too_few_classes
 from .needs import Needs
 from .registry import REGISTRY
 
@@ -33,8 +33,12 @@ T = TypeVar("T")
 
 def unsupported_reason(store: StoreLike, name: str | type[Scorer]) -> str | None:
     """Why the store lacks what scorer `name` (or a Scorer class) needs (a fit split, an
-    extra), or None."""
-    for need in Needs.of(REGISTRY[name] if isinstance(name, str) else name):
+    extra, a second class), or None."""
+    scorer = REGISTRY[name] if isinstance(name, str) else name
+    few = too_few_classes(scorer, store)
+    if few is not None:
+        return few
+    for need in Needs.of(scorer):
         if need.kind == "fit" and not store.has_split(need.arg):
             return f"needs split {need.arg!r}: {how_to(need.text)}"
         if (need.kind == "extra" and store.has_split(ID_SPLIT)

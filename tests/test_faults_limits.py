@@ -167,7 +167,8 @@ def test_knn_under_a_memory_limit_runs_or_says_what_to_do(tmp_path):
     if done.returncode != 0:
         assert done.returncode == 1
         assert "FAISS (nearest-neighbour search) cannot be loaded" in done.stderr
-        assert "raise the limit, or install faiss-cpu" in done.stderr
+        assert "pip install faiss-cpu" in done.stderr and "raise the limit" in done.stderr
+        assert 'README "CPU-only install"' in done.stderr   # issue 48 item 6: what to install
 
 
 def test_report_with_an_unusable_home_prints_no_matplotlib_warnings(tmp_path):

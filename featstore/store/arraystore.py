@@ -29,7 +29,7 @@ from featstore.store.fileio import sha256_arrays
 from featstore.store.names import parse_split_name
 from featstore.store.reader import DEFAULT_CHUNK_ROWS
 from featstore.store.splitarrays import SplitArrays, prepare_head, prepare_split
-from featstore.store.values import _bad_rows
+from featstore.store.values import _bad_rows, check_read_finite
 
 FIRST_ROWS = 10
 MEMORY_PATH = Path("<in-memory ArrayStore>")
@@ -142,18 +142,30 @@ class ArraySplit:
     def read_into(self, ds: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:
         if stop > start:
             out[:stop - start] = ds[start:stop]
+            check_read_finite(self, self._field_of(ds), out[:stop - start], start)
+
+    def _field_of(self, ds: np.ndarray) -> str:
+        """The field name of one of this split's arrays (by identity)."""
+        for field in ("features", "logits", "labels"):
+            if ds is getattr(self._arrays, field):
+                return field
+        return next((f"extra:{k}" for k, v in self._arrays.extras.items() if v is ds),
+                    "an array")
 
     def read(self, field: str, rows: slice | None = None) -> np.ndarray:
         """A field (optionally a row slice), floating arrays as float32 (a copy when cast)."""
         rows = rows if rows is not None else slice(None)
+        axis = 0
         if field.startswith("extra:"):
             name = field[len("extra:"):]
-            arr = self.extra(name)[(slice(None),) * self.extra_row_axis(name) + (rows,)]
+            axis = self.extra_row_axis(name)
+            arr = self.extra(name)[(slice(None),) * axis + (rows,)]
         elif field in ("features", "logits", "labels"):
             arr = getattr(self._arrays, field)[rows]
         else:
             raise UsageError(
                 f"unknown field {field!r}; expected features, logits, labels or extra:<name>")
+        check_read_finite(self, field, arr, rows.indices(self.num_rows)[0], axis)
         if arr.dtype.kind == "f" and arr.dtype != np.float32:
             arr = arr.astype(np.float32)
         return arr

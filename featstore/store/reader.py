@@ -17,7 +17,7 @@ import numpy as np
 
 from featstore.errors import InputError, UsageError
 from featstore.store.layout import ROW_AXIS_ATTR, extra_names
-from featstore.store.values import nonfinite_record
+from featstore.store.values import check_read_finite, field_key, nonfinite_record
 from featstore.store.verify import split_file_problem
 
 DEFAULT_CHUNK_ROWS = 8192
@@ -221,17 +221,22 @@ class Split:
 
     def read_into(self, ds: h5py.Dataset, start: int, stop: int, out: np.ndarray) -> None:
         """Read rows start..stop of a row-major dataset into `out` (same dtype, stop - start
-        rows), without allocating."""
+        rows), without allocating; NaN / inf the split's record does not list are an error
+        (`featstore.store.values.check_read_finite`)."""
         if stop > start:
             try:
                 ds.read_direct(out, np.s_[start:stop], np.s_[0:stop - start])
             except OSError as exc:
                 raise self._broken(f"cannot read rows {start}..{stop} of {ds.name!r} "
                                    f"({exc})") from exc
+            check_read_finite(self, field_key(ds.name), out[:stop - start], start)
 
     def read(self, field: str, rows: slice | None = None) -> np.ndarray:
-        """Read a field (optionally a row slice); floating arrays come back as float32."""
+        """Read a field (optionally a row slice); floating arrays come back as float32. NaN /
+        inf the split's record does not list are an error
+        (`featstore.store.values.check_read_finite`)."""
         rows = rows if rows is not None else slice(None)
+        axis = 0
         if field.startswith("extra:"):
             name = field[len("extra:"):]
             ds = self.extra(name)
@@ -244,6 +249,7 @@ class Split:
             raise UsageError(
                 f"unknown field {field!r}; expected features, logits, labels or extra:<name>"
             )
+        check_read_finite(self, field, arr, rows.indices(self.num_rows)[0], axis)
         if arr.dtype.kind == "f" and arr.dtype != np.float32:
             arr = arr.astype(np.float32)
         return arr

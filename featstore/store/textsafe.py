@@ -6,6 +6,9 @@ for where they are shown: a terminal and Markdown.
   `\\xNN` escape, so what reaches the terminal is visible text only.
 - `md_text`: HTML-escaped (`<script>` shows as text), `|`, `[`, `]` backslashed and newlines
   turned into spaces, so a value stays inside its table cell.
+- `html_text`: HTML-escaped (quotes too: safe in an attribute), control characters as `\\xNN`.
+- `markup_text`: `term_text` with rich's markup escaped (`[transform]` is printed, not taken
+  for a style tag), for a string interpolated into rich markup.
 - `one_line`: newlines and other control characters of a value written into a one-line
   comment of a generated file (a spec's header) escaped the same way as `term_text`.
 """
@@ -41,4 +44,19 @@ def md_text(value: object) -> str:
     return text.replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
 
 
-__all__ = ["md_text", "one_line", "term_text"]
+def html_text(value: object) -> str:
+    """Text safe in HTML content or a quoted attribute: `term_text`, then HTML-escaped
+    (`<`, `>`, `&`, both quotes)."""
+    return html.escape(term_text(value), quote=True)
+
+
+def markup_text(value: object) -> str:
+    """`term_text(value)` with rich markup escaped (`rich.markup.escape`: `[bold]` and
+    `[transform]` are shown as written), for user text or literal brackets placed inside a
+    rich markup string."""
+    from rich.markup import escape  # lazy: the store layer does not need rich to load
+
+    return escape(term_text(value))
+
+
+__all__ = ["html_text", "markup_text", "md_text", "one_line", "term_text"]

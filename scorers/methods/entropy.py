@@ -38,6 +38,7 @@ class Entropy(Scorer):
 
     name = "entropy"
     needs = ("logits",)
+    min_classes = 2
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
     paper = Paper(

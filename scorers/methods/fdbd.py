@@ -47,6 +47,7 @@ _SAME_CLASS_RTOL = 1e-12
 class FDBD(Scorer):
     name = "fdbd"
     needs = ("features", "logits", "head", "fit:id/train")
+    min_classes = 2
     defaults = {"distance_as_normalizer": True}
     grid = {"distance_as_normalizer": [True, False]}
     paper = Paper(title="Fast Decision Boundary based Out-of-Distribution Detector",

@@ -66,6 +66,7 @@ class GEN(Scorer):
 
     name = "gen"
     needs = ("logits",)
+    min_classes = 2
     defaults: ClassVar[dict[str, Any]] = {"gamma": 0.1, "M": 100}
     grid: ClassVar[dict[str, list[Any]]] = {
         "gamma": [0.01, 0.1, 0.5, 1, 2, 5, 10],

@@ -32,6 +32,7 @@ from ..paper import Paper
 class GradNorm(Scorer):
     name = "gradnorm"
     needs = ("features", "head")
+    min_classes = 2
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
     paper = Paper(

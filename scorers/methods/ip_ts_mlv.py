@@ -33,6 +33,7 @@ class IPTSMLV(ODINPerturbed):
     """max_c l'_c / T of the stored ODIN-perturbed logits l' (higher = more ID)."""
 
     name = "ip_ts_mlv"
+    min_classes = 1  # the max logit stays informative with one class (not a softmax)
     paper = Paper(title="Toward a Realistic Benchmark for Out-of-Distribution Detection",
                   authors=("Recalcati", "Garcea", "Piano", "Lamberti", "Morra"), venue="DSAA",
                   year=2023, url="https://doi.org/10.1109/DSAA60987.2023.10302486", code=None,

@@ -61,6 +61,7 @@ class KLMatching(Scorer):
 
     name = "kl_matching"
     needs = ("logits", f"fit:{FIT_SPLIT}")
+    min_classes = 2
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
     paper = Paper(title="Scaling Out-of-Distribution Detection for Real-World Settings",

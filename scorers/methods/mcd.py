@@ -65,6 +65,7 @@ class MCD(Scorer):
 
     name = "mcd"
     needs = ("logits", f"extra:{HEAD2_LOGITS}")
+    min_classes = 2
     defaults: ClassVar[dict[str, Any]] = {"variant": "l1"}
     grid: ClassVar[dict[str, list[Any]]] = {}
     paper = Paper(

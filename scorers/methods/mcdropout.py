@@ -62,6 +62,7 @@ class MCDropout(Scorer):
 
     name = "mcdropout"
     needs = (f"extra:{MC_LOGITS}",)
+    min_classes = 2
     defaults: ClassVar[dict[str, Any]] = {"variant": "entropy"}
     grid: ClassVar[dict[str, list[Any]]] = {}
     paper = Paper(

@@ -34,6 +34,7 @@ class MSP(Scorer):
 
     name = "msp"
     needs = ("logits",)
+    min_classes = 2
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
     paper = Paper(

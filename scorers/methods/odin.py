@@ -42,6 +42,7 @@ class ODIN(TemperatureScorer):
     ID)."""
 
     name = "odin"
+    min_classes = 2
     defaults: ClassVar[dict[str, Any]] = {"temperature": 1000.0}
     grid: ClassVar[dict[str, list[Any]]] = {"temperature": [1, 10, 100, 1000]}
     paper = Paper(

@@ -58,6 +58,7 @@ class ODINPerturbed(Scorer):
 
     name = "odin_perturbed"
     needs = (f"extra:{ODIN_GROUP}",)
+    min_classes = 2
     defaults: ClassVar[dict[str, Any]] = {"temperature": 1000.0, "epsilon": 0.0014}
     grid: ClassVar[dict[str, list[Any]]] = {"temperature": [1, 10, 100, 1000],
                                             "epsilon": [0.0014, 0.0028]}

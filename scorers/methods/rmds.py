@@ -44,6 +44,7 @@ class RMDS(Scorer):
 
     name = "rmds"
     needs = ("features", "fit:id/train")
+    min_classes = 2
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
     paper = Paper(title="A simple fix to Mahalanobis distance for improving near-OOD detection",

@@ -54,6 +54,7 @@ class TemperatureScaling(Scorer):
 
     name = "temp_scaling"
     needs = ("logits", f"fit:{FIT_SPLIT}")
+    min_classes = 2
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
     paper = Paper(title="On Calibration of Modern Neural Networks",

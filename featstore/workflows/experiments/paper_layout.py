@@ -42,7 +42,7 @@ from featstore.errors import InputError, UsageError
 from featstore.specs.labels import check_unique, default_label, split_item
 from featstore.store.fileio import atomic_write_output
 from featstore.store.formatting import mean_std
-from featstore.store.textsafe import md_text, one_line
+from featstore.store.textsafe import markup_text, md_text, one_line
 
 #: the output layouts of `featstore run`, `protocol osr` and `protocol ten-methods`
 LAYOUTS = ("default", "paper")
@@ -263,15 +263,17 @@ def rich_paper_tables(datasets: Sequence[tuple[str, Mapping[str, Any]]] | Mappin
     the method), top three in bold green."""
     out = []
     for t in paper_tables(datasets):
-        table = Table(title=t.caption(), header_style="bold", show_edge=False)
+        table = Table(title=markup_text(t.caption()), header_style="bold", show_edge=False)
         table.add_column("dataset")
         table.add_column(t.benchmark)
         first = {sum(n for _, n in t.spans()[:i]) for i in range(len(t.spans()))}
         for i, (family, method) in enumerate(t.columns):
-            table.add_column(f"{family if i in first else ''}\n{method}", justify="right")
+            table.add_column(markup_text(f"{family if i in first else ''}\n{method}"),
+                             justify="right")
         for row in t.rows:
-            table.add_row(row.dataset, row.benchmark, *[
-                f"[bold green]{c.text}[/]" if c.top else c.text for c in row.cells])
+            table.add_row(markup_text(row.dataset), markup_text(row.benchmark), *[
+                f"[bold green]{markup_text(c.text)}[/]" if c.top else markup_text(c.text)
+                for c in row.cells])
         out.append(table)
     return out
 

@@ -12,7 +12,7 @@ from typing import Any
 from rich.table import Table
 
 from featstore.store.formatting import mean_std
-from featstore.store.textsafe import md_text
+from featstore.store.textsafe import markup_text, md_text
 
 #: (key, label, better) of the table's metric rows, the paper's Tables 5-10
 METRIC_ROWS = (("auroc", "AUROC", "max"), ("fpr95", "FPR95", "min"),
@@ -92,7 +92,8 @@ def markdown_report(result: dict[str, Any]) -> str:
     flags = flagged_methods(result)
     if flags:
         lines += ["## Flagged methods (!) — not marked best", ""]
-        lines += [f"- {split} {method}: {flag}" for split, method, flag in flags] + [""]
+        lines += [f"- {md_text(split)} {md_text(method)}: {md_text(flag)}"
+                  for split, method, flag in flags] + [""]
     lines += ["## Skipped runs", ""]
     if result["skipped"]:
         lines += [f"- {md_text(s['split'])} seed {s['seed']} {md_text(s['method'])}: "
@@ -109,14 +110,16 @@ def rich_tables(result: dict[str, Any]) -> list[Any]:
     tables = []
     for split in result["aggregate"]:
         methods, rows = table_rows(result, split)
-        t = Table(title=title(result, split), header_style="bold", show_edge=False)
+        t = Table(title=markup_text(title(result, split)), header_style="bold",
+                  show_edge=False)
         t.add_column("metric")
         t.add_column("group")
         for m in methods:
-            t.add_column(m, justify="right")
+            t.add_column(markup_text(m), justify="right")
         for label, group, *cells in rows:
-            t.add_row(label, group, *[f"[bold green]{c}[/]" if best else c
-                                      for c, best in cells])
+            t.add_row(label, markup_text(group), *[
+                f"[bold green]{markup_text(c)}[/]" if best else markup_text(c)
+                for c, best in cells])
         tables.append(t)
     return tables + rich_notes(result)
 
@@ -131,14 +134,14 @@ def rich_notes(result: dict[str, Any]) -> list[Any]:
         for col in ("split", "method", "sanity check"):
             t.add_column(col)
         for row in flags:
-            t.add_row(*row)
+            t.add_row(*map(markup_text, row))
         tables.append(t)
     skipped = Table(title="skipped runs (not in the means above)", header_style="bold",
                     show_edge=False)
     for col in ("split", "seed", "method", "reason"):
         skipped.add_column(col)
     for s in result["skipped"]:
-        skipped.add_row(s["split"], str(s["seed"]), s["method"], s["reason"])
+        skipped.add_row(*map(markup_text, (s["split"], s["seed"], s["method"], s["reason"])))
     if not result["skipped"]:
         skipped.add_row("–", "–", "–", "none: every run was scored")
     tables.append(skipped)

@@ -40,6 +40,7 @@ from typing import Any
 
 from featstore.store.fileio import atomic_write_output
 from featstore.store.interfaces import StoreLike
+from featstore.store.textsafe import md_text
 from scorers.evaluate import evaluate
 from scorers.sweep import VAL_ID_SPLIT, format_setting, sweep_all
 
@@ -199,18 +200,19 @@ def markdown_table(table: dict[str, Any]) -> str:
     """The table as Markdown (best values bold), then warnings and skipped methods."""
     methods = table["methods"]
     lines = ["# FACETS layout: FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑ (in %)", "",
-             "| dataset | rows | " + " | ".join(column_label(m) for m in methods) + " |",
+             "| dataset | rows | " + " | ".join(md_text(column_label(m)) for m in methods)
+             + " |",
              "|---|---|" + "---|" * len(methods)]
     for r in table["rows"]:
         what = ("misclassification (id/test)" if r["kind"] == "misclassification"
                 else f"OOD {r['group']}")
-        lines.append(f"| {r['dataset']} | {what} | " + " | ".join(
+        lines.append(f"| {md_text(r['dataset'])} | {md_text(what)} | " + " | ".join(
             cell_text(r["cells"][m], r["best"], m, ("**", "**")) for m in methods) + " |")
-    notes = [f"- {line}" for line in tuning_notes(table)]
-    notes += [f"- {r['dataset']} {m}: {w}" for r in table["rows"]
+    notes = [f"- {md_text(line)}" for line in tuning_notes(table)]
+    notes += [f"- {md_text(r['dataset'])} {md_text(m)}: {md_text(w)}" for r in table["rows"]
               for m, w in r["warnings"].items()]
-    notes += [f"- {d} {m}: skipped ({why})" for d, ms in table["skipped"].items()
-              for m, why in ms.items()]
+    notes += [f"- {md_text(d)} {md_text(m)}: skipped ({md_text(why)})"
+              for d, ms in table["skipped"].items() for m, why in ms.items()]
     if notes:
         lines += ["", "Notes:", ""] + notes
     return "\n".join(lines) + "\n"

@@ -11,22 +11,47 @@ import functools
 import io
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
+def _usable_dir(path: Path) -> bool:
+    """Whether matplotlib could use `path` as its directory: created if missing (as
+    matplotlib does), then a writable directory."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+
+
+def _matplotlib_dirs() -> list[Path]:
+    """The config and the cache directory matplotlib uses without $MPLCONFIGDIR (its
+    `_get_config_or_cache_dir`): $XDG_CONFIG_HOME or ~/.config, and $XDG_CACHE_HOME or
+    ~/.cache, each /matplotlib on Linux and FreeBSD; ~/.matplotlib elsewhere."""
+    home = Path.home()
+    if not sys.platform.startswith(("linux", "freebsd")):
+        return [home / ".matplotlib"]
+    return [Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "matplotlib",
+            Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "matplotlib"]
+
+
 def _private_config_dir_if_needed() -> None:
     """Give matplotlib a private temporary config / cache directory (removed at exit) when
-    its default one ($XDG_CONFIG_HOME or ~/.config, /matplotlib) cannot be written: otherwise
-    it prints two warnings on stderr, which `--quiet` cannot silence."""
+    its default config or cache directory (`_matplotlib_dirs`) cannot be used, or there is
+    no home directory: otherwise it prints warnings on stderr ("mkdir -p failed", "created a
+    temporary cache directory"), which `--quiet` cannot silence. Both directories are
+    checked: a writable config directory beside an unwritable cache (HOME unwritable,
+    $XDG_CONFIG_HOME set) still warned."""
     if os.environ.get("MPLCONFIGDIR"):
         return
-    probe = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "matplotlib"
-    while not os.path.lexists(probe) and probe != probe.parent:
-        probe = probe.parent
-    if probe.is_dir() and os.access(probe, os.W_OK | os.X_OK):
-        return
+    try:
+        if all(_usable_dir(d) for d in _matplotlib_dirs()):
+            return
+    except (RuntimeError, KeyError):  # no home directory (Path.home)
+        pass
     private = tempfile.mkdtemp(prefix="featstore-mpl-")
     atexit.register(shutil.rmtree, private, True)
     os.environ["MPLCONFIGDIR"] = private

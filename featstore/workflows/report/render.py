@@ -4,7 +4,6 @@ network needed) and a Markdown twin whose images sit in `<name>_files/`."""
 from __future__ import annotations
 
 import base64
-import html
 import math
 import re
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from featstore.store.formatting import (
     setting_text,
 )
 from featstore.store.sanity import report_lines
-from featstore.store.textsafe import md_text
+from featstore.store.textsafe import html_text, md_text
 from featstore.workflows.report import plots
 from featstore.workflows.report.collect import ReportData
 from featstore.workflows.report.leaderboard import (
@@ -354,14 +353,14 @@ def _cell_class(text: str, best: bool) -> str:
 
 
 def _table_html(t: Table, table_id: str, heading: bool = True) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in t.header)
+    head = "".join(f"<th>{html_text(h)}</th>" for h in t.header)
     body = []
     for i, row in enumerate(t.rows):
         cells = "".join(
-            f"<td class=\"{_cell_class(c, (i, j) in t.best)}\">{html.escape(c)}</td>"
+            f"<td class=\"{_cell_class(c, (i, j) in t.best)}\">{html_text(c)}</td>"
             for j, c in enumerate(row))
         body.append(f"<tr>{cells}</tr>")
-    title = f"<p class=\"caption\">{html.escape(t.title)}</p>" if heading else ""
+    title = f"<p class=\"caption\">{html_text(t.title)}</p>" if heading else ""
     return (f"{title}<table id=\"{table_id}\"><thead><tr>{head}</tr>"
             f"</thead><tbody>{''.join(body)}</tbody></table>")
 
@@ -387,7 +386,7 @@ _CHECK_JS = """window.addEventListener('load', function () {
 
 def _section(title: str, body: str, open_: bool = False, sid: str = "") -> str:
     ident = f" id=\"{sid}\"" if sid else ""
-    return (f"<details{ident}{' open' if open_ else ''}><summary>{html.escape(title)}</summary>"
+    return (f"<details{ident}{' open' if open_ else ''}><summary>{html_text(title)}</summary>"
             f"<div class=\"scroll\">{body}</div></details>")
 
 
@@ -409,10 +408,10 @@ def render_html(data: ReportData, figs: list[Figure], tables: list[Table],
     parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>featstore report"
              f"</title><style>{_CSS}</style></head><body><h1>featstore report</h1>",
              f"<p class=\"summary\" id=\"summary\">"
-             f"{html.escape(summary_line(data.result, rank_by))}</p>",
-             f"<p class=\"summary\" id=\"rows\">{html.escape(rows_line(data.rows))}</p>",
+             f"{html_text(summary_line(data.result, rank_by))}</p>",
+             f"<p class=\"summary\" id=\"rows\">{html_text(rows_line(data.rows))}</p>",
              *(f"<p class=\"{'note' if line.startswith('WARNING') else 'summary'}\" "
-               f"id=\"id-accuracy-{i}\">{html.escape(line)}</p>"
+               f"id=\"id-accuracy-{i}\">{html_text(line)}</p>"
                for i, line in enumerate(report_lines(data.id_checks)))]
     sections: dict[str, list[str]] = {}
     for i, t in enumerate(tables):
@@ -424,7 +423,7 @@ def render_html(data: ReportData, figs: list[Figure], tables: list[Table],
     notes = [*data.notes, *statistics_notes(data)]
     if notes:
         sections.setdefault("Statistics", []).insert(0, "".join(
-            f"<p class=\"note\">{html.escape(n)}</p>" for n in notes))
+            f"<p class=\"note\">{html_text(n)}</p>" for n in notes))
     for t in notes_tables(data):
         sections.setdefault("Skipped scorers and adjusted defaults", []).append(
             _table_html(t, _note_id(t)))
@@ -434,11 +433,11 @@ def render_html(data: ReportData, figs: list[Figure], tables: list[Table],
     for f in figs:
         b64 = base64.b64encode(f.png).decode("ascii")
         by_section.setdefault(f.section, []).append(
-            f"<figure><img alt=\"{html.escape(f.caption)}\" src=\"data:image/png;base64,{b64}\">"
-            f"<figcaption>{html.escape(f.caption)}</figcaption></figure>")
+            f"<figure><img alt=\"{html_text(f.caption)}\" src=\"data:image/png;base64,{b64}\">"
+            f"<figcaption>{html_text(f.caption)}</figcaption></figure>")
     for title, body in by_section.items():
         parts.append(_section(title, "".join(body), sid=f"section-{_slug(title)}"))
-    prov = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
+    prov = "".join(f"<tr><th>{html_text(k)}</th><td>{html_text(str(v))}</td></tr>"
                    for k, v in data.provenance.items())
     parts.append(_section("Provenance", f"<table id=\"provenance\">{prov}</table>"))
     parts.append(f"<script>{_CHECK_JS}</script></body></html>")
