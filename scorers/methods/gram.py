@@ -21,7 +21,7 @@ OpenOOD hooks every Conv2d and ReLU module; here the layers are the ones extract
 default null: every stored layer). Defaults: powers 1..5 (OpenOOD `configs/postprocessors/
 gram.yml` `powers: [1,2,3,4,5]`; the paper's code uses 1..10), val_fraction 0.1, seed 0. The
 sweep grid of OpenOOD holds one setting (`powers_list: [[1,2,3,4,5]]`): the default grid is
-empty. A class without training rows left after the hold-out, or a layer whose held-out rows
+empty. A default `powers` above the orders stored is clamped to them (`valid_ranges`). A class without training rows left after the hold-out, or a layer whose held-out rows
 all lie inside the ranges (n_l = 0, a division by zero in OpenOOD), is an error naming it.
 """
 
@@ -33,10 +33,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from featstore.errors import FeatstoreError, UsageError
-from featstore.store.extra_keys import LAYER_GRAM, layer_name
+from featstore.store.extra_keys import LAYER_GRAM, layer_name, stored_layers
 from featstore.store.interfaces import SplitLike, StoreLike
 
-from ..base import Scorer
+from ..base import Scorer, ValidRange
 from ..fitting.layers import parse_layers, require_view, resolve_layers
 from ..kernels.softmax import log_max_softmax
 from ..neighbours import is_int
@@ -91,6 +91,21 @@ class Gram(Scorer):
         if not is_int(params["seed"]) or params["seed"] < 0:
             raise UsageError(f"scorer {self.name!r}: seed={params['seed']!r} must be an "
                              "integer >= 0")
+
+    def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
+        """powers in [1, P]: P the fewest orders stored for a chosen layer in id/train (a
+        default above it is clamped, `scorers.adapt`)."""
+        if not store.has_split(FIT_SPLIT):
+            return {}
+        split = store.split(FIT_SPLIT)
+        wanted = parse_layers(self.name, "layers", params["layers"])
+        held = [n for n in (wanted or stored_layers(split.extra_names(), LAYER_GRAM))
+                if split.has_extra(layer_name(LAYER_GRAM, n))]
+        if not held:
+            return {}
+        top = min(int(split.extra(layer_name(LAYER_GRAM, n)).shape[1]) for n in held)
+        return {"powers": ValidRange(1, top, f"1 <= powers <= {top} (the orders stored in "
+                                             f"{FIT_SPLIT!r})")}
 
     def _grams(self, split: SplitLike, layer: str) -> str:
         name = layer_name(LAYER_GRAM, layer)
