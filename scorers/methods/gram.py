@@ -91,6 +91,11 @@ class Gram(Scorer):
         if not is_int(params["seed"]) or params["seed"] < 0:
             raise UsageError(f"scorer {self.name!r}: seed={params['seed']!r} must be an "
                              "integer >= 0")
+        top = self.valid_ranges(params, store).get("powers") if store is not None else None
+        if top is not None and params["powers"] > top.hi:
+            raise UsageError(f"scorer {self.name!r}: powers={params['powers']} but {top.why}",
+                             need=f"extra:{LAYER_GRAM}",
+                             how=f"extract with gram_powers={params['powers']}")
 
     def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
         """powers in [1, P]: P the fewest orders stored for a chosen layer in id/train (a
