@@ -73,3 +73,81 @@ def view_store(path: Path, seed: int = 0) -> tuple[Store, dict[str, Any]]:
     splits = {k: {f: v for f, v in s.items() if f != "maps"}
               for k, s in arrays["splits"].items()}
     return Store.from_arrays(path, head=arrays["head"], splits=splits), arrays
+
+
+def openood_adascale(val_h: np.ndarray, val_moved: np.ndarray, h: np.ndarray,
+                     moved: np.ndarray, weight: np.ndarray, bias: np.ndarray,
+                     percentile: tuple[float, float], k1: float, k2: float, lmbda: float,
+                     logit_scaling: bool) -> np.ndarray:
+    """OpenOOD v1.5's AdaSCALE score on given arrays, transcribed (float64 torch) from
+    `openood/postprocessors/adascale_postprocessor.py` (`set_hyperparam`, `get_percentile`,
+    `postprocess`) and `openood/networks/adascale_net.py` (`forward_threshold`, `ada_scale`)
+    at 3c35632; statsmodels' ECDF(x)(t) = #{x_i <= t} / n (side "right") in its place."""
+    import torch
+
+    def t(a: np.ndarray) -> torch.Tensor:
+        return torch.tensor(np.asarray(a, dtype=np.float64))
+
+    feature_log, feature_perturbed_log = t(val_h), t(val_moved)
+    feature_shift_log = abs(feature_log - feature_perturbed_log)
+    feature_dim = feature_log.shape[1]
+    k1_, k2_ = int(feature_dim * k1 / 100), int(feature_dim * k2 / 100)
+
+    def stat(feature, feature_perturbed, feature_shift):
+        topk_indices = torch.topk(feature, dim=1, k=k1_)[1]
+        topk_feature_perturbed = torch.gather(torch.relu(feature_perturbed), 1, topk_indices)
+        topk_indices = torch.topk(feature, dim=1, k=k2_)[1]
+        topk_feature_shift = torch.gather(feature_shift, 1, topk_indices)
+        return topk_feature_perturbed.sum(dim=1) + lmbda * topk_feature_shift.sum(dim=1)
+
+    sum_log = np.sort(stat(feature_log, feature_perturbed_log, feature_shift_log).numpy())
+
+    def ecdf(x: np.ndarray) -> np.ndarray:
+        return np.searchsorted(sum_log, x, side="right") / len(sum_log)
+
+    feature, feature_perturbed = t(h), t(moved)
+    topk_norm = stat(feature, feature_perturbed, abs(feature - feature_perturbed))
+    percent = 1 - ecdf(topk_norm.numpy())
+    percentiles = torch.from_numpy(percentile[0] + percent * (percentile[1] - percentile[0]))
+    x = torch.relu(feature)
+    n = x.shape[1:].numel()
+    ks = n - torch.round(n * percentiles / 100.0).to(torch.int)
+    max_k = ks.max()
+    values, _ = torch.topk(x, int(max_k), dim=1)
+    mask = torch.arange(int(max_k))[None, :] < ks[:, None]
+    scale = x.sum(dim=1, keepdim=True) / (values * mask).sum(dim=1, keepdim=True)
+    fc = torch.nn.Linear(feature_dim, weight.shape[0]).double()
+    with torch.no_grad():
+        fc.weight.copy_(t(weight))
+        fc.bias.copy_(t(bias))
+        if logit_scaling:
+            logits_cls = fc(feature) * scale ** 2.0
+        else:
+            logits_cls = fc(feature * torch.exp(scale))
+        return torch.logsumexp(logits_cls, dim=1).numpy()
+
+
+def numpy_adascale(val_h: np.ndarray, val_moved: np.ndarray, h: np.ndarray, moved: np.ndarray,
+                   weight: np.ndarray, bias: np.ndarray, percentile: tuple[float, float],
+                   k1: float, k2: float, lmbda: float, logit_scaling: bool) -> np.ndarray:
+    """The paper's formula row by row in plain NumPy / Python (Regmi 2025, eqs. of Q', p, s)."""
+    d = h.shape[1]
+    k1_, k2_ = int(d * k1 / 100), int(d * k2 / 100)
+
+    def q(row: np.ndarray, row_moved: np.ndarray) -> float:
+        order = sorted(range(d), key=lambda j: -row[j])
+        return (sum(max(row_moved[j], 0.0) for j in order[:k1_])
+                + lmbda * sum(abs(row[j] - row_moved[j]) for j in order[:k2_]))
+
+    fitted = [q(a, b) for a, b in zip(val_h.astype(float), val_moved.astype(float), strict=True)]
+    out = []
+    for row, row_moved in zip(h.astype(float), moved.astype(float), strict=True):
+        ecdf = sum(v <= q(row, row_moved) for v in fitted) / len(fitted)
+        p = percentile[0] + (1 - ecdf) * (percentile[1] - percentile[0])
+        x = sorted(np.maximum(row, 0.0), reverse=True)
+        k = max(d - int(np.rint(d * p / 100)), 1)
+        s = sum(x) / sum(x[:k])
+        z = (row * np.exp(s)) @ weight.T.astype(float) + bias if not logit_scaling \
+            else (row @ weight.T.astype(float) + bias) * s ** 2
+        out.append(float(np.log(np.sum(np.exp(z - z.max()))) + z.max()))
+    return np.asarray(out)
