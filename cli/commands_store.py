@@ -252,6 +252,11 @@ def demo(
     methods: DemoMethodsOpt = None,
     backbone: DemoBackboneOpt = "pretrained",
     scale: ScaleOpt = 1.0,
+    views: Annotated[bool, typer.Option(
+        "--views", help="Also extract the layer views (--feature-layers of three blocks, "
+        "--gram-powers 5) and AdaSCALE's perturbed features (--adascale-o 0.05), so that "
+        "mds_ensemble, gram, featurenorm and adascale_a/l run too; AdaSCALE's backward pass "
+        "about triples the extraction's time, so it is not the default.")] = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -266,7 +271,7 @@ def demo(
     from featstore.workflows.demo.run import run_demo_command
 
     result = run_demo_command(out_, methods=methods, backbone=backbone, scale=scale,
-                              extraction=split_progress, steps=status)
+                              extraction=split_progress, steps=status, views=views)
     emit(result, (lambda: print_ten_methods(result)) if methods is not None
          else (lambda: print_demo(result)))
 

@@ -21,8 +21,9 @@ OpenOOD hooks every Conv2d and ReLU module; here the layers are the ones extract
 default null: every stored layer). Defaults: powers 1..5 (OpenOOD `configs/postprocessors/
 gram.yml` `powers: [1,2,3,4,5]`; the paper's code uses 1..10), val_fraction 0.1, seed 0. The
 sweep grid of OpenOOD holds one setting (`powers_list: [[1,2,3,4,5]]`): the default grid is
-empty. A default `powers` above the orders stored is clamped to them (`valid_ranges`). A class without training rows left after the hold-out, or a layer whose held-out rows
-all lie inside the ranges (n_l = 0, a division by zero in OpenOOD), is an error naming it.
+empty. A default `powers` above the orders stored is clamped to them (`valid_ranges`). A
+class without training rows left after the hold-out, or a layer whose held-out rows all lie
+inside the ranges (n_l = 0, a division by zero in OpenOOD), is an error naming it.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def numpy_reference(grams_train, labels, held, grams, logits, powers):
         lo = np.stack([gt[fit & (labels == k)].min(0) for k in range(4)])
         hi = np.stack([gt[fit & (labels == k)].max(0) for k in range(4)])
 
-        def delta(k, row):
+        def delta(k, row, lo=lo, hi=hi):
             return float((np.maximum(lo[k] - row, 0) / np.abs(lo[k] + 1e-6)).sum()
                          + (np.maximum(row - hi[k], 0) / np.abs(hi[k] + 1e-6)).sum())
 
