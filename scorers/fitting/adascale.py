@@ -16,7 +16,8 @@ torch.randperm, unseeded). Parameters (OpenOOD `configs/postprocessors/adascale_
 `adascale_l.yml`): percentile "p_min:p_max" = "75:85", k1 = 5, k2 = 1 (percent of D), lmbda =
 10, o = 0.05 (the stored perturbation), num_samples = 5000; the default grid is OpenOOD's
 `percentile_list` (36 pairs from 60 to 99). A grid shares h, h', Q' per (k1, k2, lmbda, o),
-the descending sort of max(h, 0) and h W^T.
+one stable descending argsort of h per row (the top-k sets of Q' and the sorted max(h, 0) of
+the scale) and h W^T.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from featstore.store.interfaces import SplitLike, StoreLike
 from ..base import Scorer
 from ..kernels.adascale import (
     adaptive_scales,
+    descending_order,
     ecdf_upper,
     perturbation_stat,
     sorted_desc_cumsum,
@@ -130,8 +132,9 @@ class AdaScaleBase(Scorer):
                                                 self._view(split, float(params["o"]))):
                 lo, hi = np.searchsorted(self.sample, [rows.start, rows.stop])
                 pick = self.sample[lo:hi] - rows.start
-                parts.append(perturbation_stat(h[pick].astype(np.float64),
-                                               moved[pick].astype(np.float64), k1, k2,
+                rows_h = h[pick].astype(np.float64)
+                parts.append(perturbation_stat(rows_h, moved[pick].astype(np.float64),
+                                               descending_order(rows_h), k1, k2,
                                                float(params["lmbda"])))
             self._fits[key] = np.sort(np.concatenate(parts))
         return self._fits[key]
@@ -152,7 +155,8 @@ class AdaScaleBase(Scorer):
             def block(h32: np.ndarray, moved32: np.ndarray,
                       params: list = params, fits: list = fits) -> list[np.ndarray]:
                 h, moved = h32.astype(np.float64), moved32.astype(np.float64)
-                cumsum = sorted_desc_cumsum(np.maximum(h, 0.0))
+                order = descending_order(h)
+                cumsum = sorted_desc_cumsum(h, order)
                 hw = h @ self.weight_t
                 stats: dict[tuple, np.ndarray] = {}
                 scores = []
@@ -161,7 +165,7 @@ class AdaScaleBase(Scorer):
                     if key not in stats:
                         k1, k2 = self._ks(p)
                         stats[key] = ecdf_upper(fitted, perturbation_stat(
-                            h, moved, k1, k2, float(p["lmbda"])))
+                            h, moved, order, k1, k2, float(p["lmbda"])))
                     lo, hi = parse_percentile(self.name, p["percentile"])
                     scale = adaptive_scales(cumsum, lo + stats[key] * (hi - lo))
                     scores.append(logsumexp(self.scaled_logits(hw, self.bias, scale)))

@@ -14,15 +14,15 @@ from __future__ import annotations
 import numpy as np
 
 
-def top_indices(h: np.ndarray, k: int) -> np.ndarray:
-    """(n, k) indices of each row's k largest entries (a stable descending sort)."""
-    return np.argsort(-h, axis=1, kind="stable")[:, :k]
+def descending_order(h: np.ndarray) -> np.ndarray:
+    """(n, D) column indices of each row in descending order of h (a stable sort: ties keep
+    the lower index first); shared by Q' and the scale (max(h, 0) keeps h's order)."""
+    return np.argsort(-h, axis=1, kind="stable")
 
 
-def perturbation_stat(h: np.ndarray, h_moved: np.ndarray, k1: int, k2: int,
+def perturbation_stat(h: np.ndarray, h_moved: np.ndarray, order: np.ndarray, k1: int, k2: int,
                       lmbda: float) -> np.ndarray:
-    """Q' per row (module docstring)."""
-    order = top_indices(h, max(k1, k2))
+    """Q' per row (module docstring); `order` = descending_order(h)."""
     first = np.take_along_axis(np.maximum(h_moved, 0.0), order[:, :k1], axis=1).sum(axis=1)
     shift = np.take_along_axis(np.abs(h - h_moved), order[:, :k2], axis=1).sum(axis=1)
     return first + lmbda * shift
@@ -33,10 +33,10 @@ def ecdf_upper(sorted_fit: np.ndarray, q: np.ndarray) -> np.ndarray:
     return 1.0 - np.searchsorted(sorted_fit, q, side="right") / sorted_fit.shape[0]
 
 
-def sorted_desc_cumsum(x: np.ndarray) -> np.ndarray:
-    """(n, D) cumulative sums of each row sorted in descending order (shared by every
-    percentile of a grid)."""
-    return np.cumsum(-np.sort(-x, axis=1), axis=1)
+def sorted_desc_cumsum(h: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """(n, D) cumulative sums of max(h, 0) in descending order (`order` = descending_order(h));
+    shared by every percentile of a grid."""
+    return np.cumsum(np.maximum(np.take_along_axis(h, order, axis=1), 0.0), axis=1)
 
 
 def adaptive_scales(cumsum: np.ndarray, percentiles: np.ndarray) -> np.ndarray:
