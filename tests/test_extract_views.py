@@ -20,7 +20,11 @@ from featstore import Store
 from featstore.errors import UsageError
 from featstore.extraction.datasets import build_transform
 from featstore.extraction.extract import ExtractOptions, extract
-from featstore.store.extra_keys import parse_adascale_fractions, parse_feature_layers
+from featstore.store.extra_keys import (
+    parse_adascale_fractions,
+    parse_feature_layers,
+    view_options,
+)
 from tests.helpers import tiny_models
 from tests.helpers.images import TRANSFORM, make_image_tree, write_spec
 
@@ -134,6 +138,11 @@ def test_bad_views_are_one_line_errors(tmp_path, spec):
     for text, match in [("x", "not a number"), ("0", r"\(0, 1\)"), ("1.5", r"\(0, 1\)")]:
         with pytest.raises(UsageError, match=match):
             parse_adascale_fractions(text)
+    # an experiment row's `extract` table (TOML strings, lists, a number) as ExtractOptions
+    assert view_options({"feature_layers": ["a", "b"], "adascale_o": 0.05, "gram_powers": 5}) \
+        == {"feature_layers": ("a", "b"), "adascale_o": (0.05,), "gram_powers": 5}
+    assert view_options({"feature_layers": "a,b", "adascale_o": [0.05, 0.1]}) == {
+        "feature_layers": ("a", "b"), "adascale_o": (0.05, 0.1)}
 
 
 def test_cli_flags_and_eval_names_the_missing_view(tmp_path, spec, capsys):

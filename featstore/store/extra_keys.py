@@ -148,3 +148,19 @@ def parse_adascale_fractions(text: str) -> tuple[float, ...]:
         if value not in out:
             out.append(value)
     return tuple(out)
+
+
+def view_options(opts: dict) -> dict:
+    """An experiment row's `extract` table with the view options as ExtractOptions takes
+    them: `feature_layers` "a,b" or ["a", "b"] -> ("a", "b"); `adascale_o` 0.05, "0.05,0.1"
+    or [0.05] -> (0.05, ...); each checked as on the command line."""
+    out = dict(opts)
+    layers = out.get("feature_layers")
+    if layers is not None and not isinstance(layers, tuple):
+        text = layers if isinstance(layers, str) else ",".join(str(n) for n in layers)
+        out["feature_layers"] = parse_feature_layers(text)
+    fractions = out.get("adascale_o")
+    if fractions is not None and not isinstance(fractions, tuple):
+        items = fractions if isinstance(fractions, list) else [fractions]
+        out["adascale_o"] = parse_adascale_fractions(",".join(str(o) for o in items))
+    return out
