@@ -106,10 +106,11 @@ def reference(x_all: torch.Tensor, fractions: tuple[float, ...]) -> dict[str, np
 
 def test_views_equal_a_bare_torch_loop(tmp_path, spec):
     st = extract(MODEL, spec, tmp_path / "s", options=ExtractOptions(
-        **OPTS, feature_layers=("block1", "block2"), gram_powers=3, adascale_o=(0.05, 0.3)))
+        **OPTS, feature_layers=("block1", "block2"), gram_powers=3, adascale_o=(0.05, 0.3),
+        feature_maps=True))   # with the feature-map search's dry pass on the first batch
     sp = st.split("id/test")
     want = reference(images(spec), (0.05, 0.3))
-    assert sorted(sp.extra_names()) == sorted(want)
+    assert sorted(sp.extra_names()) == sorted([*want, "feature_maps"])
     for name, ref in want.items():
         got = np.asarray(sp.extra(name))
         assert got.dtype == np.float32 and got.shape == ref.shape, name

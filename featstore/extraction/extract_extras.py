@@ -154,13 +154,12 @@ class ExtraOutputs:
     def before_forward(self, images: torch.Tensor) -> None:
         """Record the named layers in the coming forward pass; find and hook the feature-map
         layer on the first batch (when requested)."""
-        if self.layers.names:
+        if self.feature_maps and self._map_handle is None:
+            self.map_layer = find_feature_map_layer(self.module, self.head, images)
+            layer = self.module.get_submodule(self.map_layer)
+            self._map_handle = layer.register_forward_hook(self._capture_map)
+        if self.layers.names:   # after the feature-map search's dry pass: not recorded
             self.layers.start()
-        if not self.feature_maps or self._map_handle is not None:
-            return
-        self.map_layer = find_feature_map_layer(self.module, self.head, images)
-        layer = self.module.get_submodule(self.map_layer)
-        self._map_handle = layer.register_forward_hook(self._capture_map)
 
     def _capture_map(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
         self._maps = output.detach()
