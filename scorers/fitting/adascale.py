@@ -16,8 +16,8 @@ torch.randperm, unseeded). Parameters (OpenOOD `configs/postprocessors/adascale_
 `adascale_l.yml`): percentile "p_min:p_max" = "75:85", k1 = 5, k2 = 1 (percent of D), lmbda =
 10, o = 0.05 (the stored perturbation), num_samples = 5000; the default grid is OpenOOD's
 `percentile_list` (36 pairs from 60 to 99). A grid shares h, h', Q' per (k1, k2, lmbda, o),
-one stable descending argsort of h per row (the top-k sets of Q' and the sorted max(h, 0) of
-the scale) and h W^T.
+the sum and the sorted top of max(h, 0) (up to the largest k of the grid's lowest p_min) and
+h W^T; the top-k sets are partitions, O(D) per row (`scorers.kernels.adascale`).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from featstore.store.interfaces import SplitLike, StoreLike
 from ..base import Scorer
 from ..kernels.adascale import (
     adaptive_scales,
-    descending_order,
     ecdf_upper,
+    kept_counts,
     perturbation_stat,
-    sorted_desc_cumsum,
+    top_cumsum,
 )
 from ..kernels.softmax import logsumexp
 from ..neighbours import is_int
@@ -132,9 +132,8 @@ class AdaScaleBase(Scorer):
                                                 self._view(split, float(params["o"]))):
                 lo, hi = np.searchsorted(self.sample, [rows.start, rows.stop])
                 pick = self.sample[lo:hi] - rows.start
-                rows_h = h[pick].astype(np.float64)
-                parts.append(perturbation_stat(rows_h, moved[pick].astype(np.float64),
-                                               descending_order(rows_h), k1, k2,
+                parts.append(perturbation_stat(h[pick].astype(np.float64),
+                                               moved[pick].astype(np.float64), k1, k2,
                                                float(params["lmbda"])))
             self._fits[key] = np.sort(np.concatenate(parts))
         return self._fits[key]
@@ -155,19 +154,21 @@ class AdaScaleBase(Scorer):
             def block(h32: np.ndarray, moved32: np.ndarray,
                       params: list = params, fits: list = fits) -> list[np.ndarray]:
                 h, moved = h32.astype(np.float64), moved32.astype(np.float64)
-                order = descending_order(h)
-                cumsum = sorted_desc_cumsum(h, order)
+                x = np.maximum(h, 0.0)
+                bounds = [parse_percentile(self.name, p["percentile"]) for p in params]
+                widest = int(kept_counts(x.shape[1], np.array([min(b[0] for b in bounds)]))[0])
+                cumsum, total = top_cumsum(x, widest), x.sum(axis=1)
                 hw = h @ self.weight_t
                 stats: dict[tuple, np.ndarray] = {}
                 scores = []
-                for p, fitted in zip(params, fits, strict=True):
+                for p, fitted, (lo, hi) in zip(params, fits, bounds, strict=True):
                     key = tuple(p[k] for k in _STAT_KEYS)
                     if key not in stats:
                         k1, k2 = self._ks(p)
                         stats[key] = ecdf_upper(fitted, perturbation_stat(
-                            h, moved, order, k1, k2, float(p["lmbda"])))
-                    lo, hi = parse_percentile(self.name, p["percentile"])
-                    scale = adaptive_scales(cumsum, lo + stats[key] * (hi - lo))
+                            h, moved, k1, k2, float(p["lmbda"])))
+                    counts = kept_counts(x.shape[1], lo + stats[key] * (hi - lo))
+                    scale = adaptive_scales(total, cumsum, counts)
                     scores.append(logsumexp(self.scaled_logits(hw, self.bias, scale)))
                 return scores
 

@@ -50,3 +50,19 @@ def test_adascale_a_grid_and_bad_inputs(tmp_path):
         get_scorer("adascale_a", percentile="85:75")
     with pytest.raises(FeatstoreError, match=r"no AdaSCALE view at o=0.1 \(stored o: 0.05\)"):
         get_scorer("adascale_a", o=0.1).fit(st)
+
+
+def test_top_mask_keeps_ties_in_index_order():
+    """The k largest by partition equal a stable descending argsort's first k (reference:
+    np.argsort(-h, kind="stable")), on rows full of ties (ReLU zeros, repeated values)."""
+    from scorers.kernels.adascale import top_cumsum, top_mask
+
+    rng = np.random.default_rng(3)
+    h = np.maximum(rng.integers(-3, 4, (200, 30)).astype(np.float64), 0.0)
+    order = np.argsort(-h, axis=1, kind="stable")
+    for k in (0, 1, 5, 17, 30):
+        want = np.zeros(h.shape, dtype=bool)
+        np.put_along_axis(want, order[:, :k], True, axis=1)
+        assert np.array_equal(top_mask(h, k), want), k
+    np.testing.assert_array_equal(top_cumsum(h, 12),
+                                  np.cumsum(-np.sort(-h, axis=1), axis=1)[:, :12])
