@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "bench_sweep": [],
     "bench_ann": [],
     "bench_ann_scale": [],  # 100k x 2048; the 1M table: --rows 1000000 (knn-ann.md)
+    "bench_views": ["--rows", "100000", "--dim", "2048"],  # issue 44's size (posthoc-2025.md)
     "bench_gscore": [],
     "bench_gscore_cv": ["--store", f"{OUT}/gbench/store"],
     "bench_gscore_idsize": ["--store", f"{OUT}/gbench/store", "--large-out", f"{OUT}/gbench_bigid"],

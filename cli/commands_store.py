@@ -102,6 +102,21 @@ FeatureMapsOpt = Annotated[bool, typer.Option(
     "--feature-maps",
     help="Also store the map pooled into the feature as extra/feature_maps (N, Cmap, H, W), "
          "for rankfeat.")]
+FeatureLayersOpt = Annotated[str | None, typer.Option(
+    "--feature-layers",
+    help="Also store views of named modules' outputs, 'NAME[,NAME...]' (e.g. "
+         "'layer2,layer3,layer4'): extra/layer_features/NAME (global average pool, N x C) and "
+         "extra/layer_featurenorm/NAME (mean channel L2 norm of the ReLU'd map), for "
+         "mds_ensemble, featurenorm and oodl --param layer=NAME.")]
+GramPowersOpt = Annotated[int, typer.Option(
+    "--gram-powers",
+    help="With --feature-layers: also store extra/layer_gram/NAME (N x P x C), the Gram "
+         "matrices' row sums of orders p = 1..P, for gram (OpenOOD: P = 5); 0: none.")]
+AdascaleOpt = Annotated[str | None, typer.Option(
+    "--adascale-o",
+    help="Also store the penultimate features of AdaSCALE's perturbed input "
+         "extra/adascale_features/O (N x D) for each fraction O of moved input entries, "
+         "e.g. '0.05', for adascale_a / adascale_l (one extra backward and forward pass).")]
 UsageOpt = Annotated[list[str] | None, typer.Option(
     help="SPLIT=train|val|test, e.g. ood/near/ssb=val to flag an OOD split for validation "
          "(sweeps choose on val splits); repeatable.")]
@@ -164,6 +179,9 @@ def extract(
     mc_samples: McSamplesOpt = 0,
     odin_grid: OdinGridOpt = None,
     feature_maps: FeatureMapsOpt = False,
+    feature_layers: FeatureLayersOpt = None,
+    gram_powers: GramPowersOpt = 0,
+    adascale_o: AdascaleOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -171,17 +189,29 @@ def extract(
 
     Example: featstore extract --model resnet50 --weights r50.pth --spec bench.toml
     --out runs/r50
+
+    With the views of mds_ensemble, gram, featurenorm and adascale_a/l: ... --feature-layers
+    layer2,layer3,layer4 --gram-powers 5 --adascale-o 0.05
     """
     setup(json_, quiet)
     from featstore.extraction.extract import ExtractOptions
     from featstore.extraction.extract import extract as run_extract
-    from featstore.store.extra_keys import parse_odin_grid
+    from featstore.store.extra_keys import (
+        parse_adascale_fractions,
+        parse_feature_layers,
+        parse_odin_grid,
+    )
 
     opts = ExtractOptions(device=device, dtype=dtype, batch_size=batch_size,
                           num_workers=workers, amp=amp, skip_bad=skip_bad,
                           overwrite=overwrite, mc_samples=mc_samples,
                           odin_grid=tuple(parse_odin_grid(odin_grid)) if odin_grid else (),
-                          feature_maps=feature_maps)
+                          feature_maps=feature_maps,
+                          feature_layers=parse_feature_layers(feature_layers)
+                          if feature_layers is not None else (),
+                          gram_powers=gram_powers,
+                          adascale_o=parse_adascale_fractions(adascale_o)
+                          if adascale_o is not None else ())
     start = time.perf_counter()
     with split_progress() as progress:
         st = run_extract(model, spec, out_, weights=weights, feature_layer=feature_layer,
@@ -227,6 +257,11 @@ def demo(
     methods: DemoMethodsOpt = None,
     backbone: DemoBackboneOpt = "pretrained",
     scale: ScaleOpt = 1.0,
+    views: Annotated[bool, typer.Option(
+        "--views", help="Also extract the layer views (--feature-layers of three blocks, "
+        "--gram-powers 5) and AdaSCALE's perturbed features (--adascale-o 0.05), so that "
+        "mds_ensemble, gram, featurenorm and adascale_a/l run too; AdaSCALE's backward pass "
+        "about triples the extraction's time, so it is not the default.")] = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -241,7 +276,7 @@ def demo(
     from featstore.workflows.demo.run import run_demo_command
 
     result = run_demo_command(out_, methods=methods, backbone=backbone, scale=scale,
-                              extraction=split_progress, steps=status)
+                              extraction=split_progress, steps=status, views=views)
     emit(result, (lambda: print_ten_methods(result)) if methods is not None
          else (lambda: print_demo(result)))
 

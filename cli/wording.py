@@ -24,6 +24,12 @@ HOW_TO = {
     "extra:feature_maps": "extract with `featstore extract --feature-maps`",
     "extra:mc_logits": "extract with `featstore extract --mc-samples T` on a model with dropout",
     "extra:odin_logits": "extract with `featstore extract --odin-grid 'T:eps[,eps...]'`",
+    "extra:layer_features": "extract with `featstore extract --feature-layers NAME[,NAME...]`",
+    "extra:layer_featurenorm": "extract with `featstore extract --feature-layers "
+                               "NAME[,NAME...]`",
+    "extra:layer_gram": "extract with `featstore extract --feature-layers NAME[,NAME...] "
+                        "--gram-powers 5`",
+    "extra:adascale_features": "extract with `featstore extract --adascale-o 0.05`",
     "extra:confidence": "train with `featstore train --method confbranch`, then `featstore "
                         "extract --weights` the checkpoint",
     "extra:godin_h": "train with `featstore train --method godin`, then `featstore extract "
@@ -58,7 +64,15 @@ class CliWording(Wording):
         pair = parse_odin_name(need.removeprefix("extra:"))  # one (T, eps) of the ODIN grid
         if pair is not None:
             return f"extract them with `featstore extract --odin-grid '{pair[0]:g}:{pair[1]:g}'`"
-        return HOW_TO.get(need, how)
+        group, _, member = need.partition("/")
+        if member and group == "extra:adascale_features":
+            return f"extract them with `featstore extract --adascale-o {member}`"
+        if member and group in ("extra:layer_features", "extra:layer_featurenorm"):
+            return f"extract them with `featstore extract --feature-layers {member}`"
+        if member and group == "extra:layer_gram":
+            return (f"extract them with `featstore extract --feature-layers {member} "
+                    "--gram-powers 5`")
+        return HOW_TO.get(need, HOW_TO.get(group, how))
 
 
 CLI_WORDING = CliWording()

@@ -44,6 +44,11 @@ _HOW_TO = {
     "extra:feature_maps": "extract with `ExtractOptions(feature_maps=True)`",
     "extra:mc_logits": "extract with `ExtractOptions(mc_samples=T)` on a model with dropout",
     "extra:odin_logits": "extract with `ExtractOptions(odin_grid=((T, eps), ...))`",
+    "extra:layer_features": "extract with `ExtractOptions(feature_layers=(NAME, ...))`",
+    "extra:layer_featurenorm": "extract with `ExtractOptions(feature_layers=(NAME, ...))`",
+    "extra:layer_gram": "extract with `ExtractOptions(feature_layers=(NAME, ...), "
+                        "gram_powers=5)`",
+    "extra:adascale_features": "extract with `ExtractOptions(adascale_o=(0.05,))`",
     "extra:confidence": "train with `train(method='confbranch')`, then extract with the "
                         "checkpoint as `weights`",
     "extra:godin_h": "train with `train(method='godin')`, then extract with the checkpoint as "
@@ -380,7 +385,8 @@ def library_how_to(need: str) -> str:
     library's words."""
     if parse_need(need).kind == "fit":
         return _HOW_TO.get(need, "extract it")
-    return _HOW_TO.get(need, "extract it with the method that writes it")
+    group = need.partition("/")[0]   # `extra:layer_features/<L>` -> its group's recipe
+    return _HOW_TO.get(need, _HOW_TO.get(group, "extract it with the method that writes it"))
 
 
 def how_to(need: str) -> str:

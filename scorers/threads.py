@@ -227,10 +227,24 @@ def blas_threads(flops: float) -> Iterator[int]:
         yield count
 
 
+#: extra groups whose arrays are (N, w) matrices a scorer multiplies like the features
+#: (`--feature-layers` pools, AdaSCALE's perturbed features): their width counts
+_MATRIX_EXTRAS = ("extra:layer_features", "extra:adascale_features")
+
+
+def _field_width(split: SplitLike, field: str) -> int:
+    if field not in _MATRIX_EXTRAS:
+        return int(split.dims.get(field, 1))
+    group = field.removeprefix("extra:")
+    names = [n for n in split.extra_names() if n.startswith(group + "/")]
+    return max([1, *(int(split.extra(n).shape[1]) for n in names)])
+
+
 def _width(split: SplitLike, fields: Sequence[str]) -> int:
     """The widest matrix a scorer multiplies on `split`: the largest of its `fields`' widths
-    (D for features, C for logits; 1 when it reads neither)."""
-    return max([1, *(int(split.dims.get(f, 1)) for f in fields)])
+    (D for features, C for logits, the widest layer view of `_MATRIX_EXTRAS`; 1 when it reads
+    none of them)."""
+    return max([1, *(_field_width(split, f) for f in fields)])
 
 
 def fit_work(store: StoreLike, fit_splits: Sequence[str], fields: Sequence[str]) -> float:

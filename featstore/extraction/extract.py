@@ -78,6 +78,9 @@ class ExtractOptions:
     mc_samples: int = 0
     odin_grid: tuple[tuple[float, float], ...] = ()
     feature_maps: bool = False
+    feature_layers: tuple[str, ...] = ()
+    gram_powers: int = 0
+    adascale_o: tuple[float, ...] = ()
 
 
 Progress = Callable[[str, int, int], None]

@@ -21,6 +21,19 @@ Per batch, after the ordinary forward pass (whose head hook gives features and l
   where std_c is the transform's per-channel std, so eps is a step in [0, 1] pixel units, as
   in the ODIN code (and OpenOOD v1.5 `odin_postprocessor.py`), which divide the signed
   gradient by the normalisation std. f is the model's output (the stored logits).
+- `--feature-layers`: `layer_features/<L>`, `layer_featurenorm/<L>` and (`--gram-powers P`)
+  `layer_gram/<L>` of the named modules' outputs in the ordinary pass
+  (`featstore.extraction.layer_views`);
+- `--adascale-o`: `adascale_features/<o>` (N, D), AdaSCALE's perturbation (Regmi et al., 2025;
+  OpenOOD v1.5 `adascale_postprocessor.py` `perturb`) with autograd, batched: one backward
+  pass of g = grad_x sum_i max_c f(x_i)_c, then per o one forward pass of
+
+      x' = x + ADASCALE_STEP * sign(g) * m,   m = 1 on the floor(o * C*H*W) entries of each
+                                              row with the smallest |g| (torch.topk, as
+                                              OpenOOD), 0 elsewhere
+
+  in the normalised input space (OpenOOD's step 0.5, not divided by the std), storing the
+  penultimate features of x' (the features the head hook takes).
 """
 
 from __future__ import annotations
@@ -34,7 +47,14 @@ from torch import nn
 
 from featstore.errors import UsageError
 from featstore.extraction.heads import extra_head_names, extra_head_outputs
-from featstore.store.extra_keys import FEATURE_MAPS, MC_LOGITS, ROW_AXES, odin_name
+from featstore.extraction.layer_views import LayerViews
+from featstore.store.extra_keys import (
+    FEATURE_MAPS,
+    MC_LOGITS,
+    ROW_AXES,
+    adascale_name,
+    odin_name,
+)
 
 if TYPE_CHECKING:
     from featstore.extraction.extract import ExtractOptions
@@ -42,6 +62,8 @@ if TYPE_CHECKING:
     from featstore.extraction.outputs import LayerHook
 
 _DROPOUT = nn.modules.dropout._DropoutNd
+#: AdaSCALE's perturbation step in normalised input units (OpenOOD v1.5 `perturb`: 0.5)
+ADASCALE_STEP = 0.5
 
 
 def find_feature_map_layer(module: nn.Module, head: nn.Module, images: torch.Tensor) -> str:
@@ -85,6 +107,9 @@ class ExtraOutputs:
         self.mc_samples = int(getattr(opts, "mc_samples", 0) or 0)
         self.odin_grid = [(float(t), float(e)) for t, e in (getattr(opts, "odin_grid", ()) or ())]
         self.feature_maps = bool(getattr(opts, "feature_maps", False))
+        self.adascale_o = tuple(float(o) for o in (getattr(opts, "adascale_o", ()) or ()))
+        self.layers = LayerViews(self.module, tuple(getattr(opts, "feature_layers", ()) or ()),
+                                 int(getattr(opts, "gram_powers", 0) or 0))
         self.map_dtype = np.dtype(opts.dtype)
         self.amp = bool(opts.amp)
         self.std = torch.tensor([float(s) for s in transform["std"]]).view(1, -1, 1, 1)
@@ -108,6 +133,10 @@ class ExtraOutputs:
             cfg["odin_grid"] = [list(p) for p in self.odin_grid]
         if self.feature_maps:
             cfg["feature_maps"] = True
+        cfg.update(self.layers.meta())
+        if self.adascale_o:
+            cfg["adascale_o"] = list(self.adascale_o)
+            cfg["adascale_step"] = ADASCALE_STEP
         return cfg
 
     @property
@@ -115,16 +144,22 @@ class ExtraOutputs:
         return {MC_LOGITS: ROW_AXES[MC_LOGITS]} if self.mc_samples else {}
 
     def meta(self) -> dict[str, Any]:
-        return {"feature_maps_layer": self.map_layer} if self.map_layer else {}
+        meta: dict[str, Any] = {"feature_maps_layer": self.map_layer} if self.map_layer else {}
+        meta.update(self.layers.meta())
+        if self.adascale_o:
+            meta["adascale_step"] = ADASCALE_STEP
+        return meta
 
     # ------------------------------------------------------------------ passes
     def before_forward(self, images: torch.Tensor) -> None:
-        """Find and hook the feature-map layer on the first batch (when requested)."""
-        if not self.feature_maps or self._map_handle is not None:
-            return
-        self.map_layer = find_feature_map_layer(self.module, self.head, images)
-        layer = self.module.get_submodule(self.map_layer)
-        self._map_handle = layer.register_forward_hook(self._capture_map)
+        """Record the named layers in the coming forward pass; find and hook the feature-map
+        layer on the first batch (when requested)."""
+        if self.feature_maps and self._map_handle is None:
+            self.map_layer = find_feature_map_layer(self.module, self.head, images)
+            layer = self.module.get_submodule(self.map_layer)
+            self._map_handle = layer.register_forward_hook(self._capture_map)
+        if self.layers.names:   # after the feature-map search's dry pass: not recorded
+            self.layers.start()
 
     def _capture_map(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
         self._maps = output.detach()
@@ -132,7 +167,7 @@ class ExtraOutputs:
     def compute(self, hook: LayerHook, images: torch.Tensor, features: torch.Tensor,
                 logits: torch.Tensor, first_row: int) -> dict[str, np.ndarray]:
         """The batch's extras as NumPy arrays (call right after the ordinary forward pass)."""
-        out: dict[str, np.ndarray] = {}
+        out: dict[str, np.ndarray] = self.layers.take() if self.layers.names else {}
         if self.feature_maps:
             maps, self._maps = self._maps, None
             if maps is None:
@@ -146,6 +181,8 @@ class ExtraOutputs:
             out[MC_LOGITS] = self._mc_logits(hook, images, first_row).cpu().numpy()
         if self.odin_grid:
             out.update({k: v.cpu().numpy() for k, v in self._odin_logits(hook, images).items()})
+        if self.adascale_o:
+            out.update({k: v.cpu().numpy() for k, v in self._adascale(hook, images).items()})
         return out
 
     def _seed(self, first_row: int) -> int:
@@ -189,7 +226,29 @@ class ExtraOutputs:
                 out[odin_name(temp, eps)] = hook.take(output)[1].float()
         return out
 
+    def _adascale(self, hook: LayerHook, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        x = images.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            logits = hook.take(self.module(x))[1].float()
+            (grad,) = torch.autograd.grad(logits.max(dim=1).values.sum(), x)
+        batch, channels, height, width = images.shape
+        abs_grad = grad.abs().view(batch, -1)
+        step = torch.sign(grad)
+        out: dict[str, torch.Tensor] = {}
+        for o in self.adascale_o:
+            count = int(channels * height * width * o)    # as OpenOOD: int() of the product
+            mask = torch.zeros_like(abs_grad)
+            if count:
+                smallest = torch.topk(abs_grad, count, dim=1, largest=False).indices
+                mask.scatter_(1, smallest, 1.0)
+            moved = images.detach() + ADASCALE_STEP * step * mask.view_as(images)
+            with torch.inference_mode():
+                feats, _ = hook.take(self.module(moved))
+            out[adascale_name(o)] = feats.float()
+        return out
+
     def close(self) -> None:
+        self.layers.close()
         if self._map_handle is not None:
             self._map_handle.remove()
             self._map_handle = None

@@ -38,7 +38,8 @@ TRAIN_TYPES: dict[str, str | tuple[str, ...]] = {
 TRAIN_KEYS = tuple(TRAIN_TYPES)
 TUNE_KEYS = ("rule", "select_by")
 METHOD_KEYS = ("name", "train", "scorer", "params", "grid", "train_params", "extract")
-EXTRACT_KEYS = ("mc_samples", "odin_grid", "feature_maps")
+EXTRACT_KEYS = ("mc_samples", "odin_grid", "feature_maps", "feature_layers", "gram_powers",
+                "adascale_o")
 TUNE_RULES = ("val", "openood", "none")
 
 

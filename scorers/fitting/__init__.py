@@ -8,6 +8,10 @@ stream a store's rows into fitted statistics (the arithmetic of each chunk is
 - `classstats`: the id/train passes for the mean feature (DICE, fDBD, NCI) and for the class
                 means and tied / global covariances (MDS, RMDS)
 - `topk`:       ASH and SCALE: the percentiles that keep at least one of a store's D features
+- `layers`:     the `--feature-layers` views a store holds, in extraction order, and the check
+                of a named layer (mds_ensemble, gram, featurenorm, oodl's `layer`)
+- `adascale`:   AdaSCALE-A / -L's shared scorer (`AdaScaleBase`): the id/val fit of the
+                perturbation statistic's ECDF and the adaptive scale per row
 
 Nothing is imported here, so importing one module does not load the others.
 """

@@ -56,20 +56,21 @@ class GaussianStats:
 
 
 def fit_gaussian_stats(store: StoreLike, chunk_rows: int, scorer_name: str,
-                       with_global: bool = True) -> GaussianStats:
+                       with_global: bool = True, field: str = "features") -> GaussianStats:
     """Two streaming passes over id/train (features, labels) in float64. The global
     covariance (one more N x D x D product in pass 2) only when `with_global`. With fewer
     labelled rows than dimensions (N < D) pass 2 keeps the centered rows instead of summing
     D x D scatter matrices (`Scatter`). float64 whatever the scorer's `precision`
-    (`kernels.precision` says why)."""
+    (`kernels.precision` says why). `field`: the rows' field (`extra:<name>`: a layer view)."""
     split = store.split(FIT_SPLIT)
-    chunk_rows = read_chunk_rows(split, ("features",), chunk_rows)
+    chunk_rows = read_chunk_rows(split, (field,), chunk_rows)
     num_classes = int(split.dims["logits"]) if "logits" in split.dims else \
         int(store.head[0].shape[0])  # C without reading the head (a store may have none)
-    dim = split.dims["features"]
+    dim = (split.dims["features"] if field == "features"
+           else int(split.extra(field.removeprefix("extra:")).shape[1]))
     sums = np.zeros((num_classes, dim))
     counts = np.zeros(num_classes, dtype=np.int64)
-    for _, (feats, labels) in split.iter_chunks("features", "labels", chunk_rows=chunk_rows):
+    for _, (feats, labels) in split.iter_chunks(field, "labels", chunk_rows=chunk_rows):
         add_class_sums(sums, counts, feats, labels)  # skips labels outside [0, C)
     total = int(counts.sum())
     if total == 0:
@@ -86,7 +87,7 @@ def fit_gaussian_stats(store: StoreLike, chunk_rows: int, scorer_name: str,
     global_parts: list[np.ndarray] = []
     within = None if as_rows else GramSum(dim)
     glob = None if as_rows or not with_global else GramSum(dim)
-    for _, (feats, labels) in split.iter_chunks("features", "labels", chunk_rows=chunk_rows):
+    for _, (feats, labels) in split.iter_chunks(field, "labels", chunk_rows=chunk_rows):
         keep = (labels >= 0) & (labels < num_classes)
         x = feats[keep].astype(np.float64)
         g = x - global_mean if with_global else None

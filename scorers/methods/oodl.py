@@ -11,7 +11,9 @@ and the network layer"; it gives no values. The official implementation
 the training features and OneClassSVM(nu=0.001, kernel="rbf", gamma="scale") on the
 standardized features, and scores with score_samples (higher = more ID).
 
-As implemented (layer: the store's penultimate `features`):
+As implemented (layer: the store's penultimate `features`, or with `layer` = L the view
+`layer_features/L` of `featstore extract --feature-layers L`, the global average pool of module
+L's output: OODL's early layer, which FACETS lists as a hyperparameter):
 
     s(x)   = (x - mean) / std                  StandardScaler fitted (streamed) on all id/train
     fit    = OneClassSVM(kernel="rbf", gamma="scale", nu=nu) on s(id/train rows), at most
@@ -28,6 +30,9 @@ Parameters (defaults with sources):
 - `nu` = 0.001: the official OODL code's default (`build_one_class_svm(nu_value=0.001)`).
   Default sweep grid nu in [0.001, 0.01, 0.05, 0.1, 0.2, 0.5] (no OpenOOD config exists;
   the official default plus a log-spaced range). Valid: 0 < nu <= 1.
+- `layer` = null (the penultimate features; a module name reads `layer_features/<layer>`:
+  the early-layer output of the OODL paper; it is not in the default grid, whose settings
+  must hold on every store),
 - `max_train` = 10000 (OC-SVM cost), `seed` = 0, `approx` = "none" | "nystroem",
   `n_components` = 1000 (Nystroem landmarks, capped at the number of fitted rows).
 
@@ -65,16 +70,18 @@ from typing import Any
 import numpy as np
 
 from featstore.errors import UsageError
+from featstore.store.extra_keys import LAYER_FEATURES, layer_name
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
+from ..fitting.layers import parse_layers, require_view, resolve_layers
 from ..neighbours import is_int
 from ..paper import Paper
 
 FIT_SPLIT = "id/train"
 APPROX = ("none", "nystroem")
 # Parameters that decide the shared preparation (everything except nu).
-_PREP_KEYS = ("max_train", "seed", "approx", "n_components")
+_PREP_KEYS = ("max_train", "seed", "approx", "n_components", "layer")
 
 
 PRECOMPUTED_MAX_ROWS = 8192
@@ -121,7 +128,7 @@ class OODL(Scorer):
     name = "oodl"
     needs = ("features", "fit:id/train")
     defaults = {"nu": 0.001, "max_train": 10000, "seed": 0, "approx": "none",
-                "n_components": 1000}
+                "n_components": 1000, "layer": None}
     grid = {"nu": [0.001, 0.01, 0.05, 0.1, 0.2, 0.5]}
     paper = Paper(
                   title=("Detecting out-of-distribution inputs in deep neural networks "
@@ -141,6 +148,9 @@ class OODL(Scorer):
                 raise UsageError(f"scorer 'oodl': {key}={params[key]!r} must be an integer >= 1")
         if not is_int(params["seed"]) or params["seed"] < 0:
             raise UsageError(f"scorer 'oodl': seed={params['seed']!r} must be an integer >= 0")
+        layer = parse_layers(self.name, "layer", params["layer"])
+        if layer is not None and len(layer) != 1:
+            raise UsageError(f"scorer 'oodl': layer={params['layer']!r} must name one layer")
         if params["approx"] not in APPROX:
             raise UsageError(
                 f"scorer 'oodl': approx={params['approx']!r} is not one of {', '.join(APPROX)}"
@@ -152,8 +162,9 @@ class OODL(Scorer):
         from sklearn.preprocessing import StandardScaler
 
         split = store.split(FIT_SPLIT)
+        field = self._field(store, params)
         scaler = StandardScaler()
-        for _, (feats,) in split.iter_chunks("features", chunk_rows=self.chunk_rows):
+        for _, (feats,) in split.iter_chunks(field, chunk_rows=self.chunk_rows):
             scaler.partial_fit(feats.astype(np.float64))
         n = split.num_rows
         max_train = int(params["max_train"])
@@ -163,9 +174,9 @@ class OODL(Scorer):
             rows = np.sort(rng.choice(n, size=max_train, replace=False))
         # the standardized rows go straight into one preallocated array (no list of parts
         # concatenated into a second copy)
-        x_fit = np.empty((n if rows is None else rows.size, split.dims["features"]))
+        x_fit = np.empty((n if rows is None else rows.size, int(scaler.n_features_in_)))
         filled = 0
-        for sl, (feats,) in split.iter_chunks("features", chunk_rows=self.chunk_rows):
+        for sl, (feats,) in split.iter_chunks(field, chunk_rows=self.chunk_rows):
             if rows is not None:
                 lo, hi = np.searchsorted(rows, [sl.start, sl.stop])
                 feats = feats[rows[lo:hi] - sl.start]
@@ -182,6 +193,14 @@ class OODL(Scorer):
                                 random_state=int(params["seed"]))
             x_fit = nystroem.fit_transform(x_fit)
         return _Prep(scaler, nystroem, x_fit)
+
+    def _field(self, store: StoreLike, params: Mapping[str, Any]) -> str:
+        """`features`, or the layer view `extra:layer_features/<layer>` (checked stored)."""
+        layer = parse_layers(self.name, "layer", params["layer"])
+        if layer is None:
+            return "features"
+        resolve_layers(self.name, store, LAYER_FEATURES, layer, FIT_SPLIT)
+        return f"extra:{layer_name(LAYER_FEATURES, layer[0])}"
 
     def _prep_for(self, params: Mapping[str, Any]) -> _Prep:
         key = tuple(params[k] for k in _PREP_KEYS)
@@ -272,7 +291,10 @@ class OODL(Scorer):
                       support: Any = support) -> list[np.ndarray]:
                 return self._decisions(prep, models, support, feats)
 
-            scores = self.map_rows(split, ("features",), block, outputs=len(members))
+            field = self._field(self.fitted_store, full[members[0]])
+            if field != "features":
+                require_view(self.name, split, field.removeprefix("extra:"))
+            scores = self.map_rows(split, (field,), block, outputs=len(members))
             for i, dec in zip(members, scores, strict=True):
                 out[i] = dec
         return out

@@ -1,6 +1,7 @@
 """The contract suite's stores: two tiny data sets, as arrays, on which every scorer's needs are
 met (`plain`: features, logits, labels, head, id/train, id/val, id/test and one OOD test split;
-`extras`: every split extra a training-time method or an extraction flag writes), written as
+`extras`: every split extra a training-time method or an extraction flag writes, the
+`--feature-layers` and `--adascale-o` views included), written as
 real HDF5 stores in float32 and float16 (`contract_stores`).
 """
 
@@ -12,12 +13,40 @@ from typing import Any
 
 import numpy as np
 
-from featstore.store.extra_keys import odin_name
+from featstore.store.extra_keys import (
+    LAYER_FEATURENORM,
+    LAYER_FEATURES,
+    LAYER_GRAM,
+    adascale_name,
+    layer_name,
+    odin_name,
+)
 from featstore.store.store import Store
 
 ID_SPLIT, OOD_SPLIT = "id/test", "ood/far/other"
 SCORED = (ID_SPLIT, OOD_SPLIT)
 ODIN_PAIRS = ((1000.0, 0.0014), (1000.0, 0.0), (10.0, 0.0028))
+LAYERS = ("block1", "block2")
+GRAM_POWERS = 5
+ADASCALE_O = 0.05
+
+
+def layer_views(maps: np.ndarray) -> dict[str, np.ndarray]:
+    """The `--feature-layers` views of two layers made from (n, C, H, W) maps: `block2` is
+    the maps themselves, `block1` their first half of channels, squared (a different map):
+    pooled features, FeatureNorm and Gram row sums of orders 1..GRAM_POWERS, by the formulas
+    of featstore/extraction/layer_views.py (in NumPy)."""
+    out: dict[str, np.ndarray] = {}
+    for name, layer in (("block1", maps[:, : maps.shape[1] // 2] ** 2), ("block2", maps)):
+        f = layer.reshape(layer.shape[0], layer.shape[1], -1).astype(np.float64)
+        grams = []
+        for p in range(1, GRAM_POWERS + 1):
+            rows = np.einsum("ncs,ns->nc", f ** p, (f ** p).sum(axis=1))
+            grams.append(np.sign(rows) * np.abs(rows) ** (1.0 / p))
+        out[layer_name(LAYER_FEATURES, name)] = f.mean(axis=2)
+        out[layer_name(LAYER_FEATURENORM, name)] = np.sqrt((np.maximum(f, 0) ** 2).sum(2)).mean(1)
+        out[layer_name(LAYER_GRAM, name)] = np.stack(grams, axis=1)
+    return out
 
 
 def plain_arrays(seed: int = 0, num_classes: int = 6, dim: int = 48, n_train: int = 600,
@@ -75,7 +104,7 @@ def extras_arrays(seed: int = 1, num_classes: int = 4, dim: int = 16, hw: int = 
                 maps += channel[:, :, None] * spatial[:, None, :]
         else:
             direction = np.abs(rng.normal(0.0, 1.0, (n, dim)))
-            maps = 3.0 * direction[:, :, None] * rng.uniform(0.5, 1.5, (n, hw * hw))[:, None]
+            maps = 1.0 * direction[:, :, None] * rng.uniform(0.5, 1.5, (n, hw * hw))[:, None]
         maps += np.abs(rng.normal(0.0, 0.05, size=maps.shape))
         maps = maps.reshape(n, dim, hw, hw).astype(np.float32)
         logits = onehot(y)
@@ -92,6 +121,10 @@ def extras_arrays(seed: int = 1, num_classes: int = 4, dim: int = 16, hw: int = 
             "mc_logits": mc,
             **{odin_name(temp, eps): (1.5 * logits if iid else rng.normal(0.0, 0.5, (n, c)))
                for temp, eps in ODIN_PAIRS},
+            **layer_views(maps),
+            adascale_name(ADASCALE_O): maps.mean(axis=(2, 3)) * rng.uniform(
+                0.95, 1.05, (n, dim)) if iid else maps.mean(axis=(2, 3)) * rng.uniform(
+                0.2, 1.8, (n, dim)),
         }
         out: dict[str, Any] = {"features": maps.mean(axis=(2, 3)), "logits": logits,
                "extras": {k: np.asarray(v, dtype=np.float32) for k, v in extras.items()}}

@@ -128,3 +128,26 @@ def tiny_cnn_1000() -> TinyCNN:
 def tiny_cnn10() -> TinyCNN:
     """TinyCNN with CIFAR-10's ten outputs (the miniature OpenOOD tree's model)."""
     return TinyCNN(10)
+
+
+class TinyBlocks(nn.Module):
+    """Two conv blocks (block1: conv 3->6 + ReLU module; block2: conv 6->8, stride 2, + ReLU)
+    -> global average pool -> Linear(8, 3); `act` is one ReLU module called twice (a shared
+    activation, which `--feature-layers` refuses)."""
+
+    def __init__(self, num_classes: int = 3):
+        super().__init__()
+        torch.manual_seed(0)
+        self.block1 = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.ReLU())
+        self.block2 = nn.Sequential(nn.Conv2d(6, 8, 3, stride=2, padding=1), nn.ReLU())
+        self.act = nn.Identity()
+        self.fc = nn.Linear(8, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.block1(x))
+        x = self.act(self.block2(x))
+        return self.fc(x.mean((2, 3)))
+
+
+def tiny_blocks() -> TinyBlocks:
+    return TinyBlocks()

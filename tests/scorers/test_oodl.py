@@ -12,11 +12,12 @@ from sklearn.linear_model import SGDOneClassSVM
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import OneClassSVM
 
-from featstore.errors import UsageError
+from featstore.errors import FeatstoreError, UsageError
 from scorers import get_scorer, list_scorers
 from tests.helpers import references as refs
 from tests.helpers import scoring as kit
 from tests.helpers.scoring import assert_grid_cases
+from tests.helpers.views import view_store
 
 F64_RTOL = 1e-6
 
@@ -133,3 +134,23 @@ def test_registry_entry():
     assert entry["grid"] == {"nu": [0.001, 0.01, 0.05, 0.1, 0.2, 0.5]}
     assert "fit:id/train" in entry["needs"] and "features" in entry["needs"]
     assert entry["paper"]
+
+
+def test_oodl_on_an_early_layer_matches_sklearn(tmp_path):
+    """`layer` reads the `--feature-layers` view layer_features/<layer> (OODL's early layer,
+    FACETS' hyperparameter): sklearn's StandardScaler + OneClassSVM(rbf, gamma="scale") on that
+    view's id/train rows, decision_function on the scored split's view (the OODL code's
+    recipe)."""
+    st, _ = view_store(tmp_path / "v")
+    view = "layer_features/l1"
+    x = np.asarray(st.split("id/train").extra(view), dtype=np.float64)
+    scaler = StandardScaler().fit(x)
+    svm = OneClassSVM(kernel="rbf", gamma="scale", nu=0.1).fit(scaler.transform(x))
+    got = get_scorer("oodl", layer="l1", nu=0.1).fit(st)
+    for name in ("id/test", "ood/far/x"):
+        rows = np.asarray(st.split(name).extra(view), dtype=np.float64)
+        want = svm.decision_function(scaler.transform(rows))
+        np.testing.assert_allclose(got.score(st.split(name)), want, rtol=1e-9,
+                                   atol=1e-9 * np.abs(want).max())
+    with pytest.raises(FeatstoreError, match="no 'layer_features' view of layer 'l7'"):
+        get_scorer("oodl", layer="l7").fit(st)

@@ -55,6 +55,12 @@ DEFAULT_BACKBONE = "pretrained"
 #: the scratch ResNet's model spec (the ten-method demo and the scratch mini-Gbench use it)
 MODEL_SPEC = OWN_MODELS["scratch"]
 MODEL_SPECS = OWN_MODELS
+#: `featstore demo --views`: the modules whose outputs `--feature-layers` stores per backbone
+#: (EfficientNet-Lite0: the last block of its 40-, 112- and 320-channel stages; the scratch
+#: ResNet: its three stages), Gram orders 1..5 and AdaSCALE's o = 0.05 (OpenOOD's defaults)
+VIEW_LAYERS = {"pretrained": ("backbone._blocks.4", "backbone._blocks.10", "backbone._blocks.15"),
+               "scratch": ("layer1", "layer2", "layer3")}
+VIEW_OPTIONS: dict[str, Any] = {"gram_powers": 5, "adascale_o": (0.05,)}
 SCRATCH_EPOCHS = 12
 PHOTOS = ["astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "immunohistochemistry"]
 TEXTURES = ["brick", "grass", "gravel"]
@@ -243,9 +249,11 @@ def store_model_differs(store: Path, weights: Path) -> bool:
 
 def run_demo(out: Path, *, backbone: str = DEFAULT_BACKBONE, scale: float = 1.0,
              progress: Progress | None = None,
-             epochs: int = SCRATCH_EPOCHS) -> Store:
+             epochs: int = SCRATCH_EPOCHS, views: bool = False) -> Store:
     """Spec + (cached) model + extraction into OUT/store; returns the opened store. A store
-    left in OUT by another model (another backbone or recipe) is replaced."""
+    left in OUT by another model (another backbone or recipe) is replaced. `views`: also the
+    layer views and AdaSCALE's perturbed features (`VIEW_LAYERS`, `VIEW_OPTIONS`), for
+    mds_ensemble, gram, featurenorm, oodl's `layer` and adascale_a / adascale_l."""
     check_backbone(backbone)
     scale = check_scale(scale)
     out.mkdir(parents=True, exist_ok=True)
@@ -260,8 +268,10 @@ def run_demo(out: Path, *, backbone: str = DEFAULT_BACKBONE, scale: float = 1.0,
     ensure_model(spec, weights, backbone, model_recipe(backbone, epochs),
                  epochs=epochs, progress=progress)
     store = out / "store"
+    extra: dict[str, Any] = ({"feature_layers": VIEW_LAYERS[backbone], **VIEW_OPTIONS}
+                             if views else {})
     opts = ExtractOptions(device="cpu", batch_size=128, num_workers=0,
-                          overwrite=store_model_differs(store, weights))
+                          overwrite=store_model_differs(store, weights), **extra)
     if opts.overwrite:
         logger.info(f"replacing {store}: it was extracted with another model")
     return extract(MODEL_SPECS[backbone], spec, store, weights=weights, options=opts,

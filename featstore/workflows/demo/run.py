@@ -58,8 +58,9 @@ def demo_evaluation(store: Store) -> dict[str, Any]:
 def run_demo_command(out: Path, *, methods: str | Sequence[str] | None = None,
                      backbone: str = "pretrained", scale: float = 1.0,
                      extraction: ContextFactory = no_progress,
-                     steps: ContextFactory = no_steps) -> dict[str, Any]:
-    """The whole `featstore demo`: with `methods`, the ten-method table
+                     steps: ContextFactory = no_steps, views: bool = False) -> dict[str, Any]:
+    """The whole `featstore demo` (`views`: with the views of `pipeline.run_demo`): with
+    `methods`, the ten-method table
     (`featstore.workflows.demo.ten_methods.run_ten_methods`'s result); else the demo store
     (`pipeline.run_demo`), the evaluation of every scorer (`demo_evaluation`) and the report
     (OUT/report.html + report.md), returned as {"out", "backbone", "scale", "store" (its
@@ -75,7 +76,7 @@ def run_demo_command(out: Path, *, methods: str | Sequence[str] | None = None,
         result["seconds"] = time.perf_counter() - start
         return result
     with extraction() as progress:
-        st = run_demo(out, backbone=backbone, scale=scale, progress=progress)
+        st = run_demo(out, backbone=backbone, scale=scale, progress=progress, views=views)
 
     with steps() as begin:
         begin(f"evaluating every scorer on {st.path}")

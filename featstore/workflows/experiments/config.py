@@ -52,8 +52,10 @@ every fixed parameter and every grid value (each built with the scorer's own che
 unknown or out-of-range parameter names the row and the valid ones), every training method
 and its parameters, the preset, the extraction extras each row's scorer reads (`mc_logits`
 needs `extract.mc_samples`, `odin_logits` `extract.odin_grid`, `feature_maps`
-`extract.feature_maps`, `confidence` / `godin_h` / `godin_g` / `head2_logits` the training
-method confbranch / godin / mcd) and the outlier split OE and MCD train on ([data] aux, or a
+`extract.feature_maps`, `layer_features` / `layer_featurenorm` `extract.feature_layers`,
+`layer_gram` `extract.gram_powers`, `adascale_features` `extract.adascale_o`, `confidence` /
+`godin_h` / `godin_g` / `head2_logits` the training method confbranch / godin / mcd)
+and the outlier split OE and MCD train on ([data] aux, or a
 spec split with role ood and usage "train").
 """
 
@@ -100,7 +102,9 @@ EXTRA_SOURCES: dict[str, tuple[str, str]] = {
     "mc_logits": ("extract", "mc_samples"), "odin_logits": ("extract", "odin_grid"),
     "feature_maps": ("extract", "feature_maps"), "confidence": ("train", "confbranch"),
     "godin_h": ("train", "godin"), "godin_g": ("train", "godin"),
-    "head2_logits": ("train", "mcd")}
+    "head2_logits": ("train", "mcd"), "layer_features": ("extract", "feature_layers"),
+    "layer_featurenorm": ("extract", "feature_layers"), "layer_gram": ("extract", "gram_powers"),
+    "adascale_features": ("extract", "adascale_o")}
 #: Training methods that train on auxiliary outliers (a spec split: role ood, usage train).
 OUTLIER_METHODS = ("oe", "mcd")
 

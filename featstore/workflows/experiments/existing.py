@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from featstore.extraction.extract import ExtractOptions, extract
-from featstore.store.extra_keys import parse_odin_grid
+from featstore.store.extra_keys import parse_odin_grid, view_options
 from featstore.store.fileio import atomic_write_json, sha256_file
 from featstore.store.store import Store
 from featstore.workflows.experiments.config import Experiment, digest
@@ -71,7 +71,7 @@ def existing_models(exp: Experiment, out: Path, log: Log) -> list[tuple[int, dic
         if isinstance(opts_raw.get("odin_grid"), str):
             opts_raw = {**opts_raw, "odin_grid": tuple(parse_odin_grid(opts_raw["odin_grid"]))}
         opts = ExtractOptions(device=exp.device, batch_size=256, num_workers=0,
-                              progress=False, **opts_raw)
+                              progress=False, **view_options(opts_raw))
         # a store extracted from another checkpoint or recipe is re-extracted, never mixed
         opts.overwrite = bool(old) and old.get("key") != digest(recipe)
         t0 = time.perf_counter()

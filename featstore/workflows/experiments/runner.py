@@ -52,7 +52,7 @@ import numpy as np
 from featstore.errors import FeatstoreError, InputError, UsageError
 from featstore.extraction.extract import ExtractOptions, extract
 from featstore.specs.benchmark import BenchmarkSpec, SplitSpec, load_spec, parse_spec
-from featstore.store.extra_keys import parse_odin_grid
+from featstore.store.extra_keys import parse_odin_grid, view_options
 from featstore.store.fileio import atomic_write_json, atomic_write_output, sha256_file
 from featstore.store.interfaces import StoreLike
 from featstore.store.interrupts import (
@@ -175,7 +175,7 @@ def _extract_options(exp: Experiment, method: str) -> dict[str, Any]:
     opts = exp.extract_options(method)
     if isinstance(opts.get("odin_grid"), str):
         opts["odin_grid"] = tuple(parse_odin_grid(opts["odin_grid"]))
-    return opts
+    return view_options(opts)
 
 
 def _complete_digests(store_dir: Path) -> dict[str, Any]:
