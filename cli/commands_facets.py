@@ -1,5 +1,5 @@
-"""`featstore protocol facets-table`: FACETS' results layout (Tables VI-VII) over one store
-per dataset, tuned on val where the paper tunes; registered on `featstore protocol`
+"""`featstore protocol facets-table`: FACETS' results (§VI Tables VI-VII) over one store per
+dataset, OOD cells pooled over each group's splits, tuned on val where the paper tunes; registered on `featstore protocol`
 (`cli.commands_protocol.protocol_app`)."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+
+from featstore.errors import UsageError
 
 from .commands_protocol import MethodParamOpt, NoCacheOpt, protocol_app
 from .common import check_methods, method_params, require_rows
@@ -41,6 +43,10 @@ def facets_table_cmd(
     no_tune: Annotated[bool, typer.Option("--no-tune", help="Every column at its default "
                                           "parameters (no tuning on val splits).")] = False,
     select_by: Annotated[str, typer.Option(help="Metric that chooses on val.")] = "auroc",
+    layout: Annotated[str, typer.Option(
+        "--layout", help="default: one row per dataset x OOD group, the misclassification "
+        "row under each dataset | paper: FACETS' Table VI (one row per dataset, one cell per "
+        "method) and Table VII (misclassification, one row per dataset).")] = "default",
     no_cache: NoCacheOpt = False,
     executor: ExecutorOpt = None,
     executor_config: ExecutorConfigOpt = None,
@@ -49,14 +55,16 @@ def facets_table_cmd(
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """FACETS' results layout (Tables VI-VII): per dataset and OOD group, per method,
+    """FACETS' results (§VI Tables VI-VII): per dataset and OOD group, per method,
     FPR@95%TPR / Detection Error / AUROC, and each dataset's misclassification detection on
     id/test; best values marked; methods a store cannot score listed with the reason. As the
-    paper: Detection Error = 0.5 (1 - 0.95) + 0.5 FPR@95%TPR (`detection_error_tpr95`), the
-    columns named as its methods (TS = softmax at T = 1000 without perturbation); methods
+    paper (§IV: one OOD set per dataset) each OOD cell is POOLED, id/test against the group's
+    OOD test splits concatenated; Detection Error = 0.5 (1 - TPR) + 0.5 FPR at the 95%-TPR
+    threshold, at the TPR it achieves (`detection_error_tpr95`); the columns named as its
+    methods (TS = softmax at T = 1000 without perturbation, featstore's reading); methods
     with hyperparameters tuned on each store's id/val vs val OOD splits (chosen values
-    printed; a store without them is scored at defaults, and says so). With --executor /
-    --workers, one unit per store.
+    printed; a store without them is scored at defaults, and says so). --layout paper prints
+    Tables VI and VII as the paper does. With --executor / --workers, one unit per store.
 
     Example: featstore protocol facets-table T40=runs/t40 T45=runs/t45 --method msp
     --method ip_ts_mlv --out facets.md
@@ -67,6 +75,8 @@ def facets_table_cmd(
     from featstore.workflows.protocols.facets import facets_table, write_markdown_table
     from scorers.sweep import check_select_by
 
+    if layout not in ("default", "paper"):
+        raise UsageError(f"--layout {layout!r}: expected one of default, paper")
     methods = check_methods(method or FACETS_METHODS)
     params = method_params(param)
     check_select_by(select_by)
@@ -75,8 +85,8 @@ def facets_table_cmd(
     if runner is not None:
         table = _facets_units(runner, stores, methods, params, no_cache, work, tuning)
         if out_ is not None:
-            table["report"] = str(write_markdown_table(out_, table))
-        emit(table, lambda: _print_facets(table, methods, out_))
+            table["report"] = str(write_markdown_table(out_, table, _md(layout)))
+        emit(table, lambda: _print_facets(table, methods, out_, layout))
         return
     with ExitStack() as stack:
         opened = []
@@ -88,8 +98,12 @@ def facets_table_cmd(
             begin(f"FACETS table over {len(opened)} store(s)")
             table = facets_table(opened, methods, params, use_cache=not no_cache, **tuning)
     if out_ is not None:
-        table["report"] = str(write_markdown_table(out_, table))
-    emit(table, lambda: _print_facets(table, methods, out_))
+        table["report"] = str(write_markdown_table(out_, table, _md(layout)))
+    emit(table, lambda: _print_facets(table, methods, out_, layout))
+
+
+def _md(layout: str) -> str:
+    return "paper" if layout == "paper" else "rows"
 
 
 def _facets_units(runner, stores: list[str], methods: list[str], params: dict,
@@ -108,20 +122,42 @@ def _facets_units(runner, stores: list[str], methods: list[str], params: dict,
         return facets_units(runner, wd, labelled, methods, params, not no_cache, log, **tuning)
 
 
-def _print_facets(table: dict, methods: list[str], out_: Path | None) -> None:
-    from featstore.workflows.protocols.facets import cell_text, tuning_notes
+def _print_facets(table: dict, methods: list[str], out_: Path | None,
+                  layout: str = "default") -> None:
+    from featstore.workflows.protocols.facets import (
+        GROUP_NOTE,
+        TITLE,
+        cell_text,
+        paper_rows,
+        tuning_notes,
+    )
 
-    t = Table(title="FACETS layout: FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑ (%), best in "
-                    "bold", header_style="bold", show_edge=False)
-    t.add_column("dataset")
-    t.add_column("rows")
-    for m in methods:
-        t.add_column(table["labels"][m], justify="right")
-    for r in table["rows"]:
-        what = "misclassification" if r["kind"] == "misclassification" else f"OOD {r['group']}"
-        t.add_row(r["dataset"], what, *[cell_text(r["cells"][m], r["best"], m,
-                                                  ("[bold]", "[/]")) for m in methods])
-    out.print(t)
+    def new(title: str, first: list[str]) -> Table:
+        t = Table(title=title, header_style="bold", show_edge=False)
+        for c in first:
+            t.add_column(c)
+        for m in methods:
+            t.add_column(table["labels"][m], justify="right")
+        return t
+
+    def cells(r: dict) -> list[str]:
+        return [cell_text(r["cells"][m], r["best"], m, ("[bold]", "[/]")) for m in methods]
+
+    if layout == "paper":
+        for name, kind in (("Table VI: OOD detection", "ood"),
+                           ("Table VII: misclassification (id/test)", "misclassification")):
+            t = new(f"{name}: {TITLE} (%), best in bold", ["dataset"])
+            for label, r in paper_rows(table, kind):
+                t.add_row(label, *cells(r))
+            out.print(t)
+    else:
+        t = new(f"{TITLE} (%), best in bold", ["dataset", "rows"])
+        for r in table["rows"]:
+            what = ("misclassification" if r["kind"] == "misclassification"
+                    else f"OOD {r['group']}")
+            t.add_row(r["dataset"], what, *cells(r))
+        out.print(t)
+    out.print(GROUP_NOTE, highlight=False)
     for line in tuning_notes(table):
         out.print(line, highlight=False)
     for r in table["rows"]:

@@ -50,7 +50,13 @@ from featstore.store.interfaces import SplitLike, StoreLike
 
 from .adapt import adapt_grid, adapt_params
 from .base import Scorer, check_grid_keys, expand_grid
-from .evaluate import group_means, id_side_metrics, mean_of, require_finite_inputs
+from .evaluate import (
+    group_means,
+    id_side_metrics,
+    mean_of,
+    pooled_groups,
+    require_finite_inputs,
+)
 from .metrics import (
     METRIC_DIRECTIONS,
     OOD_METRIC_NAMES,
@@ -279,6 +285,8 @@ def _test_report(plan: _Plan, scorer: Scorer, store: StoreLike, method: str, ind
         # own copies: the intervals go into the chosen test metrics, not into "settings"
         test["splits"] = {k: dict(v) for k, v in test["splits"].items()}
         test["groups"] = {k: dict(v) for k, v in test["groups"].items()}
+        test["pooled"] = pooled_groups(kept[TEST_ID_SPLIT], {s: kept[s] for s in test_ood},
+                                       store, TEST_ID_SPLIT)
         if ci is not None:
             holder = {"id_split": TEST_ID_SPLIT, "methods": {method: test}}
             add_intervals(holder, {method: kept}, store, ci)
@@ -308,7 +316,9 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     "test_splits": {"id", "ood"} | None, "chosen": {"index", "setting", "params", "val"},
     "test": {"params", "fit_seconds", "score_seconds", "cached", "diagnostics" (the fitted
     scorer's, e.g. an approximate index's recall@K), "misclassification_auroc",
-    "misclassification", "aurc", "augrc", "splits", "groups"} | None, "settings":
+    "misclassification", "aurc", "augrc", "splits", "groups" (mean over each group's
+    splits), "pooled" (on each group's splits concatenated: `scorers.evaluate.
+    pooled_groups`)} | None, "settings":
     [{"setting", "params", "val": {"mean", "groups", "splits"}, "test": {"groups", "splits"}
     | None}],
     "adjusted": [{"setting", "used", "reason"}],
