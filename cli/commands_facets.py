@@ -1,6 +1,6 @@
 """`featstore protocol facets-table`: FACETS' results (§VI Tables VI-VII) over one store per
-dataset, OOD cells pooled over each group's splits, tuned on val where the paper tunes; registered on `featstore protocol`
-(`cli.commands_protocol.protocol_app`)."""
+dataset, OOD cells pooled over each group's splits, tuned on val where the paper tunes;
+registered on `featstore protocol` (`cli.commands_protocol.protocol_app`)."""
 
 from __future__ import annotations
 

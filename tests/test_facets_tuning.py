@@ -6,7 +6,8 @@ built from arrays: every stored ODIN-perturbed (T, eps) pair of the scorers' def
 scored on id/val and the val OOD split (ODIN: log max softmax(l' / T) by scipy's log_softmax;
 IP TS MLV: max l' / T), AUROC by sklearn, the best (first on ties, none here) chosen; its test
 cell recomputed by sklearn (AUROC, FPR at 95% TPR from roc_curve) and FACETS' detection error
-at the achieved TPR, 0.5 (1 - TPR(t*)) + 0.5 FPR(t*), from the same roc_curve. A store without a val OOD split is scored at the defaults and the
+at the achieved TPR, 0.5 (1 - TPR(t*)) + 0.5 FPR(t*), from the same roc_curve. A store
+without a val OOD split is scored at the defaults and the
 table says so; --no-tune scores at the defaults."""
 
 from __future__ import annotations
