@@ -208,7 +208,8 @@ def test_osr_digits_end_to_end(tmp_path, capsys):
     code, stdout, err = run(capsys, "protocol", "osr", "--data", "digits", "--ratios", "7/3",
                             "--seeds", "2", "--epochs", "1", "--methods", "msp,knn,confbranch",
                             "--arch", "tests.helpers.tiny_models:TinyCNN", "--device", "cpu",
-                            "--out", str(out), "--layout", "paper")
+                            "--out", str(out), "--layout", "paper", "--val-open",
+                            "heldout")  # the same experiment (the paper's is val_open paper)
     assert code == 0, err   # read back; the paper's layout: family headers, a row per ratio
     assert "Training-Time" in stdout and "ConfBranch" in stdout and "7/3" in stdout
     paper = (out / "results.paper.md").read_text()
