@@ -3,8 +3,10 @@ Tables 5-16) over experiment results: one table per metric, rows dataset x bench
 method columns grouped under their family, the top three of each row marked.
 
 Tables, in the paper's order: AUROC, FPR@95, AUPR-IN, AUPR-OUT, ID-ACC (percent) and the
-computation time in seconds (`method_s` of `aggregate`: what the method adds, scoring alone
-for a post-hoc row on the shared `ce` model; the table is left out when no run recorded it).
+computation time in seconds (`method_s` of `aggregate`: the same phases for every row, named
+in the table's caption, `aggregate.METHOD_PHASES`: the method's own training, none for a
+post-hoc row on the shared `ce` model, + extraction + scoring; the table is left out when no
+run recorded it).
 
 Rows: per dataset (a results.json and its label) and per data split of its aggregate:
 - OSR results (`[data] osr`): one row per ratio ("7/3"), as Tables 5-10;
@@ -43,6 +45,8 @@ from featstore.specs.labels import check_unique, default_label, split_item
 from featstore.store.fileio import atomic_write_output
 from featstore.store.formatting import mean_std
 from featstore.store.textsafe import md_text, one_line
+
+from .aggregate import METHOD_PHASES
 
 #: the output layouts of `featstore run`, `protocol osr` and `protocol ten-methods`
 LAYOUTS = ("default", "paper")
@@ -112,7 +116,9 @@ class PaperTable:
 
     def caption(self) -> str:
         way = "higher" if self.better == "max" else "lower"
-        return (f"{self.title} ({way} is better): mean ± std over each row's runs; "
+        phases = (f" = {' + '.join(METHOD_PHASES)}, every row alike" if self.key == "method_s"
+                  else "")
+        return (f"{self.title}{phases} ({way} is better): mean ± std over each row's runs; "
                 "the row's top three in bold (ties share a place)")
 
 
