@@ -72,6 +72,8 @@ from .uncertainty import add_intervals
 
 VAL_ID_SPLIT = "id/val"
 TEST_ID_SPLIT = "id/test"
+#: How a default grid meets a store (`sweep`'s grid_rule; `scorers.adapt`).
+GRID_RULES = ("fitted", "paper")
 _FLAG_HINT = ('flag OOD splits for validation with `usage = "val"` in the benchmark spec '
               '(or usage="val" in Store.from_arrays / write_split)')
 
@@ -161,7 +163,7 @@ class _Plan:
     defaults clamped to this store (`scorers.adapt`)."""
 
     def __init__(self, probe: Scorer, grid: Mapping[str, Any] | None,
-                 base: Mapping[str, Any], store: StoreLike):
+                 base: Mapping[str, Any], store: StoreLike, grid_rule: str = "fitted"):
         name = probe.name
         if grid is None:
             self.source = "default"
@@ -179,7 +181,8 @@ class _Plan:
         self.base = {k: v for k, v in params.items() if k in base or v != probe.params[k]}
         probe = type(probe)(**self.base)
         if self.source == "default":
-            settings, grid_adjusted = adapt_grid(probe, self.grid, set(base), store)
+            settings, grid_adjusted = adapt_grid(probe, self.grid, set(base), store,
+                                                 fit=grid_rule != "paper")
             self.adjusted += grid_adjusted
         else:
             settings = expand_grid(self.grid) if self.grid else [{}]
@@ -300,11 +303,14 @@ def _test_report(plan: _Plan, scorer: Scorer, store: StoreLike, method: str, ind
 def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
           grid: Mapping[str, Any] | None = None,
           select_by: str = "auroc", base_params: Mapping[str, Any] | None = None,
-          ci: BootstrapSpec | None = None, keep_scores: dict[str, np.ndarray] | None = None
-          ) -> SweepResult:
+          ci: BootstrapSpec | None = None, keep_scores: dict[str, np.ndarray] | None = None,
+          grid_rule: str = "fitted") -> SweepResult:
     """Choose `method`'s setting on the val splits, then report its test metrics. `method`
     is a registered name, `module:Class`, a Scorer subclass or an instance (whose given
-    parameters are fixed, outside the grid).
+    parameters are fixed, outside the grid). `grid_rule` ("fitted" | "paper") decides how a
+    DEFAULT grid meets the store (`scorers.adapt`): "fitted" lets the scorer fit it (knn's K
+    scaled to the bank, vim's dims to D), "paper" keeps its values, clamped only where
+    invalid (the remote-sensing paper's "five most common values", §2.5).
 
     With `ci`, the chosen setting's test metrics carry stratified-bootstrap intervals
     (`scorers.uncertainty.add_intervals`; test["ci"] echoes the method). `keep_scores`, if
@@ -324,6 +330,8 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     "adjusted": [{"setting", "used", "reason"}],
     "fit_seconds", "val_seconds", "test_seconds"}; see the module docstring."""
     direction = check_select_by(select_by)
+    if grid_rule not in GRID_RULES:
+        raise UsageError(f"grid_rule {grid_rule!r}: expected one of {', '.join(GRID_RULES)}")
     base = dict(base_params or {})
     if isinstance(method, Scorer):  # an instance: its given parameters are fixed
         base = {**method.given, **base}
@@ -331,7 +339,7 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     probe = get_scorer(method, **base)   # an unknown method or parameter: UsageError here
     require_finite_inputs(store, method, [])  # before any data-dependent range: NaN named
     val_ood = val_splits(store)
-    plan = _Plan(probe, grid, base, store)
+    plan = _Plan(probe, grid, base, store, grid_rule)
 
     scorer = get_scorer(method, **{**plan.base, **plan.settings[0]})
     t0 = time.perf_counter()

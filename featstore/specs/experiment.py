@@ -39,7 +39,10 @@ TRAIN_KEYS = tuple(TRAIN_TYPES)
 TUNE_KEYS = ("rule", "select_by")
 METHOD_KEYS = ("name", "train", "scorer", "params", "grid", "train_params", "extract")
 EXTRACT_KEYS = ("mc_samples", "odin_grid", "feature_maps")
-TUNE_RULES = ("val", "none")
+#: val: tune on val over the default grids fitted to the store (`scorers.adapt`); paper: the
+#: remote-sensing paper's rule (§2.5: "the five most common values"), tune on val over the
+#: default grids as they are, clamped only where the store makes a value invalid; none.
+TUNE_RULES = ("val", "paper", "none")
 
 
 @dataclass(frozen=True)

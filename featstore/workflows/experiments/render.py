@@ -66,7 +66,8 @@ def title(result: dict[str, Any], split: str) -> str:
     over = (f"{runs} training runs x {seeds} class divisions ({runs * seeds} runs)"
             if runs > 1 else f"{seeds} seed(s)")
     tune = (f"tuned on val by {exp['select_by']}" if exp["tune_rule"] == "val"
-            else "default parameters")
+            else f"tuned on val by {exp['select_by']} over the paper's grids (RS §2.5)"
+            if exp["tune_rule"] == "paper" else "default parameters")
     return (f"{exp['name']} — {where}: mean ± std (population) over {over}, in %, "
             f"{tune}; times in s")
 

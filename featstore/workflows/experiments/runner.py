@@ -263,9 +263,10 @@ def score_row(store: StoreLike, row: MethodRow, tune_rule: str, select_by: str) 
 
 
 def _score_row(store: StoreLike, row: MethodRow, tune_rule: str, select_by: str) -> dict[str, Any]:
-    tuned = tune_rule == "val" and _has_grid(row)
+    tuned = tune_rule in ("val", "paper") and _has_grid(row)
     if tuned:
-        res = sweep(store, row.scorer, row.grid, select_by, row.params, ci=BootstrapSpec())
+        res = sweep(store, row.scorer, row.grid, select_by, row.params, ci=BootstrapSpec(),
+                    grid_rule="paper" if tune_rule == "paper" else "fitted")
         test = res["test"]
         if test is None:
             raise FeatstoreError("the store has no id/test or OOD test split")
