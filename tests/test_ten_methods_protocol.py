@@ -144,8 +144,8 @@ def test_knn_tunes_over_the_papers_five_values_clamped_to_the_bank(user_spec):
     1000 as it is, clamped only above the bank and never duplicated: a 300-row bank sweeps
     K = 50, 100, 200, 300 (by hand; 500 and 1000 both clamp to 300, scored once), where the
     fitted rule scales by 300 / 50,000 to 1, 1, 1, 3, 6 -> 1, 3, 6. The presets use it."""
-    from featstore.store.arraystore import ArrayStore
     from featstore.specs.experiment import MethodRow
+    from featstore.store.arraystore import ArrayStore
     from featstore.workflows.experiments.runner import score_row
     from featstore.workflows.experiments.ten_methods_run import ten_methods_experiments
     from scorers.sweep import sweep

@@ -7,10 +7,11 @@ Per dataset (`LABEL=SPEC`, the label naming its rows and its folder `OUT/<LABEL>
 experiment with the rows of `presets.ten_method_rows` (the paper's four families; MCD
 scored by eq. 14; ViM and KNN tuned on the val splits by AUROC over five values each, used as
 they are: §2.5's "five most common values", tuning rule "paper", `presets`), R training
-seeds 0 .. R-1 (`runs`: each seed trains every method once: the paper's seven runs), the spec's own OOD groups (`ood/<group>/<name>` test splits: "simi", "near",
-"far" in the paper; any names the spec uses), written to `OUT/<LABEL>/experiment.toml` and
-run by `runner.run_experiment` into `OUT/<LABEL>` (resumable: a rerun reads back what
-finished; `featstore run OUT/<LABEL>/experiment.toml --out OUT/<LABEL>` is the same run).
+seeds 0 .. R-1 (`runs`: each seed trains every method once: the paper's seven runs), the
+spec's own OOD groups (`ood/<group>/<name>` test splits: "simi", "near", "far" in the paper;
+any names the spec uses), written to `OUT/<LABEL>/experiment.toml` and run by
+`runner.run_experiment` into `OUT/<LABEL>` (resumable: a rerun reads back what finished;
+`featstore run OUT/<LABEL>/experiment.toml --out OUT/<LABEL>` is the same run).
 
 Training defaults are `protocol osr`'s for file data (`osr_run.osr_train_settings`: the
 `remote-sensing` preset, SGD 0.01, momentum 0.9, wd 5e-4, 100 epochs, batch 128, flip +
