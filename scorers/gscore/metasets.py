@@ -23,7 +23,7 @@ from ..evaluate import score_splits
 from ..metrics import ood_metrics
 from ..registry import get_scorer
 from .engine import GscoreEngine, pack
-from .spec import FPR_AT_TPR, HETERO_MIN, ID_TEST, ID_VAL, TRUTH_COLUMNS
+from .spec import FPR_AT_TPR, HETERO_MIN, ID_TEST, ID_VAL, TAU_HALFWIDTH, TRUTH_COLUMNS
 
 
 def set_sizes(ratio: float, size: int | None, id_pool: int, ood_pool: int) -> tuple[int, int]:
@@ -342,6 +342,10 @@ class PooledScores:
     seconds: float
     keys: dict[str, str] = field(default_factory=dict)
     split_t: dict[str, dict] = field(default_factory=dict)
+    #: `--paper`'s modelling settings every engine gets (`GscoreEngine`): Kmeans by Lloyd's
+    #: algorithm from this seed (None: the exact 2-means), the tau refinement's half-width.
+    lloyd_seed: int | None = None
+    tau_halfwidth: float = TAU_HALFWIDTH
 
     def floor_table(self, m: str, id_rows: Sequence[np.ndarray]) -> dict:
         """Split-level targets of detector m from the meta-train ID rows (the oracle floor)."""
@@ -349,7 +353,8 @@ class PooledScores:
 
     def engine(self, sets: MetaSets, m: str, ude_kernel: str) -> GscoreEngine:
         """The Gscore engine of detector m's scores on `sets` (UDE reference: each set's
-        store's id/val Gaussian)."""
+        store's id/val Gaussian; `lloyd_seed`, `tau_halfwidth`: this evaluation's)."""
         refs = self.refs[m]
         return GscoreEngine(sets.values(self.pooled[m]), sets.n, refs[sets.store, 0],
-                            refs[sets.store, 1], ude_kernel=ude_kernel)
+                            refs[sets.store, 1], ude_kernel=ude_kernel,
+                            lloyd_seed=self.lloyd_seed, tau_halfwidth=self.tau_halfwidth)

@@ -110,7 +110,8 @@ def _score_once(stores: Sequence[Any], opt: EvalOptions, use_cache: bool,
     refs = {m: np.array([data[i].ref[keys[m]][:2] for i in range(len(data))]) for m in keys}
     split_t = {m: split_truth(data, keys[m]) for m in keys}
     return PooledScores(data, offsets, names, methods, skipped, pooled, msp, refs,
-                        time.perf_counter() - t0, keys, split_t)
+                        time.perf_counter() - t0, keys, split_t, opt.lloyd_seed,
+                        opt.tau_halfwidth)
 
 
 @dataclass
@@ -178,7 +179,8 @@ def _shared_taus(opt: EvalOptions, sc: PooledScores,
         p = truth[:, target_column(target)]
         for spec in specs:
             res = search_tau(lambda ts, s=spec: eng.gscores(  # type: ignore[misc]
-                s.modelling, s.distance, ts), p)  # (mypy cannot type a lambda's defaults)
+                s.modelling, s.distance, ts), p,  # (mypy cannot type a lambda's defaults)
+                halfwidth=eng.tau_halfwidth)
             taus[(target, spec.label)] = res["tau"]
     return taus
 
@@ -354,7 +356,9 @@ def evaluate_gscore(
     `splits` / `exclude`: shell patterns selecting the OOD splits.
     `paper`: the paper's settings where the defaults differ (`spec.PAPER_PRESET`: one
     meta-set per split, GMM with a searched tau, the printed UDE kernel, no clipping,
-    correlations on meta-train sets); they override those arguments.
+    correlations on meta-train sets, the tau refinement at +-0.5, Kmeans by Lloyd's
+    algorithm from two random centroids); they override those arguments
+    (`spec.PAPER_UNMATCHED`: what it cannot match, and why).
     `cv`: K-fold cross-validation over the OOD splits, `repeats` rounds of it
     (`crossval.run_cv_round`); without it, `repeats` random partitions (`_run_repeat`).
     `corr_on`: the sets of the headline `pearson` / `spearman` ("test" | "train"; both kept
@@ -375,6 +379,9 @@ def evaluate_gscore(
                     ratios=ratios, sizes=sizes, robust_heterogeneous=robust_heterogeneous,
                     ude_kernel=ude_kernel, clip=clip, cv=cv, corr_on=corr_on)
     opt.paper = paper
+    if paper:
+        opt.tau_halfwidth = PAPER_PRESET["tau_halfwidth"][0]
+        opt.lloyd_seed = seed
     check_same_model(stores, allow_other_model)
     say = progress or (lambda _m: None)
     bar = _Bar(step_progress, len(stores) * (len(opt.scored()) + (1 if opt.baselines else 0))

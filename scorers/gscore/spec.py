@@ -64,6 +64,22 @@ PAPER_PRESET: dict[str, tuple[Any, str]] = {
     "corr_on": ("train", "correlations on meta-train sets: 'plot the OOD detection performance "
                          "(FPR@TPR95 and AURUC) on the 150 metatrain sets against their "
                          "Gscores' (section 6.2, Fig. 3)"),
+    "tau_halfwidth": (0.5, "the tau refinement from tau - 0.5 to tau + 0.5 at step 0.01: "
+                           "'we can repeat the process from tau - 0.5 to tau + 0.5 to choose a "
+                           "finer tau with an interval of 0.01' (section 5.2, Validation)"),
+    "kmeans": ("lloyd", "Kmeans by Lloyd's algorithm from two random centroids (two random "
+                        "samples of the set, seeded by --seed): 'Kmeans starts with two random "
+                        "centroids and iteratively updates the centroids' (section 5.1)"),
+}
+#: What `--paper` does NOT match, and why (the guide lists them beside PAPER_PRESET).
+PAPER_UNMATCHED: dict[str, str] = {
+    "id_pools": "the paper's meta-train IND set is a fifth of CIFAR-10's train set held out of "
+                "the backbone's training (section 6.1); a store's id/train rows trained the "
+                "model, so meta-train ID rows come from a disjoint part of id/test (unseen by "
+                "the model, as the paper's fifth is)",
+    "gbench_odin": "the paper's ODIN uses input perturbation (ref. [33]); `gscore gbench` "
+                   "scores `odin` (temperature only): stores extracted with --odin-grid can "
+                   "evaluate `odin_perturbed` by --methods",
 }
 
 
