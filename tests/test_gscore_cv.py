@@ -196,10 +196,10 @@ def test_paper_kmeans_is_lloyd_from_two_random_centroids():
             if a == first:
                 break
             first = a
-            c = [float(np.mean([v for v, f in zip(s, a) if f])),
-                 float(np.mean([v for v, f in zip(s, a) if not f]))]
-        lo, hi = sorted([[v for v, f in zip(s, first) if f], [v for v, f in zip(s, first)
-                                                              if not f]], key=np.mean)
+            c = [float(np.mean([v for v, f in zip(s, a, strict=True) if f])),
+                 float(np.mean([v for v, f in zip(s, a, strict=True) if not f]))]
+        lo, hi = sorted([[v for v, f in zip(s, first, strict=True) if f],
+                         [v for v, f in zip(s, first, strict=True) if not f]], key=np.mean)
         ref = [np.mean(lo), np.std(lo), len(lo), np.mean(hi), np.std(hi), len(hi)]
         assert got[i] == pytest.approx(ref, abs=1e-12)
     assert got[2][2] == 3 and kmeans_rows(x, n)[2][2] == 6
