@@ -203,8 +203,9 @@ SizesOpt = Annotated[list[str] | None, typer.Option(
 RobustModelsOpt = Annotated[list[str] | None, typer.Option(
     help="Variants in the robustness table (default: all).")]
 IdPoolsOpt = Annotated[str, typer.Option(
-    help="disjoint (default, the paper: meta-train and meta-test sets draw ID rows from "
-         "disjoint random parts of id/test) | shared (both use all id/test rows; optimistic)")]
+    help="disjoint (default, featstore's: meta-train and meta-test sets draw ID rows from "
+         "disjoint random parts of id/test; the paper's meta-train ID rows are a held-out "
+         "fifth of the train set, §6.1) | shared (both use all id/test rows; optimistic)")]
 IdTrainFractionOpt = Annotated[float, typer.Option(
     help="With disjoint pools: the share of id/test rows for meta-train sets.")]
 RobustHeterogeneousOpt = Annotated[bool, typer.Option(
@@ -336,9 +337,12 @@ def evaluate(
                                              "split tested this many times).")] = 10,
     paper: Annotated[bool, typer.Option(
         "--paper",
-        help="The paper's settings where the defaults differ: one meta-set per split, GMM "
-             "with a searched tau, the printed UDE kernel (2 sigma), no clipping, "
-             "correlations on meta-train sets (overrides --sets-per-split, --kernel).")
+        help="The paper's settings where the defaults differ: one meta-set per split (§6.1), "
+             "GMM with a searched tau (§5.2), the printed UDE kernel (2 sigma, §5.1), no "
+             "clipping (§5.2), correlations on meta-train sets (§6.2), the tau refinement at "
+             "+-0.5 step 0.01 (§5.2), Kmeans by Lloyd's algorithm from two random centroids "
+             "(§5.1) (overrides --sets-per-split, --kernel). The defaults are featstore's "
+             "protocol (the guide lists each difference).")
     ] = False,
     kernel: KernelOpt = "gauss",
     spec_file: SpecFileOpt = None,
@@ -347,7 +351,8 @@ def evaluate(
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """The paper's protocol: meta-train / meta-test partitions of the OOD splits, RMSE of
+    """Gscore's evaluation protocol (featstore's by default, --paper for the paper's settings
+    where they differ): meta-train / meta-test partitions of the OOD splits, RMSE of
     the predicted metric (Table 1/6 style), Pearson/Spearman, baselines, robustness to the
     IND:OOD ratio and set size, and (several stores) the cross-store table.
 

@@ -346,7 +346,8 @@ def evaluate_gscore(
     step_progress: Callable[[int, int], None] | None = None,
     announce: Callable[[dict[str, str]], None] | None = None,
 ) -> dict[str, Any]:
-    """The paper's protocol (docs/DESIGN.md, Gscore): Table-1/6 RMSE of every (detector, model,
+    """Gscore's evaluation protocol (docs/DESIGN.md, Gscore; featstore's by default, the
+    paper's settings with `paper`): Table-1/6 RMSE of every (detector, model,
     target), correlations, the baselines, a robustness table over `ratios`, `sizes` and
     (`robust_heterogeneous`) heterogeneous sets, and (with several stores) the cross-store
     table. Returns a JSON-ready dict whose `config` echoes every choice.
