@@ -62,7 +62,8 @@ OsrAugmentOpt = Annotated[str | None, typer.Option(
 OsrAuxOpt = Annotated[Path | None, typer.Option(
     help="ImageFolder of auxiliary outliers for OE / MCD (digits: scikit-image crops).")]
 NoTuneOpt = Annotated[bool, typer.Option(
-    "--no-tune", help="Score at default parameters instead of tuning on open_val.")]
+    "--no-tune", help="Score at default parameters instead of tuning on ood/osr/open_val "
+                      "(RS §2.5).")]
 ThresholdOpt = Annotated[list[float] | None, typer.Option(
     help="Threshold(s) T; repeatable (default 0.40, 0.45, 0.50 = T40, T45, T50).")]
 RuleOpt = Annotated[str, typer.Option(help="distance (ID when 1 - sim <= T, FACETS) | "

@@ -293,8 +293,10 @@ def id_pools(data: Sequence[StorePools], id_train_fraction: float | None,
               rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The id/test rows meta-train and meta-test sets draw from, per store: disjoint random
     parts (a permutation by `rng`; the first round(id_train_fraction * n) rows, at least 1
-    and at most n - 1, for meta-train sets, the rest for meta-test sets; as in the paper, a
-    CIFAR-10 train partition for meta-train and the test set for meta-test) or, with None,
+    and at most n - 1, for meta-train sets, the rest for meta-test sets: featstore's default;
+    the paper (§6.1) takes a fifth of CIFAR-10's train set, held out of the backbone's
+    training, for meta-train and the test set for meta-test, disjoint as these are) or, with
+    None,
     all rows for both (optimistic: a small pool leaks between the sides)."""
     pools_tr, pools_te = [], []
     for sd in data:
