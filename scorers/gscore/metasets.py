@@ -296,8 +296,7 @@ def id_pools(data: Sequence[StorePools], id_train_fraction: float | None,
     and at most n - 1, for meta-train sets, the rest for meta-test sets: featstore's default;
     the paper (§6.1) takes a fifth of CIFAR-10's train set, held out of the backbone's
     training, for meta-train and the test set for meta-test, disjoint as these are) or, with
-    None,
-    all rows for both (optimistic: a small pool leaks between the sides)."""
+    None, all rows for both (optimistic: a small pool leaks between the sides)."""
     pools_tr, pools_te = [], []
     for sd in data:
         perm = rng.permutation(sd.n_id)
