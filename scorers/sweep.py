@@ -182,7 +182,7 @@ class _Plan:
         probe = type(probe)(**self.base)
         if self.source == "default":
             settings, grid_adjusted = adapt_grid(probe, self.grid, set(base), store,
-                                                 fit=grid_rule != "paper")
+                                                 fit_to_store=grid_rule != "paper")
             self.adjusted += grid_adjusted
         else:
             settings = expand_grid(self.grid) if self.grid else [{}]

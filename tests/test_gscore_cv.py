@@ -203,3 +203,20 @@ def test_paper_kmeans_is_lloyd_from_two_random_centroids():
         ref = [np.mean(lo), np.std(lo), len(lo), np.mean(hi), np.std(hi), len(hi)]
         assert got[i] == pytest.approx(ref, abs=1e-12)
     assert got[2][2] == 3 and kmeans_rows(x, n)[2][2] == 6
+
+
+def test_gbench_paper_scores_odin_with_input_perturbation(tmp_path):
+    """Gscore's ODIN (ref. [33], issue 46.5) perturbs its input: `gbench_protocol(paper=
+    True)` evaluates `odin_perturbed` (T = 1000, eps = 0.0014) in ODIN's place, with
+    `evaluate --paper`'s settings; on a store without those logits it is skipped, named, and
+    the build extracts them (GBENCH_PAPER_ODIN)."""
+    from scorers.gscore.spec import GBENCH_PAPER_METHODS, GBENCH_PAPER_ODIN
+
+    st = graded_store(tmp_path / "s", n_ood=6, rows=80)
+    res = G.gbench_protocol([st], paper=True, ratios=(), sizes=(), robust_heterogeneous=False,
+                            repeats=1, models=["kmeans-l2"], baselines=False,
+                            targets=["fpr95"])
+    assert GBENCH_PAPER_METHODS == ("msp", "odin_perturbed", "energy", "mls")
+    assert res["config"]["paper"] is True and res["config"]["kmeans"] == "lloyd (seed 0)"
+    assert "ODIN-perturbed logits at temperature=1000" in res["skipped"]["odin_perturbed"]
+    assert GBENCH_PAPER_ODIN == ((1000.0, 0.0014),)

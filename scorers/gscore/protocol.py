@@ -50,6 +50,7 @@ from .spec import (
     _AUTO,
     DEFAULT_MODELS,
     GBENCH_METHODS,
+    GBENCH_PAPER_METHODS,
     GBENCH_RATIOS,
     GBENCH_SIZES,
     ID_TRAIN_FRACTION,
@@ -427,12 +428,18 @@ def _run_protocol(opt: EvalOptions, sc: PooledScores, tally: Tally, say: Callabl
     return time.perf_counter() - t_proto
 
 
-def gbench_protocol(stores: Sequence[Any], **options: Any) -> dict[str, Any]:
+def gbench_protocol(stores: Sequence[Any], paper: bool = False,
+                    **options: Any) -> dict[str, Any]:
     """The Gbench benchmark on any stores (e.g. a researcher's own OOD sets spread over
-    several stores): `evaluate_gscore` with the paper's detectors (GBENCH_METHODS), the
-    Table 6 variants, FPR95 and AUROC, and the robustness rows (IND:OOD GBENCH_RATIOS, sizes
-    GBENCH_SIZES, heterogeneous sets). Any `evaluate_gscore` option overrides the preset."""
-    preset: dict[str, Any] = {"methods": GBENCH_METHODS, "ratios": GBENCH_RATIOS,
-                              "sizes": GBENCH_SIZES, "robust_heterogeneous": True}
+    several stores): `evaluate_gscore` with the paper's detectors (GBENCH_METHODS: MSP,
+    ODIN, ENERGY, MLS, Table 1), the Table 6 variants, FPR95 and AUROC, and the robustness
+    rows (IND:OOD GBENCH_RATIOS, sizes GBENCH_SIZES, heterogeneous sets). `paper`:
+    `evaluate_gscore(paper=True)` and ODIN with input perturbation as the paper's (ref.
+    [33]): GBENCH_PAPER_METHODS (`odin_perturbed`: the stores need its perturbed logits,
+    `gscore gbench --paper` extracts them). Any `evaluate_gscore` option overrides the
+    preset."""
+    preset: dict[str, Any] = {"methods": GBENCH_PAPER_METHODS if paper else GBENCH_METHODS,
+                              "ratios": GBENCH_RATIOS, "sizes": GBENCH_SIZES,
+                              "robust_heterogeneous": True, "paper": paper}
     preset.update({k: v for k, v in options.items() if v is not None})
     return evaluate_gscore(stores, **preset)

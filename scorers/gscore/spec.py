@@ -46,6 +46,10 @@ HETERO_MIN = 100
 #: The Gbench protocol preset (`gbench_protocol`): the paper's four detectors (Table 1), its
 #: Table 6 variants, FPR95 and AUROC, and the robustness settings of Fig. 9 / supplementary C.
 GBENCH_METHODS: tuple[str, ...] = ("msp", "odin", "energy", "mls")
+#: `gbench --paper`: the paper's ODIN (ref. [33]) perturbs the input, `odin_perturbed` at
+#: T = 1000, eps = 0.0014 (the (T, eps) pair `GBENCH_PAPER_ODIN` the build extracts).
+GBENCH_PAPER_METHODS: tuple[str, ...] = ("msp", "odin_perturbed", "energy", "mls")
+GBENCH_PAPER_ODIN: tuple[tuple[float, float], ...] = ((1000.0, 0.0014),)
 GBENCH_RATIOS: tuple[str, ...] = ("1:100", "1:10", "1:3", "3:1", "10:1", "100:1")
 GBENCH_SIZES: tuple[int, ...] = (100, 50)
 #: `--paper` / `evaluate_gscore(paper=True)`: every default that differs from the paper, set
@@ -77,9 +81,6 @@ PAPER_UNMATCHED: dict[str, str] = {
                 "the backbone's training (section 6.1); a store's id/train rows trained the "
                 "model, so meta-train ID rows come from a disjoint part of id/test (unseen by "
                 "the model, as the paper's fifth is)",
-    "gbench_odin": "the paper's ODIN uses input perturbation (ref. [33]); `gscore gbench` "
-                   "scores `odin` (temperature only): stores extracted with --odin-grid can "
-                   "evaluate `odin_perturbed` by --methods",
 }
 
 
