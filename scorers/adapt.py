@@ -60,9 +60,9 @@ def adapt_grid(scorer: Scorer, grid: Mapping[str, Sequence[Any]], fixed: Collect
     """The settings of a DEFAULT grid fitted to the store (`Scorer.fit_grid`: knn scales its
     K values to the bank; skipped when not `fit_to_store`: the paper's grid rule, RS §2.5's
     "five most common values" as they are) and each clamped by the rule (parameters in
-    `fixed` are the user's and stay), duplicates merged in grid order; returns (settings, adjustments), one
-    adjustment per changed setting. `fit_grid` keeps each parameter's number of values, so
-    setting i of the fitted grid is the fit of setting i of `grid`."""
+    `fixed` are the user's and stay), duplicates merged in grid order; returns (settings,
+    adjustments), one adjustment per changed setting. `fit_grid` keeps each parameter's
+    number of values, so setting i of the fitted grid is the fit of setting i of `grid`."""
     settings: list[dict[str, Any]] = []
     adjusted: list[dict[str, Any]] = []
     fitted, why = (scorer.fit_grid(grid, store) if fit_to_store
