@@ -268,8 +268,12 @@ def misclassification_auroc(
 def shift_sensitivity(level_means: Sequence[float] | np.ndarray) -> tuple[float, float]:
     """(correlation, sensitivity) of a metric against the shift level.
 
-    ``level_means[l]`` is the metric's mean at shift level ``l = 0..L-1``. NaN entries (cells
-    with N/A) are dropped together with their level index. ``correlation`` is Pearson's r
+    IS-OOD (Long et al., NeurIPS 2024) §2.4, eqs. 5-6. ``level_means[l]`` is the metric's
+    mean at shift level ``l = 0..L-1``. NaN entries (cells with N/A) are dropped together
+    with their level index, and both centres are those of the PRESENT levels: eq. 6's x-bar
+    is the mean of the present means and its level centre (n + 1) / 2 the mean of the present
+    level indices (the same number when no level is missing), so the sums are those of the
+    least-squares line through the present (level, mean) points. ``correlation`` is Pearson's r
     between the remaining means and their level indices (NaN if the means are all equal);
     ``sensitivity`` is ``|slope|`` of the least-squares line ``mean ~ level``, in the metric's
     unit per level. Means 60, 65, ..., 95 give (1.0, 5.0).
