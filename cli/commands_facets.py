@@ -170,6 +170,69 @@ def _print_facets(table: dict, methods: list[str], out_: Path | None,
         out.print(f"wrote {out_}", highlight=False)
 
 
+def facets_graph_cmd(
+    store: Annotated[Path, typer.Argument(help="A store (e.g. FACETS T1's).")],
+    split: Annotated[list[str] | None, typer.Option(
+        "--split", help="Splits to read; repeatable (default: all but id/train, id/val).")
+    ] = None,
+    min_weight: Annotated[int, typer.Option(help="Drop edges of fewer rows (the paper's "
+                                                 "threshold is not stated).")] = 1,
+    keep_id_sources: Annotated[bool, typer.Option(
+        "--keep-id-sources", help="Keep edges from the ID splits' rows.")] = False,
+    keep_same_names: Annotated[bool, typer.Option(
+        "--keep-same-names", help="Keep edges between identically named classes.")] = False,
+    top: Annotated[int, typer.Option(help="Edges to print, heaviest first.")] = 20,
+    out_: Annotated[Path | None, typer.Option("--out", help="Write every edge as TSV.")
+                    ] = None,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """FACETS' confusion graph (§V, behind Fig. 4): an edge from each ground-truth class
+    (the row's label, else its image's folder; prefixed by its split) to the ID class the
+    classifier predicts, weighted by the rows; pruned as the paper: self-loops, edges from
+    the ID splits, edges between identically named classes (compared exactly: an underscore
+    keeps two names apart, Fig. 4), edges under --min-weight. Heaviest edges printed.
+
+    Example: featstore protocol facets-graph runs/t1 --min-weight 5 --out t1_graph.tsv
+    """
+    setup(json_, quiet)
+    from featstore import Store
+    from featstore.store.fileio import atomic_write_output
+    from featstore.store.textsafe import term_text
+    from featstore.workflows.protocols.facets_graph import (
+        GraphOptions,
+        confusion_graph,
+        graph_tsv,
+    )
+
+    opts = GraphOptions(drop_id_sources=not keep_id_sources,
+                        drop_same_names=not keep_same_names, min_weight=min_weight)
+    with Store.open(store) as st:
+        require_rows(st)
+        graph = confusion_graph(st, split or None, opts)
+    if out_ is not None:
+        out_.parent.mkdir(parents=True, exist_ok=True)
+        graph["report"] = str(atomic_write_output(out_, graph_tsv(graph)))
+
+    def show() -> None:
+        t = Table(title=f"FACETS confusion graph: {len(graph['nodes'])} nodes, "
+                        f"{len(graph['edges'])} edges from {graph['rows']} rows",
+                  header_style="bold", show_edge=False)
+        for c in ("ground truth", "predicted", "rows"):
+            t.add_column(c, justify="right" if c == "rows" else "left")
+        for a, b, w in graph["edges"][:max(top, 0)]:
+            t.add_row(term_text(a), term_text(b), str(w))
+        out.print(t)
+        out.print("pruned: " + ", ".join(f"{k} {v}" for k, v in graph["pruned"].items()),
+                  highlight=False)
+        if out_ is not None:
+            out.print(f"wrote {out_}", highlight=False)
+
+    emit(graph, show)
+
+
 def register(app: typer.Typer) -> None:
-    """`facets-table` on the `protocol` group (cli.app registers the group itself)."""
+    """`facets-table` and `facets-graph` on the `protocol` group (cli.app registers the
+    group itself)."""
     protocol_app.command("facets-table")(facets_table_cmd)
+    protocol_app.command("facets-graph")(facets_graph_cmd)
