@@ -202,6 +202,14 @@ SizesOpt = Annotated[list[str] | None, typer.Option(
     help="Robustness: other set sizes at the main ratio, e.g. 50,100.")]
 RobustModelsOpt = Annotated[list[str] | None, typer.Option(
     help="Variants in the robustness table (default: all).")]
+PaperOpt = Annotated[bool, typer.Option(
+    "--paper",
+    help="The paper's settings where the defaults differ: one meta-set per split (§6.1), "
+         "GMM with a searched tau (§5.2), the printed UDE kernel (2 sigma, §5.1), no "
+         "clipping (§5.2), correlations on meta-train sets (§6.2), the tau refinement at "
+         "+-0.5 step 0.01 (§5.2), Kmeans by Lloyd's algorithm from two random centroids "
+         "(§5.1) (overrides --sets-per-split, --kernel). The defaults are featstore's "
+         "protocol (the guide lists each difference).")]
 IdPoolsOpt = Annotated[str, typer.Option(
     help="disjoint (default, featstore's: meta-train and meta-test sets draw ID rows from "
          "disjoint random parts of id/test; the paper's meta-train ID rows are a held-out "
@@ -335,15 +343,7 @@ def evaluate(
              "round tests every split once (K folds).")] = None,
     rounds: Annotated[int, typer.Option(help="With --cv: rounds of cross-validation (every "
                                              "split tested this many times).")] = 10,
-    paper: Annotated[bool, typer.Option(
-        "--paper",
-        help="The paper's settings where the defaults differ: one meta-set per split (§6.1), "
-             "GMM with a searched tau (§5.2), the printed UDE kernel (2 sigma, §5.1), no "
-             "clipping (§5.2), correlations on meta-train sets (§6.2), the tau refinement at "
-             "+-0.5 step 0.01 (§5.2), Kmeans by Lloyd's algorithm from two random centroids "
-             "(§5.1) (overrides --sets-per-split, --kernel). The defaults are featstore's "
-             "protocol (the guide lists each difference).")
-    ] = False,
+    paper: PaperOpt = False,
     kernel: KernelOpt = "gauss",
     spec_file: SpecFileOpt = None,
     no_cache: NoCacheOpt = False,

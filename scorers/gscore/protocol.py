@@ -356,11 +356,8 @@ def evaluate_gscore(
     `id_train_fraction`: share of id/test rows for meta-train sets, the rest for meta-test
     (None: one shared pool). `tau_from`: the detector tau is tuned on (None: per detector).
     `splits` / `exclude`: shell patterns selecting the OOD splits.
-    `paper`: the paper's settings where the defaults differ (`spec.PAPER_PRESET`: one
-    meta-set per split, GMM with a searched tau, the printed UDE kernel, no clipping,
-    correlations on meta-train sets, the tau refinement at +-0.5, Kmeans by Lloyd's
-    algorithm from two random centroids); they override those arguments
-    (`spec.PAPER_UNMATCHED`: what it cannot match, and why).
+    `paper`: the paper's settings where the defaults differ (`spec.PAPER_PRESET`, each with
+    its sentence; `spec.PAPER_UNMATCHED`: what it cannot match); they override arguments.
     `cv`: K-fold cross-validation over the OOD splits, `repeats` rounds of it
     (`crossval.run_cv_round`); without it, `repeats` random partitions (`_run_repeat`).
     `corr_on`: the sets of the headline `pearson` / `spearman` ("test" | "train"; both kept
@@ -380,10 +377,7 @@ def evaluate_gscore(
                     tau_from=tau_from, splits=splits, exclude=exclude, baselines=baselines,
                     ratios=ratios, sizes=sizes, robust_heterogeneous=robust_heterogeneous,
                     ude_kernel=ude_kernel, clip=clip, cv=cv, corr_on=corr_on)
-    opt.paper = paper
-    if paper:
-        opt.tau_halfwidth = PAPER_PRESET["tau_halfwidth"][0]
-        opt.lloyd_seed = seed
+    _paper_modelling(opt, paper, seed)
     check_same_model(stores, allow_other_model)
     say = progress or (lambda _m: None)
     bar = _Bar(step_progress, len(stores) * (len(opt.scored()) + (1 if opt.baselines else 0))
@@ -399,6 +393,15 @@ def evaluate_gscore(
                "other": max(0.0, protocol - sum(parts.values())),
                "total": time.perf_counter() - t_start}
     return _assemble(opt, sc, tally, seconds)
+
+
+def _paper_modelling(opt: EvalOptions, paper: bool, seed: int) -> None:
+    """`opt.paper`, and with it the paper's tau refinement half-width and Lloyd Kmeans
+    (`spec.PAPER_PRESET`) in `opt`."""
+    opt.paper = paper
+    if paper:
+        opt.tau_halfwidth = PAPER_PRESET["tau_halfwidth"][0]
+        opt.lloyd_seed = seed
 
 
 class _Bar:

@@ -228,12 +228,21 @@ def bootstrap_evaluation(spec: BootstrapSpec, id_name: str,
                           for g, names in groups.items()}
         dist.pooled[m] = {g: np.concatenate(v, axis=0) for g, v in pool_parts.pop(m).items()}
     iv = _intervals(spec, dist, pairs, mis_pairs, groups, correct, labelled)
+    _pooled_intervals(spec, dist, pools, groups, {st.name: st.n for st in ood_strata}, iv)
+    return dist, iv
+
+
+def _pooled_intervals(spec: BootstrapSpec, dist: Distributions,
+                      pools: Mapping[str, Mapping[str, Pair]],
+                      groups: Mapping[str, Sequence[str]], rows: Mapping[str, int],
+                      iv: dict[str, Any]) -> None:
+    """`iv["methods"][m]["pooled"][group]`: each pooled group's intervals (`rows`: each
+    OOD split's row count, its BCa stratum)."""
     for m, by_group in pools.items():
         iv["methods"][m]["pooled"] = {
             g: _pairs(OOD_COLUMNS, _pooled_interval(spec, dist.pooled[m][g], pp,
-                                                    [len(scores[m][s]) for s in groups[g]]))
+                                                    [rows[s] for s in groups[g]]))
             for g, pp in by_group.items()}
-    return dist, iv
 
 
 def _pooled_pairs(sc: Mapping[str, np.ndarray], id_name: str, id_order: np.ndarray,
