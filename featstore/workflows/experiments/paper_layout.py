@@ -125,7 +125,8 @@ class PaperTable:
     def caption(self) -> str:
         way = "higher" if self.better == "max" else "lower"
         phases = (f" = {' + '.join(METHOD_PHASES)}, every row alike" if self.key == "method_s"
-                  else "")
+                  else " (a group's value: the mean over its OOD splits)"
+                  if self.benchmark == "group" else "")
         return (f"{self.title}{phases} ({way} is better): mean ± std over each row's runs; "
                 "the row's top three in bold (ties share a place)")
 

@@ -69,7 +69,7 @@ def title(result: dict[str, Any], split: str) -> str:
             else f"tuned on val by {exp['select_by']} over the paper's grids (RS §2.5)"
             if exp["tune_rule"] == "paper" else "default parameters")
     return (f"{exp['name']} — {where}: mean ± std (population) over {over}, in %, "
-            f"{tune}; times in s")
+            f"{tune}; a group's value is the mean over its OOD splits; times in s")
 
 
 def markdown_report(result: dict[str, Any]) -> str:
