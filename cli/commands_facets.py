@@ -4,6 +4,7 @@ registered on `featstore protocol` (`cli.commands_protocol.protocol_app`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
@@ -140,7 +141,7 @@ def _print_facets(table: dict, methods: list[str], out_: Path | None,
             t.add_column(table["labels"][m], justify="right")
         return t
 
-    def cells(r: dict) -> list[str]:
+    def cells(r: Mapping[str, Any]) -> list[str]:
         return [cell_text(r["cells"][m], r["best"], m, ("[bold]", "[/]")) for m in methods]
 
     if layout == "paper":

@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -45,6 +45,13 @@ from featstore.store.interfaces import StoreLike
 from featstore.store.textsafe import one_line
 
 ID_PREFIX = "id:"
+
+
+class ClassedStore(StoreLike, Protocol):
+    """A store with class names (`Store`, `ArrayStore`)."""
+
+    @property
+    def classes(self) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ class GraphOptions:
             raise UsageError(f"--min-weight {self.min_weight!r}: expected an integer >= 1")
 
 
-def row_classes(store: StoreLike, split: str) -> list[str]:
+def row_classes(store: ClassedStore, split: str) -> list[str]:
     """Each row's ground-truth class: the store's class of its label, else its id's folder
     path (module docstring)."""
     sp = store.split(split)
@@ -78,7 +85,7 @@ def source_name(split: str) -> str:
     return split.split("/", 1)[1] if "/" in split else split
 
 
-def confusion_graph(store: StoreLike, splits: Sequence[str] | None = None,
+def confusion_graph(store: ClassedStore, splits: Sequence[str] | None = None,
                     options: GraphOptions | None = None) -> dict[str, Any]:
     """{"edges": [(source node, target node, weight)] heaviest first (ties by name),
     "nodes": the nodes with an edge, "pruned": {step: edges removed}, "rows": rows read}
