@@ -14,7 +14,16 @@ from rich.table import Table
 
 from featstore.errors import UsageError
 
-from .commands_protocol import MethodParamOpt, NoCacheOpt, protocol_app
+from .commands_protocol import (
+    ImagesRootOpt,
+    MethodParamOpt,
+    NoBalanceOpt,
+    NoCacheOpt,
+    OptionalOutDirOpt,
+    SampleSeedOpt,
+    ValFractionOpt,
+    protocol_app,
+)
 from .common import check_methods, method_params, require_rows
 from .console import JsonOpt, QuietOpt, emit, err, log, out, setup, status
 from .executor_opts import (
@@ -232,8 +241,58 @@ def facets_graph_cmd(
     emit(graph, show)
 
 
+def facets_dataset_cmd(
+    kind: Annotated[str, typer.Option(help="baseline (Table II: ID vs SVHN-like OOD) | "
+                                           "interdataset (Table III: ID vs ImageNet-like "
+                                           "OOD without the common classes).")],
+    images: Annotated[str, typer.Option(help="OOD candidate images: an ImageFolder or an "
+                                             "image list.")],
+    id_classes: Annotated[str | None, typer.Option(
+        help="interdataset: the ID classes (a class-per-line file or an ImageFolder); "
+             "candidates of the same name are removed.")] = None,
+    common: Annotated[str | None, typer.Option(
+        help="interdataset: the classes to remove (e.g. the paper's 32), instead of the "
+             "name match.")] = None,
+    images_root: ImagesRootOpt = None,
+    base_spec: Annotated[Path | None, typer.Option(help="Spec the written spec extends (its "
+                                                        "ID splits).")] = None,
+    out_: OptionalOutDirOpt = None,
+    no_balance: NoBalanceOpt = False,
+    sample_seed: SampleSeedOpt = 0,
+    val_fraction: ValFractionOpt = 0.5,
+    json_: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """FACETS' Baseline and InterDataset benchmarks (§IV, Tables II-III) from your folders:
+    every candidate class OOD (InterDataset: the classes common to the ID set removed and
+    listed); with --out, val / test lists and (with --base-spec) a spec that balances ID and
+    OOD test rows, as `protocol wordnet` and `tiers` write them.
+
+    Example: featstore protocol facets-dataset --kind interdataset --images imagenet/train
+    --id-classes places365_classes.txt --base-spec places.toml --out facets
+    """
+    setup(json_, quiet)
+    from featstore.workflows.protocols.facets_datasets import build_dataset
+    from featstore.workflows.protocols.facets_sampling import Sampling
+
+    res = build_dataset(kind, images, id_classes=id_classes, common=common,
+                        images_root=images_root, base_spec=base_spec, out=out_,
+                        sampling=Sampling.of(0, not no_balance, sample_seed, val_fraction))
+
+    def human() -> None:
+        out.print(f"{kind}: {len(res['assignment'])} OOD classes; removed "
+                  f"{len(res['dropped'])} common classes"
+                  + (f": {', '.join(res['dropped'])}" if res["dropped"] else ""),
+                  highlight=False, markup=False)
+        for key, path in res["files"].items():
+            out.print(f"wrote {key}: {path}", highlight=False, markup=False)
+
+    emit(res, human)
+
+
 def register(app: typer.Typer) -> None:
     """`facets-table` and `facets-graph` on the `protocol` group (cli.app registers the
     group itself)."""
     protocol_app.command("facets-table")(facets_table_cmd)
     protocol_app.command("facets-graph")(facets_graph_cmd)
+    protocol_app.command("facets-dataset")(facets_dataset_cmd)
