@@ -194,6 +194,15 @@ def facets_graph_cmd(
     top: Annotated[int, typer.Option(help="Edges to print, heaviest first.")] = 20,
     out_: Annotated[Path | None, typer.Option("--out", help="Write every edge as TSV.")
                     ] = None,
+    similarity: Annotated[bool, typer.Option(
+        "--similarity", help="Also Figs. 2-3: the WordNet similarity (path + Wu-Palmer) / 2 "
+                             "of ground truth and prediction, per class (needs WordNet).")
+    ] = False,
+    mapping: Annotated[Path | None, typer.Option(
+        help="With --similarity: 'class synset' lines (as protocol wordnet's).")] = None,
+    auto_map: Annotated[bool, typer.Option(
+        "--auto-map", help="With --similarity: map other names to their first noun sense.")
+    ] = False,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -202,6 +211,8 @@ def facets_graph_cmd(
     classifier predicts, weighted by the rows; pruned as the paper: self-loops, edges from
     the ID splits, edges between identically named classes (compared exactly: an underscore
     keeps two names apart, Fig. 4), edges under --min-weight. Heaviest edges printed.
+    --similarity adds §V's Figs. 2-3: per ground-truth and per predicted class, the mean
+    WordNet similarity of ground truth and prediction, the 10 best and worst classes.
 
     Example: featstore protocol facets-graph runs/t1 --min-weight 5 --out t1_graph.tsv
     """
@@ -220,6 +231,12 @@ def facets_graph_cmd(
     with Store.open(store) as st:
         require_rows(st)
         graph = confusion_graph(st, split or None, opts)
+        if similarity:
+            from featstore.workflows.protocols.facets_similarity import prediction_similarity
+            from featstore.workflows.protocols.wordnet import read_mapping
+
+            graph["similarity"] = prediction_similarity(
+                st, split or None, read_mapping(mapping) if mapping else None, auto_map)
     if out_ is not None:
         out_.parent.mkdir(parents=True, exist_ok=True)
         graph["report"] = str(atomic_write_output(out_, graph_tsv(graph)))
@@ -235,10 +252,28 @@ def facets_graph_cmd(
         out.print(t)
         out.print("pruned: " + ", ".join(f"{k} {v}" for k, v in graph["pruned"].items()),
                   highlight=False)
+        if "similarity" in graph:
+            _print_similarity(graph["similarity"])
         if out_ is not None:
             out.print(f"wrote {out_}", highlight=False)
 
     emit(graph, show)
+
+
+def _print_similarity(sim: dict) -> None:
+    """Figs. 2-3's best and worst classes, and what was left out."""
+    from featstore.store.textsafe import term_text
+    from featstore.workflows.protocols.facets_similarity import best_and_worst
+
+    for what, key in (("ground-truth class (Fig. 2)", "by_truth"),
+                      ("predicted ID class (Fig. 3)", "by_predicted")):
+        best, worst = best_and_worst(sim[key])
+        for label, names in (("best", best), ("worst", worst)):
+            out.print(f"similarity per {what}, {label} 10: " + ", ".join(
+                f"{term_text(n)} {sim[key][n]['sim']:.3f}" for n in names),
+                highlight=False, markup=False)
+    out.print(f"similarity over {sim['rows_scored']} rows; {sim['rows_skipped']} rows of "
+              f"{len(sim['unmapped'])} unmapped classes left out", highlight=False)
 
 
 def facets_dataset_cmd(
