@@ -55,8 +55,9 @@ def test_ten_methods_one_liner_and_paper_table(tmp_path, user_spec, capsys):
         "datasets": {"A": "A/results.json", "B": "B/results.json"}}
     table = (out / "results.paper.md").read_text()
     lines = table.splitlines()
-    head = lines.index("## AUROC (higher is better): mean ± std over each row's runs; the "
-                       "row's top three in bold (ties share a place)")
+    head = lines.index("## AUROC (a group's value: the mean over its OOD splits) (higher is "
+                       "better): mean ± std over each row's runs; the row's top three in bold "
+                       "(ties share a place)")
     assert lines[head + 2:head + 5] == ["| dataset | group | Post Hoc |  |", "|---|---|---:|---:|",
                                         "| | | **MSP** | **KNN** |"]
     rows = lines[head + 5:head + 9]
@@ -91,8 +92,8 @@ def test_ten_methods_one_liner_and_paper_table(tmp_path, user_spec, capsys):
     assert code == 0, err
     doc = json.loads(stdout)
     assert table == "# Ten OOD methods (Wang et al. 2024 layout)\n\n" + doc["markdown"]
-    assert [t["metric"] for t in doc["tables"]] == ["auroc", "fpr95", "aupr_in", "aupr_out",
-                                                    "id_acc", "method_s"]
+    assert [t["metric"] for t in doc["tables"]] == ["auroc", "fpr95", "fpr95_ood", "aupr_in",
+                                                    "aupr_out", "id_acc", "method_s"]
     code, stdout, err = run(capsys, "table", f"X={out / 'A'}", "--layout", "paper")
     assert code == 0 and "Post Hoc" in stdout and "X" in stdout, err
 
