@@ -232,19 +232,27 @@ def plan_settings(store: StoreLike, method: str, grid: Mapping[str, Any] | None 
 
 def _split_metrics(plan: _Plan, scorer: Scorer, store: StoreLike, id_name: str,
                    ood_names: Sequence[str], keep: dict[str, np.ndarray] | None = None,
-                   keep_index: int = 0) -> tuple[list[np.ndarray], list[dict[str, Any]]]:
+                   keep_index: int = 0, pooled: list[dict[str, float]] | None = None
+                   ) -> tuple[list[np.ndarray], list[dict[str, Any]]]:
     """Scores of the ID split per setting, and per setting {ood split: metrics}. With `keep`,
-    setting `keep_index`'s scores of every split are stored in it (for its intervals)."""
+    setting `keep_index`'s scores of every split are stored in it (for its intervals). With
+    `pooled` (a list, filled), per setting the metrics against every OOD split concatenated."""
     id_scores = plan.score(scorer, store.split(id_name))
     if keep is not None:
         keep[id_name] = id_scores[keep_index]
     per_setting: list[dict[str, dict[str, float]]] = [{} for _ in plan.settings]
+    held: list[list[np.ndarray]] = [[] for _ in plan.settings]
     for ood in ood_names:
         for i, scores in enumerate(plan.score(scorer, store.split(ood))):
             per_setting[i][ood] = ood_metrics(id_scores[i], scores, id_name=id_name,
                                               ood_name=ood)
+            if pooled is not None:
+                held[i].append(scores)
             if keep is not None and i == keep_index:
                 keep[ood] = scores
+    if pooled is not None:
+        pooled += [ood_metrics(id_scores[i], np.concatenate(h), id_name=id_name,
+                               ood_name="the val OOD splits pooled") for i, h in enumerate(held)]
     return id_scores, per_setting
 
 
@@ -304,13 +312,16 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
           grid: Mapping[str, Any] | None = None,
           select_by: str = "auroc", base_params: Mapping[str, Any] | None = None,
           ci: BootstrapSpec | None = None, keep_scores: dict[str, np.ndarray] | None = None,
-          grid_rule: str = "fitted") -> SweepResult:
+          grid_rule: str = "fitted", select_on: str = "mean") -> SweepResult:
     """Choose `method`'s setting on the val splits, then report its test metrics. `method`
     is a registered name, `module:Class`, a Scorer subclass or an instance (whose given
     parameters are fixed, outside the grid). `grid_rule` ("fitted" | "paper") decides how a
     DEFAULT grid meets the store (`scorers.adapt`): "fitted" lets the scorer fit it (knn's K
     scaled to the bank, vim's dims to D), "paper" keeps its values, clamped only where
-    invalid (the remote-sensing paper's "five most common values", §2.5).
+    invalid (the remote-sensing paper's "five most common values", §2.5). `select_on`
+    ("mean" | "pooled"): the setting is chosen by `select_by` averaged over the val OOD
+    splits, or on them concatenated (FACETS' one val set per dataset, §IV); "chosen"'s "val"
+    holds those metrics.
 
     With `ci`, the chosen setting's test metrics carry stratified-bootstrap intervals
     (`scorers.uncertainty.add_intervals`; test["ci"] echoes the method). `keep_scores`, if
@@ -330,8 +341,9 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     "adjusted": [{"setting", "used", "reason"}],
     "fit_seconds", "val_seconds", "test_seconds"}; see the module docstring."""
     direction = check_select_by(select_by)
-    if grid_rule not in GRID_RULES:
-        raise UsageError(f"grid_rule {grid_rule!r}: expected one of {', '.join(GRID_RULES)}")
+    if grid_rule not in GRID_RULES or select_on not in ("mean", "pooled"):
+        raise UsageError(f"grid_rule {grid_rule!r} / select_on {select_on!r}: expected one "
+                         f"of {', '.join(GRID_RULES)} / mean, pooled")
     base = dict(base_params or {})
     if isinstance(method, Scorer):  # an instance: its given parameters are fixed
         base = {**method.given, **base}
@@ -348,12 +360,15 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
 
     # ---- 1. selection: validation splits only
     t0 = time.perf_counter()
-    _, val_split_metrics = _split_metrics(plan, scorer, store, VAL_ID_SPLIT, val_ood)
+    pooled: list[dict[str, float]] | None = [] if select_on == "pooled" else None
+    _, val_split_metrics = _split_metrics(plan, scorer, store, VAL_ID_SPLIT, val_ood,
+                                          pooled=pooled)
     val_s = time.perf_counter() - t0
     val_rows: list[dict[str, Any]] = [
-        {"mean": _mean(ps), "groups": group_means(ps, store), "splits": ps}
-        for ps in val_split_metrics]
-    index = choose([row["mean"][select_by] for row in val_rows], direction)
+        {"mean": _mean(ps), "groups": group_means(ps, store), "splits": ps,
+         **({"pooled": pooled[i]} if pooled is not None else {})}
+        for i, ps in enumerate(val_split_metrics)]
+    index = choose([row[select_on][select_by] for row in val_rows], direction)
     chosen_setting = plan.settings[index]
     chosen_params = {**scorer.params, **chosen_setting}
 
@@ -369,7 +384,7 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
         "val_splits": {"id": VAL_ID_SPLIT, "ood": list(val_ood)},
         "test_splits": {"id": TEST_ID_SPLIT, "ood": list(test_ood)} if has_test else None,
         "chosen": {"index": index, "setting": _plain(chosen_setting),
-                   "params": _plain(chosen_params), "val": val_rows[index]["mean"]},
+                   "params": _plain(chosen_params), "val": val_rows[index][select_on]},
         "test": test,
         "settings": [{"setting": _plain(s), "params": _plain({**scorer.params, **s}),
                       "val": v, "test": t}
@@ -383,7 +398,8 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
               params: Mapping[str, Mapping[str, Any]] | None = None,
               select_by: str = "auroc",
               progress: Callable[[str], None] | None = None,
-              strict: bool = False, ci: BootstrapSpec | None = None) -> EvaluationResult:
+              strict: bool = False, ci: BootstrapSpec | None = None,
+              select_on: str = "mean") -> EvaluationResult:
     """Sweep every method over its default grid on val; the tuned leaderboard on test.
 
     Returns `scorers.evaluate.evaluate`'s `EvaluationResult` ({"store", "model_sha256", "id_split",
@@ -392,7 +408,8 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
     (the chosen setting's mean val metrics), "grid", "settings_scored" and "adjusted"; plus
     "tuned": True, "select_by", "val_splits" and "ci" (with `ci`: every chosen setting's
     test metrics with intervals from one bootstrap over every method, common resamples).
-    `params[name]` fixes parameters of a method (they leave its grid). A method that cannot
+    `params[name]` fixes parameters of a method (they leave its grid); `select_on` as
+    `sweep`'s. A method that cannot
     run on this store is skipped with the reason (`scorers.skipping`), or, with `strict`,
     raises; when none ran, FeatstoreError lists every reason."""
     check_select_by(select_by)
@@ -413,7 +430,7 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
             progress(name)
         kept[name] = {}
         res = sweep(store, name, None, select_by, params.get(name, {}),
-                    keep_scores=kept[name])
+                    keep_scores=kept[name], select_on=select_on)
         return {**res["test"], "chosen": res["chosen"]["setting"], "fixed": res["base_params"],
                 "val": res["chosen"]["val"], "grid": res["grid"],
                 "settings_scored": len(res["settings"]), "adjusted": res["adjusted"]}

@@ -97,3 +97,40 @@ def test_facets_cells_are_pooled_and_the_paper_layout_has_tables_vi_and_vii() ->
     assert "| A far |" in md and "| A near |" in md and "concatenated" in md
     vii = md.split("## Table VII")[1]
     assert vii.count("| A |") == 1
+
+
+def test_sweep_selects_on_the_pooled_val_splits():
+    """select_on="pooled" (FACETS' tuning, one val set per dataset): each setting's val
+    metrics on the val OOD splits concatenated (reference: sklearn's AUROC of the KNN scores
+    recomputed for each K by NumPy on the same bank), and the chosen K is their argmax."""
+    from scorers.sweep import sweep
+
+    rng = np.random.default_rng(5)
+    w = rng.normal(size=(3, 8)).astype(np.float32)
+
+    def part(n, scale, usage, labels=True):
+        d = {"features": (rng.normal(size=(n, 8)) * scale).astype(np.float32),
+             "usage": usage}
+        return {**d, "labels": rng.integers(0, 3, n)} if labels else d
+
+    st = ArrayStore(head=(w, np.zeros(3, np.float32)), splits={
+        "id/train": part(60, 1.0, "train"), "id/val": part(30, 1.0, "val"),
+        "id/test": part(30, 1.0, "test"), "ood/far/v1": part(10, 0.3, "val", False),
+        "ood/far/v2": part(40, 1.3, "val", False), "ood/far/t": part(20, 2.0, "test", False)})
+    res = sweep(st, "knn", {"K": [1, 5, 20]}, select_on="pooled")
+    bank = np.asarray(st.split("id/train").features, dtype=np.float64)
+    bank /= np.linalg.norm(bank, axis=1, keepdims=True)
+
+    def knn(x, k):
+        z = x / np.linalg.norm(x, axis=1, keepdims=True)
+        d = np.sqrt(np.maximum(((z[:, None, :] - bank[None]) ** 2).sum(-1), 0))
+        return -np.sort(d, axis=1)[:, k - 1]
+
+    x_id = np.asarray(st.split("id/val").features, dtype=np.float64)
+    x_ood = np.r_[np.asarray(st.split("ood/far/v1").features),
+                  np.asarray(st.split("ood/far/v2").features)].astype(np.float64)
+    ref = [_sk(knn(x_id, k), knn(x_ood, k))[0] for k in (1, 5, 20)]
+    got = [s["val"]["pooled"]["auroc"] for s in res["settings"]]
+    assert got == pytest.approx(ref, abs=1e-6)
+    assert res["chosen"]["setting"]["K"] == (1, 5, 20)[int(np.argmax(ref))]
+    assert res["chosen"]["val"]["auroc"] == pytest.approx(max(ref), abs=1e-6)

@@ -43,9 +43,9 @@ Separate validation and test sets for each setup were established" (§IV, after 
 every table is "(val/test)"). It names no grid and no criterion, so (featstore's choice) each
 method with hyperparameters is tuned over its scorer's default grid (`featstore scorers`:
 ODIN and IP TS MLV T x eps among the stored perturbed pairs, OODL nu) on `id/val` against the
-store's OOD splits flagged usage val, by `select_by` (AUROC unless told; the mean over the val
-OOD splits), through featstore's one tuner (`scorers.sweep.sweep_all`, test splits scored
-only after the choice). TS stays at T = 1000,
+store's OOD splits flagged usage val, by `select_by` (AUROC unless told) on the val OOD splits
+POOLED (one val set per dataset, as the test cells), through featstore's one tuner
+(`scorers.sweep.sweep_all`, test splits scored only after the choice). TS stays at T = 1000,
 its definition (`PAPER_PARAMS` and a user's `params` are fixed, outside the grid); MSP and MLV
 have no hyperparameter. A store without `id/val` or without a val OOD split is scored at the
 default parameters and its "tuning" entry says so with the reason (printed under the table);
@@ -127,13 +127,13 @@ def tuned_scores(store: StoreLike, methods: Sequence[str],
     """The store's evaluation and its "tuning" entry: with `tune` and val splits,
     `sweep_all` (each method's chosen setting on val, its test metrics) and {"tuned": True,
     "select_by", "val_splits", "methods": {method: {"setting" (the chosen grid values),
-    "params" (every parameter used), "val" (the chosen setting's mean val metric), "grid",
+    "params" (every parameter used), "val" (the chosen setting's pooled val metric), "grid",
     "adjusted"}}}; else `evaluate` at `used` and {"tuned": False, "reason"}."""
     reason = untuned_reason(store) if tune else "not asked (tune=False)"
     if reason is not None:
         return (evaluate(store, list(methods), dict(used), use_cache=use_cache),
                 {"tuned": False, "reason": reason})
-    res = sweep_all(store, list(methods), dict(used), select_by=select_by)
+    res = sweep_all(store, list(methods), dict(used), select_by=select_by, select_on="pooled")
     chosen = {m: {"setting": r["chosen"], "params": r["params"], "val": r["val"][select_by],
                   "grid": r["grid"], "adjusted": r["adjusted"]}
               for m, r in res["methods"].items()}
