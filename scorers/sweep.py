@@ -256,6 +256,17 @@ def _split_metrics(plan: _Plan, scorer: Scorer, store: StoreLike, id_name: str,
     return id_scores, per_setting
 
 
+def _val_rows(plan: _Plan, scorer: Scorer, store: StoreLike, val_ood: Sequence[str],
+              pool: bool) -> list[dict[str, Any]]:
+    """Per setting its val metrics: {"mean", "groups", "splits"} and with `pool` "pooled"
+    (on the val OOD splits concatenated)."""
+    pooled: list[dict[str, float]] | None = [] if pool else None
+    _, per_split = _split_metrics(plan, scorer, store, VAL_ID_SPLIT, val_ood, pooled=pooled)
+    return [{"mean": _mean(ps), "groups": group_means(ps, store), "splits": ps,
+             **({"pooled": pooled[i]} if pooled is not None else {})}
+            for i, ps in enumerate(per_split)]
+
+
 def _mean(per_split: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     return {m: mean_of([v[m] for v in per_split.values()]) for m in OOD_METRIC_NAMES}
 
@@ -360,14 +371,8 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
 
     # ---- 1. selection: validation splits only
     t0 = time.perf_counter()
-    pooled: list[dict[str, float]] | None = [] if select_on == "pooled" else None
-    _, val_split_metrics = _split_metrics(plan, scorer, store, VAL_ID_SPLIT, val_ood,
-                                          pooled=pooled)
+    val_rows = _val_rows(plan, scorer, store, val_ood, select_on == "pooled")
     val_s = time.perf_counter() - t0
-    val_rows: list[dict[str, Any]] = [
-        {"mean": _mean(ps), "groups": group_means(ps, store), "splits": ps,
-         **({"pooled": pooled[i]} if pooled is not None else {})}
-        for i, ps in enumerate(val_split_metrics)]
     index = choose([row[select_on][select_by] for row in val_rows], direction)
     chosen_setting = plan.settings[index]
     chosen_params = {**scorer.params, **chosen_setting}
