@@ -125,9 +125,9 @@ def _print_predict(res: dict, truth: bool) -> None:
 def _run_gbench_protocol(paths: list[Path], methods: list[str] | None, repeats: int,
                          splits: list[str] | None, exclude: list[str] | None,
                          results: Path | None, executor: Any = None,
-                         work: Path | None = None) -> None:
+                         work: Path | None = None, paper: bool = False) -> None:
     from scorers.gscore import gbench_protocol
-    from scorers.gscore.spec import GBENCH_METHODS
+    from scorers.gscore.spec import GBENCH_METHODS, GBENCH_PAPER_METHODS
 
     method_list = check_methods(_items(methods), "--methods") if methods else None
     sts = _open_all(paths)
@@ -139,14 +139,14 @@ def _run_gbench_protocol(paths: list[Path], methods: list[str] | None, repeats: 
         with work_dir(executor, work, "gscore gbench") as units_dir:
             res = gbench_evaluation(executor, units_dir, paths, methods=method_list,
                                     repeats=repeats, splits=_items(splits) or None,
-                                    exclude=_items(exclude) or None, log=log)
+                                    exclude=_items(exclude) or None, log=log, paper=paper)
     else:
         with step_progress("gscore gbench") as steps:
             res = gbench_protocol(
-                sts, methods=method_list, repeats=repeats, splits=_items(splits) or None,
-                exclude=_items(exclude) or None,
-                announce=announce_config(method_list or list(GBENCH_METHODS),
-                                         ["fpr95", "auroc"]),
+                sts, paper=paper, methods=method_list, repeats=repeats,
+                splits=_items(splits) or None, exclude=_items(exclude) or None,
+                announce=announce_config(method_list or list(
+                    GBENCH_PAPER_METHODS if paper else GBENCH_METHODS), ["fpr95", "auroc"]),
                 progress=(lambda m: steps(description=m)) if steps else None,
                 step_progress=(lambda done, total: steps(done, total)) if steps else None)
     if results is not None:
@@ -202,9 +202,18 @@ SizesOpt = Annotated[list[str] | None, typer.Option(
     help="Robustness: other set sizes at the main ratio, e.g. 50,100.")]
 RobustModelsOpt = Annotated[list[str] | None, typer.Option(
     help="Variants in the robustness table (default: all).")]
+PaperOpt = Annotated[bool, typer.Option(
+    "--paper",
+    help="The paper's settings where the defaults differ: one meta-set per split (§6.1), "
+         "GMM with a searched tau (§5.2), the printed UDE kernel (2 sigma, §5.1), no "
+         "clipping (§5.2), correlations on meta-train sets (§6.2), the tau refinement at "
+         "+-0.5 step 0.01 (§5.2), Kmeans by Lloyd's algorithm from two random centroids "
+         "(§5.1) (overrides --sets-per-split, --kernel). The defaults are featstore's "
+         "protocol (the guide lists each difference).")]
 IdPoolsOpt = Annotated[str, typer.Option(
-    help="disjoint (default, the paper: meta-train and meta-test sets draw ID rows from "
-         "disjoint random parts of id/test) | shared (both use all id/test rows; optimistic)")]
+    help="disjoint (default, featstore's: meta-train and meta-test sets draw ID rows from "
+         "disjoint random parts of id/test; the paper's meta-train ID rows are a held-out "
+         "fifth of the train set, §6.1) | shared (both use all id/test rows; optimistic)")]
 IdTrainFractionOpt = Annotated[float, typer.Option(
     help="With disjoint pools: the share of id/test rows for meta-train sets.")]
 RobustHeterogeneousOpt = Annotated[bool, typer.Option(
@@ -334,12 +343,7 @@ def evaluate(
              "round tests every split once (K folds).")] = None,
     rounds: Annotated[int, typer.Option(help="With --cv: rounds of cross-validation (every "
                                              "split tested this many times).")] = 10,
-    paper: Annotated[bool, typer.Option(
-        "--paper",
-        help="The paper's settings where the defaults differ: one meta-set per split, GMM "
-             "with a searched tau, the printed UDE kernel (2 sigma), no clipping, "
-             "correlations on meta-train sets (overrides --sets-per-split, --kernel).")
-    ] = False,
+    paper: PaperOpt = False,
     kernel: KernelOpt = "gauss",
     spec_file: SpecFileOpt = None,
     no_cache: NoCacheOpt = False,
@@ -347,7 +351,8 @@ def evaluate(
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """The paper's protocol: meta-train / meta-test partitions of the OOD splits, RMSE of
+    """Gscore's evaluation protocol (featstore's by default, --paper for the paper's settings
+    where they differ): meta-train / meta-test partitions of the OOD splits, RMSE of
     the predicted metric (Table 1/6 style), Pearson/Spearman, baselines, robustness to the
     IND:OOD ratio and set size, and (several stores) the cross-store table.
 
@@ -456,6 +461,12 @@ def gbench(
         help="With STORES: OOD splits to leave out (shell patterns).")] = None,
     results: Annotated[Path | None, typer.Option(
         help="With STORES: write the results JSON here.")] = None,
+    paper: Annotated[bool, typer.Option(
+        "--paper", help="The paper's settings (`gscore evaluate --paper`) and its ODIN with "
+                        "input perturbation (ref. [33]): building, the stores also hold "
+                        "ODIN's perturbed logits at T = 1000, eps = 0.0014; with STORES, "
+                        "odin_perturbed replaces odin (the stores need those logits: "
+                        "extract with --odin-grid 1000:0.0014).")] = False,
     executor: ExecutorOpt = None,
     executor_config: ExecutorConfigOpt = None,
     workers: WorkersOpt = None,
@@ -481,13 +492,14 @@ def gbench(
     setup(json_, quiet)
     runner = make_cli_executor(executor, executor_config, workers, "gscore gbench")
     if stores:
-        _run_gbench_protocol(stores, methods, repeats, splits, exclude, results, runner, work)
+        _run_gbench_protocol(stores, methods, repeats, splits, exclude, results, runner, work,
+                             paper)
         return
     from featstore.workflows.demo.run import build_gbench_command
 
     summary = build_gbench_command(out_, backbone=_items(backbone) or "pretrained",
                                    weights=weights, epochs=epochs,
-                                   extraction=split_progress, executor=runner)
+                                   extraction=split_progress, executor=runner, paper=paper)
     emit(summary, lambda: print_gbench_store(summary))
 
 

@@ -62,7 +62,8 @@ OsrAugmentOpt = Annotated[str | None, typer.Option(
 OsrAuxOpt = Annotated[Path | None, typer.Option(
     help="ImageFolder of auxiliary outliers for OE / MCD (digits: scikit-image crops).")]
 NoTuneOpt = Annotated[bool, typer.Option(
-    "--no-tune", help="Score at default parameters instead of tuning on open_val.")]
+    "--no-tune", help="Score at default parameters instead of tuning on ood/osr/open_val "
+                      "(RS §2.5).")]
 ThresholdOpt = Annotated[list[float] | None, typer.Option(
     help="Threshold(s) T; repeatable (default 0.40, 0.45, 0.50 = T40, T45, T50).")]
 RuleOpt = Annotated[str, typer.Option(help="distance (ID when 1 - sim <= T, FACETS) | "
@@ -111,10 +112,12 @@ def osr(
     no_tune: NoTuneOpt = False,
     param: MethodParamOpt = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda[:N]")] = "auto",
-    val_open: Annotated[str, typer.Option(
-        "--val-open", help="heldout: tune on open classes held out of the test (default); "
-                           "paper: on val images of the tested open classes (the paper's, "
-                           "optimistic).")] = "heldout",
+    val_open: Annotated[str | None, typer.Option(
+        "--val-open", help="paper: test every open class (RS §2.6.1 'the entire test set'), "
+                           "tune on val images of those classes (default with --layout "
+                           "paper; optimistic) | heldout: featstore's addition, tune on open "
+                           "classes held out of the test, which then lacks them (default "
+                           "otherwise).")] = None,
     executor: ExecutorOpt = None,
     executor_config: ExecutorConfigOpt = None,
     workers: WorkersOpt = None,
@@ -124,8 +127,9 @@ def osr(
 ) -> None:
     """Open-set recognition (remote-sensing OOD benchmark, Wang et al. 2024): random
     closed/open class divisions per ratio and seed; every requested method trained on the
-    closed classes with the division's seed, extracted, tuned on ood/osr/open_val (AUROC; by
-    default open classes held out of the test, --val-open paper for the paper's choice),
+    closed classes with the division's seed, extracted, tuned on ood/osr/open_val (AUROC;
+    with --layout paper the paper's protocol, every open class tested (§2.6.1); otherwise
+    featstore's held-out open classes, left out of the test; --val-open chooses),
     evaluated on ood/osr/open; mean ± std over --runs training runs x --seeds divisions;
     skipped runs listed with reasons. --methods defaults to msp,vim,knn (one training per
     division; the ten rows train 8 models and OE / MCD need --aux): the paper's Tables 5-10
@@ -138,7 +142,7 @@ def osr(
     setup(json_, quiet)
     from featstore.workflows.experiments.osr_run import osr_train_settings, run_osr
     from featstore.workflows.experiments.paper_layout import check_layout
-    from featstore.workflows.protocols.osr import parse_ratios
+    from featstore.workflows.protocols.osr import parse_ratios, resolve_val_open
 
     from .commands_run import paper_file, print_experiment
 
@@ -151,7 +155,8 @@ def osr(
     result = run_osr(data, out_, ratios=ratios, seeds=seeds, runs=runs, methods=methods,
                      params=params,
                      train=train, arch=arch, root=root, image_size=image_size, aux=aux,
-                     tune=not no_tune, device=device, val_open=val_open,
+                     tune=not no_tune, device=device,
+                     val_open=resolve_val_open(val_open, layout),
                      log=log if show else None, executor=runner,
                      train_progress=(lambda label: train_progress(True, label))
                      if show else None)

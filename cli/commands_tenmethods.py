@@ -11,7 +11,6 @@ import typer
 
 from .commands_protocol import (
     MethodParamOpt,
-    NoTuneOpt,
     OsrAugmentOpt,
     OsrBatchOpt,
     OsrEpochsOpt,
@@ -51,7 +50,10 @@ def ten_methods(
     aux: Annotated[Path | None, typer.Option(
         help="ImageFolder of auxiliary outliers for OE / MCD (or a spec split with role ood "
              "and usage = \"train\").")] = None,
-    no_tune: NoTuneOpt = False,
+    no_tune: Annotated[bool, typer.Option(
+        "--no-tune", help="Score at default parameters instead of tuning ViM and KNN on each "
+                          "spec's id/val vs its OOD splits flagged usage val (RS §2.5).")
+    ] = False,
     param: MethodParamOpt = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda[:N]")] = "auto",
     executor: ExecutorOpt = None,

@@ -21,6 +21,10 @@ dimension D too small for an ASH percentile. The rule:
   smaller bank (rounded, >= 1: the share K / bank the grid was chosen for is kept), so a
   200-row bank sweeps K in [1, 2, 4], not [50, 100, 200] (K = 200 = the whole bank); each
   changed setting is listed with the reason. A bank of 50,000 rows or more keeps the grid.
+  Under the remote-sensing paper's protocol (`grid_rule="paper"` of `scorers.sweep.sweep`,
+  the `protocol ten-methods` / `protocol osr` presets: §2.5 tunes over "the five most common
+  values") the default grid is NOT fitted: its values are used as they are, clamped only
+  where the store makes one invalid (a K above the bank), duplicates merged.
 - In a default grid every setting is then clamped the same way; settings that become equal
   are scored once (the first in grid order is kept).
 - A clamp that leaves the scorer DEGENERATE (`Scorer.degenerate`: vim/residual dim = N - 1,
@@ -54,14 +58,16 @@ def adapt_grid(scorer: Scorer, grid: Mapping[str, Sequence[Any]], fixed: Collect
                store: StoreLike, fit_to_store: bool = True
                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The settings of a DEFAULT grid fitted to the store (`Scorer.fit_grid`: knn scales its
-    K values to the bank) and each clamped by the rule (parameters in `fixed` are the user's
-    and stay), duplicates merged in grid order; returns (settings, adjustments), one
-    adjustment per changed setting. `fit_grid` keeps each parameter's number of values, so
-    setting i of the fitted grid is the fit of setting i of `grid`. `fit_to_store=False` skips the
-    fitting (a grid another rule fixes, OpenOOD's: its values are clamped only)."""
+    K values to the bank; skipped when not `fit_to_store`: a grid another rule fixes, RS §2.5's
+    "five most common values" as they are or OpenOOD's configs, clamped only) and each clamped
+    by the rule (parameters in `fixed` are the user's and stay), duplicates merged in grid
+    order; returns (settings, adjustments), one adjustment per changed setting. `fit_grid`
+    keeps each parameter's number of values, so setting i of the fitted grid is the fit of
+    setting i of `grid`."""
     settings: list[dict[str, Any]] = []
     adjusted: list[dict[str, Any]] = []
-    fitted, why = scorer.fit_grid(grid, store) if fit_to_store else (dict(grid), "")
+    fitted, why = (scorer.fit_grid(grid, store) if fit_to_store
+                   else ({k: list(v) for k, v in grid.items()}, ""))
     for setting, fit in zip(expand_grid(grid) if grid else [{}],
                             expand_grid(fitted) if fitted else [{}], strict=True):
         params, adj = adapt_params(scorer, {**scorer.params, **fit}, fixed, store)

@@ -1,6 +1,11 @@
 """Evaluate scorers over a store (DESIGN §4): per-OOD-split metrics against id/test, group
-means (unweighted over the group's test splits), ID accuracy, misclassification AUROC, and fit
-and score seconds per method. Only test-usage OOD splits enter the table; val-flagged splits
+metrics in two forms, ID accuracy, misclassification AUROC, and fit and score seconds per
+method. A group's two forms: ``groups`` is the unweighted mean of the metric over the group's
+test splits (each OOD source weighs the same); ``pooled`` is the metric of id/test against the
+group's test splits concatenated (each OOD row weighs the same: a source of 50,000 rows weighs
+ten times one of 5,000), as FACETS (Recalcati et al., DSAA 2023, §IV Tables II-V: each
+dataset's OOD "Total" is one set of rows; §VI Tables VI-VII report one cell per dataset)
+computes its table. Only test-usage OOD splits enter the table; val-flagged splits
 are for hyperparameter selection (scorers.sweep).
 """
 
@@ -47,6 +52,20 @@ def group_means(per_split: Mapping[str, Mapping[str, float]],
     for name in per_split:
         groups.setdefault(store.split(name).group or "", []).append(name)
     return {g: {m: mean_of([per_split[s][m] for s in names]) for m in OOD_METRIC_NAMES}
+            for g, names in groups.items()}
+
+
+def pooled_groups(id_scores: np.ndarray, scores: Mapping[str, np.ndarray],
+                  store: StoreLike, id_name: str = "id/test") -> dict[str, dict[str, float]]:
+    """Each group's metrics on its splits POOLED: `ood_metrics(id_scores, concatenation of
+    the group's splits' scores in `scores` order)` (module docstring; `groups` is the mean
+    form). The metrics are rank statistics, so the concatenation's order does not matter."""
+    groups: dict[str, list[str]] = {}
+    for name in scores:
+        groups.setdefault(store.split(name).group or "", []).append(name)
+    return {g: ood_metrics(id_scores, np.concatenate([np.asarray(scores[s]) for s in names]),
+                           id_name=id_name, ood_name=f"pooled {g or 'ood'} ({len(names)} "
+                                                     "splits)")
             for g, names in groups.items()}
 
 
@@ -195,8 +214,9 @@ def evaluate(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | 
     "fit_seconds", "score_seconds", "diagnostics" (the fit's, e.g. recall@K of an approximate
     index; empty when cached), "misclassification_auroc", "misclassification" (FACETS
     Table VII: fpr95, detection_error, auroc, errors, warning; None when undefined), "splits":
-    {split: metrics}, "groups": {group: metrics}, "aurc", "augrc" (selective classification,
-    `scorers.selective`)}}, "skipped": {name: reason}, "ci"}.
+    {split: metrics}, "groups": {group: metrics} (the mean over the group's splits),
+    "pooled": {group: metrics} (on the group's splits concatenated; module docstring), "aurc",
+    "augrc" (selective classification, `scorers.selective`)}}, "skipped": {name: reason}, "ci"}.
 
     A method that cannot run on this store (`scorers.skipping`: a missing need, no valid
     parameter value, a class without train rows, ...) is listed in "skipped" with its one-line
@@ -238,6 +258,7 @@ def evaluate(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] | 
             "diagnostics": diag,
             **id_side,
             "splits": per_split, "groups": group_means(per_split, store),
+            "pooled": pooled_groups(id_scores, {s: scores[s] for s in ood}, store),
         }
 
     done, skipped = run_each(methods, run, strict=strict)

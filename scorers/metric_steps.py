@@ -20,7 +20,8 @@ the final state into the metrics (fractions). The formulas are those documented 
   tp / P``, precision ``p = tp / (tp + fp)``; trapezoid ``(r - r_prev) (p + p_prev) / 2`` from
   (0, 1) and step ``(r - r_prev) p`` (AUPR-In, AP-In); FPR95 = ``fp / Q`` at the first group
   with ``r >= 0.95``; detection error ``min 0.5 (1 - r) + 0.5 fp / Q`` from 0.5; FACETS'
-  detection error at 95% TPR ``0.5 (1 - 0.95) + 0.5 FPR95`` from the FPR95 in ``ood_finish``.
+  detection error at that same threshold, at the TPR it achieves: ``0.5 (1 - tp95 / P) + 0.5
+  fp95 / Q`` with ``tp95``, ``fp95`` the counts at the first group with ``r >= 0.95``.
 
 Sums are Neumaier-compensated. Every value is an integer-valued weight sum or the same
 operation on the same operands whichever caller runs the step, so a resample's metrics equal
@@ -38,7 +39,7 @@ from numba import njit
 
 TPR_LEVEL = 0.95
 #: Number of values in the OOD walk state and of metrics it returns.
-N_OOD_STATE = 18
+N_OOD_STATE = 19
 N_OOD = 9
 N_SEL_STATE = 8
 _JIT: dict[str, Any] = {"cache": True, "nogil": True, "error_model": "numpy"}
@@ -59,16 +60,16 @@ def nsum(s: float, c: float, x: float) -> tuple[float, float]:
 def ood_start(n_pos: float, n_neg: float):
     """State before the first group: (tp, fp, auc, r_prev, p_prev, aupr_in s/c, ap_in s/c,
     fp at 95% TPR, detection error, ro_prev, po_prev, aupr_out s/c, ap_out s/c, P - tp at
-    95% OOD recall); the two 95% values start at the totals, i.e. a rate of 1."""
+    95% OOD recall, tp at 95% TPR); the 95% values start at the totals, i.e. a rate of 1."""
     z = 0.0
-    return (z, z, z, z, 1.0, z, z, z, z, n_neg, 0.5, 1.0, z, z, z, z, z, n_pos)
+    return (z, z, z, z, 1.0, z, z, z, z, n_neg, 0.5, 1.0, z, z, z, z, z, n_pos, n_pos)
 
 
 @njit(inline="always", **_JIT)
 def ood_step(st, ci: float, cj: float, n_pos: float, n_neg: float):
     """The OOD walk state after a group of positive weight ``ci`` and negative weight ``cj``."""
     (tp, fp, auc, r_prev, p_prev, ain_s, ain_c, apin_s, apin_c, fp95, det, ro_prev, po_prev,
-     aout_s, aout_c, apout_s, apout_c, fpo95) = st
+     aout_s, aout_c, apout_s, apout_c, fpo95, tp95) = st
     tpo = n_neg - fp
     fpo = n_pos - tp
     ro = tpo / n_neg
@@ -88,11 +89,12 @@ def ood_step(st, ci: float, cj: float, n_pos: float, n_neg: float):
     apin_s, apin_c = nsum(apin_s, apin_c, dr * p)
     if r >= TPR_LEVEL and r_prev < TPR_LEVEL:
         fp95 = fp
+        tp95 = tp
     e = 0.5 * (1.0 - r) + 0.5 * (fp / n_neg)
     if e < det:
         det = e
     return (tp, fp, auc, r, p, ain_s, ain_c, apin_s, apin_c, fp95, det, ro, po,
-            aout_s, aout_c, apout_s, apout_c, fpo95)
+            aout_s, aout_c, apout_s, apout_c, fpo95, tp95)
 
 
 @njit(inline="always", **_JIT)
@@ -105,7 +107,7 @@ def ood_finish(st, n_pos: float, n_neg: float, out) -> None:
             out[m] = np.nan
         return
     (tp, fp, auc, r_prev, p_prev, ain_s, ain_c, apin_s, apin_c, fp95, det, ro_prev, po_prev,
-     aout_s, aout_c, apout_s, apout_c, fpo95) = st
+     aout_s, aout_c, apout_s, apout_c, fpo95, tp95) = st
     aout_s, aout_c = nsum(aout_s, aout_c, ro_prev * (po_prev + 1.0) / 2.0)
     apout_s, apout_c = nsum(apout_s, apout_c, ro_prev * po_prev)
     out[0] = auc / (2.0 * n_pos * n_neg)
@@ -116,7 +118,7 @@ def ood_finish(st, n_pos: float, n_neg: float, out) -> None:
     out[5] = fp95 / n_neg
     out[6] = fpo95 / n_pos
     out[7] = det
-    out[8] = 0.5 * (1.0 - TPR_LEVEL) + 0.5 * (fp95 / n_neg)
+    out[8] = 0.5 * (1.0 - tp95 / n_pos) + 0.5 * (fp95 / n_neg)
 
 
 @njit(inline="always", **_JIT)

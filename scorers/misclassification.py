@@ -10,7 +10,8 @@ is not -1, a row is correct when argmax(logits) == label; correct rows are the p
     fpr95            share of misclassified rows accepted at the highest threshold that keeps
                      >= 95% of the correct rows
     detection_error  min over thresholds of 0.5 (1 - TPR) + 0.5 FPR (end points included)
-    detection_error_tpr95  0.5 (1 - 0.95) + 0.5 fpr95, FACETS' own "Detection Error"
+    detection_error_tpr95  0.5 (1 - TPR) + 0.5 fpr95 at fpr95's threshold and the TPR it
+                           achieves, FACETS' "Detection Error" (§VI Table VII)
     auroc            P(score_correct > score_wrong) + 0.5 P(tie)  (= misclassification_auroc)
 
 With fewer than `MIN_ERRORS` (20) misclassified rows the numbers rest on too few negatives to

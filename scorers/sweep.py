@@ -50,7 +50,13 @@ from featstore.store.interfaces import SplitLike, StoreLike
 
 from .adapt import adapt_grid, adapt_params
 from .base import Scorer, check_grid_keys, expand_grid
-from .evaluate import group_means, id_side_metrics, mean_of, require_finite_inputs
+from .evaluate import (
+    group_means,
+    id_side_metrics,
+    mean_of,
+    pooled_groups,
+    require_finite_inputs,
+)
 from .metrics import (
     METRIC_DIRECTIONS,
     OOD_METRIC_NAMES,
@@ -77,6 +83,8 @@ VAL_ID_SPLIT = "id/val"
 #: the tuning rules `sweep` / `sweep_all` take: featstore's (this module) and OpenOOD v1.5's
 TUNING_RULES = ("featstore", "openood")
 TEST_ID_SPLIT = "id/test"
+#: How a default grid meets a store (`sweep`'s grid_rule; `scorers.adapt`).
+GRID_RULES = ("fitted", "paper")
 _FLAG_HINT = ('flag OOD splits for validation with `usage = "val"` in the benchmark spec '
               '(or usage="val" in Store.from_arrays / write_split)')
 
@@ -167,7 +175,8 @@ class _Plan:
 
     def __init__(self, probe: Scorer, grid: Mapping[str, Any] | None,
                  base: Mapping[str, Any], store: StoreLike,
-                 rule_grid: tuple[str, Mapping[str, Any], Mapping[str, Any]] | None = None):
+                 rule_grid: tuple[str, Mapping[str, Any], Mapping[str, Any]] | None = None,
+                 grid_rule: str = "fitted"):
         name = probe.name
         # rule_grid: (source, grid, implicit params) of a tuning rule other than featstore's
         # (OpenOOD's: scorers.openood_aps), clamped to the store as a default grid is
@@ -191,8 +200,9 @@ class _Plan:
                      if k in base or k in implicit or v != probe.params[k]}
         probe = type(probe)(**self.base)
         if self.source != "explicit":
-            settings, grid_adjusted = adapt_grid(probe, self.grid, set(base), store,
-                                                 fit_to_store=self.source == "default")
+            settings, grid_adjusted = adapt_grid(
+                probe, self.grid, set(base), store,
+                fit_to_store=self.source == "default" and grid_rule != "paper")
             self.adjusted += grid_adjusted
         else:
             settings = expand_grid(self.grid) if self.grid else [{}]
@@ -242,20 +252,39 @@ def plan_settings(store: StoreLike, method: str, grid: Mapping[str, Any] | None 
 
 def _split_metrics(plan: _Plan, scorer: Scorer, store: StoreLike, id_name: str,
                    ood_names: Sequence[str], keep: dict[str, np.ndarray] | None = None,
-                   keep_index: int = 0) -> tuple[list[np.ndarray], list[dict[str, Any]]]:
+                   keep_index: int = 0, pooled: list[dict[str, float]] | None = None
+                   ) -> tuple[list[np.ndarray], list[dict[str, Any]]]:
     """Scores of the ID split per setting, and per setting {ood split: metrics}. With `keep`,
-    setting `keep_index`'s scores of every split are stored in it (for its intervals)."""
+    setting `keep_index`'s scores of every split are stored in it (for its intervals). With
+    `pooled` (a list, filled), per setting the metrics against every OOD split concatenated."""
     id_scores = plan.score(scorer, store.split(id_name))
     if keep is not None:
         keep[id_name] = id_scores[keep_index]
     per_setting: list[dict[str, dict[str, float]]] = [{} for _ in plan.settings]
+    held: list[list[np.ndarray]] = [[] for _ in plan.settings]
     for ood in ood_names:
         for i, scores in enumerate(plan.score(scorer, store.split(ood))):
             per_setting[i][ood] = ood_metrics(id_scores[i], scores, id_name=id_name,
                                               ood_name=ood)
+            if pooled is not None:
+                held[i].append(scores)
             if keep is not None and i == keep_index:
                 keep[ood] = scores
+    if pooled is not None:
+        pooled += [ood_metrics(id_scores[i], np.concatenate(h), id_name=id_name,
+                               ood_name="the val OOD splits pooled") for i, h in enumerate(held)]
     return id_scores, per_setting
+
+
+def _val_rows(plan: _Plan, scorer: Scorer, store: StoreLike, val_ood: Sequence[str],
+              pool: bool) -> list[dict[str, Any]]:
+    """Per setting its val metrics: {"mean", "groups", "splits"} and with `pool` "pooled"
+    (on the val OOD splits concatenated)."""
+    pooled: list[dict[str, float]] | None = [] if pool else None
+    _, per_split = _split_metrics(plan, scorer, store, VAL_ID_SPLIT, val_ood, pooled=pooled)
+    return [{"mean": _mean(ps), "groups": group_means(ps, store), "splits": ps,
+             **({"pooled": pooled[i]} if pooled is not None else {})}
+            for i, ps in enumerate(per_split)]
 
 
 def _mean(per_split: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
@@ -298,6 +327,8 @@ def _test_report(plan: _Plan, scorer: Scorer, store: StoreLike, method: str, ind
         # own copies: the intervals go into the chosen test metrics, not into "settings"
         test["splits"] = {k: dict(v) for k, v in test["splits"].items()}
         test["groups"] = {k: dict(v) for k, v in test["groups"].items()}
+        test["pooled"] = pooled_groups(kept[TEST_ID_SPLIT], {s: kept[s] for s in test_ood},
+                                       store, TEST_ID_SPLIT)
         if ci is not None:
             holder = {"id_split": TEST_ID_SPLIT, "methods": {method: test}}
             add_intervals(holder, {method: kept}, store, ci)
@@ -342,10 +373,17 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
           grid: Mapping[str, Any] | None = None,
           select_by: str = "auroc", base_params: Mapping[str, Any] | None = None,
           ci: BootstrapSpec | None = None, keep_scores: dict[str, np.ndarray] | None = None,
-          rule: str = "featstore") -> SweepResult:
+          rule: str = "featstore", grid_rule: str = "fitted", select_on: str = "mean"
+          ) -> SweepResult:
     """Choose `method`'s setting on the val splits, then report its test metrics. `method`
     is a registered name, `module:Class`, a Scorer subclass or an instance (whose given
-    parameters are fixed, outside the grid).
+    parameters are fixed, outside the grid). `grid_rule` ("fitted" | "paper") decides how a
+    DEFAULT grid meets the store (`scorers.adapt`): "fitted" lets the scorer fit it (knn's K
+    scaled to the bank, vim's dims to D), "paper" keeps its values, clamped only where
+    invalid (the remote-sensing paper's "five most common values", §2.5). `select_on`
+    ("mean" | "pooled"): the setting is chosen by `select_by` averaged over the val OOD
+    splits, or on them concatenated (FACETS' one val set per dataset, §IV); "chosen"'s "val"
+    holds those metrics.
 
     With `ci`, the chosen setting's test metrics carry stratified-bootstrap intervals
     (`scorers.uncertainty.add_intervals`; test["ci"] echoes the method). `keep_scores`, if
@@ -363,13 +401,18 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     "test_splits": {"id", "ood"} | None, "chosen": {"index", "setting", "params", "val"},
     "test": {"params", "fit_seconds", "score_seconds", "cached", "diagnostics" (the fitted
     scorer's, e.g. an approximate index's recall@K), "misclassification_auroc",
-    "misclassification", "aurc", "augrc", "splits", "groups"} | None, "settings":
+    "misclassification", "aurc", "augrc", "splits", "groups" (mean over each group's
+    splits), "pooled" (on each group's splits concatenated: `scorers.evaluate.
+    pooled_groups`)} | None, "settings":
     [{"setting", "params", "val": {"mean", "groups", "splits"}, "test": {"groups", "splits"}
     | None}],
     "adjusted": [{"setting", "used", "reason"}], "rule",
     "fit_seconds", "val_seconds", "test_seconds"}; see the module docstring."""
     direction = check_select_by(select_by)
     check_rule(rule, select_by)
+    if grid_rule not in GRID_RULES or select_on not in ("mean", "pooled"):
+        raise UsageError(f"grid_rule {grid_rule!r} / select_on {select_on!r}: expected one "
+                         f"of {', '.join(GRID_RULES)} / mean, pooled")
     base = dict(base_params or {})
     if isinstance(method, Scorer):  # an instance: its given parameters are fixed
         base = {**method.given, **base}
@@ -378,7 +421,7 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     require_finite_inputs(store, method, [])  # before any data-dependent range: NaN named
     val_ood = val_splits(store)
     rule_grid = ("openood", *openood_grid(method)) if rule == "openood" else None
-    plan = _Plan(probe, grid, base, store, rule_grid)
+    plan = _Plan(probe, grid, base, store, rule_grid, grid_rule)
 
     scorer = get_scorer(method, **{**plan.base, **plan.settings[0]})
     t0 = time.perf_counter()
@@ -387,13 +430,11 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
 
     # ---- 1. selection: validation splits only
     t0 = time.perf_counter()
-    _, val_split_metrics = _split_metrics(plan, scorer, store, VAL_ID_SPLIT, val_ood)
+    val_rows = _val_rows(plan, scorer, store, val_ood, select_on == "pooled")
     val_s = time.perf_counter() - t0
-    val_rows: list[dict[str, Any]] = [
-        {"mean": _mean(ps), "groups": group_means(ps, store), "splits": ps}
-        for ps in val_split_metrics]
     index, openood = (_openood_choice(plan, scorer, store, val_ood) if rule == "openood" else
-                      (choose([row["mean"][select_by] for row in val_rows], direction), None))
+                      (choose([row[select_on][select_by] for row in val_rows], direction),
+                       None))
     chosen_setting = plan.settings[index]
     chosen_params = {**scorer.params, **chosen_setting}
 
@@ -409,7 +450,7 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
         "val_splits": {"id": VAL_ID_SPLIT, "ood": list(val_ood)},
         "test_splits": {"id": TEST_ID_SPLIT, "ood": list(test_ood)} if has_test else None,
         "chosen": {"index": index, "setting": _plain(chosen_setting),
-                   "params": _plain(chosen_params), "val": val_rows[index]["mean"]},
+                   "params": _plain(chosen_params), "val": val_rows[index][select_on]},
         "test": test,
         "settings": [{"setting": _plain(s), "params": _plain({**scorer.params, **s}),
                       "val": v, "test": t}
@@ -425,7 +466,7 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
               select_by: str = "auroc",
               progress: Callable[[str], None] | None = None,
               strict: bool = False, ci: BootstrapSpec | None = None,
-              rule: str = "featstore") -> EvaluationResult:
+              rule: str = "featstore", select_on: str = "mean") -> EvaluationResult:
     """Sweep every method over its default grid on val; the tuned leaderboard on test.
 
     Returns `scorers.evaluate.evaluate`'s `EvaluationResult` ({"store", "model_sha256", "id_split",
@@ -434,7 +475,8 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
     (the chosen setting's mean val metrics), "grid", "settings_scored" and "adjusted"; plus
     "tuned": True, "select_by", "val_splits" and "ci" (with `ci`: every chosen setting's
     test metrics with intervals from one bootstrap over every method, common resamples).
-    `params[name]` fixes parameters of a method (they leave its grid). A method that cannot
+    `params[name]` fixes parameters of a method (they leave its grid); `select_on` as
+    `sweep`'s. A method that cannot
     run on this store is skipped with the reason (`scorers.skipping`), or, with `strict`,
     raises; when none ran, FeatstoreError lists every reason. `rule` is `sweep`'s (each
     method's "openood" record is kept beside "chosen"; the result echoes "rule")."""
@@ -457,7 +499,7 @@ def sweep_all(store: StoreLike, methods: Sequence[str | type[Scorer] | Scorer] |
             progress(name)
         kept[name] = {}
         res = sweep(store, name, None, select_by, params.get(name, {}),
-                    keep_scores=kept[name], rule=rule)
+                    keep_scores=kept[name], rule=rule, select_on=select_on)
         extra = {"openood": res["openood"]} if rule == "openood" else {}
         return {**res["test"], "chosen": res["chosen"]["setting"], "fixed": res["base_params"],
                 "val": res["chosen"]["val"], "grid": res["grid"],

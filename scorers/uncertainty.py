@@ -5,7 +5,7 @@
 {split: metrics}, "groups": {group: metrics}, "misclassification_auroc", ...}}}``) and the
 scores behind it, runs the stratified bootstrap of ``scorers.stats.bootstrap`` once for every
 method (the same resamples for all of them), and writes ``[lo, hi]`` beside every value:
-``"<metric>_ci"`` next to ``"<metric>"`` in every split and group dict, next to
+``"<metric>_ci"`` next to ``"<metric>"`` in every split, group and pooled-group dict, next to
 ``misclassification_auroc``, ``aurc``, ``augrc`` of every method, and ``"id_acc_ci"`` next to
 ``"id_acc"``, plus ``result["ci"]``: the method echo (level, percentile/BCa, resamples, seed,
 resampling). A value the bootstrap cannot define (e.g. no misclassified row) gets ``None``.
@@ -74,6 +74,9 @@ def add_intervals(result: dict[str, Any], scores: Mapping[str, Mapping[str, np.n
             _attach(target["splits"][s], by_metric)
         for g, by_metric in entry["groups"].items():
             _attach(target["groups"][g], by_metric)
+        for g, by_metric in entry.get("pooled", {}).items():
+            if g in target.get("pooled", {}):
+                _attach(target["pooled"][g], by_metric)
         _attach(target, entry["misc"])
         for key in ("misclassification_auroc", "aurc", "augrc"):
             if key in target and f"{key}_ci" not in target:

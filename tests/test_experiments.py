@@ -318,8 +318,11 @@ def test_facets_table_by_hand(tmp_path, capsys):
             cell = r["cells"][m]
             assert cell["fpr95"] == pytest.approx(fpr, abs=1e-9)
             assert cell["detection_error"] == pytest.approx(det, abs=1e-9)
-            # FACETS' Detection Error: 0.5 (1 - 0.95) + 0.5 FPR95, the one the table shows
-            assert cell["detection_error_tpr95"] == pytest.approx(2.5 + fpr / 2, abs=1e-9)
+            # FACETS' Detection Error at the achieved TPR: 0.5 (1 - TPR(t*)) + 0.5 FPR(t*)
+            t_star = np.unique(np.r_[pos, neg])[::-1]
+            tpr_star = next((pos >= t).mean() for t in t_star if (pos >= t).mean() >= 0.95)
+            assert cell["detection_error_tpr95"] == pytest.approx(
+                50 * (1 - tpr_star) + fpr / 2, abs=1e-9)
             assert cell["auroc"] == pytest.approx(auc, abs=1e-9)
         assert (r["cells"]["ip_ts_mlv"] is None) == (r["dataset"] == "T45")
         for key, better in (("auroc", max), ("fpr95", min)):

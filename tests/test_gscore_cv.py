@@ -84,6 +84,9 @@ def test_paper_preset_sets_every_paper_default(tmp_path):
     assert cfg["correlation_sets"] == "meta-train"
     assert "gmm-wasserstein@auto" in cfg["models"]
     assert "section 6.1" in cfg["describe"]["preset"]
+    # issue 46.5: section 5.2's tau refinement +-0.5 at step 0.01, section 5.1's Lloyd Kmeans
+    assert cfg["tau_halfwidth"] == 0.5 and cfg["kmeans"] == "lloyd (seed 0)"
+    assert "tau + 0.5" in cfg["describe"]["preset"] and "section 5.1" in cfg["describe"]["preset"]
     cell = res["table"]["msp"]["fpr95"]["gmm-wasserstein@auto"]
     assert cell["pearson"]["values"] == cell["pearson_train"]["values"]
     assert cell["tau"]["mean"] is not None  # GMM's tau was searched
@@ -143,3 +146,77 @@ def test_fit_cross_validated_rmse_and_predict_interval(tmp_path):
     assert res["interval"] == pytest.approx([max(0.0, res["predicted"] - q),
                                              min(100.0, res["predicted"] + q)])
     assert res["cv_rmse"] == pytest.approx(cv["rmse"])
+
+
+def test_paper_tau_refinement_spans_half_a_unit_at_step_001():
+    """Gscore section 5.2 (issue 46.5): after the 0.1 grid, "repeat the process from tau - 0.5
+    to tau + 0.5 ... with an interval of 0.01": with the engine's half-width 0.5 (`--paper`)
+    the fine taus are every 0.01 in [tau0 - 0.5, tau0 + 0.5] clipped to [0, 1] (by hand:
+    tau0 = 0.3 gives 0.00 ... 0.80, 81 values); the default keeps +-0.1 (21 values)."""
+    from scorers.gscore.regression import search_tau
+
+    p = np.arange(5, dtype=float)
+    g_of = lambda ts: np.array([p * (1 + 10 * (t - 0.3) ** 2) + (t - 0.3) ** 2  # noqa: E731
+                                for t in ts])
+    res = search_tau(g_of, p, halfwidth=0.5)
+    fine = [t for t, _ in res["trace"] if round(t * 10) != t * 10]
+    assert res["tau_coarse"] == 0.3
+    assert min(t for t, _ in res["trace"]) == 0.0 and max(fine) == pytest.approx(0.79)
+    assert len([t for t, _ in res["trace"] if t <= 0.8 + 1e-9]) == 81
+    narrow = search_tau(g_of, p)
+    assert max(t for t, _ in narrow["trace"] if t < 0.45) == pytest.approx(0.4)
+    assert len([t for t, _ in narrow["trace"] if 0.2 - 1e-9 <= t <= 0.4 + 1e-9]) == 21
+
+
+def test_paper_kmeans_is_lloyd_from_two_random_centroids():
+    """Gscore section 5.1 (issue 46.5): "Kmeans starts with two random centroids and
+    iteratively updates the centroids". Reference: a plain-Python Lloyd's algorithm from the
+    same two starting samples (`lloyd_starts`), assign to the nearer centroid (ties to the
+    first), recompute means, until no assignment changes. A set where Lloyd stops in a local
+    optimum (starts 0 and 1 over {0, 1, 2, 6, 7, 8, 20}: {0, 1, 2} | {6, 7, 8, 20}, by hand)
+    differs from the exact 2-means ({0, ..., 8} | {20})."""
+    from scorers.gscore.clustering import kmeans_rows, lloyd_rows, lloyd_starts
+
+    rng = np.random.default_rng(3)
+    sets = [rng.normal(size=40), np.r_[rng.normal(0, 1, 30), rng.normal(5, 1, 10)],
+            np.array([0.0, 1.0, 2.0, 6.0, 7.0, 8.0, 20.0])]
+    width = max(len(s) for s in sets)
+    x = np.zeros((len(sets), width))
+    n = np.array([len(s) for s in sets])
+    for i, s in enumerate(sets):
+        x[i, :len(s)] = s
+    starts = lloyd_starts(n, 7)
+    starts[2] = (0, 1)  # the local-optimum start, by hand
+    got = lloyd_rows(x, n, starts)
+    for i, s in enumerate(sets):
+        c = [float(s[starts[i, 0]]), float(s[starts[i, 1]])]
+        first = None
+        while True:
+            a = [abs(v - c[0]) <= abs(v - c[1]) for v in s]
+            if a == first:
+                break
+            first = a
+            c = [float(np.mean([v for v, f in zip(s, a, strict=True) if f])),
+                 float(np.mean([v for v, f in zip(s, a, strict=True) if not f]))]
+        lo, hi = sorted([[v for v, f in zip(s, first, strict=True) if f],
+                         [v for v, f in zip(s, first, strict=True) if not f]], key=np.mean)
+        ref = [np.mean(lo), np.std(lo), len(lo), np.mean(hi), np.std(hi), len(hi)]
+        assert got[i] == pytest.approx(ref, abs=1e-12)
+    assert got[2][2] == 3 and kmeans_rows(x, n)[2][2] == 6
+
+
+def test_gbench_paper_scores_odin_with_input_perturbation(tmp_path):
+    """Gscore's ODIN (ref. [33], issue 46.5) perturbs its input: `gbench_protocol(paper=
+    True)` evaluates `odin_perturbed` (T = 1000, eps = 0.0014) in ODIN's place, with
+    `evaluate --paper`'s settings; on a store without those logits it is skipped, named, and
+    the build extracts them (GBENCH_PAPER_ODIN)."""
+    from scorers.gscore.spec import GBENCH_PAPER_METHODS, GBENCH_PAPER_ODIN
+
+    st = graded_store(tmp_path / "s", n_ood=6, rows=80)
+    res = G.gbench_protocol([st], paper=True, ratios=(), sizes=(), robust_heterogeneous=False,
+                            repeats=1, models=["kmeans-l2"], baselines=False,
+                            targets=["fpr95"])
+    assert GBENCH_PAPER_METHODS == ("msp", "odin_perturbed", "energy", "mls")
+    assert res["config"]["paper"] is True and res["config"]["kmeans"] == "lloyd (seed 0)"
+    assert "ODIN-perturbed logits at temperature=1000" in res["skipped"]["odin_perturbed"]
+    assert GBENCH_PAPER_ODIN == ((1000.0, 0.0014),)

@@ -55,7 +55,8 @@ def sklearn_metrics(id_scores: np.ndarray, ood_scores: np.ndarray) -> dict[str, 
         "fpr95": fpr[np.argmax(tpr >= 0.95)],
         "fpr95_ood": fpr_o[np.argmax(tpr_o >= 0.95)],
         "detection_error": np.min(0.5 * (1.0 - tpr) + 0.5 * fpr),
-        "detection_error_tpr95": 0.5 * (1.0 - 0.95) + 0.5 * fpr[np.argmax(tpr >= 0.95)],
+        "detection_error_tpr95": (0.5 * (1.0 - tpr[np.argmax(tpr >= 0.95)])
+                                  + 0.5 * fpr[np.argmax(tpr >= 0.95)]),
     }
     return {k: 100.0 * float(v) for k, v in ref.items()}
 
@@ -369,8 +370,8 @@ def test_misclassification_fpr95_and_detection_error_by_hand():
 
 # FACETS (Recalcati et al., DSAA 2023), Table VI "FPR@95%TPR / Detection Error" cells of MSP,
 # TS, MLV and ODIN, and Table VII's MSP row, copied from
-# ../shared/papers/facets-realistic-ood-benchmark-dsaa-2023.md (OODL's two cells are the only
-# ones of the paper's 48 that do not follow DE = 0.5 (1 - 0.95) + 0.5 FPR95).
+# ../shared/papers/facets-realistic-ood-benchmark-dsaa-2023.md: cells whose threshold reaches
+# 95% TPR (nearly) exactly, so DE = 0.5 (1 - TPR(t*)) + 0.5 FPR(t*) = 2.5 + FPR95 / 2.
 FACETS_CELLS = [
     (22.36, 13.68), (86.85, 45.91), (87.22, 46.11), (87.64, 46.32), (88.66, 46.83),
     (82.64, 43.82), (82.44, 43.72),                                  # MSP, Table VI
@@ -396,3 +397,25 @@ def test_detection_error_tpr95_reproduces_facets_table(fpr95: float, paper_de: f
     assert got["detection_error_tpr95"] == pytest.approx(2.5 + fpr95 / 2, abs=1e-9)
     assert abs(got["detection_error_tpr95"] - paper_de) <= 0.0151
     assert got["detection_error"] < got["detection_error_tpr95"]
+
+
+def test_detection_error_tpr95_is_at_the_achieved_tpr() -> None:
+    """FACETS' Detection Error at the threshold t* actually reached (issue 46.6): 0.5 (1 -
+    TPR(t*)) + 0.5 FPR(t*), not 0.5 (1 - 0.95) + 0.5 FPR95. By hand: ID scores 2 x 18, 1 x 2;
+    at t = 2 TPR = 0.9, at t* = 1 TPR = 1.0 (the first >= 0.95) with 6 of 10 OOD rows at or
+    above it (FPR 0.6): DE = 0.5 * 0 + 0.5 * 0.6 = 30% (the fixed-0.95 form gave 32.5%)."""
+    got = ood_metrics(np.array([2.0] * 18 + [1.0] * 2),
+                      np.array([0.5] * 4 + [1.0] * 1 + [3.0] * 5))
+    assert got["fpr95"] == pytest.approx(60.0, abs=1e-12)
+    assert got["detection_error_tpr95"] == pytest.approx(30.0, abs=1e-12)
+
+
+def test_detection_error_tpr95_reproduces_oodl_baseline_cell() -> None:
+    """FACETS Table VI, Baseline, OODL: 0.37 / 1.61, below 2.5 + 0.37 / 2 = 2.685 (a coarse
+    score whose threshold overshoots 95% TPR). 2000 ID rows, 1800 at 10, 143 at 5, 57 at 1
+    (TPR 0.90 at t = 10, 0.9715 at t* = 5); of 10000 OOD rows 37 at 7: FPR(t*) = 0.37%, DE =
+    0.5 (100 - 97.15) + 0.5 (0.37) = 1.61, the paper's cell (by hand)."""
+    got = ood_metrics(np.array([10.0] * 1800 + [5.0] * 143 + [1.0] * 57),
+                      np.array([7.0] * 37 + [0.0] * 9963))
+    assert got["fpr95"] == pytest.approx(0.37, abs=1e-12)
+    assert got["detection_error_tpr95"] == pytest.approx(1.61, abs=1e-12)

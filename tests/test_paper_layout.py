@@ -11,6 +11,8 @@ import pytest
 
 from featstore.errors import InputError, UsageError
 from featstore.workflows.experiments.paper_layout import (
+    FPR_ID_TITLE,
+    FPR_OOD_TITLE,
     check_layout,
     load_datasets,
     paper_markdown,
@@ -70,8 +72,8 @@ def test_top_three_direction_ties_and_missing():
 
 def test_paper_tables_by_hand():
     tables = paper_tables([("UCM", _ood_result()), ("AID", _osr_result())])
-    assert [t.title for t in tables] == ["AUROC", "FPR@95", "AUPR-IN", "AUPR-OUT", "ID-ACC",
-                                         "Time (s)"]
+    assert [t.title for t in tables] == ["AUROC", FPR_ID_TITLE, "AUPR-IN", "AUPR-OUT",
+                                         "ID-ACC", "Time (s)"]
     auroc, fpr, *_, acc, time = tables
     # families in the paper's order, methods in first-seen order inside a family; MCD (AID
     # only) joins "Outlier Exposure"; energy is not one of the ten: "Other", last
@@ -125,7 +127,8 @@ def test_paper_markdown_layout():
         "| | | **MSP** | **MCD** |",
         "| AID | 7/3 | **91.00 ± 0.00** | **92.00 ± 0.00** |",
         "| AID | 5/5 | **81.00 ± 0.00** | **80.00 ± 0.00** |"]
-    assert "## FPR@95 (lower is better)" in md and "## Time (s) (lower is better)" in md
+    assert "## FPR@95 ID-positive (OOD accepted at 95% ID TPR) (lower is better)" in md
+    assert "## Time (s) = " in md
 
 
 def test_layout_and_results_errors(tmp_path):
@@ -140,3 +143,36 @@ def test_layout_and_results_errors(tmp_path):
     with pytest.raises(UsageError, match="label 'AID' is used twice"):
         load_datasets([str(tmp_path / "r.json"), f"AID={tmp_path / 'r.json'}"])
     assert [n for n, _ in load_datasets([f"X={tmp_path / 'r.json'}"])] == ["X"]
+
+
+def test_time_counts_the_same_phases_for_every_family():
+    """RS Table 16 (issue 46.4): MSP 112 s ~ TempScaling 114 s in the paper counts inference
+    for post-hoc rows too. Every row's method_s = own training (none for a post-hoc row on
+    the shared ce model) + extraction + scoring, by hand: a ce row (its model trained in 100
+    s, extracted in 5 s, scored in 1 s) -> 6 s; an OE row (fine-tuned 50 s, 5 s, 1 s) -> 56 s;
+    and the time table's caption names the phases."""
+    from featstore.workflows.experiments.aggregate import METHOD_PHASES, run_times
+
+    post = run_times({"train": "ce", "train_s": 100.0, "extract_s": 5.0, "score_s": 1.0})
+    trained = run_times({"train": "oe", "train_s": 50.0, "extract_s": 5.0, "score_s": 1.0,
+                         "base_train_s": 100.0})
+    assert post == {"method_s": 6.0, "total_s": 106.0}
+    assert trained == {"method_s": 56.0, "total_s": 156.0}
+    time_table = next(t for t in paper_tables([("D", _ood_result())]) if t.key == "method_s")
+    caption = time_table.caption()
+    assert all(phase in caption for phase in METHOD_PHASES)
+
+
+def test_fpr95_both_positive_classes_named_in_the_paper_layout():
+    """RS §2.3's FPR@95 does not name its positive class (issue 46.7): the paper layout
+    prints the ID-positive `fpr95` and, when the results carry it, OpenOOD v1.5's
+    OOD-positive `fpr95_ood`, each under a title that says which; its cells are the
+    results' numbers (7.25 set by hand)."""
+    res = _ood_result()
+    for entry in res["aggregate"]["spec"].values():
+        for g in entry["groups"].values():
+            g["fpr95_ood"] = _s(7.25)
+    titles = {t.title: t for t in paper_tables([("UCM", res)])}
+    assert FPR_ID_TITLE in titles and FPR_OOD_TITLE in titles
+    assert titles[FPR_OOD_TITLE].rows[0].cells[0].text.startswith("7.25")
+    assert FPR_OOD_TITLE not in {t.title for t in paper_tables([("UCM", _ood_result())])}

@@ -208,7 +208,8 @@ def test_osr_digits_end_to_end(tmp_path, capsys):
     code, stdout, err = run(capsys, "protocol", "osr", "--data", "digits", "--ratios", "7/3",
                             "--seeds", "2", "--epochs", "1", "--methods", "msp,knn,confbranch",
                             "--arch", "tests.helpers.tiny_models:TinyCNN", "--device", "cpu",
-                            "--out", str(out), "--layout", "paper")
+                            "--out", str(out), "--layout", "paper", "--val-open",
+                            "heldout")  # the same experiment (the paper's is val_open paper)
     assert code == 0, err   # read back; the paper's layout: family headers, a row per ratio
     assert "Training-Time" in stdout and "ConfBranch" in stdout and "7/3" in stdout
     paper = (out / "results.paper.md").read_text()
@@ -633,3 +634,19 @@ def test_shift_grid_without_cells_is_an_error(structured_store, capsys):
     code, _, err = run(capsys, "protocol", "shift-grid", str(structured_store.path), "--method",
                        "msp")
     assert code == 2 and "has no shift cells" in err
+
+
+def test_osr_paper_layout_tests_every_open_class(tmp_path):
+    """RS §2.6.1 evaluates "on the entire test set" (issue 46.2): under `protocol osr --layout
+    paper` the default val_open is "paper" and ood/osr/open holds EVERY open class of the
+    division (digits 7/3 seed 0: all three); featstore's "heldout" stays the default without
+    the paper's layout, and a value the user gives is kept."""
+    assert osr.resolve_val_open(None, "paper") == "paper"
+    assert osr.resolve_val_open(None, "default") == "heldout"
+    assert osr.resolve_val_open("heldout", "paper") == "heldout"
+    division = osr.class_splits(10, (7, 3), [0])[0]
+    spec = osr.split_spec(osr.load_data("digits"), division, tmp_path / "p", None,
+                          val_open=osr.resolve_val_open(None, "paper"))
+    sources = {sp.name: sp.source for sp in spec.splits}
+    assert sources["ood/osr/open"]["classes"] == list(division.open)
+    assert len(division.open) == 3

@@ -57,9 +57,11 @@ def _spec(tmp_path: Path, body: str) -> Path:
     return path
 
 
-def test_balance_cuts_the_larger_side_in_proportion(tmp_path):
-    """id/test: 10 per class = 30 rows; OOD: noise 40 + noise 20 = 60 -> 20 + 10 (hand:
-    30 * 40 / 60, 30 * 20 / 60). With more ID rows than OOD, id/test is cut instead."""
+def test_balance_cuts_the_larger_side_in_its_largest_split(tmp_path):
+    """id/test: 10 per class = 30 rows; OOD: noise 40 + noise 20 = 60 -> 10 + 20 (by hand:
+    the largest split absorbs the excess 30, the other source kept whole, as FACETS §IV
+    Table V samples ImageNet-train and keeps SUN397 and ImageNet-val; issue 46.7). With more
+    ID rows than OOD, id/test is cut instead."""
     body = ('balance = true\nbalance_seed = 7\n'
             '[[split]]\nname = "id/test"\nsource = { builtin = "digits", classes = [0, 1, 2], '
             'part = "test", per_class = 10 }\n'
@@ -69,11 +71,17 @@ def test_balance_cuts_the_larger_side_in_proportion(tmp_path):
             'part = "test", seed = 3 }\n')
     bench = balance_id_ood(load_spec(_spec(tmp_path, body)))
     counts = {s.name: len(rows_from_source(s.source)) for s in bench.splits}
-    assert counts == {"id/test": 30, "ood/far/a": 20, "ood/far/b": 10}
+    assert counts == {"id/test": 30, "ood/far/a": 10, "ood/far/b": 20}
     assert bench.splits[1].source["sample_seed"] == 7
+    assert "sample_seed" not in bench.splits[2].source  # kept whole
     st = extract("tests.helpers.tiny_models:tiny_cnn", _spec(tmp_path, body), tmp_path / "st",
                  options=ExtractOptions(device="cpu", batch_size=16, num_workers=0))
     assert {n: st.split(n).num_rows for n in st.splits()} == counts
+    # the largest split cannot absorb an excess of 45 (15 ID rows): both cut in proportion,
+    # 15 * 40 / 60 = 10 and 15 * 20 / 60 = 5 (by hand)
+    few = balance_id_ood(load_spec(_spec(tmp_path, body.replace("per_class = 10",
+                                                                 "per_class = 5"))))
+    assert [len(rows_from_source(s.source)) for s in few.splits] == [15, 10, 5]
     small = body.replace("count = 40", "count = 5").replace("count = 20", "count = 4")
     bench = balance_id_ood(load_spec(_spec(tmp_path, small)))
     assert [len(rows_from_source(s.source)) for s in bench.splits] == [9, 5, 4]

@@ -55,8 +55,9 @@ def test_ten_methods_one_liner_and_paper_table(tmp_path, user_spec, capsys):
         "datasets": {"A": "A/results.json", "B": "B/results.json"}}
     table = (out / "results.paper.md").read_text()
     lines = table.splitlines()
-    head = lines.index("## AUROC (higher is better): mean ± std over each row's runs; the "
-                       "row's top three in bold (ties share a place)")
+    head = lines.index("## AUROC (a group's value: the mean over its OOD splits) (higher is "
+                       "better): mean ± std over each row's runs; the row's top three in bold "
+                       "(ties share a place)")
     assert lines[head + 2:head + 5] == ["| dataset | group | Post Hoc |  |", "|---|---|---:|---:|",
                                         "| | | **MSP** | **KNN** |"]
     rows = lines[head + 5:head + 9]
@@ -91,8 +92,8 @@ def test_ten_methods_one_liner_and_paper_table(tmp_path, user_spec, capsys):
     assert code == 0, err
     doc = json.loads(stdout)
     assert table == "# Ten OOD methods (Wang et al. 2024 layout)\n\n" + doc["markdown"]
-    assert [t["metric"] for t in doc["tables"]] == ["auroc", "fpr95", "aupr_in", "aupr_out",
-                                                    "id_acc", "method_s"]
+    assert [t["metric"] for t in doc["tables"]] == ["auroc", "fpr95", "fpr95_ood", "aupr_in",
+                                                    "aupr_out", "id_acc", "method_s"]
     code, stdout, err = run(capsys, "table", f"X={out / 'A'}", "--layout", "paper")
     assert code == 0 and "Post Hoc" in stdout and "X" in stdout, err
 
@@ -136,3 +137,37 @@ def test_ten_methods_bad_specs_and_tables(tmp_path, user_spec, capsys):
     got, _, err = run(capsys, "table", tmp_path / "eval.json", "--layout", "x")
     assert got == 2 and "--layout 'x'" in err
 
+
+
+def test_knn_tunes_over_the_papers_five_values_clamped_to_the_bank(user_spec):
+    """RS §2.5 tunes over "the five most common values" (issue 46.3): under the paper's rule
+    (tune_rule "paper", the ten-methods and OSR presets) KNN's K grid is 50, 100, 200, 500,
+    1000 as it is, clamped only above the bank and never duplicated: a 300-row bank sweeps
+    K = 50, 100, 200, 300 (by hand; 500 and 1000 both clamp to 300, scored once), where the
+    fitted rule scales by 300 / 50,000 to 1, 1, 1, 3, 6 -> 1, 3, 6. The presets use it."""
+    from featstore.specs.experiment import MethodRow
+    from featstore.store.arraystore import ArrayStore
+    from featstore.workflows.experiments.runner import score_row
+    from featstore.workflows.experiments.ten_methods_run import ten_methods_experiments
+    from scorers.sweep import sweep
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(3, 8)).astype(np.float32)
+
+    def part(n, scale, usage, labels=True):
+        d = {"features": (rng.normal(size=(n, 8)) * scale).astype(np.float32),
+             "usage": usage}
+        return {**d, "labels": rng.integers(0, 3, n)} if labels else d
+
+    st = ArrayStore(head=(w, np.zeros(3, np.float32)), splits={
+        "id/train": part(300, 1.0, "train"), "id/val": part(40, 1.0, "val"),
+        "id/test": part(40, 1.0, "test"), "ood/far/v": part(30, 3.0, "val", False),
+        "ood/far/t": part(30, 3.0, "test", False)})
+    paper = sweep(st, "knn", grid_rule="paper")
+    assert [s["setting"]["K"] for s in paper["settings"]] == [50, 100, 200, 300]
+    fitted = sweep(st, "knn")
+    assert [s["setting"]["K"] for s in fitted["settings"]] == [1, 3, 6]
+    row = MethodRow(name="KNN", train="ce", scorer="knn")
+    assert score_row(st, row, "paper", "auroc")["chosen"]["K"] in (50, 100, 200, 300)
+    exps = ten_methods_experiments({"U": _spec(user_spec, "g.toml")}, [row], {"epochs": 1})
+    assert exps["U"].tune_rule == "paper"

@@ -19,7 +19,12 @@ from skimage import data as skdata
 
 from featstore.errors import UsageError
 from featstore.specs.benchmark import load_spec
+from featstore.store.arraystore import ArrayStore
 from featstore.workflows.protocols import wordnet as wnp
+from featstore.workflows.protocols.facets_similarity import (
+    best_and_worst,
+    prediction_similarity,
+)
 from tests.helpers.cli import run_cli as run
 from tests.helpers.references import hand_sim
 
@@ -359,3 +364,39 @@ def test_tiers_never_drop_untiered_images_silently(tmp_path, capsys):
     ood_list = (tmp_path / "o" / "T1" / "ood.txt").read_text().splitlines()
     assert len(id_list) == 3 and all("/beach/" in ln for ln in id_list)
     assert len(ood_list) == 3 and all("/sky/" in ln for ln in ood_list)
+
+
+FIG23_MAPPING = {"kennel": ["kennel.n.01"], "fountain": ["fountain.n.01"], "dog": ["dog.n.01"],
+           "cat": ["cat.n.01"], "zzz": []}
+
+
+def test_facets_prediction_similarity_per_truth_and_per_prediction(wn):
+    """FACETS §V Figs. 2-3 (issue 46.9): the WordNet similarity of each row's ground-truth
+    class and its predicted ID class, (path + Wu-Palmer) / 2, averaged per ground-truth class
+    and per predicted class. Reference: nltk's own path_similarity and wup_similarity on the
+    synsets of the mapping, averaged by hand; an unmapped class's rows are skipped, named."""
+    z = np.zeros((5, 2), np.float32)
+    z[[0, 1, 2], 0] = 5.0   # dog, dog, cat -> kennel
+    z[[3, 4], 1] = 5.0      # cat, zzz -> fountain
+    st = ArrayStore(head=None, classes=["kennel", "fountain"], splits={
+        "id/test": {"features": np.zeros((1, 3), np.float32),
+                    "logits": np.zeros((1, 2), np.float32), "labels": np.array([0])},
+        "ood/x/in": {"features": np.zeros((5, 3), np.float32), "logits": z,
+                     "ids": ["in/dog/a.jpg", "in/dog/b.jpg", "in/cat/c.jpg", "in/cat/d.jpg",
+                             "in/zzz/e.jpg"]}})
+    mapping = {k: v for k, v in FIG23_MAPPING.items() if v}
+    res = prediction_similarity(st, mapping=mapping, wn=wn)
+
+    def sim(a, b):
+        x, y = wn.synset(FIG23_MAPPING[a][0]), wn.synset(FIG23_MAPPING[b][0])
+        return (x.path_similarity(y) + x.wup_similarity(y)) / 2
+
+    assert res["by_truth"]["x/in:in/dog"] == pytest.approx(
+        {"sim": sim("dog", "kennel"), "rows": 2})
+    assert res["by_truth"]["x/in:in/cat"]["sim"] == pytest.approx(
+        (sim("cat", "kennel") + sim("cat", "fountain")) / 2)
+    assert res["by_predicted"]["kennel"]["sim"] == pytest.approx(
+        (2 * sim("dog", "kennel") + sim("cat", "kennel")) / 3)
+    assert res["unmapped"] == ["zzz"] and res["rows_skipped"] == 1
+    best, worst = best_and_worst(res["by_predicted"], 1)
+    assert best != worst and {best[0], worst[0]} == {"kennel", "fountain"}

@@ -316,10 +316,15 @@ def subset_rows(rows: RowSource, keep: np.ndarray) -> RowSource:
 
 def balance_id_ood(bench: Any) -> Any:
     """A copy of the spec whose id/test and OOD test splits have equal total rows (when
-    `bench.balance`): the larger side is cut to the smaller side's total, an OOD side split
-    by split in proportion to its rows (largest-remainder rounding), through `max_rows` with
-    `sample_seed = bench.balance_seed` (a split's own smaller max_rows and its seed are kept).
-    Unchanged when balance is off, counts are already equal, or a side is missing."""
+    `bench.balance`): the larger side is cut to the smaller side's total through `max_rows`
+    with `sample_seed = bench.balance_seed` (a split's own smaller max_rows and its seed are
+    kept). An OOD side is cut in its LARGEST split only, the other sources kept whole, as
+    FACETS (§IV Table V) keeps SUN397's and ImageNet-val's OOD rows and samples ImageNet-
+    train's (T1: 7,530 + 16,100 + 50,232); when the largest split cannot absorb the excess,
+    every split is cut in proportion to its rows (largest-remainder rounding). The totals
+    come out equal; the paper's are within 1.5% of each other (Tables IV-V: 21,050 / 21,332,
+    74,001 / 73,862), by a rule it does not state. Unchanged when balance is off, counts are
+    already equal, or a side is missing."""
     if not getattr(bench, "balance", False):
         return bench
     id_test = [s for s in bench.splits if s.name == "id/test"]
@@ -331,7 +336,10 @@ def balance_id_ood(bench: Any) -> Any:
     total = sum(n_ood)
     out = copy.deepcopy(bench)
     targets: dict[str, int] = {}
-    if total > n_id:
+    big = max(range(len(ood)), key=lambda i: (n_ood[i], -i))
+    if total > n_id and n_ood[big] - (total - n_id) >= 1:
+        targets = {ood[big].name: n_ood[big] - (total - n_id)}
+    elif total > n_id:
         shares = [n_id * n / total for n in n_ood]
         alloc = [int(x) for x in shares]
         order = sorted(range(len(ood)), key=lambda i: (-(shares[i] - alloc[i]), i))

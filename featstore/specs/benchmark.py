@@ -29,8 +29,8 @@
 Sampling (FACETS' per-class image sampling and balanced ID / OOD counts): any source may carry
 `per_class = 50` (that many rows per class label, seeded), `max_rows = N` and `sample_seed`
 (default 0); a top-level `balance = true` (with `balance_seed`) subsamples, at extraction,
-the larger side of `id/test` vs all OOD test splits to the smaller side's size
-(`featstore.extraction.datasets.sample_rows`, `balance_id_ood`).
+the larger side of `id/test` vs all OOD test splits to the smaller side's size, an OOD side
+in its largest split first (`featstore.extraction.datasets.sample_rows`, `balance_id_ood`).
 
 Sources: `imagefolder` (class sub-directories), `imagelist` + `root` (lines `path label`
 as in OpenOOD/IS-OOD, or FACETS lines `<0|1> <source> <class_index> <path>`), `torchvision`

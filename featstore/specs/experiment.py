@@ -40,7 +40,11 @@ TUNE_KEYS = ("rule", "select_by")
 METHOD_KEYS = ("name", "train", "scorer", "params", "grid", "train_params", "extract")
 EXTRACT_KEYS = ("mc_samples", "odin_grid", "feature_maps", "feature_layers", "gram_powers",
                 "adascale_o")
-TUNE_RULES = ("val", "openood", "none")
+#: val: tune on val over the default grids fitted to the store (`scorers.adapt`); paper: the
+#: remote-sensing paper's rule (§2.5: "the five most common values"), tune on val over the
+#: default grids as they are, clamped only where the store makes a value invalid; openood:
+#: OpenOOD v1.5's search (`scorers.openood_aps`); none.
+TUNE_RULES = ("val", "paper", "openood", "none")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,6 @@
-"""The Gscore spec (scorers.gscore, Xie et al.'s unsupervised evaluation of OOD detection):
+"""The Gscore spec (scorers.gscore, Zhang, Deng & Zheng's unsupervised evaluation of OOD
+detection, "Unsupervised Evaluation of Out-of-distribution Detection: A Data-centric
+Perspective"):
 the variant names ("ude-wasserstein@0.93": `ModelSpec`, `parse_model`), the IND:OOD ratios
 ("1:100": `parse_ratio`) and the settings of one evaluation as a TOML file (`GscoreSpec`).
 

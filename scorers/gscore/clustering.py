@@ -71,6 +71,78 @@ def kmeans_rows(X: np.ndarray, n: np.ndarray) -> np.ndarray:
     return out
 
 
+#: Lloyd's iterations at most (scikit-learn's KMeans max_iter).
+LLOYD_MAX_ITER = 300
+
+
+def lloyd_starts(n: np.ndarray, seed: int) -> np.ndarray:
+    """(M, 2) int64: two distinct random rows of each set, the starting centroids of Lloyd's
+    algorithm (Gscore §5.1: "Kmeans starts with two random centroids"; Forgy's start, two
+    samples of the set): with u = default_rng(seed).random((M, 2)), i1 = floor(u0 n),
+    i2 = floor(u1 (n - 1)), i2 += 1 where i2 >= i1 (i2 = i1 for a one-row set)."""
+    n = np.asarray(n, dtype=np.int64)
+    u = np.random.default_rng(seed).random((n.size, 2))
+    i1 = np.minimum((u[:, 0] * n).astype(np.int64), n - 1)
+    i2 = np.minimum((u[:, 1] * np.maximum(n - 1, 1)).astype(np.int64), np.maximum(n - 2, 0))
+    i2 = np.where(n > 1, i2 + (i2 >= i1), i1)
+    return np.stack([i1, i2], axis=1)
+
+
+@njit(cache=True)
+def lloyd_rows(X: np.ndarray, n: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """As `kmeans_rows`, by Lloyd's algorithm from the centroids X[i, starts[i]] (the paper's
+    Kmeans, §5.1): assign each sample to the nearer centroid (a tie to the first), move each
+    centroid to its cluster's mean, until no assignment changes or `LLOYD_MAX_ITER` rounds;
+    a local optimum (the exact `kmeans_rows` is the global one). Columns [mu_lo, sd_lo, n_lo,
+    mu_hi, sd_hi, n_hi] (lo = the cluster with the lower centroid); equal starting values
+    leave one cluster with every sample (lo empty)."""
+    m = X.shape[0]
+    out = np.zeros((m, 6))
+    for i in range(m):
+        ni = n[i]
+        x = X[i, :ni]
+        c1 = x[starts[i, 0]]
+        c2 = x[starts[i, 1]]
+        first = np.zeros(ni, dtype=np.bool_)
+        for it in range(LLOYD_MAX_ITER):
+            changed = False
+            s1 = 0.0
+            k1 = 0
+            s2 = 0.0
+            for j in range(ni):
+                a = abs(x[j] - c1) <= abs(x[j] - c2)
+                if a != first[j] or it == 0:
+                    changed = True
+                first[j] = a
+                if a:
+                    s1 += x[j]
+                    k1 += 1
+                else:
+                    s2 += x[j]
+            if k1 > 0:
+                c1 = s1 / k1
+            if k1 < ni:
+                c2 = s2 / (ni - k1)
+            if not changed:
+                break
+        a_lo = c1 <= c2
+        lo = x[first == a_lo]
+        hi = x[first != a_lo]
+        if lo.size == 0 or hi.size == 0:
+            out[i, 3] = x.mean()
+            out[i, 4] = x.std()
+            out[i, 5] = ni
+            out[i, 0] = x.mean()
+            continue
+        out[i, 0] = lo.mean()
+        out[i, 1] = lo.std()
+        out[i, 2] = lo.size
+        out[i, 3] = hi.mean()
+        out[i, 4] = hi.std()
+        out[i, 5] = hi.size
+    return out
+
+
 #: Column names of `gmm_params`' output.
 GMM_COLUMNS: tuple[str, ...] = ("w_lo", "mu_lo", "sd_lo", "w_hi", "mu_hi", "sd_hi", "steps",
                                 "collapsed", "loglik", "converged", "rejected")

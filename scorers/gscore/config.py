@@ -16,7 +16,15 @@ from scorers.registry import check_scorers
 
 from .metasets import PooledScores
 from .results import Tally
-from .spec import PAPER_PRESET, ModelSpec, _check_target, parse_model, parse_ratio, ratio_label
+from .spec import (
+    PAPER_PRESET,
+    TAU_HALFWIDTH,
+    ModelSpec,
+    _check_target,
+    parse_model,
+    parse_ratio,
+    ratio_label,
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,8 @@ class EvalOptions:
     cv: int | None = None
     corr_on: str = "test"
     paper: bool = False
+    tau_halfwidth: float = TAU_HALFWIDTH   # `--paper`: 0.5 (spec.PAPER_PRESET)
+    lloyd_seed: int | None = None          # `--paper`: Kmeans by Lloyd's from this seed
 
     def settings(self) -> list[Setting]:
         """The main meta-set setting followed by the robustness settings."""
@@ -194,7 +204,9 @@ def config_record(opt: EvalOptions, sc: PooledScores, tally: Tally) -> dict[str,
         "baselines": opt.baselines,
         "id_pools": "shared" if idf is None else "disjoint", "id_train_fraction": idf,
         "tau_from": opt.tau_from or "each detector", "ude_kernel": opt.ude_kernel,
-        "paper": opt.paper, "clip": opt.clip, "params": opt.params, "splits_include": opt.include,
+        "paper": opt.paper, "tau_halfwidth": opt.tau_halfwidth,
+        "kmeans": "exact" if opt.lloyd_seed is None else f"lloyd (seed {opt.lloyd_seed})",
+        "clip": opt.clip, "params": opt.params, "splits_include": opt.include,
         "splits_exclude": opt.exclude, "n_splits": len(sc.names),
         "mean_n_id": float(main_sizes[0]), "mean_n_ood": float(main_sizes[1]),
         "describe": describe(opt, sc.names, (float(main_sizes[0]), float(main_sizes[1]))),

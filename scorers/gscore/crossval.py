@@ -59,7 +59,8 @@ def _fold_taus(opt: EvalOptions, sc: PooledScores, tr: MetaSets,
             p = truth[rows, target_column(target)]
             for spec in specs:
                 res = search_tau(lambda ts, s=spec, r=rows: eng.gscores(  # type: ignore[misc]
-                    s.modelling, s.distance, ts)[:, r], p)  # (mypy: a lambda's defaults)
+                    s.modelling, s.distance, ts)[:, r], p,  # (mypy: a lambda's defaults)
+                    halfwidth=eng.tau_halfwidth)
                 out[(f, target, spec.label)] = res["tau"]
     return out
 

@@ -12,8 +12,16 @@ import numpy as np
 
 from featstore.errors import UsageError
 
-from .clustering import gmm_params, kmeans_rows
-from .spec import DISTANCES, GMM_MAX_ITER, GMM_TOL, MODELLINGS, SIGMA_FLOOR_REL, UDE_KERNELS
+from .clustering import gmm_params, kmeans_rows, lloyd_rows, lloyd_starts
+from .spec import (
+    DISTANCES,
+    GMM_MAX_ITER,
+    GMM_TOL,
+    MODELLINGS,
+    SIGMA_FLOOR_REL,
+    TAU_HALFWIDTH,
+    UDE_KERNELS,
+)
 
 
 @dataclass
@@ -147,13 +155,19 @@ class _Splitter:
                          np.broadcast_to(sc, n1.shape), self.floor_rel)
 
 
-def kmeans_pair(x: np.ndarray, n: np.ndarray, floor_rel: float = SIGMA_FLOOR_REL) -> Pair:
-    """The Kmeans modelling: the exact 2-means partition of each padded row
-    (`clustering.kmeans_rows`; the paper starts Lloyd's algorithm from two random centroids,
-    the exact optimum is deterministic and never worse); IND = the cluster with the higher
-    mean, each cluster's (mean, population std) its Gaussian, edge cases as `_finalize` with
-    ref = the set's std (a constant set has no cut: one empty part, G = 0)."""
-    raw = kmeans_rows(np.ascontiguousarray(x, dtype=np.float64), n.astype(np.int64))
+def kmeans_pair(x: np.ndarray, n: np.ndarray, floor_rel: float = SIGMA_FLOOR_REL,
+                lloyd_seed: int | None = None) -> Pair:
+    """The Kmeans modelling: by default the exact 2-means partition of each padded row
+    (`clustering.kmeans_rows`: deterministic, never worse than Lloyd's); with `lloyd_seed`
+    (`--paper`) the paper's (§5.1: "Kmeans starts with two random centroids and iteratively
+    updates the centroids"), Lloyd's algorithm from two random samples of each set
+    (`clustering.lloyd_rows`, `lloyd_starts(n, lloyd_seed)`). IND = the cluster with the
+    higher mean, each cluster's (mean, population std) its Gaussian, edge cases as
+    `_finalize` with ref = the set's std (a constant set has no cut: one empty part, G =
+    0)."""
+    xs, ns = np.ascontiguousarray(x, dtype=np.float64), n.astype(np.int64)
+    raw = (kmeans_rows(xs, ns) if lloyd_seed is None
+           else lloyd_rows(xs, ns, lloyd_starts(ns, lloyd_seed)))
     ref = _row_std(x, n)
     return _finalize(raw[:, 3], raw[:, 4], raw[:, 5], raw[:, 0], raw[:, 1], raw[:, 2], ref,
                      floor_rel)
@@ -170,7 +184,8 @@ class GscoreEngine:
 
     def __init__(self, x: np.ndarray, n: np.ndarray, ref_mu: Any = None, ref_sd: Any = None,
                  *, ude_kernel: str = "gauss", floor_rel: float = SIGMA_FLOOR_REL,
-                 gmm_max_iter: int = GMM_MAX_ITER, gmm_tol: float = GMM_TOL):
+                 gmm_max_iter: int = GMM_MAX_ITER, gmm_tol: float = GMM_TOL,
+                 lloyd_seed: int | None = None, tau_halfwidth: float = TAU_HALFWIDTH):
         x = np.asarray(x, dtype=np.float64)
         n = np.asarray(n, dtype=np.int64)
         if x.ndim != 2 or n.shape != (x.shape[0],):
@@ -190,6 +205,8 @@ class GscoreEngine:
         self.n = n
         self.m = x.shape[0]
         self.kernel = ude_kernel
+        self.lloyd_seed = lloyd_seed  # Kmeans: None = exact 2-means, a seed = Lloyd's
+        self.tau_halfwidth = tau_halfwidth  # the tau refinement's window (`search_tau`)
         self.floor_rel = floor_rel
         self.gmm_max_iter, self.gmm_tol = gmm_max_iter, gmm_tol
         self.mean = self.x.sum(axis=1) / n
@@ -283,7 +300,7 @@ class GscoreEngine:
             if tau is not None:
                 raise UsageError("tau: Kmeans has no threshold")
             if self._kmeans is None:
-                self._kmeans = kmeans_pair(self.x, self.n, self.floor_rel)
+                self._kmeans = kmeans_pair(self.x, self.n, self.floor_rel, self.lloyd_seed)
             return self._kmeans
         if modelling == "gmm" and tau is None:
             if self._gmm_pair is None:

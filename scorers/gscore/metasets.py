@@ -24,7 +24,7 @@ from ..metrics import ood_metrics
 from ..registry import get_scorer
 from ..scoreform import paper_forms
 from .engine import GscoreEngine, pack
-from .spec import FPR_AT_TPR, HETERO_MIN, ID_TEST, ID_VAL, TRUTH_COLUMNS
+from .spec import FPR_AT_TPR, HETERO_MIN, ID_TEST, ID_VAL, TAU_HALFWIDTH, TRUTH_COLUMNS
 
 
 def set_sizes(ratio: float, size: int | None, id_pool: int, ood_pool: int) -> tuple[int, int]:
@@ -301,9 +301,10 @@ def id_pools(data: Sequence[StorePools], id_train_fraction: float | None,
               rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The id/test rows meta-train and meta-test sets draw from, per store: disjoint random
     parts (a permutation by `rng`; the first round(id_train_fraction * n) rows, at least 1
-    and at most n - 1, for meta-train sets, the rest for meta-test sets; as in the paper, a
-    CIFAR-10 train partition for meta-train and the test set for meta-test) or, with None,
-    all rows for both (optimistic: a small pool leaks between the sides)."""
+    and at most n - 1, for meta-train sets, the rest for meta-test sets: featstore's default;
+    the paper (§6.1) takes a fifth of CIFAR-10's train set, held out of the backbone's
+    training, for meta-train and the test set for meta-test, disjoint as these are) or, with
+    None, all rows for both (optimistic: a small pool leaks between the sides)."""
     pools_tr, pools_te = [], []
     for sd in data:
         perm = rng.permutation(sd.n_id)
@@ -350,6 +351,10 @@ class PooledScores:
     seconds: float
     keys: dict[str, str] = field(default_factory=dict)
     split_t: dict[str, dict] = field(default_factory=dict)
+    #: `--paper`'s modelling settings every engine gets (`GscoreEngine`): Kmeans by Lloyd's
+    #: algorithm from this seed (None: the exact 2-means), the tau refinement's half-width.
+    lloyd_seed: int | None = None
+    tau_halfwidth: float = TAU_HALFWIDTH
 
     def floor_table(self, m: str, id_rows: Sequence[np.ndarray]) -> dict:
         """Split-level targets of detector m from the meta-train ID rows (the oracle floor)."""
@@ -357,7 +362,8 @@ class PooledScores:
 
     def engine(self, sets: MetaSets, m: str, ude_kernel: str) -> GscoreEngine:
         """The Gscore engine of detector m's scores on `sets` (UDE reference: each set's
-        store's id/val Gaussian)."""
+        store's id/val Gaussian; `lloyd_seed`, `tau_halfwidth`: this evaluation's)."""
         refs = self.refs[m]
         return GscoreEngine(sets.values(self.pooled[m]), sets.n, refs[sets.store, 0],
-                            refs[sets.store, 1], ude_kernel=ude_kernel)
+                            refs[sets.store, 1], ude_kernel=ude_kernel,
+                            lloyd_seed=self.lloyd_seed, tau_halfwidth=self.tau_halfwidth)

@@ -50,6 +50,7 @@ from .spec import (
     _AUTO,
     DEFAULT_MODELS,
     GBENCH_METHODS,
+    GBENCH_PAPER_METHODS,
     GBENCH_RATIOS,
     GBENCH_SIZES,
     ID_TRAIN_FRACTION,
@@ -110,7 +111,8 @@ def _score_once(stores: Sequence[Any], opt: EvalOptions, use_cache: bool,
     refs = {m: np.array([data[i].ref[keys[m]][:2] for i in range(len(data))]) for m in keys}
     split_t = {m: split_truth(data, keys[m]) for m in keys}
     return PooledScores(data, offsets, names, methods, skipped, pooled, msp, refs,
-                        time.perf_counter() - t0, keys, split_t)
+                        time.perf_counter() - t0, keys, split_t, opt.lloyd_seed,
+                        opt.tau_halfwidth)
 
 
 @dataclass
@@ -178,7 +180,8 @@ def _shared_taus(opt: EvalOptions, sc: PooledScores,
         p = truth[:, target_column(target)]
         for spec in specs:
             res = search_tau(lambda ts, s=spec: eng.gscores(  # type: ignore[misc]
-                s.modelling, s.distance, ts), p)  # (mypy cannot type a lambda's defaults)
+                s.modelling, s.distance, ts), p,  # (mypy cannot type a lambda's defaults)
+                halfwidth=eng.tau_halfwidth)
             taus[(target, spec.label)] = res["tau"]
     return taus
 
@@ -344,7 +347,8 @@ def evaluate_gscore(
     step_progress: Callable[[int, int], None] | None = None,
     announce: Callable[[dict[str, str]], None] | None = None,
 ) -> dict[str, Any]:
-    """The paper's protocol (docs/DESIGN.md, Gscore): Table-1/6 RMSE of every (detector, model,
+    """Gscore's evaluation protocol (docs/DESIGN.md, Gscore; featstore's by default, the
+    paper's settings with `paper`): Table-1/6 RMSE of every (detector, model,
     target), correlations, the baselines, a robustness table over `ratios`, `sizes` and
     (`robust_heterogeneous`) heterogeneous sets, and (with several stores) the cross-store
     table. Returns a JSON-ready dict whose `config` echoes every choice.
@@ -352,9 +356,8 @@ def evaluate_gscore(
     `id_train_fraction`: share of id/test rows for meta-train sets, the rest for meta-test
     (None: one shared pool). `tau_from`: the detector tau is tuned on (None: per detector).
     `splits` / `exclude`: shell patterns selecting the OOD splits.
-    `paper`: the paper's settings where the defaults differ (`spec.PAPER_PRESET`: one
-    meta-set per split, GMM with a searched tau, the printed UDE kernel, no clipping,
-    correlations on meta-train sets); they override those arguments.
+    `paper`: the paper's settings where the defaults differ (`spec.PAPER_PRESET`, each with
+    its sentence; `spec.PAPER_UNMATCHED`: what it cannot match); they override arguments.
     `cv`: K-fold cross-validation over the OOD splits, `repeats` rounds of it
     (`crossval.run_cv_round`); without it, `repeats` random partitions (`_run_repeat`).
     `corr_on`: the sets of the headline `pearson` / `spearman` ("test" | "train"; both kept
@@ -374,7 +377,7 @@ def evaluate_gscore(
                     tau_from=tau_from, splits=splits, exclude=exclude, baselines=baselines,
                     ratios=ratios, sizes=sizes, robust_heterogeneous=robust_heterogeneous,
                     ude_kernel=ude_kernel, clip=clip, cv=cv, corr_on=corr_on)
-    opt.paper = paper
+    _paper_modelling(opt, paper, seed)
     check_same_model(stores, allow_other_model)
     say = progress or (lambda _m: None)
     bar = _Bar(step_progress, len(stores) * (len(opt.scored()) + (1 if opt.baselines else 0))
@@ -390,6 +393,15 @@ def evaluate_gscore(
                "other": max(0.0, protocol - sum(parts.values())),
                "total": time.perf_counter() - t_start}
     return _assemble(opt, sc, tally, seconds)
+
+
+def _paper_modelling(opt: EvalOptions, paper: bool, seed: int) -> None:
+    """`opt.paper`, and with it the paper's tau refinement half-width and Lloyd Kmeans
+    (`spec.PAPER_PRESET`) in `opt`."""
+    opt.paper = paper
+    if paper:
+        opt.tau_halfwidth = PAPER_PRESET["tau_halfwidth"][0]
+        opt.lloyd_seed = seed
 
 
 class _Bar:
@@ -419,12 +431,18 @@ def _run_protocol(opt: EvalOptions, sc: PooledScores, tally: Tally, say: Callabl
     return time.perf_counter() - t_proto
 
 
-def gbench_protocol(stores: Sequence[Any], **options: Any) -> dict[str, Any]:
+def gbench_protocol(stores: Sequence[Any], paper: bool = False,
+                    **options: Any) -> dict[str, Any]:
     """The Gbench benchmark on any stores (e.g. a researcher's own OOD sets spread over
-    several stores): `evaluate_gscore` with the paper's detectors (GBENCH_METHODS), the
-    Table 6 variants, FPR95 and AUROC, and the robustness rows (IND:OOD GBENCH_RATIOS, sizes
-    GBENCH_SIZES, heterogeneous sets). Any `evaluate_gscore` option overrides the preset."""
-    preset: dict[str, Any] = {"methods": GBENCH_METHODS, "ratios": GBENCH_RATIOS,
-                              "sizes": GBENCH_SIZES, "robust_heterogeneous": True}
+    several stores): `evaluate_gscore` with the paper's detectors (GBENCH_METHODS: MSP,
+    ODIN, ENERGY, MLS, Table 1), the Table 6 variants, FPR95 and AUROC, and the robustness
+    rows (IND:OOD GBENCH_RATIOS, sizes GBENCH_SIZES, heterogeneous sets). `paper`:
+    `evaluate_gscore(paper=True)` and ODIN with input perturbation as the paper's (ref.
+    [33]): GBENCH_PAPER_METHODS (`odin_perturbed`: the stores need its perturbed logits,
+    `gscore gbench --paper` extracts them). Any `evaluate_gscore` option overrides the
+    preset."""
+    preset: dict[str, Any] = {"methods": GBENCH_PAPER_METHODS if paper else GBENCH_METHODS,
+                              "ratios": GBENCH_RATIOS, "sizes": GBENCH_SIZES,
+                              "robust_heterogeneous": True, "paper": paper}
     preset.update({k: v for k, v in options.items() if v is not None})
     return evaluate_gscore(stores, **preset)

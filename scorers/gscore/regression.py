@@ -77,7 +77,7 @@ def fit_variant(engine: GscoreEngine, spec: ModelSpec, p: np.ndarray,
     sel = slice(None) if rows is None else rows
     if spec.tau == _AUTO:
         res = search_tau(lambda ts: engine.gscores(spec.modelling, spec.distance, ts)[:, sel],
-                         p)
+                         p, halfwidth=engine.tau_halfwidth)
     else:
         tau = None if spec.tau is None else float(spec.tau)
         t1, t0, mse = fit_line(engine.gscore(spec.modelling, spec.distance, tau)[sel], p)

@@ -46,6 +46,10 @@ HETERO_MIN = 100
 #: The Gbench protocol preset (`gbench_protocol`): the paper's four detectors (Table 1), its
 #: Table 6 variants, FPR95 and AUROC, and the robustness settings of Fig. 9 / supplementary C.
 GBENCH_METHODS: tuple[str, ...] = ("msp", "odin", "energy", "mls")
+#: `gbench --paper`: the paper's ODIN (ref. [33]) perturbs the input, `odin_perturbed` at
+#: T = 1000, eps = 0.0014 (the (T, eps) pair `GBENCH_PAPER_ODIN` the build extracts).
+GBENCH_PAPER_METHODS: tuple[str, ...] = ("msp", "odin_perturbed", "energy", "mls")
+GBENCH_PAPER_ODIN: tuple[tuple[float, float], ...] = ((1000.0, 0.0014),)
 GBENCH_RATIOS: tuple[str, ...] = ("1:100", "1:10", "1:3", "3:1", "10:1", "100:1")
 GBENCH_SIZES: tuple[int, ...] = (100, 50)
 #: `--paper` / `evaluate_gscore(paper=True)`: every default that differs from the paper, set
@@ -64,6 +68,19 @@ PAPER_PRESET: dict[str, tuple[Any, str]] = {
     "corr_on": ("train", "correlations on meta-train sets: 'plot the OOD detection performance "
                          "(FPR@TPR95 and AURUC) on the 150 metatrain sets against their "
                          "Gscores' (section 6.2, Fig. 3)"),
+    "tau_halfwidth": (0.5, "the tau refinement from tau - 0.5 to tau + 0.5 at step 0.01: "
+                           "'we can repeat the process from tau - 0.5 to tau + 0.5 to choose a "
+                           "finer tau with an interval of 0.01' (section 5.2, Validation)"),
+    "kmeans": ("lloyd", "Kmeans by Lloyd's algorithm from two random centroids (two random "
+                        "samples of the set, seeded by --seed): 'Kmeans starts with two random "
+                        "centroids and iteratively updates the centroids' (section 5.1)"),
+}
+#: What `--paper` does NOT match, and why (the guide lists them beside PAPER_PRESET).
+PAPER_UNMATCHED: dict[str, str] = {
+    "id_pools": "the paper's meta-train IND set is a fifth of CIFAR-10's train set held out of "
+                "the backbone's training (section 6.1); a store's id/train rows trained the "
+                "model, so meta-train ID rows come from a disjoint part of id/test (unseen by "
+                "the model, as the paper's fifth is)",
 }
 
 

@@ -57,6 +57,31 @@ def mc_dropout_scores(mc_logits: np.ndarray, variant: str) -> np.ndarray:
     return plogp.sum(axis=1)
 
 
+def mc_mean_predictions(mc_logits: np.ndarray, chunk: int = 4096) -> np.ndarray:
+    """(n,) int64 class predictions argmax_c p_mean_c, p_mean = (1/T) sum_t softmax(
+    mc_logits[t]) (the benchmark's eq. 15: "the means of these samples are used to segment
+    the predictions"), in row chunks of (T, chunk, C)."""
+    t, n, c = mc_logits.shape
+    out = np.empty(n, dtype=np.int64)
+    for a in range(0, n, chunk):
+        block = np.asarray(mc_logits[:, a:a + chunk])
+        m = block.shape[1]
+        p = softmax(block.reshape(t * m, c)).reshape(t, m, c)
+        out[a:a + m] = np.argmax(p.mean(axis=0), axis=1)
+    return out
+
+
+def mc_id_accuracy(split: SplitLike) -> float:
+    """Top-1 accuracy (%) of the MC-mean prediction (`mc_mean_predictions` of the split's
+    `mc_logits`: the remote-sensing paper's eq. 15, §2.2.4, MC-Dropout predicts with the mean
+    of its T stochastic passes, not the deterministic logits) over the labelled rows (label
+    != -1); NaN when none is labelled."""
+    pred = mc_mean_predictions(split.extra(MC_LOGITS))
+    labels = np.asarray(split.labels)
+    keep = labels != -1
+    return float(100.0 * np.mean(pred[keep] == labels[keep])) if keep.any() else float("nan")
+
+
 class MCDropout(Scorer):
     """Negative predictive entropy (or max probability) of the MC-averaged softmax."""
 

@@ -24,9 +24,9 @@ conditioning of S. For a full-rank head this is numpy's pinv.
 
 `dim` (the principal-space dimension) must satisfy 1 <= dim < D. Default (`dim=None`): the ViM
 paper's rule, 1000 if D >= 2048, 512 if D >= 768, else D // 2. Default sweep grid: the five
-principal dims most common in ViM's and OpenOOD's configs, the remote-sensing benchmark's
-"five most common values" (Wang et al. 2024 §2.5; shared/papers/
-rs-ood-ten-methods-remote-sensing-2024.txt line 627):
+principal dims most common in ViM's and OpenOOD's configs (featstore's reading of the
+remote-sensing benchmark's "five most common values", Wang et al. 2024 §2.5, which does not
+list them; shared/papers/rs-ood-ten-methods-remote-sensing-2024.txt line 627):
 
     1000   ViM code (haoqiwang/vim) rule for D >= 2048; OpenOOD v1.5 vim.yml dim_list
      512   ViM code rule for 768 <= D < 2048 (ViT-B/16)
@@ -40,7 +40,9 @@ read as dims of a D = 2048 feature space (`GRID_D`: ResNet-50, the benchmark's b
 the largest D they were chosen for). On a smaller D, `fit_grid` scales each by D / 2048
 (rounded, >= 1: the share of D kept, as knn scales its K grid to the bank): D = 512 sweeps
 [10, 32, 64, 128, 250], D = 64 [1, 4, 8, 16, 31]; the defaults rule then clamps any above
-the valid range below (`scorers.adapt`). An explicit grid is used as given.
+the valid range below (`scorers.adapt`). Under the remote-sensing protocols (`grid_rule =
+"paper"`) the five dims are used as they are, clamped only where invalid. An explicit grid
+is used as given.
 
 Sharing (DESIGN section 5): the fit does ONE eigendecomposition (the mean max-logit comes from
 the covariance pass, `scorers.fitting.principal.fit_principal_space`) and then one pass over

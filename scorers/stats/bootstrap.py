@@ -10,6 +10,9 @@ bootstrap of DeLong-style AUROC intervals). Per resample ``b``:
   every method, so group means and paired differences are taken on common resamples;
 - group means: the unweighted mean over the group's splits of their resample-``b`` values
   (the resampling stays within each split);
+- pooled groups (``scorers.evaluate.pooled_groups``): the ID resample ``b`` against the
+  concatenation of the resamples ``b`` of the group's splits (each split resampled within the
+  pool, its row count kept, so the pool's source mix is that of the data);
 - ID accuracy, AURC and AUGRC: the ID resample ``b`` (labelled rows);
 - misclassification AUROC: the correct/wrong resample ``b``.
 
@@ -139,6 +142,7 @@ class Distributions:
     id_acc: np.ndarray                                         # (B,)
     splits: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)   # method->split
     groups: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)   # method->group
+    pooled: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)   # method->group
     misc: dict[str, np.ndarray] = field(default_factory=dict)                # method->(B,3)
 
 
@@ -181,10 +185,11 @@ def bootstrap_evaluation(spec: BootstrapSpec, id_name: str,
         if lab_ok.size and lab_bad.size:
             mis_strata = (Stratum(f"{id_name}#correct", lab_ok.size, spec.seed),
                           Stratum(f"{id_name}#wrong", lab_bad.size, spec.seed))
-    pairs = {}
+    pairs, pools = {}, {}
     for m, sc in scores.items():
         id_order = _decreasing(np.asarray(sc[id_name], dtype=np.float64))
         pairs[m] = {s: Pair(sc[id_name], sc[s], p_order=id_order) for s in ood_names}
+        pools[m] = _pooled_pairs(sc, id_name, id_order, groups)
     mis_pairs = ({m: Pair(sc[id_name][lab_ok], sc[id_name][lab_bad], p_index=lab_ok,
                           q_index=lab_bad) for m, sc in scores.items()} if has_lab else {})
     b_n = int(spec.n_boot)
@@ -193,6 +198,8 @@ def bootstrap_evaluation(spec: BootstrapSpec, id_name: str,
         dist.splits[m] = {}
         dist.misc[m] = np.full((b_n, len(MISC_COLUMNS)), np.nan)
     parts: dict[str, list[np.ndarray]] = {m: [] for m in scores}
+    pool_parts: dict[str, dict[str, list[np.ndarray]]] = {
+        m: {g: [] for g in groups} for m in scores}
     start = 0
     max_rows = max([n_id, *(st.n for st in ood_strata)])
     for size in blocks(b_n, batch_size(max_rows)):
@@ -206,6 +213,8 @@ def bootstrap_evaluation(spec: BootstrapSpec, id_name: str,
                                / lane_totals(c_id, np.flatnonzero(labelled))[:size])
         for m in scores:
             parts[m].append(_ood_batch(list(pairs[m].values()), c_id, c_ood)[:, :size])
+            for g, pp in pools[m].items():
+                pool_parts[m][g].append(_one(0, pp.p_rows, pp, pp.q_rows, c_id, c_ood)[:size])
             if has_lab:
                 mp = mis_pairs[m]
                 dist.misc[m][sl, 1:] = _one(1, mp.p_rows, mp, mp.q_rows, c_id, c_id)[:size]
@@ -217,7 +226,47 @@ def bootstrap_evaluation(spec: BootstrapSpec, id_name: str,
         dist.splits[m] = {s: vals[k] for k, s in enumerate(ood_names)}
         dist.groups[m] = {g: np.mean([dist.splits[m][s] for s in names], axis=0)
                           for g, names in groups.items()}
-    return dist, _intervals(spec, dist, pairs, mis_pairs, groups, correct, labelled)
+        dist.pooled[m] = {g: np.concatenate(v, axis=0) for g, v in pool_parts.pop(m).items()}
+    iv = _intervals(spec, dist, pairs, mis_pairs, groups, correct, labelled)
+    _pooled_intervals(spec, dist, pools, groups, {st.name: st.n for st in ood_strata}, iv)
+    return dist, iv
+
+
+def _pooled_intervals(spec: BootstrapSpec, dist: Distributions,
+                      pools: Mapping[str, Mapping[str, Pair]],
+                      groups: Mapping[str, Sequence[str]], rows: Mapping[str, int],
+                      iv: dict[str, Any]) -> None:
+    """`iv["methods"][m]["pooled"][group]`: each pooled group's intervals (`rows`: each
+    OOD split's row count, its BCa stratum)."""
+    for m, by_group in pools.items():
+        iv["methods"][m]["pooled"] = {
+            g: _pairs(OOD_COLUMNS, _pooled_interval(spec, dist.pooled[m][g], pp,
+                                                    [rows[s] for s in groups[g]]))
+            for g, pp in by_group.items()}
+
+
+def _pooled_pairs(sc: Mapping[str, np.ndarray], id_name: str, id_order: np.ndarray,
+                  groups: Mapping[str, Sequence[str]]) -> dict[str, Pair]:
+    """Per group, the pair (ID split, the group's OOD splits concatenated), its negative rows
+    read at their own strata's rows of the stacked OOD multiplicities (the groups' splits
+    are consecutive there, in ``groups`` order)."""
+    out, start = {}, 0
+    for g, names in groups.items():
+        neg = np.concatenate([np.asarray(sc[s], dtype=np.float64) for s in names])
+        out[g] = Pair(sc[id_name], neg, p_order=id_order,
+                      q_index=start + np.arange(neg.size, dtype=np.int64))
+        start += neg.size
+    return out
+
+
+def _pooled_interval(spec: BootstrapSpec, d: np.ndarray, pair: Pair,
+                     sizes: Sequence[int]) -> np.ndarray:
+    """A pooled group's interval; BCa's strata: the ID rows, then each split's rows."""
+    jack = None
+    if spec.method == "bca":
+        j_id, j_pool = pair.jackknife()
+        jack = [j_id, *np.split(j_pool, np.cumsum(sizes)[:-1])]
+    return _interval(spec, d, pair.point(), jack)
 
 
 def _ood_batch(pairs: Sequence[Pair], c_id: np.ndarray, c_ood: np.ndarray) -> np.ndarray:

@@ -52,12 +52,12 @@ def _load8(a, w):
 
 
 @njit(inline="always", **_JIT)
-def _load18(a, w):
-    """Lane ``w`` of an 18-value walk state as a tuple."""
+def _load19(a, w):
+    """Lane ``w`` of the 19-value OOD walk state as a tuple."""
     L = LANES
     return _load8(a, w) + (a[8 * L + w], a[9 * L + w], a[10 * L + w], a[11 * L + w],
                            a[12 * L + w], a[13 * L + w], a[14 * L + w], a[15 * L + w],
-                           a[16 * L + w], a[17 * L + w])
+                           a[16 * L + w], a[17 * L + w], a[18 * L + w])
 
 
 @njit(inline="always", **_JIT)
@@ -76,8 +76,8 @@ def _store8(a, w, new, old, keep):
 
 
 @njit(inline="always", **_JIT)
-def _store18(a, w, new, old, keep):
-    """As ``_store8`` for the 18-value OOD state."""
+def _store19(a, w, new, old, keep):
+    """As ``_store8`` for the 19-value OOD state."""
     L = LANES
     _store8(a, w, new[:8], old[:8], keep)
     a[8 * L + w] = old[8] if keep else new[8]
@@ -90,6 +90,7 @@ def _store18(a, w, new, old, keep):
     a[15 * L + w] = old[15] if keep else new[15]
     a[16 * L + w] = old[16] if keep else new[16]
     a[17 * L + w] = old[17] if keep else new[17]
+    a[18 * L + w] = old[18] if keep else new[18]
 
 
 @njit(inline="always", **_JIT)
@@ -147,7 +148,7 @@ def ood_lanes(p_rows, p_end, q_rows, q_end, cp, cq, out):
     _totals(a, S, cp, p_rows, cq, q_rows)
     for w in range(L):
         s0 = ood_start(a[(S + _NP) * L + w], a[(S + _NN) * L + w])
-        _store18(a, w, s0, s0, False)
+        _store19(a, w, s0, s0, False)
     ia = 0
     ja = 0
     for g in range(p_end.shape[0]):
@@ -157,11 +158,11 @@ def ood_lanes(p_rows, p_end, q_rows, q_end, cp, cq, out):
         for w in range(L):
             ci = a[(S + _CI) * L + w]
             cj = a[(S + _CJ) * L + w]
-            old = _load18(a, w)
+            old = _load19(a, w)
             new = ood_step(old, ci, cj, a[(S + _NP) * L + w], a[(S + _NN) * L + w])
-            _store18(a, w, new, old, ci + cj == 0.0)
+            _store19(a, w, new, old, ci + cj == 0.0)
     for w in range(L):
-        ood_finish(_load18(a, w), a[(S + _NP) * L + w], a[(S + _NN) * L + w], out[w])
+        ood_finish(_load19(a, w), a[(S + _NP) * L + w], a[(S + _NN) * L + w], out[w])
 
 
 @njit(**_JIT)

@@ -61,3 +61,26 @@ def test_registry_entry():
     entry = {e["name"]: e for e in list_scorers()}["mcdropout"]
     assert entry["needs"] == ["extra:mc_logits"]
     assert entry["paper"]
+
+
+def test_mc_dropout_id_accuracy_is_the_mc_mean_prediction(tmp_path):
+    """Eq. 15 (issue 46.7): MC-Dropout predicts with p_mean = (1/T) sum_t softmax(mc_logits
+    [t]); its ID accuracy is argmax p_mean against the labels (reference: the plain-Python
+    mean softmax), which here differs from the deterministic logits' accuracy; the
+    experiment runner reports it for the MC-Dropout row."""
+    from featstore.specs.experiment import MethodRow
+    from featstore.workflows.experiments.runner import score_row
+    from scorers.methods.mcdropout import mc_id_accuracy
+
+    st = stores.extras_store(tmp_path / "d", RNG, mc_extras)
+    sp = st.split("id/test")
+    mc = np.asarray(sp.extra("mc_logits"), dtype=np.float64)
+    labels = np.asarray(sp.labels)
+    pred = [int(np.argmax([sum(refs.softmax_row(mc[k, i])[c] for k in range(mc.shape[0]))
+                           for c in range(stores.EXTRAS_C)])) for i in range(mc.shape[1])]
+    ref = 100.0 * np.mean(np.asarray(pred)[labels != -1] == labels[labels != -1])
+    det = 100.0 * np.mean(np.asarray(sp.logits).argmax(1)[labels != -1] == labels[labels != -1])
+    assert mc_id_accuracy(sp) == pytest.approx(ref, abs=1e-12)
+    assert ref != pytest.approx(det)
+    row = MethodRow(name="MC-Dropout", train="mcdropout", scorer="mcdropout")
+    assert score_row(st, row, "none", "auroc")["id_acc"] == pytest.approx(ref, abs=1e-12)

@@ -184,12 +184,14 @@ def build_gbench(out: str | Path, *, backbone: str = DEFAULT_BACKBONE,
                  weights: str | Path | None = None, epochs: int = SCRATCH_EPOCHS,
                  only: Sequence[str] | None = None,
                  patch_count: int = PATCH_COUNT, noise_count: int = NOISE_COUNT,
-                 progress: Progress | None = None) -> Store:
+                 progress: Progress | None = None,
+                 odin_grid: Sequence[tuple[float, float]] = ()) -> Store:
     """Write OUT/spec.toml and extract the mini-Gbench into OUT/store (OUT/spec_<backbone>.toml
     and OUT/store_<backbone> for the other backbones). The checkpoint is `weights` if given,
     else OUT/model.pt (OUT/model_<backbone>.pt), trained once if missing or made by another
     recipe (recorded in the .json beside it). Completed splits are reused; a store made by
-    another checkpoint is replaced."""
+    another checkpoint is replaced. `odin_grid`: ODIN-perturbed logits per (T, eps) pair
+    extracted too (`gscore gbench --paper`: the paper's ODIN perturbs its input)."""
     if backbone not in BACKBONES:
         raise UsageError(f"backbone {backbone!r}: expected one of {', '.join(BACKBONES)}")
     model_spec, family, factory, seed = BACKBONES[backbone]
@@ -218,7 +220,8 @@ def build_gbench(out: str | Path, *, backbone: str = DEFAULT_BACKBONE,
         raise InputError(f"--weights {str(weights)!r}: file not found")
     store = out / f"store{suffix}"
     opts = ExtractOptions(device="cpu", batch_size=128, num_workers=0,
-                          overwrite=store_model_differs(store, Path(weights)))
+                          overwrite=store_model_differs(store, Path(weights)),
+                          odin_grid=tuple((float(t), float(e)) for t, e in odin_grid))
     if opts.overwrite:
         logger.info(f"replacing {store}: it was extracted with another model")
     return extract(model_spec, spec, store, weights=weights, options=opts,

@@ -55,7 +55,8 @@ def build_unit(unit: dict[str, Any], log: Log) -> dict[str, Any]:
     start = time.perf_counter()
     st = build_gbench(unit["out"], backbone=unit["backbone"], weights=unit["weights"],
                       epochs=unit["epochs"], only=unit["only"],
-                      patch_count=unit["patch_count"], noise_count=unit["noise_count"])
+                      patch_count=unit["patch_count"], noise_count=unit["noise_count"],
+                      odin_grid=tuple(tuple(p) for p in unit.get("odin_grid", ())))
     try:
         return build_summary(st, time.perf_counter() - start)
     finally:
@@ -78,7 +79,8 @@ def gbench_builds(executor: Any, out: str | Path, backbones: Sequence[str], *,
                   weights: str | Path | None = None, epochs: int = 12,
                   only: Sequence[str] | None = None, patch_count: int = PATCH_COUNT,
                   noise_count: int = NOISE_COUNT, work: str | Path | None = None,
-                  log: Log = logger.info) -> list[dict[str, Any]]:
+                  log: Log = logger.info,
+                  odin_grid: Sequence[tuple[float, float]] = ()) -> list[dict[str, Any]]:
     """Build the mini-Gbench store of every backbone in `backbones` (one unit each, on
     `executor`) into `out`; their summaries in that order. `weights` applies to a single
     backbone only; `work` (default `out`) holds the units' states and logs."""
@@ -91,7 +93,8 @@ def gbench_builds(executor: Any, out: str | Path, backbones: Sequence[str], *,
                 "out": out, "backbone": b,
                 "weights": str(Path(weights).resolve()) if weights is not None else None,
                 "epochs": epochs, "only": list(only) if only is not None else None,
-                "patch_count": patch_count, "noise_count": noise_count}
+                "patch_count": patch_count, "noise_count": noise_count,
+                "odin_grid": [list(p) for p in odin_grid]}
         unit["key"] = digest({"unit": unit, "nonce": nonce,
                               "weights": sha256_file(Path(weights)) if weights else None})
         units.append(unit)
@@ -114,10 +117,11 @@ def gbench_evaluation(executor: Any, work: str | Path, stores: Sequence[str | Pa
                       methods: Sequence[str] | None = None, repeats: int = 5,
                       splits: Sequence[str] | None = None,
                       exclude: Sequence[str] | None = None,
-                      log: Log = logger.info) -> dict[str, Any]:
+                      log: Log = logger.info, paper: bool = False) -> dict[str, Any]:
     """`gbench_protocol(stores, ...)` as one unit on `executor` (states in `work`)."""
     paths = [str(Path(p).resolve()) for p in stores]
     options = {"methods": list(methods) if methods else None, "repeats": repeats,
+               "paper": paper,
                "splits": list(splits) if splits else None,
                "exclude": list(exclude) if exclude else None}
     unit = {"id": "gbench-evaluation", "label": f"Gbench protocol on {len(paths)} store(s)",

@@ -33,6 +33,7 @@ from featstore.workflows.demo.pipeline import (
 from featstore.workflows.demo.ten_methods import run_ten_methods
 from featstore.workflows.report import write_report
 from scorers.evaluate import evaluate
+from scorers.gscore.spec import GBENCH_PAPER_ODIN
 from scorers.stats import BootstrapSpec
 
 ContextFactory = Callable[[], AbstractContextManager[Any]]
@@ -93,27 +94,30 @@ def run_demo_command(out: Path, *, methods: str | Sequence[str] | None = None,
 def build_gbench_command(out: Path, *, backbone: str | Sequence[str] = "pretrained",
                          weights: Path | None = None, epochs: int = 12,
                          extraction: ContextFactory = no_progress,
-                         executor: Any = None) -> dict[str, Any]:
+                         executor: Any = None, paper: bool = False) -> dict[str, Any]:
     """`featstore gscore gbench` without stores: check the options before anything is
     written (each `--backbone` one of `gbench.BACKBONES`, `--weights` an existing file, for
     one backbone), build the mini-Gbench store of each backbone (`gbench.build_gbench`; with
     `executor`, one unit per backbone: `gbench_units.gbench_builds`), and return its summary
     plus "ood_splits" (how many) and "seconds"; several backbones: {"stores": [summary,
-    ...], "seconds"}."""
+    ...], "seconds"}. `paper`: the stores also hold ODIN's perturbed logits at the paper's
+    (T, eps) (`scorers.gscore.spec.GBENCH_PAPER_ODIN`) for `gbench --paper`'s ODIN."""
+    odin_grid = GBENCH_PAPER_ODIN if paper else ()
     backbones = [backbone] if isinstance(backbone, str) else list(backbone)
     check_backbones(backbones, weights)
     if weights is not None and not Path(weights).is_file():
         raise InputError(f"--weights {str(weights)!r}: file not found")
     start = time.perf_counter()
     if executor is not None:
-        summaries = gbench_builds(executor, out, backbones, weights=weights, epochs=epochs)
+        summaries = gbench_builds(executor, out, backbones, weights=weights, epochs=epochs,
+                                  odin_grid=odin_grid)
     else:
         summaries = []
         for b in backbones:
             t0 = time.perf_counter()
             with extraction() as progress:
                 st = build_gbench(out, backbone=b, weights=weights, epochs=epochs,
-                                  progress=progress)
+                                  progress=progress, odin_grid=odin_grid)
             summaries.append(build_summary(st, time.perf_counter() - t0))
     if len(summaries) == 1:
         return {**summaries[0], "seconds": time.perf_counter() - start}

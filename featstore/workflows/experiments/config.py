@@ -29,7 +29,9 @@
 
     [tune]
     rule = "val"                            # val: grid search on id/val vs the val OOD splits
-    select_by = "auroc"                     #   only (the paper's rule); none: defaults;
+    select_by = "auroc"                     #   only, default grids fitted to the store;
+                                            #   paper: the same over the default grids as
+                                            #   they are (RS §2.5); none: defaults;
                                             #   openood: OpenOOD v1.5's search (AUROC)
 
     [[method]]                              # one row of the results table

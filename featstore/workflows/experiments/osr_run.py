@@ -77,7 +77,7 @@ def run_osr(data: str, out: Path, *, ratios: str = "7/3,6/4,5/5", seeds: int = 5
                   else dict(AUX_SOURCE) if digits else None)
     exp = osr_experiment(data, ratio_list, seeds, rows, train, arch=arch,
                          root=str(root) if root else None, image_size=image_size,
-                         aux=aux_source, device=device, tune_rule="val" if tune else "none",
+                         aux=aux_source, device=device, tune_rule="paper" if tune else "none",
                          val_open=val_open)
     exp.runs = runs
     start = time.perf_counter()

@@ -3,8 +3,10 @@ Tables 5-16) over experiment results: one table per metric, rows dataset x bench
 method columns grouped under their family, the top three of each row marked.
 
 Tables, in the paper's order: AUROC, FPR@95, AUPR-IN, AUPR-OUT, ID-ACC (percent) and the
-computation time in seconds (`method_s` of `aggregate`: what the method adds, scoring alone
-for a post-hoc row on the shared `ce` model; the table is left out when no run recorded it).
+computation time in seconds (`method_s` of `aggregate`: the same phases for every row, named
+in the table's caption, `aggregate.METHOD_PHASES`: the method's own training, none for a
+post-hoc row on the shared `ce` model, + extraction + scoring; the table is left out when no
+run recorded it).
 
 Rows: per dataset (a results.json and its label) and per data split of its aggregate:
 - OSR results (`[data] osr`): one row per ratio ("7/3"), as Tables 5-10;
@@ -44,6 +46,8 @@ from featstore.store.fileio import atomic_write_output
 from featstore.store.formatting import mean_std
 from featstore.store.textsafe import markup_text, md_text, one_line
 
+from .aggregate import METHOD_PHASES
+
 #: the output layouts of `featstore run`, `protocol osr` and `protocol ten-methods`
 LAYOUTS = ("default", "paper")
 #: the paper's Table 1 families of the ten rows (`presets.ten_method_rows`)
@@ -55,9 +59,17 @@ FAMILIES = {"MSP": "post hoc", "ViM": "post hoc", "KNN": "post hoc",
 FAMILY_TITLES = {"post hoc": "Post Hoc", "train-time": "Training-Time Regularization",
                  "outlier": "Outlier Exposure", "model unc.": "Model Uncertainty",
                  "other": "Other"}
+#: FPR@95's two positive classes (`scorers.metrics`): §2.3 defines FPR@95 as "the proportion
+#: of negative samples that are incorrectly predicted by the model when the model has a TPR
+#: of 95%" without naming the positive class; its ten methods and AUPR-IN / AUPR-OUT names are
+#: OpenOOD v1.5's, whose FPR@95 takes OOD as positive. Both tables are printed, each named
+#: (the OOD-positive one when the results carry `fpr95_ood`).
+FPR_ID_TITLE = "FPR@95 ID-positive (OOD accepted at 95% ID TPR)"
+FPR_OOD_TITLE = "FPR@95 OOD-positive (ID rejected at 95% OOD TPR, OpenOOD v1.5)"
 #: (key, title, better, digits, kind) of the tables; kind "group": per OOD group
 PAPER_METRICS = (("auroc", "AUROC", "max", 2, "group"),
-                 ("fpr95", "FPR@95", "min", 2, "group"),
+                 ("fpr95", FPR_ID_TITLE, "min", 2, "group"),
+                 ("fpr95_ood", FPR_OOD_TITLE, "min", 2, "group"),
                  ("aupr_in", "AUPR-IN", "max", 2, "group"),
                  ("aupr_out", "AUPR-OUT", "max", 2, "group"),
                  ("id_acc", "ID-ACC", "max", 2, "id"),
@@ -112,7 +124,10 @@ class PaperTable:
 
     def caption(self) -> str:
         way = "higher" if self.better == "max" else "lower"
-        return (f"{self.title} ({way} is better): mean ± std over each row's runs; "
+        phases = (f" = {' + '.join(METHOD_PHASES)}, every row alike" if self.key == "method_s"
+                  else " (a group's value: the mean over its OOD splits)"
+                  if self.benchmark == "group" else "")
+        return (f"{self.title}{phases} ({way} is better): mean ± std over each row's runs; "
                 "the row's top three in bold (ties share a place)")
 
 
@@ -184,7 +199,7 @@ def _table(datasets: Sequence[tuple[str, Mapping[str, Any]]], columns: list[tupl
             rows.append(PaperRow(label, bench, [
                 PaperCell(mean_std(s, digits, runs) + (" (!)" if f else ""), top)
                 for s, f, top in zip(stats, flagged, marks, strict=True)]))
-    if kind == "time" and not recorded:
+    if (kind == "time" or key == "fpr95_ood") and not recorded:
         return None
     kinds = {bool(r["experiment"].get("osr")) for _, r in datasets}
     head = ("ratio" if kinds == {True} else "group" if kinds == {False} else "benchmark") \

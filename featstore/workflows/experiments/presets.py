@@ -10,11 +10,13 @@ The ten rows, in the paper's four families (score of each method as the benchmar
 
 Tuning (the paper, §2.5: "explored only the five most common values and selected
 hyperparameters based on the performance of AUROC on the validation set"; shared/papers/
-rs-ood-ten-methods-remote-sensing-2024.txt line 627): rows whose scorer has a sweep grid are
-tuned on the val splits by AUROC over the scorer's default grid, the grid `featstore sweep`
-and `featstore eval --tune` use: KNN over K, ViM over its five most common principal dims
-(42, 128, 256, 512, 1000 at D = 2048, scaled to the store's D: `scorers.methods.vim`, where
-each value's source is listed); the other rows have no hyperparameter.
+rs-ood-ten-methods-remote-sensing-2024.txt line 627; the paper does not list the values):
+rows whose scorer has a sweep grid are tuned on the val splits by AUROC over the scorer's
+default grid as it is (tuning rule "paper": `scorers.adapt`, not fitted to the store,
+clamped only where a value is invalid, duplicates scored once): KNN over K 50, 100, 200,
+500, 1000 (OpenOOD v1.5), ViM over its five most common principal dims 42, 128, 256, 512,
+1000 (`scorers.methods.vim`, where each value's source is listed); the other rows have no
+hyperparameter.
 MC-Dropout is extracted with `MC_SAMPLES` stochastic passes. OE and MCD read the auxiliary
 outliers of the experiment's [data] aux.
 

@@ -67,9 +67,10 @@ def title(result: dict[str, Any], split: str) -> str:
             if runs > 1 else f"{seeds} seed(s)")
     tune = (f"tuned on val by {exp['select_by']}" if exp["tune_rule"] == "val"
             else "tuned on val by OpenOOD v1.5's search" if exp["tune_rule"] == "openood"
-            else "default parameters")
+            else f"tuned on val by {exp['select_by']} over the paper's grids (RS §2.5)"
+            if exp["tune_rule"] == "paper" else "default parameters")
     return (f"{exp['name']} — {where}: mean ± std (population) over {over}, in %, "
-            f"{tune}; times in s")
+            f"{tune}; a group's value is the mean over its OOD splits; times in s")
 
 
 def markdown_report(result: dict[str, Any]) -> str:

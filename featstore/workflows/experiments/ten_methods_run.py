@@ -5,12 +5,13 @@ dataset, as experiments of `featstore run`.
 
 Per dataset (`LABEL=SPEC`, the label naming its rows and its folder `OUT/<LABEL>`): an
 experiment with the rows of `presets.ten_method_rows` (the paper's four families; MCD
-scored by eq. 14; ViM and KNN tuned on the val splits by AUROC over their five most common
-values, §2.5), R training seeds 0 .. R-1 (`runs`: each seed trains every method once: the paper's
-seven runs), the spec's own OOD groups (`ood/<group>/<name>` test splits: "simi", "near",
-"far" in the paper; any names the spec uses), written to `OUT/<LABEL>/experiment.toml` and
-run by `runner.run_experiment` into `OUT/<LABEL>` (resumable: a rerun reads back what
-finished; `featstore run OUT/<LABEL>/experiment.toml --out OUT/<LABEL>` is the same run).
+scored by eq. 14; ViM and KNN tuned on the val splits by AUROC over five values each, used as
+they are: §2.5's "five most common values", tuning rule "paper", `presets`), R training
+seeds 0 .. R-1 (`runs`: each seed trains every method once: the paper's seven runs), the
+spec's own OOD groups (`ood/<group>/<name>` test splits: "simi", "near", "far" in the paper;
+any names the spec uses), written to `OUT/<LABEL>/experiment.toml` and run by
+`runner.run_experiment` into `OUT/<LABEL>` (resumable: a rerun reads back what finished;
+`featstore run OUT/<LABEL>/experiment.toml --out OUT/<LABEL>` is the same run).
 
 Training defaults are `protocol osr`'s for file data (`osr_run.osr_train_settings`: the
 `remote-sensing` preset, SGD 0.01, momentum 0.9, wd 5e-4, 100 epochs, batch 128, flip +
@@ -139,7 +140,7 @@ def ten_methods_experiments(specs: Mapping[str, Path], rows: Sequence[MethodRow]
                          arch=arch, seeds=list(range(runs)), rows=list(rows), spec=str(path),
                          aux={"imagefolder": str(Path(aux).resolve())} if aux else None,
                          device=device, train=dict(train),
-                         tune_rule="val" if tune else "none", select_by="auroc")
+                         tune_rule="paper" if tune else "none", select_by="auroc")
         out[label] = check_experiment(exp, f"ten-methods {label}")
     return out
 

@@ -1,29 +1,50 @@
-"""FACETS' results layout (Recalcati, Garcea, Piano, Lamberti & Morra, DSAA 2023, Tables VI
-and VII): per dataset (a store: e.g. the WordNet T40 / T45 / T50 or tier T1 / T2 assignments
-of `featstore protocol wordnet|tiers`, each extracted into its own store) and OOD group, per
-method, the cell "FPR@95%TPR / Detection Error / AUROC" (percent; `scorers.metrics`), and the
-misclassification-detection row of each dataset's ID test split (Table VII;
-`scorers.misclassification`, with its warning under 20 errors). The best value of each metric
-per row is marked (lowest FPR and detection error, highest AUROC; ties all marked, as the
-paper). Methods a store cannot score are listed with the reason, never dropped silently.
+"""FACETS' results (Recalcati, Garcea, Piano, Lamberti & Morra, DSAA 2023, §VI Tables VI and
+VII) over one store per dataset (e.g. the WordNet T40 / T45 / T50 or tier T1 / T2
+assignments of `featstore protocol wordnet|tiers`, each extracted into its own store): per
+dataset and OOD group, per method, the cell "FPR@95%TPR / Detection Error / AUROC" (percent;
+`scorers.metrics`), and the misclassification-detection cell of each dataset's ID test split
+(Table VII; `scorers.misclassification`, with its warning under 20 errors). The best value of
+each metric per row is marked (lowest FPR and detection error, highest AUROC; ties all
+marked, as Table VI's caption says). Methods a store cannot score are listed with the reason,
+never dropped silently.
 
-As the paper computes them: "Detection Error" is `detection_error_tpr95` = 0.5 (1 - 0.95) +
-0.5 FPR@95%TPR (every Table VI/VII cell but OODL's follows it; the min-over-thresholds
-`detection_error` of ODIN is kept in each cell's JSON beside it, not printed). The columns carry
-the paper's method names (`PAPER_NAMES`): MSP = `msp`; TS = `odin` at T = 1000 without input
-perturbation (the paper cites ODIN [21] for TS, and its TS column tracks MLV, as softmax at
-T = 1000 does); MLV = `mls`; ODIN = `odin_perturbed`; IP TS MLV = `ip_ts_mlv`; OODL = `oodl`.
-A method outside the map is labelled with its scorer name.
+Pooled, as the paper: a dataset's OOD set is one set of rows (§IV, Tables II-V: each dataset
+lists its OOD sources and one "Total", e.g. T1's 7,530 SUN + 16,100 ImageNet-val + 50,232
+ImageNet-train OOD rows; Table VI has one cell per dataset), so each cell is the metric of
+id/test against the group's OOD test splits CONCATENATED (`scorers.evaluate.pooled_groups`:
+each source weighs its row count, 10 / 22 / 68 % for T1), not the mean over the splits
+(featstore's `groups`, where each source weighs the same); with intervals, the bootstrap
+resamples each split within the pool. Both layouts say "pooled" in their title.
+
+Layouts: `markdown_table` (featstore's: one row per dataset x OOD group, the
+misclassification row under each dataset's OOD rows) and `paper_markdown` (Tables VI and VII
+as the paper prints them: Table VI one row per dataset, one "FPR / DE / AUROC" cell per
+method; Table VII the misclassification cells, one row per dataset; a store with several OOD
+groups gets one row per group, named "dataset group").
+
+"Detection Error" is `detection_error_tpr95`: 0.5 (1 - TPR(t*)) + 0.5 FPR(t*) at the threshold
+t* of FPR@95%TPR (the highest score keeping >= 95% of the ID rows), at the TPR it ACHIEVES
+there. The paper gives no formula (§VI); its cells fit this one: where t* keeps 95% of the ID
+rows it is 2.5 + FPR95 / 2 (e.g. MSP InterDataset 86.85 / 45.91), and where a coarse score
+overshoots (OODL Baseline 0.37 / 1.61, below 2.5 + 0.37 / 2) the achieved TPR (97.15%) gives
+the printed value. ODIN's min-over-thresholds `detection_error` is kept in each cell's JSON
+beside it, not printed. The columns carry the paper's method names (`PAPER_NAMES`, Table VI's
+header): MSP = `msp`; TS = `odin` at T = 1000 without input perturbation (the paper cites
+ODIN [21] for TS and names no temperature; T = 1000 is ODIN's, featstore's reading, and its
+TS column tracks MLV, as softmax at T = 1000 does); MLV = `mls`; ODIN = `odin_perturbed`; IP
+TS MLV = `ip_ts_mlv`; OODL = `oodl`. A method outside the map is labelled with its scorer
+name.
 
 Tuning on validation sets, as the paper (../shared/papers/facets-realistic-ood-benchmark-
-dsaa-2023.md): its methods use OOD samples "mainly [for] parameter selection" (line 159), ODIN's
-hyperparameters are T and eps (line 165), OODL's the kernel approximation, nu and the layer
-(line 167), and "both ID and OOD samples may be necessary for hyperparameter tuning. Separate
-validation and test sets for each setup were established" (line 262; every table is
-"(val/test)", lines 179-258). It names no grid and no criterion, so each method with
-hyperparameters is tuned over its scorer's default grid (`featstore scorers`: ODIN and IP TS
-MLV T x eps among the stored perturbed pairs, OODL nu) on `id/val` against the store's OOD
-splits flagged usage val, by `select_by` (AUROC unless told), through featstore's one tuner
+dsaa-2023.md): its methods use OOD samples "mainly [for] parameter selection" (§III.B),
+ODIN's hyperparameters are T and eps (§III.B), OODL's the kernel approximation, nu and the
+layer (§III.B), and "both ID and OOD samples may be necessary for hyperparameter tuning.
+Separate validation and test sets for each setup were established" (§IV, after Table V;
+every table is "(val/test)"). It names no grid and no criterion, so (featstore's choice) each
+method with hyperparameters is tuned over its scorer's default grid (`featstore scorers`:
+ODIN and IP TS MLV T x eps among the stored perturbed pairs, OODL nu) on `id/val` against the
+store's OOD splits flagged usage val, by `select_by` (AUROC unless told) on the val OOD splits
+POOLED (one val set per dataset, as the test cells), through featstore's one tuner
 (`scorers.sweep.sweep_all`, test splits scored only after the choice). TS stays at T = 1000,
 its definition (`PAPER_PARAMS` and a user's `params` are fixed, outside the grid); MSP and MLV
 have no hyperparameter. A store without `id/val` or without a val OOD split is scored at the
@@ -54,6 +75,11 @@ PAPER_NAMES: dict[str, str] = {"msp": "MSP", "odin": "TS", "mls": "MLV",
 #: TS is softmax at ODIN's temperature, T = 1000 (Liang et al. 2018), without perturbation.
 PAPER_PARAMS: dict[str, dict[str, Any]] = {"odin": {"temperature": 1000.0}}
 _KEYS = tuple(k for k, _ in CELL_METRICS) + EXTRA_CELL_KEYS
+#: The tables' title and the sentence that says how a group's cell is formed.
+TITLE = "FACETS layout: FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑"
+GROUP_NOTE = ("Each OOD cell is pooled: id/test against the group's OOD test splits "
+              "concatenated (FACETS §IV, one OOD set per dataset); Detection Error at the TPR "
+              "achieved at the 95%-TPR threshold.")
 
 
 def column_label(method: str) -> str:
@@ -74,7 +100,8 @@ def facets_table(stores: Sequence[tuple[str, Any]], methods: Sequence[str],
                  params: Mapping[str, Mapping[str, Any]] | None = None,
                  use_cache: bool = True, tune: bool = True,
                  select_by: str = "auroc") -> dict[str, Any]:
-    """{"methods", "labels": {method: paper name}, "params", "rows": [{"dataset", "kind"
+    """{"methods", "labels": {method: paper name}, "params", "group_form": "pooled", "rows":
+    [{"dataset", "kind"
     ("ood" | "misclassification"), "group", "cells": {method: {fpr95, detection_error_tpr95,
     auroc, detection_error} | None}, "best": {metric: [methods]}, "warnings": {method:
     text}}], "skipped": {dataset: {method: reason}}, "tuning": {dataset: `tuning`}}.
@@ -101,13 +128,13 @@ def tuned_scores(store: StoreLike, methods: Sequence[str],
     """The store's evaluation and its "tuning" entry: with `tune` and val splits,
     `sweep_all` (each method's chosen setting on val, its test metrics) and {"tuned": True,
     "select_by", "val_splits", "methods": {method: {"setting" (the chosen grid values),
-    "params" (every parameter used), "val" (the chosen setting's mean val metric), "grid",
+    "params" (every parameter used), "val" (the chosen setting's pooled val metric), "grid",
     "adjusted"}}}; else `evaluate` at `used` and {"tuned": False, "reason"}."""
     reason = untuned_reason(store) if tune else "not asked (tune=False)"
     if reason is not None:
         return (evaluate(store, list(methods), dict(used), use_cache=use_cache),
                 {"tuned": False, "reason": reason})
-    res = sweep_all(store, list(methods), dict(used), select_by=select_by)
+    res = sweep_all(store, list(methods), dict(used), select_by=select_by, select_on="pooled")
     chosen = {m: {"setting": r["chosen"], "params": r["params"], "val": r["val"][select_by],
                   "grid": r["grid"], "adjusted": r["adjusted"]}
               for m, r in res["methods"].items()}
@@ -126,9 +153,9 @@ def facets_dataset(label: str, store: StoreLike, methods: Sequence[str],
     scored = res["methods"]
     groups: list[str] = []
     for m in scored.values():
-        groups += [g for g in m["groups"] if g not in groups]
+        groups += [g for g in m["pooled"] if g not in groups]
     for g in groups:
-        cells = {m: ({k: scored[m]["groups"][g][k] for k in _KEYS}
+        cells = {m: ({k: scored[m]["pooled"][g][k] for k in _KEYS}
                      if m in scored else None) for m in methods}
         rows.append({"dataset": label, "kind": "ood", "group": g, "cells": cells,
                      "best": _best(cells), "warnings": {}})
@@ -153,7 +180,7 @@ def assemble_table(methods: Sequence[str], used: Mapping[str, Any],
     rows = [r for _, part_rows, _, _ in parts for r in part_rows]
     skipped = {label: dict(sk) for label, _, sk, _ in parts if sk}
     return {"methods": list(methods), "labels": {m: column_label(m) for m in methods},
-            "params": dict(used), "rows": rows, "skipped": skipped,
+            "params": dict(used), "group_form": "pooled", "rows": rows, "skipped": skipped,
             "tuning": {label: dict(t) for label, _, _, t in parts}}
 
 
@@ -199,7 +226,7 @@ def cell_text(cell: Mapping[str, float] | None, best: Mapping[str, list[str]], m
 def markdown_table(table: dict[str, Any]) -> str:
     """The table as Markdown (best values bold), then warnings and skipped methods."""
     methods = table["methods"]
-    lines = ["# FACETS layout: FPR@95%TPR ↓ / Detection Error ↓ / AUROC ↑ (in %)", "",
+    lines = [f"# {TITLE} (in %)", "", GROUP_NOTE, "",
              "| dataset | rows | " + " | ".join(md_text(column_label(m)) for m in methods)
              + " |",
              "|---|---|" + "---|" * len(methods)]
@@ -208,18 +235,52 @@ def markdown_table(table: dict[str, Any]) -> str:
                 else f"OOD {r['group']}")
         lines.append(f"| {md_text(r['dataset'])} | {md_text(what)} | " + " | ".join(
             cell_text(r["cells"][m], r["best"], m, ("**", "**")) for m in methods) + " |")
+    return "\n".join(lines + _notes(table)) + "\n"
+
+
+def _notes(table: dict[str, Any]) -> list[str]:
     notes = [f"- {md_text(line)}" for line in tuning_notes(table)]
     notes += [f"- {md_text(r['dataset'])} {md_text(m)}: {md_text(w)}" for r in table["rows"]
               for m, w in r["warnings"].items()]
     notes += [f"- {md_text(d)} {md_text(m)}: skipped ({md_text(why)})"
               for d, ms in table["skipped"].items() for m, why in ms.items()]
-    if notes:
-        lines += ["", "Notes:", ""] + notes
-    return "\n".join(lines) + "\n"
+    return ["", "Notes:", ""] + notes if notes else []
 
 
-def write_markdown_table(path: Path, table: dict[str, Any]) -> Path:
-    """Write `markdown_table(table)` to `path` (its folder created), atomically."""
+def paper_rows(table: Mapping[str, Any], kind: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """(row label, row) of one of the paper's tables: kind "ood" (Table VI: one row per
+    dataset, "dataset group" when a store has several OOD groups) or "misclassification"
+    (Table VII)."""
+    rows = [r for r in table["rows"] if r["kind"] == kind]
+    multi = {d for d in {r["dataset"] for r in rows}
+             if sum(r["dataset"] == d for r in rows) > 1}
+    return [(f"{r['dataset']} {r['group']}" if r["dataset"] in multi else r["dataset"], r)
+            for r in rows]
+
+
+def paper_markdown(table: dict[str, Any]) -> str:
+    """The paper's layout (§VI): Table VI (OOD detection, one row per dataset) and Table VII
+    (misclassification detection on id/test, one row per dataset), each "FPR / DE / AUROC"
+    cell per method, the best bold; then the notes."""
+    methods = table["methods"]
+    head = ["| dataset | " + " | ".join(md_text(column_label(m)) for m in methods) + " |",
+            "|---|" + "---|" * len(methods)]
+    lines = [f"# {TITLE} (in %)", "", GROUP_NOTE, ""]
+    for title, kind in (("Table VI: OOD detection", "ood"),
+                        ("Table VII: misclassification detection (id/test)",
+                         "misclassification")):
+        lines += [f"## {title}", "", *head]
+        lines += [f"| {md_text(label)} | " + " | ".join(
+            cell_text(r["cells"][m], r["best"], m, ("**", "**")) for m in methods) + " |"
+            for label, r in paper_rows(table, kind)]
+        lines.append("")
+    return "\n".join(lines[:-1] + _notes(table)) + "\n"
+
+
+def write_markdown_table(path: Path, table: dict[str, Any], layout: str = "rows") -> Path:
+    """Write `markdown_table(table)` (layout "rows") or `paper_markdown(table)` (layout
+    "paper") to `path` (its folder created), atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write_output(path, markdown_table(table))
+    text = paper_markdown(table) if layout == "paper" else markdown_table(table)
+    return atomic_write_output(path, text)
