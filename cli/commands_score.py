@@ -213,7 +213,8 @@ def eval_(
             lines: dict[str, int] = {}
 
             def step(name: str) -> None:
-                lines[name] = begin(fit_label(st, name, n_scored, "tuning" if tune else ""))
+                begin(fit_label(st, name, n_scored, "tuning" if tune else ""))
+                lines[name] = begin.last
 
             if tune:
                 result = sweep_all(st, methods, params, select_by or "auroc", progress=step,

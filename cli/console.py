@@ -390,12 +390,17 @@ class Steps:
             self.progress.stop_task(self.running)
             self.running = None
 
-    def __call__(self, label: str) -> int:
+    def __call__(self, label: str) -> None:
         if self.progress is None:
-            return len(self.tasks)
+            self.tasks.append(None)
+            return
         self.finish()
         self.running = self.progress.add_task(label, total=None, start=True)
         self.tasks.append(self.running)
+
+    @property
+    def last(self) -> int:
+        """The index of the step begun last (for `relabel`)."""
         return len(self.tasks) - 1
 
     def relabel(self, index: int, label: str) -> None:
@@ -406,8 +411,8 @@ class Steps:
 @contextmanager
 def status(enabled: bool = True) -> Iterator[Steps]:
     """Spinners with elapsed time on stderr, one line per step: `begin(label)` ends the
-    previous step (its line keeps its final time), starts the next and returns its index;
-    `begin.relabel(index, label)` rewrites a step's line once its outcome is known (a cached
+    previous step (its line keeps its final time) and starts the next (`begin.last` is its
+    index); `begin.relabel(index, label)` rewrites a step's line once its outcome is known (a cached
     result, a skipped scorer) before the lines are printed for good. With --quiet (or
     `enabled=False`) both do nothing."""
     if not enabled or not progress_enabled():
