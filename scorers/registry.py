@@ -91,6 +91,12 @@ REGISTRY: dict[str, type[Scorer]] = _Registry(BUILTIN)
 SOURCES: dict[str, str] = {}
 
 
+def is_registered(name: object) -> bool:
+    """Whether `name` is a registered scorer name as it stands: never imports anything (the
+    registry's own `in` imports a `module:Class`; a name read from a file must not)."""
+    return isinstance(name, str) and dict.__contains__(REGISTRY, name)
+
+
 def qualname(cls: type) -> str:
     """`module:QualName` of a class (the spelling `--method` takes)."""
     return f"{cls.__module__}:{cls.__qualname__}"

@@ -431,6 +431,17 @@ def select_layers(module: nn.Module, feature_layer: str | None, no_head: bool
     return name, head, name
 
 
+def model_spec_kind(spec: str) -> str | None:
+    """What `load_model` makes of `spec`, by its form alone: "callable" (`module:callable`,
+    not an existing path), "torchvision" (an architecture name), "torchscript" (an existing
+    file), or None. The one rule: a caller deciding whether a name is code asks this."""
+    if ":" in spec and not Path(spec).exists():
+        return "callable"
+    if spec in set(torchvision.models.list_models()):
+        return "torchvision"
+    return "torchscript" if Path(spec).is_file() else None
+
+
 def load_model(
     spec: str,
     weights: str | Path | None = None,
@@ -455,18 +466,18 @@ def load_model(
     if trained is not None and num_classes is None:
         num_classes = trained["num_classes"]
     path = Path(spec)
-    arch_names = set(torchvision.models.list_models())
     build: Callable[[int | None], nn.Module] | None = None
     module: nn.Module
-    if ":" in spec and not path.exists():
+    spec_is = model_spec_kind(spec)
+    if spec_is == "callable":
         def build(n: int | None) -> nn.Module:
             return import_callable(spec, n)
         kind, transform = "callable", default_transform()
-    elif spec in arch_names:
+    elif spec_is == "torchvision":
         def build(n: int | None) -> nn.Module:
             return build_torchvision(spec, n)
         kind, transform = "torchvision", torchvision_default_transform(spec)
-    elif path.is_file():
+    elif spec_is == "torchscript":
         scripted = _load_torchscript(path, feature_layer, no_head)
         module, kind, arch = scripted, "torchscript", scripted.scripted_name
         transform = default_transform()
