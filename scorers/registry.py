@@ -24,11 +24,14 @@ import difflib
 import hashlib
 import importlib
 import inspect
+import os
 import pkgutil
 import re
 import sys
+import sysconfig
 from collections.abc import Iterable, Mapping
 from importlib.metadata import entry_points
+from types import ModuleType
 from typing import Any
 
 from featstore.errors import FeatstoreError, UsageError
@@ -207,17 +210,67 @@ def resolve_methods(methods: Iterable[str | type[Scorer] | Scorer],
 
 def code_digest(name: str) -> str | None:
     """What the score cache keys a non-built-in scorer's scores by besides its name: the
-    sha256 (16 hex) of the source of the module defining its class, so an edited scorer never
-    reads its old scores; None when the source cannot be read (a class typed into a REPL):
-    such a scorer is scored with the cache off. Built-ins: "" (the package's own code)."""
+    sha256 (16 hex) of the source of every user module involved (`user_modules`: the modules
+    of its class and of every base class that are not featstore's own, and the user modules
+    those import), so editing any of them never reads old scores; None when one's source
+    cannot be read (a class typed into a REPL): such a scorer is scored with the cache off.
+    Built-ins: "" (the package's own code)."""
     if name in BUILTIN:
         return ""
-    cls = REGISTRY[name]
-    try:
-        text = inspect.getsource(sys.modules[cls.__module__])
-    except (OSError, TypeError, KeyError):
-        return None
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    digest = hashlib.sha256()
+    for module in user_modules(REGISTRY[name]):
+        try:
+            text = inspect.getsource(sys.modules[module])
+        except (OSError, TypeError, KeyError):
+            return None
+        digest.update(module.encode("utf-8") + b"\0" + text.encode("utf-8") + b"\0")
+    return digest.hexdigest()[:16]
+
+
+OWN_PACKAGES = ("scorers", "featstore", "cli")
+
+
+def _is_user_module(module: str) -> bool:
+    """A module that is not featstore's own (`OWN_PACKAGES`), nor of the standard library or
+    an installed package (its file lies outside the interpreter's stdlib / site-packages)."""
+    if module.partition(".")[0] in OWN_PACKAGES or module == "builtins":
+        return False
+    mod = sys.modules.get(module)
+    file = getattr(mod, "__file__", None)
+    if mod is None or file is None:
+        return module == "__main__"
+    real = os.path.realpath(file)
+    return not any(real.startswith(root + os.sep) for root in _installed_roots())
+
+
+def _installed_roots() -> list[str]:
+    """The interpreter's stdlib directories and every site-packages / dist-packages directory
+    on sys.path (real paths)."""
+    paths = sysconfig.get_paths()
+    roots = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")
+             if k in paths}
+    roots |= {os.path.realpath(p) for p in sys.path
+              if os.path.basename(p) in ("site-packages", "dist-packages")}
+    return sorted(roots)
+
+
+def user_modules(cls: type) -> list[str]:
+    """The user modules a scorer class's code may run, sorted: the module of each class of its
+    MRO that is a user module (`_is_user_module`), then, transitively, every user module those
+    modules refer to by a global name (an imported module, function or class)."""
+    todo = [k.__module__ for k in cls.__mro__ if _is_user_module(k.__module__)]
+    seen: set[str] = set()
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        for value in list(vars(sys.modules[module]).values()) if module in sys.modules else []:
+            ref = value.__name__ if isinstance(value, ModuleType) else getattr(
+                value, "__module__", None)
+            if isinstance(ref, str) and ref not in seen and _is_user_module(ref):
+                todo.append(ref)
+    return sorted(seen)
 
 
 def unknown_scorer(name: Any, what: str | None = None) -> str:

@@ -188,3 +188,51 @@ def test_tampered_detector_attributes_are_one_line_naming_the_file(artifact, tmp
         _tamper(fh, what)
     _load_fails(artifact, TAMPERED[what])
     last_line_error(run_cli(capsys, "predict", artifact, tmp_path), 1, str(artifact))
+
+
+BASE_SCORER = '''
+import numpy as np
+from scorers.base import Scorer
+
+SIGN = {sign}
+
+class MeanBase(Scorer):
+    name = ""
+    needs = ("features",)
+    def score(self, split):
+        return SIGN * np.asarray(split.features, dtype=np.float64).mean(axis=1)
+'''
+CHILD_SCORER = '''
+from base43 import MeanBase
+
+class Child(MeanBase):
+    name = "child43"
+'''
+
+
+def test_scores_of_an_inherited_scorer_change_when_its_base_module_is_edited(
+        tmp_path, monkeypatch):
+    """Item 3, wrong numbers: the cache key hashed only the class's own module, so after
+    base43.py (where the scoring code lives) was edited the old scores were served. Reference:
+    the feature means, by hand, with the sign each version of base43.py sets."""
+    from scorers.evaluate import score_splits
+    from scorers.registry import unregister
+
+    arrays = _arrays()
+    store = featstore.Store.from_arrays(tmp_path / "s", head=arrays["head"],
+                                        splits=arrays["splits"])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    want = arrays["splits"]["id/val"]["features"].astype(np.float64).mean(axis=1)
+    (tmp_path / "child43.py").write_text(CHILD_SCORER)
+    try:
+        for sign in (1, -1):
+            (tmp_path / "base43.py").write_text(BASE_SCORER.format(sign=sign))
+            for module in ("base43", "child43"):
+                sys.modules.pop(module, None)
+            got, _, _ = score_splits(store, "child43:Child", {}, ["id/val"])
+            np.testing.assert_allclose(got["id/val"], sign * want, rtol=1e-12)
+    finally:
+        unregister("child43")
+        for module in ("base43", "child43"):
+            sys.modules.pop(module, None)
