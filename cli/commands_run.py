@@ -101,10 +101,8 @@ def run(
     show = progress_enabled()
     progress = (lambda label: train_progress(True, label)) if show else None
     options = executor_options(experiment)
-    if workers is not None:
-        options["workers"] = workers
     runner = make_executor(executor, options, f"experiment {str(experiment)!r} [executor]",
-                           progress)
+                           progress, workers)
     start = time.perf_counter()
     result = run_experiment(exp, out_, log=log if show else None, train_progress=progress,
                             executor=runner)
@@ -149,7 +147,7 @@ def table(
     from featstore.workflows.experiments.render import markdown_report, rich_notes, rich_tables
 
     check_layout(layout)
-    datasets = load_datasets(results)
+    datasets = load_datasets(results, layout=layout)
     if layout == "paper":
         text = paper_markdown(datasets)
         shown = rich_paper_tables(datasets) + [t for _, r in datasets for t in rich_notes(r)]

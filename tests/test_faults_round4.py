@@ -236,3 +236,32 @@ def test_scores_of_an_inherited_scorer_change_when_its_base_module_is_edited(
         unregister("child43")
         for module in ("base43", "child43"):
             sys.modules.pop(module, None)
+
+
+def test_python_m_featstore_under_a_memory_limit_is_one_line(artifact, tmp_path):
+    """Item 3: `python -m featstore` imported torch (for torchrun's rank) before the CLI's
+    error handling, so under `ulimit -v` every command ended in an ImportError traceback.
+    Now `--version` runs, and a command that needs torch says what to do in one line
+    (exit 1) when torch cannot load, or runs (exit 0/1 of its own) when it can."""
+    import os
+    import resource
+    import subprocess
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1_100_000 * 1024, resource.RLIM_INFINITY))
+
+    env = {k: v for k, v in os.environ.items() if k != "RANK"}
+    root = Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    image = tmp_path / "x.png"
+    image.write_bytes(b"")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "featstore", *args], env=env,
+                              preexec_fn=cap, capture_output=True, text=True, timeout=300)
+
+    done = run("--version")
+    assert done.returncode == 0 and done.stdout.startswith("featstore "), done.stderr
+    done = run("predict", str(artifact), str(image))
+    assert "Traceback" not in done.stderr and "unexpected" not in done.stderr, done.stderr
+    assert done.returncode in (1, 2) and done.stderr.startswith("error: "), done.stderr

@@ -477,6 +477,14 @@ def run_experiment(exp: Experiment, out: str | Path, *, log: Log | None = None,
     (`featstore.workflows.experiments.executors`); None: here, one after the other, in order (an
     exception stops the run). The aggregation runs when every unit is done. See the module
     docstring."""
+    if (exp.stores is not None or exp.model is not None) and executor is not None and (
+            executor.name != "local" or getattr(executor, "workers", 1) > 1):
+        # never run here, silently, what the caller asked to run elsewhere
+        kind = "local with workers" if executor.name == "local" else executor.name
+        raise UsageError(f"experiment {exp.name!r} scores existing "
+                         f"{'stores' if exp.stores is not None else 'models'}: nothing to "
+                         "train, so it runs in this process; drop --executor / --workers "
+                         f"(executor {kind})")
     log = log or (lambda _m: None)
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
