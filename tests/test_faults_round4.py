@@ -265,3 +265,179 @@ def test_python_m_featstore_under_a_memory_limit_is_one_line(artifact, tmp_path)
     done = run("predict", str(artifact), str(image))
     assert "Traceback" not in done.stderr and "unexpected" not in done.stderr, done.stderr
     assert done.returncode in (1, 2) and done.stderr.startswith("error: "), done.stderr
+
+
+# ------------------------------------------------------------------ executors (run --executor)
+def _existing_experiment(tmp_path: Path, executor: str = "") -> Path:
+    """An experiment over one existing store (nothing to train), with an [executor] table."""
+    arrays = _arrays()
+    arrays["splits"]["id/test"] = arrays["splits"]["id/val"]
+    arrays["splits"]["ood/far/x"] = {"features": arrays["splits"]["id/val"]["features"] + 3}
+    featstore.Store.from_arrays(tmp_path / "s0", head=arrays["head"], splits=arrays["splits"])
+    exp = tmp_path / "e.toml"
+    exp.write_text('name = "e"\n[data]\nstores = ["s0"]\n[[method]]\nname = "MSP"\n'
+                   f'scorer = "msp"\n{executor}')
+    return exp
+
+
+@pytest.mark.parametrize("table, args, code, fragment", [
+    ('[executor]\nkind = "kubernetes"\n', (), 1, "[executor]: kind = 'kubernetes'"),
+    ('[executor]\nkind = "slurm"\npartiton = "gpu"\n', (), 1, "unknown slurm executor key"),
+    ('[executor]\nkind = "ray"\npoll_s = nan\n', (), 1, "poll_s = nan, expected a number > 0"),
+    ('[executor]\nkind = "ray"\naddress = 9\n', (), 1, "address = 9, expected text"),
+    ('[executor]\nworkers = 0\n', (), 1, "e.toml' [executor]: workers = 0"),
+    ("", ("--workers", "0"), 2, "--workers 0: expected an integer >= 1"),
+    ("", ("--workers", "-1"), 2, "--workers -1: expected an integer >= 1"),
+    ('[executor]\nworkers = 2\n', ("--workers", "-1"), 2, "--workers -1"),
+    ("", ("--executor", "kubernetes"), 2, "--executor 'kubernetes' (valid: local, slurm, ray)"),
+])
+def test_executor_faults_blame_the_file_or_the_option(tmp_path, capsys, table, args, code,
+                                                      fragment):
+    """Item 3: a bad value in the file's [executor] is the file's fault (exit 1, naming it);
+    a bad --workers / --executor is the command line's (exit 2, naming the option, never
+    the file: `--workers 0` was blamed on `[executor]`). Nothing is written."""
+    exp = _existing_experiment(tmp_path, table)
+    got = last_line_error(run_cli(capsys, "run", exp, "--out", tmp_path / "o", *args), code,
+                          fragment)
+    if code == 2:
+        assert "[executor]" not in got
+    assert not (tmp_path / "o").exists()
+
+
+def test_existing_stores_never_run_locally_when_an_executor_is_asked(tmp_path, capsys):
+    """Issue 47 item 4: `--executor` over existing stores was ignored (ran here, exit 0)."""
+    exp = _existing_experiment(tmp_path)
+    last_line_error(run_cli(capsys, "run", exp, "--out", tmp_path / "o", "--workers", "2"), 2,
+                    "scores existing stores", "drop --executor / --workers")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("kind, install", [("slurm", "pip install 'featstore[slurm]'"),
+                                           ("ray", "pip install 'featstore[ray]'")])
+def test_an_engine_without_its_extra_names_the_install_command(tmp_path, capsys, monkeypatch,
+                                                               kind, install):
+    """Issue 47 item 4: without submitit / ray, `--executor slurm|ray` ended in `unexpected
+    ModuleNotFoundError`. The package is made unimportable as Python itself does for a
+    module whose sys.modules entry is None."""
+    monkeypatch.setitem(sys.modules, "submitit" if kind == "slurm" else "ray", None)
+    exp = _existing_experiment(tmp_path)
+    last_line_error(run_cli(capsys, "run", exp, "--out", tmp_path / "o", "--executor", kind),
+                    1, install)
+
+
+def test_a_ray_address_that_does_not_answer_times_out_naming_it(tmp_path):
+    """Item 3, a hang: `address = "127.0.0.1:9"` waited forever in ray.init ("Connecting to
+    existing Ray cluster"). Port 9 (discard) has no listener here: refused at once; an
+    address that never answers (192.0.2.1, TEST-NET-1: unroutable) times out after
+    connect_s."""
+    import time
+
+    from featstore.errors import FeatstoreError
+    from featstore.workflows.experiments.executors import make_executor, reach_ray
+
+    pytest.importorskip("ray", reason="the optional extra featstore[ray]")
+    ex = make_executor("ray", {"address": "127.0.0.1:9", "connect_s": 1})
+    unit = {"id": "u", "key": "k", "label": "u"}
+    with pytest.raises(FeatstoreError, match=r"no Ray cluster answers at address '127\.0\.0\.1:9'"):
+        ex.run_calls(tmp_path, [unit], lambda u, log=None: None, lambda m: None)
+    start = time.monotonic()
+    with pytest.raises(FeatstoreError, match=r"'ray://192\.0\.2\.1:10001' within 0\.5 s"):
+        reach_ray("ray://192.0.2.1:10001", 0.5)
+    assert time.monotonic() - start < 5
+    with pytest.raises(InputError, match="expected host:port"):
+        reach_ray("nowhere", 1)
+
+
+# ------------------------------------------------------------------ hostile files
+def test_toml_nested_3000_deep_is_one_line(tmp_path, capsys):
+    """Item 3: valid TOML 3,000 arrays deep raised RecursionError in the shared reader;
+    40 deep parsed, then any recursive walk of it could fail. Both are refused, one line."""
+    for depth, fragment in ((3000, "nested too deep to read"), (40, "more than 32 levels")):
+        exp = tmp_path / f"d{depth}.toml"
+        exp.write_text("x = " + "[" * depth + "]" * depth + "\n")
+        last_line_error(run_cli(capsys, "run", exp, "--out", tmp_path / "o"), 1, fragment,
+                        str(exp))
+
+
+def _plan(tmp_path: Path, units: object, state: object = None) -> Path:
+    out = tmp_path / "o"
+    (out / "units").mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(json.dumps({"executor": "local", "units": units}))
+    if state is not None:
+        (out / "units" / "u.json").write_text(state if isinstance(state, str)
+                                              else json.dumps(state))
+    return out
+
+
+UNIT = {"id": "u", "label": "u", "key": "k"}
+
+
+@pytest.mark.parametrize("units, state, code, fragment", [
+    ("nope", None, 1, "expected a table with a list 'units'"),
+    ([1], None, 1, "unit 1: expected a table"),
+    ([{**UNIT, "id": "../../etc/passwd"}], None, 1, "expected a file name"),
+    ([{"id": "u"}], None, 1, "label = None"),
+    ([UNIT], {"state": "exploded", "key": "k"}, 0, "pending"),
+    ([UNIT], {"state": "running", "key": "k", "started": "yesterday"}, 0, "pending"),
+    ([UNIT], {"state": "running", "key": "k", "pid": 10**30, "host": "h"}, 0, "pending"),
+    ([UNIT], [1, 2], 0, "pending"),
+    ([UNIT], "[" * 100000, 0, "pending"),
+    ([UNIT], {"state": "done", "key": "k", "started": 1.0, "finished": 3.0}, 0, "done"),
+])
+def test_run_status_on_hostile_directories(tmp_path, capsys, units, state, code, fragment):
+    """Item 3: `run --status` on a plan or state file of another shape ended in `unexpected
+    KeyError / TypeError / AttributeError / RecursionError / OverflowError`. A bad plan is
+    exit 1 naming plan.json; a state file that is not a record reads as not started."""
+    out = _plan(tmp_path, units, state)
+    result = run_cli(capsys, "run", "--status", out)
+    if code:
+        last_line_error(result, 1, "plan.json", fragment)
+    else:
+        assert result[0] == 0, result[2]
+        assert result[1].split()[0] == fragment
+
+
+def _results() -> dict:
+    entry = {"n": 1, "skipped": 0, "groups": {"far": {"auroc": {"mean": 90.0, "std": 0.0,
+                                                                 "n": 1}}},
+             "id_acc": None, "method_s": None, "total_s": None, "flags": []}
+    return {"experiment": {"name": "e", "seeds": [0], "tune_rule": "val",
+                           "select_by": "auroc", "spec": "x.toml", "train": {}},
+            "arch": "resnet18", "wall_s": 1.0, "skipped": [],
+            "aggregate": {"spec": {"MSP": entry}}}
+
+
+@pytest.mark.parametrize("path, value, fragment", [
+    (("aggregate", "spec", "MSP"), 3, "aggregate.spec.MSP is int"),
+    (("aggregate", "spec", "MSP", "n"), "1", "aggregate.spec.MSP.n = '1'"),
+    (("aggregate", "spec", "MSP", "groups", "far", "auroc"), [1], "groups.far.auroc is list"),
+    (("aggregate", "spec", "MSP", "groups", "far", "auroc", "mean"), "x", "expected {mean"),
+    (("skipped",), [{"split": 1}], "skipped: expected a list"),
+    (("experiment", "seeds"), 2, "experiment.seeds = 2"),
+    (("experiment", "osr"), "AID", "experiment.osr = 'AID'"),
+    (("aggregate", "spec", "MSP", "flags"), "bad", "flags: expected a list of text"),
+])
+@pytest.mark.parametrize("layout", ["default", "paper"])
+def test_table_on_hostile_results(tmp_path, capsys, path, value, fragment, layout):
+    """Item 3: `featstore table` on a results.json of another shape ended in `unexpected
+    TypeError / KeyError / AttributeError` inside the renderers. Exit 1 naming the file and
+    the field. The unchanged file renders (exit 0)."""
+    data = _results()
+    (tmp_path / "ok.json").write_text(json.dumps(data))
+    assert run_cli(capsys, "table", tmp_path / "ok.json", "--layout", layout)[0] == 0
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    last_line_error(run_cli(capsys, "table", tmp_path / "r.json", "--layout", layout), 1,
+                    "r.json", fragment)
+
+
+def test_table_datasets_file_cannot_point_outside_its_directory(tmp_path, capsys):
+    """Item 4: a ten-methods directory's datasets.json naming `../x` or an absolute path
+    read results from anywhere; now exit 1 naming the entry."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "datasets.json").write_text(json.dumps({"datasets": {"A": "/etc"}}))
+    last_line_error(run_cli(capsys, "table", tmp_path / "d"), 1, "'A' = '/etc'",
+                    "expected a path inside its directory")
