@@ -441,3 +441,37 @@ def test_table_datasets_file_cannot_point_outside_its_directory(tmp_path, capsys
     (tmp_path / "d" / "datasets.json").write_text(json.dumps({"datasets": {"A": "/etc"}}))
     last_line_error(run_cli(capsys, "table", tmp_path / "d"), 1, "'A' = '/etc'",
                     "expected a path inside its directory")
+
+
+# ------------------------------------------------------------------ training options
+@pytest.mark.parametrize("args, fragment", [
+    (("--weight-decay", "nan"), "--weight-decay nan: must be a finite number"),
+    (("--lr", "inf"), "--lr inf: must be a finite number"),
+    (("--momentum", "-1"), "--momentum -1.0: must be >= 0"),
+    (("--momentum", "nan"), "--momentum nan: must be a finite number"),
+    (("--method", "logitnorm", "--param", "tau=1e999"), "parameter tau = inf"),
+    (("--method", "confbranch", "--param", "hints=3"), "hints = 3: expected true or false"),
+])
+def test_train_refuses_numbers_that_train_a_nan_model(tmp_path, capsys, args, fragment):
+    """Item 3, wrong numbers: `train --weight-decay nan` trained and wrote a checkpoint of NaN
+    weights with exit 0. Every numeric option is checked before any work (exit 2)."""
+    last_line_error(run_cli(capsys, "train", "--arch", "resnet18", "--spec",
+                            tmp_path / "none.toml", "--out", tmp_path / "m.pt", *args),
+                    2, fragment)
+    assert not (tmp_path / "m.pt").exists()
+
+
+@pytest.mark.parametrize("line, fragment", [
+    ("weight_decay = nan", "weight_decay = nan: expected a finite number >= 0"),
+    ("lr = 0.0", "lr = 0.0: expected a finite number > 0"),
+    ("epochs = 0", "epochs = 0: expected a finite number >= 1"),
+])
+def test_experiment_train_table_refuses_nan_and_out_of_range(tmp_path, capsys, line,
+                                                            fragment):
+    """Item 4: the same numbers in an experiment's [train] table are the file's fault."""
+    (tmp_path / "s.toml").write_text("")
+    exp = tmp_path / "e.toml"
+    exp.write_text(f'name = "e"\narch = "resnet18"\nseeds = [0]\n[data]\nspec = "s.toml"\n'
+                   f'[train]\n{line}\n[[method]]\nname = "MSP"\nscorer = "msp"\n')
+    last_line_error(run_cli(capsys, "run", exp, "--out", tmp_path / "o"), 1, "[train]",
+                    fragment)
