@@ -475,3 +475,32 @@ def test_experiment_train_table_refuses_nan_and_out_of_range(tmp_path, capsys, l
                    f'[train]\n{line}\n[[method]]\nname = "MSP"\nscorer = "msp"\n')
     last_line_error(run_cli(capsys, "run", exp, "--out", tmp_path / "o"), 1, "[train]",
                     fragment)
+
+
+# ------------------------------------------------------------------ protocol ten-methods
+NOISE_SPEC = "".join(f'[[split]]\nname = "{n}"\nsource = {{ builtin = "noise", count = 4 }}\n'
+                     for n in ("id/train", "id/val", "id/test", "ood/far/n"))
+
+
+@pytest.mark.parametrize("label, taken, code, fragment", [
+    ("datasets.json", None, 2, "label 'datasets.json' is the name of an output file"),
+    ("Results.Paper.md", None, 2, "is the name of an output file"),
+    ("B", "file", 1, "'B' (the dataset's folder) exists and is not a directory"),
+    ("B", "datasets.json", 1, "'datasets.json' (an output file) is a directory"),
+])
+def test_ten_methods_label_colliding_with_an_output_is_refused_before_work(
+        tmp_path, capsys, label, taken, code, fragment):
+    """Item 3, work wasted: a label that collides with an output file of OUT trained every
+    dataset, then failed writing datasets.json. Checked before the first training step
+    (the first dataset's folder A is never made)."""
+    (tmp_path / "b.toml").write_text(NOISE_SPEC)
+    out = tmp_path / "o"
+    out.mkdir()
+    if taken == "file":
+        (out / label).write_text("")
+    elif taken is not None:
+        (out / taken).mkdir()
+    last_line_error(run_cli(capsys, "protocol", "ten-methods", "--spec",
+                            f"A={tmp_path / 'b.toml'}", "--spec", f"{label}={tmp_path / 'b.toml'}",
+                            "--methods", "msp", "--runs", "1", "--out", out), code, fragment)
+    assert not (out / "A").exists()
