@@ -33,6 +33,7 @@ from .needs import Needs, parse_need
 from .paper import Paper
 from .rowmap import map_rows, read_chunk_rows
 from .threads import blas_threads, fit_work, score_work
+from .usercode import call_hook, checked_scores
 
 DEFAULT_CHUNK_ROWS = 8192
 
@@ -202,7 +203,7 @@ class Scorer:
         self.store = store
         self.model_sha256 = store.model_sha256
         with blas_threads(fit_work(store, fit_split_names(self), value_fields(self))):
-            self._fit(store)
+            call_hook(self, "_fit", self._fit, store)  # a user's exception named (usercode)
         self.fitted = True
         return self
 
@@ -252,7 +253,7 @@ class Scorer:
         """(N,) float64 scores of a split, higher = more in-distribution."""
         self._check_split(split, force)
         with blas_threads(score_work(split, value_fields(self))):
-            return np.asarray(self._score(split), dtype=np.float64)
+            return checked_scores(self, split, call_hook(self, "_score", self._score, split))
 
     def score_grid(
         self, split: SplitLike, grid: Grid | None = None, force: bool = False
@@ -269,9 +270,9 @@ class Scorer:
         for setting in settings:
             self.check_params({**self.params, **setting}, self.store)
         with blas_threads(score_work(split, value_fields(self))):
-            scores = (self._score_grid(split, settings) if grid
-                      else [self.score(split, force)])
-        return [(dict(s), np.asarray(v, dtype=np.float64))
+            scores = (call_hook(self, "_score_grid", self._score_grid, split, settings)
+                      if grid else [self.score(split, force)])
+        return [(dict(s), checked_scores(self, split, v))
                 for s, v in zip(settings, scores, strict=True)]
 
     # ------------------------------------------------------------------ plain arrays

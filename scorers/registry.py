@@ -34,7 +34,8 @@ from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any
 
-from featstore.errors import FeatstoreError, UsageError
+from featstore.errors import FeatstoreError, InputError, UsageError
+from featstore.specs.usercode import import_user_module
 
 from . import methods
 from .base import Scorer
@@ -142,12 +143,13 @@ def load_spec(spec: str) -> str:
     if not module_name or not attr:
         raise UsageError(f"scorer {spec!r}: expected module:Class")
     try:
-        obj: Any = importlib.import_module(module_name)
+        module = import_user_module(module_name)  # the rule --model follows (cwd first)
+    except UsageError as exc:  # InputError (the module raised while importing) included
+        raise type(exc)(f"scorer {spec!r}: {exc.message}") from None
+    try:
+        obj: Any = module
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except ImportError as exc:
-        raise UsageError(f"scorer {spec!r}: cannot import module {module_name!r} ({exc}); is "
-                         "it on PYTHONPATH?") from None
     except AttributeError:
         raise UsageError(f"scorer {spec!r}: module {module_name!r} has no attribute "
                          f"{attr!r}") from None
@@ -300,7 +302,8 @@ def check_scorers(names: str | Iterable[Any], what: str | None = None,
                 message = unknown_scorer(name, what)
             elif what:
                 message = f"{what}: {message}"
-            raise error(message) from None
+            # a module that is there but fails to import is its file's fault (exit 1)
+            raise (InputError if isinstance(exc, InputError) else error)(message) from None
     return out
 
 

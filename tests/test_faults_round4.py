@@ -504,3 +504,112 @@ def test_ten_methods_label_colliding_with_an_output_is_refused_before_work(
                             f"A={tmp_path / 'b.toml'}", "--spec", f"{label}={tmp_path / 'b.toml'}",
                             "--methods", "msp", "--runs", "1", "--out", out), code, fragment)
     assert not (out / "A").exists()
+
+
+# ------------------------------------------------------------------ a user's own scorers
+OWN_SCORERS = '''
+import numpy as np
+from scorers.base import Scorer
+
+
+class Base(Scorer):
+    name = ""
+    needs = ("features",)
+
+    def _score(self, split):
+        return np.asarray(split.features, dtype=np.float64).mean(axis=1)
+
+
+class FitRaises(Base):
+    name = "own43_fit"
+    def _fit(self, store):
+        raise ZeroDivisionError("my fit divided by zero")
+
+
+class ScoreRaises(Base):
+    name = "own43_score"
+    def _score(self, split):
+        raise KeyError("my key")
+
+
+class Wide(Base):
+    name = "own43_wide"
+    def _score(self, split):
+        return np.zeros((split.num_rows, 2))
+
+
+class Words(Base):
+    name = "own43_words"
+    def _score(self, split):
+        return np.array(["a"] * split.num_rows)
+
+
+class Nothing(Base):
+    name = "own43_none"
+    def _score(self, split):
+        return None
+
+
+class Nan(Base):
+    name = "own43_nan"
+    def _score(self, split):
+        return np.full(split.num_rows, np.nan)
+
+
+class Good(Base):
+    name = "own43_good"
+'''
+
+
+@pytest.fixture
+def own_store(tmp_path, monkeypatch) -> Path:
+    """A store, and own43.py in the working directory (not on sys.path: issue 47 item 5)."""
+    arrays = _arrays()
+    arrays["splits"]["id/test"] = arrays["splits"]["id/val"]
+    arrays["splits"]["ood/far/x"] = {"features": arrays["splits"]["id/val"]["features"] + 3}
+    featstore.Store.from_arrays(tmp_path / "s", head=arrays["head"], splits=arrays["splits"])
+    (tmp_path / "own43.py").write_text(OWN_SCORERS)
+    (tmp_path / "own43broken.py").write_text("import no_such_package_43\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    yield tmp_path / "s"
+    from scorers.registry import REGISTRY, unregister
+    for name in [n for n in REGISTRY if n.startswith("own43_")]:
+        unregister(name)
+    for module in ("own43", "own43broken"):
+        sys.modules.pop(module, None)
+
+
+@pytest.mark.parametrize("cls, fragment", [
+    ("FitRaises", "(own43:FitRaises): its _fit raised ZeroDivisionError: my fit divided"),
+    ("ScoreRaises", "its _score raised KeyError: 'my key'"),
+    ("Wide", "_score returned shape (30, 2) for split"),
+    ("Words", "returned an array of shape (30,) and dtype <U1 for split"),
+    ("Nothing", "_score returned NoneType 'None'"),
+    ("Nan", "_score returned 30 NaN / inf scores of 30"),
+])
+@pytest.mark.parametrize("command", ["score", "eval"])
+def test_own_scorers_that_misbehave_are_named_in_one_line(own_store, capsys, cls, fragment,
+                                                         command):
+    """Item 3: a user's scorer raising in _fit / _score, or returning another shape, text,
+    None or NaN on finite inputs, ended in `unexpected ...` (or, for NaN, the metrics'
+    ValueError). Exit 1 naming the scorer, its class and what it returned."""
+    last_line_error(run_cli(capsys, command, own_store, "--method", f"own43:{cls}",
+                            "--no-cache"), 1, "scorer 'own43_", fragment)
+
+
+def test_own_scorer_imports_from_the_working_directory_like_a_model(own_store, capsys):
+    """Issue 47 item 5: `--method own43:Good` found own43.py in the working directory only
+    with PYTHONPATH=. (`--model mymodels:build` always did): one rule for both. Reference:
+    the features' row means (the scorer's formula) by hand."""
+    code, out, err = run_cli(capsys, "score", own_store, "--method", "own43:Good",
+                             "--split", "id/val", "--save", own_store.parent / "x.npz")
+    assert code == 0, err
+    want = featstore.Store.open(own_store).split("id/val").features[()].astype(np.float64)
+    np.testing.assert_array_equal(np.load(own_store.parent / "x.npz")["id__val"],
+                                  want.mean(axis=1))
+    last_line_error(run_cli(capsys, "score", own_store, "--method", "own43broken:X"), 1,
+                    "importing 'own43broken' raised ModuleNotFoundError: No module named "
+                    "'no_such_package_43'")
+    last_line_error(run_cli(capsys, "score", own_store, "--method", "own43absent:X"), 2,
+                    "cannot import module 'own43absent'")
