@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -65,17 +65,16 @@ def _described(raw: Any) -> str:
     return f"{type(raw).__name__} {str(raw)[:60]!r}"
 
 
-def _inputs_finite(scorer: Any, split: SplitLike) -> bool:
-    from .base import value_fields  # base imports this module
-
+def _inputs_finite(fields: Sequence[str], split: SplitLike) -> bool:
     record = split.nonfinite_record()
-    return not any(k == f or k.startswith(f + "/") for f in value_fields(scorer)
-                   for k in record)
+    return not any(k == f or k.startswith(f + "/") for f in fields for k in record)
 
 
-def checked_scores(scorer: Any, split: SplitLike, raw: Any) -> np.ndarray:
+def checked_scores(scorer: Any, split: SplitLike, raw: Any, fields: Sequence[str]
+                   ) -> np.ndarray:
     """`raw` (what `_score` returned for `split`) as (N,) float64, or a FeatstoreError
-    naming the scorer, the split and what came back (module docstring)."""
+    naming the scorer, the split and what came back (module docstring); `fields`: what the
+    scorer reads (`scorers.base.value_fields`)."""
     where = f"{_who(scorer)}: _score returned"
     numbers = not (raw is None or isinstance(raw, str) or (
         isinstance(raw, np.ndarray) and raw.dtype.kind in "USOV"))
@@ -92,7 +91,7 @@ def checked_scores(scorer: Any, split: SplitLike, raw: Any) -> np.ndarray:
                              "per row")
     if not is_own(type(scorer)):
         bad = int(np.count_nonzero(~np.isfinite(scores)))
-        if bad and _inputs_finite(scorer, split):
+        if bad and _inputs_finite(fields, split):
             raise FeatstoreError(f"{where} {bad} NaN / inf scores of {split.num_rows} for "
                                  f"split {split.name!r}, whose inputs are finite")
     return scores

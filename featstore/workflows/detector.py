@@ -389,15 +389,17 @@ def predict(artifact: str | Path, images: str | Path | Sequence[str | Path], *,
             batch_size: int = 128, num_workers: int = 0) -> dict[str, Any]:
     """`featstore predict`: load the detector at `artifact` and score `images`
     (`Detector.score_images`); {detector, scorer, params, threshold, rule, num_id, num_ood,
-    rows: [{image, score, is_id}]} in input order."""
+    rows: [{image, score, is_id}]} in input order; a file name's bytes that are not UTF-8
+    are written `\\xNN` (`printable_id`, as extraction stores ids)."""
     # lazy: torch and torchvision load only for images
+    from featstore.extraction.datasets import printable_id
     from featstore.extraction.extract_images import image_paths
 
     det = Detector.load(artifact)
     paths = image_paths(images)
     scores, is_id = det.score_images(paths, model=model, weights=weights, device=device,
                                      batch_size=batch_size, num_workers=num_workers)
-    rows = [{"image": str(p), "score": float(s), "is_id": bool(d)}
+    rows = [{"image": printable_id(p), "score": float(s), "is_id": bool(d)}  # \xNN: not UTF-8
             for p, s, d in zip(paths, scores, is_id, strict=True)]
     return {"detector": str(artifact), "scorer": det.scorer.name, "params": det.scorer.params,
             "threshold": det.threshold, "rule": det.rule, "num_id": int(is_id.sum()),
