@@ -187,6 +187,12 @@ def _boundary(exc: BaseException, debug: bool) -> None:
         _error(f"{where}{exc.strerror or str(exc).splitlines()[0]} (check the path, its "
                "permissions and the free space)")
         sys.exit(1)
+    except RecursionError:  # a file nested deeper than a recursive reader goes (JSON, TOML)
+        if debug:
+            raise
+        _error("an input is nested too deep to read (RecursionError): check the files the "
+               "command names (rerun with --debug for the traceback)")
+        sys.exit(1)
     except Exception as exc:  # the last line of defence: no raw traceback without --debug
         if debug:
             raise

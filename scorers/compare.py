@@ -144,7 +144,7 @@ def read_results(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
     for path in paths:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, json.JSONDecodeError, RecursionError) as exc:
             raise InputError(f"rank: {str(path)!r} is not a results JSON ({exc})") from None
         if not isinstance(data, dict) or "methods" not in data or "ood_splits" not in data:
             raise InputError(f"rank: {str(path)!r} has no 'methods'/'ood_splits'; expected "

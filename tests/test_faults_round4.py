@@ -612,3 +612,25 @@ def test_own_scorer_imports_from_the_working_directory_like_a_model(own_store, c
                     "'no_such_package_43'")
     last_line_error(run_cli(capsys, "score", own_store, "--method", "own43absent:X"), 2,
                     "cannot import module 'own43absent'")
+
+
+@pytest.mark.parametrize("what", ["gscore model", "store.json", "report source"])
+def test_json_nested_100000_deep_is_one_line_naming_the_file(tmp_path, capsys, what):
+    """Item 4: json.loads raises RecursionError (not a JSONDecodeError) on valid JSON nested
+    100,000 deep; each reader of a file a command names says so in one line (exit 1)."""
+    deep = "[" * 100000 + "]" * 100000
+    arrays = _arrays()
+    arrays["splits"]["id/test"] = arrays["splits"]["id/val"]
+    store = tmp_path / "s"
+    featstore.Store.from_arrays(store, head=arrays["head"], splits=arrays["splits"])
+    if what == "gscore model":
+        (tmp_path / "g.json").write_text(deep)
+        args: tuple = ("gscore", "predict", tmp_path / "g.json", store, "--split", "id/test")
+        fragment = "g.json"
+    elif what == "store.json":
+        (store / "store.json").write_text(deep)
+        args, fragment = ("info", store), "store.json"
+    else:
+        (tmp_path / "r.json").write_text(deep)
+        args, fragment = ("report", tmp_path / "r.json", "--out", tmp_path / "x.html"), "r.json"
+    last_line_error(run_cli(capsys, *args), 1, fragment)

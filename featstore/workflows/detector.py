@@ -263,7 +263,7 @@ def _attr(fh: h5py.File, key: str, kind: type, *, required: bool = True) -> Any:
         return value
     try:
         decoded = json.loads(value)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"attribute {key!r} is not valid JSON ({exc})") from None
     if not isinstance(decoded, kind):
         raise ValueError(f"attribute {key!r} is JSON {type(decoded).__name__}, expected "

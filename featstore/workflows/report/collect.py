@@ -126,7 +126,7 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
     elif source.is_file():
         try:
             result = json.loads(source.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, json.JSONDecodeError, RecursionError) as exc:
             raise InputError(f"report: {str(source)!r} is not a results JSON ({exc})") from exc
         if not isinstance(result, dict) or "methods" not in result:
             raise InputError(f"report: {str(source)!r} has no 'methods'; expected the JSON "
@@ -152,6 +152,6 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
     for path in include or []:
         try:
             data.extras.append(json.loads(Path(path).read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, json.JSONDecodeError, RecursionError) as exc:
             raise InputError(f"report --include {str(path)!r}: unreadable JSON ({exc})") from exc
     return data
