@@ -634,3 +634,32 @@ def test_json_nested_100000_deep_is_one_line_naming_the_file(tmp_path, capsys, w
         (tmp_path / "r.json").write_text(deep)
         args, fragment = ("report", tmp_path / "r.json", "--out", tmp_path / "x.html"), "r.json"
     last_line_error(run_cli(capsys, *args), 1, fragment)
+
+
+def test_report_on_an_eval_json_of_another_shape(tmp_path, capsys):
+    """Item 4: `report r.json` on an `eval --out` JSON whose fields have other shapes ended
+    in `unexpected TypeError / KeyError` inside the renderers. Exit 1 naming the file and the
+    field; the file as eval wrote it renders."""
+    arrays = _arrays()
+    arrays["splits"]["id/test"] = arrays["splits"]["id/val"]
+    arrays["splits"]["ood/far/x"] = {"features": arrays["splits"]["id/val"]["features"] + 3}
+    featstore.Store.from_arrays(tmp_path / "s", head=arrays["head"], splits=arrays["splits"])
+    assert run_cli(capsys, "eval", tmp_path / "s", "--method", "msp", "--out",
+                   tmp_path / "ok.json")[0] == 0
+    good = json.loads((tmp_path / "ok.json").read_text())
+    assert run_cli(capsys, "report", tmp_path / "ok.json", "--out", tmp_path / "ok.html")[0] == 0
+    cases = [(("methods",), 3, "methods is int"),
+             (("methods", "msp"), 3, "methods.msp: expected a table"),
+             (("methods", "msp", "splits"), [1], "methods.msp: expected a table"),
+             (("methods", "msp", "splits", "ood/far/x", "auroc"), "x", "auroc = 'x'"),
+             (("ood_splits",), [1], "ood_splits = [1]"),
+             (("ood_splits",), ["ood/none"], "methods.msp.splits has no 'ood/none'")]
+    for path, value, fragment in cases:
+        data = json.loads(json.dumps(good))
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+        (tmp_path / "r.json").write_text(json.dumps(data))
+        last_line_error(run_cli(capsys, "report", tmp_path / "r.json", "--out",
+                                tmp_path / "x.html"), 1, "r.json", fragment)
