@@ -637,8 +637,8 @@ def test_json_nested_100000_deep_is_one_line_naming_the_file(tmp_path, capsys, w
 
 
 def test_report_on_an_eval_json_of_another_shape(tmp_path, capsys):
-    """Item 4: `report r.json` on an `eval --out` JSON whose fields have other shapes ended
-    in `unexpected TypeError / KeyError` inside the renderers. Exit 1 naming the file and the
+    """Item 4: `report r.json` (and `rank`) on an `eval --out` JSON whose fields have other
+    shapes ended in `unexpected TypeError / KeyError` inside the renderers. Exit 1 naming the file and the
     field; the file as eval wrote it renders."""
     arrays = _arrays()
     arrays["splits"]["id/test"] = arrays["splits"]["id/val"]
@@ -663,3 +663,6 @@ def test_report_on_an_eval_json_of_another_shape(tmp_path, capsys):
         (tmp_path / "r.json").write_text(json.dumps(data))
         last_line_error(run_cli(capsys, "report", tmp_path / "r.json", "--out",
                                 tmp_path / "x.html"), 1, "r.json", fragment)
+    # `rank` reads the same files by the same check (scorers.results.eval_json_problem)
+    last_line_error(run_cli(capsys, "rank", tmp_path / "r.json"), 1, "r.json",
+                    "methods.msp.splits has no 'ood/none'")
