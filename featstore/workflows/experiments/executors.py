@@ -131,14 +131,15 @@ def make_executor(kind: str | None, options: dict[str, Any], where: str = "[exec
         if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)
                                   or not math.isfinite(value) or value <= 0):
             raise InputError(f"{where}: {key} = {value!r}, expected a number > 0")
-    for key, ok, expected in (("partition", str, "text"), ("account", str, "text"),
-                              ("qos", str, "text"), ("address", str, "text"),
-                              ("array", bool, "true or false"), ("setup", list, "a list of "
-                                                                 "text lines")):
-        value = options.get(key)
-        if value is not None and (not isinstance(value, ok) or (
-                key == "setup" and not all(isinstance(x, str) for x in value))):
-            raise InputError(f"{where}: {key} = {value!r}, expected {expected}")
+    kinds: tuple[tuple[str, type, str], ...] = (
+        ("partition", str, "text"), ("account", str, "text"), ("qos", str, "text"),
+        ("address", str, "text"), ("array", bool, "true or false"),
+        ("setup", list, "a list of text lines"))
+    for key, ok, expected in kinds:
+        given: Any = options.get(key)
+        if given is not None and (not isinstance(given, ok) or (
+                isinstance(given, list) and not all(isinstance(x, str) for x in given))):
+            raise InputError(f"{where}: {key} = {given!r}, expected {expected}")
     if workers is not None:
         options["workers"] = workers
     require_engine(kind)
