@@ -666,3 +666,17 @@ def test_report_on_an_eval_json_of_another_shape(tmp_path, capsys):
     # `rank` reads the same files by the same check (scorers.results.eval_json_problem)
     last_line_error(run_cli(capsys, "rank", tmp_path / "r.json"), 1, "r.json",
                     "methods.msp.splits has no 'ood/none'")
+
+
+def test_detector_fit_on_zero_threshold_rows_and_zero_feature_rows():
+    """Item 4: Detector.fit on an id/val of 0 rows raised IndexError from the threshold rule;
+    scoring 0 rows gives 0 scores and 0 decisions."""
+    arrays = _arrays()
+    det = featstore.Detector.fit(featstore.ArrayStore(arrays["head"], splits=arrays["splits"]),
+                                 "msp")
+    scores, decisions = det.score_features(np.zeros((0, 6), np.float32))
+    assert scores.shape == (0,) and decisions.shape == (0,)
+    arrays["splits"]["id/val"] = {"features": np.zeros((0, 6), np.float32)}
+    with pytest.raises(InputError, match="0 rows"):
+        featstore.Detector.fit(featstore.ArrayStore(arrays["head"], splits=arrays["splits"]),
+                               "msp")

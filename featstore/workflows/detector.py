@@ -79,12 +79,18 @@ MODEL_KEYS = ("name", "kind", "architecture", "weights", "sha256", "sha256_of", 
 def tpr_threshold(id_scores: np.ndarray, target_tpr: float) -> float:
     """The largest t with mean(id_scores >= t) >= target_tpr."""
     s = np.sort(np.asarray(id_scores, dtype=np.float64))
+    if s.size == 0:
+        raise InputError("no ID rows to choose the threshold on (the threshold split has 0 "
+                         "rows)")
     return float(s[int(math.floor((1.0 - target_tpr) * len(s)))])
 
 
 def fpr_threshold(ood_scores: np.ndarray, target_fpr: float) -> float:
     """The smallest t with mean(ood_scores >= t) <= target_fpr."""
     s = np.sort(np.asarray(ood_scores, dtype=np.float64))
+    if s.size == 0:
+        raise InputError("no OOD rows to choose the threshold on (the val OOD splits have 0 "
+                         "rows)")
     keep = int(math.floor(target_fpr * len(s)))  # OOD rows allowed at or above t
     return -math.inf if keep >= len(s) else float(np.nextafter(s[len(s) - keep - 1], np.inf))
 
