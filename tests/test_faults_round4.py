@@ -680,3 +680,12 @@ def test_detector_fit_on_zero_threshold_rows_and_zero_feature_rows():
     with pytest.raises(InputError, match="0 rows"):
         featstore.Detector.fit(featstore.ArrayStore(arrays["head"], splits=arrays["splits"]),
                                "msp")
+
+
+@pytest.mark.parametrize("args, fragment", [(("--workers", "-1"), "--workers -1: must be"),
+                                            (("--batch-size", "0"), "--batch-size 0: must be")])
+def test_predict_loader_options_are_checked_before_any_work(artifact, tmp_path, capsys, args,
+                                                            fragment):
+    """Item 3: `predict --workers -1` reached torch's DataLoader (a ValueError) after loading
+    the detector and the model. Exit 2 naming the option, first."""
+    last_line_error(run_cli(capsys, "predict", artifact, tmp_path, *args), 2, fragment)

@@ -158,6 +158,7 @@ class Detector:
         (`featstore.extraction.extract_images.image_paths`, in that order) through the recorded
         model (module docstring); `model` / `weights` name the model code / weights file to load
         instead of the recorded ones (checked against the recorded sha256 and head)."""
+        check_loader(batch_size, num_workers)
         # lazy: torch and torchvision load only for images; score_features runs without them
         from featstore.extraction.extract_images import image_outputs, image_paths
         from featstore.extraction.models import resolve_device
@@ -351,6 +352,14 @@ def check_threshold(threshold: float) -> float:
     return threshold
 
 
+def check_loader(batch_size: Any, num_workers: Any) -> None:
+    """UsageError naming the parameter unless batch_size >= 1 and num_workers >= 0 are
+    integers (`--batch-size`, `--workers` of `predict`)."""
+    for param, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise UsageError(f"must be an integer >= {least}", param=param, value=value)
+
+
 def model_record(store: StoreLike, split: str) -> dict[str, Any] | None:
     """The store's model reference (module docstring), None when it records no model with a
     transform (an ArrayStore, or `Store.from_arrays` without that provenance)."""
@@ -401,6 +410,7 @@ def predict(artifact: str | Path, images: str | Path | Sequence[str | Path], *,
     from featstore.extraction.datasets import printable_id
     from featstore.extraction.extract_images import image_paths
 
+    check_loader(batch_size, num_workers)  # before the detector and the model load
     det = Detector.load(artifact)
     paths = image_paths(images)
     scores, is_id = det.score_images(paths, model=model, weights=weights, device=device,
