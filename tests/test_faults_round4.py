@@ -638,8 +638,8 @@ def test_json_nested_100000_deep_is_one_line_naming_the_file(tmp_path, capsys, w
 
 def test_report_on_an_eval_json_of_another_shape(tmp_path, capsys):
     """Item 4: `report r.json` (and `rank`) on an `eval --out` JSON whose fields have other
-    shapes ended in `unexpected TypeError / KeyError` inside the renderers. Exit 1 naming the file and the
-    field; the file as eval wrote it renders."""
+    shapes ended in `unexpected TypeError / KeyError` inside the renderers. Exit 1 naming the
+    file and the field; the file as eval wrote it renders."""
     arrays = _arrays()
     arrays["splits"]["id/test"] = arrays["splits"]["id/val"]
     arrays["splits"]["ood/far/x"] = {"features": arrays["splits"]["id/val"]["features"] + 3}
