@@ -212,10 +212,11 @@ def resolve_methods(methods: Iterable[str | type[Scorer] | Scorer],
 
 def code_digest(name: str) -> str | None:
     """What the score cache keys a non-built-in scorer's scores by besides its name: the
-    sha256 (16 hex) of the source of every user module involved (`user_modules`: the modules
-    of its class and of every base class that are not featstore's own, and the user modules
-    those import), so editing any of them never reads old scores; None when one's source
-    cannot be read (a class typed into a REPL): such a scorer is scored with the cache off.
+    sha256 (16 hex) of the source of every module involved (`user_modules`: the modules of
+    its class and of every base class that are not featstore's own, and the user modules
+    those import), so editing any of them never reads old scores; None when a user module's
+    source cannot be read (a class typed into a REPL): such a scorer is scored with the cache
+    off.
     Built-ins: "" (the package's own code)."""
     if name in BUILTIN:
         return ""
@@ -224,7 +225,9 @@ def code_digest(name: str) -> str | None:
         try:
             text = inspect.getsource(sys.modules[module])
         except (OSError, TypeError, KeyError):
-            return None
+            if _is_user_module(module):
+                return None
+            continue  # an installed extension module's class (no Python source) in the MRO
         digest.update(module.encode("utf-8") + b"\0" + text.encode("utf-8") + b"\0")
     return digest.hexdigest()[:16]
 
@@ -257,10 +260,12 @@ def _installed_roots() -> list[str]:
 
 
 def user_modules(cls: type) -> list[str]:
-    """The user modules a scorer class's code may run, sorted: the module of each class of its
-    MRO that is a user module (`_is_user_module`), then, transitively, every user module those
-    modules refer to by a global name (an imported module, function or class)."""
-    todo = [k.__module__ for k in cls.__mro__ if _is_user_module(k.__module__)]
+    """The modules a scorer class's code may run, sorted: the module of each class of its MRO
+    that is not featstore's own (an installed plugin's included), then, transitively, every
+    user module (`_is_user_module`) those modules refer to by a global name (an imported
+    module, function or class)."""
+    todo = [k.__module__ for k in cls.__mro__
+            if k.__module__.partition(".")[0] not in (*OWN_PACKAGES, "builtins")]
     seen: set[str] = set()
     while todo:
         module = todo.pop()
