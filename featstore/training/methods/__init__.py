@@ -85,7 +85,9 @@ class TrainMethod:
                              f"(valid: {valid})")
         for key, value in overrides.items():
             default = self.params[key]
-            if isinstance(default, bool):
+            if value is None:  # None switches a feature off where a method allows it
+                ok = True
+            elif isinstance(default, bool):
                 ok = isinstance(value, bool)
             elif isinstance(default, int | float):  # a number: of its kind, finite
                 ok = (isinstance(value, int | float) and not isinstance(value, bool)
