@@ -201,12 +201,28 @@ def _boundary(exc: BaseException, debug: bool) -> None:
             raise
         _error(exc.worded(CLI_WORDING))
         sys.exit(exc.exit_code)
+    except ImportError as exc:  # a library that cannot load (e.g. torch under `ulimit -v`)
+        if debug:
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, ModuleNotFoundError):
+            _error(f"{first}: install it (pip install {(exc.name or '').split('.')[0]})")
+        else:
+            _error(f"cannot load module {exc.name or 'of a library'!r} ({first}); under a "
+                   "memory limit (ulimit -v) raise the limit, else reinstall it")
+        sys.exit(1)
     except OSError as exc:  # the filesystem refused: name the file and the reason
         if debug:
             raise
         where = f"{str(exc.filename)!r}: " if exc.filename else ""
         _error(f"{where}{exc.strerror or str(exc).splitlines()[0]} (check the path, its "
                "permissions and the free space)")
+        sys.exit(1)
+    except RecursionError:  # a file nested deeper than a recursive reader goes (JSON, TOML)
+        if debug:
+            raise
+        _error("an input is nested too deep to read (RecursionError): check the files the "
+               "command names (rerun with --debug for the traceback)")
         sys.exit(1)
     except Exception as exc:  # the last line of defence: no raw traceback without --debug
         if debug:

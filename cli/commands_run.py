@@ -105,10 +105,8 @@ def run(
     show = progress_enabled()
     progress = (lambda label: train_progress(True, label)) if show else None
     options = executor_options(experiment)
-    if workers is not None:
-        options["workers"] = workers
     runner = make_executor(executor, options, f"experiment {str(experiment)!r} [executor]",
-                           progress)
+                           progress, workers)
     start = time.perf_counter()
     result = run_experiment(exp, out_, log=log if show else None, train_progress=progress,
                             executor=runner, threads=threads)
@@ -169,7 +167,7 @@ def table(
         from featstore.store.tabular_io import output_format
 
         rows_format = output_format(out_)
-    datasets = load_datasets(results)
+    datasets = load_datasets(results, layout=layout)
     if layout == "paper":
         text = paper_markdown(datasets)
         shown = rich_paper_tables(datasets) + [t for _, r in datasets for t in rich_notes(r)]

@@ -38,12 +38,13 @@ def make_cli_executor(kind: str | None, config: Path | None, workers: int | None
     if kind is None and config is None and workers is None:
         return None
     options = executor_options(config) if config is not None else {}
-    if workers is not None:
-        if (kind or options.get("kind") or "local") != "local":
-            raise UsageError(f"{what}: --workers applies to the local executor only")
-        options["workers"] = workers
     where = f"--executor-config {str(config)!r} [executor]" if config else what
-    return make_executor(kind, options, where)
+    try:
+        return make_executor(kind, options, where, workers=workers)
+    except UsageError as exc:
+        if type(exc) is UsageError:  # the command line's: name the command
+            raise UsageError(f"{what}: {exc}") from None
+        raise
 
 
 @contextmanager

@@ -6,7 +6,13 @@ the other ranks goes to /dev/null. Their errors still reach stderr."""
 
 import os
 
-from featstore.extraction.distributed import is_main_process
+
+def is_main_process() -> bool:
+    """Whether this process is rank 0 (always true outside torchrun): it alone prints. Read
+    from the environment alone: nothing here imports torch, whose import can fail (under
+    `ulimit -v`) before the CLI's error handling is in place."""
+    return os.environ.get("RANK", "0").strip() in ("0", "")
+
 
 if __name__ == "__main__":
     if not is_main_process():

@@ -23,7 +23,13 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike
 
-from featstore.errors import FeatstoreError, FeatstoreWarning, UsageError, wording
+from featstore.errors import (
+    FeatstoreError,
+    FeatstoreWarning,
+    InputError,
+    UsageError,
+    wording,
+)
 from featstore.store.arraystore import ArrayStore
 from featstore.store.interfaces import SplitLike, StoreLike
 from featstore.store.values import require_finite
@@ -33,6 +39,7 @@ from .needs import Needs, parse_need
 from .paper import Paper
 from .rowmap import map_rows, read_chunk_rows
 from .threads import blas_threads, fit_work, score_work
+from .usercode import call_hook, checked_scores
 
 DEFAULT_CHUNK_ROWS = 8192
 
@@ -200,6 +207,10 @@ class Scorer:
         every setting in the same pass; settings outside it are still scored, at the price of
         a further pass. Scores never depend on it."""
         check_needs(self, store)
+        for name in fit_split_names(self):  # nothing to fit on: say so before any default
+            if store.split(name).num_rows == 0:
+                raise InputError(f"scorer {self.name!r} fits on split {name!r}, which has 0 "
+                                 "rows")
         self._clamp_defaults(store)
         if self.check_finite:
             for name in fit_split_names(self):
@@ -210,7 +221,7 @@ class Scorer:
         self.store = store
         self.model_sha256 = store.model_sha256
         with blas_threads(fit_work(store, fit_split_names(self), value_fields(self))):
-            self._fit(store)
+            call_hook(self, "_fit", self._fit, store)  # a user's exception named (usercode)
         self.fitted = True
         return self
 
@@ -260,7 +271,8 @@ class Scorer:
         """(N,) float64 scores of a split, higher = more in-distribution."""
         self._check_split(split, force)
         with blas_threads(score_work(split, value_fields(self))):
-            return np.asarray(self._score(split), dtype=np.float64)
+            return checked_scores(self, split, call_hook(self, "_score", self._score, split),
+                                  value_fields(self))
 
     def score_grid(
         self, split: SplitLike, grid: Grid | None = None, force: bool = False
@@ -277,9 +289,9 @@ class Scorer:
         for setting in settings:
             self.check_params({**self.params, **setting}, self.store)
         with blas_threads(score_work(split, value_fields(self))):
-            scores = (self._score_grid(split, settings) if grid
-                      else [self.score(split, force)])
-        return [(dict(s), np.asarray(v, dtype=np.float64))
+            scores = (call_hook(self, "_score_grid", self._score_grid, split, settings)
+                      if grid else [self.score(split, force)])
+        return [(dict(s), checked_scores(self, split, v, value_fields(self)))
                 for s, v in zip(settings, scores, strict=True)]
 
     # ------------------------------------------------------------------ plain arrays
@@ -290,6 +302,11 @@ class Scorer:
         "labels", "extras"} dicts for the `id/train` / `id/val` splits a scorer fits on
         (`featstore.ArrayStore`, same numbers as a store of the same arrays); returns self."""
         splits = {k: v for k, v in (("id/train", train), ("id/val", val)) if v is not None}
+        for name, arrays in splits.items():
+            if not isinstance(arrays, Mapping):
+                raise UsageError(f"fit_arrays: {'train' if name == 'id/train' else 'val'} is "
+                                 f"{type(arrays).__name__}, expected a dict of arrays "
+                                 "({'features': ..., 'labels': ...})")
         return self.fit(ArrayStore(head, splits=splits), grid)
 
     def score_arrays(self, features: ArrayLike, logits: ArrayLike | None = None,

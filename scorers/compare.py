@@ -30,7 +30,7 @@ from featstore.store.interfaces import StoreLike
 from .evaluate import evaluate
 from .metrics import METRIC_DIRECTIONS, OOD_METRIC_NAMES
 from .registry import resolve_methods
-from .results import ComparisonResult, EvaluationResult
+from .results import ComparisonResult, EvaluationResult, eval_json_problem
 from .stats.bootstrap import BootstrapSpec, Distributions
 from .stats.delong import delong_test
 from .stats.intervals import percentile_interval
@@ -144,11 +144,15 @@ def read_results(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
     for path in paths:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, json.JSONDecodeError, RecursionError) as exc:
             raise InputError(f"rank: {str(path)!r} is not a results JSON ({exc})") from None
         if not isinstance(data, dict) or "methods" not in data or "ood_splits" not in data:
             raise InputError(f"rank: {str(path)!r} has no 'methods'/'ood_splits'; expected "
                              "the JSON written by `featstore eval --out`")
+        problem = eval_json_problem(data)
+        if problem:
+            raise InputError(f"rank: {str(path)!r}: {problem} (expected the JSON written by "
+                             "`featstore eval --out`)")
         loaded.append(data)
     return loaded
 

@@ -102,7 +102,7 @@ def score_splits(store: StoreLike, name: str, params: Mapping[str, Any], splits:
     the scored ones, are an error (featstore.store.values.NonFiniteError) unless `allow_nonfinite`;
     each scored split's file must be the one committed (`Store.check_committed`). A read-only
     store is scored with the cache off (`cache.cache_off_reason`). A scorer that is not a
-    built-in is cached under `name~<sha256 of its module's source>` (`registry.code_digest`),
+    built-in is cached under `name~<sha256 of its user modules' source>` (`registry.code_digest`),
     so editing it never reads stale scores; without readable source it is not cached."""
     name = resolve(name)
     scorer = REGISTRY[name](**params)

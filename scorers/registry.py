@@ -24,14 +24,18 @@ import difflib
 import hashlib
 import importlib
 import inspect
+import os
 import pkgutil
 import re
 import sys
+import sysconfig
 from collections.abc import Iterable, Mapping
 from importlib.metadata import entry_points
+from types import ModuleType
 from typing import Any
 
-from featstore.errors import FeatstoreError, UsageError
+from featstore.errors import FeatstoreError, InputError, UsageError
+from featstore.specs.usercode import import_user_module
 
 from . import methods
 from .base import Scorer
@@ -91,6 +95,12 @@ REGISTRY: dict[str, type[Scorer]] = _Registry(BUILTIN)
 SOURCES: dict[str, str] = {}
 
 
+def is_registered(name: object) -> bool:
+    """Whether `name` is a registered scorer name as it stands: never imports anything (the
+    registry's own `in` imports a `module:Class`; a name read from a file must not)."""
+    return isinstance(name, str) and dict.__contains__(REGISTRY, name)
+
+
 def qualname(cls: type) -> str:
     """`module:QualName` of a class (the spelling `--method` takes)."""
     return f"{cls.__module__}:{cls.__qualname__}"
@@ -133,12 +143,13 @@ def load_spec(spec: str) -> str:
     if not module_name or not attr:
         raise UsageError(f"scorer {spec!r}: expected module:Class")
     try:
-        obj: Any = importlib.import_module(module_name)
+        module = import_user_module(module_name)  # the rule --model follows (cwd first)
+    except UsageError as exc:  # InputError (the module raised while importing) included
+        raise type(exc)(f"scorer {spec!r}: {exc.message}") from None
+    try:
+        obj: Any = module
         for part in attr.split("."):
             obj = getattr(obj, part)
-    except ImportError as exc:
-        raise UsageError(f"scorer {spec!r}: cannot import module {module_name!r} ({exc}); is "
-                         "it on PYTHONPATH?") from None
     except AttributeError:
         raise UsageError(f"scorer {spec!r}: module {module_name!r} has no attribute "
                          f"{attr!r}") from None
@@ -201,17 +212,72 @@ def resolve_methods(methods: Iterable[str | type[Scorer] | Scorer],
 
 def code_digest(name: str) -> str | None:
     """What the score cache keys a non-built-in scorer's scores by besides its name: the
-    sha256 (16 hex) of the source of the module defining its class, so an edited scorer never
-    reads its old scores; None when the source cannot be read (a class typed into a REPL):
-    such a scorer is scored with the cache off. Built-ins: "" (the package's own code)."""
+    sha256 (16 hex) of the source of every module involved (`user_modules`: the modules of
+    its class and of every base class that are not featstore's own, and the user modules
+    those import), so editing any of them never reads old scores; None when a user module's
+    source cannot be read (a class typed into a REPL): such a scorer is scored with the cache
+    off.
+    Built-ins: "" (the package's own code)."""
     if name in BUILTIN:
         return ""
-    cls = REGISTRY[name]
-    try:
-        text = inspect.getsource(sys.modules[cls.__module__])
-    except (OSError, TypeError, KeyError):
-        return None
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    digest = hashlib.sha256()
+    for module in user_modules(REGISTRY[name]):
+        try:
+            text = inspect.getsource(sys.modules[module])
+        except (OSError, TypeError, KeyError):
+            if _is_user_module(module):
+                return None
+            continue  # an installed extension module's class (no Python source) in the MRO
+        digest.update(module.encode("utf-8") + b"\0" + text.encode("utf-8") + b"\0")
+    return digest.hexdigest()[:16]
+
+
+OWN_PACKAGES = ("scorers", "featstore", "cli")
+
+
+def _is_user_module(module: str) -> bool:
+    """A module that is not featstore's own (`OWN_PACKAGES`), nor of the standard library or
+    an installed package (its file lies outside the interpreter's stdlib / site-packages)."""
+    if module.partition(".")[0] in OWN_PACKAGES or module == "builtins":
+        return False
+    mod = sys.modules.get(module)
+    file = getattr(mod, "__file__", None)
+    if mod is None or file is None:
+        return module == "__main__"
+    real = os.path.realpath(file)
+    return not any(real.startswith(root + os.sep) for root in _installed_roots())
+
+
+def _installed_roots() -> list[str]:
+    """The interpreter's stdlib directories and every site-packages / dist-packages directory
+    on sys.path (real paths)."""
+    paths = sysconfig.get_paths()
+    roots = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")
+             if k in paths}
+    roots |= {os.path.realpath(p) for p in sys.path
+              if os.path.basename(p) in ("site-packages", "dist-packages")}
+    return sorted(roots)
+
+
+def user_modules(cls: type) -> list[str]:
+    """The modules a scorer class's code may run, sorted: the module of each class of its MRO
+    that is not featstore's own (an installed plugin's included), then, transitively, every
+    user module (`_is_user_module`) those modules refer to by a global name (an imported
+    module, function or class)."""
+    todo = [k.__module__ for k in cls.__mro__
+            if k.__module__.partition(".")[0] not in (*OWN_PACKAGES, "builtins")]
+    seen: set[str] = set()
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        for value in list(vars(sys.modules[module]).values()) if module in sys.modules else []:
+            ref = value.__name__ if isinstance(value, ModuleType) else getattr(
+                value, "__module__", None)
+            if isinstance(ref, str) and ref not in seen and _is_user_module(ref):
+                todo.append(ref)
+    return sorted(seen)
 
 
 def unknown_scorer(name: Any, what: str | None = None) -> str:
@@ -241,7 +307,8 @@ def check_scorers(names: str | Iterable[Any], what: str | None = None,
                 message = unknown_scorer(name, what)
             elif what:
                 message = f"{what}: {message}"
-            raise error(message) from None
+            # a module that is there but fails to import is its file's fault (exit 1)
+            raise (InputError if isinstance(exc, InputError) else error)(message) from None
     return out
 
 

@@ -195,3 +195,47 @@ RESULT_TYPES = (EvaluationResult, SweepResult, ComparisonResult)
 
 __all__ = ["RESULT_TYPES", "ComparisonResult", "EvaluationResult", "ResultMapping",
            "SweepResult", "plain"]
+
+
+def _numbers(table: Any, where: str) -> str | None:
+    """Why `table` is not {metric: number or null} (a key ending `_ci` may hold [lo, hi])."""
+    if not isinstance(table, dict):
+        return f"{where} is {type(table).__name__}, expected {{metric: number}}"
+    for key, value in table.items():
+        if key.endswith("_ci") or key == "n":
+            continue
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            return f"{where}.{key} = {value!r}: expected a number"
+    return None
+
+
+def eval_json_problem(result: dict[str, Any]) -> str | None:
+    """The first field of an `eval --out` JSON that the report cannot read, or None:
+    `ood_splits` a list of text, `methods` {name: {splits: {split: metrics}, groups: {group:
+    metrics}}} with every OOD split scored (metrics: numbers or null), `skipped` a table."""
+    splits = result.get("ood_splits")
+    if not isinstance(splits, list) or not all(isinstance(x, str) for x in splits):
+        return f"ood_splits = {str(splits)[:60]}: expected a list of split names"
+    if not isinstance(result.get("id_split", ""), str):
+        return "id_split: expected a split name"
+    methods = result["methods"]
+    if not isinstance(methods, dict):
+        return f"methods is {type(methods).__name__}, expected {{name: result}}"
+    for name, res in methods.items():
+        if not isinstance(res, dict) or not isinstance(res.get("splits"), dict) \
+                or not isinstance(res.get("groups"), dict):
+            return f"methods.{name}: expected a table with 'splits' and 'groups' tables"
+        missing = [x for x in splits if x not in res["splits"]]
+        if missing:
+            return f"methods.{name}.splits has no {missing[0]!r}"
+        for kind in ("splits", "groups"):
+            for key, table in res[kind].items():
+                problem = _numbers(table, f"methods.{name}.{kind}.{key}")
+                if problem:
+                    return problem
+        if not isinstance(res.get("params", {}), dict) or not isinstance(
+                res.get("adjusted") or [], list):
+            return f"methods.{name}: params / adjusted of another type"
+    if not isinstance(result.get("skipped") or {}, dict):
+        return "skipped: expected {scorer: reason}"
+    return None

@@ -396,18 +396,20 @@ def status_of_one(out: Path) -> dict:
 
 
 def test_executor_bad_input(experiment, tmp_path, capsys):
-    """Unknown kind / key and a wrong type are exit 2 naming the valid ones; --status on a
-    directory that is no run's is exit 1 naming the file it needs."""
+    """An unknown `--executor` is exit 2 naming the valid ones; an unknown key and a wrong
+    type in the file's [executor] are exit 1 (the file is at fault, issue 43) naming the
+    file and the valid ones; --status on a directory that is no run's is exit 1 naming the
+    file it needs."""
     code, _, err = run(capsys, "run", str(experiment), "--out", str(tmp_path / "o"),
                        "--executor", "kubernetes")
     assert code == 2 and "'kubernetes' (valid: local, slurm, ray)" in err
     bad = tmp_path / "bad.toml"
     bad.write_text(experiment.read_text() + '[executor]\nkind = "slurm"\npartiton = "gpu"\n')
     code, _, err = run(capsys, "run", str(bad), "--out", str(tmp_path / "o"))
-    assert code == 2 and "unknown slurm executor key 'partiton'" in err and "partition" in err
+    assert code == 1 and "unknown slurm executor key 'partiton'" in err and "partition" in err
     bad.write_text(experiment.read_text() + '[executor]\nkind = "ray"\ncpus = "two"\n')
     code, _, err = run(capsys, "run", str(bad), "--out", str(tmp_path / "o"))
-    assert code == 2 and "cpus = 'two', expected an integer" in err
+    assert code == 1 and "cpus = 'two', expected an integer" in err
     code, _, err = run(capsys, "run", "--status", str(tmp_path))
     assert code == 1 and "no plan.json" in err
     assert not (tmp_path / "o").exists()

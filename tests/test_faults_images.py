@@ -90,3 +90,29 @@ def test_non_utf8_file_name_is_stored_with_an_escape(tmp_path, capsys):
     assert code == 0, err
     ids = [str(i) for i in np.asarray(Store.open(tmp_path / "o").split("ood/far/x").ids)]
     assert sorted(ids) == ["0.png", "1.png", "caf\\xe9.png"]
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_predict_on_a_folder_with_a_non_utf8_file_name(tmp_path, capsys, as_json):
+    """Issue 43 item 3: `predict` on a folder holding a file named with non-UTF-8 bytes
+    ended in `unexpected UnicodeEncodeError` (the name went out as a surrogate). Its row is
+    named as extraction names it (\\xNN), in the table and in JSON."""
+    import json
+
+    import featstore
+
+    imgs = _folder(tmp_path / "imgs", n=1)
+    Image.new("RGB", (20, 20)).save(os.fsdecode(bytes(imgs) + b"/caf\xe9.png"))
+    code, _out, err = _extract(capsys, tmp_path, f'{{ imagefolder = "{imgs}" }}')
+    assert code == 0, err
+    det = featstore.Detector.fit(Store.open(tmp_path / "o"), "msp", threshold_split="id/test")
+    artifact = det.save(tmp_path / "d.h5")
+    code, out, err = run_cli(capsys, "predict", artifact, imgs, "--model",
+                             "tests.helpers.tiny_models:tiny_cnn", "--device", "cpu",
+                             *(["--json"] if as_json else []))
+    assert code == 0 and "unexpected" not in err, err
+    if as_json:
+        names = [Path(r["image"]).name for r in json.loads(out)["rows"]]
+        assert sorted(names) == ["0.png", "caf\\xe9.png"]
+    else:
+        assert "caf\\xe9.png" in out

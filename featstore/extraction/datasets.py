@@ -152,6 +152,15 @@ def imagefolder_rows(root: str) -> RowSource:
     a folder without sub-directories is read as one flat set of images (label -1,
     `class_names` None: fine for an OOD split, refused for an ID split by extraction)."""
     base = Path(root)
+    paths, labels, classes = imagefolder_files(root)
+    ids = [str(p.relative_to(base)) for p in paths]
+    return RowSource(ids, np.asarray(labels), lambda i: _open_image(paths[i]),
+                     {"imagefolder": str(base)}, class_names=classes or None)
+
+
+def imagefolder_files(root: str) -> tuple[list[Path], list[int], list[str]]:
+    """(image files by their real names, labels, class names) of `imagefolder_rows`."""
+    base = Path(root)
     if not base.is_dir():
         raise InputError(f"imagefolder {root!r}: directory not found")
     classes = sorted(d.name for d in base.iterdir() if d.is_dir())
@@ -167,9 +176,7 @@ def imagefolder_rows(root: str) -> RowSource:
     if not paths:
         raise InputError(f"imagefolder {root!r}: no image files "
                          f"({', '.join(IMAGE_EXTENSIONS)})")
-    ids = [str(p.relative_to(base)) for p in paths]
-    return RowSource(ids, np.asarray(labels), lambda i: _open_image(paths[i]),
-                     {"imagefolder": str(base)}, class_names=classes or None)
+    return paths, labels, classes
 
 
 def parse_image_list(list_file: str) -> list[tuple[str, int]]:

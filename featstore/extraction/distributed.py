@@ -70,11 +70,6 @@ def torchrun_env() -> tuple[int, int, int] | None:
     return rank, world, local
 
 
-def is_main_process() -> bool:
-    """Whether this process is rank 0 (always true outside torchrun): it alone prints."""
-    return os.environ.get("RANK", "0").strip() in ("0", "")
-
-
 def shard(num_parts: int, rank: int, world_size: int) -> range:
     """Rank `rank`'s contiguous block of part indices: [ceil(P r / W), ceil(P (r + 1) / W)).
 

@@ -30,7 +30,7 @@ from featstore.extraction.datasets import (
     TransformedRows,
     _open_image,
     build_transform,
-    imagefolder_rows,
+    imagefolder_files,
     parse_image_list,
 )
 from featstore.extraction.extract import check_transform
@@ -48,8 +48,7 @@ def image_paths(inputs: str | Path | Sequence[str | Path]) -> list[Path]:
     for item in items:
         path = Path(item)
         if path.is_dir():
-            rows = imagefolder_rows(str(path))
-            paths += [path / rel for rel in rows.ids]
+            paths += imagefolder_files(str(path))[0]  # real names (ids escape non-UTF-8)
         elif path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS:
             paths.append(path)
         elif path.is_file():

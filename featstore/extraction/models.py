@@ -19,9 +19,7 @@ model's output and no (W, b) is stored.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
-import sys
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ from torch import nn
 from featstore.errors import FeatstoreWarning, InputError, UsageError
 from featstore.extraction.heads import checkpoint_method, find_head, wrap_for_checkpoint
 from featstore.extraction.zoo import canonical_model_name
+from featstore.specs.usercode import import_user_module
 from featstore.store.fileio import sha256_arrays, sha256_file
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -190,16 +189,10 @@ def import_callable(spec: str, num_classes: int | None = None) -> nn.Module:
     """Call `module:callable` (with `num_classes=` when given and the callable accepts it);
     an older name of one of featstore's own networks loads the network it names now."""
     module_name, _, attr = canonical_model_name(spec).partition(":")
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        mod = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"cannot import module {module_name!r} ({exc})", param="model",
-                         value=spec) from exc
-    except Exception as exc:  # the user's module failed while importing: name it
-        raise InputError(f"importing {module_name!r} raised {type(exc).__name__}: "
-                         f"{_first_line(exc)}", param="model", value=spec) from exc
+    try:  # the one rule for a user's module (featstore.specs.usercode): found in the cwd
+        mod = import_user_module(module_name)
+    except UsageError as exc:  # InputError included: re-raised naming --model
+        raise type(exc)(exc.message, param="model", value=spec) from None
     fn = getattr(mod, attr, None)
     if fn is None:
         raise UsageError(f"module {module_name!r} has no attribute {attr!r}", param="model",
@@ -431,6 +424,17 @@ def select_layers(module: nn.Module, feature_layer: str | None, no_head: bool
     return name, head, name
 
 
+def model_spec_kind(spec: str) -> str | None:
+    """What `load_model` makes of `spec`, by its form alone: "callable" (`module:callable`,
+    not an existing path), "torchvision" (an architecture name), "torchscript" (an existing
+    file), or None. The one rule: a caller deciding whether a name is code asks this."""
+    if ":" in spec and not Path(spec).exists():
+        return "callable"
+    if spec in set(torchvision.models.list_models()):
+        return "torchvision"
+    return "torchscript" if Path(spec).is_file() else None
+
+
 def load_model(
     spec: str,
     weights: str | Path | None = None,
@@ -455,18 +459,18 @@ def load_model(
     if trained is not None and num_classes is None:
         num_classes = trained["num_classes"]
     path = Path(spec)
-    arch_names = set(torchvision.models.list_models())
     build: Callable[[int | None], nn.Module] | None = None
     module: nn.Module
-    if ":" in spec and not path.exists():
+    spec_is = model_spec_kind(spec)
+    if spec_is == "callable":
         def build(n: int | None) -> nn.Module:
             return import_callable(spec, n)
         kind, transform = "callable", default_transform()
-    elif spec in arch_names:
+    elif spec_is == "torchvision":
         def build(n: int | None) -> nn.Module:
             return build_torchvision(spec, n)
         kind, transform = "torchvision", torchvision_default_transform(spec)
-    elif path.is_file():
+    elif spec_is == "torchscript":
         scripted = _load_torchscript(path, feature_layer, no_head)
         module, kind, arch = scripted, "torchscript", scripted.scripted_name
         transform = default_transform()

@@ -14,6 +14,7 @@ OSR ratios, outlier splits) is checked by `featstore.workflows.experiments.confi
 from __future__ import annotations
 
 import importlib.util
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -305,7 +306,12 @@ def parse_experiment_data(data: dict[str, Any], base: Path, where: str) -> Exper
     spec, osr = _data_source(data_t, base, where)
     train = table(data, "train", where, TRAIN_KEYS)
     for key, kind in TRAIN_TYPES.items():
-        get(train, key, kind, f"{where} [train]")
+        value = get(train, key, kind, f"{where} [train]")
+        least = 1 if key in ("epochs", "batch_size", "finetune_epochs") else 0
+        if kind in ("number", "int") and value is not None and not (
+                math.isfinite(value) and value >= least and (value > 0 or "lr" not in key)):
+            raise InputError(f"{where} [train]: {key} = {value!r}: expected a finite number "
+                             f"{'> 0' if 'lr' in key else f'>= {least}'}")
     tune = table(data, "tune", where, TUNE_KEYS)
     rule = get(tune, "rule", "str", f"{where} [tune]", "val")
     if rule not in TUNE_RULES:

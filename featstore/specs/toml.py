@@ -72,7 +72,32 @@ def read_toml(source: str | Path, what: str, base: str | Path | None = None) -> 
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{where}: invalid TOML ({exc})") from None
+    except RecursionError:  # valid TOML nested deeper than tomllib's recursive parser goes
+        raise InputError(f"{where}: arrays or tables nested too deep to read (featstore's "
+                         f"files nest at most {MAX_DEPTH} levels)") from None
+    if nesting_depth(data) > MAX_DEPTH:
+        raise InputError(f"{where}: arrays or tables nested more than {MAX_DEPTH} levels "
+                         "deep (featstore's files need a few)")
     return Document(data, root.resolve(), where, path)
+
+
+#: the deepest nesting of arrays / tables a featstore TOML file may hold: every reader walks
+#: the data recursively, so a file deeper than this is refused before any of them runs
+MAX_DEPTH = 32
+
+
+def nesting_depth(value: Any) -> int:
+    """How deep lists and dicts nest in `value` (a scalar 0), counted without recursion."""
+    deepest, todo = 0, [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict | list):
+            if depth + 1 > MAX_DEPTH:
+                return depth + 1
+            deepest = max(deepest, depth + 1)
+            todo.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                 else item))
+    return deepest
 
 
 def check_keys(table: Mapping[str, Any], valid: Iterable[str], where: str) -> None:

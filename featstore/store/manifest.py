@@ -107,7 +107,7 @@ def read_manifest(path: Path) -> Any:
     except UnicodeDecodeError as exc:
         raise InputError(f"store {str(path)!r}: unreadable {MANIFEST}: not UTF-8 text ({exc})"
                          ) from None
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise InputError(f"store {str(path)!r}: unreadable {MANIFEST}: {exc}") from None
 
 

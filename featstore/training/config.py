@@ -55,14 +55,27 @@ class TrainConfig:
     init: str | None = None
 
     def validate(self) -> None:
+        """UsageError naming the first option out of range: every number of the run must be
+        of its type and finite (a NaN weight decay or learning rate trains a NaN model that
+        saves and scores with exit 0), counts >= 1, rates and factors >= 0."""
+        for name in ("epochs", "batch_size", "seed", "num_workers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise UsageError("must be an integer", param=name, value=value)
+        for name in ("lr", "momentum", "weight_decay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not math.isfinite(value):
+                raise UsageError("must be a finite number", param=name, value=value)
         if self.epochs < 1:
             raise UsageError("must be >= 1", param="epochs", value=self.epochs)
         if self.batch_size < 1:
             raise UsageError("must be >= 1", param="batch_size", value=self.batch_size)
-        if not (self.lr > 0 and math.isfinite(self.lr)):
+        if not self.lr > 0:
             raise UsageError("must be a positive number", param="lr", value=self.lr)
-        if self.momentum < 0 or self.weight_decay < 0:
-            raise UsageError("momentum and weight decay must be >= 0")
+        for name in ("momentum", "weight_decay", "num_workers", "seed"):
+            if getattr(self, name) < 0:
+                raise UsageError("must be >= 0", param=name, value=getattr(self, name))
         if self.nesterov and self.momentum <= 0:
             raise UsageError("--nesterov needs momentum > 0")
         if self.schedule not in SCHEDULES:

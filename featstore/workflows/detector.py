@@ -56,14 +56,16 @@ import h5py
 import numpy as np
 from numpy.typing import ArrayLike
 
-from featstore.errors import InputError, UsageError
+from featstore.errors import FeatstoreError, InputError, UsageError
 from featstore.store.arraystore import ArrayStore
 from featstore.store.fileio import atomic_write_bytes
 from featstore.store.interfaces import StoreLike
+from featstore.store.interrupts import raise_if_interrupted
+from featstore.store.verify import hdf5_link_problem
 from featstore.version import __version__
 from scorers.adapt import fit_defaults
 from scorers.base import Scorer, fit_split_names, value_fields
-from scorers.registry import REGISTRY, resolve, unknown_scorer
+from scorers.registry import REGISTRY, is_registered, resolve, unknown_scorer
 
 if TYPE_CHECKING:
     from featstore.extraction.models import LoadedModel
@@ -72,18 +74,23 @@ FORMAT = "featstore-detector"
 FORMAT_VERSION = 1
 MODEL_KEYS = ("name", "kind", "architecture", "weights", "sha256", "sha256_of", "transform",
               "head_layer")
-IMPORTS_CODE = ("callable", "torchscript")  # model kinds loaded only when the caller names them
 
 
 def tpr_threshold(id_scores: np.ndarray, target_tpr: float) -> float:
     """The largest t with mean(id_scores >= t) >= target_tpr."""
     s = np.sort(np.asarray(id_scores, dtype=np.float64))
+    if s.size == 0:
+        raise InputError("no ID rows to choose the threshold on (the threshold split has 0 "
+                         "rows)")
     return float(s[int(math.floor((1.0 - target_tpr) * len(s)))])
 
 
 def fpr_threshold(ood_scores: np.ndarray, target_fpr: float) -> float:
     """The smallest t with mean(ood_scores >= t) <= target_fpr."""
     s = np.sort(np.asarray(ood_scores, dtype=np.float64))
+    if s.size == 0:
+        raise InputError("no OOD rows to choose the threshold on (the val OOD splits have 0 "
+                         "rows)")
     keep = int(math.floor(target_fpr * len(s)))  # OOD rows allowed at or above t
     return -math.inf if keep >= len(s) else float(np.nextafter(s[len(s) - keep - 1], np.inf))
 
@@ -99,6 +106,9 @@ class Detector:
     # ((model, weights) asked for, the model loaded for them): load_model's one-entry cache
     _loaded: tuple[tuple[str | None, str | None], LoadedModel] | None = field(
         default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.threshold = check_threshold(float(self.threshold))
 
     @classmethod
     def fit(cls, store: StoreLike, scorer: str | type[Scorer] | Scorer, *,
@@ -148,6 +158,7 @@ class Detector:
         (`featstore.extraction.extract_images.image_paths`, in that order) through the recorded
         model (module docstring); `model` / `weights` name the model code / weights file to load
         instead of the recorded ones (checked against the recorded sha256 and head)."""
+        check_loader(batch_size, num_workers)
         # lazy: torch and torchvision load only for images; score_features runs without them
         from featstore.extraction.extract_images import image_outputs, image_paths
         from featstore.extraction.models import resolve_device
@@ -170,25 +181,28 @@ class Detector:
         if self._loaded is not None and self._loaded[0] == key:
             return self._loaded[1]
         # lazy: torch, torchvision and the demo's models load only for images
-        from featstore.extraction.models import load_model
+        from featstore.extraction.models import load_model, model_spec_kind
         from featstore.extraction.zoo import OWN_MODELS, canonical_model_name
 
         rec = self.model
         if rec is None:
             raise UsageError("this detector was fitted on a store that records no model and "
                              "transform (arrays); it scores features only (score_features)")
-        own = (rec.get("kind") == "callable"
-               and canonical_model_name(rec["name"]) in OWN_MODELS.values())
-        if model is None and rec.get("kind") in IMPORTS_CODE and not own:
-            raise UsageError(f"the detector's model is {rec.get('kind')} {rec['name']!r}, which "
+        # what the recorded name would load as, by the loader's own rule (never the record's
+        # `kind`, which a tampered file can set to "torchvision" beside a module:callable)
+        kind = model_spec_kind(rec["name"])
+        own = kind == "callable" and canonical_model_name(rec["name"]) in OWN_MODELS.values()
+        if model is None and kind != "torchvision" and not own:
+            raise UsageError(f"the detector's model is {kind or 'code'} {rec['name']!r}, which "
                              "is code: a detector never loads it by itself; name it to load it "
                              f"(model={rec['name']!r}, --model {rec['name']})")
         weights = weights if weights is not None else rec.get("weights")
         if weights is not None and not Path(weights).is_file():
             raise InputError(f"the detector's weights file {str(weights)!r} is not there; pass "
                              "the file's new path (weights=, --weights)")
-        layer = None if rec.get("kind") == "torchscript" else rec.get("head_layer")
-        loaded = load_model(model or rec["name"], weights, feature_layer=layer)
+        spec = model or rec["name"]
+        layer = None if model_spec_kind(spec) == "torchscript" else rec.get("head_layer")
+        loaded = load_model(spec, weights, feature_layer=layer)
         check_model(loaded, rec, self.scorer.fitted_store.head)
         self._loaded = (key, loaded)
         return loaded
@@ -225,34 +239,125 @@ class Detector:
     @classmethod
     def load(cls, path: str | Path) -> Detector:
         """Read an artifact written by `save` and refit its scorer on the stored arrays;
-        InputError naming the file for anything else."""
+        InputError naming the file for anything else (`read_artifact`)."""
         path = Path(path)
         try:
             fh = h5py.File(path, "r")
         except OSError as exc:
             raise InputError(f"detector {str(path)!r}: not an HDF5 file ({exc})") from None
         with fh:
-            if fh.attrs.get("format") != FORMAT:
-                raise InputError(f"detector {str(path)!r}: not a featstore detector (no "
-                                 f"format={FORMAT!r} attribute)")
-            name = str(fh.attrs["scorer"])
-            if name not in REGISTRY or ":" in name:
-                raise InputError(f"detector {str(path)!r}: {unknown_scorer(name)}; import and "
-                                 "register its class first")
-            head = (fh["head/weight"][()], fh["head/bias"][()])
-            splits = {}
-            for grp in fh.get("fit", {}).values():
-                arrays = {f: grp[f][()] for f in ("features", "logits", "labels")}
-                if "extras" in grp:
-                    arrays["extras"] = {k: grp["extras"][k][()] for k in grp["extras"]}
-                splits[str(grp.attrs["name"])] = arrays
-            dtype = next((str(a["features"].dtype) for a in splits.values()), "float32")
-            store = ArrayStore(head, splits=splits, dtype=dtype,
-                               model_sha256=str(fh.attrs["model_sha256"]))
-            scorer = REGISTRY[name](**json.loads(fh.attrs["params"])).fit(store)
-            model = json.loads(fh.attrs["model"]) if "model" in fh.attrs else None
-            return cls(scorer, float(fh.attrs["threshold"]), json.loads(fh.attrs["rule"]),
-                       model)
+            try:
+                scorer, threshold, rule, model = read_artifact(fh)
+            except Exception as exc:  # anything a tampered file raises: one line naming it
+                raise_if_interrupted()
+                detail = str(exc) if isinstance(exc, FeatstoreError) else (
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                raise InputError(f"detector {str(path)!r}: {detail}") from None
+            return cls(scorer, threshold, rule, model)
+
+
+def _attr(fh: h5py.File, key: str, kind: type, *, required: bool = True) -> Any:
+    """Attribute `key` of the artifact as `kind` (str, or JSON text decoded to `kind`);
+    ValueError naming the attribute when it is missing or of another type."""
+    if key not in fh.attrs:
+        if required:
+            raise ValueError(f"attribute {key!r} is missing")
+        return None
+    value = fh.attrs[key]
+    if not isinstance(value, str):
+        raise ValueError(f"attribute {key!r} is {type(value).__name__}, expected text")
+    if kind is str:
+        return value
+    try:
+        decoded = json.loads(value)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"attribute {key!r} is not valid JSON ({exc})") from None
+    if not isinstance(decoded, kind):
+        raise ValueError(f"attribute {key!r} is JSON {type(decoded).__name__}, expected "
+                         f"{'an object' if kind is dict else kind.__name__}")
+    return decoded
+
+
+def _read_fit_splits(fh: h5py.File) -> dict[str, dict[str, Any]]:
+    """name -> arrays of every /fit/<slug> group (features, logits, labels, extras)."""
+    fit = fh.get("fit")
+    if fit is None:
+        return {}
+    if not isinstance(fit, h5py.Group):
+        raise ValueError("'fit' is not a group")
+    splits: dict[str, dict[str, Any]] = {}
+    for slug, grp in fit.items():
+        name = grp.attrs.get("name") if isinstance(grp, h5py.Group) else None
+        if not isinstance(name, str):
+            raise ValueError(f"'fit/{slug}' is not a group with a text 'name' attribute")
+        arrays: dict[str, Any] = {}
+        for f in ("features", "logits", "labels"):
+            if not isinstance(grp.get(f), h5py.Dataset):
+                raise ValueError(f"split {name!r} ('fit/{slug}') has no dataset {f!r}")
+            arrays[f] = grp[f][()]
+        if "extras" in grp:
+            arrays["extras"] = {k: grp["extras"][k][()] for k in grp["extras"]}
+        splits[name] = arrays
+    return splits
+
+
+def read_artifact(fh: h5py.File) -> tuple[Scorer, float, dict[str, Any],
+                                          dict[str, Any] | None]:
+    """(fitted scorer, threshold, rule, model record) of an open artifact, checked before any
+    use: the format version this module writes, no HDF5 link or outside storage (the store
+    readers' `hdf5_link_problem`), a registered scorer name that is not `module:Class`
+    (nothing is imported), every attribute of its type, a head (W, b) and fit arrays that
+    agree, a threshold that is a number (not NaN). Raises on the first fault (the caller
+    names the file)."""
+    if fh.attrs.get("format") != FORMAT:
+        raise InputError(f"not a featstore detector (no format={FORMAT!r} attribute)")
+    version = fh.attrs.get("version")
+    if not isinstance(version, int | np.integer) or int(version) != FORMAT_VERSION:
+        raise InputError(f"format version {version!r} is not one this featstore "
+                         f"{__version__} reads ({FORMAT_VERSION}); save the detector again "
+                         "with this version")
+    link = hdf5_link_problem(fh)
+    if link:
+        raise InputError(link)
+    name = _attr(fh, "scorer", str)
+    if ":" in name or not is_registered(name):
+        raise InputError(f"{unknown_scorer(name)}; import and register its class first "
+                         "(a detector never imports code)")
+    params = _attr(fh, "params", dict)
+    rule = _attr(fh, "rule", dict)
+    model = _attr(fh, "model", dict, required=False)
+    if model is not None and not isinstance(model.get("name"), str):
+        raise ValueError("attribute 'model' has no text 'name'")
+    sha = _attr(fh, "model_sha256", str)
+    threshold = fh.attrs.get("threshold")
+    if not isinstance(threshold, float | int | np.floating | np.integer):
+        raise ValueError(f"attribute 'threshold' is {threshold!r}, expected a number")
+    for key in ("head/weight", "head/bias"):
+        if not isinstance(fh.get(key), h5py.Dataset):
+            raise ValueError(f"dataset {key!r} is missing")
+    head = (fh["head/weight"][()], fh["head/bias"][()])
+    splits = _read_fit_splits(fh)
+    dtype = next((str(a["features"].dtype) for a in splits.values()), "float32")
+    store = ArrayStore(head, splits=splits, dtype=dtype, model_sha256=sha)
+    scorer = REGISTRY[name](**params).fit(store)
+    return scorer, check_threshold(float(threshold)), rule, model
+
+
+def check_threshold(threshold: float) -> float:
+    """`threshold` when it can decide (a number or -inf: every row in-distribution), else
+    InputError: NaN compares false with every score (every row OOD), +inf likewise."""
+    if math.isnan(threshold) or threshold == math.inf:
+        raise InputError(f"threshold {threshold} cannot decide (every row would be OOD); "
+                         "fit the detector again")
+    return threshold
+
+
+def check_loader(batch_size: Any, num_workers: Any) -> None:
+    """UsageError naming the parameter unless batch_size >= 1 and num_workers >= 0 are
+    integers (`--batch-size`, `--workers` of `predict`)."""
+    for param, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise UsageError(f"must be an integer >= {least}", param=param, value=value)
 
 
 def model_record(store: StoreLike, split: str) -> dict[str, Any] | None:
@@ -299,15 +404,18 @@ def predict(artifact: str | Path, images: str | Path | Sequence[str | Path], *,
             batch_size: int = 128, num_workers: int = 0) -> dict[str, Any]:
     """`featstore predict`: load the detector at `artifact` and score `images`
     (`Detector.score_images`); {detector, scorer, params, threshold, rule, num_id, num_ood,
-    rows: [{image, score, is_id}]} in input order."""
+    rows: [{image, score, is_id}]} in input order; a file name's bytes that are not UTF-8
+    are written `\\xNN` (`printable_id`, as extraction stores ids)."""
     # lazy: torch and torchvision load only for images
+    from featstore.extraction.datasets import printable_id
     from featstore.extraction.extract_images import image_paths
 
+    check_loader(batch_size, num_workers)  # before the detector and the model load
     det = Detector.load(artifact)
     paths = image_paths(images)
     scores, is_id = det.score_images(paths, model=model, weights=weights, device=device,
                                      batch_size=batch_size, num_workers=num_workers)
-    rows = [{"image": str(p), "score": float(s), "is_id": bool(d)}
+    rows = [{"image": printable_id(p), "score": float(s), "is_id": bool(d)}  # \xNN: not UTF-8
             for p, s, d in zip(paths, scores, is_id, strict=True)]
     return {"detector": str(artifact), "scorer": det.scorer.name, "params": det.scorer.params,
             "threshold": det.threshold, "rule": det.rule, "num_id": int(is_id.sum()),

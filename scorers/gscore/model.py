@@ -155,7 +155,8 @@ class GscoreModel:
             raise UsageError(f"gscore model {str(path)!r}: file not found")
         try:
             obj = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError,
+                RecursionError) as exc:
             raise UsageError(f"gscore model {str(path)!r}: not valid JSON ({exc})") from None
         return cls.from_json(obj, f"gscore model {str(path)!r}")
 

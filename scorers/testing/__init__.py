@@ -4,8 +4,10 @@ built-in, and raises `ContractError` (an AssertionError) with a readable message
 check, the scorer and what to fix.
 
 The checks (each also a function of its own, which the suite calls per built-in):
-1. `check_module`: the module docstring names the paper's first author and states the formula
-   as implemented (the phrase "as implemented" and a `score = ...` line); no torch import;
+1. `check_module`: no torch import; for featstore's own scorers only (the house style of
+   tests/scorers/test_contract.py, not the contract a user's scorer must meet), the module
+   docstring names the paper's first author and states the formula as implemented (the
+   phrase "as implemented" and a `score = ...` line);
 2. `check_unknown_parameter`: an unknown parameter is a UsageError naming every valid one;
 3. `check_score_before_fit`: `score` / `score_grid` before `fit` say to call fit;
 4. `check_sign`: higher = more in-distribution: AUROC (ID positive) of id/test against an OOD
@@ -104,13 +106,25 @@ def contract_scorer(cls: type[Scorer], store: StoreLike, **params: Any) -> Score
 
 
 # --------------------------------------------------------------------------- 1-3
-def check_module(cls: type[Scorer]) -> None:
-    """Docstring names the paper's first author and states the formula; no torch import."""
+def check_module(cls: type[Scorer], style: bool | None = None) -> None:
+    """No torch import; with `style` (default: for a built-in only), the docstring names the
+    paper's first author and states the formula as implemented."""
+    if style is None:
+        style = BUILTIN.get(cls.name) is cls
     module = sys.modules[cls.__module__]
     try:
         tree = ast.parse(inspect.getsource(module))
     except (OSError, TypeError) as exc:
+        if not style:
+            return  # a class without readable source (a notebook's): nothing to inspect
         raise _fail(cls, "module", f"cannot read the source of {cls.__module__} ({exc})") from None
+    _check_no_torch(cls, tree)
+    if style:
+        _check_docstring(cls, tree)
+
+
+def _check_docstring(cls: type[Scorer], tree: ast.Module) -> None:
+    """The house style of featstore's own scorers: author and formula in the docstring."""
     doc = " ".join((ast.get_docstring(tree) or "").split())
     paper = str(cls.paper).strip()
     if not paper:
@@ -123,6 +137,9 @@ def check_module(cls: type[Scorer]) -> None:
         raise _fail(cls, "module", f"the docstring of {cls.__module__} must state the formula "
                                    "as implemented: the phrase 'as implemented' and a line "
                                    "`score = ...` or `score(x) = ...`")
+
+
+def _check_no_torch(cls: type[Scorer], tree: ast.Module) -> None:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Import | ast.ImportFrom):
             continue
@@ -296,18 +313,32 @@ def check_scorer(cls: type[Scorer] | Scorer, *, grid_rtol: float | None = None,
         with tempfile.TemporaryDirectory(prefix="featstore-contract-") as root:
             return check_scorer(cls, grid_rtol=grid_rtol, thread_params=thread_params,
                                 stores=contract_stores(root))
-    check_module(cls)
-    check_unknown_parameter(cls)
+    _contract_step(cls, "module", lambda: check_module(cls))
+    _contract_step(cls, "unknown parameter", lambda: check_unknown_parameter(cls))
     s32 = store_for(stores["float32"], cls)
     kind = next(k for k, v in stores["float32"].items() if v is s32)
-    check_score_before_fit(cls, s32)
+    _contract_step(cls, "score before fit", lambda: check_score_before_fit(cls, s32))
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("auroc", lambda: check_sign(cls, s32)),
         ("grid_settings", lambda: check_grid(cls, s32, grid_rtol)),
         ("threads", lambda: check_threads(cls, s32, thread_params)),
         ("float16_share", lambda: check_float16(cls, s32, stores["float16"][kind])),
     ]
-    return {key: value for key, step in steps if (value := step()) is not None}
+    return {key: value for key, step in steps
+            if (value := _contract_step(cls, key, step)) is not None}
+
+
+def _contract_step(cls: type[Scorer], check: str, step: Callable[[], Any]) -> Any:
+    """`step()`; anything it raises other than a ContractError (the scorer's fit or score
+    raising, a FeatstoreError of the scorer's) is a ContractError naming the check."""
+    try:
+        return step()
+    except ContractError:
+        raise
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        raise _fail(cls, check, f"raised {type(exc).__name__}: {text[0] if text else ''}"
+                    ) from exc
 
 
 __all__ = ["ContractError", "check_float16", "check_grid", "check_module", "check_scorer",

@@ -29,6 +29,7 @@ dicts: `metrics` values are shown next to loss and accuracy in the progress bar.
 from __future__ import annotations
 
 import importlib
+import math
 import pkgutil
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,21 @@ class TrainMethod:
             valid = ", ".join(sorted(self.params)) or "none"
             raise UsageError(f"method {self.name!r}: unknown parameter {unknown[0]!r} "
                              f"(valid: {valid})")
+        for key, value in overrides.items():
+            default = self.params[key]
+            if value is None:  # None switches a feature off where a method allows it
+                ok = True
+            elif isinstance(default, bool):
+                ok = isinstance(value, bool)
+            elif isinstance(default, int | float):  # a number: of its kind, finite
+                ok = (isinstance(value, int | float) and not isinstance(value, bool)
+                      and math.isfinite(value))
+            else:
+                ok = True
+            if not ok:
+                kind = "true or false" if isinstance(default, bool) else "a finite number"
+                raise UsageError(f"method {self.name!r}: parameter {key} = {value!r}: "
+                                 f"expected {kind}")
         return {**self.params, **overrides}
 
     def wrap(self, model: nn.Module, ctx: TrainContext) -> nn.Module:

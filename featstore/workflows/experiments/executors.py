@@ -10,7 +10,8 @@ file's `[executor]` table; the command line's kind wins).
     mem_gb = 32               #   before the unit, e.g. module load), poll_s
     # kind = "ray": address ("auto": a running cluster; unset: the initialized one, or a
     #   new local one), gpus, cpus, memory_gb per unit, retries (re-runs after a lost
-    #   worker, default 3), poll_s
+    #   worker, default 3), poll_s, connect_s (seconds an address may take to answer,
+    #   default 10: a wrong address is an error naming it, never a wait forever)
 
 The unit (`runner.plan_units`) is one data split x seed x training method (local, one process:
 x every training method, today's order); every unit writes into the shared `--out` directory
@@ -40,7 +41,10 @@ bit.
 from __future__ import annotations
 
 import functools
+import importlib
+import math
 import multiprocessing
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -49,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from featstore.errors import FeatstoreError, UsageError
+from featstore.errors import FeatstoreError, InputError, UsageError
 from featstore.specs.toml import get, read_toml
 from featstore.workflows.experiments import unitstate
 from featstore.workflows.experiments.config import Experiment
@@ -59,7 +63,8 @@ KINDS = ("local", "slurm", "ray")
 KEYS = {"local": ("kind", "workers"),
         "slurm": ("kind", "partition", "time", "gpus", "cpus", "mem_gb", "array", "parallel",
                   "account", "qos", "setup", "poll_s"),
-        "ray": ("kind", "address", "gpus", "cpus", "memory_gb", "retries", "poll_s")}
+        "ray": ("kind", "address", "gpus", "cpus", "memory_gb", "retries", "poll_s",
+                "connect_s")}
 Outcome = dict[str, list[dict[str, Any]]]
 
 
@@ -73,25 +78,73 @@ def executor_options(path: str | Path) -> dict[str, Any]:
     return dict(get(doc.data, "executor", "table", doc.where, {}))
 
 
+#: the optional extra that brings each engine's package: the install command an error names
+EXTRAS = {"slurm": ("submitit", "pip install 'featstore[slurm]'"),
+          "ray": ("ray", "pip install 'featstore[ray]'")}
+
+
+def require_engine(kind: str) -> None:
+    """FeatstoreError with the install command when `kind`'s package (submitit, Ray) does not
+    import; nothing for the local executor."""
+    if kind not in EXTRAS:
+        return
+    module, install = EXTRAS[kind]
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise FeatstoreError(f"--executor {kind} needs the package {module!r}, which is not "
+                             f"installed ({exc}): {install}") from None
+
+
 def make_executor(kind: str | None, options: dict[str, Any], where: str = "[executor]",
-                  train_progress: Callable[[str], Any] | None = None) -> Any:
-    """The executor of `kind` (else `options["kind"]`, else local) with `options` checked:
-    an unknown kind or key is a UsageError naming the valid ones."""
-    kind = kind or options.get("kind") or "local"
-    if kind not in KINDS:
-        raise UsageError(f"{where}: executor {kind!r} (valid: {', '.join(KINDS)})")
+                  train_progress: Callable[[str], Any] | None = None,
+                  workers: int | None = None) -> Any:
+    """The executor of `kind` (the command line's `--executor`; else `options["kind"]`, the
+    file's; else local) with `options` (the file's `[executor]` table, `where` names it) and
+    `workers` (the command line's `--workers`) checked. A bad command-line value is a
+    UsageError naming the option (exit 2); a bad kind, key or value of the file an
+    InputError naming the file (exit 1); a kind whose package is missing says how to
+    install it (`require_engine`)."""
+    if kind is not None and kind not in KINDS:
+        raise UsageError(f"--executor {kind!r} (valid: {', '.join(KINDS)})")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise UsageError(f"--workers {workers!r}: expected an integer >= 1")
+    file_kind = options.get("kind")
+    if file_kind is not None and file_kind not in KINDS:
+        raise InputError(f"{where}: kind = {file_kind!r} (valid: {', '.join(KINDS)})")
+    kind = kind or file_kind or "local"
+    if workers is not None and kind != "local":
+        raise UsageError(f"--workers applies to the local executor only (the executor is "
+                         f"{kind})")
     options = {k: v for k, v in options.items() if k != "kind"}
     unknown = sorted(set(options) - set(KEYS[kind]))
     if unknown:
-        raise UsageError(f"{where}: unknown {kind} executor key {unknown[0]!r} (valid: "
+        raise InputError(f"{where}: unknown {kind} executor key {unknown[0]!r} (valid: "
                          f"{', '.join(k for k in KEYS[kind] if k != 'kind')})")
     for key in ("time", "gpus", "cpus", "parallel", "retries", "workers"):
         value = options.get(key)
+        least = 1 if key == "workers" else 0
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                  or value < 0):
-            raise UsageError(f"{where}: {key} = {value!r}, expected an integer >= 0")
-    if options.get("workers") == 0:
-        raise UsageError(f"{where}: workers = 0, expected an integer >= 1")
+                                  or value < least):
+            raise InputError(f"{where}: {key} = {value!r}, expected an integer >= {least}")
+    for key in ("poll_s", "connect_s", "mem_gb", "memory_gb"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)
+                                  or not math.isfinite(value) or value <= 0):
+            raise InputError(f"{where}: {key} = {value!r}, expected a number > 0")
+    kinds: tuple[tuple[str, type, str], ...] = (
+        ("partition", str, "text"), ("account", str, "text"), ("qos", str, "text"),
+        ("address", str, "text"), ("array", bool, "true or false"),
+        ("setup", list, "a list of text lines"))
+    for key, ok, expected in kinds:
+        given: Any = options.get(key)
+        if given is not None and (not isinstance(given, ok) or (
+                isinstance(given, list) and not all(isinstance(x, str) for x in given))):
+            raise InputError(f"{where}: {key} = {given!r}, expected {expected}")
+    if workers is not None:
+        options["workers"] = workers
+    require_engine(kind)
     if kind == "local":
         return LocalExecutor(train_progress, workers=options.get("workers") or 1)
     return SlurmExecutor(**options) if kind == "slurm" else RayExecutor(**options)
@@ -333,6 +386,30 @@ def _wait_slurm(out: Path, jobs: dict[str, Any], poll_s: float, log: Log) -> dic
     return failed
 
 
+#: seconds `reach_ray` waits for a Ray cluster's address to answer (`connect_s`)
+RAY_CONNECT_S = 10.0
+
+
+def reach_ray(address: str | None, timeout_s: float) -> None:
+    """FeatstoreError naming `address` when nothing answers a TCP connection there within
+    `timeout_s` (ray.init itself retries such an address forever). `address` as Ray takes
+    it: `host:port` or `ray://host:port`; "auto", "local" and None (Ray finds or starts the
+    cluster itself, and fails fast when it cannot) are not probed."""
+    if address is None or address in ("auto", "local"):
+        return
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"ray executor: address {address!r}: expected host:port, "
+                         "ray://host:port or \"auto\"")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise FeatstoreError(f"ray executor: no Ray cluster answers at address {address!r} "
+                             f"within {timeout_s:g} s ({exc.strerror or exc}); start it (`ray "
+                             "start --head`) or fix [executor] address") from None
+
+
 class RayExecutor(_UnitCallExecutor):
     """One Ray task per unit (`num_cpus` / `num_gpus` / `memory` per task, `max_retries`
     re-runs after a lost worker); the driver waits for them and aggregates."""
@@ -341,8 +418,10 @@ class RayExecutor(_UnitCallExecutor):
     per_method = True
 
     def __init__(self, address: str | None = None, gpus: float = 0, cpus: float = 1,
-                 memory_gb: float | None = None, retries: int = 3, poll_s: float = 5.0) -> None:
+                 memory_gb: float | None = None, retries: int = 3, poll_s: float = 5.0,
+                 connect_s: float = RAY_CONNECT_S) -> None:
         self.address, self.retries, self.poll_s = address, int(retries), float(poll_s)
+        self.connect_s = float(connect_s)
         self.resources: dict[str, Any] = {"num_cpus": cpus, "num_gpus": gpus}
         if memory_gb:
             self.resources["memory"] = int(memory_gb * 2**30)
@@ -357,6 +436,7 @@ class RayExecutor(_UnitCallExecutor):
             return results
         started = False
         if not ray.is_initialized():
+            reach_ray(self.address, self.connect_s)
             ray.init(address=self.address, log_to_driver=False)
             started = True
         try:

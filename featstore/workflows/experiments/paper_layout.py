@@ -45,6 +45,7 @@ from featstore.specs.labels import check_unique, default_label, split_item
 from featstore.store.fileio import atomic_write_output
 from featstore.store.formatting import mean_std
 from featstore.store.textsafe import markup_text, md_text, one_line
+from featstore.workflows.experiments.results_check import check_results
 
 from .aggregate import METHOD_PHASES
 
@@ -298,13 +299,14 @@ def _read_json(path: Path, what: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{what} {str(path)!r}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise InputError(f"{what} {str(path)!r}: not a readable JSON file "
                          f"({one_line(str(exc))})") from None
 
 
-def load_results(path: str | Path) -> dict[str, Any]:
-    """An experiment's results.json (the file, or the output directory holding it)."""
+def load_results(path: str | Path, layout: str = "default") -> dict[str, Any]:
+    """An experiment's results.json (the file, or the output directory holding it), checked
+    to hold what `layout`'s renderers read (`results_check`)."""
     p = Path(path)
     if p.is_dir():
         p = p / RESULTS_FILE
@@ -312,10 +314,11 @@ def load_results(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not {"experiment", "aggregate"} <= set(data):
         raise InputError(f"results {str(p)!r}: not the results of `featstore run` (expected "
                          "'experiment' and 'aggregate')")
+    check_results(data, f"results {str(p)!r}", full=layout != "paper")
     return data
 
 
-def load_datasets(items: Iterable[str], what: str = "RESULTS"
+def load_datasets(items: Iterable[str], what: str = "RESULTS", layout: str = "paper"
                   ) -> list[tuple[str, dict[str, Any]]]:
     """[(label, results)] of `[LABEL=]PATH` items (`featstore.specs.labels`; `what` names the
     argument in errors): PATH a results.json, an output directory holding one, or a `protocol
@@ -330,10 +333,13 @@ def load_datasets(items: Iterable[str], what: str = "RESULTS"
             if not isinstance(listed, dict) or not isinstance(listed.get("datasets"), dict):
                 raise InputError(f"datasets {str(p / DATASETS_FILE)!r}: expected "
                                  "{\"datasets\": {label: results path}}")
-            out += [(name, load_results(p / str(rel)), item)
-                    for name, rel in listed["datasets"].items()]
+            for name, rel in listed["datasets"].items():
+                if not isinstance(rel, str) or Path(rel).is_absolute() or ".." in Path(rel).parts:
+                    raise InputError(f"datasets {str(p / DATASETS_FILE)!r}: {name!r} = {rel!r}: "
+                                     "expected a path inside its directory")
+                out.append((name, load_results(p / rel, layout), item))
             continue
-        result = load_results(p)
+        result = load_results(p, layout)
         out.append((given.label or dataset_label(result), result, item))
     if not out:
         raise UsageError(f"{what}: give at least one results.json (or its directory)")

@@ -141,9 +141,10 @@ def rich_notes(result: dict[str, Any]) -> list[Any]:
                     show_edge=False)
     for col in ("split", "seed", "method", "reason"):
         skipped.add_column(col)
-    for s in result["skipped"]:
-        skipped.add_row(*map(markup_text, (s["split"], s["seed"], s["method"], s["reason"])))
-    if not result["skipped"]:
+    for s in result.get("skipped") or []:
+        skipped.add_row(*map(markup_text, (s["split"], str(s["seed"]), s["method"],
+                                           s["reason"])))
+    if not result.get("skipped"):
         skipped.add_row("–", "–", "–", "none: every run was scored")
     tables.append(skipped)
     return tables

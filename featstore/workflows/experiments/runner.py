@@ -321,11 +321,25 @@ def _slug(name: str) -> str:
         f"{slug}-{digest(name)[:8]}"
 
 
+def check_executor(exp: Experiment, executor: Any) -> None:
+    """UsageError when `executor` asks to run `exp` elsewhere (Slurm, Ray, a pool) but `exp`
+    scores existing stores or models, which run in this process: never run here silently
+    what the caller asked to run elsewhere."""
+    if (exp.stores is not None or exp.model is not None) and executor is not None and (
+            executor.name != "local" or getattr(executor, "workers", 1) > 1):
+        kind = "local with workers" if executor.name == "local" else executor.name
+        raise UsageError(f"experiment {exp.name!r} scores existing "
+                         f"{'stores' if exp.stores is not None else 'models'}: nothing to "
+                         "train, so it runs in this process; drop --executor / --workers "
+                         f"(executor {kind})")
+
+
 def _output_locked(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
     """Run `fn(exp, out, ...)` holding OUT's lock (`featstore.store.lock`, flock on
     OUT/.featstore.lock): a second runner on the same output is refused naming the first."""
     @functools.wraps(fn)
     def locked(exp: Experiment, out: str | Path, **kw: Any) -> dict[str, Any]:
+        check_executor(exp, kw.get("executor"))  # before anything is written
         out = Path(out).resolve()
         out.mkdir(parents=True, exist_ok=True)
         with StoreLock(out, command="featstore run", what="output directory"):

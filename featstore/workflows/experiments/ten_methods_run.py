@@ -66,6 +66,8 @@ DEFAULT_ARCH = "resnet50"
 DEFAULT_RUNS = 7
 EXPERIMENT_FILE = "experiment.toml"
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+#: names a dataset's label cannot take: OUT's own files (lower case)
+OUTPUT_NAMES = frozenset(n.lower() for n in (DATASETS_FILE, PAPER_FILE, ".featstore.lock"))
 
 
 def parse_datasets(items: Sequence[str]) -> dict[str, Path]:
@@ -79,10 +81,29 @@ def parse_datasets(items: Sequence[str]) -> dict[str, Path]:
         if not _LABEL.fullmatch(label):
             raise UsageError(f"--spec {item!r}: label {label!r} must match "
                              "[A-Za-z0-9][A-Za-z0-9_.+-]* (it names OUT/<LABEL>)")
+        if label.lower() in OUTPUT_NAMES:
+            raise UsageError(f"--spec {item!r}: label {label!r} is the name of an output file "
+                             f"of OUT ({', '.join(sorted(OUTPUT_NAMES))}); choose another")
         if not Path(path).is_file():
             raise InputError(f"--spec {item!r}: spec {path!r}: file not found")
         out[label] = Path(path).resolve()
     return out
+
+
+def check_outputs(out: Path, labels: Sequence[str]) -> None:
+    """InputError before any work when a dataset's folder `OUT/<LABEL>` or one of OUT's own
+    files is taken by something of the other kind (a file where a folder goes, a folder
+    where a file goes): the run would fail there after training everything before it."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {str(out)!r}: exists and is not a directory")
+    for label in labels:
+        folder = out / label
+        if folder.exists() and not folder.is_dir():
+            raise InputError(f"--out {str(out)!r}: {label!r} (the dataset's folder) exists "
+                             "and is not a directory; move it or choose another label")
+    for name in (DATASETS_FILE, PAPER_FILE):
+        if (out / name).is_dir():
+            raise InputError(f"--out {str(out)!r}: {name!r} (an output file) is a directory")
 
 
 def _tuned(row: MethodRow) -> bool:
@@ -165,6 +186,7 @@ def run_ten_methods_bench(specs: Sequence[str], out: Path, *, runs: int = DEFAUL
                                    arch=arch or DEFAULT_ARCH, aux=aux, tune=tune,
                                    device=device)
     out = Path(out).resolve()
+    check_outputs(out, list(exps))
     start = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
     for label, exp in exps.items():

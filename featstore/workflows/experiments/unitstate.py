@@ -52,12 +52,40 @@ def _write(path: Path, obj: Any) -> None:
 
 
 def read_state(out: Path, uid: str) -> dict[str, Any] | None:
-    """The unit's state record, or None when it never started (or its file is unreadable:
-    a unit that never finished writing reads as not started)."""
+    """The unit's state record, or None when it never started, or its file is unreadable or
+    not a state record (`state_problem`): a unit that never finished writing, or a file
+    someone else wrote there, reads as not started (and the unit runs again)."""
     try:
-        return json.loads(state_path(out, uid).read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        st = json.loads(state_path(out, uid).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # missing, a directory, junk, too deep
         return None
+    return None if state_problem(st) else st
+
+
+#: field -> the types a state record's field may hold (besides null)
+_STATE_FIELDS: dict[str, tuple[type, ...]] = {
+    "unit": (str,), "key": (str,), "host": (str,), "pid": (int,), "job": (str,),
+    "started": (int, float), "finished": (int, float), "interrupted": (int, float),
+    "attempt": (int,), "restarts": (int, str), "error": (str,), "reason": (str,),
+    "attempts": (list,)}
+
+
+def state_problem(st: Any) -> str | None:
+    """What makes `st` no state record this module writes, or None: not a table, a `state`
+    outside STATES, a field of another type (`_STATE_FIELDS`), a pid that is not a
+    positive process id, `attempts` that are not tables."""
+    if not isinstance(st, dict) or st.get("state", "pending") not in STATES:
+        return "not a state record"
+    for key, kinds in _STATE_FIELDS.items():
+        value = st.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+            return f"{key} = {value!r}"
+    pid = st.get("pid")
+    if pid is not None and not 0 < pid < 2**22:
+        return f"pid = {pid!r}"
+    if not all(isinstance(a, dict) for a in st.get("attempts") or []):
+        return "attempts are not tables"
+    return None
 
 
 def slurm_job() -> str | None:
@@ -137,6 +165,29 @@ def _state_of(st: dict[str, Any] | None) -> str:
     return state
 
 
+def plan_problem(plan: Any) -> str | None:
+    """What makes `plan` no plan `write_plan` writes, or None: not a table, `units` not a
+    list of tables with a unit id (a safe file name: `units/<id>.json` stays in its folder),
+    a text label and key, a text job or null; `executor` not text."""
+    if not isinstance(plan, dict) or not isinstance(plan.get("units"), list):
+        return "expected a table with a list 'units'"
+    if not isinstance(plan.get("executor"), str):
+        return f"executor = {plan.get('executor')!r}: expected text"
+    for u in plan["units"]:
+        if not isinstance(u, dict):
+            return f"unit {u!r}: expected a table"
+        uid = u.get("id")
+        if not (isinstance(uid, str) and uid and uid == Path(uid).name
+                and uid not in (".", "..") and "\0" not in uid):
+            return f"unit id {uid!r}: expected a file name"
+        for key in ("label", "key"):
+            if not isinstance(u.get(key), str):
+                return f"unit {uid!r}: {key} = {u.get(key)!r}: expected text"
+        if u.get("job") is not None and not isinstance(u["job"], str):
+            return f"unit {uid!r}: job = {u['job']!r}: expected text"
+    return None
+
+
 def status(out: str | Path) -> dict[str, Any]:
     """{out, executor, counts: {state: n}, units: [{id, label, state, job, host, pid,
     seconds, attempt, error, reason, log}]} from OUT/plan.json and OUT/units/ (see the
@@ -148,11 +199,16 @@ def status(out: str | Path) -> dict[str, Any]:
                          "directory, or its run has not started)")
     try:
         plan = json.loads(plan_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"--status {str(plan_file)!r}: invalid JSON ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InputError(f"--status {str(plan_file)!r}: not a readable JSON file "
+                         f"({type(exc).__name__}: {str(exc)[:200]})") from None
+    problem = plan_problem(plan)
+    if problem:
+        raise InputError(f"--status {str(plan_file)!r}: {problem} (not a plan featstore "
+                         "run writes)")
     units, counts = [], dict.fromkeys(STATES, 0)
     now = time.time()
-    for u in plan.get("units", []):
+    for u in plan["units"]:
         st = read_state(out, u["id"])
         if st is not None and st.get("key") != u.get("key"):
             st = None                     # a state of an earlier, different experiment

@@ -18,6 +18,7 @@ from featstore.store.store import Store
 from featstore.version import __version__
 from scorers.compare import pairwise_tests, rank_results
 from scorers.evaluate import ID_SPLIT, evaluate, score_splits
+from scorers.results import eval_json_problem
 from scorers.sweep import sweep, sweep_all
 from scorers.uncertainty import add_intervals
 
@@ -128,11 +129,15 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
     elif source.is_file():
         try:
             result = json.loads(source.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, json.JSONDecodeError, RecursionError) as exc:
             raise InputError(f"report: {str(source)!r} is not a results JSON ({exc})") from exc
         if not isinstance(result, dict) or "methods" not in result:
             raise InputError(f"report: {str(source)!r} has no 'methods'; expected the JSON "
                              "written by `featstore eval --out`")
+        problem = eval_json_problem(result)
+        if problem:
+            raise InputError(f"report: {str(source)!r}: {problem} (expected the JSON written "
+                             "by `featstore eval --out`)")
         if result.get("store") and (Path(result["store"]) / "store.json").is_file():
             store = Store.open(result["store"])
             if store.model_sha256 != result.get("model_sha256"):
@@ -154,6 +159,6 @@ def collect(source: Path, methods: list[str] | None = None, tune: bool = False,
     for path in include or []:
         try:
             data.extras.append(json.loads(Path(path).read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, json.JSONDecodeError, RecursionError) as exc:
             raise InputError(f"report --include {str(path)!r}: unreadable JSON ({exc})") from exc
     return data
