@@ -25,8 +25,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from scorers.metrics import OOD_METRIC_NAMES
-
 SCALARS = ("id_acc", "misclassification_auroc", "train_s", "extract_s", "score_s", "method_s",
            "total_s")
 
@@ -57,6 +55,9 @@ def run_times(run: dict[str, Any]) -> dict[str, float]:
 def aggregate_runs(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """{split: {method: {n, skipped, seeds, groups: {g: {metric: mean_std}}, <scalar>:
     mean_std}}} in the order the runs came."""
+    # here, not at the top: `featstore table` reads METHOD_PHASES without loading the scorers
+    from scorers.metrics import OOD_METRIC_NAMES
+
     table: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for r in runs:
         table.setdefault(r["split"], {}).setdefault(r["method"], []).append(r)
