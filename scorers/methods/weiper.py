@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,7 @@ from ..paper import Paper
 
 EPS_FEATURES = 0.01
 EPS_PERTURBED = 0.025
+GROUP_BYTES = 8 << 20
 _INTS = ("n_bins", "n_repeats", "smoothing", "smoothing_perturbed", "seed")
 
 
@@ -96,6 +97,7 @@ class WeiPer(Scorer):
     def _fit(self, store: StoreLike) -> None:
         weight, bias = store.head
         self.bias = np.asarray(bias, dtype=np.float64)
+        self.n_repeats = int(self.params["n_repeats"])
         self.perturbed_t = perturbed_weights(np.asarray(weight, dtype=np.float64),
                                              float(self.params["perturbation_distance"]),
                                              int(self.params["n_repeats"]),
@@ -116,23 +118,28 @@ class WeiPer(Scorer):
             sum_z += dens_z.sum(axis=0)
         self.train_f, self.train_z = sum_f / split.num_rows, sum_z / split.num_rows
 
-    def _perturbed(self, x64: np.ndarray):
-        for wt in self.perturbed_t:
-            z = x64 @ wt.astype(np.float64)
-            z += self.bias
+    def _perturbed(self, x64: np.ndarray) -> Iterator[np.ndarray]:
+        """The perturbed logits of the rows, (n, g*C) for groups of g repeats (one GEMM each,
+        about `GROUP_BYTES` of logits)."""
+        n = x64.shape[0]
+        c = self.bias.size
+        g = max(1, min(self.n_repeats, GROUP_BYTES // max(1, 8 * n * c)))
+        for lo in range(0, self.n_repeats, g):
+            hi = min(self.n_repeats, lo + g)
+            z = x64 @ self.perturbed_t[:, lo * c:hi * c].astype(np.float64)
+            z += np.tile(self.bias, hi - lo)
             yield z
 
     def _densities(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per row: the feature density, the perturbed-logit density and MSP_r."""
         x64 = x.astype(np.float64)
-        n, nb = x.shape[0], self.edges_f.size - 1
+        n, nb, c = x.shape[0], self.edges_f.size - 1, self.bias.size
         dens_f, dens_z, msp = np.zeros((n, nb)), np.zeros((n, nb)), np.zeros(n)
         add_row_hist(x64, self.edges_f, dens_f)
         for z in self._perturbed(x64):
             add_row_hist(z, self.edges_z, dens_z)
-            msp += max_softmax(z)
-        r, c = self.perturbed_t.shape[0], self.perturbed_t.shape[2]
-        return dens_f / x.shape[1], dens_z / (r * c), msp / r
+            msp += max_softmax(z.reshape(-1, c)).reshape(n, -1).sum(axis=1)
+        return dens_f / x.shape[1], dens_z / (self.n_repeats * c), msp / self.n_repeats
 
     def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
@@ -157,13 +164,14 @@ class WeiPer(Scorer):
 
 
 def perturbed_weights(weight: np.ndarray, delta: float, repeats: int, seed: int) -> np.ndarray:
-    """(r, D, C) float32: the transposed W_i = W + delta ||w_c|| N_i / ||N_i's rows||, with
+    """(D, r*C) float32: [W_1^T ... W_r^T], W_i = W + delta ||w_c|| N_i / ||N_i's rows||,
     N_i drawn in order from default_rng(seed) (rows of norm 0 kept at 0, as F.normalize)."""
     rng = np.random.default_rng(seed)
     norms = np.linalg.norm(weight, axis=1, keepdims=True)
-    out = np.empty((repeats, weight.shape[1], weight.shape[0]), dtype=np.float32)
+    c_num, dim = weight.shape
+    out = np.empty((dim, repeats * c_num), dtype=np.float32)
     for i in range(repeats):
         g = rng.standard_normal(weight.shape)
         g /= np.maximum(np.linalg.norm(g, axis=1, keepdims=True), 1e-12)
-        out[i] = (weight + delta * g * norms).T
+        out[:, i * c_num:(i + 1) * c_num] = (weight + delta * g * norms).T
     return out

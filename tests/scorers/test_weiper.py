@@ -22,8 +22,10 @@ SPLITS = ("id/test", "ood/near/blend", "ood/far/faint")
 
 
 def perturbed_logits(scorer, x: np.ndarray) -> np.ndarray:
-    wt = scorer.perturbed_t.astype(np.float64)              # (r, D, C)
-    return np.concatenate([x @ wt[i] + scorer.bias for i in range(wt.shape[0])], axis=1)
+    wt = scorer.perturbed_t.astype(np.float64)              # (D, r*C)
+    c = scorer.bias.size
+    return np.concatenate([x @ wt[:, i * c:(i + 1) * c] + scorer.bias
+                           for i in range(wt.shape[1] // c)], axis=1)
 
 
 def np_density(v: np.ndarray, lo: float, hi: float, nb: int) -> np.ndarray:
@@ -94,7 +96,7 @@ def authors_weiper(store, scorer, splits) -> list[np.ndarray]:
         q_p = q_.log()[:, None] - p_.log()[..., None]
         return -(p_[..., None] * q_p).sum(dim=0) - (q_[:, None] * (-q_p)).sum(dim=0)
 
-    w_tilde = torch.from_numpy(np.concatenate(list(scorer.perturbed_t), axis=1).T).to(t64)
+    w_tilde = torch.from_numpy(scorer.perturbed_t.T.copy()).to(t64)      # (r*C, D)
     b_tilde = torch.from_numpy(np.tile(scorer.bias, r))
     with torch.no_grad():
         lat_t = torch.from_numpy(refs.feats(store, "id/train"))
@@ -160,7 +162,7 @@ def test_grid_seed_sign_and_catalogue(shared_store, weiper):
     assert np.array_equal(again.score(split), weiper.score(split))
     assert weiper.score(shared_store.split("id/test")).mean() > weiper.score(split).mean()
     other = kit.fitted("weiper", shared_store, seed=1, n_repeats=5)
-    assert not np.array_equal(other.perturbed_t, weiper.perturbed_t[:5])
+    assert not np.array_equal(other.perturbed_t, weiper.perturbed_t[:, :25])
     row = {r["name"]: r for r in list_scorers()}["weiper"]
     assert row["defaults"]["perturbation_distance"] == 2.1 and row["defaults"]["n_repeats"] == 100
 
