@@ -16,10 +16,10 @@ S, `logit_score` (the authors' `--logit_method`, default "Energy"): "energy" log
 "msp" max softmax(l) (the probability), "maxlogit" max l, "gen" 1 / sum over the top M
 softmax probabilities p of (p (1 - p))^0.1 with M = max(10, C // 10) capped at C (their
 `gen`). Higher is more in-distribution. Default sweep grid: the four logit scores (the
-authors' four `--logit_method` choices; the paper has no other hyperparameter). ||x||_1 = 0 is clamped to the smallest positive
-float64; a class no id/train row is predicted as takes the id/train mean (the authors' code
-fails there). S is taken as it comes, as the authors do: a negative or zero energy flips or
-blows up E+'s weight.
+authors' four `--logit_method` choices; the paper has no other hyperparameter). ||x||_1 = 0
+is clamped to the smallest positive float64; a class no id/train row is predicted as takes
+the id/train mean (the authors' code fails there). S is taken as it comes, as the authors
+do: a negative or zero energy flips or blows up E+'s weight.
 
 Sharing: E+ and E- come from one fused pass per row (`scorers.kernels.classref`); each
 logit score of a grid is one more division.

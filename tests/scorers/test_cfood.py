@@ -82,7 +82,7 @@ def test_matches_openood_code(shared_store):
     splits = ["id/test", "ood/near/blend", "ood/far/faint"]
     want = openood_cfood(shared_store, scorer, splits)
     got = [scorer.score(shared_store.split(s)) for s in splits]
-    for s, g, w in zip(splits, got, want):
+    for s, g, w in zip(splits, got, want, strict=True):
         assert np.mean(g == w) >= 0.99, s
     for i in (1, 2):
         y = np.r_[np.ones(len(got[0])), np.zeros(len(got[i]))]

@@ -28,7 +28,7 @@ def ref_optfs(store, split: str, variant: str = "vanilla") -> np.ndarray:
                         for e in edges])
     theta = contrib / np.linalg.norm(contrib) * 1000
     x, lg = refs.feats(store, split), refs.logits(store, split)
-    shaped = sum(((x >= e) & (x < e + width)) * x * t for e, t in zip(edges, theta))
+    shaped = sum(((x >= e) & (x < e + width)) * x * t for e, t in zip(edges, theta, strict=True))
     if variant == "vanilla":
         return np.sum(w[lg.argmax(axis=1)] * shaped, axis=1)
     return refs.energy(shaped @ w.T + b)
@@ -77,7 +77,7 @@ def test_matches_authors_code(shared_store, variant):
     splits = ["id/test", "ood/near/blend", "ood/far/faint"]
     want = authors_optfs(shared_store, splits, variant)
     got = [scorer.score(shared_store.split(s)) for s in splits]
-    for s, g, w in zip(splits, got, want):
+    for s, g, w in zip(splits, got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4 * np.abs(w).max(), err_msg=s)
     for k in (1, 2):
         y = np.r_[np.ones(len(got[0])), np.zeros(len(got[k]))]

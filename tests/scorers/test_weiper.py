@@ -4,9 +4,10 @@ explicit windows); (2) the authors' own computation, their OpenOOD integration's
 `openood/postprocessors/weiper_kldiv/utils.py` (github.com/mgranz/weiper_icml, indexed copy,
 commit not recorded): `linspace`, `batch_histogram` (the <= 1000-values branch: D = 32 and
 r*C = 100 here), `UniformKernel` (a real torch Conv1d, padding='same', replicate), `kldiv`,
-`calculate_uncertainty`, `calculate_weiper_pred` and the final -(u + lambda_1 u_w - lambda_2 msp), transcribed in
-torch and run in float64 (n_repeats 20) on the scorer's own perturbed weights (theirs come from an unseeded
-torch.randn), at rtol 1e-9; (3) a lambda grid against separate fits."""
+`calculate_uncertainty`, `calculate_weiper_pred` and the final -(u + lambda_1 u_w -
+lambda_2 msp), transcribed in torch and run in float64 (n_repeats 20) on the scorer's own
+perturbed weights (theirs come from an unseeded torch.randn), at rtol 1e-9; (3) a lambda
+grid against separate fits."""
 
 from __future__ import annotations
 
@@ -149,7 +150,8 @@ def test_matches_authors_code(shared_store):
     """n_repeats=20 (r*C = 100 perturbed logits) keeps the torch masks small."""
     scorer = kit.fitted("weiper", shared_store, n_repeats=20)
     splits = ("id/test", "ood/far/faint")
-    for split, want in zip(splits, authors_weiper(shared_store, scorer, splits)):
+    for split, want in zip(splits, authors_weiper(shared_store, scorer, splits),
+                           strict=True):
         np.testing.assert_allclose(scorer.score(shared_store.split(split)), want, rtol=1e-9,
                                    err_msg=split)
 
