@@ -18,6 +18,8 @@ The per-row pass is `scorers.kernels.classref.class_ref_errors`.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 
 from featstore.store.interfaces import SplitLike, StoreLike
@@ -40,8 +42,8 @@ CADREF_PAPER = Paper(
 class CARef(Scorer):
     name = "caref"
     needs = ("features", "logits", "fit:id/train")
-    defaults: dict = {}
-    grid: dict = {}
+    defaults: ClassVar[dict[str, Any]] = {}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = Paper(title=CADREF_PAPER.title, authors=CADREF_PAPER.authors, venue="CVPR",
                   year=2025, url=CADREF_PAPER.url, code=CADREF_PAPER.code,
                   note="CARef, the relative error without decoupling")

@@ -90,7 +90,7 @@ class CFOOD(Scorer):
         for key in ("alpha", "k"):
             v = params[key]
             if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) \
-                    or not 0 < v <= 1:
+                    or not 0 < float(v) <= 1:
                 raise UsageError(f"scorer {self.name!r}: {key} must be in (0, 1] (got {v!r})")
         seed = params["seed"]
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
