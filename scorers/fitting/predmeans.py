@@ -2,7 +2,9 @@
 of the training rows PREDICTED as each class (argmax of the stored logits, first index on
 ties), not of their labels: the authors' `utils/get_stat.py` (LingAndZero/CADRef at 121f74b)
 groups the training features by `output.argmax(1)`. Optionally, in the same pass, the mean
-over all id/train rows of per-row logit statistics (CADRef's global mean logit score).
+over all id/train rows of per-row logit statistics (CADRef's global mean logit score), summed
+at once from the per-row values (N float64), so that another pass with other chunks gives the
+same bits.
 
     m_k = (1/|P_k|) sum_{x: argmax l(x) = k} x             float64, chunk after chunk
 
@@ -37,21 +39,28 @@ class PredictedMeans:
     stat_means: dict[str, float] = field(default_factory=dict)
 
 
+def row_total(parts: list[np.ndarray]) -> float:
+    """The float64 sum of per-row values (np.sum of them all at once: the same bits whatever
+    the chunks they were computed in)."""
+    return float(np.sum(np.concatenate(parts))) if parts else 0.0
+
+
 def predicted_class_means(scorer: Scorer, store: StoreLike,
                           stats: RowStats | None = None) -> PredictedMeans:
     """One pass over id/train (features, logits): class sums by predicted class
     (`add_class_sums` with the argmax as label), and the float64 mean of every `stats`
-    function of a logits chunk (summed chunk after chunk in row order)."""
+    function of a logits chunk (`row_total` of its per-row values)."""
     split = scorer.fit_split(store, FIT_SPLIT)
     c_num = int(split.dims["logits"])
     dim = int(split.dims["features"])
     sums = np.zeros((c_num, dim))
     counts = np.zeros(c_num, dtype=np.int64)
-    totals = dict.fromkeys(stats or {}, 0.0)
+    values: dict[str, list[np.ndarray]] = {key: [] for key in stats or {}}
     for _, (x, logits) in scorer.chunks(split, "features", "logits"):
         add_class_sums(sums, counts, x, np.argmax(logits, axis=1))
         for key, fn in (stats or {}).items():
-            totals[key] += float(np.sum(fn(logits)))
+            values[key].append(fn(logits))
+    totals = {key: row_total(parts) for key, parts in values.items()}
     n = int(counts.sum())
     if n == 0:
         raise FeatstoreError(f"scorer {scorer.name!r}: split {FIT_SPLIT!r} has no rows to fit")

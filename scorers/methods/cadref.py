@@ -22,7 +22,10 @@ the id/train mean (the authors' code fails there). S is taken as it comes, as th
 do: a negative or zero energy flips or blows up E+'s weight.
 
 Sharing: E+ and E- come from one fused pass per row (`scorers.kernels.classref`); each
-logit score of a grid is one more division.
+logit score of a grid is one more division. The fit computes the class means and the mean of
+its own logit score in one pass; a grid's other logit scores get their id/train means in one
+more pass over the logits (summed at once from the per-row values, `fitting.predmeans.
+row_total`: the same bits as a fit's).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import numpy as np
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
-from ..fitting.predmeans import predicted_class_means
+from ..fitting.predmeans import predicted_class_means, row_total
 from ..kernels.classref import class_ref_errors
 from ..kernels.softmax import gen_entropies, logsumexp, max_softmax
 from .caref import CADREF_PAPER
@@ -73,17 +76,32 @@ class CADRef(Scorer):
         self.check_choice(params, "logit_score", list(LOGIT_SCORES))
 
     def _fit(self, store: StoreLike) -> None:
-        fitted = predicted_class_means(self, store, LOGIT_SCORES)
+        kind = self.params["logit_score"]
+        fitted = predicted_class_means(self, store, {kind: LOGIT_SCORES[kind]})
         self.means = fitted.means
         self.train_logit_means = fitted.stat_means
         self.signs = np.sign(np.asarray(store.head[0], dtype=np.float64))
         self.diagnostics["classes_without_predicted_rows"] = fitted.empty
+
+    def _train_logit_mean(self, kinds: list[str]) -> None:
+        """The id/train means of logit scores not fitted yet, in one pass over the logits."""
+        missing = [k for k in dict.fromkeys(kinds) if k not in self.train_logit_means]
+        if not missing:
+            return
+        split = self.fit_split(self.fitted_store, "id/train")
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in missing}
+        for _, (logits,) in self.chunks(split, "logits"):
+            for k in missing:
+                parts[k].append(LOGIT_SCORES[k](logits))
+        self.train_logit_means.update({k: row_total(v) / split.num_rows
+                                       for k, v in parts.items()})
 
     def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]
 
     def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         kinds = [{**self.params, **s}["logit_score"] for s in settings]
+        self._train_logit_mean(kinds)
 
         def block(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
             _, e_pos, e_neg = class_ref_errors(x, np.argmax(logits, axis=1), self.means,
