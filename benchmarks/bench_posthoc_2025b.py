@@ -2,7 +2,8 @@
 store ensemble): demo AUROCs beside the older scorers, and fit + score time of each new method
 against the fastest older scorer of its family, on the demo store and on a 100k x 2048 store.
 
-Run ``python -m benchmarks.bench_posthoc_2025b --demo DEMO_STORE [--large DIR] [--json OUT]``.
+Run ``python -m benchmarks.bench_posthoc_2025b --demo DEMO_STORE [--large DIR] [--keep]
+[--only caref,nci,...] [--json OUT]``.
 
 - ``--demo``: a store made by ``featstore demo`` (D = 1280, C = 6). Every scorer of PAIRS runs
   through ``scorers.evaluate.evaluate`` (no score cache): AUROC per group (near, far) and
@@ -75,7 +76,8 @@ def _timed(store: Any, name: str, splits: list[str], **params: Any) -> dict[str,
             "load": load, "params": params}
 
 
-def large(root: Path, weiper_repeats: int, keep: bool) -> dict[str, Any]:
+def large(root: Path, weiper_repeats: int, keep: bool, only: set[str] | None = None
+          ) -> dict[str, Any]:
     from benchmarks import bench_scaling
     from featstore import Store
 
@@ -89,7 +91,7 @@ def large(root: Path, weiper_repeats: int, keep: bool) -> dict[str, Any]:
         with Store.open(path) as st:
             for new, old in PAIRS.items():
                 for name in (*old, new):
-                    if name in out:
+                    if name in out or (only and name not in only):
                         continue
                     params = {"n_repeats": weiper_repeats} if name == "weiper" else {}
                     out[name] = _timed(st, name, splits, **params)
@@ -100,7 +102,8 @@ def large(root: Path, weiper_repeats: int, keep: bool) -> dict[str, Any]:
                     print(name, {k: round(v, 2) if isinstance(v, float) else v
                                  for k, v in out[name].items()}, flush=True)
             logits = np.asarray(st.split("id/test").logits)
-        out["ensemble"] = _ensemble(logits)
+        if not only or "ensemble" in only:
+            out["ensemble"] = _ensemble(logits)
     finally:
         if not keep:
             shutil.rmtree(path, ignore_errors=True)
@@ -132,6 +135,7 @@ def main() -> None:
     ap.add_argument("--large")
     ap.add_argument("--weiper-repeats", type=int, default=2)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--only", help="comma-separated scorers (and 'ensemble') to time")
     ap.add_argument("--json")
     args = ap.parse_args()
     result: dict[str, Any] = {"goal": GOAL, "pairs": PAIRS}
@@ -139,7 +143,8 @@ def main() -> None:
         result["demo"] = demo(args.demo)
         print(json.dumps(result["demo"], indent=1), flush=True)
     if args.large:
-        result["large"] = large(Path(args.large), args.weiper_repeats, args.keep)
+        only = set(args.only.split(",")) if args.only else None
+        result["large"] = large(Path(args.large), args.weiper_repeats, args.keep, only)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
 
