@@ -6,8 +6,9 @@ Run ``python -m benchmarks.bench_posthoc_2025b --demo DEMO_STORE [--large DIR] [
 [--only caref,nci,...] [--json OUT]``.
 
 - ``--demo``: a store made by ``featstore demo`` (D = 1280, C = 6). Every scorer of PAIRS runs
-  through ``scorers.evaluate.evaluate`` (no score cache): AUROC per group (near, far) and
-  fit + score seconds (id/test and every OOD test split).
+  through ``scorers.evaluate.evaluate`` (no score cache): AUROC per group (near, far); then
+  fit + score (id/test and every OOD test split) three more times, best wall and process CPU
+  seconds.
 - ``--large``: a directory for the 100k x 2048 store (``benchmarks.bench_scaling``'s generator:
   id/train 100k rows, id/val, id/test and ood/near/novel 10k each, C = 1000; about 2.8 GB,
   deleted at the end unless ``--keep``). Each scorer is fitted on id/train and scores id/test
@@ -42,6 +43,7 @@ PAIRS: dict[str, list[str]] = {
     "cfood": ["knn"],
 }
 GOAL = 1.3
+DEMO_REPEATS = 3
 
 
 def _load() -> float:
@@ -56,11 +58,16 @@ def demo(store_path: str) -> dict[str, Any]:
     with Store.open(store_path) as st:
         load = _load()
         res = evaluate(st, names, use_cache=False, strict=True)
-    rows = {}
-    for name, m in res["methods"].items():
-        rows[name] = {"near": m["groups"].get("near", {}).get("auroc"),
-                      "far": m["groups"].get("far", {}).get("auroc"),
-                      "seconds": m["fit_seconds"] + m["score_seconds"]}
+        splits = ["id/test", *st.splits(role="ood", usage="test")]
+        rows = {}
+        for name, m in res["methods"].items():
+            # fit + score again, best of DEMO_REPEATS (wall and process CPU seconds): the
+            # evaluation's first scorer also pays the one-time loading of shared kernels
+            runs = [_timed(st, name, splits) for _ in range(DEMO_REPEATS)]
+            rows[name] = {"near": m["groups"].get("near", {}).get("auroc"),
+                          "far": m["groups"].get("far", {}).get("auroc"),
+                          "wall_s": min(r["wall_s"] for r in runs),
+                          "cpu_s": min(r["cpu_s"] for r in runs)}
     return {"load_before": load, "load_after": _load(), "scorers": rows}
 
 
