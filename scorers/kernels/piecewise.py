@@ -21,8 +21,8 @@ def _bin(v, edges, width):
     k_num = edges.shape[0]
     if not (v >= edges[0]) or not (v < edges[k_num - 1] + width):
         return -1
-    k = int(np.floor((v - edges[0]) / width))
-    k = min(max(k, 0), k_num - 1)
+    k = int((v - edges[0]) * (1.0 / width))      # a first guess (v >= edges[0]: truncation
+    k = min(k, k_num - 1)                         # is the floor); the comparisons decide
     while k > 0 and v < edges[k]:
         k -= 1
     while k + 1 < k_num and v >= edges[k + 1]:
