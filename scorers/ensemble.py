@@ -40,7 +40,7 @@ from featstore.store.arraystore import ArrayStore
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from .base import Scorer
-from .kernels.softmax import softmax
+from .kernels.softmax import softmax, softmax_plogp
 from .paper import Paper
 from .results import EvaluationResult
 from .stats.bootstrap import BootstrapSpec
@@ -57,26 +57,24 @@ def _plogp_sum(p: np.ndarray) -> np.ndarray:
 
 
 def ensemble_scores(member_logits: np.ndarray) -> dict[str, np.ndarray]:
-    """{kind: (N,) float64} of (N, T, C) member logits, kind in msp, entropy, mi, vr."""
-    x = np.asarray(member_logits, dtype=np.float64)
+    """{kind: (N,) float64} of (N, T, C) member logits, kind in msp, entropy, mi, vr. Each
+    member's softmax and sum p log p come from one exp pass per row (`softmax_plogp`); only
+    the mean prediction takes logs."""
+    x = np.asarray(member_logits)
     n, t, c = x.shape
-    p = softmax(x.reshape(n * t, c)).reshape(n, t, c)
+    p_flat, member_plogp = softmax_plogp(x.reshape(n * t, c))
+    p = p_flat.reshape(n, t, c)
     p_mean = p.mean(axis=1)
-    top = np.argmax(p_mean, axis=1)
-    rows = np.arange(n)
-    others = p.copy()
-    others[rows, :, top] = 0.0
-    q = others.sum(axis=2)                            # (N, T): sum_{k != c*} p_t,k
     neg_h_mean = _plogp_sum(p_mean)
-    votes = np.argmax(x, axis=2)                      # (N, T)
-    counts = np.zeros((n, c), dtype=np.int64)
-    np.add.at(counts, (np.repeat(rows, t), votes.reshape(-1)), 1)
-    return {
-        "msp": np.log1p(-q.mean(axis=1)),
-        "entropy": neg_h_mean,
-        "mi": neg_h_mean - _plogp_sum(p).mean(axis=1),
-        "vr": counts.max(axis=1) / t - 1.0,
-    }
+    mi = neg_h_mean - member_plogp.reshape(n, t).mean(axis=1)
+    votes = np.argmax(x, axis=2)                                       # (N, T)
+    cells = (np.arange(n)[:, None] * c + votes).reshape(-1)
+    modal = np.bincount(cells, minlength=n * c).reshape(n, c).max(axis=1)
+    top = np.argmax(p_mean, axis=1)
+    p[np.arange(n), :, top] = 0.0           # q_t = sum_{k != c*} p_t,k, never 1 - p_t,c*
+    q = p.sum(axis=2)
+    return {"msp": np.log1p(-q.mean(axis=1)), "entropy": neg_h_mean, "mi": mi,
+            "vr": modal / t - 1.0}
 
 
 class _EnsembleScorer(Scorer):
@@ -87,7 +85,8 @@ class _EnsembleScorer(Scorer):
     paper = _PAPER
 
     def _score(self, split: SplitLike) -> np.ndarray:
-        return ensemble_scores(np.asarray(split.extra(ENSEMBLE_LOGITS)))[self.kind]
+        return self.map_rows(split, (f"extra:{ENSEMBLE_LOGITS}",),
+                             lambda z: ensemble_scores(z)[self.kind])
 
 
 class EnsembleMSP(_EnsembleScorer):
