@@ -16,7 +16,8 @@ The checks (each also a function of its own, which the suite calls per built-in)
 6. `check_threads`: fit + score with 1 and with 3 threads in every pool (FEATSTORE_THREADS,
    BLAS, Numba, FAISS), in 16-row chunks, equal bit for bit;
 7. `check_float16`: the same data stored as float16 scores within `FLOAT16_TOL` of the
-   score range of the float32 store.
+   score range of the float32 store (a built-in whose score jumps by design where a value
+   crosses a bin edge: its own tolerance and reason in `BUILTIN_FLOAT16_TOL`).
 
 The stores are `scorers.testing.stores.contract_stores` (tiny, real HDF5, written to a
 temporary folder); a scorer runs on the first one that meets its `needs`.
