@@ -53,6 +53,8 @@ BENCHMARKS: dict[str, list[str]] = {
 
 # scripts of benchmarks/ that `make bench` does not run, and why
 EXCLUDED: dict[str, str] = {
+    "bench_posthoc_2025b": "needs a store made by `featstore demo` (its --demo STORE) and 1.5 GB "
+                           "of disk for --large DIR: run it by hand after `make demo`",
     "suite_across_blas": "runs the test suite under each OpenBLAS kernel family, a correctness "
                          "check rather than a timing: `make test-blas`",
 }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -96,6 +96,10 @@ WideOpt = Annotated[bool, typer.Option(
                    "split (default: fit the terminal, one line per scorer).")]
 SelectByOpt = Annotated[str | None, typer.Option(
     help="With --tune: the val metric that chooses (default auroc).")]
+EnsembleOpt = Annotated[list[Path] | None, typer.Option(
+    "--ensemble", help="Another store of the same rows (another seed or model), matched by "
+                       "ids; repeatable. Scores the deep ensemble of STORE and these: mean "
+                       "softmax (MSP, entropy), mutual information, variation ratio.")]
 
 
 def score(
@@ -177,6 +181,7 @@ def eval_(
     boot_seed: BootSeedOpt = 0,
     threads: ThreadsOpt = None,
     wide: WideOpt = False,
+    ensemble: EnsembleOpt = None,
     json_: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
@@ -186,6 +191,8 @@ def eval_(
     hyperparameters are first chosen on the val splits (`featstore sweep` for every method).
 
     Example: featstore eval runs/demo/store --method msp --method vim --out results.json
+    (ensemble: featstore eval runs/seed0/store --ensemble runs/seed1/store --ensemble
+    runs/seed2/store)
     """
     setup(json_, quiet)
     if out_ is not None:
@@ -196,6 +203,15 @@ def eval_(
 
     params = method_params(param)
     spec = ci_spec(ci, boot, ci_method, boot_seed)
+    if ensemble:
+        if method or all_ or tune or param:
+            raise UsageError("--ensemble scores the ensemble's four scores: it takes no "
+                             "--method, --all, --param or --tune")
+        result = _ensemble_result([store, *ensemble], spec)
+        if out_ is not None:
+            atomic_write_result_json(out_, result)
+        emit(result, lambda: print_eval(result, per_split, False, wide))
+        return
     methods = None if all_ or not method else check_methods(method)
     strict = methods is not None  # a scorer named by --method must run
     if select_by is not None and not tune:
@@ -241,3 +257,15 @@ def print_eval(result: dict, per_split: bool, tune: bool, wide: bool = False) ->
 def register(app: typer.Typer) -> None:
     app.command()(score)
     app.command("eval")(eval_)
+
+
+def _ensemble_result(paths: list[Path], spec: Any) -> Any:
+    """`scorers.ensemble.evaluate_ensemble` on the opened stores."""
+    from contextlib import ExitStack
+
+    from scorers.ensemble import evaluate_ensemble
+
+    with ExitStack() as stack:
+        stores = [stack.enter_context(open_store(p)) for p in paths]
+        with status() as begin:
+            return evaluate_ensemble(stores, spec, progress=lambda name: begin(name))

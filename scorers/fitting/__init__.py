@@ -7,6 +7,8 @@ stream a store's rows into fitted statistics (the arithmetic of each chunk is
                 the covariance about u and its eigendecomposition, the mean-residual pass
 - `classstats`: the id/train passes for the mean feature (DICE, fDBD, NCI) and for the class
                 means and tied / global covariances (MDS, RMDS)
+- `predmeans`:  CARef and CADRef: the id/train pass for the mean feature of the rows predicted
+                as each class (and the mean of per-row logit statistics)
 - `topk`:       ASH and SCALE: the percentiles that keep at least one of a store's D features
 - `layers`:     the `--feature-layers` views a store holds, in extraction order, and the check
                 of a named layer (mds_ensemble, gram, featurenorm, oodl's `layer`)

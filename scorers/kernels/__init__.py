@@ -27,6 +27,14 @@ a store's rows through these kernels are `scorers.fitting` and `Scorer.map_rows`
 - `iptopk`:     exact inner-product top-k by float32 sgemm + partition (NNGuide's bank)
 - `adascale`:   AdaSCALE's perturbation statistic Q', its upper ECDF and the adaptive
                 scale sum(x) / (sum of the top k of x) (AdaSCALE-A / -L)
+- `classref`:   CARef / CADRef's relative errors against the predicted class's mean feature
+                (|m_c - x|_1 and the head-sign-split E+ / E-, over |x|_1) in one pass per row
+- `piecewise`:  OptFS's piecewise-constant shaping: each entry's bin on an equal-width grid,
+                the per-bin logit contributions, the shaped features
+- `histkl`:     WeiPer+KLD's per-row histograms on a fixed grid and their smoothed symmetric
+                KL divergence to a reference density
+- `knnfrac`:    CFOOD's fraction of reference points whose k-NN radius reaches a query (a
+                binary search per point and a histogram) and the squared distances by GEMM
 - `precision`:  the `precision` of the GEMM-bound scorers' scoring products (float32 sgemm
                 with float64 sums, or float64)
 

@@ -18,7 +18,8 @@ The checks (each also a function of its own, which the suite calls per built-in)
 6. `check_threads`: fit + score with 1 and with 3 threads in every pool (FEATSTORE_THREADS,
    BLAS, Numba, FAISS), in 16-row chunks, equal bit for bit;
 7. `check_float16`: the same data stored as float16 scores within `FLOAT16_TOL` of the
-   score range of the float32 store.
+   score range of the float32 store (a built-in whose score jumps by design where a value
+   crosses a bin edge: its own tolerance and reason in `BUILTIN_FLOAT16_TOL`).
 
 The stores are `scorers.testing.stores.contract_stores` (tiny, real HDF5, written to a
 temporary folder); a scorer runs on the first one that meets its `needs`.
@@ -50,6 +51,13 @@ from .stores import ID_SPLIT, OOD_SPLIT, SCORED, contract_stores
 
 # float16 stores: a score moves by at most this share of the float32 scores' range
 FLOAT16_TOL = 1e-2
+# built-ins whose score is discontinuous in a feature value by design, so that a float16
+# rounding of one entry moves the score by a jump, not by a rounding error: (tolerance, why)
+BUILTIN_FLOAT16_TOL: dict[str, tuple[float, str]] = {
+    "optfs": (0.05, "a piecewise-constant shaping: an entry that float16 rounding moves across "
+                    "a bin edge is multiplied by the neighbouring bin's theta (measured "
+                    "2.1e-2 of the score range on the contract store)"),
+}
 # built-ins whose score_grid shares float work across settings, or computes a setting through
 # a BLAS product of another shape than a separate fit does: (rtol, why), the check being
 # |grid - single| <= rtol * (|single| + max |single|). Every other built-in is bit for bit:
@@ -281,14 +289,16 @@ def check_float16(cls: type[Scorer], s32: StoreLike, s16: StoreLike) -> float:
                                      if k in a.defaults}).fit(s16)
     x32 = {split: a.score(s32.split(split)) for split in SCORED}
     spread = float(np.ptp(np.concatenate(list(x32.values())))) or 1.0
+    tol = BUILTIN_FLOAT16_TOL.get(cls.name, (FLOAT16_TOL, ""))[0] if cls.name in BUILTIN \
+        else FLOAT16_TOL
     worst = 0.0
     for split in SCORED:
         share = float(np.max(np.abs(b.score(s16.split(split)) - x32[split]))) / spread
         worst = max(worst, share)
-        if share > FLOAT16_TOL:
+        if share > tol:
             raise _fail(cls, "float16", f"{split}: the float16 store's scores differ by "
                                         f"{share:.2e} of the score range (allowed "
-                                        f"{FLOAT16_TOL:g}); cast to float32/64 before sums")
+                                        f"{tol:g}); cast to float32/64 before sums")
     return worst
 
 
