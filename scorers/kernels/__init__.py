@@ -25,6 +25,8 @@ a store's rows through these kernels are `scorers.fitting` and `Scorer.map_rows`
 - `mincross`:   the minimum over templates of a cross-entropy -sum_j p_j log d_kj (KL
                 matching): float32 GEMM pruning, float64 sums for the candidates left
 - `iptopk`:     exact inner-product top-k by float32 sgemm + partition (NNGuide's bank)
+- `weibull`:    libMR's FitHigh (a Weibull MLE of a sample's largest values) and W_score,
+                its CDF (OpenMax)
 - `precision`:  the `precision` of the GEMM-bound scorers' scoring products (float32 sgemm
                 with float64 sums, or float64)
 

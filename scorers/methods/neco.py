@@ -1,0 +1,137 @@
+"""NECO: neural-collapse based OOD detection (Ben Ammar, Belkhir, Popescu, Manzanera & Franchi,
+ICLR 2024, "NECO: NEural Collapse Based Out-of-distribution detection"), following the
+authors' `neco()` (github.com/mouinbenammar/NECO; the function as the paper's code and the
+Mahalanobis++ authors' copy, mueller-mp/maha-norm `NINCO/detection_methods.py` at 53de550,
+compute it).
+
+Fit on id/train (float64, two streaming passes):
+
+    m, s = the column means and standard deviations (1/N; s_j = 1 where s_j = 0), as
+           sklearn's StandardScaler; z = (x - m) / s   (`scaler=true`; z = x otherwise)
+    V    = the eigenvectors of the (1/N) covariance of z about its id/train mean c (c = 0 with
+           the scaler), by decreasing eigenvalue: sklearn PCA(D)'s components
+
+Score of a row, as implemented:
+
+    NECO(x)  = ||(z - c) V[:, :dim]||_2 / ||z||_2         (the paper's eq.)
+    score(x) = NECO(x)                                     (`maxlogit=false`)
+    score(x) = NECO(x) * max_k l_k                         (`maxlogit=true`: the code's score
+                                                            for every architecture but ResNet)
+
+Defaults: dim = 100 (the authors' `--neco_dim` default, "ETF approximative dimension";
+clamped below min(D, N) on smaller stores), maxlogit = true (the authors' code multiplies by
+the max logit unless the model is a ResNet: pass maxlogit=false for ResNets), scaler = true
+(the code's StandardScaler; its comment suggests dropping it where the classes are well
+separated, e.g. ViTs on CIFAR). The authors' DeiT / Swin branch divides by the norm of the raw
+feature instead of the scaled one; that form is not offered. Grid: no published sweep; dim over
+[10, 50, 100, 200, 500] around the authors' default, and both maxlogit forms.
+
+`score_grid`: one projection onto V[:, :max dim] per block; the running sums of its squared
+columns give every dim. Memory: the D x D covariance and its eigenvectors (float64).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from featstore.errors import FeatstoreError, UsageError
+from featstore.store.interfaces import SplitLike, StoreLike
+
+from ..base import Scorer, ValidRange
+from ..fitting.principal import dim_range
+from ..kernels.gram import GramSum
+from ..kernels.subspace import eigh_upper
+from ..paper import Paper
+
+FIT_SPLIT = "id/train"
+
+
+class NECO(Scorer):
+    """Share of the (scaled) feature's norm in its top-`dim` principal subspace."""
+
+    name = "neco"
+    needs = ("features", "logits", "fit:id/train")
+    defaults = {"dim": 100, "maxlogit": True, "scaler": True}
+    grid = {"dim": [10, 50, 100, 200, 500], "maxlogit": [True, False]}
+    paper = Paper(title="NECO: NEural Collapse Based Out-of-distribution detection",
+                  authors=("Ben Ammar", "Belkhir", "Popescu", "Manzanera", "Franchi"),
+                  venue="ICLR", year=2024, url="https://arxiv.org/abs/2310.06823",
+                  code="https://github.com/mouinbenammar/NECO")
+
+    def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
+        dim = params["dim"]
+        if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
+            raise UsageError(f"scorer {self.name!r}: dim must be an integer >= 1 (got {dim!r})")
+        for key in ("maxlogit", "scaler"):
+            if not isinstance(params[key], bool):
+                raise UsageError(f"scorer {self.name!r}: {key} must be true or false "
+                                 f"(got {params[key]!r})")
+        if store is not None:
+            bound = dim_range(store)
+            if dim > bound.hi:
+                raise UsageError(f"scorer {self.name!r}: dim={dim} is out of range "
+                                 f"({bound.why})")
+
+    def valid_ranges(self, params: Mapping[str, Any], store: StoreLike) -> dict[str, ValidRange]:
+        return {"dim": dim_range(store)}
+
+    def _fit(self, store: StoreLike) -> None:
+        split = self.fit_split(store, FIT_SPLIT)
+        d = int(split.dims["features"])
+        total, total_sq, n = np.zeros(d), np.zeros(d), 0
+        for _, (x,) in self.chunks(split, "features"):
+            x64 = x.astype(np.float64)
+            total += x64.sum(axis=0)
+            n += x64.shape[0]
+        if n == 0:
+            raise FeatstoreError(f"scorer {self.name!r}: split {FIT_SPLIT!r} has no rows")
+        mean = total / n
+        for _, (x,) in self.chunks(split, "features"):
+            c = x.astype(np.float64) - mean
+            total_sq += np.einsum("ij,ij->j", c, c)
+        std = np.sqrt(total_sq / n)
+        std[std == 0.0] = 1.0
+        scaled = self.params["scaler"]
+        self.shift, self.scale = (mean, std) if scaled else (np.zeros(d), np.ones(d))
+        self.center = np.zeros(d) if scaled else mean      # PCA's mean of the z rows
+        gram = GramSum(d)
+        for _, (x,) in self.chunks(split, "features"):
+            gram.add(self._z(x) - self.center)
+        _, vecs = eigh_upper(gram.upper_matrix(n))
+        keep = max([int(self.params["dim"]), *(int(s.get("dim", 0)) for s in self.fit_settings),
+                    *(int(v) for v in self.grid["dim"])])
+        self.components = np.ascontiguousarray(vecs[:, ::-1][:, :min(keep, d)])
+
+    def _z(self, x: np.ndarray) -> np.ndarray:
+        z = x.astype(np.float64) - self.shift
+        z /= self.scale
+        return z
+
+    def _score(self, split: SplitLike) -> np.ndarray:
+        return self._score_grid(split, [{}])[0]
+
+    def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
+        full = [{**self.params, **s} for s in settings]
+        top = max(int(s["dim"]) for s in full)
+        if top > self.components.shape[1]:
+            raise FeatstoreError(f"scorer {self.name!r}: dim={top} exceeds the "
+                                 f"{self.components.shape[1]} components kept at fit; pass it "
+                                 "in fit(store, grid)")
+        basis = self.components[:, :top]
+
+        def block(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
+            z = self._z(x)
+            proj = (z - self.center) @ basis
+            cum = np.cumsum(proj * proj, axis=1)
+            norm = np.sqrt(np.einsum("ij,ij->i", z, z))
+            max_logit = logits.max(axis=1).astype(np.float64)
+            out = []
+            for s in full:
+                ratio = np.sqrt(cum[:, int(s["dim"]) - 1]) / norm
+                out.append(ratio * max_logit if s["maxlogit"] else ratio)
+            return out
+
+        return self.map_rows(split, ("features", "logits"), block, outputs=len(settings))
