@@ -6,7 +6,8 @@ covariance (`mds`); OpenOOD's `gmm_postprocessor.py` is another method (unsuperv
 tied-covariance mixtures of multi-layer features after PCA / class-aware projections, summed
 across layers), not this one.
 
-Fit on the labelled id/train rows (float64; classes without rows are left out):
+As implemented. Fit on the labelled id/train rows (float64; classes without rows are left
+out):
 
     pi_k    = N_k / N
     mu_k    = mean of the rows of class k

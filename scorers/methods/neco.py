@@ -26,8 +26,9 @@ separated, e.g. ViTs on CIFAR). The authors' DeiT / Swin branch divides by the n
 feature instead of the scaled one; that form is not offered. Grid: no published sweep; dim over
 [10, 50, 100, 200, 500] around the authors' default, and both maxlogit forms.
 
-`score_grid`: one projection onto V[:, :max dim] per block; the running sums of its squared
-columns give every dim. Memory: the D x D covariance and its eigenvectors (float64).
+`score_grid`: one projection onto V[:, :max dim] per block (in fixed panels of 64 columns, so
+that every setting's bits are those of a single fit); the running sums of its squared columns
+give every dim. Memory: the D x D covariance and its eigenvectors (float64).
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ from ..kernels.subspace import eigh_upper
 from ..paper import Paper
 
 FIT_SPLIT = "id/train"
+# columns of V per projection product: every setting's projection is made of the same
+# fixed-shape products, so a grid's scores equal a single setting's bit for bit
+PANEL = 64
 
 
 class NECO(Scorer):
@@ -101,9 +105,7 @@ class NECO(Scorer):
         for _, (x,) in self.chunks(split, "features"):
             gram.add(self._z(x) - self.center)
         _, vecs = eigh_upper(gram.upper_matrix(n))
-        keep = max([int(self.params["dim"]), *(int(s.get("dim", 0)) for s in self.fit_settings),
-                    *(int(v) for v in self.grid["dim"])])
-        self.components = np.ascontiguousarray(vecs[:, ::-1][:, :min(keep, d)])
+        self.components = np.ascontiguousarray(vecs[:, ::-1])
 
     def _z(self, x: np.ndarray) -> np.ndarray:
         z = x.astype(np.float64) - self.shift
@@ -116,15 +118,12 @@ class NECO(Scorer):
     def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         full = [{**self.params, **s} for s in settings]
         top = max(int(s["dim"]) for s in full)
-        if top > self.components.shape[1]:
-            raise FeatstoreError(f"scorer {self.name!r}: dim={top} exceeds the "
-                                 f"{self.components.shape[1]} components kept at fit; pass it "
-                                 "in fit(store, grid)")
-        basis = self.components[:, :top]
+        panels = [self.components[:, lo:lo + PANEL] for lo in range(0, top, PANEL)]
 
         def block(x: np.ndarray, logits: np.ndarray) -> list[np.ndarray]:
             z = self._z(x)
-            proj = (z - self.center) @ basis
+            zc = z - self.center
+            proj = np.concatenate([zc @ panel for panel in panels], axis=1)
             cum = np.cumsum(proj * proj, axis=1)
             norm = np.sqrt(np.einsum("ij,ij->i", z, z))
             max_logit = logits.max(axis=1).astype(np.float64)

@@ -30,13 +30,14 @@ Scoring, per block of rows, for the distinct hi_1 < hi_2 < ... and lo values of 
     down(lo)     = sum_{j: h_j < lo} (lo - h_j) W[:, j]            (clip from below)
     logits(lo, hi) = up(hi) + down(lo)                      (valid for lo <= hi)
 
-both sums over the few entries outside the band in one pass per side
-(`scorers.kernels.bands.clip_from_logits`; the lower side as the upper clip of -h at -lo),
-float64 sums with W as float32 (exact for a float32 head): every setting of a grid from the
-same two passes. Where the entries outside [max lo, min hi] of the split that set them are
-too many for the sparse sums to pay (`scorers.kernels.gather.sparse_pays`), each setting is
-the dense product clip(h, lo, hi) @ W.T + b instead (the two ways differ only in the order of
-the float64 sums).
+each sum over the few entries outside the band (`scorers.kernels.bands.clip_from_logits`;
+the lower side as the upper clip of -h at -lo), float64 sums with W as float32 (exact for a
+float32 head): a grid reads each block once and computes up(hi) once per distinct hi and
+down(lo) once per distinct lo. A setting whose entries outside [lo, hi] on the split that set
+them are too many for the sparse sums to pay (`scorers.kernels.gather.sparse_pays` of
+(100 - high + low) / 100) is the dense product clip(h, lo, hi) @ W.T + b instead (the two ways
+differ only in the order of the float64 sums); the choice is per setting, so a setting's
+scores are the same alone or in a grid.
 """
 
 from __future__ import annotations
@@ -116,41 +117,38 @@ class VRA(Scorer):
     def _score_grid(self, split: SplitLike, settings: list[dict[str, Any]]) -> list[np.ndarray]:
         full = [{**self.params, **s} for s in settings]
         clips = self.clips(full)
-        outside = max((100.0 - float(s["percentile_high"])) for s in full) + \
-            max(float(s["percentile_low"]) for s in full)
-        sparse = sparse_pays(outside / 100.0)
-        if sparse and head_logits_usable(split, self.logits_are_head):
-            return self.map_rows(split, ("features", "logits"),
-                                 lambda x, lg: self._energies(x, clips, lg),
-                                 outputs=len(settings))
-        if sparse:
-            return self.map_rows(split, ("features",),
-                                 lambda x: self._energies(x, clips, None),
-                                 outputs=len(settings))
+        # sparse or dense per setting, from its own percentiles (never from the grid or the
+        # scored rows), so that a setting's scores are the same alone or in any grid
+        sparse = [sparse_pays((100.0 - float(s["percentile_high"])
+                               + float(s["percentile_low"])) / 100.0) for s in full]
+        use_logits = any(sparse) and head_logits_usable(split, self.logits_are_head)
+        fields = ("features", "logits") if use_logits else ("features",)
 
-        def dense(x: np.ndarray) -> list[np.ndarray]:
-            x64 = x.astype(np.float64)
-            return [logsumexp(np.clip(x64, lo, hi) @ self.weight_t + self.bias)
-                    for lo, hi in clips]
+        def block(x: np.ndarray, *logits: np.ndarray) -> list[np.ndarray]:
+            return self._energies(x, clips, sparse, logits[0] if logits else None)
 
-        return self.map_rows(split, ("features",), dense, outputs=len(settings))
+        return self.map_rows(split, fields, block, outputs=len(settings))
 
-    def _energies(self, x: np.ndarray, clips: list[tuple[float, float]],
+    def _energies(self, x: np.ndarray, clips: list[tuple[float, float]], sparse: list[bool],
                   logits: np.ndarray | None) -> list[np.ndarray]:
-        """Energy per (lo, hi) of one block: the upper clips from the logits (stored, or one
-        dense product), the lower clips from zero, each in one sparse pass."""
-        if logits is None:
-            top = x.astype(np.float64) @ self.weight_t
-            top += self.bias
-        else:
-            top = np.asarray(logits, dtype=np.float64)
-        his = sorted({hi for _, hi in clips})
-        los = sorted({lo for lo, _ in clips}, reverse=True)      # -lo ascending
+        """Energy per (lo, hi) of one block: the sparse settings from the logits (stored, or
+        one dense product) by one pass per distinct hi (from above) and per distinct lo (from
+        below, as the upper clip of -h at -lo); the others as dense products."""
+        x64 = x.astype(np.float64)
         n, c_num = x.shape[0], self.wt.shape[1]
-        up = np.empty((len(his), n, c_num))
-        clip_from_logits(x, top, self.wt, np.array(his, dtype=np.float64), up)
-        down = np.empty((len(los), n, c_num))
-        clip_from_logits(np.negative(x), np.zeros((n, c_num)), self.wt,
-                         -np.array(los, dtype=np.float64), down)
-        # down holds -sum_{h_j < lo} (lo - h_j) W[:, j]
-        return [logsumexp(up[his.index(hi)] - down[los.index(lo)]) for lo, hi in clips]
+        ups: dict[float, np.ndarray] = {}
+        downs: dict[float, np.ndarray] = {}
+        if any(sparse):
+            top = (np.asarray(logits, dtype=np.float64) if logits is not None
+                   else x64 @ self.weight_t + self.bias)
+            for lo, hi in (c for c, s in zip(clips, sparse, strict=True) if s):
+                if hi not in ups:
+                    ups[hi] = np.empty((1, n, c_num))
+                    clip_from_logits(x, top, self.wt, np.array([hi]), ups[hi])
+                if lo not in downs:       # -sum_{h_j < lo} (lo - h_j) W[:, j]
+                    downs[lo] = np.empty((1, n, c_num))
+                    clip_from_logits(np.negative(x), np.zeros((n, c_num)), self.wt,
+                                     np.array([-lo]), downs[lo])
+        return [logsumexp(ups[hi][0] - downs[lo][0]) if s
+                else logsumexp(np.clip(x64, lo, hi) @ self.weight_t + self.bias)
+                for (lo, hi), s in zip(clips, sparse, strict=True)]
