@@ -16,7 +16,9 @@ Score of a row with logits v, s(1..alpha) its alpha largest classes in descendin
     omega_i = (alpha + 1 - i) / alpha       (`rank_weights="code"`, OSDN / OpenOOD /
                                              pytorch-ood); (alpha - i) / alpha ("paper",
                                              the paper's Algorithm 2)
-    w_k     = W_score_k(d(v, k)) for k = s(i), i <= alpha (1 for a class without fit rows)
+    w_k     = W_score_k(d(v, k)) for k = s(i), i <= alpha (1 for a class without a Weibull
+              model: no fit rows, or fewer than two distinct tail distances, as pytorch-ood
+              treats a class it has no model of; listed in the scorer's `diagnostics`)
     v^_k    = v_k (1 - omega_i w_k)  for k = s(i);  v_k otherwise
     v^_0    = sum_{i <= alpha} v_s(i) omega_i w_s(i)                      (the unknown class)
     score   = log sum_{k >= 1} exp(v^_k) - v^_0 = log(P(known) / P(unknown))
@@ -137,12 +139,20 @@ class OpenMax(Scorer):
         return labelled & (np.argmax(v, axis=1) == y) if correct else labelled
 
     def models(self, tailsize: int) -> list[Weibull | None]:
-        """FitHigh of each class's `tailsize` largest fit distances (None: no fit rows)."""
+        """FitHigh of each class's `tailsize` largest fit distances; None for a class without
+        fit rows or whose tail has fewer than two distinct distances (no likelihood maximum:
+        a class of one or two fit rows), listed in `diagnostics`."""
         if tailsize not in self._models:
-            self._models[tailsize] = [
-                fit_high(d[-tailsize:], f"scorer {self.name!r}: class {k} of split "
-                         f"{FIT_SPLIT!r} (tailsize={tailsize})") if d.size else None
-                for k, d in enumerate(self._class_dists)]
+            models: list[Weibull | None] = []
+            for d in self._class_dists:
+                try:
+                    models.append(fit_high(d[-tailsize:]) if d.size else None)
+                except FeatstoreError:
+                    models.append(None)
+            self._models[tailsize] = models
+            none = [k for k, m in enumerate(models) if m is None]
+            if none and tailsize == int(self.params["tailsize"]):
+                self.diagnostics["classes_without_weibull"] = none
         return self._models[tailsize]
 
     # ------------------------------------------------------------------ score

@@ -120,3 +120,18 @@ def test_openmax_bad_parameters(params, words):
 def test_openmax_alpha_above_classes_refused(shared_store):
     with pytest.raises(UsageError, match="alpha=6 exceeds the 5 classes"):
         get_scorer("openmax", alpha=6).fit(shared_store)
+
+
+def test_openmax_class_without_weibull_gets_w_score_one(make_store):
+    """A class with two fit rows (equidistant from their mean: no likelihood maximum) has no
+    Weibull model: its w-score is 1 (pytorch-ood's treatment of a class it has no model of),
+    listed in diagnostics; the reference is the openmax formula by hand with w = 1."""
+    st = make_store("two", n_train=10)           # 2 rows per class, both correct or not
+    scorer = get_scorer("openmax", alpha=1, fit_rows="all").fit(st)
+    assert scorer.diagnostics["classes_without_weibull"] == [0, 1, 2, 3, 4]
+    v = refs.logits(st, "id/test").astype(np.float64)
+    top = v.argmax(axis=1)
+    revised = v.copy()
+    revised[np.arange(len(v)), top] = 0.0            # v_k (1 - 1 * 1)
+    want = np.log(np.exp(revised).sum(axis=1)) - v.max(axis=1)
+    np.testing.assert_allclose(scorer.score(st.split("id/test")), want, rtol=1e-12)
