@@ -4,12 +4,14 @@ authors' `neco()` (github.com/mouinbenammar/NECO; the function as the paper's co
 Mahalanobis++ authors' copy, mueller-mp/maha-norm `NINCO/detection_methods.py` at 53de550,
 compute it).
 
-Fit on id/train (float64, two streaming passes):
+Fit on id/train (float64, two streaming passes: the column means, then the Gram sum of the
+centered rows, `scorers.fitting.classstats.train_mean` and `scorers.kernels.gram`):
 
     m, s = the column means and standard deviations (1/N; s_j = 1 where s_j = 0), as
            sklearn's StandardScaler; z = (x - m) / s   (`scaler=true`; z = x otherwise)
     V    = the eigenvectors of the (1/N) covariance of z about its id/train mean c (c = 0 with
-           the scaler), by decreasing eigenvalue: sklearn PCA(D)'s components
+           the scaler), by decreasing eigenvalue: sklearn PCA(D)'s components (with the
+           scaler, that covariance is Sigma_x / (s s^T) of the centered rows' Sigma_x)
 
 Score of a row, as implemented:
 
@@ -38,10 +40,11 @@ from typing import Any
 
 import numpy as np
 
-from featstore.errors import FeatstoreError, UsageError
+from featstore.errors import UsageError
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer, ValidRange
+from ..fitting.classstats import train_mean
 from ..fitting.principal import dim_range
 from ..kernels.gram import GramSum
 from ..kernels.subspace import eigh_upper
@@ -83,28 +86,25 @@ class NECO(Scorer):
         return {"dim": dim_range(store)}
 
     def _fit(self, store: StoreLike) -> None:
-        split = self.fit_split(store, FIT_SPLIT)
-        d = int(split.dims["features"])
-        total, total_sq, n = np.zeros(d), np.zeros(d), 0
-        for _, (x,) in self.chunks(split, "features"):
-            x64 = x.astype(np.float64)
-            total += x64.sum(axis=0)
-            n += x64.shape[0]
-        if n == 0:
-            raise FeatstoreError(f"scorer {self.name!r}: split {FIT_SPLIT!r} has no rows")
-        mean = total / n
-        for _, (x,) in self.chunks(split, "features"):
-            c = x.astype(np.float64) - mean
-            total_sq += np.einsum("ij,ij->j", c, c)
-        std = np.sqrt(total_sq / n)
-        std[std == 0.0] = 1.0
-        scaled = self.params["scaler"]
-        self.shift, self.scale = (mean, std) if scaled else (np.zeros(d), np.ones(d))
-        self.center = np.zeros(d) if scaled else mean      # PCA's mean of the z rows
-        gram = GramSum(d)
-        for _, (x,) in self.chunks(split, "features"):
-            gram.add(self._z(x) - self.center)
-        _, vecs = eigh_upper(gram.upper_matrix(n))
+        mean = train_mean(self, store, FIT_SPLIT)          # pass 1: column sums
+        d = mean.shape[0]
+        gram = GramSum(d)                                    # pass 2: scatter about the mean
+        n = 0
+        for _, (x,) in self.chunks(self.fit_split(store, FIT_SPLIT), "features"):
+            c = x.astype(np.float64)
+            c -= mean
+            gram.add(c)
+            n += c.shape[0]
+        cov = gram.matrix(n)
+        if self.params["scaler"]:
+            std = np.sqrt(np.diag(cov).copy())
+            std[std == 0.0] = 1.0
+            cov /= std[:, None]
+            cov /= std[None, :]
+            self.shift, self.scale, self.center = mean, std, np.zeros(d)
+        else:
+            self.shift, self.scale, self.center = np.zeros(d), np.ones(d), mean
+        _, vecs = eigh_upper(np.asfortranarray(cov))
         self.components = np.ascontiguousarray(vecs[:, ::-1])
 
     def _z(self, x: np.ndarray) -> np.ndarray:

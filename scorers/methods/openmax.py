@@ -37,8 +37,9 @@ distance it uses.
 Defaults: tailsize 20, alpha 3 (OpenOOD's hard-coded `weibull_tail`, `weibull_alpha`), w = 1,
 fit_rows "correct". Grid: pytorch-ood's `hyperparameter_space` for tailsize [10, 20, 30, 40,
 50] and alpha [1, 3, 5, 10, 15, 20] (alpha is clamped to C). `score_grid` computes each row's
-top classes and distances once (for the largest alpha) and every tailsize's Weibull models at
-fit, from the distances of the fit rows kept there (one float64 per row).
+top classes and distances once (for the largest alpha); each tailsize's Weibull models are
+fitted once, from the distances of the fit rows kept at fit (one float64 per row), no further
+pass over id/train.
 """
 
 from __future__ import annotations
@@ -129,8 +130,7 @@ class OpenMax(Scorer):
         self._models: dict[int, list[Weibull | None]] = {}
         sizes = {int(s.get("tailsize", self.params["tailsize"]))
                  for s in [self.params, *self.fit_settings]}
-        sizes.update(int(t) for t in self.grid["tailsize"])
-        for t in sorted(sizes):
+        for t in sorted(sizes):         # other tailsizes: fitted when first scored
             self.models(t)
 
     @staticmethod

@@ -5,10 +5,11 @@ transcribed (`compute_train_score_and_mavs_and_dists` on the correctly classifie
 rows, `fit_weibull` with libMR replaced by scipy's Weibull fit of the tail shifted as libMR's
 FitHigh shifts it, `openmax` / `compute_openmax_prob` per row, conf = -P(unknown)), compared
 as P(unknown) = 1 / (1 + exp(score)), rtol 1e-5 (the likelihood is flat in the shape, k ~
-1e4-1e5: two exact solvers of its equation agree to ~1e-6, and so do the w-scores); (3) pytorch-ood 0.4.0's own `OpenMax`
-(installed) on float64 logits of a split where every class is some row's argmax (its
-distances are computed only for those classes), to 2e-4 absolute in log-odds: its Weibull fit
-is scipy's exponweib.fit simplex search, whose shape agrees to ~3e-7."""
+1e4-1e5: two exact solvers of its equation agree to ~1e-6, and so do the w-scores); (3)
+pytorch-ood 0.4.0's own `OpenMax` (installed) on float64 logits of a split where every class
+is some row's argmax (its distances are computed only for those classes), to 2e-4 absolute in
+log-odds: its Weibull fit is scipy's exponweib.fit simplex search, whose shape agrees to
+~3e-7."""
 
 from __future__ import annotations
 
