@@ -31,6 +31,7 @@ factors from the same class scatter matrices (one pass over id/train).
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 from collections.abc import Mapping
@@ -76,8 +77,8 @@ class GMM(Scorer):
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         reg = params["reg"]
-        if isinstance(reg, bool) or not isinstance(reg, numbers.Real) or not reg >= 0 \
-                or not np.isfinite(reg):
+        if isinstance(reg, bool) or not isinstance(reg, numbers.Real) \
+                or not math.isfinite(reg) or reg < 0:
             raise UsageError(f"scorer {self.name!r}: reg must be a finite number >= 0 "
                              f"(got {reg!r})")
 

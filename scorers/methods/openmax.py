@@ -44,6 +44,7 @@ pass over id/train.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -89,7 +90,8 @@ class OpenMax(Scorer):
                 raise UsageError(f"scorer {self.name!r}: {key} must be an integer >= {low} "
                                  f"(got {value!r})")
         w = params["euclid_weight"]
-        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not 0.0 <= w <= 1.0:
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) \
+                or not 0.0 <= float(w) <= 1.0:
             raise UsageError(f"scorer {self.name!r}: euclid_weight must be a number in [0, 1] "
                              f"(got {w!r})")
         self.check_choice(params, "fit_rows", ("correct", "all"))

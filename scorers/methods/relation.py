@@ -22,6 +22,7 @@ products.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Mapping
 from typing import Any
@@ -63,8 +64,8 @@ class Relation(Scorer):
 
     def check_params(self, params: Mapping[str, Any], store: StoreLike | None = None) -> None:
         value = params["pow"]
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 \
-                or not np.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                or not math.isfinite(value) or value <= 0:
             raise UsageError(f"scorer {self.name!r}: pow must be a number > 0 (got {value!r})")
 
     def _fit(self, store: StoreLike) -> None:
