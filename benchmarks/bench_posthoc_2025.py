@@ -15,7 +15,8 @@ relation -> knn (both: the whole id/train bank against every scored row), gmm ->
 scorer: a warm-up fit + score on a tiny store (Numba compiled or loaded, imports done), then
 `fit(store)` and `score` of every non-train split (demo: id/test, id/val and every OOD split;
 large: the two scored splits), timed as wall and CPU seconds (user + system, all threads),
-with the 1-minute load average at the end. Defaults throughout (scorers.adapt clamps
+with the 1-minute load average at the end (`--old-first`: the older scorer of each pair
+first, to see the order's page-cache effect). Defaults throughout (scorers.adapt clamps
 defaults a store makes invalid, e.g. neco's dim on the demo's D).
 """
 
@@ -71,13 +72,15 @@ HEADER = ["| new | fit + score s (CPU s) | older | fit + score s (CPU s) | ratio
           "| load |", "|---|---|---|---|---|---|"]
 
 
-def run_pairs(store: Any, splits: list[str], tiny: Any, pairs: list[tuple[str, str]]
-              ) -> list[str]:
-    """One table row per (new, older) pair, measured back to back."""
+def run_pairs(store: Any, splits: list[str], tiny: Any, pairs: list[tuple[str, str]],
+              old_first: bool = False) -> list[str]:
+    """One table row per (new, older) pair, measured back to back (the new one first, or
+    the older one with `old_first`: the second of a pair reads a page cache the first
+    warmed)."""
     rows = []
     for new, old in pairs:
         res = {}
-        for name in (new, old):
+        for name in ((old, new) if old_first else (new, old)):
             _warm(name, tiny)
             res[name] = measure(name, store, splits)
             print(f"  {name}: {res[name]}", file=sys.stderr, flush=True)
@@ -112,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--score-rows", type=int, default=1000)
     ap.add_argument("--only", default="", help="comma list of new scorers")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--old-first", action="store_true",
+                    help="measure the older scorer of each pair first")
     args = ap.parse_args(argv)
     from featstore import Store
 
@@ -126,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             demo = Store.open(args.demo)
             splits = [s for s in demo.splits() if s != "id/train"]
             print(f"### Demo store ({args.demo}: scored splits {', '.join(splits)})\n")
-            print("\n".join(HEADER + run_pairs(demo, splits, tiny, pairs)) + "\n")
+            print("\n".join(HEADER + run_pairs(demo, splits, tiny, pairs, args.old_first)) + "\n")
         if args.large:
             splits = ["id/test", "ood/near/novel"]
             rows = []
@@ -134,11 +139,12 @@ def main(argv: list[str] | None = None) -> int:
             if wide_pairs:
                 wide = large_store(f"{tmp}/c1000", bench_scorers.NUM_CLASSES,
                                    args.score_rows, args.seed)
-                rows += run_pairs(wide, splits, tiny, wide_pairs)
+                rows += run_pairs(wide, splits, tiny, wide_pairs, args.old_first)
                 del wide
             if len(wide_pairs) < len(pairs):
                 few = large_store(f"{tmp}/c10", 10, args.score_rows, args.seed)
-                rows += run_pairs(few, splits, tiny, [p for p in pairs if p[0] == "gmm"])
+                rows += run_pairs(few, splits, tiny, [p for p in pairs if p[0] == "gmm"],
+                                  args.old_first)
             print(f"### id/train 100k x 2048 (C = 1000; gmm and its mds: C = 10), "
                   f"{args.score_rows} rows each of {', '.join(splits)}\n")
             print("\n".join(HEADER + rows) + "\n")
