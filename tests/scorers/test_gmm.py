@@ -60,3 +60,14 @@ def test_gmm_singular_class_names_class_and_reg(make_store):
 def test_gmm_bad_reg(value):
     with pytest.raises(UsageError, match="reg must be a finite number >= 0"):
         get_scorer("gmm", reg=value)
+
+
+def test_gmm_refuses_covariances_over_half_the_memory(shared_store, monkeypatch):
+    """5 classes x 32 x 32 float64 covariances and factors: 81,920 bytes; a machine of
+    100,000 bytes gives half, 50,000: refused, naming the need and `mds`."""
+    from scorers.methods import gmm
+
+    monkeypatch.setattr(gmm, "_memory_bytes", lambda: 100_000)
+    with pytest.raises(FeatstoreError, match=r"5 class covariances of 32 x 32 need 0\.0 GiB, "
+                                             r"over half of this machine's memory; use `mds`"):
+        get_scorer("gmm").fit(shared_store)
