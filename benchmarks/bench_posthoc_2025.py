@@ -6,7 +6,7 @@ Run ``python -m benchmarks.bench_posthoc_2025 --demo STORE`` (a `featstore demo`
 ``--large`` (a generated store: id/train 100k x D = 2048, C = 1000 as
 `benchmarks.bench_scorers.generate`, with `--score-rows` rows (default 1000) in each of
 id/test and ood/near/novel; gmm and its partner mds on a second store of the same shape with
-C = 10 classes, because gmm's C per-class D x D covariances at C = 1000 need 67 GiB and are
+C = 10 classes, because gmm's C per-class D x D covariances at C = 1000 need 62.5 GiB and are
 refused). ``--only gmm,mds`` restricts the pairs. Prints one Markdown table per store.
 
 Pairs (new -> older partner of its family): mds_pp -> mds, rmds_pp -> rmds, vra -> react,
