@@ -36,7 +36,9 @@ from tests.helpers.stores import structured_arrays
 
 GRID_SCORERS = [name for name, cls in REGISTRY.items() if cls.grid]
 # explicit valid grids where the default grid cannot be valid on the wide store
-WIDE_GRID = {"nnguide": {"K": [5, 11], "alpha": [0.01, 0.1]}}
+WIDE_GRID = {"nnguide": {"K": [5, 11], "alpha": [0.01, 0.1]},
+             # alpha <= C = 6 classes (the default grid's 10-20 are clamped by a sweep)
+             "openmax": {"tailsize": [10, 20, 50], "alpha": [1, 3, 6]}}
 # fixed non-grid parameters, for speed only (oodl: a 300-row one-class SVM per nu)
 WIDE_BASE = {"oodl": {"max_train": 300}}
 

@@ -22,8 +22,8 @@ Score (higher = more in-distribution; pytorch-ood's outlier score is its negativ
 
 `reg` (default 1e-6, pytorch-ood's) keeps Sigma_k invertible where a class has fewer rows
 than dimensions (then log det Sigma_k and the distances outside the class's span are ruled by
-reg). No published sweep: grid reg over [1e-6, 1e-4, 1e-2] (pytorch-ood's default and two
-larger ridges). Cost: C covariances of D x D (fit memory 2 C D^2 float64: refused with a
+reg). No published sweep, so no default grid (sweep it with `--grid reg=1e-6,1e-4,1e-2`).
+Cost: C covariances of D x D (fit memory 2 C D^2 float64: refused with a
 clear error where that exceeds half the machine's memory) and C products of D x D per scored
 row, C times those of `mds`, the price of per-class covariances. `score_grid` fits each reg's
 factors from the same class scatter matrices (one pass over id/train).
@@ -35,7 +35,7 @@ import math
 import numbers
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
@@ -65,7 +65,7 @@ class GMM(Scorer):
     name = "gmm"
     needs = ("features", "fit:id/train")
     defaults = {"reg": 1e-6}
-    grid = {"reg": [1e-6, 1e-4, 1e-2]}
+    grid: ClassVar[dict[str, list[Any]]] = {}
     paper = Paper(title="A simple unified framework for detecting out-of-distribution "
                         "samples and adversarial attacks",
                   authors=("Lee", "Lee", "Lee", "Shin"), venue="NeurIPS", year=2018,

@@ -28,13 +28,16 @@ separated, e.g. ViTs on CIFAR). The authors' DeiT / Swin branch divides by the n
 feature instead of the scaled one; that form is not offered. Grid: no published sweep; dim over
 [10, 50, 100, 200, 500] around the authors' default, and both maxlogit forms.
 
-`score_grid`: one projection onto V[:, :max dim] per block (in fixed panels of 64 columns, so
-that every setting's bits are those of a single fit); the running sums of its squared columns
-give every dim. Memory: the D x D covariance and its eigenvectors (float64).
+The fitted space is computed once per store object and id/train content (kept while the
+store object lives), so a sweep's per-setting refits share it. `score_grid`: one projection
+onto V[:, :max dim] per block (in fixed panels of 64 columns, so that every setting's bits
+are those of a single fit); the running sums of its squared columns give every dim. Memory:
+the D x D covariance and its eigenvectors (float64).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,14 +46,20 @@ import numpy as np
 from featstore.errors import UsageError
 from featstore.store.interfaces import SplitLike, StoreLike
 
-from ..base import Scorer, ValidRange
+from ..base import Scorer, ValidRange, fit_split_names, value_fields
 from ..fitting.classstats import train_mean
 from ..fitting.principal import dim_range
 from ..kernels.gram import GramSum
 from ..kernels.subspace import eigh_upper
 from ..paper import Paper
+from ..threads import fit_work, threads_for
 
 FIT_SPLIT = "id/train"
+# store object -> {key: (shift, scale, center, V)}: the fitted space, shared by every fit of
+# the same id/train content, chunking, scaler and BLAS thread count (what decides its bits),
+# so that refitting per setting of a sweep costs no further pass (as ViM's `shared_space`)
+_FITS: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[np.ndarray, ...]]]
+_FITS = weakref.WeakKeyDictionary()
 # columns of V per projection product: every setting's projection is made of the same
 # fixed-shape products, so a grid's scores equal a single setting's bit for bit
 PANEL = 64
@@ -86,6 +95,21 @@ class NECO(Scorer):
         return {"dim": dim_range(store)}
 
     def _fit(self, store: StoreLike) -> None:
+        work = fit_work(store, fit_split_names(self), value_fields(self))
+        entry = store.manifest.get("splits", {}).get(FIT_SPLIT, {})
+        key = (store.model_sha256, entry.get("sha256"), store.split(FIT_SPLIT).num_rows,
+               self.chunk_rows, bool(self.params["scaler"]), threads_for(work))
+        try:
+            memo = _FITS.setdefault(store, {})
+        except TypeError:  # a store object that cannot be weakly referenced: no sharing
+            memo = {}
+        if key not in memo:
+            memo[key] = self._fit_space(store)
+        self.shift, self.scale, self.center, self.components = memo[key]
+
+    def _fit_space(self, store: StoreLike
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(shift, scale, center, V): the two passes and the eigendecomposition."""
         mean = train_mean(self, store, FIT_SPLIT)          # pass 1: column sums
         d = mean.shape[0]
         gram = GramSum(d)                                    # pass 2: scatter about the mean
@@ -101,11 +125,11 @@ class NECO(Scorer):
             std[std == 0.0] = 1.0
             cov /= std[:, None]
             cov /= std[None, :]
-            self.shift, self.scale, self.center = mean, std, np.zeros(d)
+            shift, scale, center = mean, std, np.zeros(d)
         else:
-            self.shift, self.scale, self.center = np.zeros(d), np.ones(d), mean
+            shift, scale, center = np.zeros(d), np.ones(d), mean
         _, vecs = eigh_upper(np.asfortranarray(cov))
-        self.components = np.ascontiguousarray(vecs[:, ::-1])
+        return shift, scale, center, np.ascontiguousarray(vecs[:, ::-1])
 
     def _z(self, x: np.ndarray) -> np.ndarray:
         z = x.astype(np.float64) - self.shift
