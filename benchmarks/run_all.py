@@ -44,6 +44,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "bench_gscore_cv": ["--store", f"{OUT}/gbench/store"],
     "bench_gscore_idsize": ["--store", f"{OUT}/gbench/store", "--large-out", f"{OUT}/gbench_bigid"],
     "bench_demo_head": ["--demo", f"{OUT}/demo"],
+    "bench_posthoc_2025": ["--demo", f"{OUT}/demo/store", "--large"],
     "ten_methods_demo": [f"{OUT}/ten_methods", "6", "3"],
     "bench_threads": ["factor"],
     "bench_peer_threads": [],

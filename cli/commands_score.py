@@ -209,7 +209,9 @@ def eval_(
                              "--method, --all, --param or --tune")
         result = _ensemble_result([store, *ensemble], spec)
         if out_ is not None:
-            atomic_write_result_json(out_, result)
+            from scorers.tabular import write_result
+
+            write_result(out_, result)
         emit(result, lambda: print_eval(result, per_split, False, wide))
         return
     methods = None if all_ or not method else check_methods(method)

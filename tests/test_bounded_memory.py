@@ -31,9 +31,11 @@ DIM, CLASSES = 512, 64
 BIG_ROWS, TRAIN_ROWS, BIG_TRAIN_ROWS = 100_000, 3_000, 60_000
 BOUND_MIB = 96
 # the banks of the neighbour scorers are their fitted state: all of id/train by definition
-BANK_SCORERS = {"knn", "nnguide"}
-# oodl keeps max_train rows of id/train (default 10,000): its state, not a stream
-KEEPS_TRAIN_SAMPLE = {"oodl"}
+# (relation: id/train's normalized features and probabilities, the other side of its kernel)
+BANK_SCORERS = {"knn", "nnguide", "relation"}
+# oodl keeps max_train rows of id/train (default 10,000): its state, not a stream; gmm keeps
+# one D x D covariance (and its factor) per class: C x D^2 x 2 float64 is its state
+KEEPS_TRAIN_SAMPLE = {"oodl", "gmm"}
 # smaller fitted states than the defaults keep the test quick; streaming is what is tested
 SCORE_PARAMS = {"nnguide": {"alpha": 0.1, "K": 10}, "knn": {"K": 10},
                 "oodl": {"max_train": 1000}}
@@ -130,6 +132,10 @@ def _growths(path: Path, small: Path, phase: str, names: list[str]) -> dict[str,
 
 STORE_ONLY = sorted(n for n, cls in REGISTRY.items()
                     if not any(need.startswith("extra:") for need in cls.needs))
+# left out of the scoring run for time, not memory: gmm scores with one D x D product per
+# class (64 x 100k x 512^2 x 2 = 3.4e12 flop here, about a minute on 2 cores); its rows
+# stream through `Scorer.map_rows` as mds's do, and its fit is in FIT_STREAMING's exclusions
+SCORE_TOO_SLOW = {"gmm"}
 
 
 FIT_STREAMING = sorted(n for n in STORE_ONLY
@@ -139,7 +145,8 @@ FIT_STREAMING = sorted(n for n in STORE_ONLY
 
 def test_scoring_a_big_split_streams_it(big_stores):
     split_mib = BIG_ROWS * (DIM + CLASSES) * 4 / 2**20
-    growth = _growths(big_stores["score"], big_stores["small"], "score", STORE_ONLY)
+    growth = _growths(big_stores["score"], big_stores["small"], "score",
+                      [n for n in STORE_ONLY if n not in SCORE_TOO_SLOW])
     over = {n: round(g) for n, g in growth.items() if not g < BOUND_MIB}
     assert BOUND_MIB < split_mib / 2 and not over, (over, growth)
 

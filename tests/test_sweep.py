@@ -36,7 +36,9 @@ from tests.helpers.stores import structured_arrays
 
 GRID_SCORERS = [name for name, cls in REGISTRY.items() if cls.grid]
 # explicit valid grids where the default grid cannot be valid on the wide store
-WIDE_GRID = {"nnguide": {"K": [5, 11], "alpha": [0.01, 0.1]}}
+WIDE_GRID = {"nnguide": {"K": [5, 11], "alpha": [0.01, 0.1]},
+             # alpha <= C = 6 classes (the default grid's 10-20 are clamped by a sweep)
+             "openmax": {"tailsize": [10, 20, 50], "alpha": [1, 3, 6]}}
 # fixed non-grid parameters, for speed only (oodl: a 300-row one-class SVM per nu)
 WIDE_BASE = {"oodl": {"max_train": 300}}
 
@@ -265,12 +267,13 @@ def test_react_band_sums_equal_dense_clipping(wide_store, tmp_path, logits_are_h
 def test_react_fit_holds_the_default_grid_clip_values(wide_store, monkeypatch):
     """A sweep over the default grid after fit reads id/train no further; another
     percentile costs one pass (pass 1's histogram is kept)."""
-    import scorers.methods.react as react_mod
+    import scorers.fitting.percentiles as percentiles_mod  # ReAct's percentile passes
 
     scorer = get_scorer("react").fit(wide_store)
     passes = []
-    real = react_mod.high_histogram
-    monkeypatch.setattr(react_mod, "high_histogram", lambda c: passes.append(1) or real(c))
+    real = percentiles_mod.high_histogram
+    monkeypatch.setattr(percentiles_mod, "high_histogram",
+                        lambda c: passes.append(1) or real(c))
     read = []
     split = wide_store.split("id/train")
     orig_iter = type(split).iter_chunks

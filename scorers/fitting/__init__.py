@@ -9,6 +9,7 @@ stream a store's rows into fitted statistics (the arithmetic of each chunk is
                 means and tied / global covariances (MDS, RMDS)
 - `predmeans`:  CARef and CADRef: the id/train pass for the mean feature of the rows predicted
                 as each class (and the mean of per-row logit statistics)
+- `percentiles`: ReAct and VRA: exact percentiles of a split's feature entries, memoised
 - `topk`:       ASH and SCALE: the percentiles that keep at least one of a store's D features
 - `layers`:     the `--feature-layers` views a store holds, in extraction order, and the check
                 of a named layer (mds_ensemble, gram, featurenorm, oodl's `layer`)

@@ -6,7 +6,9 @@
     Sigma = (1/N) sum_x (x - mu_y)(x - mu_y)^T             (tied, within-class)
     Sigma0 = (1/N) sum_x (x - m)(x - m)^T                  (global, RMDS)
 
-all float64, summed chunk after chunk in row order.
+all float64, summed chunk after chunk in row order. With `normalize` (Mahalanobis++ /
+RMDS++: `mds_pp`, `rmds_pp`) every row x is replaced by x / ||x||_2 before any of them
+(`unit_rows`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from featstore.store.interfaces import StoreLike
 from ..base import Scorer
 from ..kernels.classstats import Scatter, add_class_sums, add_column_sums
 from ..kernels.gram import GramSum
+from ..kernels.rowfeat import l2_normalize_rows
 from ..rowmap import read_chunk_rows
 
 FIT_SPLIT = "id/train"
@@ -42,6 +45,14 @@ def train_mean(scorer: Scorer, store: StoreLike, split_name: str = FIT_SPLIT) ->
     return total / n
 
 
+def unit_rows(feats: np.ndarray) -> np.ndarray:
+    """x / ||x||_2 per row, float64 (`kernels.rowfeat.l2_normalize_rows`: the norm in
+    float64, an all-zero row stays 0)."""
+    out = np.empty(feats.shape, dtype=np.float64)
+    l2_normalize_rows(feats, out)
+    return out
+
+
 @dataclass
 class GaussianStats:
     """Class means (of the classes present), their ids, the global mean, and the (1/N)
@@ -56,11 +67,13 @@ class GaussianStats:
 
 
 def fit_gaussian_stats(store: StoreLike, chunk_rows: int, scorer_name: str,
-                       with_global: bool = True, field: str = "features") -> GaussianStats:
+                       with_global: bool = True, field: str = "features",
+                       normalize: bool = False) -> GaussianStats:
     """Two streaming passes over id/train (features, labels) in float64. The global
     covariance (one more N x D x D product in pass 2) only when `with_global`. With fewer
     labelled rows than dimensions (N < D) pass 2 keeps the centered rows instead of summing
-    D x D scatter matrices (`Scatter`). float64 whatever the scorer's `precision`
+    D x D scatter matrices (`Scatter`). `normalize`: the statistics of the L2-normalized
+    rows (`unit_rows`), as Mahalanobis++ fits them. float64 whatever the scorer's `precision`
     (`kernels.precision` says why). `field`: the rows' field (`extra:<name>`: a layer view)."""
     split = store.split(FIT_SPLIT)
     chunk_rows = read_chunk_rows(split, (field,), chunk_rows)
@@ -71,7 +84,8 @@ def fit_gaussian_stats(store: StoreLike, chunk_rows: int, scorer_name: str,
     sums = np.zeros((num_classes, dim))
     counts = np.zeros(num_classes, dtype=np.int64)
     for _, (feats, labels) in split.iter_chunks(field, "labels", chunk_rows=chunk_rows):
-        add_class_sums(sums, counts, feats, labels)  # skips labels outside [0, C)
+        # skips labels outside [0, C)
+        add_class_sums(sums, counts, unit_rows(feats) if normalize else feats, labels)
     total = int(counts.sum())
     if total == 0:
         raise FeatstoreError(
@@ -89,7 +103,7 @@ def fit_gaussian_stats(store: StoreLike, chunk_rows: int, scorer_name: str,
     glob = None if as_rows or not with_global else GramSum(dim)
     for _, (feats, labels) in split.iter_chunks(field, "labels", chunk_rows=chunk_rows):
         keep = (labels >= 0) & (labels < num_classes)
-        x = feats[keep].astype(np.float64)
+        x = unit_rows(feats[keep]) if normalize else feats[keep].astype(np.float64)
         g = x - global_mean if with_global else None
         d = x
         d -= all_means[labels[keep]]

@@ -35,6 +35,8 @@ a store's rows through these kernels are `scorers.fitting` and `Scorer.map_rows`
                 KL divergence to a reference density
 - `knnfrac`:    CFOOD's fraction of reference points whose k-NN radius reaches a query (a
                 binary search per point and a histogram) and the squared distances by GEMM
+- `weibull`:    libMR's FitHigh (a Weibull MLE of a sample's largest values) and W_score,
+                its CDF (OpenMax)
 - `precision`:  the `precision` of the GEMM-bound scorers' scoring products (float32 sgemm
                 with float64 sums, or float64)
 

@@ -22,6 +22,10 @@ from numba import njit
 from featstore.errors import FeatstoreError, UsageError
 
 _HI_BINS = 1 << 16
+# pass 2 counts every value branch-free (`_add_low_bins`) when the bins it needs hold more
+# than this share of the values, else skips the others by a branch (`_add_low_bins_sparse`);
+# the counts are the same either way
+BRANCH_FREE_SHARE = 0.05
 
 
 def check_percentile(scorer_name: str, param: str, value: Any) -> float:
@@ -62,15 +66,28 @@ def _add_high_bins(values, hist):
 
 
 @njit(cache=True, nogil=True)
-def _add_low_bins(values, slot, hist_lo, width):
-    """For the values whose high 16 key bits have a slot s >= 0: hist_lo[s * width + (key &
-    0xFFFF)] += 1."""
+def _add_low_bins_sparse(values, slot, hist_lo, width):
+    """`_add_low_bins` where the needed bins hold few of the values: a branch skips the
+    others (predicted well when they are nearly all skipped)."""
     bits = values.view(np.uint32)
+    discard = hist_lo.size // width - 1
     for i in range(bits.size):
         key = _sort_key(bits[i])
         s = slot[key >> 16]
-        if s >= 0:
+        if s != discard:
             hist_lo[s * width + (key & 0xFFFF)] += 1
+
+
+@njit(cache=True, nogil=True)
+def _add_low_bins(values, slot, hist_lo, width):
+    """hist_lo[slot[key >> 16] * width + (key & 0xFFFF)] += 1 for every value: the bins that
+    hold a needed rank have slots 0, 1, ...; every other bin the last slot, a discard row
+    (no branch on the slot: where a needed bin holds a large random share of the values, a
+    ReLU feature's zeros, a branch on it mispredicts at every other value)."""
+    bits = values.view(np.uint32)
+    for i in range(bits.size):
+        key = _sort_key(bits[i])
+        hist_lo[slot[key >> 16] * width + (key & 0xFFFF)] += 1
 
 
 def _key_value(key: int) -> float:
@@ -120,12 +137,14 @@ def exact_percentiles(chunks: Callable[[], Iterable[np.ndarray]],
     # Which high-16-bit bin holds each needed rank, and how many values lie below that bin.
     rank_bin = {r: int(np.searchsorted(cum_hi, r, side="right")) for r in ranks}
     bins = sorted(set(rank_bin.values()))
-    slot = np.full(_HI_BINS, -1, dtype=np.int64)
+    slot = np.full(_HI_BINS, len(bins), dtype=np.int64)       # the last row: discarded
     slot[bins] = np.arange(len(bins))
-    hist_lo = np.zeros(len(bins) * _HI_BINS, dtype=np.int64)
+    hist_lo = np.zeros((len(bins) + 1) * _HI_BINS, dtype=np.int64)
+    counts = np.diff(np.concatenate(([0], cum_hi)))
+    add = _add_low_bins if counts[bins].sum() > BRANCH_FREE_SHARE * n else _add_low_bins_sparse
     for arr in chunks():
-        _add_low_bins(_flat_f32(arr), slot, hist_lo, _HI_BINS)
-    hist_by_bin = hist_lo.reshape(len(bins), _HI_BINS)
+        add(_flat_f32(arr), slot, hist_lo, _HI_BINS)
+    hist_by_bin = hist_lo[:len(bins) * _HI_BINS].reshape(len(bins), _HI_BINS)
     values: dict[int, float] = {}
     for r in ranks:
         b = rank_bin[r]

@@ -45,7 +45,7 @@ import numpy as np
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
-from ..fitting.classstats import fit_gaussian_stats
+from ..fitting.classstats import fit_gaussian_stats, unit_rows
 from ..kernels.classstats import ClassMahalanobis
 from ..kernels.precision import DEFAULT_PRECISION, check_precision
 from ..paper import Paper
@@ -58,6 +58,8 @@ class MDS(Scorer):
     needs = ("features", "fit:id/train")
     defaults: ClassVar[dict[str, Any]] = {"precision": DEFAULT_PRECISION}
     grid: ClassVar[dict[str, list[Any]]] = {}
+    # Mahalanobis++ (`mds_pp`): fit and score the L2-normalized rows x / ||x||_2
+    normalize: ClassVar[bool] = False
     paper = Paper(
                   title=("A simple unified framework for detecting out-of-distribution "
                          "samples and adversarial attacks"),
@@ -70,11 +72,15 @@ class MDS(Scorer):
 
     def _fit(self, store: StoreLike) -> None:
         precision = self.params["precision"]
-        stats = fit_gaussian_stats(store, self.chunk_rows, self.name, with_global=False)
+        stats = fit_gaussian_stats(store, self.chunk_rows, self.name, with_global=False,
+                                   normalize=self.normalize)
         self.class_ids = stats.classes
         self.maha = ClassMahalanobis(stats.means, stats.within_cov.whitener(),
                                      stats.global_mean, precision,
                                      pruned_classes=precision == "float32")
 
     def _score(self, split: SplitLike) -> np.ndarray:
+        if self.normalize:
+            return self.map_rows(split, ("features",),
+                                 lambda feats: -self.maha.min_sq(unit_rows(feats)))
         return self.map_rows(split, ("features",), lambda feats: -self.maha.min_sq(feats))

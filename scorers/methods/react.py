@@ -63,7 +63,7 @@ float64 formula); the same setting gives the same scores alone or in any grid (1
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -72,9 +72,10 @@ from featstore.errors import UsageError
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer, head_logits_usable, stored_logits_are_head
+from ..fitting.percentiles import SplitPercentiles
 from ..kernels.bands import clip_band_logits, clip_from_logits, plan_anchor
 from ..kernels.gather import exact_f32, sparse_pays
-from ..kernels.select import check_percentile, exact_percentiles, high_histogram
+from ..kernels.select import check_percentile
 from ..kernels.softmax import logsumexp
 from ..paper import Paper
 
@@ -119,8 +120,7 @@ class ReAct(Scorer):
         self.wt = exact_f32(np.asarray(weight).T)        # (D, C), for the sparse sums
         self.bias = np.asarray(bias, dtype=np.float64)
         self.logits_are_head = stored_logits_are_head(store)
-        self._thresholds: dict[tuple[str, float], float] = {}
-        self._cum_hi: dict[str, np.ndarray] = {}
+        self._percentiles = SplitPercentiles(self, store)
         # The default grid's clip values come out of the same two passes (a few more bins of
         # pass 2's histogram): a sweep over the default grid reads id/train no further.
         own = float(self.params["percentile"])
@@ -130,26 +130,10 @@ class ReAct(Scorer):
 
     def thresholds(self, settings: list[dict[str, Any]]) -> list[float]:
         """Clip value per setting; every missing percentile of a split from one pass over it
-        (pass 1's histogram of each split is kept, so later percentiles cost one pass)."""
-        keys = [(s["percentile_split"], float(s["percentile"])) for s in settings]
-        missing: dict[str, list[float]] = {}
-        for split_name, p in keys:
-            if (split_name, p) not in self._thresholds:
-                missing.setdefault(split_name, [])
-                if p not in missing[split_name]:
-                    missing[split_name].append(p)
-        for split_name, ps in missing.items():
-            split = self.fit_split(self.fitted_store, split_name)
-
-            def chunks(split: SplitLike = split) -> Iterable[np.ndarray]:
-                return (x for _, (x,) in self.chunks(split, "features"))
-
-            if split_name not in self._cum_hi:
-                self._cum_hi[split_name] = high_histogram(chunks)
-            values = exact_percentiles(chunks, ps, self._cum_hi[split_name])
-            for p, value in zip(ps, values, strict=True):
-                self._thresholds[(split_name, p)] = value
-        return [self._thresholds[k] for k in keys]
+        (pass 1's histogram of each split is kept, so later percentiles cost one pass:
+        `scorers.fitting.percentiles`)."""
+        return self._percentiles.get([(s["percentile_split"], float(s["percentile"]))
+                                      for s in settings])
 
     def _score(self, split: SplitLike) -> np.ndarray:
         return self._score_grid(split, [{}])[0]

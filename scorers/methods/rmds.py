@@ -34,7 +34,7 @@ import numpy as np
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
-from ..fitting.classstats import fit_gaussian_stats
+from ..fitting.classstats import fit_gaussian_stats, unit_rows
 from ..kernels.classstats import ClassMahalanobis
 from ..paper import Paper
 
@@ -47,12 +47,14 @@ class RMDS(Scorer):
     min_classes = 2
     defaults: ClassVar[dict[str, Any]] = {}
     grid: ClassVar[dict[str, list[Any]]] = {}
+    # RMDS++ (`rmds_pp`): fit and score the L2-normalized rows x / ||x||_2
+    normalize: ClassVar[bool] = False
     paper = Paper(title="A simple fix to Mahalanobis distance for improving near-OOD detection",
                   authors=("Ren", "Fort", "Liu", "Roy", "Padhy", "Lakshminarayanan"), venue="arXiv",
                   year=2021, url="https://arxiv.org/abs/2106.09022", code=None)
 
     def _fit(self, store: StoreLike) -> None:
-        stats = fit_gaussian_stats(store, self.chunk_rows, self.name)
+        stats = fit_gaussian_stats(store, self.chunk_rows, self.name, normalize=self.normalize)
         self.class_ids = stats.classes
         self.maha = ClassMahalanobis(stats.means, stats.within_cov.whitener(),
                                      stats.global_mean)
@@ -62,6 +64,8 @@ class RMDS(Scorer):
 
     def _score(self, split: SplitLike) -> np.ndarray:
         def block(feats: np.ndarray) -> np.ndarray:
+            if self.normalize:
+                feats = unit_rows(feats)
             x = feats.astype(np.float64)
             x -= self.center
             z0 = x @ self.background_whiten
