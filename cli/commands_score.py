@@ -208,11 +208,7 @@ def eval_(
             raise UsageError("--ensemble scores the ensemble's four scores: it takes no "
                              "--method, --all, --param or --tune")
         result = _ensemble_result([store, *ensemble], spec)
-        if out_ is not None:
-            from scorers.tabular import write_result
-
-            write_result(out_, result)
-        emit(result, lambda: print_eval(result, per_split, False, wide))
+        _write_and_emit(result, out_, lambda: print_eval(result, per_split, False, wide))
         return
     methods = None if all_ or not method else check_methods(method)
     strict = methods is not None  # a scorer named by --method must run
@@ -241,11 +237,17 @@ def eval_(
                 result = evaluate(st, methods, params, use_cache=use_cache, progress=step,
                                   strict=strict, allow_nonfinite=allow_nonfinite, ci=spec)
             relabel_outcomes(begin, lines, result)
+    _write_and_emit(result, out_, lambda: print_eval(result, per_split, tune, wide))
+
+
+def _write_and_emit(result: Any, out_: Path | None, human: Any) -> None:
+    """`--out` in the format its suffix names (`scorers.tabular.write_result`), then the
+    result on the terminal (or as JSON)."""
     if out_ is not None:
         from scorers.tabular import write_result
 
         write_result(out_, result)
-    emit(result, lambda: print_eval(result, per_split, tune, wide))
+    emit(result, human)
 
 
 def print_eval(result: dict, per_split: bool, tune: bool, wide: bool = False) -> None:

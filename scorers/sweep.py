@@ -32,6 +32,20 @@ Missing `id/val` or missing val-flagged OOD splits is a FeatstoreError naming wh
 and how to flag splits. Missing `id/test` or OOD test splits is not an error: the choice is
 made and `"test"` is None. The result is plain JSON (numbers, strings, lists, dicts, None).
 
+Rules (`sweep`'s keyword arguments):
+- `rule`: featstore's selection (above) or "openood", OpenOOD v1.5's search
+  (`scorers.openood_aps`: its grid, or without APS its fixed arguments, for the default grid;
+  AUROC of id/val vs the pooled val OOD splits, OpenOOD's arithmetic and order; an explicit
+  `grid` is searched the same way; `select_by` must be "auroc"), recorded in "openood":
+  {"postprocessor", "aps", "source", "commit", "note", "val_auroc"}.
+- `grid_rule` ("fitted" | "paper") decides how a DEFAULT grid meets the store
+  (`scorers.adapt`): "fitted" lets the scorer fit it (knn's K scaled to the bank, vim's dims
+  to D), "paper" keeps its values, clamped only where invalid (the remote-sensing paper's
+  "five most common values", §2.5).
+- `select_on` ("mean" | "pooled"): the setting is chosen by `select_by` averaged over the val
+  OOD splits, or on them concatenated (FACETS' one val set per dataset, §IV); "chosen"'s
+  "val" holds those metrics.
+
 `sweep_all(store, methods)` sweeps every method over its default grid and returns the same
 structure as `scorers.evaluate.evaluate` (test metrics of each chosen setting), plus the
 chosen setting per method: the tuned leaderboard of `featstore eval --tune`.
@@ -338,9 +352,14 @@ def _test_report(plan: _Plan, scorer: Scorer, store: StoreLike, method: str, ind
     return test_ood, test_rows, test, test_s
 
 
-def check_rule(rule: str, select_by: str = "auroc") -> None:
+def check_rule(rule: str, select_by: str = "auroc", grid_rule: str = "fitted",
+               select_on: str = "mean") -> None:
     """UsageError unless `rule` is a tuning rule ("featstore", "openood") and, for OpenOOD's,
-    `select_by` is its metric (AUROC)."""
+    `select_by` is its metric (AUROC); `grid_rule` one of GRID_RULES; `select_on` "mean" or
+    "pooled"."""
+    if grid_rule not in GRID_RULES or select_on not in ("mean", "pooled"):
+        raise UsageError(f"grid_rule {grid_rule!r} / select_on {select_on!r}: expected one "
+                         f"of {', '.join(GRID_RULES)} / mean, pooled")
     if rule not in TUNING_RULES:
         raise UsageError(f"rule={rule!r} is not a tuning rule (valid: "
                          f"{', '.join(TUNING_RULES)})")
@@ -377,23 +396,10 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
           ) -> SweepResult:
     """Choose `method`'s setting on the val splits, then report its test metrics. `method`
     is a registered name, `module:Class`, a Scorer subclass or an instance (whose given
-    parameters are fixed, outside the grid). `grid_rule` ("fitted" | "paper") decides how a
-    DEFAULT grid meets the store (`scorers.adapt`): "fitted" lets the scorer fit it (knn's K
-    scaled to the bank, vim's dims to D), "paper" keeps its values, clamped only where
-    invalid (the remote-sensing paper's "five most common values", §2.5). `select_on`
-    ("mean" | "pooled"): the setting is chosen by `select_by` averaged over the val OOD
-    splits, or on them concatenated (FACETS' one val set per dataset, §IV); "chosen"'s "val"
-    holds those metrics.
-
-    With `ci`, the chosen setting's test metrics carry stratified-bootstrap intervals
-    (`scorers.uncertainty.add_intervals`; test["ci"] echoes the method). `keep_scores`, if
-    given, receives the chosen setting's test scores {split: scores}.
-
-    `rule`: featstore's selection (module docstring) or "openood", OpenOOD v1.5's search
-    (`scorers.openood_aps`: its grid, or without APS its fixed arguments, for the default
-    grid; AUROC of id/val vs the pooled val OOD splits, OpenOOD's arithmetic and order; an
-    explicit `grid` is searched the same way; `select_by` must be "auroc"), recorded in
-    "openood": {"postprocessor", "aps", "source", "commit", "note", "val_auroc"}.
+    parameters are fixed, outside the grid). `rule`, `grid_rule`, `select_on`: the module
+    docstring's "Rules". With `ci`, the chosen setting's test metrics carry stratified-bootstrap
+    intervals (`scorers.uncertainty.add_intervals`; test["ci"] echoes the method).
+    `keep_scores`, if given, receives the chosen setting's test scores {split: scores}.
 
     Returns a `scorers.results.SweepResult` (a read-only dict too): {"store",
     "model_sha256", "method", "select_by", "direction", "grid",
@@ -406,13 +412,10 @@ def sweep(store: StoreLike, method: str | type[Scorer] | Scorer,
     pooled_groups`)} | None, "settings":
     [{"setting", "params", "val": {"mean", "groups", "splits"}, "test": {"groups", "splits"}
     | None}],
-    "adjusted": [{"setting", "used", "reason"}], "rule",
+    "adjusted": [{"setting", "used", "reason"}], "rule", "openood",
     "fit_seconds", "val_seconds", "test_seconds"}; see the module docstring."""
     direction = check_select_by(select_by)
-    check_rule(rule, select_by)
-    if grid_rule not in GRID_RULES or select_on not in ("mean", "pooled"):
-        raise UsageError(f"grid_rule {grid_rule!r} / select_on {select_on!r}: expected one "
-                         f"of {', '.join(GRID_RULES)} / mean, pooled")
+    check_rule(rule, select_by, grid_rule, select_on)
     base = dict(base_params or {})
     if isinstance(method, Scorer):  # an instance: its given parameters are fixed
         base = {**method.given, **base}

@@ -69,7 +69,9 @@ def test_eval_all_fits_100_columns_one_line_per_scorer(capsys, demo_like, column
     for row, name in zip(rows, names, strict=True):
         g = result["methods"][name]["groups"]
         lo, hi = g["near"]["auroc_ci"]
-        want = f"{g['near']['auroc']:.1f}±{(hi - lo) / 2:.1f}"
+        v, h = g["near"]["auroc"], (hi - lo) / 2  # ±h, or [lo, hi] where lopsided (> h / 4
+        lopsided = abs(v - (lo + hi) / 2) > h / 4 and f"{h:.1f}" != "0.0"  # off the centre)
+        want = f"{v:.1f} [{lo:.1f}, {hi:.1f}]" if lopsided else f"{v:.1f}±{h:.1f}"
         assert row.split("│")[1].strip() == want, (name, row)
     # the convention is stated, and every split appears in the per-split blocks
     assert "FPR95↓ = FPR at 95% TPR, ID positive" in out

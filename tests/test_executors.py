@@ -429,7 +429,7 @@ def test_local_pool_equals_sequential(experiment, local_result, tmp_path, capsys
     _check_done(out, "local")
     assert all(read_state(out, u)["pid"] != os.getpid() for u in UNITS)
     code, _, err = run(capsys, "run", str(experiment), "--out", str(out), "--workers", "0")
-    assert code == 2 and "workers = 0, expected an integer >= 1" in err
+    assert code == 2 and "--workers 0: expected an integer >= 1" in err
     code, _, err = run(capsys, "run", str(experiment), "--out", str(out), "--executor", "ray",
                        "--workers", "2")
     assert code == 2 and "unknown ray executor key 'workers'" in err

@@ -61,7 +61,9 @@ def head_store(tmp_path_factory) -> Store:
 # does not carry (confidence branch, G-ODIN h/g, second head, MC-Dropout / ODIN-perturbed
 # logits, feature maps)
 EXPECTED_SKIPPED = {"she", "confbranch", "godin", "mcd", "mcdropout", "odin_perturbed",
-                    "ip_ts_mlv", "rankfeat"}
+                    "ip_ts_mlv", "rankfeat",
+                    # the views written by `extract --feature-layers` / `--adascale-o`
+                    "mds_ensemble", "gram", "featurenorm", "adascale_a", "adascale_l"}
 
 
 def test_eval_all_json_exits_0_with_every_scorer_scored_or_skipped(head_store, capsys):

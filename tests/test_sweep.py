@@ -57,6 +57,9 @@ def wide_store(tmp_path_factory) -> Store:
         split["extras"] = {
             odin_name(t, e): (logits + rng.normal(0.0, 0.5, logits.shape)).astype(np.float32)
             for t, e in itertools.product(odin.get("temperature", []), odin.get("epsilon", []))}
+        # AdaSCALE's perturbed-input features (`--adascale-o 0.05`): the rows moved a little
+        split["extras"]["adascale_features/0.05"] = (np.maximum(split["features"], 0.0) + np.abs(
+            rng.normal(0.0, 0.05, split["features"].shape))).astype(np.float32)
     Store.from_arrays(path, head=arrays["head"], splits=arrays["splits"])
     return Store.open(path)
 
