@@ -79,7 +79,10 @@ def test_demo_detectors_in_a_fresh_process_score_like_featstore_score(demo, tmp_
     store, images = demo
     assert store.provenance["name"] == OWN_MODELS["scratch"]
     methods = ("vim", "msp")
-    dets = {m: featstore.Detector.fit(store, m, target_tpr=0.95) for m in methods}
+    # the median of id/val's scores as the threshold (TPR 0.5): it lies inside the images'
+    # scores whatever the 2-epoch model learned, so both decisions occur (at TPR 0.95 this
+    # weak model's MSP accepted every image on a newer torch: the check below was empty)
+    dets = {m: featstore.Detector.fit(store, m, target_tpr=0.5) for m in methods}
     artifacts = {m: str(d.save(tmp_path / f"{m}.detector.h5")) for m, d in dets.items()}
     script = ("import json, sys, numpy as np, featstore\n"
               "out = {}\n"
