@@ -174,7 +174,9 @@ def evaluate_ensemble(stores: Sequence[StoreLike], ci: BootstrapSpec | None = No
                       progress: Any = None) -> EvaluationResult:
     """`scorers.evaluate.evaluate` of the four ensemble scores on `ensemble_store(stores)`."""
     from .evaluate import evaluate  # lazy: evaluate imports the registry (every method)
+    from .registry import registered_within
 
     combined = ensemble_store(stores)
-    return evaluate(combined, list(ENSEMBLE_SCORERS), use_cache=False, progress=progress,
-                    strict=True, ci=ci)
+    with registered_within(ENSEMBLE_SCORERS):  # never left in the registry for `--all`
+        return evaluate(combined, list(ENSEMBLE_SCORERS), use_cache=False,
+                        progress=progress, strict=True, ci=ci)

@@ -29,7 +29,8 @@ import pkgutil
 import re
 import sys
 import sysconfig
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any
@@ -133,6 +134,22 @@ def register(cls: type[Scorer], *, source: str = "registered") -> type[Scorer]:
     if name not in BUILTIN:
         SOURCES[name] = source
     return cls
+
+
+@contextmanager
+def registered_within(classes: Iterable[type[Scorer]]) -> Iterator[None]:
+    """Register `classes` for the duration of a block only: scorers that exist inside one
+    computation (the store ensemble's four scores, `scorers.ensemble`) are never listed by
+    `eval --all` or `featstore scorers` afterwards. A name registered before the block stays."""
+    added = [c.name for c in classes if dict.get(REGISTRY, c.name) is None]
+    for cls in classes:
+        register(cls, source="internal")
+    try:
+        yield
+    finally:
+        for name in added:
+            dict.pop(REGISTRY, name, None)
+            SOURCES.pop(name, None)
 
 
 def load_spec(spec: str) -> str:

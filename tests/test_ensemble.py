@@ -85,6 +85,8 @@ def test_rows_matched_by_ids(tmp_path):
     result = evaluate_ensemble([sa, sb])
     assert set(result["methods"]) == {"ensemble_msp", "ensemble_entropy", "ensemble_mi",
                                       "ensemble_vr"}
+    from scorers import REGISTRY  # the four exist for that call only: `eval --all` after it
+    assert not [n for n in REGISTRY if n.startswith("ensemble_")]  # lists none of them
     want = np_reference(combined.split("id/test").extra("ensemble_logits"))
     from sklearn.metrics import roc_auc_score
 

@@ -432,7 +432,7 @@ def test_local_pool_equals_sequential(experiment, local_result, tmp_path, capsys
     assert code == 2 and "--workers 0: expected an integer >= 1" in err
     code, _, err = run(capsys, "run", str(experiment), "--out", str(out), "--executor", "ray",
                        "--workers", "2")
-    assert code == 2 and "unknown ray executor key 'workers'" in err
+    assert code == 2 and "--workers applies to the local executor only" in err
 
 
 # ------------------------------------------------------------------- gscore gbench (units)
