@@ -151,3 +151,49 @@ def numpy_adascale(val_h: np.ndarray, val_moved: np.ndarray, h: np.ndarray, move
             else (row @ weight.T.astype(float) + bias) * s ** 2
         out.append(float(np.log(np.sum(np.exp(z - z.max()))) + z.max()))
     return np.asarray(out)
+
+
+def check_adascale_against_references(tmp_path: Path, name: str, params: dict,
+                                      logit_scaling: bool) -> None:
+    """`name` (adascale_a: logit_scaling False, adascale_l: True) fitted on `view_store`
+    scores id/test and ood/far/x as OpenOOD's computation and the NumPy formula do (rtol 1e-9),
+    on the scorer's own id/val sample."""
+    from scorers import get_scorer
+
+    st, _ = view_store(tmp_path / "s")
+    s = get_scorer(name, **params).fit(st)
+    p = s.params
+    val = st.split("id/val")
+    view = f"adascale_features/{ADASCALE_O:g}"
+    val_h = np.asarray(val.features)[s.sample]
+    val_moved = np.asarray(val.extra(view))[s.sample]
+    weight, bias = st.head
+    lo, hi = (float(v) for v in p["percentile"].split(":"))
+    for split in ("id/test", "ood/far/x"):
+        sp = st.split(split)
+        args = (val_h, val_moved, np.asarray(sp.features), np.asarray(sp.extra(view)), weight,
+                bias, (lo, hi), p["k1"], p["k2"], p["lmbda"], logit_scaling)
+        got = s.score(sp)
+        np.testing.assert_allclose(got, openood_adascale(*args), rtol=1e-9)
+        np.testing.assert_allclose(got, numpy_adascale(*args), rtol=1e-9)
+
+
+def check_adascale_grid_and_bad_inputs(tmp_path: Path, name: str) -> None:
+    """`name`'s percentile x lambda grid equals separate fits bit for bit; a reversed
+    percentile pair and an o without a stored view are refused with their one-line errors."""
+    import pytest
+
+    from featstore.errors import FeatstoreError, UsageError
+    from scorers import get_scorer
+
+    st, _ = view_store(tmp_path / "s")
+    s = get_scorer(name).fit(st)
+    sp = st.split("ood/far/x")
+    grid = s.score_grid(sp, {"percentile": ["60:65", "90:99"], "lmbda": [1.0, 10.0]})
+    assert len(grid) == 4
+    for setting, scores in grid:
+        np.testing.assert_array_equal(scores, get_scorer(name, **setting).fit(st).score(sp))
+    with pytest.raises(UsageError, match="percentile='85:75' must be 'p_min:p_max'"):
+        get_scorer(name, percentile="85:75")
+    with pytest.raises(FeatstoreError, match=r"no AdaSCALE view at o=0.1 \(stored o: 0.05\)"):
+        get_scorer(name, o=0.1).fit(st)
