@@ -74,7 +74,8 @@ def leaderboard_tables(data: ReportData, rank_by: str = "mean") -> list[Table]:
     order = ranked(res, rank_by)
     header, rows, best = leaderboard(res, rank_by)
     title = "Leaderboard (tuned on val)" if res.get("tuned") else "Leaderboard"
-    title += (f": group means vs {res.get('id_split', 'id/test')}, ranked by "
+    title += (f": group means (the unweighted mean of each group's splits' metrics, not "
+              f"the pooled splits) vs {res.get('id_split', 'id/test')}, ranked by "
               f"{header[2].replace('↑', '')}; FPR95 = FPR at 95% TPR, ID positive; %")
     ci = res.get("ci")
     if ci:
