@@ -5,26 +5,17 @@ References: the command's own JSON (`cached`) and the texts printed, counted by 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from featstore import Store
 from featstore.errors import FeatstoreWarning
 from tests.helpers.cli import run_cli_captured
+from tests.helpers.stores import class_direction_store
 
 
 @pytest.fixture()
 def store(tmp_path):
-    rng = np.random.default_rng(1)
-    centers = rng.normal(size=(3, 8))
-    y = rng.integers(0, 3, 60)
-    feats = (centers[y] + rng.normal(size=(60, 8))).astype(np.float32)
-    return Store.from_arrays(tmp_path / "s", head=(centers.astype(np.float32),
-                                                   np.zeros(3, np.float32)),
-                             splits={"id/train": {"features": feats, "labels": y},
-                                     "id/test": {"features": feats[:30], "labels": y[:30]},
-                                     "ood/far/noise": {"features": rng.normal(size=(30, 8))
-                                                       .astype(np.float32)}}).path
+    return class_direction_store(tmp_path / "s", {"id/train": 60, "id/test": 30,
+                                                  "ood/far/noise": 30}, seed=1).path
 
 
 def test_spinner_lines_say_cached_when_the_table_does(store):

@@ -17,25 +17,15 @@ import pytest
 from featstore import Store
 from scorers.results import EvaluationResult
 from tests.helpers.cli import run_cli_captured
+from tests.helpers.stores import class_direction_store
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     """3 classes, a head that reads their directions, OOD rows near no class (val and test)."""
     path = tmp_path_factory.mktemp("formats") / "store"
-    rng = np.random.default_rng(0)
-    centers = rng.normal(size=(3, 8))
-
-    def rows(n: int) -> dict[str, np.ndarray]:
-        y = rng.integers(0, 3, n)
-        return {"features": (centers[y] + rng.normal(size=(n, 8))).astype(np.float32),
-                "labels": y}
-
-    noise = lambda n: rng.normal(size=(n, 8)).astype(np.float32)  # noqa: E731
-    Store.from_arrays(path, head=(centers.astype(np.float32), np.zeros(3, np.float32)),
-                      splits={"id/train": rows(90), "id/val": rows(30), "id/test": rows(40),
-                              "ood/far/noise_val": {"features": noise(30), "usage": "val"},
-                              "ood/far/noise": {"features": noise(40)}})
+    class_direction_store(path, {"id/train": 90, "id/val": 30, "id/test": 40,
+                                 "ood/far/noise_val": 30, "ood/far/noise": 40})
     return path
 
 

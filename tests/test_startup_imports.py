@@ -11,10 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from featstore import Store
+from tests.helpers.stores import class_direction_store
 
 HEAVY = ("torch", "torchvision", "sklearn", "matplotlib", "faiss", "numba", "scipy")
 PROBE = (
@@ -33,18 +32,8 @@ def finished(tmp_path_factory) -> tuple[Path, Path]:
     from featstore.workflows.experiments import load_experiment, run_experiment, unitstate
 
     folder = tmp_path_factory.mktemp("startup")
-    rng = np.random.default_rng(0)
-    centers = rng.normal(size=(3, 8))
-
-    def rows(n: int) -> dict[str, np.ndarray]:
-        y = rng.integers(0, 3, n)
-        return {"features": (centers[y] + rng.normal(size=(n, 8))).astype(np.float32),
-                "labels": y}
-
-    Store.from_arrays(folder / "store", head=(centers.astype(np.float32), np.zeros(3, np.float32)),
-                      splits={"id/train": rows(60), "id/test": rows(30),
-                              "ood/far/noise": {"features": rng.normal(size=(30, 8))
-                                                .astype(np.float32)}})
+    class_direction_store(folder / "store", {"id/train": 60, "id/test": 30,
+                                             "ood/far/noise": 30})
     exp = folder / "exp.toml"
     exp.write_text('name = "startup"\n[data]\nstores = ["store"]\n'
                    '[[method]]\nname = "MSP"\nscorer = "msp"\n')

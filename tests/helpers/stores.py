@@ -165,3 +165,26 @@ def rank_deficient_store(path, rank: int) -> Store:
     splits |= {"ood/near/v": {"features": rows(80, 1.5), "usage": "val"},
                "ood/near/t": {"features": rows(80, 1.5)}}
     return Store.from_arrays(path, head=(weight, np.zeros(c, np.float32)), splits=splits)
+
+
+def class_direction_store(path: Path, sizes: dict[str, int], seed: int = 0, dim: int = 8,
+                          num_classes: int = 3) -> Store:
+    """A store whose ID classes are directions in feature space (class k's rows: its centre,
+    N(0, I) of length ~sqrt(dim), plus unit noise) read by a head whose rows are the centres,
+    and whose OOD rows are noise near no centre (the README quickstart's data: the methods
+    separate). `sizes`: split name -> rows; an `ood/...` name ending in `_val` is flagged
+    usage "val"."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(num_classes, dim))
+    splits: dict[str, dict] = {}
+    for name, n in sizes.items():
+        if name.startswith("ood/"):
+            splits[name] = {"features": rng.normal(size=(n, dim)).astype(np.float32)}
+            if name.endswith("_val"):
+                splits[name]["usage"] = "val"
+        else:
+            y = rng.integers(0, num_classes, n)
+            splits[name] = {"features": (centers[y] + rng.normal(size=(n, dim)))
+                            .astype(np.float32), "labels": y}
+    return Store.from_arrays(path, head=(centers.astype(np.float32),
+                                         np.zeros(num_classes, np.float32)), splits=splits)
