@@ -11,10 +11,24 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from featstore.errors import UsageError
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer
 from ..kernels.select import exact_percentiles, high_histogram
+
+
+def check_percentile_split(name: str, split: object, store: StoreLike | None) -> None:
+    """UsageError unless `split` (a scorer's `percentile_split`, ReAct / VRA) is a split name,
+    and with `store`, one of its splits (the valid ones named)."""
+    if not isinstance(split, str):
+        raise UsageError(
+            f"scorer {name!r}: percentile_split must be a split name (got {split!r})")
+    if store is not None and not store.has_split(split):
+        avail = ", ".join(store.splits()) or "none"
+        raise UsageError(
+            f"scorer {name!r}: percentile_split {split!r} is not a split of store "
+            f"{str(store.path)!r} (available: {avail})")
 
 
 class SplitPercentiles:

@@ -51,7 +51,7 @@ from featstore.errors import UsageError
 from featstore.store.interfaces import SplitLike, StoreLike
 
 from ..base import Scorer, head_logits_usable, stored_logits_are_head
-from ..fitting.percentiles import SplitPercentiles
+from ..fitting.percentiles import SplitPercentiles, check_percentile_split
 from ..kernels.bands import clip_from_logits
 from ..kernels.gather import exact_f32, sparse_pays
 from ..kernels.select import check_percentile
@@ -80,15 +80,7 @@ class VRA(Scorer):
         if low >= high:
             raise UsageError(f"scorer {self.name!r}: percentile_low ({params['percentile_low']}"
                              f") must be below percentile_high ({params['percentile_high']})")
-        split = params["percentile_split"]
-        if not isinstance(split, str):
-            raise UsageError(
-                f"scorer {self.name!r}: percentile_split must be a split name (got {split!r})")
-        if store is not None and not store.has_split(split):
-            avail = ", ".join(store.splits()) or "none"
-            raise UsageError(
-                f"scorer {self.name!r}: percentile_split {split!r} is not a split of store "
-                f"{str(store.path)!r} (available: {avail})")
+        check_percentile_split(self.name, params["percentile_split"], store)
 
     def _fit(self, store: StoreLike) -> None:
         weight, bias = store.head
